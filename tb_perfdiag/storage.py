@@ -1,0 +1,67 @@
+"""Reading bytes from local paths and fsspec URLs (gs://, s3://, memory://)."""
+from __future__ import annotations
+
+import gzip
+import os
+import zlib
+
+from .trace.model import TraceError
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def is_remote(path: str) -> bool:
+    return "://" in str(path) and not str(path).startswith("file://")
+
+
+def filesystem(path: str):
+    """(fsspec filesystem, path inside it) for a URL, or (None, path) for local paths."""
+    if not is_remote(path):
+        p = str(path)
+        return None, p[len("file://"):] if p.startswith("file://") else p
+    import fsspec  # only needed for remote logdirs
+    fs, inner = fsspec.core.url_to_fs(str(path))
+    return fs, inner
+
+
+def read_bytes(path: str, limit: int | None = None) -> bytes:
+    """Whole file, gunzipped when it is gzip.  ``limit`` caps the decompressed size."""
+    fs, inner = filesystem(path)
+    try:
+        if fs is None:
+            with open(inner, "rb") as f:
+                raw = f.read()
+        else:
+            with fs.open(inner, "rb") as f:
+                raw = f.read()
+    except FileNotFoundError:
+        raise TraceError(path, "file not found") from None
+    except IsADirectoryError:
+        raise TraceError(path, "is a directory, not a file") from None
+    except OSError as e:
+        raise TraceError(path, f"cannot read: {e.strerror or e}") from None
+    if raw[:2] == GZIP_MAGIC:
+        try:
+            d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            out = d.decompress(raw, limit or 0) if limit else d.decompress(raw)
+            if limit and d.unconsumed_tail:
+                raise TraceError(path, f"decompresses to more than {limit} bytes")
+            if not d.eof:
+                raise TraceError(path, "truncated gzip stream (file cut short or still being written)")
+            return out
+        except (zlib.error, gzip.BadGzipFile, EOFError) as e:
+            raise TraceError(path, f"corrupt gzip data: {e}") from None
+    if str(path).endswith(".gz"):
+        raise TraceError(path, "named .gz but is not gzip-compressed")
+    return raw
+
+
+def file_identity(path: str) -> tuple:
+    """(path, size, mtime) — what a cached result is keyed by."""
+    fs, inner = filesystem(path)
+    if fs is None:
+        st = os.stat(inner)
+        return (os.path.abspath(inner), st.st_size, st.st_mtime_ns)
+    info = fs.info(inner)
+    mtime = info.get("mtime") or info.get("updated") or info.get("LastModified") or info.get("created")
+    return (str(path), int(info.get("size") or 0), str(mtime))

@@ -1,0 +1,155 @@
+"""Turns a reader's raw columns into a sorted, nested ``Trace``.
+
+Readers append events in file order; this module sorts them by (track, start,
+longer first), remaps stats and links to the new order, and derives nesting
+depth and parent with array operations only.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .model import Device, Stat, Trace, TrackKind
+
+
+class StringTable:
+    """Interns strings so names and string stats are int32 columns."""
+
+    def __init__(self):
+        self.strings: list[str] = []
+        self._index: dict[str, int] = {}
+
+    def intern(self, s: str) -> int:
+        i = self._index.get(s)
+        if i is None:
+            i = self._index[s] = len(self.strings)
+            self.strings.append(s)
+        return i
+
+    def intern_many(self, values) -> np.ndarray:
+        get = self._index.get
+        out = np.empty(len(values), dtype=np.int32)
+        for k, s in enumerate(values):
+            i = get(s)
+            if i is None:
+                i = self._index[s] = len(self.strings)
+                self.strings.append(s)
+            out[k] = i
+        return out
+
+
+class Tracks:
+    def __init__(self):
+        self.kind: list[int] = []
+        self.device: list[int] = []
+        self.name: list[str] = []
+        self.label: list[str] = []
+        self.group: list[str] = []
+
+    def add(self, kind: TrackKind, device: int, name: str, label: str, group: str) -> int:
+        self.kind.append(int(kind))
+        self.device.append(device)
+        self.name.append(name)
+        self.label.append(label)
+        self.group.append(group)
+        return len(self.kind) - 1
+
+
+def nest(track: np.ndarray, ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Depth and parent of events sorted by (track, ts, -dur).
+
+    An event's depth is the number of earlier events on its track still open when it
+    starts; its parent is the latest earlier event one level up.  Partially
+    overlapping events (clock jitter, async spans) therefore nest under whatever was
+    open, which is what a stack walk would do too.
+    """
+    n = ts.shape[0]
+    depth = np.zeros(n, dtype=np.int32)
+    parent = np.full(n, -1, dtype=np.int64)
+    if n == 0:
+        return depth.astype(np.int16), parent
+    bounds = np.flatnonzero(np.diff(track)) + 1
+    starts = np.concatenate(([0], bounds))
+    stops = np.concatenate((bounds, [n]))
+    for a, b in zip(starts, stops):
+        t = ts[a:b]
+        e = end[a:b]
+        local = np.arange(b - a)
+        ended = np.searchsorted(np.sort(e), t, side="right")
+        # Depth = earlier events still open at my start = local - (earlier events ended).
+        # ``ended`` also counts events at or after me that end at my start: only
+        # zero-length events at my very instant, which the -dur order puts at the tail
+        # of their same-start group.
+        g0 = np.searchsorted(t, t, side="left")
+        g1 = np.searchsorted(t, t, side="right")
+        zc = np.concatenate(([0], np.cumsum(e == t)))
+        zero_from = g1 - (zc[g1] - zc[g0])
+        later = g1 - np.maximum(local, zero_from)
+        d = local - (ended - later)
+        depth[a:b] = np.maximum(d, 0)
+    max_depth = int(depth.max()) if n else 0
+    order = np.argsort(depth, kind="stable")
+    sorted_depth = depth[order]
+    level_bounds = np.searchsorted(sorted_depth, np.arange(max_depth + 2))
+    for d in range(1, max_depth + 1):
+        here = order[level_bounds[d]:level_bounds[d + 1]]
+        up = order[level_bounds[d - 1]:level_bounds[d]]
+        if here.size == 0 or up.size == 0:
+            continue
+        k = np.searchsorted(up, here) - 1
+        ok = k >= 0
+        cand = np.where(ok, up[np.maximum(k, 0)], -1)
+        ok &= track[np.maximum(cand, 0)] == track[here]
+        parent[here] = np.where(ok, cand, -1)
+    return depth.astype(np.int16), parent
+
+
+def assemble(path: str, fmt: str, strings: StringTable, tracks: Tracks, devices: list[Device],
+             ts: np.ndarray, dur: np.ndarray, track: np.ndarray, name: np.ndarray,
+             kind: np.ndarray, stats: dict, links: tuple, metadata: dict, warnings: list,
+             origin_ps: int | None = None) -> Trace:
+    """Sort raw event columns and build the Trace.
+
+    ``ts`` is absolute (or file-relative) int64 ps; ``stats`` maps a stat name to
+    (raw event indices, values, is_string); ``links`` is (src, dst, kind) in raw indices.
+    """
+    ts = np.asarray(ts, dtype=np.int64)
+    dur = np.asarray(dur, dtype=np.int64)
+    neg = dur < 0
+    if neg.any():
+        warnings.append(f"{int(neg.sum())} events with negative duration were given zero length")
+        dur = np.where(neg, 0, dur)
+    if origin_ps is None:
+        origin_ps = int(ts.min()) if ts.size else 0
+    ts = ts - origin_ps
+    order = np.lexsort((-dur, ts, track))
+    inverse = np.empty_like(order)
+    inverse[order] = np.arange(order.shape[0])
+    ts, dur, track = ts[order], dur[order], np.asarray(track, np.int32)[order]
+    name = np.asarray(name, np.int32)[order]
+    kind = np.asarray(kind, np.int8)[order]
+    depth, parent = nest(track, ts, ts + dur)
+
+    out_stats = {}
+    for sname, (idx, values, is_string) in stats.items():
+        idx = np.asarray(idx, np.int64)
+        if idx.size == 0:
+            continue
+        new = inverse[idx]
+        o = np.argsort(new, kind="stable")
+        out_stats[sname] = Stat(new[o], np.asarray(values)[o], is_string)
+
+    src, dst, lkind = links
+    src = np.asarray(src, np.int64)
+    dst = np.asarray(dst, np.int64)
+    return Trace(
+        path=path, format=fmt, origin_ps=int(origin_ps), strings=strings.strings,
+        track_kind=np.asarray(tracks.kind, np.int8),
+        track_device=np.asarray(tracks.device, np.int32),
+        track_name=tracks.name, track_label=tracks.label, track_group=tracks.group,
+        devices=devices, ts=ts, dur=dur, track=track, name=name, kind=kind,
+        depth=depth, parent=parent, stats=out_stats,
+        link_src=inverse[src] if src.size else src,
+        link_dst=inverse[dst] if dst.size else dst,
+        link_kind=np.asarray(lkind, np.int8),
+        metadata=metadata, warnings=warnings,
+    )

@@ -1,0 +1,84 @@
+"""Name rules that decide an event's kind, shared by both readers.
+
+Rules run once per distinct name (never per event): readers classify the interned
+name table and index the result with the name column.
+"""
+from __future__ import annotations
+
+import re
+
+from .model import EventKind as K
+
+STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
+
+_SYNC = re.compile(r"(Synchronize|StreamSync|DeviceSync|EventSync|BlockUntilReady|"
+                   r"block_until_ready|AwaitBuffersReady)", re.I)
+_LAUNCH = re.compile(r"^(cu|cuda|hip|mtia)\w*(Launch|Memcpy|Memset|GraphLaunch)", re.I)
+_DATA = re.compile(r"(enumerate\(DataLoader\)|DataLoader|data_?load|dataloader|"
+                   r"_next_data|get_batch|input_pipeline|prefetch)", re.I)
+_COLLECTIVE_HOST = re.compile(r"^(c10d::|nccl:|record_param_comms|ProcessGroup)", re.I)
+_COMPILE = re.compile(r"(Compile|backend_compile|jit_compile|XlaCompile|compile_and_load|"
+                      r"RunHloPasses|RunBackend)", re.I)
+_H2D = re.compile(r"(TransferToDevice|TransferToServer|BufferFromHost|device_put|"
+                  r"TransferLiteralToDevice|CopyToDevice)", re.I)
+_D2H = re.compile(r"(TransferFromDevice|TransferFromServer|ToLiteral|_local_scalar_dense|"
+                  r"CopyToHost|TransferLiteralFromDevice|device_get)", re.I)
+_EXECUTE = re.compile(r"(ExecuteComputation|ExecuteReplicated|PjRtLoadedExecutable::Execute|"
+                      r"ThunkExecutor::Execute|ExecuteHelper|PjRtStreamExecutorLoadedExecutable|"
+                      r"TpuExecutable|ExecuteSharded|ExecuteOnLocalDevices)", re.I)
+
+
+def host_kind(name: str, category: str = "") -> K:
+    """Kind of a host-side event from its name and (Kineto) category."""
+    if STEP_NAME.match(name):
+        return K.STEP
+    cat = category.lower()
+    if cat in ("python_function", "python"):
+        return K.PYTHON
+    if cat in ("cuda_runtime", "cuda_driver", "runtime", "mtia_runtime", "hip_runtime"):
+        if _SYNC.search(name):
+            return K.SYNC
+        if _LAUNCH.search(name):
+            return K.LAUNCH
+        return K.RUNTIME
+    if cat in ("user_annotation",):
+        return K.DATA if _DATA.search(name) else K.ANNOTATION
+    if _DATA.search(name):
+        return K.DATA
+    if _COLLECTIVE_HOST.search(name):
+        return K.COLLECTIVE
+    if cat in ("cpu_op", "operator"):
+        return K.CPU_OP
+    # XLA host threads: names of runtime work
+    if _COMPILE.search(name):
+        return K.COMPILE
+    if _D2H.search(name):
+        return K.TRANSFER_D2H
+    if _H2D.search(name):
+        return K.TRANSFER_H2D
+    if _EXECUTE.search(name):
+        return K.EXECUTE
+    if _SYNC.search(name):
+        return K.SYNC
+    return K.OTHER
+
+
+def memcpy_kind(name: str) -> str:
+    """'h2d' | 'd2h' | 'd2d' | 'p2p' | '' from a memcpy event or transfer name."""
+    n = name.lower()
+    if "htod" in n or "h2d" in n or "host_to_device" in n or "hosttodevice" in n:
+        return "h2d"
+    if "dtoh" in n or "d2h" in n or "device_to_host" in n or "devicetohost" in n:
+        return "d2h"
+    if "dtod" in n or "d2d" in n:
+        return "d2d"
+    if "ptop" in n or "p2p" in n or "peer" in n:
+        return "p2p"
+    return ""
+
+
+def is_collective_kernel(name: str) -> bool:
+    n = name.lower()
+    return ("nccl" in n or "rccl" in n or "all-reduce" in n or "allreduce" in n
+            or "all-gather" in n or "allgather" in n or "reduce-scatter" in n
+            or "reducescatter" in n or "all-to-all" in n or "collective-permute" in n)

@@ -1,0 +1,92 @@
+"""Reads op metadata out of serialized ``HloProto`` bytes without a generated hlo.proto.
+
+Field numbers: HloProto.hlo_module=1 → HloModuleProto.computations=3 →
+HloComputationProto.instructions=2 → HloInstructionProto{name=1, opcode=2,
+metadata=7} → OpMetadata{op_type=1, op_name=2, source_file=3, source_line=4}.
+"""
+from __future__ import annotations
+
+import re
+
+_MODULE_NAME = re.compile(r"^(.*)\((-?\d+)\)$")
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= len(buf):
+            raise ValueError("truncated varint")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 70:
+            raise ValueError("varint too long")
+
+
+def fields(buf: bytes):
+    """Yield (field number, wire type, value) of one message; value is bytes for
+    length-delimited fields and int otherwise."""
+    pos, end = 0, len(buf)
+    while pos < end:
+        key, pos = _varint(buf, pos)
+        num, wt = key >> 3, key & 7
+        if wt == 0:
+            v, pos = _varint(buf, pos)
+        elif wt == 2:
+            ln, pos = _varint(buf, pos)
+            if pos + ln > end:
+                raise ValueError("truncated field")
+            v = buf[pos:pos + ln]
+            pos += ln
+        elif wt == 1:
+            v = int.from_bytes(buf[pos:pos + 8], "little")
+            pos += 8
+        elif wt == 5:
+            v = int.from_bytes(buf[pos:pos + 4], "little")
+            pos += 4
+        else:
+            raise ValueError(f"unsupported wire type {wt}")
+        yield num, wt, v
+
+
+def _instruction(buf: bytes) -> tuple[str, dict]:
+    name, md = "", {}
+    for num, wt, v in fields(buf):
+        if num == 1 and wt == 2:
+            name = v.decode("utf-8", "replace")
+        elif num == 2 and wt == 2:
+            md.setdefault("opcode", v.decode("utf-8", "replace"))
+        elif num == 7 and wt == 2:
+            for n2, w2, v2 in fields(v):
+                if w2 == 2 and n2 in (1, 2, 3):
+                    md[{1: "op_type", 2: "op_name", 3: "source_file"}[n2]] = \
+                        v2.decode("utf-8", "replace")
+                elif n2 == 4 and w2 == 0:
+                    md["source_line"] = v2
+    if md.get("source_file"):
+        md["source"] = f"{md['source_file']}:{md.get('source_line', 0)}"
+    return name, md
+
+
+def hlo_op_metadata(metadata_name: str, hlo_proto: bytes) -> dict:
+    """{(module, program_id, op name): {op_name, op_type, source, opcode}} for one module.
+
+    ``metadata_name`` is the /host:metadata event name, ``<module>(<program_id>)``.
+    """
+    m = _MODULE_NAME.match(metadata_name)
+    module, program = (m.group(1), int(m.group(2))) if m else (metadata_name, None)
+    out = {}
+    for num, wt, mod in fields(hlo_proto):
+        if num != 1 or wt != 2:
+            continue
+        for n2, w2, comp in fields(mod):
+            if n2 != 3 or w2 != 2:
+                continue
+            for n3, w3, ins in fields(comp):
+                if n3 == 2 and w3 == 2:
+                    name, md = _instruction(ins)
+                    out[(module, program, name)] = md
+    return out

@@ -1,0 +1,201 @@
+"""The one columnar trace model every reader produces and every analysis consumes.
+
+Times are integer picoseconds relative to ``Trace.origin_ps`` (the earliest event of
+the file), so XSpace's picosecond offsets and Kineto's nanosecond-resolution
+microseconds both fit without loss.  Every per-event attribute is a numpy column;
+nothing here holds a Python object per event.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+class TraceError(Exception):
+    """A file is not a readable trace.  ``path`` names it, ``reason`` says why."""
+
+    def __init__(self, path: str, reason: str):
+        super().__init__(f"{path}: {reason}")
+        self.path = str(path)
+        self.reason = reason
+
+
+class TrackKind(enum.IntEnum):
+    HOST = 0
+    DEVICE = 1
+
+
+class EventKind(enum.IntEnum):
+    """What an event is, decided once by the reader so analyses never parse names."""
+
+    OTHER = 0
+    # device activity
+    KERNEL = 1          # GPU kernel, TPU/XLA op
+    MEMCPY = 2
+    MEMSET = 3
+    DEVICE_OTHER = 4    # device-side events that are not activity (module spans, annotations)
+    # host activity
+    CPU_OP = 10         # framework op (aten::*, XLA host-side work)
+    ANNOTATION = 11     # user annotation: record_function, xp.Trace, TraceAnnotation
+    STEP = 12           # a step annotation (ProfilerStep#N, StepTrace, step_num)
+    PYTHON = 13         # python_function / python tracer frames
+    LAUNCH = 14         # kernel launch / memcpy / memset runtime call that enqueues device work
+    SYNC = 15           # host blocks until the device drains (stream/device/event synchronize)
+    RUNTIME = 16        # other runtime/driver calls
+    COMPILE = 17        # graph compilation
+    TRANSFER_H2D = 18   # host-side host→device transfer call
+    TRANSFER_D2H = 19   # host-side device→host transfer call
+    EXECUTE = 20        # host-side "run this compiled program" call (XLA)
+    DATA = 21           # data loading (DataLoader, user's data_loading annotation)
+    COLLECTIVE = 22     # host-side collective call (c10d, NCCL)
+
+
+DEVICE_ACTIVITY = (EventKind.KERNEL, EventKind.MEMCPY, EventKind.MEMSET)
+
+
+class LinkKind(enum.IntEnum):
+    CORRELATION = 0     # CUDA launch → kernel/memcpy (same correlation id)
+    FLOW = 1            # XLA producer → consumer (_p/_pt → _c/_ct), Kineto ac2g flows
+    MODULE_RUN = 2      # XLA execute call → device ops of that program run
+
+
+@dataclass
+class Device:
+    index: int          # position in Trace.devices
+    name: str           # "GPU 0", "TPU 3", "CPU (XLA)"
+    kind: str           # "gpu" | "tpu" | "cpu" | "other"
+    source_id: str = "" # the id the file used (plane name, Kineto pid)
+
+
+@dataclass
+class Stat:
+    """A sparse per-event column: ``values[k]`` belongs to event ``events[k]``."""
+
+    events: np.ndarray          # int64, ascending
+    values: np.ndarray          # int64 / float64 / int32 string ids
+    is_string: bool = False     # values index Trace.strings
+
+    def dense(self, n: int, fill=-1) -> np.ndarray:
+        dtype = self.values.dtype if self.values.dtype.kind in "iuf" else np.int64
+        out = np.full(n, fill, dtype=dtype)
+        out[self.events] = self.values
+        return out
+
+
+@dataclass
+class Trace:
+    path: str
+    format: str                         # "xspace" | "kineto"
+    origin_ps: int                      # absolute time of t=0, ps since the Unix epoch when known
+    strings: list                       # interned strings; names and string stats index this
+    # tracks (one row per host thread or device stream/line)
+    track_kind: np.ndarray              # int8 TrackKind
+    track_device: np.ndarray            # int32 index into devices, -1 for host tracks
+    track_name: list                    # raw name (thread name, "Stream #7", "XLA Ops")
+    track_label: list                   # display name ("GPU 0 · stream 7", "python")
+    track_group: list                   # process / plane the track belongs to
+    devices: list                       # list[Device]
+    # events, sorted by (track, ts, -dur)
+    ts: np.ndarray                      # int64 ps
+    dur: np.ndarray                     # int64 ps
+    track: np.ndarray                   # int32
+    name: np.ndarray                    # int32 index into strings
+    kind: np.ndarray                    # int8 EventKind
+    depth: np.ndarray                   # int16 nesting depth on its track (0 = outermost)
+    parent: np.ndarray                  # int64 enclosing event on the same track, -1 if none
+    stats: dict = field(default_factory=dict)   # name → Stat
+    # links (src → dst event indices)
+    link_src: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    link_dst: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    link_kind: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))
+    metadata: dict = field(default_factory=dict)
+    warnings: list = field(default_factory=list)
+
+    # ---- conveniences (cheap, vectorised) ----
+    @property
+    def n_events(self) -> int:
+        return int(self.ts.shape[0])
+
+    @property
+    def end(self) -> np.ndarray:
+        return self.ts + self.dur
+
+    def stat(self, name: str, fill=-1) -> np.ndarray:
+        """Dense column of a stat (``fill`` where absent)."""
+        s = self.stats.get(name)
+        if s is None:
+            return np.full(self.n_events, fill, dtype=np.int64)
+        return s.dense(self.n_events, fill)
+
+    def stat_str(self, name: str, event: int):
+        s = self.stats.get(name)
+        if s is None:
+            return None
+        k = np.searchsorted(s.events, event)
+        if k < s.events.shape[0] and s.events[k] == event:
+            v = s.values[k]
+            return self.strings[int(v)] if s.is_string else v.item()
+        return None
+
+    def event_name(self, i: int) -> str:
+        return self.strings[int(self.name[i])]
+
+    def device_tracks(self, device: int | None = None) -> np.ndarray:
+        mask = self.track_kind == TrackKind.DEVICE
+        if device is not None:
+            mask &= self.track_device == device
+        return np.flatnonzero(mask)
+
+    def host_tracks(self) -> np.ndarray:
+        return np.flatnonzero(self.track_kind == TrackKind.HOST)
+
+    def events_on_tracks(self, tracks) -> np.ndarray:
+        return np.flatnonzero(np.isin(self.track, np.asarray(tracks)))
+
+    def device_of_event(self) -> np.ndarray:
+        return self.track_device[self.track]
+
+    def is_device_activity(self, kernels_only: bool = False) -> np.ndarray:
+        if kernels_only:
+            return self.kind == EventKind.KERNEL
+        return np.isin(self.kind, DEVICE_ACTIVITY)
+
+    def chain(self, i: int) -> list:
+        """Enclosing events of ``i``, outermost first, ending with ``i`` itself."""
+        out = []
+        while i >= 0:
+            out.append(int(i))
+            i = int(self.parent[i])
+        return out[::-1]
+
+    def steps_hint(self) -> list:
+        """(step number, event index) of step-annotation events, in time order."""
+        idx = np.flatnonzero(self.kind == EventKind.STEP)
+        if idx.size == 0:
+            return []
+        num = self.stat("step_num")[idx]
+        order = np.argsort(self.ts[idx], kind="stable")
+        return [(int(num[k]), int(idx[k])) for k in order]
+
+    def summary(self) -> dict:
+        counts = np.bincount(self.track, minlength=len(self.track_name)) if self.n_events else \
+            np.zeros(len(self.track_name), np.int64)
+        span = (int(self.ts.min()), int(self.end.max())) if self.n_events else (0, 0)
+        return {
+            "path": self.path,
+            "format": self.format,
+            "events": self.n_events,
+            "span_ps": span,
+            "devices": [d.name for d in self.devices],
+            "tracks": [
+                {"label": self.track_label[t], "kind": TrackKind(self.track_kind[t]).name.lower(),
+                 "device": (self.devices[self.track_device[t]].name
+                            if self.track_device[t] >= 0 else None),
+                 "events": int(counts[t])}
+                for t in range(len(self.track_name))
+            ],
+            "steps": [n for n, _ in self.steps_hint()],
+            "warnings": list(self.warnings),
+        }

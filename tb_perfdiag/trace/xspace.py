@@ -1,0 +1,432 @@
+"""Reader for XSpace (``*.xplane.pb``: JAX, PyTorch/XLA, TensorFlow) → ``Trace``.
+
+Two stages: a *scan* turns the protobuf bytes into flat columns (the native
+scanner when it is built, else the reference scanner below, which walks upb
+messages), and ``build`` turns columns into the trace model.  Only plane
+metadata (event/stat metadata maps, plane stats) is kept as protobuf messages.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+from google.protobuf.message import DecodeError
+
+from ..storage import read_bytes
+from . import classify
+from .build import StringTable, Tracks, assemble
+from .hlo import hlo_op_metadata
+from .model import Device, EventKind as K, LinkKind, TraceError, TrackKind
+from .xplane_pb import XPlane, XSpace
+
+# stat value kinds in scan columns
+ST_NONE, ST_DOUBLE, ST_UINT, ST_INT, ST_STR, ST_BYTES, ST_REF = range(7)
+_ONEOF_KIND = {"double_value": ST_DOUBLE, "uint64_value": ST_UINT, "int64_value": ST_INT,
+               "str_value": ST_STR, "bytes_value": ST_BYTES, "ref_value": ST_REF}
+
+_DEVICE_PLANE = re.compile(r"^/device:(GPU|TPU|CPU|[A-Za-z_]+):(\d+)")
+# stats copied into trace columns (string-valued ones are interned)
+INT_STATS = ("step_num", "program_id", "run_id", "correlation_id", "device_ordinal",
+             "group_id", "_r", "bytes_transferred", "stream_id", "context_id")
+STR_STATS = ("hlo_op", "hlo_module", "tf_op", "memcpy_details", "kernel_details",
+             "long_name", "hlo_category", "graph_hash", "shape", "source")
+FLOW_STATS = ("_p", "_pt", "_c", "_ct", "flow")
+
+
+def scan_python(path: str, raw: bytes) -> dict:
+    """Reference scanner: XSpace bytes → flat columns (contract documented in ``build``)."""
+    space = XSpace()
+    try:
+        space.ParseFromString(raw)
+    except (DecodeError, RuntimeError, ValueError) as e:
+        raise TraceError(path, f"not a valid XSpace protobuf ({e}); truncated or corrupt?") \
+            from None
+    planes, lines = [], []
+    ev_line, ev_meta, ev_off, ev_dur, ev_nstat = [], [], [], [], []
+    st_meta, st_kind, st_int, st_dbl = [], [], [], []
+    strings: dict = {}
+    for pi, plane in enumerate(space.planes):
+        meta = XPlane()
+        meta.CopyFrom(plane)
+        meta.ClearField("lines")
+        planes.append((plane.id, plane.name, meta.SerializeToString()))
+        for line in plane.lines:
+            li = len(lines)
+            lines.append((pi, line.id, line.display_id, line.name, line.display_name,
+                          line.timestamp_ns, line.duration_ps))
+            for ev in line.events:
+                ev_line.append(li)
+                ev_meta.append(ev.metadata_id)
+                ev_off.append(ev.offset_ps)
+                ev_dur.append(ev.duration_ps)
+                ev_nstat.append(len(ev.stats))
+                for st in ev.stats:
+                    st_meta.append(st.metadata_id)
+                    which = st.WhichOneof("value")
+                    k = _ONEOF_KIND.get(which, ST_NONE)
+                    st_kind.append(k)
+                    if k == ST_DOUBLE:
+                        st_int.append(0)
+                        st_dbl.append(st.double_value)
+                    elif k in (ST_STR, ST_BYTES):
+                        v = st.str_value.encode() if k == ST_STR else st.bytes_value
+                        st_int.append(strings.setdefault(v, len(strings)))
+                        st_dbl.append(0.0)
+                    else:
+                        v = getattr(st, which) if which else 0
+                        st_int.append(v if v < 2**63 else v - 2**64)
+                        st_dbl.append(0.0)
+    starts = np.zeros(len(ev_nstat) + 1, np.int64)
+    np.cumsum(np.asarray(ev_nstat, np.int64), out=starts[1:])
+    return {
+        "planes": planes, "lines": lines,
+        "ev_line": np.asarray(ev_line, np.int32), "ev_meta": np.asarray(ev_meta, np.int64),
+        "ev_offset_ps": np.asarray(ev_off, np.int64), "ev_dur_ps": np.asarray(ev_dur, np.int64),
+        "ev_stat_start": starts,
+        "st_meta": np.asarray(st_meta, np.int64), "st_kind": np.asarray(st_kind, np.int8),
+        "st_int": np.asarray(st_int, np.int64), "st_dbl": np.asarray(st_dbl, np.float64),
+        "strings": list(strings),
+        "hostnames": list(space.hostnames), "errors": list(space.errors),
+        "warnings": list(space.warnings),
+    }
+
+
+def looks_like(head: bytes) -> bool:
+    # field 1 (planes), wire type 2 → tag byte 0x0a
+    return head[:1] == b"\x0a"
+
+
+def read(path: str, raw: bytes | None = None):
+    if raw is None:
+        raw = read_bytes(path)
+    if not raw:
+        raise TraceError(path, "empty file (0 bytes): the profiler wrote nothing, or is still writing")
+    scan = None
+    try:
+        from .. import _native
+    except ImportError:
+        _native = None
+    if _native is not None:
+        try:
+            scan = _native.scan_xspace(raw)
+        except ValueError:
+            scan = None  # the reference scanner names the problem precisely
+    if scan is None:
+        scan = scan_python(path, raw)
+    return build(path, scan)
+
+
+class _PlaneMeta:
+    """Event/stat metadata of one plane as lookup arrays."""
+
+    def __init__(self, meta: XPlane, strings: StringTable):
+        self.msg = meta
+        self.stat_name = {k: v.name for k, v in meta.stat_metadata.items()}
+        ids = np.fromiter(meta.event_metadata.keys(), np.int64, len(meta.event_metadata))
+        ids.sort()
+        self.ev_ids = ids
+        self.ev_name_id = np.array(
+            [strings.intern(meta.event_metadata[int(i)].display_name
+                            or meta.event_metadata[int(i)].name) for i in ids.tolist()],
+            np.int32)
+        self.ev_raw_name = [meta.event_metadata[int(i)].name for i in ids.tolist()]
+
+    def stat_id(self, name: str):
+        return [k for k, v in self.stat_name.items() if v == name]
+
+    def names_of(self, meta_ids: np.ndarray, strings: StringTable) -> np.ndarray:
+        pos = np.searchsorted(self.ev_ids, meta_ids)
+        pos = np.minimum(pos, max(self.ev_ids.shape[0] - 1, 0))
+        ok = (self.ev_ids.shape[0] > 0) & (self.ev_ids[pos] == meta_ids) \
+            if self.ev_ids.shape[0] else np.zeros(meta_ids.shape, bool)
+        unknown = strings.intern("<unknown>")
+        if not self.ev_ids.shape[0]:
+            return np.full(meta_ids.shape, unknown, np.int32)
+        return np.where(ok, self.ev_name_id[pos], unknown).astype(np.int32)
+
+
+def build(path: str, scan: dict):
+    """Scan columns → Trace.
+
+    Scan contract: ``planes`` [(id, name, bytes of the plane without its lines)],
+    ``lines`` [(plane idx, id, display_id, name, display_name, timestamp_ns,
+    duration_ps)], per event ``ev_line``/``ev_meta``/``ev_offset_ps``/``ev_dur_ps`` and
+    CSR ``ev_stat_start`` into per stat ``st_meta``/``st_kind``/``st_int``/``st_dbl``;
+    str/bytes stat values are ids into ``strings`` (bytes).
+    """
+    warnings = [f"profiler error: {e}" for e in scan["errors"]] + \
+               [f"profiler warning: {w}" for w in scan["warnings"]]
+    if not scan["planes"]:
+        raise TraceError(path, "XSpace has no planes (an empty capture: the profiler "
+                               "recorded nothing)")
+    strings = StringTable()
+    planes = []
+    for pid, pname, meta_bytes in scan["planes"]:
+        m = XPlane()
+        try:
+            m.ParseFromString(meta_bytes)
+        except DecodeError as e:
+            raise TraceError(path, f"corrupt plane metadata in {pname!r}: {e}") from None
+        planes.append((pid, pname, _PlaneMeta(m, strings)))
+    lines = scan["lines"]
+    ev_line = np.asarray(scan["ev_line"], np.int32)
+    n = ev_line.shape[0]
+    ev_meta = np.asarray(scan["ev_meta"], np.int64)
+    st_start = np.asarray(scan["ev_stat_start"], np.int64)
+    st_meta = np.asarray(scan["st_meta"], np.int64)
+    st_kind = np.asarray(scan["st_kind"], np.int8)
+    st_int = np.asarray(scan["st_int"], np.int64)
+    st_dbl = np.asarray(scan["st_dbl"], np.float64)
+    scan_strings = scan["strings"]
+    n_stats = st_meta.shape[0]
+    st_event = np.repeat(np.arange(n, dtype=np.int64), np.diff(st_start)) if n_stats else \
+        np.zeros(0, np.int64)
+
+    line_plane = np.array([ln[0] for ln in lines], np.int32)
+    line_ts_ps = np.array([ln[5] for ln in lines], np.int64) * 1000
+    ts = line_ts_ps[ev_line] + np.asarray(scan["ev_offset_ps"], np.int64) if n else \
+        np.zeros(0, np.int64)
+    dur = np.asarray(scan["ev_dur_ps"], np.int64)
+    ev_plane = line_plane[ev_line] if n else np.zeros(0, np.int32)
+
+    # ---- names ----
+    name = np.empty(n, np.int32)
+    for pi, (_, _, pm) in enumerate(planes):
+        sel = np.flatnonzero(ev_plane == pi)
+        if sel.size:
+            name[sel] = pm.names_of(ev_meta[sel], strings)
+
+    # ---- stats: resolve plane-local stat ids to names, per plane ----
+    st_plane = ev_plane[st_event] if n_stats else np.zeros(0, np.int32)
+    stat_name_of = np.full(n_stats, -1, np.int32)     # index into WANTED
+    wanted = list(INT_STATS) + list(STR_STATS) + list(FLOW_STATS)
+    for pi, (_, _, pm) in enumerate(planes):
+        sel = np.flatnonzero(st_plane == pi)
+        if not sel.size:
+            continue
+        ids = np.array([k for k, v in pm.stat_name.items() if v in wanted], np.int64)
+        if not ids.size:
+            continue
+        which = np.array([wanted.index(pm.stat_name[int(k)]) for k in ids], np.int32)
+        o = np.argsort(ids)
+        ids, which = ids[o], which[o]
+        pos = np.minimum(np.searchsorted(ids, st_meta[sel]), ids.shape[0] - 1)
+        hit = ids[pos] == st_meta[sel]
+        stat_name_of[sel[hit]] = which[pos[hit]]
+
+    def stat_values(w: int):
+        sel = np.flatnonzero(stat_name_of == w)
+        return sel, st_event[sel], st_kind[sel]
+
+    stats = {}
+    int_cols = {}
+    for w, sname in enumerate(wanted):
+        sel, evs, kinds = stat_values(w)
+        if not sel.size:
+            continue
+        if sname in STR_STATS:
+            vals = np.empty(sel.shape[0], np.int32)
+            is_ref = kinds == ST_REF
+            is_str = (kinds == ST_STR) | (kinds == ST_BYTES)
+            # ref values name another stat metadata entry whose name is the string
+            for pi, (_, _, pm) in enumerate(planes):
+                psel = np.flatnonzero((st_plane[sel] == pi) & is_ref)
+                if psel.size:
+                    u, inv = np.unique(st_int[sel[psel]], return_inverse=True)
+                    vals[psel] = np.array([strings.intern(pm.stat_name.get(int(x), ""))
+                                           for x in u.tolist()], np.int32)[inv]
+            ssel = np.flatnonzero(is_str)
+            if ssel.size:
+                u, inv = np.unique(st_int[sel[ssel]], return_inverse=True)
+                vals[ssel] = np.array(
+                    [strings.intern(scan_strings[int(x)].decode("utf-8", "replace"))
+                     for x in u.tolist()], np.int32)[inv]
+            other = ~(is_ref | is_str)
+            if other.any():
+                vals[other] = strings.intern("")
+            stats[sname] = (evs, vals, True)
+        else:
+            vals = np.where(kinds == ST_DOUBLE, st_dbl[sel].astype(np.int64), st_int[sel])
+            stats[sname] = (evs, vals, False)
+            int_cols[sname] = (evs, vals)
+
+    # ---- tracks and kinds ----
+    tracks = Tracks()
+    devices: list[Device] = []
+    kind = np.zeros(n, np.int8)
+    track = np.empty(n, np.int32)
+    name_kind = _name_kinds(strings)
+    hlo_op = np.zeros(n, bool)
+    if "hlo_op" in stats:
+        hlo_op[stats["hlo_op"][0]] = True
+    line_events = _group(ev_line, len(lines))
+    cpu_device = -1
+    for li, (pi, lid, _disp_id, lname, ldisp, _ts, _dur) in enumerate(lines):
+        evs = line_events[li]
+        _, pname, _ = planes[pi]
+        label = ldisp or lname or str(lid)
+        m = _DEVICE_PLANE.match(pname)
+        if m:
+            dev = _device_for(devices, pname, m)
+            t = tracks.add(TrackKind.DEVICE, dev, lname, f"{devices[dev].name} · {label}", pname)
+            track[evs] = t
+            kind[evs] = _device_line_kind(devices[dev].kind, lname, name[evs], strings)
+            continue
+        if pname.startswith("/host:") or not pname.startswith("/"):
+            # host threads; XLA:CPU executes HLO ops on worker threads: those become
+            # the tracks of a "CPU (XLA)" device
+            t = tracks.add(TrackKind.HOST, -1, lname, label, pname)
+            track[evs] = t
+            kind[evs] = name_kind[name[evs]]
+            ops = evs[hlo_op[evs]]
+            if ops.size:
+                if cpu_device < 0:
+                    cpu_device = len(devices)
+                    devices.append(Device(cpu_device, "CPU (XLA)", "cpu", "host"))
+                dt = tracks.add(TrackKind.DEVICE, cpu_device, lname,
+                                f"CPU (XLA) · {label}", pname)
+                track[ops] = dt
+                kind[ops] = K.KERNEL
+    step_num = stats.get("step_num")
+    if step_num is not None:
+        host = np.asarray(tracks.kind, np.int8)[track[step_num[0]]] == TrackKind.HOST
+        kind[step_num[0][host]] = K.STEP
+
+    # HLO metadata from /host:metadata joined on (module, program_id, hlo_op)
+    _join_hlo_metadata(planes, stats, strings, n, warnings)
+    links = _flow_links(stats, n)
+    metadata = {"hostnames": list(scan["hostnames"])}
+    origin = _profile_start_ps(planes)
+    if origin is not None:
+        metadata["profile_start_ps"] = origin
+    trace = assemble(path, "xspace", strings, tracks, devices, ts, dur, track, name, kind,
+                     stats, links, metadata, warnings)
+    return trace
+
+
+def _group(keys: np.ndarray, n_groups: int) -> list:
+    order = np.argsort(keys, kind="stable")
+    bounds = np.searchsorted(keys[order], np.arange(n_groups + 1))
+    return [order[bounds[g]:bounds[g + 1]] for g in range(n_groups)]
+
+
+def _device_for(devices: list, pname: str, m) -> int:
+    for d in devices:
+        if d.source_id == pname:
+            return d.index
+    word, num = m.group(1).upper(), m.group(2)
+    d = Device(len(devices), f"{word} {num}", word.lower() if word in ("GPU", "TPU", "CPU")
+               else "other", pname)
+    devices.append(d)
+    return d.index
+
+
+_ACTIVITY_LINES = {"XLA Ops"}
+_STEP_LINES = {"Steps"}
+
+
+def _device_line_kind(dev_kind: str, lname: str, names: np.ndarray, strings) -> np.ndarray:
+    if lname in _STEP_LINES:
+        return np.full(names.shape, K.STEP, np.int8)
+    if dev_kind == "gpu":
+        if not lname.startswith("Stream"):
+            return np.full(names.shape, K.DEVICE_OTHER, np.int8)
+        u, inv = np.unique(names, return_inverse=True)
+        ks = []
+        for x in u.tolist():
+            s = strings.strings[x].lower()
+            ks.append(K.MEMCPY if "memcpy" in s else K.MEMSET if "memset" in s else K.KERNEL)
+        return np.asarray(ks, np.int8)[inv]
+    if lname in _ACTIVITY_LINES:
+        return np.full(names.shape, K.KERNEL, np.int8)
+    return np.full(names.shape, K.DEVICE_OTHER, np.int8)
+
+
+def _name_kinds(strings: StringTable):
+    """A lookup array name id → host EventKind, grown lazily."""
+    class _Lookup:
+        def __getitem__(self, ids):
+            u, inv = np.unique(ids, return_inverse=True)
+            ks = np.array([classify.host_kind(strings.strings[x]) for x in u.tolist()], np.int8)
+            return ks[inv] if ids.size else np.zeros(0, np.int8)
+    return _Lookup()
+
+
+def _profile_start_ps(planes) -> int | None:
+    for _, pname, pm in planes:
+        if pname == "Task Environment":
+            for st in pm.msg.stats:
+                if pm.stat_name.get(st.metadata_id) == "profile_start_time":
+                    return int(st.uint64_value or st.int64_value) * 1000
+    return None
+
+
+def _join_hlo_metadata(planes, stats, strings, n, warnings):
+    if "hlo_op" not in stats:
+        return
+    table = {}
+    for _, pname, pm in planes:
+        if pname != "/host:metadata":
+            continue
+        for md in pm.msg.event_metadata.values():
+            for st in md.stats:
+                if pm.stat_name.get(st.metadata_id) == "Hlo Proto" and st.bytes_value:
+                    try:
+                        table.update(hlo_op_metadata(md.name, st.bytes_value))
+                    except ValueError as e:
+                        warnings.append(f"unreadable Hlo Proto for {md.name}: {e}")
+    if not table:
+        return
+    evs, op_ids, _ = stats["hlo_op"]
+    mod = stats.get("hlo_module")
+    prog = stats.get("program_id")
+    mod_of = np.full(n, -1, np.int64)
+    prog_of = np.full(n, -1, np.int64)
+    if mod is not None:
+        mod_of[mod[0]] = mod[1]
+    if prog is not None:
+        prog_of[prog[0]] = prog[1]
+    # join per distinct (module, program, op) key, then broadcast
+    keys = np.stack([mod_of[evs], prog_of[evs], op_ids.astype(np.int64)], axis=1)
+    u, inv = np.unique(keys, axis=0, return_inverse=True)
+    inv = inv.reshape(-1)
+    cols = {"op_name": [], "op_type": [], "source": []}
+    empty = strings.intern("")
+    for m_id, p_id, o_id in u.tolist():
+        md = table.get((strings.strings[m_id] if m_id >= 0 else "", p_id, strings.strings[o_id]))
+        if md is None:
+            md = table.get((strings.strings[m_id] if m_id >= 0 else "", None,
+                            strings.strings[o_id]))
+        for c in cols:
+            cols[c].append(strings.intern(md[c]) if md and md.get(c) else empty)
+    for c, vals in cols.items():
+        v = np.asarray(vals, np.int32)[inv]
+        keep = v != empty
+        if keep.any():
+            stats[c] = (evs[keep], v[keep], True)
+
+
+def _flow_links(stats, n):
+    """Producer (_p, _pt) → consumer (_c, _ct) links."""
+    empty = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int8))
+    if "_p" not in stats or "_c" not in stats:
+        return empty
+    def keyed(idname, typename):
+        evs, ids, _ = stats[idname]
+        types = np.zeros(n, np.int64)
+        if typename in stats:
+            types[stats[typename][0]] = stats[typename][1]
+        return evs, ids, types[evs]
+    pe, pid_, pt = keyed("_p", "_pt")
+    ce, cid, ct = keyed("_c", "_ct")
+    # one producer per (type, id); consumers may be many
+    pkey = np.stack([pt, pid_], axis=1)
+    ckey = np.stack([ct, cid], axis=1)
+    allk, inv = np.unique(np.concatenate([pkey, ckey]), axis=0, return_inverse=True)
+    inv = inv.reshape(-1)
+    pk, ck = inv[:pe.shape[0]], inv[pe.shape[0]:]
+    producer = np.full(allk.shape[0], -1, np.int64)
+    producer[pk[::-1]] = pe[::-1]
+    src = producer[ck]
+    ok = (src >= 0) & (src != ce)
+    return src[ok], ce[ok], np.full(int(ok.sum()), LinkKind.FLOW, np.int8)
