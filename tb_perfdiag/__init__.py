@@ -1,0 +1,9 @@
+"""tb-perfdiag: why the accelerator sits idle — device gaps, duty cycle and the host
+ops behind them, for XLA (XSpace) and PyTorch (Kineto) traces."""
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from .trace import Trace, TraceError, load  # noqa: E402
+
+__all__ = ["load", "Trace", "TraceError", "__version__"]

@@ -1,0 +1,46 @@
+"""Readers that turn profiler files into the one columnar ``Trace`` model."""
+from __future__ import annotations
+
+from ..storage import read_bytes
+from . import kineto, xspace
+from .model import Device, EventKind, LinkKind, Stat, Trace, TraceError, TrackKind
+
+__all__ = ["load", "Trace", "TraceError", "EventKind", "TrackKind", "LinkKind", "Device", "Stat",
+           "detect_format"]
+
+
+def detect_format(path: str, head: bytes = b"") -> str | None:
+    p = str(path)
+    if p.endswith(".xplane.pb"):
+        return "xspace"
+    if p.endswith((".json", ".json.gz")):
+        return "kineto"
+    if head:
+        stripped = head.lstrip()
+        if stripped[:1] in (b"{", b"["):
+            return "kineto"
+        if xspace.looks_like(head):
+            return "xspace"
+    return None
+
+
+def load(path: str) -> Trace:
+    """Read one trace file (local path or fsspec URL).
+
+    Raises ``TraceError`` (with ``.path`` and ``.reason``) for anything that is not a
+    readable profiler trace; no other exception escapes for bad input.
+    """
+    raw = read_bytes(path)
+    fmt = detect_format(path, raw[:64])
+    try:
+        if fmt == "xspace":
+            return xspace.read(path, raw)
+        if fmt == "kineto":
+            return kineto.read(path, raw)
+    except TraceError:
+        raise
+    except (ValueError, TypeError, KeyError, IndexError, OverflowError, UnicodeError,
+            RecursionError, MemoryError) as e:
+        raise TraceError(path, f"unreadable trace ({type(e).__name__}: {e})") from None
+    raise TraceError(path, "unknown format: expected an XSpace (.xplane.pb) or a PyTorch "
+                           "profiler trace (.pt.trace.json[.gz])")

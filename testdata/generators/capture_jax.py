@@ -22,6 +22,11 @@ Known ground truth (also written to --ground-truth):
   * step 0 compiles ``train_step``; steps 5 and 9 use other batch sizes, which
     forces a recompilation (``backend_compile_and_load``) in those steps.
     Every other step reuses a cached executable.
+
+The generator also records, in process, in which steps the framework really
+compiled (jax.monitoring ``/jax/core/compile/backend_compile_duration``
+events) and exits with an error if that differs from the expected steps; the
+result is written to the ground truth as ``observed_compile_steps``.
 """
 from __future__ import annotations
 
@@ -44,6 +49,7 @@ LOG_EVERY = 3                    # log_metrics on steps where step % 3 == 2
 SIZES = (256, 512, 512, 10)       # MLP layer widths
 LR = 0.05
 HOST_FILE = "cpuhost.xplane.pb"
+BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 
 
 def init_params(key):
@@ -120,10 +126,21 @@ def main(argv=None):
     params = init_params(jax.random.PRNGKey(0))
     jax.block_until_ready(params)
 
+    # Observe, in process, which steps really compile (cross-check of the capture).
+    current_step = [None]
+    compiled_in = []
+
+    def on_duration(event, duration_secs, **kwargs):
+        if event == BACKEND_COMPILE_EVENT and current_step[0] is not None:
+            compiled_in.append(current_step[0])
+
+    jax.monitoring.register_event_duration_secs_listener(on_duration)
+
     opts = jax.profiler.ProfileOptions()
     opts.python_tracer_level = 0
     with jax.profiler.trace(args.out, profiler_options=opts):
         for step in range(NUM_STEPS):
+            current_step[0] = step
             with jax.profiler.StepTraceAnnotation("train", step_num=step):
                 with jax.profiler.TraceAnnotation("data_loading"):
                     x, y = load_batch(rng, ODD_BATCH.get(step, BATCH))
@@ -132,6 +149,10 @@ def main(argv=None):
                     with jax.profiler.TraceAnnotation("log_metrics"):
                         print(f"step {step} loss {float(loss):.4f}", flush=True)
         jax.block_until_ready(params)
+    current_step[0] = None
+    expected = ground_truth()["compile_steps"]
+    if compiled_in != expected:
+        sys.exit(f"backend compiles happened in steps {compiled_in}, expected {expected}")
 
     prof_root = os.path.join(args.out, "plugins", "profile")
     runs = os.listdir(prof_root)
@@ -149,6 +170,7 @@ def main(argv=None):
 
     if args.ground_truth:
         gt = ground_truth()
+        gt["observed_compile_steps"] = compiled_in
         gt["files"] = [os.path.join("plugins", "profile", runs[0], HOST_FILE)]
         with open(args.ground_truth, "w") as f:
             json.dump(gt, f, indent=2)

@@ -114,6 +114,7 @@ def ground_truth():
         "annotations_per_step": ["data_loading", "forward", "create mask", "unique", "mask",
                                  "calc loss", "backward", "optimizer"],
         "log_metrics_steps": [s for s in range(NUM_STEPS) if s % LOG_EVERY == 1],
+        "log_metrics_steps_in_capture": [s for span in spans for s in span if s % LOG_EVERY == 1],
         "log_metrics_sync": "loss.item() inside record_function('log_metrics')",
         "data_loading_sleep_s": SLEEP_S,
         "recompile_steps": [],
@@ -177,6 +178,8 @@ def main(argv=None):
     if args.ground_truth:
         gt = ground_truth()
         gt["files"] = [files[0], files[-1] + ".gz"]
+        gt["span_files"] = [{"file": f, "steps": steps}
+                            for f, steps in zip(gt["files"], gt["profiled_steps_per_span"])]
         with open(args.ground_truth, "w") as f:
             json.dump(gt, f, indent=2)
 

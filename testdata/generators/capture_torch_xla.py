@@ -24,9 +24,14 @@ Known ground truth (also written to --ground-truth):
     right after the step's StepTrace closes; it calls ``loss.item()``
     (``PjRtComputationClient::TransferFromDevice``, a device->host sync);
   * graph compilations (``XLAGraphExecutor::Compile``, inside ``StepMarker``):
-    step 0 (first graph), step 1 (Adam's state is now device data, not
-    constants: a new graph), and steps 5 and 9, whose batch sizes differ
-    (ODD_BATCH).  All other steps hit the graph cache.
+    step 0 (first graph), step 1 (SGD's momentum buffers, created in step 0,
+    are now graph inputs: a new graph), and steps 5 and 9, whose batch sizes
+    differ (ODD_BATCH).  All other steps hit the graph cache.
+
+The generator also records, in process, in which steps the framework really
+compiled (the ``CompileTime`` metric of ``torch_xla.debug.metrics``) and
+exits with an error if that differs from the expected steps; the result is
+written to the ground truth as ``observed_compile_steps``.
 """
 from __future__ import annotations
 
@@ -45,6 +50,7 @@ import torch
 import torch.nn as nn
 import torch_xla
 import torch_xla.core.xla_model as xm
+import torch_xla.debug.metrics as met
 import torch_xla.debug.profiler as xp
 
 NUM_STEPS = 12
@@ -91,7 +97,7 @@ def ground_truth():
         "batch_size_by_step": {str(s): b for s, b in ODD_BATCH.items()},
         "compile_steps": [0, 1] + sorted(ODD_BATCH),
         "recompile_steps": [1] + sorted(ODD_BATCH),
-        "recompile_causes": {"1": "Adam state turns from constants into device data",
+        "recompile_causes": {"1": "SGD momentum buffers (created in step 0) become graph inputs",
                              **{str(s): f"batch size {b} instead of {BATCH}"
                                 for s, b in ODD_BATCH.items()}},
         "compile_event": "XLAGraphExecutor::Compile > PjRtComputationClient::Compile "
@@ -122,9 +128,16 @@ def main(argv=None):
     loss_fn = nn.CrossEntropyLoss()
     torch_xla.sync()
 
+    # Observe, in process, which steps really compile (cross-check of the capture).
+    def compile_count():
+        data = met.metric_data("CompileTime")
+        return data[0] if data else 0
+
+    compiled_in = []
     xp.start_trace(args.out)
     try:
         for step in range(NUM_STEPS):
+            before = compile_count()
             with xp.StepTrace("train_step", step_num=step):
                 with xp.Trace("data_loading"):
                     tokens, labels = load_batch(rng, ODD_BATCH.get(step, BATCH))
@@ -139,9 +152,13 @@ def main(argv=None):
             if step % LOG_EVERY == LOG_EVERY - 1:
                 with xp.Trace("log_metrics"):
                     print(f"step {step} loss {loss.item():.4f}", flush=True)
+            compiled_in += [step] * (compile_count() - before)
         xm.wait_device_ops()
     finally:
         xp.stop_trace()
+    expected = ground_truth()["compile_steps"]
+    if compiled_in != expected:
+        sys.exit(f"graph compiles happened in steps {compiled_in}, expected {expected}")
 
     prof_root = os.path.join(args.out, "plugins", "profile")
     runs = os.listdir(prof_root)
@@ -159,6 +176,7 @@ def main(argv=None):
 
     if args.ground_truth:
         gt = ground_truth()
+        gt["observed_compile_steps"] = compiled_in
         gt["files"] = [os.path.join("plugins", "profile", runs[0], HOST_FILE)]
         with open(args.ground_truth, "w") as f:
             json.dump(gt, f, indent=2)

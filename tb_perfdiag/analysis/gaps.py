@@ -1,0 +1,170 @@
+"""Device idle gaps, their primary cause, and what the host was doing meanwhile.
+
+Cause of a gap [a, b) ended by device op E (GUIDE §4):
+1. If the host op that put E on the device (its *waited-for* op) was issued long
+   before the gap, the device was not waiting for the host: a collective wait when E
+   is a collective, else a device-side dependency (reported as host_sync when a sync
+   was in flight, untraced otherwise).
+2. Else, if a blocking host call (stream/device sync, device→host copy, ``.item()``)
+   was in flight when the device went idle, the sync drained the queue: host_sync.
+3. Else the bucket (compile, host→device transfer, data loading, launch, compute,
+   idle) that took most of the gap on the stepping/launching thread wins; short gaps
+   mostly spent launching are launch overhead.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..trace.classify import is_collective_kernel
+from ..trace.model import EventKind as K, Trace
+from . import causes as C
+from .hostline import (B_COMPILE, B_COMPUTE, B_DATA, B_H2D, B_IDLE, B_LAUNCH, B_SYNC, BUCKETS,
+                       HostLine)
+
+LAUNCH_BOUND_MAX_PS = 50_000_000        # gaps shorter than 50 µs can be pure launch latency
+ISSUED_EARLY_PS = 20_000_000            # a launch this long before the gap did not cause it
+SYNC_LOOKBACK_PS = 2_000_000            # a sync that returned within 2 µs of the gap start
+
+
+@dataclass
+class GapTable:
+    device: np.ndarray        # int32
+    start: np.ndarray         # int64 ps
+    end: np.ndarray
+    prev_op: np.ndarray       # event index of the device op before (−1)
+    next_op: np.ndarray       # event index of the device op ending the gap (−1)
+    waited_for: np.ndarray    # host event that issued next_op (−1)
+    cause: np.ndarray         # int8 index into causes.ALL
+    evidence: list            # str per gap
+    thread: np.ndarray        # host track analysed for the cause (−1)
+    bucket_time: np.ndarray   # (n, n_buckets) time per bucket on that thread
+
+    @property
+    def duration(self):
+        return self.end - self.start
+
+    def __len__(self):
+        return int(self.start.shape[0])
+
+
+def device_busy(trace: Trace, device: int, kernels_only: bool):
+    from .intervals import union
+    ev = np.flatnonzero(trace.is_device_activity(kernels_only) &
+                        (trace.track_device[trace.track] == device))
+    us, ue = union(trace.ts[ev], trace.end[ev])
+    return ev, us, ue
+
+
+def find_gaps(trace: Trace, device: int, ops: np.ndarray, us: np.ndarray, ue: np.ndarray,
+              threshold_ps: int):
+    """All idle intervals between the device's first and last activity; returns
+    (starts, ends, prev_op, next_op) for those ≥ threshold and (starts, ends) of the rest."""
+    if us.size < 2:
+        z = np.zeros(0, np.int64)
+        return z, z, z, z, z, z
+    gs, ge = ue[:-1], us[1:]
+    big = (ge - gs) >= threshold_ps
+    # the op that ends each gap: the earliest-starting op at ge; the op before: the op
+    # whose end is the gap start
+    o_start = ops[np.argsort(trace.ts[ops], kind="stable")]
+    k = np.searchsorted(trace.ts[o_start], ge[big], side="left")
+    nxt = o_start[np.minimum(k, o_start.shape[0] - 1)]
+    ends = trace.end[ops]
+    o_end = ops[np.argsort(ends, kind="stable")]
+    k2 = np.searchsorted(trace.end[o_end], gs[big], side="right") - 1
+    prev = o_end[np.maximum(k2, 0)]
+    return gs[big], ge[big], prev, nxt, gs[~big], ge[~big]
+
+
+def classify_gaps(trace: Trace, device: int, gs, ge, prev, nxt, origin: np.ndarray,
+                  lines: dict, step_thread: int, memcpy_kind: np.ndarray) -> GapTable:
+    n = gs.shape[0]
+    wf = origin[nxt] if n else np.zeros(0, np.int64)
+    cause = np.zeros(n, np.int8)
+    thread = np.full(n, -1, np.int64)
+    bucket_time = np.zeros((n, len(BUCKETS)), np.int64)
+    evidence = [""] * n
+    if n == 0:
+        return GapTable(np.zeros(0, np.int32), gs, ge, prev, nxt, wf, cause, evidence, thread,
+                        bucket_time)
+    dur = ge - gs
+    wf_ok = wf >= 0
+    wf_ts = np.where(wf_ok, trace.ts[np.maximum(wf, 0)], ge)
+    wf_track = np.where(wf_ok, trace.track[np.maximum(wf, 0)], -1)
+    nxt_names = [trace.strings[i] for i in trace.name[nxt].tolist()]
+    collective = np.array([is_collective_kernel(s) for s in nxt_names], bool)
+    next_is_h2d = (trace.kind[nxt] == K.MEMCPY) & (memcpy_kind[nxt] == 1)
+
+    # time per bucket on the launching thread and on the stepping thread; keep the one
+    # that was less idle (the launching thread of an XLA executor is mostly idle)
+    candidates = []
+    for t in set(wf_track[wf_ok].tolist()) | ({step_thread} if step_thread >= 0 else set()):
+        if t in lines:
+            candidates.append(t)
+    if not candidates and lines:
+        # no links and no steps: the busiest host thread
+        candidates = [max(lines, key=lambda t: lines[t].cum[-1, :B_IDLE].sum())]
+    best_idle = np.full(n, np.iinfo(np.int64).max)
+    for t in candidates:
+        bt = lines[t].time_by_bucket(gs, ge)
+        idle = dur - bt[:, :B_IDLE].sum(axis=1)
+        prefer = (wf_track == t) * 1  # tie → launching thread
+        better = (idle < best_idle) | ((idle == best_idle) & (prefer > 0))
+        bt[:, B_IDLE] = idle
+        bucket_time[better] = bt[better]
+        best_idle = np.where(better, idle, best_idle)
+        thread[better] = t
+    if not candidates:
+        bucket_time[:, B_IDLE] = dur
+
+    # was a blocking call in flight as the device went idle?
+    sync_at_start = np.zeros(n, bool)
+    for t in candidates + [x for x in lines if x not in candidates]:
+        w = lines[t].time_by_bucket(gs - SYNC_LOOKBACK_PS, gs + np.maximum(dur // 4, 1))
+        sync_at_start |= w[:, B_SYNC] > 0
+    issued_early = wf_ok & (wf_ts < gs - ISSUED_EARLY_PS)
+
+    idx_cause = {c: i for i, c in enumerate(C.ALL)}
+    bucket_cause = {B_SYNC: C.HOST_SYNC, B_COMPILE: C.COMPILATION, B_H2D: C.H2D_TRANSFER,
+                    B_DATA: C.DATA_LOADING, B_COMPUTE: C.HOST_COMPUTE,
+                    B_LAUNCH: C.LAUNCH_OVERHEAD, B_IDLE: C.UNTRACED}
+    # dominant bucket; compute vs launch on short gaps → launch overhead
+    dom = np.argmax(bucket_time, axis=1)
+    share = bucket_time / np.maximum(dur, 1)[:, None]
+    for i in range(n):
+        ms = dur[i] / 1e6
+        if issued_early[i]:
+            lead = (gs[i] - wf_ts[i]) / 1e6
+            if collective[i]:
+                c = C.COLLECTIVE_WAIT
+                evidence[i] = (f"the device waited {ms:.1f} µs at collective {nxt_names[i]!r}, "
+                               f"issued {lead:.1f} µs before the gap: waiting for a peer")
+            elif sync_at_start[i]:
+                c = C.HOST_SYNC
+                evidence[i] = (f"the next op was issued {lead:.1f} µs before the gap while a "
+                               f"blocking call was in flight")
+            else:
+                c = C.UNTRACED
+                evidence[i] = (f"the next op was issued {lead:.1f} µs before the gap; the device "
+                               "waited on a dependency the trace does not show")
+        elif sync_at_start[i] and share[i, B_SYNC] + share[i, B_COMPUTE] + share[i, B_LAUNCH] \
+                + share[i, B_IDLE] >= 0.5 and dom[i] not in (B_COMPILE, B_DATA):
+            c = C.HOST_SYNC
+            evidence[i] = (f"a blocking host call was in flight when the device went idle; the "
+                           f"host then spent {ms:.1f} µs before issuing the next op")
+        elif next_is_h2d[i] and share[i, B_H2D] + share[i, B_LAUNCH] >= 0.3:
+            c = C.H2D_TRANSFER
+            evidence[i] = f"the gap ends with a host→device copy staged by the host for {ms:.1f} µs"
+        else:
+            b = int(dom[i])
+            if dur[i] < LAUNCH_BOUND_MAX_PS and b in (B_COMPUTE, B_LAUNCH, B_IDLE) and \
+                    share[i, B_LAUNCH] >= 0.3:
+                b = B_LAUNCH
+            c = bucket_cause[b]
+            evidence[i] = (f"{share[i, b] * 100:.0f}% of the {ms:.1f} µs gap the host was in "
+                           f"{C.LABELS[c].lower()}")
+        cause[i] = idx_cause[c]
+    return GapTable(np.full(n, device, np.int32), gs, ge, prev, nxt, wf, cause, evidence,
+                    thread, bucket_time)

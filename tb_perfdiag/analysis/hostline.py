@@ -1,0 +1,121 @@
+"""What each host thread was doing, as a piecewise-constant timeline of its innermost op.
+
+Every boundary of a nested event opens a segment: at an event's start the innermost
+op becomes that event, at its end it returns to the event's parent.  Each segment
+also carries a *bucket* — the gap cause the op stands for — so the time spent per
+cause in any window is two ``searchsorted`` calls away, for all gaps at once.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..trace.model import EventKind as K, Trace
+from . import causes as C
+
+BUCKETS = (C.HOST_SYNC, C.COMPILATION, C.H2D_TRANSFER, C.DATA_LOADING, C.HOST_COMPUTE,
+           C.LAUNCH_OVERHEAD, C.UNTRACED)
+B_SYNC, B_COMPILE, B_H2D, B_DATA, B_COMPUTE, B_LAUNCH, B_IDLE = range(len(BUCKETS))
+# buckets an op passes to the ops it encloses (HLO passes under Compile are compile time,
+# aten ops under the data loader are data loading)
+_INHERITED = (B_SYNC, B_COMPILE, B_H2D, B_DATA)
+
+
+def event_buckets(trace: Trace, memcpy_kind_of_launch: np.ndarray) -> np.ndarray:
+    """Cause bucket of every event (host events meaningful; device ones unused)."""
+    k = trace.kind
+    b = np.full(trace.n_events, B_COMPUTE, np.int8)
+    b[np.isin(k, (K.SYNC, K.TRANSFER_D2H))] = B_SYNC
+    b[k == K.COMPILE] = B_COMPILE
+    b[k == K.TRANSFER_H2D] = B_H2D
+    b[k == K.DATA] = B_DATA
+    b[np.isin(k, (K.LAUNCH, K.RUNTIME))] = B_LAUNCH
+    # a memcpy runtime call blocks like a sync when it copies to the host, and is a
+    # host→device transfer when it stages host data
+    b[memcpy_kind_of_launch == 1] = B_H2D
+    b[memcpy_kind_of_launch == 2] = B_SYNC
+    specific = np.isin(b, _INHERITED)
+    max_depth = int(trace.depth.max()) if trace.n_events else 0
+    by_depth = np.argsort(trace.depth, kind="stable")
+    bounds = np.searchsorted(trace.depth[by_depth], np.arange(max_depth + 2))
+    for d in range(1, max_depth + 1):
+        idx = by_depth[bounds[d]:bounds[d + 1]]
+        p = trace.parent[idx]
+        ok = p >= 0
+        idx, p = idx[ok], p[ok]
+        inherit = ~specific[idx] & np.isin(b[p], _INHERITED)
+        b[idx[inherit]] = b[p[inherit]]
+        specific[idx[inherit]] = True
+    return b
+
+
+@dataclass
+class HostLine:
+    track: int
+    seg_start: np.ndarray     # int64, sorted
+    seg_inner: np.ndarray     # int64 event index of the innermost op, -1 when idle
+    seg_bucket: np.ndarray    # int8 bucket (B_IDLE when idle)
+    cum: np.ndarray           # (n_seg+1, n_buckets) cumulative time per bucket up to seg start
+
+    def time_by_bucket(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """(len(a), n_buckets) time spent per bucket inside each window [a, b)."""
+        return self._upto(b) - self._upto(a)
+
+    def _upto(self, t: np.ndarray) -> np.ndarray:
+        t = np.asarray(t, np.int64)
+        k = np.searchsorted(self.seg_start, t, side="right") - 1      # segment containing t
+        out = np.zeros((t.shape[0], len(BUCKETS)), np.int64)
+        inside = k >= 0
+        kk = np.maximum(k, 0)
+        out[inside] = self.cum[kk[inside]]
+        part = np.where(inside, t - self.seg_start[kk], 0)
+        rows = np.flatnonzero(inside)
+        out[rows, self.seg_bucket[kk[rows]]] += part[rows]
+        # before the first segment the thread was idle/untraced
+        out[~inside, B_IDLE] += 0
+        return out
+
+    def inner_at(self, t: int) -> int:
+        k = int(np.searchsorted(self.seg_start, t, side="right")) - 1
+        return int(self.seg_inner[k]) if k >= 0 else -1
+
+    def segments(self, a: int, b: int):
+        """(starts, ends, inner) of the segments clipped to [a, b)."""
+        lo = max(int(np.searchsorted(self.seg_start, a, side="right")) - 1, 0)
+        hi = int(np.searchsorted(self.seg_start, b, side="left"))
+        s = self.seg_start[lo:hi]
+        e = np.concatenate((self.seg_start[lo + 1:hi + 1], [np.iinfo(np.int64).max]))[:s.shape[0]]
+        s = np.maximum(s, a)
+        e = np.minimum(e, b)
+        keep = e > s
+        return s[keep], e[keep], self.seg_inner[lo:hi][keep]
+
+
+def build_hostlines(trace: Trace, buckets: np.ndarray, tracks) -> dict:
+    out = {}
+    end = trace.end
+    for t in tracks:
+        idx = np.flatnonzero(trace.track == t)
+        if idx.size == 0:
+            continue
+        # boundaries: starts (→ event), ends (→ parent); ends sort before starts at ties
+        times = np.concatenate((end[idx], trace.ts[idx]))
+        is_start = np.concatenate((np.zeros(idx.size, bool), np.ones(idx.size, bool)))
+        inner = np.concatenate((trace.parent[idx], idx))
+        # among starts at one instant the later (deeper) one wins: keep event order
+        order_key = np.concatenate((np.zeros(idx.size, np.int64), np.arange(1, idx.size + 1)))
+        o = np.lexsort((order_key, is_start, times))
+        times, inner = times[o], inner[o]
+        # collapse equal times: the last boundary at an instant defines the segment
+        last = np.ones(times.shape[0], bool)
+        last[:-1] = times[1:] != times[:-1]
+        times, inner = times[last], inner[last]
+        bucket = np.where(inner >= 0, buckets[np.maximum(inner, 0)], B_IDLE).astype(np.int8)
+        seg_len = np.diff(np.concatenate((times, [times[-1]])))
+        contrib = np.zeros((times.shape[0], len(BUCKETS)), np.int64)
+        contrib[np.arange(times.shape[0]), bucket] = seg_len
+        cum = np.zeros((times.shape[0] + 1, len(BUCKETS)), np.int64)
+        np.cumsum(contrib, axis=0, out=cum[1:])
+        out[int(t)] = HostLine(int(t), times, inner.astype(np.int64), bucket, cum)
+    return out

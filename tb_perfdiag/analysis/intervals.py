@@ -1,0 +1,52 @@
+"""Vectorised interval algebra on int64 [start, end) arrays."""
+from __future__ import annotations
+
+import numpy as np
+
+
+def union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Merge intervals into sorted, disjoint [start, end) intervals (touching ones merge)."""
+    if starts.size == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    o = np.argsort(starts, kind="stable")
+    s, e = starts[o], ends[o]
+    run_end = np.maximum.accumulate(e)
+    new = np.empty(s.shape[0], bool)
+    new[0] = True
+    new[1:] = s[1:] > run_end[:-1]
+    first = np.flatnonzero(new)
+    last = np.concatenate((first[1:], [s.shape[0]])) - 1
+    return s[first], run_end[last]
+
+
+def covered(us: np.ndarray, ue: np.ndarray, a, b) -> np.ndarray:
+    """Length of union ∩ [a, b) for disjoint sorted union (us, ue); a, b may be arrays."""
+    a = np.asarray(a, np.int64)
+    b = np.asarray(b, np.int64)
+    if us.size == 0:
+        return np.zeros(np.broadcast(a, b).shape, np.int64)
+    cum = np.concatenate(([0], np.cumsum(ue - us)))
+
+    def upto(t):
+        # covered length of (-inf, t)
+        k = np.searchsorted(us, t, side="right")          # intervals starting <= t
+        full = cum[k]
+        last = np.maximum(k - 1, 0)
+        over = np.where(k > 0, np.maximum(ue[last] - t, 0), 0)
+        return full - over
+    return np.maximum(upto(b) - upto(a), 0)
+
+
+def complement(us: np.ndarray, ue: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+    """Idle intervals of a disjoint sorted union inside [lo, hi)."""
+    s = np.concatenate(([lo], ue))
+    e = np.concatenate((us, [hi]))
+    s = np.maximum(s, lo)
+    e = np.minimum(e, hi)
+    keep = e > s
+    return s[keep], e[keep]
+
+
+def clip_sum(starts: np.ndarray, ends: np.ndarray, wa: np.ndarray, wb: np.ndarray) -> np.ndarray:
+    """For each window [wa, wb): total length of (disjoint, sorted) intervals inside it."""
+    return covered(starts, ends, wa, wb)
