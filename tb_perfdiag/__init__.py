@@ -5,5 +5,7 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from .trace import Trace, TraceError, load  # noqa: E402
+from .analysis import Diagnosis, Options  # noqa: E402
+from .api import diagnose  # noqa: E402
 
-__all__ = ["load", "Trace", "TraceError", "__version__"]
+__all__ = ["load", "diagnose", "Diagnosis", "Options", "Trace", "TraceError", "__version__"]

@@ -35,7 +35,9 @@ def event_buckets(trace: Trace, memcpy_kind_of_launch: np.ndarray) -> np.ndarray
     # host→device transfer when it stages host data
     b[memcpy_kind_of_launch == 1] = B_H2D
     b[memcpy_kind_of_launch == 2] = B_SYNC
-    specific = np.isin(b, _INHERITED)
+    b[k == K.IDLE] = B_IDLE
+    # idle markers are idle only at the top of a thread; nested ones are transparent
+    specific = np.isin(b, _INHERITED) | ((b == B_IDLE) & (trace.parent < 0))
     max_depth = int(trace.depth.max()) if trace.n_events else 0
     by_depth = np.argsort(trace.depth, kind="stable")
     bounds = np.searchsorted(trace.depth[by_depth], np.arange(max_depth + 2))
@@ -44,7 +46,7 @@ def event_buckets(trace: Trace, memcpy_kind_of_launch: np.ndarray) -> np.ndarray
         p = trace.parent[idx]
         ok = p >= 0
         idx, p = idx[ok], p[ok]
-        inherit = ~specific[idx] & np.isin(b[p], _INHERITED)
+        inherit = ~specific[idx] & (np.isin(b[p], _INHERITED) | (b[idx] == B_IDLE))
         b[idx[inherit]] = b[p[inherit]]
         specific[idx[inherit]] = True
     return b
@@ -112,6 +114,10 @@ def build_hostlines(trace: Trace, buckets: np.ndarray, tracks) -> dict:
         last[:-1] = times[1:] != times[:-1]
         times, inner = times[last], inner[last]
         bucket = np.where(inner >= 0, buckets[np.maximum(inner, 0)], B_IDLE).astype(np.int8)
+        inner = np.where(bucket == B_IDLE, -1, inner)
+        # a nested idle marker stands for its parent's work
+        marker = (inner >= 0) & (trace.kind[np.maximum(inner, 0)] == K.IDLE)
+        inner = np.where(marker, trace.parent[np.maximum(inner, 0)], inner)
         seg_len = np.diff(np.concatenate((times, [times[-1]])))
         contrib = np.zeros((times.shape[0], len(BUCKETS)), np.int64)
         contrib[np.arange(times.shape[0]), bucket] = seg_len

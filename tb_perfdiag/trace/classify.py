@@ -28,10 +28,15 @@ _EXECUTE = re.compile(r"(ExecuteComputation|ExecuteReplicated|PjRtLoadedExecutab
                       r"TpuExecutable|ExecuteSharded|ExecuteOnLocalDevices)", re.I)
 
 
+_IDLE = re.compile(r"^ThreadpoolListener::(StartRegion|StopRegion|Record)$")
+
+
 def host_kind(name: str, category: str = "") -> K:
     """Kind of a host-side event from its name and (Kineto) category."""
     if STEP_NAME.match(name):
         return K.STEP
+    if _IDLE.match(name):
+        return K.IDLE
     cat = category.lower()
     if cat in ("python_function", "python"):
         return K.PYTHON

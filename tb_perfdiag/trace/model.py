@@ -50,6 +50,7 @@ class EventKind(enum.IntEnum):
     EXECUTE = 20        # host-side "run this compiled program" call (XLA)
     DATA = 21           # data loading (DataLoader, user's data_loading annotation)
     COLLECTIVE = 22     # host-side collective call (c10d, NCCL)
+    IDLE = 23           # markers a worker thread records while it has nothing to do
 
 
 DEVICE_ACTIVITY = (EventKind.KERNEL, EventKind.MEMCPY, EventKind.MEMSET)

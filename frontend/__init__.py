@@ -1,0 +1,1 @@
+# The Diagnose tab's ES modules; a package only so the wheel carries them.

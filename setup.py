@@ -1,0 +1,40 @@
+"""tb-perfdiag: a TensorBoard plugin that tells why the accelerator sits idle."""
+import re
+
+from setuptools import Extension, find_packages, setup
+
+with open("tb_perfdiag/__init__.py", encoding="utf-8") as f:
+    VERSION = re.search(r'__version__ = "([^"]+)"', f.read()).group(1)
+
+setup(
+    name="tb-perfdiag",
+    version=VERSION,
+    description="TensorBoard Diagnose tab: device idle gaps, duty cycle per step and the host "
+                "ops behind them, for XLA (XSpace) and PyTorch (Kineto) traces",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    python_requires=">=3.9",
+    packages=find_packages(include=["tb_perfdiag", "tb_perfdiag.*"]) + ["tb_perfdiag.frontend"],
+    package_dir={"tb_perfdiag.frontend": "frontend"},
+    package_data={"tb_perfdiag.frontend": ["*.js", "*.css", "*.html", "*.svg", "lib/*.js"],
+                  "tb_perfdiag": ["schema/*.json"]},
+    install_requires=[
+        "tensorboard>=2.16",
+        "werkzeug>=2.0",
+        "protobuf>=6.31,<8",
+        "numpy>=1.24",
+        "orjson>=3.9",
+        "fsspec>=2023.1",
+    ],
+    extras_require={
+        "test": ["pytest>=8", "hypothesis>=6.100", "playwright>=1.45", "jsonschema>=4.20",
+                 "tensorboard-plugin-profile>=2.19"],
+    },
+    ext_modules=[Extension("tb_perfdiag._native", ["native/native.c"], optional=True,
+                           extra_compile_args=["-O3"])],
+    entry_points={
+        "tensorboard_plugins": ["perfdiag = tb_perfdiag.plugin:DiagnosePlugin"],
+        "console_scripts": ["tb-perfdiag = tb_perfdiag.cli:main"],
+    },
+)

@@ -1,0 +1,112 @@
+"""Computed diagnoses keyed by file identity and options.
+
+In memory: an LRU bounded by the total size of the cached JSON.  On disk: gzipped
+JSON under the user's cache folder (never inside the logdir unless asked).  Two
+requests for the same key at once compute it once (single flight).
+"""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import threading
+from collections import OrderedDict
+
+DEFAULT_MEMORY_BYTES = 256 * 1024 * 1024
+
+
+def default_cache_dir() -> str:
+    base = os.environ.get("TB_PERFDIAG_CACHE_DIR")
+    if base:
+        return base
+    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(xdg, "tb-perfdiag")
+
+
+class DiagnosisCache:
+    def __init__(self, memory_bytes: int = DEFAULT_MEMORY_BYTES, disk_dir: str | None = "",
+                 version: str = ""):
+        self.memory_bytes = memory_bytes
+        self.disk_dir = default_cache_dir() if disk_dir == "" else disk_dir
+        self.version = version
+        self._mem: OrderedDict = OrderedDict()
+        self._size = 0
+        self._lock = threading.Lock()
+        self._inflight: dict = {}
+        self.computations = 0          # how many times compute() actually ran
+
+    def _digest(self, key) -> str:
+        return hashlib.sha256(repr((self.version, key)).encode()).hexdigest()[:32]
+
+    def get_or_compute(self, key, compute):
+        """Value for ``key``; ``compute()`` runs at most once per key at a time."""
+        with self._lock:
+            if key in self._mem:
+                self._mem.move_to_end(key)
+                return self._mem[key][0]
+            ev = self._inflight.get(key)
+            owner = ev is None
+            if owner:
+                ev = self._inflight[key] = [threading.Event(), None, None]
+        if not owner:
+            ev[0].wait()
+            if ev[2] is not None:
+                raise ev[2]
+            return ev[1]
+        try:
+            value = self._load_disk(key)
+            if value is None:
+                self.computations += 1
+                value = compute()
+                self._store_disk(key, value)
+            self._put(key, value)
+            ev[1] = value
+            return value
+        except BaseException as e:
+            ev[2] = e
+            raise
+        finally:
+            ev[0].set()
+            with self._lock:
+                self._inflight.pop(key, None)
+
+    def _put(self, key, value) -> None:
+        size = len(json.dumps(value, separators=(",", ":"))) if not isinstance(value, bytes) \
+            else len(value)
+        with self._lock:
+            if size > self.memory_bytes:
+                return
+            self._mem[key] = (value, size)
+            self._size += size
+            while self._size > self.memory_bytes and self._mem:
+                _, (_, s) = self._mem.popitem(last=False)
+                self._size -= s
+
+    def _path(self, key) -> str | None:
+        if not self.disk_dir:
+            return None
+        return os.path.join(self.disk_dir, self._digest(key) + ".json.gz")
+
+    def _load_disk(self, key):
+        p = self._path(key)
+        if not p or not os.path.exists(p):
+            return None
+        try:
+            with gzip.open(p, "rt", encoding="utf-8") as f:
+                return json.load(f)
+        except (OSError, ValueError, EOFError):
+            return None
+
+    def _store_disk(self, key, value) -> None:
+        p = self._path(key)
+        if not p:
+            return
+        try:
+            os.makedirs(os.path.dirname(p), exist_ok=True)
+            tmp = f"{p}.{os.getpid()}.{threading.get_ident()}.tmp"
+            with gzip.open(tmp, "wt", encoding="utf-8", compresslevel=3) as f:
+                json.dump(value, f, separators=(",", ":"))
+            os.replace(tmp, p)
+        except OSError:
+            pass   # a read-only home must not break the diagnosis

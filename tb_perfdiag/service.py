@@ -1,0 +1,197 @@
+"""Request handling behind the plugin routes: parameter checks, cache, paging, overlay.
+
+Kept apart from ``plugin.py`` so it can be tested without a TensorBoard server.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from . import __version__
+from .analysis import Options, diagnose_trace
+from .analysis import causes as C
+from .cache import DiagnosisCache
+from .discovery import Catalog
+from .storage import file_identity
+from .trace import TraceError, load
+
+MAX_GAPS_PAGE = 1000
+DEFAULT_GAPS_PAGE = 200
+DEFAULT_MAX_FILE_MB = float(os.environ.get("TB_PERFDIAG_MAX_FILE_MB", "4096"))
+CAUSE_COLORS = {  # Chrome trace viewer reserved colour names
+    C.HOST_SYNC: "terrible", C.COMPILATION: "bad", C.H2D_TRANSFER: "olive",
+    C.DATA_LOADING: "yellow", C.HOST_COMPUTE: "rail_response", C.LAUNCH_OVERHEAD: "grey",
+    C.COLLECTIVE_WAIT: "rail_animation", C.UNTRACED: "white",
+}
+
+
+class BadRequest(ValueError):
+    pass
+
+
+def _float(params, key, default, lo, hi):
+    v = params.get(key)
+    if v is None or v == "":
+        return default
+    try:
+        f = float(v)
+    except ValueError:
+        raise BadRequest(f"{key} must be a number") from None
+    if not (lo <= f <= hi):
+        raise BadRequest(f"{key} must be between {lo} and {hi}")
+    return f
+
+
+def _int(params, key, default, lo, hi):
+    return int(_float(params, key, default, lo, hi))
+
+
+class DiagnosisService:
+    def __init__(self, catalog: Catalog, cache: DiagnosisCache | None = None,
+                 max_file_mb: float = DEFAULT_MAX_FILE_MB):
+        self.catalog = catalog
+        self.cache = cache or DiagnosisCache(version=__version__)
+        self.max_file_mb = max_file_mb
+
+    # ---- resolving a request to a file ----
+    def _source(self, params):
+        run = params.get("run")
+        host = params.get("host")
+        if not run or not host:
+            raise BadRequest("run and host are required")
+        span = params.get("span") or None
+        src = self.catalog.find(run, host, span)
+        if src is None:
+            return None
+        return src
+
+    def _options(self, params) -> Options:
+        return Options(threshold_us=_float(params, "threshold_us", 5.0, 0.0, 1e7),
+                       kernels_only=params.get("kernels_only") in ("1", "true"))
+
+    def _diagnosis(self, params):
+        """(status, diagnosis JSON or error body)."""
+        src = self._source(params)
+        if src is None:
+            return 404, {"error": "no such run/host/span in the logdir",
+                         "run": params.get("run"), "host": params.get("host")}
+        opt = self._options(params)
+        if src.size > self.max_file_mb * 1e6:
+            return 413, {"error": f"{os.path.basename(src.path)} is {src.size / 1e6:.0f} MB, over "
+                                  f"the {self.max_file_mb:.0f} MB budget; raise it with the "
+                                  f"TB_PERFDIAG_MAX_FILE_MB environment variable",
+                         "file": os.path.basename(src.path)}
+        try:
+            ident = file_identity(src.path)
+        except OSError:
+            return 404, {"error": "file disappeared", "file": os.path.basename(src.path)}
+        key = (ident, opt.key())
+
+        def compute():
+            try:
+                return {"ok": diagnose_trace(load(src.path), opt).to_json()}
+            except TraceError as e:
+                return {"error": e.reason, "file": os.path.basename(src.path)}
+        result = self.cache.get_or_compute(key, compute)
+        if "error" in result:
+            return 422, {"error": result["error"], "file": result["file"],
+                         "run": params.get("run"), "host": params.get("host")}
+        return 200, result["ok"]
+
+    # ---- routes ----
+    def diagnosis_json(self, params):
+        status, body = self._diagnosis(params)
+        if status != 200:
+            return status, body
+        offset = _int(params, "gaps_offset", 0, 0, 1e9)
+        limit = _int(params, "gaps_limit", DEFAULT_GAPS_PAGE, 0, MAX_GAPS_PAGE)
+        step = params.get("step")
+        gaps = body["gaps"]
+        if step not in (None, ""):
+            try:
+                step_i = int(step)
+            except ValueError:
+                raise BadRequest("step must be an integer") from None
+            gaps = [g for g in gaps if g["step"] == step_i]
+        out = dict(body)
+        out["gaps"] = [_summary(g) for g in gaps[offset:offset + limit]]
+        out["gaps_total"] = len(gaps)
+        out["gaps_offset"] = offset
+        out["gaps_limit"] = limit
+        return 200, out
+
+    def gap_json(self, params):
+        gap_id = params.get("id") or ""
+        if not gap_id or len(gap_id) > 64:
+            raise BadRequest("id is required")
+        status, body = self._diagnosis(params)
+        if status != 200:
+            return status, body
+        for g in body["gaps"]:
+            if g["id"] == gap_id:
+                return 200, g
+        return 404, {"error": f"no gap {gap_id!r} in this diagnosis"}
+
+    def overlay_json(self, params):
+        """Chrome trace JSON: one track per device with a slice per gap, coloured by
+        cause, plus the step windows — opens in the trace viewer, Perfetto and
+        chrome://tracing."""
+        status, body = self._diagnosis(params)
+        if status != 200:
+            return status, body
+        events = [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "Diagnosis"}},
+                  {"ph": "M", "name": "process_sort_index", "pid": 1, "args": {"sort_index": -1}}]
+        tid = 1
+        for d in body["devices"]:
+            events.append({"ph": "M", "name": "thread_name", "pid": 1, "tid": tid + d["id"],
+                           "args": {"name": f"{d['name']} idle gaps"}})
+        steps_tid = tid + len(body["devices"]) + 1
+        events.append({"ph": "M", "name": "thread_name", "pid": 1, "tid": steps_tid,
+                       "args": {"name": "Steps"}})
+        for g in body["gaps"]:
+            events.append({"ph": "X", "cat": "gap", "name": f"{C.LABELS[g['cause']]}",
+                           "pid": 1, "tid": tid + g["device"], "ts": g["start_ns"] / 1000,
+                           "dur": g["duration_ns"] / 1000, "cname": CAUSE_COLORS[g["cause"]],
+                           "args": {"gap": g["id"], "cause": g["cause"],
+                                    "evidence": g["evidence"],
+                                    "waited_for": " › ".join(g["waited_for"]["chain"])
+                                    if g["waited_for"] else ""}})
+        for s in body["steps"]:
+            events.append({"ph": "X", "cat": "step", "name": f"Step {s['id']}", "pid": 1,
+                           "tid": steps_tid, "ts": s["start_ns"] / 1000,
+                           "dur": (s["end_ns"] - s["start_ns"]) / 1000,
+                           "args": {f"{body['devices'][int(k)]['name']} duty cycle":
+                                    v["duty_cycle"] for k, v in s["devices"].items()}})
+        if params.get("with_events") in ("1", "true"):
+            events.extend(self._events_around(params, body))
+        return 200, {"traceEvents": events, "displayTimeUnit": "ns",
+                     "otherData": {"source": body["source"]["path"], "tool": "tb-perfdiag"}}
+
+    def _events_around(self, params, body, limit=20000):
+        """The trace's own events in [start_us, end_us] (µs, trace-relative)."""
+        src = self._source(params)
+        lo = _float(params, "start_us", 0, -1e15, 1e15) * 1e6
+        hi = _float(params, "end_us", 1e15, -1e15, 1e15) * 1e6
+        try:
+            trace = load(src.path)
+        except TraceError:
+            return []
+        sel = np.flatnonzero((trace.ts < hi) & (trace.end > lo))[:limit]
+        out = []
+        for t in np.unique(trace.track[sel]).tolist():
+            out.append({"ph": "M", "name": "thread_name", "pid": 2, "tid": t,
+                        "args": {"name": trace.track_label[t]}})
+        out.append({"ph": "M", "name": "process_name", "pid": 2, "args": {"name": "Trace"}})
+        for e in sel.tolist():
+            out.append({"ph": "X", "name": trace.event_name(e), "pid": 2,
+                        "tid": int(trace.track[e]), "ts": int(trace.ts[e]) / 1e6,
+                        "dur": int(trace.dur[e]) / 1e6})
+        return out
+
+
+def _summary(g: dict) -> dict:
+    """A gap without its bulky detail (host ops come from the /gap route)."""
+    s = {k: v for k, v in g.items() if k not in ("host_ops", "syncs")}
+    s["host_ops"] = g["host_ops"][:3]
+    return s
