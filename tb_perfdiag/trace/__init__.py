@@ -31,6 +31,8 @@ def load(path: str) -> Trace:
     readable profiler trace; no other exception escapes for bad input.
     """
     raw = read_bytes(path)
+    if not raw.strip():
+        raise TraceError(path, "empty file: the profiler wrote nothing (or is still writing)")
     fmt = detect_format(path, raw[:64])
     try:
         if fmt == "xspace":

@@ -8,6 +8,7 @@ decimal text of every ``"ts"`` is re-read from the file.
 """
 from __future__ import annotations
 
+import os
 import re
 
 import numpy as np
@@ -87,10 +88,12 @@ def read(path: str, raw: bytes | None = None):
 
 def native_scanner():
     try:
-        from .. import _native  # built from native/ by setup.py; optional
+        if os.environ.get("TB_PERFDIAG_NO_NATIVE"):
+            return None
+        from . import native_scan  # the C scanner, built from native/ by setup.py; optional
     except ImportError:
         return None
-    return _native
+    return native_scan
 
 
 def scan_python(path: str, raw: bytes) -> dict:

@@ -7,6 +7,7 @@ metadata (event/stat metadata maps, plane stats) is kept as protobuf messages.
 """
 from __future__ import annotations
 
+import os
 import re
 
 import numpy as np
@@ -103,12 +104,14 @@ def read(path: str, raw: bytes | None = None):
         raise TraceError(path, "empty file (0 bytes): the profiler wrote nothing, or is still writing")
     scan = None
     try:
-        from .. import _native
+        if os.environ.get("TB_PERFDIAG_NO_NATIVE"):
+            raise ImportError
+        from . import native_scan  # the C scanner, built from native/ by setup.py; optional
     except ImportError:
-        _native = None
-    if _native is not None:
+        native_scan = None
+    if native_scan is not None:
         try:
-            scan = _native.scan_xspace(raw)
+            scan = native_scan.scan_xspace(raw)
         except ValueError:
             scan = None  # the reference scanner names the problem precisely
     if scan is None:

@@ -1,0 +1,372 @@
+// The Diagnose page: selectors, summary, steps chart, gap list, gap detail, timeline.
+import { getJSON, routeUrl, TB_ROOT } from "./api.js";
+import { h } from "./dom.js";
+import { causeColor, causeLabel, formatNs, formatPct } from "./format.js";
+import { readState, writeState, urlWindow } from "./state.js";
+import { renderStepsChart } from "./steps_chart.js";
+import { Timeline } from "./timeline.js";
+
+const PAGE = 200;
+
+export class App {
+  constructor(root) {
+    this.root = root;
+    this.state = readState();
+    this.runs = [];
+    this.diag = null;
+    this.gaps = [];
+    this.token = 0;
+  }
+
+  async start() {
+    this.root.textContent = "";
+    this.header = h("div", { class: "pd-header" });
+    this.statusEl = h("div", { class: "pd-status", role: "status", "aria-live": "polite" });
+    this.body = h("div", { class: "pd-body" });
+    this.root.append(h("h1", { class: "pd-title" }, "Diagnose: why is the accelerator idle?"),
+      this.header, this.statusEl, this.body);
+    this.setStatus("Loading runs…", true);
+    let r;
+    try {
+      r = await getJSON("runs");
+    } catch (e) {
+      this.showError({ error: `cannot reach the plugin: ${e}` });
+      return;
+    }
+    this.setStatus("");
+    if (!r.ok) { this.showError(r.body); return; }
+    this.runs = r.body.runs || [];
+    if (this.runs.length === 0) { this.showHowTo(r.body.logdir); return; }
+    this.buildSelectors();
+    await this.loadDiagnosis();
+  }
+
+  // ---------- selectors ----------
+  buildSelectors() {
+    const s = this.state;
+    const run = this.runs.find((x) => x.run === s.run) || this.runs[0];
+    s.run = run.run;
+    const host = run.hosts.find((x) => x.name === s.host) || run.hosts[0];
+    s.host = host ? host.name : "";
+    const span = host && (host.spans.find((x) => x.name === s.span) || host.spans[0]);
+    s.span = span ? span.name : "";
+    const sel = (id, label, options, value, onchange) => {
+      const el = h("select", { id, "aria-label": label, onchange: (e) => onchange(e.target.value) },
+        options.map(([v, t]) => h("option", { value: v, selected: v === value }, t)));
+      el.value = value;
+      return h("label", { class: "pd-field" }, label + " ", el);
+    };
+    this.header.textContent = "";
+    this.header.append(sel("pd-run", "Run", this.runs.map((x) => [x.run, x.run]), s.run, (v) => {
+      this.state = { run: v }; this.buildSelectors(); this.loadDiagnosis();
+    }));
+    this.header.append(sel("pd-host", "Host", run.hosts.map((x) => [x.name, x.name]), s.host, (v) => {
+      this.state = { run: s.run, host: v }; this.buildSelectors(); this.loadDiagnosis();
+    }));
+    if (host && host.spans.length > 1) {
+      this.header.append(sel("pd-span", "Span", host.spans.map((x) => [x.name, `${x.name} (${x.file})`]),
+        s.span, (v) => { this.state = { run: s.run, host: s.host, span: v }; this.loadDiagnosis(); }));
+    }
+    this.deviceSlot = h("span", { class: "pd-device-slot" });
+    this.header.append(this.deviceSlot);
+  }
+
+  params(extra) {
+    const s = this.state;
+    return { run: s.run, host: s.host, span: s.span || undefined, ...(extra || {}) };
+  }
+
+  setStatus(text, busy) {
+    this.statusEl.textContent = "";
+    if (!text) { this.statusEl.hidden = true; return; }
+    this.statusEl.hidden = false;
+    if (busy) this.statusEl.append(h("span", { class: "spinner", "aria-hidden": "true" }));
+    this.statusEl.append(h("span", { class: busy ? "pd-loading" : "" }, text));
+  }
+
+  showError(body) {
+    this.body.textContent = "";
+    this.body.append(h("div", { class: "pd-error", role: "alert" },
+      h("strong", {}, "This run cannot be analysed"),
+      h("p", { class: "pd-error-msg" }, body.error || "unknown error"),
+      body.file ? h("p", {}, "File: ", h("code", { class: "pd-error-file" }, body.file)) : null,
+      h("p", { class: "pd-muted" }, "Other runs are unaffected: pick one above.")));
+  }
+
+  showHowTo(logdir) {
+    this.body.textContent = "";
+    const code = (t) => h("pre", { class: "pd-code" }, t);
+    this.body.append(h("div", { class: "pd-howto" },
+      h("h2", {}, "No profiles found" + (logdir ? ` in ${logdir}` : "")),
+      h("p", {}, "Capture a profile into the logdir, then reload. Diagnose reads PyTorch (Kineto) traces and XLA/JAX XPlane profiles."),
+      h("h3", {}, "PyTorch"),
+      code(`import torch.profiler as tp\nwith tp.profile(schedule=tp.schedule(wait=1, warmup=1, active=3),\n                on_trace_ready=tp.tensorboard_trace_handler("LOGDIR/run1")) as prof:\n    for batch in loader:\n        train_step(batch)\n        prof.step()`),
+      h("h3", {}, "PyTorch/XLA"),
+      code(`import torch_xla.debug.profiler as xp\nserver = xp.start_server(9012)\nxp.start_trace("LOGDIR/run1")\nfor step, batch in enumerate(loader):\n    with xp.StepTrace("train_step", step_num=step):\n        train_step(batch)\nxp.stop_trace()`),
+      h("h3", {}, "JAX"),
+      code(`import jax\nwith jax.profiler.trace("LOGDIR/run1"):\n    for step in range(10):\n        with jax.profiler.StepTraceAnnotation("train", step_num=step):\n            state = train_step(state, batch)\n    jax.block_until_ready(state)`)));
+  }
+
+  // ---------- diagnosis ----------
+  async loadDiagnosis() {
+    const token = ++this.token;
+    const s = this.state;
+    delete this.root.dataset.loaded;
+    writeState(s);
+    this.setStatus(`Analysing ${s.run} / ${s.host}…`, true);
+    this.body.setAttribute("aria-busy", "true");
+    let r;
+    try {
+      r = await getJSON("diagnosis", this.params({ step: s.step, gaps_limit: PAGE }));
+    } catch (e) {
+      r = { ok: false, body: { error: String(e) } };
+    }
+    if (token !== this.token) return;
+    this.setStatus("");
+    this.body.removeAttribute("aria-busy");
+    this.root.dataset.loaded = `${s.run}|${s.host}|${s.step || ""}|${r.ok ? "ok" : "error"}`;
+    if (!r.ok) { this.diag = null; this.showError(r.body); return; }
+    this.diag = r.body;
+    this.gaps = r.body.gaps;
+    const devs = this.diag.devices || [];
+    if (!devs.some((d) => String(d.id) === String(s.device))) s.device = devs.length ? String(devs[0].id) : "0";
+    this.renderAll();
+    if (s.gap) this.selectGap(s.gap, { keepZoom: true });
+  }
+
+  renderAll() {
+    const d = this.diag;
+    this.body.textContent = "";
+    this.deviceSlot.textContent = "";
+    if (d.devices.length > 1) {
+      const el = h("select", { id: "pd-device", "aria-label": "Device", onchange: (e) => {
+        this.state.device = e.target.value; this.state.zoom = ""; writeState(this.state); this.renderAll();
+      } }, d.devices.map((x) => h("option", { value: String(x.id) }, x.name)));
+      el.value = this.state.device;
+      this.deviceSlot.append(h("label", { class: "pd-field" }, "Device ", el));
+    }
+    this.summaryEl = h("section", { class: "pd-card pd-summary", "aria-label": "Summary" });
+    this.stepsEl = h("div", { id: "pd-steps", class: "pd-steps" });
+    this.timelineEl = h("div", { id: "pd-timeline", class: "pd-timeline" });
+    this.listEl = h("div", { id: "pd-gaps", class: "pd-gaps", role: "list" });
+    this.detailEl = h("section", { id: "pd-detail", class: "pd-card pd-detail", "aria-label": "Gap detail" },
+      h("p", { class: "pd-muted" }, "Select a gap to see what the host was doing."));
+    const overlayHref = routeUrl("overlay", this.params()).href;
+    this.gapsTitle = h("h2", {});
+    this.body.append(
+      this.summaryEl,
+      h("section", { class: "pd-card" },
+        h("h2", {}, "Steps ", h("span", { class: "pd-muted pd-small" }, "(bar height ∝ √step time; click a step to filter gaps)")),
+        this.legend(), this.stepsEl),
+      h("section", { class: "pd-card" },
+        h("h2", {}, "Timeline ", h("span", { class: "pd-muted pd-small" }, "(wheel: zoom, drag: pan, double-click: reset)")),
+        this.timelineEl),
+      h("div", { class: "pd-columns" },
+        h("section", { class: "pd-card pd-gaps-card" },
+          h("div", { class: "pd-row" }, this.gapsTitle,
+            h("a", { class: "pd-link", id: "pd-export", href: overlayHref,
+              download: `perfdiag-overlay-${this.state.host}.json` }, "Export overlay")),
+          this.listEl),
+        this.detailEl));
+    this.renderSummary();
+    this.renderSteps();
+    this.renderGapList();
+    this.timeline = new Timeline(this.timelineEl, { onZoom: (v) => {
+      this.state.zoom = v ? `${v.start}_${v.end}` : ""; writeState(this.state);
+    } });
+    this.renderTimeline();
+  }
+
+  legend() {
+    const causes = ["busy", ...Object.keys(this.device().idle_by_cause_ns || {}), "other_idle"];
+    return h("div", { class: "pd-legend" }, causes.map((c) =>
+      h("span", { class: "pd-legend-item" }, h("span", { class: "chip", style: { background: causeColor(c) } }), causeLabel(c))));
+  }
+
+  device() {
+    return this.diag.devices.find((x) => String(x.id) === String(this.state.device)) || this.diag.devices[0] || {};
+  }
+
+  renderSummary() {
+    const d = this.diag, el = this.summaryEl;
+    const dutyDef = (d.definitions || {}).duty_cycle || "";
+    const steps = d.steps || [];
+    const avg = steps.length ? steps.reduce((a, s) => a + (s.end_ns - s.start_ns), 0) / steps.length : null;
+    const devRows = d.devices.map((x) => h("div", { class: "pd-stat", title: dutyDef },
+      h("span", { class: "pd-stat-value pd-duty" }, formatPct(x.duty_cycle)),
+      h("span", { class: "pd-stat-label" }, `${x.name} duty cycle (whole trace) `, h("abbr", { title: dutyDef, class: "pd-help" }, "?"))));
+    const idle = Object.entries(this.device().idle_by_cause_ns || {}).sort((a, b) => b[1] - a[1]);
+    const findings = [...(d.findings || [])].sort((a, b) => (b.time_lost_ns_per_step || 0) - (a.time_lost_ns_per_step || 0));
+    el.append(
+      h("div", { class: "pd-stats" }, devRows,
+        h("div", { class: "pd-stat" }, h("span", { class: "pd-stat-value" }, formatNs(avg)),
+          h("span", { class: "pd-stat-label" }, `average step time (${steps.length} steps, from ${d.step_source || "?"})`))),
+      h("h3", {}, "Idle time by cause"),
+      h("ul", { class: "pd-idle" }, idle.length ? idle.map(([c, ns]) => h("li", {},
+        h("span", { class: "chip", style: { background: causeColor(c) } }), `${causeLabel(c)}: `, h("b", {}, formatNs(ns)))) :
+        h("li", { class: "pd-muted" }, "No idle gaps above the threshold.")),
+      h("h3", {}, "Top findings"),
+      h("ol", { class: "pd-findings" }, findings.slice(0, 6).map((f) => h("li", { class: "pd-finding" },
+        h("div", {}, h("b", {}, f.title), " ", h("span", { class: "pd-badge" }, `≈ ${formatNs(f.time_lost_ns_per_step)} lost per step`),
+          f.confidence ? h("span", { class: "pd-muted pd-small" }, ` · ${f.confidence} confidence`) : null),
+        h("div", { class: "pd-small" }, f.detail),
+        f.fix ? h("div", { class: "pd-fix" }, h("b", {}, "Fix: "), f.fix) : null))));
+    if ((d.warnings || []).length) el.append(h("ul", { class: "pd-warnings" }, d.warnings.map((w) => h("li", {}, String(w)))));
+  }
+
+  renderSteps() {
+    renderStepsChart(this.stepsEl, this.diag, {
+      deviceKey: this.device().id ?? 0, selectedStep: this.state.step,
+      onSelect: (id) => {
+        this.state.step = id === null ? "" : String(id);
+        this.state.gap = ""; this.state.zoom = "";
+        this.loadDiagnosis();
+      },
+    });
+  }
+
+  renderGapList() {
+    const s = this.state, d = this.diag;
+    const dev = this.device();
+    const gaps = this.gaps.filter((g) => String(g.device) === String(dev.id))
+      .sort((a, b) => b.duration_ns - a.duration_ns);
+    this.gapsTitle.textContent = `Idle gaps${s.step ? ` in step ${s.step}` : ""} (${d.gaps_total} total, largest first)`;
+    this.listEl.textContent = "";
+    if (s.step) {
+      this.listEl.append(h("button", { class: "pd-link-btn", id: "pd-clear-step", onclick: () => {
+        this.state.step = ""; this.state.gap = ""; this.state.zoom = ""; this.loadDiagnosis();
+      } }, "Show all steps"));
+    }
+    if (!gaps.length) this.listEl.append(h("p", { class: "pd-muted" }, "No gaps above the threshold here."));
+    for (const g of gaps) {
+      const chain = g.waited_for ? g.waited_for.chain.join(" › ") : "";
+      this.listEl.append(h("button", {
+        class: "gap-row" + (g.id === s.gap ? " selected" : ""), "data-gap": g.id, role: "listitem",
+        title: g.evidence, onclick: () => this.selectGap(g.id),
+      },
+      h("span", { class: "chip", style: { background: causeColor(g.cause) } }),
+      h("span", { class: "gap-dur" }, formatNs(g.duration_ns)),
+      h("span", { class: "gap-cause" }, g.cause_label || causeLabel(g.cause)),
+      h("span", { class: "gap-step" }, `step ${g.step}`),
+      h("span", { class: "gap-chain" }, chain ? `waited for ${chain}` : "")));
+    }
+    if (d.gaps_total > this.gaps.length) {
+      this.listEl.append(h("button", { class: "pd-link-btn", id: "pd-more", onclick: async () => {
+        const r = await getJSON("diagnosis", this.params({ step: s.step, gaps_offset: this.gaps.length, gaps_limit: PAGE }));
+        if (r.ok) { this.gaps = this.gaps.concat(r.body.gaps); this.renderGapList(); this.renderTimeline(); }
+      } }, `Load more (${d.gaps_total - this.gaps.length} left)`));
+    }
+  }
+
+  timelineBounds() {
+    const dev = this.device();
+    const step = this.state.step !== undefined && this.state.step !== "" ?
+      (this.diag.steps || []).find((x) => String(x.id) === String(this.state.step)) : null;
+    if (step) {
+      const sd = (step.devices || {})[String(dev.id)] || step;
+      return { start: Math.min(step.start_ns, sd.start_ns), end: Math.max(step.end_ns, sd.end_ns) };
+    }
+    return { start: dev.start_ns ?? 0, end: dev.end_ns ?? 1 };
+  }
+
+  renderTimeline() {
+    const bounds = this.timelineBounds();
+    const dev = this.device();
+    let view = null;
+    if (this.state.zoom) {
+      const [a, b] = this.state.zoom.split("_").map(Number);
+      if (Number.isFinite(a) && Number.isFinite(b) && b > a) view = { start: a, end: b };
+    }
+    this.timeline.setData({
+      gaps: this.gaps.filter((g) => String(g.device) === String(dev.id)),
+      steps: this.diag.steps || [], bounds,
+      active: { start: dev.start_ns ?? bounds.start, end: dev.end_ns ?? bounds.end }, view,
+    });
+  }
+
+  // ---------- gap detail ----------
+  async selectGap(id, { keepZoom } = {}) {
+    this.state.gap = id;
+    writeState(this.state);
+    for (const b of this.listEl.querySelectorAll(".gap-row")) b.classList.toggle("selected", b.dataset.gap === id);
+    this.detailEl.textContent = "";
+    this.detailEl.append(h("p", { class: "pd-loading" }, "Loading gap…"));
+    const token = this.token;
+    const r = await getJSON("gap", this.params({ id }));
+    if (token !== this.token || this.state.gap !== id) return;
+    this.detailEl.textContent = "";
+    if (!r.ok) {
+      this.detailEl.append(h("p", { class: "pd-error", role: "alert" }, r.body.error || `HTTP ${r.status}`));
+      return;
+    }
+    this.renderDetail(r.body);
+    if (!keepZoom) {
+      const pad = Math.max(r.body.duration_ns * 0.5, 1000);
+      const bounds = this.timelineBounds();
+      if (r.body.start_ns >= bounds.start && r.body.end_ns <= bounds.end) {
+        this.state.zoom = `${Math.round(r.body.start_ns - pad)}_${Math.round(r.body.end_ns + pad)}`;
+        writeState(this.state);
+        this.renderTimeline();
+      }
+    }
+  }
+
+  traceViewerUrl(g) {
+    const overlay = routeUrl("overlay", this.params());
+    const pad = Math.max(g.duration_ns * 0.2, 10000);
+    const u = new URL("data/plugin/profile/trace_viewer_index.html", TB_ROOT);
+    u.search = `is_streaming=false&is_oss=true&trace_data_url=${encodeURIComponent(overlay.pathname + overlay.search)}` +
+      `&view_start=${((g.start_ns - pad) / 1e6).toFixed(3)}&view_end=${((g.end_ns + pad) / 1e6).toFixed(3)}`;
+    return u.href;
+  }
+
+  profileTabUrl() {
+    const u = new URL(TB_ROOT.href);
+    u.search = `run=${encodeURIComponent(this.state.run)}&tag=trace_viewer@&host=${encodeURIComponent(this.state.host)}`;
+    u.hash = "profile";
+    return u.href;
+  }
+
+  renderDetail(g) {
+    const el = this.detailEl;
+    const op = (label, o) => o ? h("div", {}, h("b", {}, label + ": "), `${o.name} (${formatNs(o.duration_ns)})`,
+      o.annotation ? h("span", { class: "pd-muted" }, ` · ${o.annotation}`) : null) : h("div", {}, h("b", {}, label + ": "), "none");
+    const byThread = new Map();
+    for (const o of g.host_ops || []) {
+      if (!byThread.has(o.thread)) byThread.set(o.thread, []);
+      byThread.get(o.thread).push(o);
+    }
+    const maxSelf = Math.max(1, ...(g.host_ops || []).map((o) => o.self_ns || 0));
+    el.append(
+      h("h2", {}, "Gap ", h("code", {}, g.id)),
+      h("div", { class: "pd-detail-head" },
+        h("span", { class: "chip", style: { background: causeColor(g.cause) } }),
+        h("b", { class: "pd-detail-cause" }, g.cause_label || causeLabel(g.cause)),
+        ` · ${formatNs(g.duration_ns)} · step ${g.step}`),
+      h("p", { class: "pd-evidence" }, g.evidence),
+      h("div", { class: "pd-actions" },
+        h("a", { class: "pd-button", id: "pd-open-trace", href: this.traceViewerUrl(g), target: "_blank", rel: "noopener" }, "Open in trace viewer"),
+        h("button", { class: "pd-button", id: "pd-open-profile", onclick: () => {
+          const w = urlWindow();
+          w.location.href = this.profileTabUrl();
+        } }, "Open in Profile tab")),
+      h("h3", {}, "Waited for"),
+      g.waited_for ? h("div", { class: "pd-chain" }, g.waited_for.chain.join(" › "),
+        h("div", { class: "pd-muted pd-small" }, `on ${g.waited_for.thread} · ${formatNs(g.waited_for.duration_ns)} · found via ${g.waited_for.found_via}`))
+        : h("p", { class: "pd-muted" }, "Nothing identified."),
+      h("h3", {}, "Host ops during the gap", g.analysed_thread ? h("span", { class: "pd-muted pd-small" }, ` (cause from thread ${g.analysed_thread})`) : null),
+      byThread.size ? h("div", { class: "pd-hostops" }, [...byThread.entries()].map(([thread, ops]) => h("div", { class: "pd-thread" },
+        h("div", { class: "pd-thread-name" }, thread),
+        ops.map((o) => h("div", { class: "pd-hostop", title: o.chain.join(" › ") },
+          h("div", { class: "pd-hostop-bar", style: { width: `${Math.max(1, 100 * (o.self_ns || 0) / maxSelf)}%` } }),
+          h("div", { class: "pd-hostop-text" }, h("b", {}, o.name), ` self ${formatNs(o.self_ns)} of ${formatNs(o.duration_ns)}`,
+            o.kind ? h("span", { class: "pd-badge" }, o.kind) : null),
+          h("div", { class: "pd-small pd-muted pd-hostop-chain" }, o.chain.join(" › "))))))) :
+        h("p", { class: "pd-muted" }, "No host ops recorded."),
+      h("h3", {}, "Syncs"),
+      (g.syncs || []).length ? h("ul", { class: "pd-syncs" }, g.syncs.map((x) => h("li", {}, `${x.name} on ${x.thread}` +
+        (x.duration_ns !== undefined ? ` (${formatNs(x.duration_ns)})` : "")))) : h("p", { class: "pd-muted" }, "None."),
+      h("h3", {}, "Neighbouring device ops"),
+      op("Previous", g.prev_op), op("Next", g.next_op));
+  }
+}

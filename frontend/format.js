@@ -1,0 +1,61 @@
+// Pure formatting helpers and the cause palette (importable in any browser page).
+
+export const CAUSE_LABELS = {
+  host_sync: "Host sync / device→host read",
+  compilation: "Compilation",
+  h2d_transfer: "Host→device transfer",
+  data_loading: "Data loading / input",
+  host_compute: "Host compute between launches",
+  launch_overhead: "Kernel-launch overhead",
+  collective_wait: "Collective wait",
+  untraced: "Untraced (host idle or not profiled)",
+  other_idle: "Other idle (short gaps / no device activity)",
+  busy: "Busy",
+};
+
+export const CAUSE_COLORS = {
+  host_sync: "#d62728",
+  compilation: "#ff7f0e",
+  h2d_transfer: "#8c8d2b",
+  data_loading: "#e7ba52",
+  host_compute: "#9467bd",
+  launch_overhead: "#7f7f7f",
+  collective_wait: "#17becf",
+  untraced: "#b0b0b0",
+  other_idle: "#dcdcdc",
+  busy: "#2ca02c",
+};
+
+export function causeLabel(cause) {
+  return CAUSE_LABELS[cause] || String(cause);
+}
+
+export function causeColor(cause) {
+  return CAUSE_COLORS[cause] || "#999999";
+}
+
+/** Nanoseconds → human text with 3 significant digits: 1234567 → "1.23 ms". */
+export function formatNs(ns) {
+  if (ns === null || ns === undefined || Number.isNaN(Number(ns))) return "–";
+  const v = Number(ns);
+  const a = Math.abs(v);
+  const units = [[1e9, "s"], [1e6, "ms"], [1e3, "µs"]];
+  for (const [scale, unit] of units) {
+    if (a >= scale) return `${sig3(v / scale)} ${unit}`;
+  }
+  return `${sig3(v)} ns`;
+}
+
+function sig3(x) {
+  const a = Math.abs(x);
+  if (a >= 100) return x.toFixed(0);
+  if (a >= 10) return x.toFixed(1);
+  return x.toFixed(2);
+}
+
+/** 0.0117 → "1.2%". */
+export function formatPct(frac) {
+  if (frac === null || frac === undefined || Number.isNaN(Number(frac))) return "–";
+  const p = Number(frac) * 100;
+  return `${p >= 10 || p === 0 ? p.toFixed(0) : p.toFixed(1)}%`;
+}

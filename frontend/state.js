@@ -1,0 +1,77 @@
+// Page selection ↔ URL hash: `#perfdiag&p.perfdiag.run=…&p.perfdiag.host=…`.
+// Pure encode/decode plus read/write against the parent (TensorBoard) window when it is
+// reachable (same origin), else our own window. Writing uses history.replaceState.
+
+export const PLUGIN = "perfdiag";
+export const KEYS = ["run", "host", "span", "device", "step", "gap", "zoom"];
+const PREFIX = `p.${PLUGIN}.`;
+
+/** Parse a location hash into our state object (only keys we know, strings). */
+export function decodeHash(hash) {
+  const out = {};
+  const h = (hash || "").replace(/^#/, "");
+  if (!h) return out;
+  for (const part of h.split("&")) {
+    const i = part.indexOf("=");
+    if (i < 0) continue;
+    const k = safeDecode(part.slice(0, i));
+    if (!k.startsWith(PREFIX)) continue;
+    const key = k.slice(PREFIX.length);
+    if (!KEYS.includes(key)) continue;
+    out[key] = safeDecode(part.slice(i + 1));
+  }
+  return out;
+}
+
+/** Build a hash (with leading '#') holding `state`, keeping other plugins' parts of `oldHash`. */
+export function encodeHash(state, oldHash) {
+  const h = (oldHash || "").replace(/^#/, "");
+  const kept = [];
+  h.split("&").filter(Boolean).forEach((part, i) => {
+    if (i === 0 && !part.includes("=")) return;  // the active plugin's id: always ours here
+    const k = safeDecode(part.split("=")[0]);
+    if (k.startsWith(PREFIX)) return;
+    kept.push(part);
+  });
+  const ours = [];
+  for (const key of KEYS) {
+    const v = state[key];
+    if (v === undefined || v === null || v === "") continue;
+    ours.push(`${PREFIX}${key}=${encodeURIComponent(String(v))}`);
+  }
+  return "#" + [PLUGIN, ...kept, ...ours].join("&");
+}
+
+function safeDecode(s) {
+  try { return decodeURIComponent(s.replace(/\+/g, " ")); } catch (e) { return s; }
+}
+
+/** The window whose URL the user sees: TensorBoard's (parent) if reachable. */
+export function urlWindow() {
+  try {
+    if (window.parent && window.parent !== window && window.parent.location.href) {
+      return window.parent;
+    }
+  } catch (e) { /* cross-origin parent: fall back to our own window */ }
+  return window;
+}
+
+export function readState() {
+  const w = urlWindow();
+  const s = decodeHash(w.location.hash);
+  if (w !== window && Object.keys(s).length === 0) return decodeHash(window.location.hash);
+  return s;
+}
+
+export function writeState(state) {
+  const w = urlWindow();
+  const hash = encodeHash(state, w.location.hash);
+  if (hash === w.location.hash) return;
+  try {
+    const url = w.location.href.split("#")[0] + hash;
+    w.history.replaceState(w.history.state, "", url);
+  } catch (e) {
+    const url = window.location.href.split("#")[0] + hash;
+    window.history.replaceState(window.history.state, "", url);
+  }
+}

@@ -1,0 +1,114 @@
+// Steps chart: one stacked bar per step (busy + idle by cause). Pure layout + SVG render.
+import { causeColor, causeLabel, formatNs, formatPct } from "./format.js";
+
+const SVG = "http://www.w3.org/2000/svg";
+
+/** Aggregate one step for one device: [{cause, ns}] busy first, then causes by size. */
+export function stepSegments(step, deviceKey) {
+  const d = (step.devices || {})[String(deviceKey)];
+  if (!d) return [];
+  const segs = [];
+  if (d.busy_ns > 0) segs.push({ cause: "busy", ns: d.busy_ns });
+  const causes = Object.entries(d.idle_by_cause_ns || {}).sort((a, b) => b[1] - a[1]);
+  let named = 0;
+  for (const [cause, ns] of causes) {
+    if (ns > 0) { segs.push({ cause, ns }); named += ns; }
+  }
+  const rest = (d.idle_ns || 0) - named;
+  if (rest > 0) segs.push({ cause: "other_idle", ns: rest });
+  return segs;
+}
+
+export function isRecompile(step) {
+  return !!(step.compile && step.compile.count > 0);
+}
+
+/**
+ * Layout: bars of equal width; bar height ∝ sqrt(step duration / longest) so that short
+ * steps stay visible next to compile steps; segments split the bar in proportion.
+ */
+export function layoutSteps(steps, deviceKey, width, height, opts = {}) {
+  const top = opts.top ?? 18, bottom = opts.bottom ?? 18;
+  const plotH = Math.max(1, height - top - bottom);
+  const n = steps.length || 1;
+  const slot = width / n;
+  const gapPx = Math.min(6, slot * 0.2);
+  const totals = steps.map((s) => stepSegments(s, deviceKey).reduce((a, x) => a + x.ns, 0));
+  const maxT = Math.max(1, ...totals);
+  return steps.map((s, i) => {
+    const segsIn = stepSegments(s, deviceKey);
+    const total = totals[i];
+    const h = total > 0 ? Math.max(3, Math.sqrt(total / maxT) * plotH) : 0;
+    let y = top + plotH;
+    const segments = segsIn.map((sg) => {
+      const sh = total > 0 ? (sg.ns / total) * h : 0;
+      y -= sh;
+      return { cause: sg.cause, ns: sg.ns, y, h: sh };
+    });
+    const dev = (s.devices || {})[String(deviceKey)] || {};
+    return {
+      id: s.id, x: i * slot + gapPx / 2, w: Math.max(1, slot - gapPx), total_ns: total,
+      barTop: top + plotH - h, busy_ns: dev.busy_ns || 0, duty_cycle: dev.duty_cycle,
+      recompile: isRecompile(s), outlier: !!s.outlier, segments,
+    };
+  });
+}
+
+export function renderStepsChart(container, diag, { deviceKey, selectedStep, onSelect }) {
+  container.textContent = "";
+  const width = Math.max(320, container.clientWidth || 800);
+  const height = 200;
+  const bars = layoutSteps(diag.steps || [], deviceKey, width, height);
+  const svg = document.createElementNS(SVG, "svg");
+  svg.setAttribute("width", String(width));
+  svg.setAttribute("height", String(height));
+  svg.setAttribute("class", "steps-svg");
+  svg.setAttribute("role", "group");
+  svg.setAttribute("aria-label", "Steps: busy vs idle time by cause");
+  for (const b of bars) {
+    const g = document.createElementNS(SVG, "g");
+    g.setAttribute("class", "step-bar" + (b.recompile ? " recompile" : "") +
+      (b.outlier ? " outlier" : "") + (String(selectedStep) === String(b.id) ? " selected" : ""));
+    g.setAttribute("data-step", String(b.id));
+    if (b.recompile) g.setAttribute("data-recompile", "1");
+    g.setAttribute("tabindex", "0");
+    g.setAttribute("role", "button");
+    const title = document.createElementNS(SVG, "title");
+    title.textContent = `Step ${b.id}: ${formatNs(b.total_ns)}, duty cycle ${formatPct(b.duty_cycle)}` +
+      (b.recompile ? " — recompiles" : "") + (b.outlier ? " — outlier" : "") +
+      b.segments.map((s) => `\n${causeLabel(s.cause)}: ${formatNs(s.ns)}`).join("");
+    g.appendChild(title);
+    const hit = document.createElementNS(SVG, "rect");
+    hit.setAttribute("x", String(b.x)); hit.setAttribute("y", "0");
+    hit.setAttribute("width", String(b.w)); hit.setAttribute("height", String(height - 18));
+    hit.setAttribute("class", "step-hit");
+    g.appendChild(hit);
+    for (const s of b.segments) {
+      const r = document.createElementNS(SVG, "rect");
+      r.setAttribute("x", String(b.x)); r.setAttribute("y", String(s.y));
+      r.setAttribute("width", String(b.w)); r.setAttribute("height", String(Math.max(0, s.h)));
+      r.setAttribute("fill", causeColor(s.cause));
+      g.appendChild(r);
+    }
+    if (b.recompile || b.outlier) {
+      const t = document.createElementNS(SVG, "text");
+      t.setAttribute("x", String(b.x + b.w / 2)); t.setAttribute("y", String(Math.max(10, b.barTop - 4)));
+      t.setAttribute("class", "step-flag");
+      t.setAttribute("text-anchor", "middle");
+      t.textContent = b.recompile ? "recompiles" : "outlier";
+      g.appendChild(t);
+    }
+    const lbl = document.createElementNS(SVG, "text");
+    lbl.setAttribute("x", String(b.x + b.w / 2)); lbl.setAttribute("y", String(height - 4));
+    lbl.setAttribute("text-anchor", "middle"); lbl.setAttribute("class", "step-label");
+    lbl.textContent = String(b.id);
+    g.appendChild(lbl);
+    const pick = () => onSelect(String(selectedStep) === String(b.id) ? null : b.id);
+    g.addEventListener("click", pick);
+    g.addEventListener("keydown", (e) => {
+      if (e.key === "Enter" || e.key === " ") { e.preventDefault(); pick(); }
+    });
+    svg.appendChild(g);
+  }
+  container.appendChild(svg);
+}

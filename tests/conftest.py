@@ -1,0 +1,122 @@
+"""Shared fixtures: paths to real traces and a real TensorBoard server."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHARED = os.path.normpath(os.path.join(ROOT, "..", "shared", "traces"))
+TESTDATA = os.path.join(ROOT, "testdata")
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def shared_path(*parts) -> str:
+    p = os.path.join(SHARED, *parts)
+    if not os.path.exists(p):
+        pytest.skip(f"real traces not available ({p} is absent; they live in ../shared/traces)")
+    return p
+
+
+def shared_files(suffixes) -> list:
+    if not os.path.isdir(SHARED):
+        return []
+    out = []
+    for dirpath, _, files in os.walk(SHARED):
+        for f in sorted(files):
+            if f.endswith(suffixes):
+                out.append(os.path.join(dirpath, f))
+    return sorted(out)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class TensorBoard:
+    def __init__(self, logdir: str, extra_env=None):
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = dict(os.environ)
+        env.setdefault("TB_PERFDIAG_CACHE_DIR", os.path.join(str(logdir) + ".cache")
+                       if "://" not in str(logdir) else "")
+        env.update(extra_env or {})
+        self.log = open(os.path.join(ROOT, "test-artifacts", f"tensorboard-{self.port}.log"), "w") \
+            if os.path.isdir(os.path.join(ROOT, "test-artifacts")) else subprocess.DEVNULL
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir), "--port",
+             str(self.port), "--host", "127.0.0.1", "--reload_interval", "0"],
+            stdout=self.log, stderr=subprocess.STDOUT, env=env)
+        deadline = time.time() + 90
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("tensorboard exited early")
+            try:
+                urllib.request.urlopen(self.url + "/data/plugins_listing", timeout=2)
+                return
+            except OSError:
+                time.sleep(0.3)
+        raise RuntimeError("tensorboard did not start in 90 s")
+
+    def get(self, path: str, timeout=120):
+        import json
+        req = urllib.request.Request(self.url + path)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                body = r.read()
+                return r.status, r.headers, (json.loads(body) if body[:1] in (b"{", b"[")
+                                            else body)
+        except urllib.error.HTTPError as e:
+            body = e.read()
+            try:
+                body = json.loads(body)
+            except ValueError:
+                pass
+            return e.code, e.headers, body
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+@pytest.fixture(scope="session")
+def artifacts_dir():
+    d = os.path.join(ROOT, "test-artifacts")
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
+@pytest.fixture(scope="session")
+def demo_logdir(tmp_path_factory):
+    """The bundled demo logdir: testdata captures + synthetic runs, copied to a temp dir
+    with one bad file added, so tests never write into the repository."""
+    import shutil
+    dst = tmp_path_factory.mktemp("logdir")
+    for name in ("captures", os.path.join("synthetic", "logdir")):
+        src = os.path.join(TESTDATA, name)
+        if os.path.isdir(src):
+            for entry in os.listdir(src):
+                s = os.path.join(src, entry)
+                if os.path.isdir(s):
+                    shutil.copytree(s, dst / entry, dirs_exist_ok=True)
+    bad = dst / "broken_run" / "plugins" / "profile" / "2026_01_01_00_00_00"
+    bad.mkdir(parents=True)
+    (bad / "badhost.xplane.pb").write_bytes(b"\x0a\xff\xff\xff\x7f garbage")
+    return dst
+
+
+@pytest.fixture(scope="session")
+def tb_demo(demo_logdir, artifacts_dir):
+    tb = TensorBoard(demo_logdir)
+    yield tb
+    tb.stop()

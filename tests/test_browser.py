@@ -1,0 +1,269 @@
+"""End-to-end checks of the Diagnose page in a real TensorBoard with headless Chromium."""
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.parse
+
+import pytest
+
+from conftest import IN_CI, TESTDATA
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def tb_own_noise(text, url):
+    """Console errors that are not this plugin's: only the browser's automatic /favicon.ico
+    request, which 404s when the plugin page is opened outside TensorBoard's shell."""
+    return url.endswith("/favicon.ico") and "status of 404" in text
+
+
+def _need_chromium():
+    if not os.path.exists(CHROMIUM):
+        if IN_CI:
+            pytest.fail(f"{CHROMIUM} is required in CI (apt-get install chromium)")
+        pytest.skip(f"{CHROMIUM} is absent (apt-get install chromium)")
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        if IN_CI:
+            pytest.fail("playwright is required in CI")
+        pytest.skip("playwright is not installed")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    _need_chromium()
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        yield b
+        b.close()
+
+
+def expected_broken_run_422(text, url):
+    """Chromium logs every HTTP error response as a console error. The deliberately broken
+    run answers /diagnosis (and /gap, /overlay) with 422 and the page shows that error: this
+    one message is expected whenever the broken run is selected (it is the default when it
+    sorts first)."""
+    return ("status of 422" in text and "/data/plugin/perfdiag/" in url
+            and "run=broken_run" in url)
+
+
+class Console:
+    """Collects console errors and page errors from every frame of a page."""
+
+    def __init__(self, page):
+        self.errors = []
+        page.on("console", lambda m: self.errors.append(("console", m.text, m.location.get("url", "")))
+                if m.type == "error" else None)
+        page.on("pageerror", lambda e: self.errors.append(("pageerror", str(e), "")))
+
+    def unexpected(self, allowed=()):
+        out = []
+        for kind, text, url in self.errors:
+            if any(a in text for a in allowed):
+                continue
+            if tb_own_noise(text, url):
+                continue
+            if expected_broken_run_422(text, url):
+                continue
+            out.append((kind, text, url))
+        return out
+
+
+@pytest.fixture
+def page(browser):
+    ctx = browser.new_context(viewport={"width": 1400, "height": 1100})
+    pg = ctx.new_page()
+    pg.console_log = Console(pg)
+    yield pg
+    ctx.close()
+
+
+def manifest_compile_steps(folder):
+    with open(os.path.join(TESTDATA, "captures", "MANIFEST.json")) as f:
+        m = json.load(f)
+    for c in m["captures"]:
+        if c["folder"] == folder:
+            return sorted(c["ground_truth"]["compile_steps"])
+    raise AssertionError(f"{folder} not in MANIFEST.json")
+
+
+def runs(tb):
+    status, _, body = tb.get("/data/plugin/perfdiag/runs")
+    assert status == 200
+    return body["runs"]
+
+
+def run_named(tb, prefix):
+    for r in runs(tb):
+        if r["run"] == prefix or r["run"].startswith(prefix + "/"):
+            return r
+    raise AssertionError(f"no run {prefix} in {[r['run'] for r in runs(tb)]}")
+
+
+def plugin_frame(page, timeout=30):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        for f in page.frames:
+            if "plugin_entry.html" in f.url and "name=perfdiag" in f.url:
+                return f
+        page.wait_for_timeout(100)
+    raise AssertionError(f"Diagnose iframe never loaded; frames: {[f.url for f in page.frames]}")
+
+
+def open_diagnose(page, tb, hash_extra=""):
+    page.goto(tb.url + "/#perfdiag" + hash_extra)
+    return plugin_frame(page)
+
+
+def wait_loaded(frame, run, step=""):
+    """Wait until the page finished loading the diagnosis of `run` (and `step`)."""
+    frame.wait_for_function(
+        "([run, step]) => { const d = document.getElementById('perfdiag-root')?.dataset.loaded;"
+        " return !!d && d.startsWith(run + '|') && d.split('|')[2] === step; }",
+        arg=[run, str(step)], timeout=60000)
+
+
+def choose_run(frame, run):
+    frame.wait_for_selector("#pd-run", timeout=30000)
+    frame.select_option("#pd-run", run)
+    wait_loaded(frame, run)
+
+
+def test_tab_appears_and_recompiling_steps_marked(page, tb_demo, artifacts_dir):
+    frame = open_diagnose(page, tb_demo)
+    assert page.get_by_text("Diagnose", exact=False).first.is_visible()
+    run = run_named(tb_demo, "torch_xla_cpu")
+    choose_run(frame, run["run"])
+    expected = manifest_compile_steps("torch_xla_cpu")
+    marked = sorted(int(x) for x in frame.eval_on_selector_all(
+        ".step-bar[data-recompile]", "els => els.map(e => e.dataset.step)"))
+    assert marked == expected
+    flags = frame.eval_on_selector_all(".step-bar[data-recompile] .step-flag", "els => els.map(e => e.textContent)")
+    assert flags and all(t == "recompiles" for t in flags)
+    # Summary: duty cycle with its definition, findings ordered by time lost per step.
+    duty_title = frame.get_attribute(".pd-summary .pd-stat", "title")
+    assert "Duty cycle" in duty_title
+    assert frame.locator(".pd-finding").count() > 0
+    assert "Recompilation" in frame.locator(".pd-finding").first.inner_text()
+    page.screenshot(path=os.path.join(artifacts_dir, "diagnose-steps.png"))
+    assert page.console_log.unexpected() == []
+
+
+def test_largest_gap_detail_and_trace_viewer(page, tb_demo, artifacts_dir):
+    run = run_named(tb_demo, "torch_xla_cpu")
+    host = run["hosts"][0]["name"]
+    q = urllib.parse.urlencode({"run": run["run"], "host": host, "gaps_limit": 1})
+    _, _, diag = tb_demo.get("/data/plugin/perfdiag/diagnosis?" + q)
+    largest = diag["gaps"][0]
+    frame = open_diagnose(page, tb_demo)
+    choose_run(frame, run["run"])
+    first = frame.locator(".gap-row").first
+    assert first.get_attribute("data-gap") == largest["id"]
+    first.focus()
+    page.keyboard.press("Enter")   # keyboard reachable
+    frame.wait_for_selector(".pd-detail-cause", timeout=30000)
+    assert frame.inner_text(".pd-detail-cause") == largest["cause_label"]
+    assert frame.locator(".pd-hostop").count() > 0
+    assert "ThunkExecutor" in frame.inner_text(".pd-chain") or frame.inner_text(".pd-chain")
+    page.screenshot(path=os.path.join(artifacts_dir, "diagnose-gap-detail.png"))
+
+    href = frame.get_attribute("#pd-open-trace", "href")
+    assert "trace_viewer_index.html" in href and "trace_data_url=" in href
+    assert "view_start=" in href and "view_end=" in href
+    viewer = page.context.new_page()
+    viewer_console = Console(viewer)
+    with viewer.expect_response(lambda r: "/data/plugin/perfdiag/overlay" in r.url, timeout=60000) as resp:
+        viewer.goto(href)
+    overlay = resp.value.json()
+    gap_slices = [e for e in overlay["traceEvents"] if e.get("cat") == "gap"]
+    assert len(gap_slices) == diag["gaps_total"]
+    assert any(e["args"]["gap"] == largest["id"] for e in gap_slices)
+    viewer.wait_for_timeout(3000)
+    viewer.screenshot(path=os.path.join(artifacts_dir, "trace-viewer-overlay.png"))
+    assert [e for e in viewer_console.errors if e[0] == "pageerror"] == []
+    # The Export link downloads the same overlay.
+    export = frame.get_attribute("#pd-export", "href")
+    assert "/data/plugin/perfdiag/overlay?" in export
+    assert page.console_log.unexpected() == []
+
+
+def test_deep_link_restores_selection_in_new_context(page, browser, tb_demo, artifacts_dir):
+    run = run_named(tb_demo, "torch_xla_cpu")
+    frame = open_diagnose(page, tb_demo)
+    choose_run(frame, run["run"])
+    frame.click('.step-bar[data-step="5"]')
+    wait_loaded(frame, run["run"], 5)
+    frame.wait_for_selector('.step-bar.selected[data-step="5"]', timeout=30000)
+    frame.wait_for_selector("#pd-clear-step")
+    row = frame.locator(".gap-row").first
+    gap_id = row.get_attribute("data-gap")
+    row.click()
+    frame.wait_for_selector(".pd-detail-cause")
+    url = page.url
+    assert "p.perfdiag.step=5" in url and "p.perfdiag.gap=" in url
+
+    ctx2 = browser.new_context(viewport={"width": 1400, "height": 1100})
+    try:
+        p2 = ctx2.new_page()
+        c2 = Console(p2)
+        p2.goto(url)
+        f2 = plugin_frame(p2)
+        f2.wait_for_selector('.step-bar.selected[data-step="5"]', timeout=60000)
+        assert f2.eval_on_selector("#pd-run", "e => e.value") == run["run"]
+        assert f2.eval_on_selector("#pd-host", "e => e.value") == run["hosts"][0]["name"]
+        f2.wait_for_selector(f'.gap-row.selected[data-gap="{gap_id}"]')
+        f2.wait_for_selector(".pd-detail-cause")
+        assert gap_id in f2.inner_text("#pd-detail")
+        assert all(g.get_attribute("data-gap") for g in f2.locator(".gap-row").all())
+        steps = f2.eval_on_selector_all(".gap-row .gap-step", "els => els.map(e => e.textContent)")
+        assert steps and set(steps) == {"step 5"}
+        p2.screenshot(path=os.path.join(artifacts_dir, "deep-link-restored.png"))
+        assert c2.unexpected() == []
+    finally:
+        ctx2.close()
+    assert page.console_log.unexpected() == []
+
+
+def test_broken_run_shows_error_while_others_work(page, tb_demo, artifacts_dir):
+    frame = open_diagnose(page, tb_demo)
+    broken = run_named(tb_demo, "broken_run")
+    choose_run(frame, broken["run"])
+    frame.wait_for_selector(".pd-error", timeout=60000)
+    text = frame.inner_text(".pd-error")
+    assert "badhost.xplane.pb" in text
+    page.screenshot(path=os.path.join(artifacts_dir, "broken-run-error.png"))
+    for r in runs(tb_demo):
+        if r["run"] == broken["run"]:
+            continue
+        choose_run(frame, r["run"])
+        frame.wait_for_selector(".step-bar", timeout=60000)
+        assert frame.locator(".pd-error").count() == 0
+    # The only console errors allowed: the browser's own note of the expected HTTP 422.
+    assert page.console_log.unexpected() == []
+
+
+def test_empty_logdir_shows_how_to(browser, tmp_path, artifacts_dir):
+    from conftest import TensorBoard
+    logdir = tmp_path / "empty"
+    logdir.mkdir()
+    tb = TensorBoard(logdir)
+    try:
+        ctx = browser.new_context(viewport={"width": 1400, "height": 1100})
+        pg = ctx.new_page()
+        con = Console(pg)
+        pg.goto(tb.url + "/data/plugin_entry.html?name=perfdiag")
+        pg.wait_for_selector(".pd-howto", timeout=30000)
+        text = pg.inner_text(".pd-howto")
+        for needle in ("tensorboard_trace_handler", "xp.start_trace", "xp.stop_trace", "jax.profiler.trace"):
+            assert needle in text
+        pg.screenshot(path=os.path.join(artifacts_dir, "empty-logdir-howto.png"))
+        assert con.unexpected() == []
+        ctx.close()
+    finally:
+        tb.stop()

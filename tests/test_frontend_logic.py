@@ -1,0 +1,92 @@
+"""Pure logic of the Diagnose page (URL state, formatting, step-chart layout), run in
+headless Chromium: the ES modules are imported, as served by a real TensorBoard."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from conftest import IN_CI
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+@pytest.fixture(scope="module")
+def js(tb_demo):
+    if not os.path.exists(CHROMIUM):
+        if IN_CI:
+            pytest.fail(f"{CHROMIUM} is required in CI")
+        pytest.skip(f"{CHROMIUM} is absent (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        pg = b.new_page()
+        errors = []
+        pg.on("pageerror", lambda e: errors.append(str(e)))
+        pg.goto(tb_demo.url + "/data/plugin/perfdiag/version")
+        base = tb_demo.url + "/data/plugin/perfdiag/"
+
+        def run(body, arg=None):
+            return pg.evaluate(
+                "async ([base, body, arg]) => {"
+                " const m = {};"
+                " for (const n of ['state', 'format', 'steps_chart', 'timeline', 'api'])"
+                "   m[n] = await import(base + n + '.js');"
+                " return await (new Function('m', 'arg', body))(m, arg); }",
+                [base, body, arg])
+        yield run
+        assert errors == []
+        b.close()
+
+
+def test_state_round_trip(js):
+    state = {"run": "torch_xla_cpu/2026 11&x=y", "host": "cpu#host", "span": "", "device": "0",
+             "step": "5", "gap": "0-3420028685", "zoom": "100_200"}
+    out = js("const h = m.state.encodeHash(arg, '#perfdiag&p.perfdiag.run=old&other=1');"
+             " return [h, m.state.decodeHash(h)];", state)
+    h, decoded = out
+    assert h.startswith("#perfdiag&")
+    assert "other=1" in h and "p.perfdiag.run=old" not in h
+    assert decoded == {k: v for k, v in state.items() if v}
+    assert js("return m.state.decodeHash('#scalars&p.other.run=x&p.perfdiag.bogus=1')") == {}
+    assert js("return m.state.decodeHash('')") == {}
+
+
+def test_format_ns(js):
+    got = js("return [1234567, 999, 1500, 2.5e9, 0, null, 12345678].map(m.format.formatNs)")
+    assert got == ["1.23 ms", "999 ns", "1.50 µs", "2.50 s", "0.00 ns", "–", "12.3 ms"]
+    assert js("return [0.0117, 0.5, 0].map(m.format.formatPct)") == ["1.2%", "50%", "0%"]
+
+
+def test_step_layout_and_aggregation(js):
+    steps = [
+        {"id": 0, "start_ns": 0, "end_ns": 100, "compile": {"count": 1}, "outlier": True,
+         "devices": {"0": {"busy_ns": 10, "idle_ns": 90, "idle_by_cause_ns": {"compilation": 60, "data_loading": 20}}}},
+        {"id": 1, "start_ns": 100, "end_ns": 125, "compile": {"count": 0},
+         "devices": {"0": {"busy_ns": 20, "idle_ns": 5, "idle_by_cause_ns": {}}}},
+    ]
+    segs = js("return m.steps_chart.stepSegments(arg, 0)", steps[0])
+    assert segs == [{"cause": "busy", "ns": 10}, {"cause": "compilation", "ns": 60},
+                    {"cause": "data_loading", "ns": 20}, {"cause": "other_idle", "ns": 10}]
+    bars = js("return m.steps_chart.layoutSteps(arg, 0, 200, 136, {top: 18, bottom: 18})", steps)
+    assert [b["recompile"] for b in bars] == [True, False]
+    assert bars[0]["w"] < 100 and bars[1]["x"] > bars[0]["x"]
+    # Tallest bar fills the plot (100 px); the other is sqrt(25/100) of it.
+    h0 = sum(s["h"] for s in bars[0]["segments"])
+    h1 = sum(s["h"] for s in bars[1]["segments"])
+    assert abs(h0 - 100) < 1e-6 and abs(h1 - 50) < 1e-6
+    # Segments stack upwards from the baseline without overlap.
+    s0 = bars[0]["segments"]
+    assert abs(s0[0]["y"] + s0[0]["h"] - 118) < 1e-6
+    assert all(abs(a["y"] - (b["y"] + b["h"])) < 1e-6 for a, b in zip(s0, s0[1:]))
+
+
+def test_timeline_zoom_and_api_base(js):
+    v = js("return m.timeline.zoomView({start: 0, end: 1000000}, 500000, 0.5, {start: 0, end: 1000000})")
+    assert v == {"start": 250000, "end": 750000}
+    v = js("return m.timeline.panView({start: 0, end: 1000}, -500, {start: 0, end: 10000})")
+    assert v == {"start": 0, "end": 1000}
+    base = js("return [m.api.BASE.pathname, m.api.TB_ROOT.pathname]")
+    assert base == ["/data/plugin/perfdiag/", "/"]

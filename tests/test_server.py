@@ -1,0 +1,117 @@
+"""A real TensorBoard server lists the Diagnose tab and serves runs and diagnoses."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from conftest import TESTDATA, TensorBoard
+
+
+def _expected_runs(logdir):
+    from tb_perfdiag.discovery import scan_logdir
+    return {r.name: sorted({s.host for s in r.sources}) for r in scan_logdir(str(logdir)).values()}
+
+
+def test_plugins_listing_and_runs(tb_demo, demo_logdir):
+    status, _, listing = tb_demo.get("/data/plugins_listing")
+    assert status == 200
+    assert listing["perfdiag"]["enabled"] is True
+    assert listing["perfdiag"]["tab_name"] == "Diagnose"
+    status, headers, body = tb_demo.get("/data/plugin/perfdiag/runs")
+    assert status == 200 and headers["Content-Type"].startswith("application/json")
+    got = {r["run"]: sorted(h["name"] for h in r["hosts"]) for r in body["runs"]}
+    assert got == _expected_runs(demo_logdir)
+    torch = [r for r in body["runs"] if r["layout"] == "pytorch" and "torch_cpu" in r["run"]]
+    assert torch and len(torch[0]["hosts"][0]["spans"]) == 2      # two capture windows
+    assert {s["file"].endswith(".gz") for s in torch[0]["hosts"][0]["spans"]} == {True, False}
+
+
+def test_diagnosis_route_and_gap_detail(tb_demo):
+    _, _, runs = tb_demo.get("/data/plugin/perfdiag/runs")
+    run = [r for r in runs["runs"] if "torch_xla_cpu" in r["run"]][0]
+    q = f"run={run['run']}&host={run['hosts'][0]['name']}"
+    status, _, d = tb_demo.get(f"/data/plugin/perfdiag/diagnosis?{q}&gaps_limit=5")
+    assert status == 200 and d["schema_version"] == 1
+    assert len(d["gaps"]) == 5 and d["gaps_total"] >= 5
+    gid = d["gaps"][0]["id"]
+    status, _, g = tb_demo.get(f"/data/plugin/perfdiag/gap?{q}&id={gid}")
+    assert status == 200 and g["id"] == gid and g["host_ops"]
+    status, _, ov = tb_demo.get(f"/data/plugin/perfdiag/overlay?{q}")
+    assert status == 200 and any(e.get("cat") == "gap" for e in ov["traceEvents"])
+
+
+def test_bad_file_is_reported_and_others_work(tb_demo):
+    status, _, body = tb_demo.get("/data/plugin/perfdiag/diagnosis?"
+                                  "run=broken_run/2026_01_01_00_00_00&host=badhost")
+    assert status == 422 and body["file"] == "badhost.xplane.pb" and body["error"]
+    status, _, _ = tb_demo.get("/data/plugins_listing")
+    assert status == 200
+
+
+@pytest.mark.parametrize("query", [
+    "run=../../etc&host=passwd", "run=%2Fetc&host=passwd", "run=..%2F..&host=x",
+    "run=a%00b&host=x", "run=" + "a" * 5000 + "&host=x", "host=x", "run=x",
+])
+def test_requests_cannot_leave_the_logdir(tb_demo, query):
+    for route in ("diagnosis", "gap", "overlay"):
+        status, _, body = tb_demo.get(f"/data/plugin/perfdiag/{route}?{query}&id=1")
+        assert status in (400, 404), (route, query, status)
+        assert "root:" not in json.dumps(body)
+
+
+def test_new_profiles_appear_without_restart(tmp_path, artifacts_dir):
+    logdir = tmp_path / "live"
+    logdir.mkdir()
+    tb = TensorBoard(logdir)
+    try:
+        _, _, body = tb.get("/data/plugin/perfdiag/runs")
+        assert body["runs"] == []
+        src = os.path.join(TESTDATA, "captures", "torch_cpu")
+        shutil.copytree(src, logdir / "late_run")
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            _, _, body = tb.get("/data/plugin/perfdiag/runs")
+            if body["runs"]:
+                break
+            time.sleep(1)
+        assert [r["run"] for r in body["runs"]] == ["late_run"]
+        _, _, listing = tb.get("/data/plugins_listing")
+        assert listing["perfdiag"]["enabled"] is True
+    finally:
+        tb.stop()
+
+
+def test_fsspec_logdir_runs_route():
+    """A remote-style logdir (fsspec memory://) through the plugin's WSGI app."""
+    import fsspec
+    from werkzeug.test import Client
+    from tb_perfdiag.plugin import DiagnosePlugin
+    fs = fsspec.filesystem("memory")
+    src = os.path.join(TESTDATA, "captures", "torch_cpu")
+    for f in sorted(os.listdir(src)):
+        fs.pipe(f"/remote_ld/team/runA/{f}", open(os.path.join(src, f), "rb").read())
+    xla = os.path.join(TESTDATA, "captures", "torch_xla_cpu", "plugins", "profile")
+    run = sorted(os.listdir(xla))[0]
+    fs.pipe(f"/remote_ld/xla/plugins/profile/{run}/cpuhost.xplane.pb",
+            open(os.path.join(xla, run, "cpuhost.xplane.pb"), "rb").read())
+    fs.pipe(f"/remote_ld/xla/plugins/profile/{run}/mod.hlo_proto.pb", b"ignored")
+    plugin = DiagnosePlugin(SimpleNamespace(logdir="memory://remote_ld", multiplexer=None))
+    assert plugin.is_active()
+    apps = plugin.get_plugin_apps()
+    from werkzeug.wrappers import Response
+
+    def call(path, qs=""):
+        c = Client(apps[path], Response)
+        r = c.get(f"/data/plugin/perfdiag{path}", query_string=qs)
+        return r.status_code, json.loads(r.data)
+    status, body = call("/runs")
+    assert status == 200
+    got = {r["run"]: sorted(h["name"] for h in r["hosts"]) for r in body["runs"]}
+    assert got == {"team/runA": ["toyhost"], f"xla/{run}": ["cpuhost"]}
+    status, d = call("/diagnosis", f"run=xla/{run}&host=cpuhost")
+    assert status == 200 and d["findings"]
