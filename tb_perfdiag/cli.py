@@ -87,7 +87,7 @@ def cmd_diagnose(args) -> int:
             continue
         if args.step is not None:
             d["gaps"] = [g for g in d["gaps"] if g["step"] == args.step]
-            d["steps"] = [s for s in d["steps"] if s["id"] == args.step]
+        d.update(gaps_total=len(d["gaps"]), gaps_offset=0, gaps_limit=len(d["gaps"]))
         results.append((label, d))
     if not results:
         print(f"no profiles found under {args.path}", file=sys.stderr)

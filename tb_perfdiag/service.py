@@ -5,18 +5,20 @@ Kept apart from ``plugin.py`` so it can be tested without a TensorBoard server.
 from __future__ import annotations
 
 import os
+import threading
 
 import numpy as np
 
 from . import __version__
 from .analysis import Options, diagnose_trace
+from .analysis.diagnosis import gap_detail, host_context
 from .analysis import causes as C
 from .cache import DiagnosisCache
 from .discovery import Catalog
 from .storage import file_identity
 from .trace import TraceError, load
 
-MAX_GAPS_PAGE = 1000
+MAX_GAPS_PAGE = 100_000
 DEFAULT_GAPS_PAGE = 200
 DEFAULT_MAX_FILE_MB = float(os.environ.get("TB_PERFDIAG_MAX_FILE_MB", "4096"))
 CAUSE_COLORS = {  # Chrome trace viewer reserved colour names
@@ -53,6 +55,8 @@ class DiagnosisService:
         self.catalog = catalog
         self.cache = cache or DiagnosisCache(version=__version__)
         self.max_file_mb = max_file_mb
+        self._contexts: dict = {}
+        self._ctx_lock = threading.Lock()
 
     # ---- resolving a request to a file ----
     def _source(self, params):
@@ -115,7 +119,7 @@ class DiagnosisService:
                 raise BadRequest("step must be an integer") from None
             gaps = [g for g in gaps if g["step"] == step_i]
         out = dict(body)
-        out["gaps"] = [_summary(g) for g in gaps[offset:offset + limit]]
+        out["gaps"] = gaps[offset:offset + limit]
         out["gaps_total"] = len(gaps)
         out["gaps_offset"] = offset
         out["gaps_limit"] = limit
@@ -130,8 +134,32 @@ class DiagnosisService:
             return status, body
         for g in body["gaps"]:
             if g["id"] == gap_id:
+                if not g.get("detail"):
+                    g = self._detail(params, g)
                 return 200, g
         return 404, {"error": f"no gap {gap_id!r} in this diagnosis"}
+
+    def _detail(self, params, gap: dict) -> dict:
+        """Host-op detail of a gap outside the precomputed largest ones (cached)."""
+        src = self._source(params)
+        ident = file_identity(src.path)
+        key = ("detail", ident, gap["id"])
+
+        def compute():
+            with self._ctx_lock:
+                hit = self._contexts.get(ident)
+            if hit is None:
+                trace = load(src.path)
+                hit = (trace, host_context(trace))
+                with self._ctx_lock:
+                    self._contexts[ident] = hit
+                    while len(self._contexts) > 2:       # traces are big: keep few
+                        self._contexts.pop(next(iter(self._contexts)))
+            return gap_detail(hit[0], gap, hit[1])
+        try:
+            return self.cache.get_or_compute(key, compute)
+        except TraceError:
+            return gap
 
     def overlay_json(self, params):
         """Chrome trace JSON: one track per device with a slice per gap, coloured by
@@ -188,10 +216,3 @@ class DiagnosisService:
                         "tid": int(trace.track[e]), "ts": int(trace.ts[e]) / 1e6,
                         "dur": int(trace.dur[e]) / 1e6})
         return out
-
-
-def _summary(g: dict) -> dict:
-    """A gap without its bulky detail (host ops come from the /gap route)."""
-    s = {k: v for k, v in g.items() if k not in ("host_ops", "syncs")}
-    s["host_ops"] = g["host_ops"][:3]
-    return s

@@ -115,3 +115,25 @@ def test_fsspec_logdir_runs_route():
     assert got == {"team/runA": ["toyhost"], f"xla/{run}": ["cpuhost"]}
     status, d = call("/diagnosis", f"run=xla/{run}&host=cpuhost")
     assert status == 200 and d["findings"]
+
+
+def test_gap_detail_on_demand_for_small_gaps(tmp_path):
+    """Gaps beyond the precomputed largest ones still get their host ops via /gap."""
+    from conftest import shared_path
+    from tb_perfdiag.cache import DiagnosisCache
+    from tb_perfdiag.discovery import Catalog
+    from tb_perfdiag.service import DiagnosisService
+    src = shared_path("public", "HolisticTraceAnalysis", "tests", "data", "trace_diff", "control",
+                      "control.json.gz")
+    (tmp_path / "ld" / "control").mkdir(parents=True)
+    shutil.copy(src, tmp_path / "ld" / "control" / "rank0.1700000000000.pt.trace.json.gz")
+    svc = DiagnosisService(Catalog(str(tmp_path / "ld")),
+                           DiagnosisCache(disk_dir=str(tmp_path / "cache")))
+    run = next(iter(svc.catalog.runs().values()))
+    q = {"run": run.name, "host": run.sources[0].host}
+    status, d = svc.diagnosis_json({**q, "gaps_limit": "100000"})
+    lazy = [g for g in d["gaps"] if not g["detail"]]
+    assert status == 200 and lazy
+    status, g = svc.gap_json({**q, "id": lazy[-1]["id"]})
+    assert status == 200 and g["detail"] is True and g["host_ops"]
+    assert svc.cache.computations == 2          # the diagnosis and this one detail

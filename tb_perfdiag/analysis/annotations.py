@@ -54,7 +54,8 @@ def op_paths(trace: Trace, ops: np.ndarray, origin: np.ndarray) -> tuple[np.ndar
         ann = nearest_annotation(trace)
         a = ann[origin[ops[need]]]
         u, inv = np.unique(a, return_inverse=True)
-        mapped = np.array([intern(annotation_path(trace, x)) if x >= 0 else -1
+        memo: dict = {}
+        mapped = np.array([intern(annotation_path(trace, x, memo)) if x >= 0 else -1
                            for x in u.tolist()], np.int64)
         got = mapped[inv.reshape(-1)]
         pid[np.flatnonzero(need)] = got
@@ -83,13 +84,22 @@ def nearest_annotation(trace: Trace) -> np.ndarray:
     return ann
 
 
-def annotation_path(trace: Trace, e: int) -> tuple:
-    names = []
-    while e >= 0:
-        if trace.kind[e] in (K.ANNOTATION, K.DATA):
-            names.append(trace.strings[int(trace.name[e])])
+_ANN_KINDS = (int(K.ANNOTATION), int(K.DATA))
+
+
+def annotation_path(trace: Trace, e: int, memo: dict | None = None) -> tuple:
+    """Names of the user annotations enclosing ``e`` (itself included), outermost first."""
+    memo = {} if memo is None else memo
+    pending = []
+    while e >= 0 and e not in memo:
+        pending.append(e)
         e = int(trace.parent[e])
-    return tuple(reversed(names))
+    base = memo.get(e, ()) if e >= 0 else ()
+    for x in reversed(pending):
+        if int(trace.kind[x]) in _ANN_KINDS:
+            base = base + (trace.strings[int(trace.name[x])],)
+        memo[x] = base
+    return base
 
 
 def device_time(trace: Trace, ops: np.ndarray, op_step: np.ndarray, step_ids: np.ndarray,

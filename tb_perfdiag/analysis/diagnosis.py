@@ -15,14 +15,14 @@ from . import causes as C
 from . import findings as find_mod
 from .attribution import VIA_NAMES, origins, root_origin
 from .gaps import classify_gaps, device_busy, find_gaps
+from .gap_json import add_detail, gaps_json
 from .hostline import B_COMPILE, build_hostlines, event_buckets
 from .intervals import covered
 from .steps import DEFINITION as STEP_DEFINITION, device_windows, find_steps, step_of_time
 
 SCHEMA_VERSION = 1
 DEFAULT_THRESHOLD_US = 5.0
-DETAIL_LIMIT = 2000           # gaps with full host-op detail (largest first)
-HOST_OPS_PER_THREAD = 8
+DETAIL_LIMIT = 500            # gaps with host-op detail up front (largest first)
 
 DEFINITIONS = {
     "busy": "Busy set of a device: the union over all its streams/lines of kernels, memcpy and "
@@ -44,10 +44,10 @@ DEFINITIONS = {
 class Options:
     threshold_us: float = DEFAULT_THRESHOLD_US
     kernels_only: bool = False
-    step: int | None = None          # restrict gaps/steps output to one step
+    detail_limit: int = DETAIL_LIMIT  # largest gaps whose host ops are computed up front
 
     def key(self) -> tuple:
-        return (float(self.threshold_us), bool(self.kernels_only))
+        return (float(self.threshold_us), bool(self.kernels_only), int(self.detail_limit))
 
 
 @dataclass
@@ -73,45 +73,15 @@ def _ns(ps) -> int:
     return int(round(int(ps) / 1000))
 
 
-def _chain_names(trace: Trace, e: int) -> list:
-    return [trace.strings[int(trace.name[i])] for i in trace.chain(e)]
-
-
-def _op_json(trace: Trace, e: int) -> dict | None:
-    if e < 0:
-        return None
-    return {"name": trace.event_name(e), "start_ns": _ns(trace.ts[e]),
-            "duration_ns": _ns(trace.dur[e]), "hlo_op": trace.stat_str("hlo_op", e),
-            "annotation": trace.stat_str("op_name", e) or trace.stat_str("tf_op", e),
-            "track": trace.track_label[int(trace.track[e])]}
-
-
 def diagnose_trace(trace: Trace, options: Options | None = None) -> Diagnosis:
     opt = options or Options()
     threshold_ps = int(round(opt.threshold_us * 1e6))
     n = trace.n_events
     warnings = list(trace.warnings)
 
-    mk_names = {}
-    mk = trace.stats.get("memcpy_kind")
-    memcpy_of = np.zeros(n, np.int8)           # 1 h2d, 2 d2h on device memcpy events
-    if mk is not None:
-        code = {"h2d": 1, "d2h": 2}
-        vals = np.array([code.get(trace.strings[v], 0) for v in mk.values.tolist()], np.int8)
-        memcpy_of[mk.events] = vals
-    else:
-        mem = np.flatnonzero(trace.kind == K.MEMCPY)
-        for e in mem.tolist():
-            nm = trace.event_name(e)
-            mk_names.setdefault(nm, {"h2d": 1, "d2h": 2}.get(memcpy_kind(nm), 0))
-            memcpy_of[e] = mk_names[nm]
-    origin, via = origins(trace)
-    # runtime memcpy calls inherit the direction of the copy they issued
-    launch_memcpy = np.zeros(n, np.int8)
-    dev_mem = np.flatnonzero((memcpy_of > 0) & (origin >= 0))
-    launch_memcpy[origin[dev_mem]] = memcpy_of[dev_mem]
-    buckets = event_buckets(trace, launch_memcpy)
-    lines = build_hostlines(trace, buckets, trace.host_tracks())
+    ctx = host_context(trace)
+    memcpy_of, origin, via, buckets, lines = (ctx["memcpy_of"], ctx["origin"], ctx["via"],
+                                              ctx["buckets"], ctx["lines"])
 
     steps = find_steps(trace)
     root = root_origin(trace, origin)
@@ -194,22 +164,17 @@ def diagnose_trace(trace: Trace, options: Options | None = None) -> Diagnosis:
     _mark_outliers(steps_out)
 
     # ---- gaps, largest first ----
-    gaps_out = []
-    if gaps_all:
-        dev = np.concatenate([g.device for g in gaps_all])
-        order_keys = np.concatenate([g.duration for g in gaps_all])
-        flat = [(gi, i) for gi, g in enumerate(gaps_all) for i in range(len(g))]
-        order = np.argsort(-order_keys, kind="stable")
-        for rank, k in enumerate(order.tolist()):
-            gi, i = flat[k]
-            g = gaps_all[gi]
-            # a gap belongs to the step of the op it waited for (that step's host work
-            # kept the device idle), else to the window it starts in
-            s_idx = int(ev_step[g.next_op[i]]) if steps.source != "whole_trace" else 0
-            if s_idx < 0:
-                s_idx = int(step_of_time_window(steps_dev[int(dev[k])], int(g.start[i])))
-            gaps_out.append(_gap_json(trace, g, i, rank, steps, s_idx, lines,
-                                      detail=rank < DETAIL_LIMIT, via=via))
+    # a gap belongs to the step of the op it waited for (that step's host work kept the
+    # device idle), else to the window it starts in
+    gap_step = []
+    for g in gaps_all:
+        st = ev_step[g.next_op] if steps.source != "whole_trace" else np.zeros(len(g), np.int64)
+        sd = steps_dev[int(g.device[0])] if len(g) else None
+        if sd is not None:
+            by_window = np.searchsorted(sd[0], g.start, side="right") - 1
+            st = np.where(st >= 0, st, by_window)
+        gap_step.append(st.astype(np.int64))
+    gaps_out = gaps_json(trace, gaps_all, gap_step, steps.ids, via, lines, opt.detail_limit)
     # ids in time order are more stable to share than rank: id = device:start_ns
     hta = {"host_wait_ns": 0, "kernel_wait_ns": 0, "other_ns": 0}
     for g in gaps_out:
@@ -236,14 +201,6 @@ def diagnose_trace(trace: Trace, options: Options | None = None) -> Diagnosis:
     return diag
 
 
-def step_of_time_window(sd, t: int) -> int:
-    if sd is None:
-        return -1
-    wb, we = sd[0], sd[1]
-    k = int(np.searchsorted(wb, t, side="right")) - 1
-    return k
-
-
 def _mark_outliers(steps_out: list) -> None:
     if len(steps_out) < 3:
         for s in steps_out:
@@ -255,72 +212,35 @@ def _mark_outliers(steps_out: list) -> None:
         s["outlier"] = bool(d > 1.5 * med or s["compile"]["count"] > 0)
 
 
-def _gap_json(trace: Trace, g, i: int, rank: int, steps, s_idx: int, lines: dict,
-              detail: bool, via) -> dict:
-    a, b = int(g.start[i]), int(g.end[i])
-    cause = C.ALL[int(g.cause[i])]
-    wf = int(g.waited_for[i])
-    out = {
-        "id": f"{int(g.device[i])}-{_ns(a)}",
-        "rank": rank,
-        "device": int(g.device[i]),
-        "step": int(steps.ids[s_idx]) if s_idx >= 0 else None,
-        "start_ns": _ns(a), "end_ns": _ns(b), "duration_ns": _ns(b - a),
-        "cause": cause, "cause_label": C.LABELS[cause], "hta_category": C.HTA[cause],
-        "evidence": g.evidence[i],
-        "host_time_by_cause_ns": {C.ALL[C.ALL.index(c)] if c in C.ALL else c: _ns(v)
-                                  for c, v in zip(_bucket_names(), g.bucket_time[i].tolist())
-                                  if v > 0},
-        "analysed_thread": trace.track_label[int(g.thread[i])] if g.thread[i] >= 0 else None,
-        "prev_op": _op_json(trace, int(g.prev_op[i])),
-        "next_op": _op_json(trace, int(g.next_op[i])),
-        "waited_for": None, "host_ops": [], "syncs": [], "detail": detail,
-    }
-    if wf >= 0:
-        out["waited_for"] = {"name": trace.event_name(wf), "chain": _chain_names(trace, wf),
-                             "thread": trace.track_label[int(trace.track[wf])],
-                             "start_ns": _ns(trace.ts[wf]), "duration_ns": _ns(trace.dur[wf]),
-                             "found_via": VIA_NAMES.get(int(via[int(g.next_op[i])]), "link")}
-    if not detail:
-        return out
-    host_ops, syncs = [], []
-    for t, line in lines.items():
-        s, e, inner = line.segments(a, b)
-        if s.size == 0:
-            continue
-        ok = inner >= 0
-        if not ok.any():
-            continue
-        u, inv = np.unique(inner[ok], return_inverse=True)
-        self_t = np.bincount(inv.reshape(-1), weights=(e - s)[ok])
-        top = np.argsort(-self_t)[:HOST_OPS_PER_THREAD]
-        for j in top.tolist():
-            ev = int(u[j])
-            host_ops.append({"thread": trace.track_label[t], "name": trace.event_name(ev),
-                             "chain": _chain_names(trace, ev), "self_ns": _ns(self_t[j]),
-                             "start_ns": _ns(trace.ts[ev]), "duration_ns": _ns(trace.dur[ev]),
-                             "kind": K(int(trace.kind[ev])).name.lower()})
-        # blocking calls in flight at (or just before) the gap start
-        for probe in (a, a - 1000):
-            ev = line.inner_at(probe)
-            while ev >= 0:
-                if trace.kind[ev] in (K.SYNC, K.TRANSFER_D2H) or \
-                        (trace.kind[ev] == K.LAUNCH and "memcpy" in trace.event_name(ev).lower()
-                         and trace.dur[ev] > 20_000_000):
-                    syncs.append({"thread": trace.track_label[t], "name": trace.event_name(ev),
-                                  "chain": _chain_names(trace, ev),
-                                  "start_ns": _ns(trace.ts[ev]),
-                                  "end_ns": _ns(trace.ts[ev] + trace.dur[ev])})
-                    break
-                ev = int(trace.parent[ev])
-            if syncs and syncs[-1]["thread"] == trace.track_label[t]:
-                break
-    host_ops.sort(key=lambda h: -h["self_ns"])
-    out["host_ops"] = host_ops
-    out["syncs"] = syncs
-    return out
+def host_context(trace: Trace) -> dict:
+    """What the host was doing: op origins, cause buckets and per-thread timelines."""
+    n = trace.n_events
+    memcpy_of = np.zeros(n, np.int8)           # 1 h2d, 2 d2h on device memcpy events
+    mk = trace.stats.get("memcpy_kind")
+    code = {"h2d": 1, "d2h": 2}
+    if mk is not None:
+        vals = np.array([code.get(trace.strings[v], 0) for v in mk.values.tolist()], np.int8)
+        memcpy_of[mk.events] = vals
+    else:
+        mem = np.flatnonzero(trace.kind == K.MEMCPY)
+        u, inv = np.unique(trace.name[mem], return_inverse=True)
+        kinds = np.array([code.get(memcpy_kind(trace.strings[x]), 0) for x in u.tolist()],
+                         np.int8)
+        memcpy_of[mem] = kinds[inv.reshape(-1)] if mem.size else 0
+    origin, via = origins(trace)
+    # runtime memcpy calls inherit the direction of the copy they issued
+    launch_memcpy = np.zeros(n, np.int8)
+    dev_mem = np.flatnonzero((memcpy_of > 0) & (origin >= 0))
+    launch_memcpy[origin[dev_mem]] = memcpy_of[dev_mem]
+    buckets = event_buckets(trace, launch_memcpy)
+    lines = build_hostlines(trace, buckets, trace.host_tracks())
+    return {"memcpy_of": memcpy_of, "origin": origin, "via": via, "buckets": buckets,
+            "lines": lines}
 
 
-def _bucket_names():
-    from .hostline import BUCKETS
-    return BUCKETS
+def gap_detail(trace: Trace, gap: dict, ctx: dict | None = None) -> dict:
+    """Host-op detail for one gap record of a diagnosis of ``trace``."""
+    ctx = ctx or host_context(trace)
+    a = int(gap["start_ns"]) * 1000
+    b = int(gap["end_ns"]) * 1000
+    return add_detail(trace, dict(gap), a, b, ctx["lines"])

@@ -1,0 +1,770 @@
+"""The C scanners (tb_perfdiag._native via trace.native_scan) against the reference scanners.
+
+Contract: wherever the C scanner returns a result it equals the reference scanner's
+(same keys, values and dtypes; plane metadata compared as parsed XPlane messages),
+and on any input it either returns or raises ValueError (the caller then falls back
+to the reference).  The one documented difference: Kineto timestamps are always read
+exactly from their decimal text, where the reference does so only above 4e12 µs.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import os
+import re
+import struct
+from decimal import Decimal
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, event, given, settings
+from hypothesis import strategies as st
+
+from tb_perfdiag.trace import kineto, xspace
+from tb_perfdiag.trace.model import TraceError
+from tb_perfdiag.trace.xplane_pb import (XEvent, XEventMetadata, XLine, XPlane, XSpace, XStat,
+                                         XStatMetadata)
+
+from conftest import IN_CI, SHARED, shared_files
+
+try:
+    from tb_perfdiag.trace import native_scan
+    _IMPORT_ERROR = None
+except ImportError as e:  # the extension is optional
+    native_scan = None
+    _IMPORT_ERROR = e
+
+
+@pytest.fixture(autouse=True)
+def _native_built():
+    if native_scan is None:
+        msg = (f"the C extension tb_perfdiag._native is not built ({_IMPORT_ERROR}); "
+               f"build it with `python setup.py build_ext --inplace`")
+        if IN_CI:
+            pytest.fail(msg)
+        pytest.skip(msg)
+
+
+FUZZ = settings(max_examples=120, deadline=None, derandomize=True,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+_FALLBACK_WARNINGS = ("timestamps could not be matched", "timestamp text disagrees")
+
+
+# ---------------------------------------------------------------- comparison helpers
+
+def _same(a, b, path="scan"):
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        a2, b2 = np.asarray(a), np.asarray(b)
+        assert a2.dtype == b2.dtype, f"{path}: dtype {a2.dtype} != {b2.dtype}"
+        assert a2.shape == b2.shape, f"{path}: shape {a2.shape} != {b2.shape}"
+        if a2.dtype.kind == "f":   # bit-exact, NaN payloads included
+            a2, b2 = a2.view(np.int64), b2.view(np.int64)
+        bad = np.flatnonzero(a2 != b2)
+        assert not bad.size, f"{path}: {bad.size} differ, first at {bad[:5]}: " \
+                             f"{a2[bad[:5]]} != {b2[bad[:5]]}"
+        return
+    assert type(a) is type(b), f"{path}: type {type(a).__name__} != {type(b).__name__}"
+    if isinstance(a, dict):
+        assert list(a) == list(b), f"{path}: keys {list(a)} != {list(b)}"
+        for k in a:
+            _same(a[k], b[k], f"{path}[{k!r}]")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), f"{path}: length {len(a)} != {len(b)}"
+        for i, (x, y) in enumerate(zip(a, b)):
+            _same(x, y, f"{path}[{i}]")
+    elif isinstance(a, float):
+        assert a == b or (math.isnan(a) and math.isnan(b)), f"{path}: {a!r} != {b!r}"
+    else:
+        assert a == b, f"{path}: {a!r} != {b!r}"
+
+
+def assert_same_xspace(ref: dict, nat: dict):
+    ref, nat = dict(ref), dict(nat)
+    rp, npl = ref.pop("planes"), nat.pop("planes")
+    assert len(rp) == len(npl)
+    for i, ((rid, rname, rmeta), (nid, nname, nmeta)) in enumerate(zip(rp, npl)):
+        _same((rid, rname), (nid, nname), f"planes[{i}]")
+        assert type(nmeta) is bytes
+        # the C scanner copies the plane's records verbatim (less its lines); upb
+        # re-serializes: equal as messages, not necessarily as bytes
+        assert XPlane.FromString(rmeta) == XPlane.FromString(nmeta), f"planes[{i}] metadata"
+    _same(ref, nat)
+
+
+_TS_TEXT = re.compile(rb'"ts"\s*:\s*(-?[0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?)')
+
+
+def _ts_text_aligned(raw: bytes) -> bool:
+    """Whether the reference's exact-timestamp path (a regex over the whole text, matched
+    to events by position) lines up with the events: it does not when a "ts" key is
+    escaped, nested in args, or holds a non-number.  Only then is it a valid oracle."""
+    try:
+        doc = json.loads(raw)
+        texts = _TS_TEXT.findall(raw)
+        vals = [e["ts"] for e in doc["traceEvents"] if isinstance(e, dict) and "ts" in e]
+        return len(texts) == len(vals) and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and float(t) == float(v)
+            for t, v in zip(texts, vals))
+    except (ValueError, KeyError, TypeError, OverflowError):
+        return False
+
+
+def assert_same_kineto(ref: dict, nat: dict, raw: bytes, *, ts_check=True):
+    """Equal except for the documented timestamp improvement."""
+    ref, nat = dict(ref), dict(nat)
+    r_ts, n_ts = ref.pop("ts_ps"), nat.pop("ts_ps")
+    fell_back = [w for w in ref["warnings"] if w.startswith(_FALLBACK_WARNINGS)]
+    ref["warnings"] = [w for w in ref["warnings"] if w not in fell_back]
+    _same(ref, nat)
+    assert n_ts.dtype == np.int64 and n_ts.shape == r_ts.shape
+    if not ts_check or not r_ts.size:
+        return
+    approx_max = np.abs(np.asarray(r_ts, np.float64) / 1e6 + ref["base_us"]).max()
+    exact_ref = approx_max > kineto._FLOAT_EXACT_LIMIT_US and not fell_back
+    if exact_ref:
+        if _ts_text_aligned(raw):
+            _same(r_ts, n_ts, "ts_ps")
+    else:   # the reference used float64 arithmetic: agree within 1 ns
+        diff = np.abs(r_ts.astype(np.float64) - n_ts.astype(np.float64)).max()
+        assert diff <= 1000, f"ts_ps differ by {diff} ps from the float reference"
+
+
+def _xspace_both(raw: bytes):
+    """(reference, native); each None where it rejects the input."""
+    try:
+        nat = native_scan.scan_xspace(raw)
+    except ValueError:
+        nat = None
+    try:
+        ref = xspace.scan_python("fuzz.xplane.pb", raw)
+    except TraceError:
+        ref = None
+    return ref, nat
+
+
+def _kineto_both(raw: bytes):
+    try:
+        nat = native_scan.scan_kineto(raw)
+    except ValueError:
+        nat = None
+    try:
+        ref = kineto.scan_python("fuzz.json", raw)
+        ok = True
+    except TraceError:
+        ref, ok = None, True
+    except Exception:   # the reference itself breaks on exotic input (OverflowError, ...)
+        ref, ok = None, False
+    return ref, nat, ok
+
+
+# ---------------------------------------------------------------- real traces
+
+_XSPACE_FILES = shared_files((".xplane.pb",))
+_KINETO_FILES = shared_files((".pt.trace.json", ".pt.trace.json.gz", ".json.gz"))
+_NO_SHARED = pytest.param(None, marks=pytest.mark.skip(
+    reason=f"real traces not available ({SHARED} is absent; they live in ../shared/traces)"))
+
+
+def _ids(files):
+    return [os.path.relpath(f, SHARED) for f in files]
+
+
+def _read(path: str) -> bytes:
+    with (gzip.open(path) if path.endswith(".gz") else open(path, "rb")) as f:
+        return f.read()
+
+
+@pytest.mark.parametrize("path", _XSPACE_FILES or [_NO_SHARED],
+                         ids=_ids(_XSPACE_FILES) if _XSPACE_FILES else None)
+def test_real_xspace_equals_reference(path):
+    raw = _read(path)
+    assert_same_xspace(xspace.scan_python(path, raw), native_scan.scan_xspace(raw))
+
+
+@pytest.mark.parametrize("path", _KINETO_FILES or [_NO_SHARED],
+                         ids=_ids(_KINETO_FILES) if _KINETO_FILES else None)
+def test_real_kineto_equals_reference(path):
+    raw = _read(path)
+    try:
+        ref = kineto.scan_python(path, raw)
+    except TraceError:
+        with pytest.raises(ValueError):
+            native_scan.scan_kineto(raw)
+        return
+    assert_same_kineto(ref, native_scan.scan_kineto(raw), raw)
+
+
+def test_readers_use_the_native_scanner():
+    assert kineto.native_scanner() is native_scan
+
+
+# ---------------------------------------------------------------- protobuf wire helpers
+
+def _varint(v: int) -> bytes:
+    v &= (1 << 64) - 1
+    out = bytearray()
+    while True:
+        b = v & 0x7F
+        v >>= 7
+        if v:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def _fv(fn, v):
+    return _varint(fn << 3) + _varint(v)
+
+
+def _fb(fn, b: bytes):
+    return _varint(fn << 3 | 2) + _varint(len(b)) + b
+
+
+def _fd(fn, d: float):
+    return _varint(fn << 3 | 1) + struct.pack("<d", d)
+
+
+def _f32(fn, v: int):
+    return _varint(fn << 3 | 5) + struct.pack("<I", v & 0xFFFFFFFF)
+
+
+# ---------------------------------------------------------------- hand-made XSpace
+
+def test_handmade_xspace_edge_cases():
+    space = XSpace(hostnames=["host-a", ""], errors=["e1"], warnings=["w1", "ü"])
+    plane = space.planes.add(id=-7, name="/device:TPU:0")
+    plane.event_metadata[1].CopyFrom(XEventMetadata(id=1, name="fusion.1", display_name="",
+                                                    child_id=[2, 3, -1]))  # packed child_id
+    plane.event_metadata[2].name = "op ✓"
+    plane.stat_metadata[5].CopyFrom(XStatMetadata(id=5, name="hlo_op", description="d"))
+    plane.stats.add(metadata_id=5, uint64_value=2**64 - 1)
+    line = plane.lines.add(id=3, display_id=4, name="XLA Ops", display_name="",
+                           timestamp_ns=1_700_000_000_000_000_000, duration_ps=-1)
+    line.events.add(metadata_id=1, offset_ps=10, duration_ps=5)                    # no stats
+    ev = line.events.add(metadata_id=2, num_occurrences=3, duration_ps=2**63 - 1)   # no offset
+    ev.stats.add(metadata_id=5, uint64_value=2**64 - 1)      # wraps to -1
+    ev.stats.add(metadata_id=5, uint64_value=2**63)          # wraps to -2**63
+    ev.stats.add(metadata_id=6, int64_value=-(2**63))
+    ev.stats.add(metadata_id=7, str_value="")                # empty string, explicitly set
+    ev.stats.add(metadata_id=8, bytes_value=b"")             # same id as "" above
+    ev.stats.add(metadata_id=9, bytes_value=b"\xff\x00")     # bytes need not be UTF-8
+    ev.stats.add(metadata_id=10, str_value="héllo")
+    ev.stats.add(metadata_id=11, double_value=-0.0)
+    ev.stats.add(metadata_id=12, double_value=float("nan"))
+    ev.stats.add(metadata_id=13, ref_value=2**64 - 5)
+    ev.stats.add(metadata_id=14)                              # no value: kind 0
+    line.events.add()                                        # all defaults
+    space.planes.add(name="empty plane")
+    raw = space.SerializeToString()
+
+    # hand-written records: unpacked child_id, unknown fields of every wire type, a
+    # known field with the wrong wire type (kept as unknown by upb), a oneof whose
+    # last value wins, a string overwritten by a uint64, fields out of order
+    meta = _fv(1, 9) + _fb(2, b"x") + _fv(6, 1) + _fv(6, 2) + _fb(6, _varint(3) + _varint(4))
+    stat_a = _fb(5, b"overwritten") + _fv(3, 42) + _fv(1, 77) + _fv(99, 1)
+    stat_b = _fd(2, 1.5) + _fb(5, b"last") + _f32(20, 7) + _fb(1, b"\x05")  # field 1 as len
+    event = (_fb(4, stat_a) + _fv(5, 9) + _fv(2, 123) + _fb(4, stat_b) + _fv(1, 2**64 - 2)
+             + _fd(30, 2.0) + _fv(3, 1))
+    occ_last = _fv(2, 55) + _fv(5, 1) + _fv(1, 1)     # num_occurrences after offset_ps
+    line2 = (_fb(4, event) + _fb(4, occ_last) + _fv(11, 0) + _fb(2, b"line2") + _fv(3, 2**63) + _fb(4, b"")
+             + _fb(11, "disp ✓".encode()) + _fv(10, 2**64 - 1) + _fb(77, b"\xff"))
+    plane2 = (_fb(3, line2) + _fv(1, 2**64 - 3) + _fb(4, _fv(1, 9) + _fb(2, meta))
+              + _fv(3, 5)                  # field 3 (lines) as a varint: unknown, kept
+              + _fb(2, b"/host:CPU") + _fb(5, _fv(1, 77) + _fb(2, _fb(2, b"step_num")))
+              + _fb(6, _fv(1, 77) + _fv(4, 1)) + _fv(1000, 1) + _fb(3, b""))
+    raw += _fb(1, plane2) + _fb(4, b"host-b") + _fv(15, 8) + _fd(16, 0.5) + _f32(17, 1)
+
+    ref = xspace.scan_python("handmade", raw)
+    nat = native_scan.scan_xspace(raw)
+    assert_same_xspace(ref, nat)
+    # spot checks that the reference agrees with the intent of the test
+    assert nat["strings"] == [b"", b"\xff\x00", "héllo".encode(), b"last"]
+    assert nat["hostnames"] == ["host-a", "", "host-b"]
+    assert nat["ev_offset_ps"].tolist() == [10, 0, 0, 123, 0, 0]
+    assert -1 in nat["st_int"].tolist() and -(2**63) in nat["st_int"].tolist()
+    assert len(nat["planes"]) == 3 and nat["planes"][2][0] == -3
+
+
+def test_xspace_empty_and_malformed():
+    _same(native_scan.scan_xspace(b"")["ev_line"], np.zeros(0, np.int32))
+    # (input, whether upb rejects it too)
+    cases = [
+        (b"\x0a\x05abc", True),                       # length past the end
+        (b"\x0a\x02\x08", True),                      # truncated varint inside a plane
+        (b"\x08" + b"\xff" * 10 + b"\x01", True),     # 11-byte varint
+        (b"\x00\x01", True),                          # field 0
+        (b"\x0e", True),                              # wire type 6
+        (b"\x0c", True),                              # stray end-group
+        (b"\x0b\x0c", False),                         # a group: legal, but left to upb
+        (_fb(1, _fb(2, b"\xff")), True),              # plane name not UTF-8
+        (_fb(1, _fb(3, _fb(4, _fb(4, _fb(5, b"\xc0\x80"))))), True),  # overlong str_value
+        (_fb(1, _fb(4, _fb(2, _fb(2, b"\xed\xa0\x80")))), True),       # surrogate in metadata
+        (_fb(1, _fb(4, _fb(2, _fb(6, b"\x80")))), True),                # bad packed child_id
+        (_fb(2, b"\xf4\x90\x80\x80"), True),          # error string past U+10FFFF
+    ]
+    for raw, upb_rejects in cases:
+        with pytest.raises(ValueError):
+            native_scan.scan_xspace(raw)
+        if upb_rejects:
+            with pytest.raises(TraceError):
+                xspace.scan_python("bad", raw)
+        else:
+            xspace.scan_python("bad", raw)
+
+
+# ---------------------------------------------------------------- XSpace fuzz
+
+_i64 = st.integers(-(2**63), 2**63 - 1)
+_u64 = st.integers(0, 2**64 - 1)
+_text = st.text(max_size=6).map(lambda s: s.encode("utf-8", "surrogatepass"))
+
+
+@st.composite
+def _unknown(draw):
+    fn = draw(st.sampled_from([12, 13, 31, 99, 2**29 - 1]))
+    kind = draw(st.integers(0, 3))
+    if kind == 0:
+        return _fv(fn, draw(_u64))
+    if kind == 1:
+        return _fb(fn, draw(st.binary(max_size=5)))
+    if kind == 2:
+        return _fd(fn, draw(st.floats()))
+    return _f32(fn, draw(st.integers(0, 2**32 - 1)))
+
+
+def _msg(draw, fields):
+    """Records in a random order, with unknown fields sprinkled in."""
+    fields = list(fields) + draw(st.lists(_unknown(), max_size=2))
+    return b"".join(draw(st.permutations(fields)) if len(fields) < 8 else fields)
+
+
+def _opt(draw, rec):
+    return [rec] if draw(st.booleans()) else []
+
+
+@st.composite
+def _stat(draw):
+    f = _opt(draw, _fv(1, draw(_i64)))
+    for _ in range(draw(st.integers(0, 2))):
+        k = draw(st.integers(2, 7))
+        f.append(_fd(2, draw(st.floats())) if k == 2 else
+                 _fb(5, draw(_text)) if k == 5 else
+                 _fb(6, draw(st.binary(max_size=4))) if k == 6 else
+                 _fv(k, draw(_u64)))
+    # a value field's order matters (the last one wins): keep it, put extras around
+    extra = draw(st.lists(_unknown(), max_size=1))
+    return b"".join(extra + f)
+
+
+@st.composite
+def _event(draw):
+    f = _opt(draw, _fv(1, draw(_i64))) + _opt(draw, _fv(3, draw(_i64)))
+    occ = [_fv(2, draw(_u64)), _fv(5, draw(_u64))]
+    f += draw(st.lists(st.sampled_from(occ), max_size=2))
+    stats = [_fb(4, s) for s in draw(st.lists(_stat(), max_size=3))]
+    return _msg(draw, f) + b"".join(stats)
+
+
+@st.composite
+def _line(draw):
+    f = (_opt(draw, _fv(1, draw(_i64))) + _opt(draw, _fv(10, draw(_i64)))
+         + _opt(draw, _fb(2, draw(_text))) + _opt(draw, _fb(11, draw(_text)))
+         + _opt(draw, _fv(3, draw(_i64))) + _opt(draw, _fv(9, draw(_i64))))
+    events = [_fb(4, e) for e in draw(st.lists(_event(), max_size=4))]
+    return _msg(draw, f) + b"".join(events)
+
+
+@st.composite
+def _plane(draw):
+    f = _opt(draw, _fv(1, draw(_i64))) + _opt(draw, _fb(2, draw(_text)))
+    for _ in range(draw(st.integers(0, 2))):
+        child = draw(st.lists(_i64, max_size=3))
+        packed = draw(st.booleans())
+        md = (_fv(1, draw(_i64)) + _fb(2, draw(_text)) + _fb(4, draw(_text))
+              + _fb(3, draw(st.binary(max_size=3)))
+              + (_fb(6, b"".join(_varint(c) for c in child)) if packed
+                 else b"".join(_fv(6, c) for c in child))
+              + b"".join(_fb(5, s) for s in draw(st.lists(_stat(), max_size=1))))
+        f.append(_fb(4, _fv(1, draw(_i64)) + _fb(2, md)))
+    for _ in range(draw(st.integers(0, 2))):
+        f.append(_fb(5, _fv(1, draw(_i64)) + _fb(2, _fv(1, draw(_i64)) + _fb(2, draw(_text)))))
+    f += [_fb(6, s) for s in draw(st.lists(_stat(), max_size=1))]
+    f += [_fb(3, ln) for ln in draw(st.lists(_line(), max_size=3))]
+    return _msg(draw, f)
+
+
+@st.composite
+def _space(draw):
+    f = [_fb(1, p) for p in draw(st.lists(_plane(), max_size=3))]
+    f += [_fb(draw(st.sampled_from([2, 3, 4])), draw(_text)) for _ in range(draw(st.integers(0, 2)))]
+    return _msg(draw, f)
+
+
+@FUZZ
+@given(_space())
+def test_fuzz_xspace_wellformed_equals_reference(raw):
+    ref, nat = _xspace_both(raw)
+    assert ref is not None, "generator produced an input upb rejects"
+    assert nat is not None, "C scanner rejected a well-formed XSpace"
+    assert_same_xspace(ref, nat)
+
+
+@st.composite
+def _mutated(draw, base):
+    data = bytearray(draw(base))
+    for _ in range(draw(st.integers(1, 4))):
+        op = draw(st.integers(0, 3))
+        pos = draw(st.integers(0, len(data)))
+        if op == 0 and pos < len(data):
+            data[pos] = draw(st.integers(0, 255))
+        elif op == 1:
+            del data[pos:]
+        elif op == 2:
+            data[pos:pos] = draw(st.binary(min_size=1, max_size=6))
+        else:
+            del data[pos:pos + draw(st.integers(1, 8))]
+    return bytes(data)
+
+
+def _check_xspace_never_wrong(raw):
+    ref, nat = _xspace_both(raw)
+    event("native accepted" if nat is not None else "native rejected")
+    if nat is not None:
+        assert ref is not None, "C scanner accepted an XSpace the reference rejects"
+        assert_same_xspace(ref, nat)
+
+
+@FUZZ
+@given(_mutated(_space()))
+def test_fuzz_xspace_mutated_never_wrong(raw):
+    _check_xspace_never_wrong(raw)
+
+
+@FUZZ
+@given(st.binary(max_size=64))
+def test_fuzz_xspace_random_bytes(raw):
+    _check_xspace_never_wrong(raw)
+
+
+_REAL_XSPACE = None
+
+
+def _real_xspace() -> bytes:
+    global _REAL_XSPACE
+    if _REAL_XSPACE is None:
+        files = sorted(shared_files((".xplane.pb",)), key=os.path.getsize)
+        if not files:
+            pytest.skip(f"real traces not available ({SHARED} is absent)")
+        _REAL_XSPACE = _read(files[0])
+    return _REAL_XSPACE
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(st.data())
+def test_fuzz_xspace_real_file_mutated(data):
+    raw = bytearray(_real_xspace())
+    for _ in range(data.draw(st.integers(1, 3))):
+        pos = data.draw(st.integers(0, len(raw) - 1))
+        op = data.draw(st.integers(0, 2))
+        if op == 0:
+            raw[pos] = data.draw(st.integers(0, 255))
+        elif op == 1:
+            del raw[pos:]
+            if not raw:
+                break
+        else:
+            raw[pos:pos] = data.draw(st.binary(min_size=1, max_size=4))
+    _check_xspace_never_wrong(bytes(raw))
+
+
+# ---------------------------------------------------------------- Kineto: hand-made
+
+def _doc(events, **meta) -> bytes:
+    return json.dumps({**meta, "traceEvents": events}).encode()
+
+
+def _both_equal(raw: bytes):
+    ref = kineto.scan_python("t.json", raw)
+    nat = native_scan.scan_kineto(raw)
+    assert_same_kineto(ref, nat, raw)
+    return ref, nat
+
+
+def _exact_ps(text: str, base_us: int) -> int:
+    whole, _, frac = text.partition(".")
+    v = abs(int(whole)) * 10**6 + int((frac + "000000")[:6])
+    return (-v if whole.startswith("-") else v) - base_us * 10**6
+
+
+@pytest.mark.parametrize("texts", [
+    ["1669783687464181.123", "1669783687464181", "1669783687464182.999999", "1669783687464181.5"],
+    ["1712198939370925.321", "1712198939370925.3219999", "1712198939370926"],   # > 6 decimals
+    ["0.001", "1234.567", "3.000001", "2.5"],              # the reference uses floats here
+    ["-5.25", "-0.5", "7"],                                # negative timestamps
+    ["999999999999.999", "1000000000000.001"],
+])
+def test_kineto_timestamps_are_exact(texts):
+    raw = ("{\"traceEvents\": [" + ",".join(
+        f'{{"ph": "X", "name": "e", "pid": 1, "tid": 1, "ts": {t}, "dur": 1.5}}' for t in texts)
+        + "]}").encode()
+    ref = kineto.scan_python("t.json", raw)
+    nat = native_scan.scan_kineto(raw)
+    assert_same_kineto(ref, nat, raw)
+    base = math.floor(min(float(t) for t in texts))
+    assert nat["base_us"] == base
+    assert nat["ts_ps"].tolist() == [_exact_ps(t, base) for t in texts]
+    assert nat["dur_ps"].tolist() == [1_500_000] * len(texts)
+
+
+def test_kineto_exponent_timestamps_follow_the_reference():
+    texts = ["1.669783687464181e15", "1669783687464182.5", "16697836874641835E-1"]
+    raw = ("{\"traceEvents\": [" + ",".join(
+        f'{{"ph": "X", "name": "e", "pid": 1, "tid": 1, "ts": {t}}}' for t in texts)
+        + "]}").encode()
+    ref, nat = _both_equal(raw)
+    _same(ref["ts_ps"], nat["ts_ps"])
+
+
+def test_kineto_semantics_match_reference():
+    events = [
+        {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "python"}},
+        {"ph": "M", "name": "process_labels", "pid": 1, "args": {"labels": "GPU 0"}},
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 2, "args": {"name": 5}},
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 3, "args": []},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 2, "ts": 10, "dur": 2,
+         "args": {"External id": 7, "external id": 8, "correlation": 2.5, "Ev Idx": 1}},
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 1.0, "tid": 2, "ts": 11.5,
+         "args": {"External id": None, "external id": 9, "correlation": 3, "device": 0,
+                  "stream": 7, "bytes": True}},
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": True, "tid": 2.0, "ts": 12, "dur": 0.0005,
+         "args": {"correlation": "x", "device": [1], "stream": {"a": 1}}},
+        {"ph": "X", "cat": "", "name": None, "pid": "Spans", "tid": 1, "ts": 1, "dur": 1},
+        {"ph": "X", "cat": "Trace", "name": "t", "pid": 1, "tid": 1, "ts": 1, "dur": 1},
+        {"ph": "X", "cat": None, "pid": "Traces", "tid": 1, "ts": 1},
+        {"ph": "X", "cat": 0, "name": 12, "pid": None, "tid": None, "ts": 13},
+        {"ph": "X", "cat": True, "name": True, "pid": "p", "tid": "stream 7", "ts": 14},
+        {"ph": "X", "cat": [], "name": False, "pid": -0.0, "tid": 1.5, "ts": 15},
+        {"ph": "X", "cat": {}, "name": "é😀\n\t\"\\/\u2028", "pid": 0, "tid": 1.5, "ts": 16},
+        {"ph": "X", "cat": 0.0, "name": "", "pid": 2**63 - 1, "tid": -(2**63), "ts": 17},
+        # malformed: counted in "bad"
+        {"ph": "X", "name": "no ts", "pid": 1, "tid": 1},
+        {"ph": "X", "name": "bool ts", "pid": 1, "tid": 1, "ts": True},
+        {"ph": "X", "name": "str dur", "pid": 1, "tid": 1, "ts": 1, "dur": "5"},
+        {"ph": "X", "name": "null dur", "pid": 1, "tid": 1, "ts": 1, "dur": None},
+        {"ph": "X", "name": "dict pid", "pid": {}, "tid": 1, "ts": 1},
+        {"ph": "X", "name": "list tid", "pid": 1, "tid": [], "ts": 1},
+        {"ph": "X", "cat": "Trace", "name": "bad and Trace", "pid": 1, "tid": 1, "ts": "x"},
+        [1, 2], "string event", 3, None, {},
+        {"ph": "B", "name": "begin", "pid": 1, "tid": 1, "ts": 1},
+        {"ph": 5, "name": "numeric ph", "pid": 1, "tid": 1, "ts": 1},
+        {"name": "no ph", "pid": 1, "tid": 1, "ts": 1},
+    ]
+    raw = _doc(events, schemaVersion=1, deviceProperties=[{"id": 0, "name": "A100"}],
+               distributedInfo={"rank": 0}, displayTimeUnit="ns", baseTimeNanoseconds=17,
+               other={"traceEvents": 1})
+    ref, nat = _both_equal(raw)
+    assert nat["track_keys"][0] == (1, 2) and type(nat["track_keys"][0][0]) is int
+    assert nat["thread_name"] == {(1, 2): "5", (1, 3): ""}
+    assert nat["warnings"] == ["11 malformed events skipped (missing or non-numeric ts/dur/pid)"]
+    assert nat["n_raw"] == len(events)
+    # the same document with escaped keys, unusual spacing and duplicate keys
+    text = raw.decode()
+    dup = text.replace('{"ph": "X", "cat": "cpu_op"',
+                       '{"ph": "M", "ph": "X", "cat": 5, "cat": "cpu_op"', 1)
+    assert dup != text
+    text = dup.replace('"ph"', '"\\u0070h"').replace(", ", " ,\r\n\t")
+    _, nat2 = _both_equal(text.encode())
+    _same(nat["name_ids"], nat2["name_ids"])
+
+
+def test_kineto_nonascii_escapes_ascii_only_output():
+    events = [{"ph": "X", "name": n, "cat": c, "pid": 1, "tid": t, "ts": i}
+              for i, (n, c, t) in enumerate([("é😀", "ü", "t😀"), ("\x00\x1f", "c", "x"),
+                                             ("\ud7ff\ue000\uffff", "\U0010ffff", 2)])]
+    for ensure_ascii in (True, False):
+        raw = json.dumps({"traceEvents": events}, ensure_ascii=ensure_ascii).encode()
+        _both_equal(raw)
+
+
+@pytest.mark.parametrize("raw", [
+    b"", b"   ", b"\xef\xbb\xbf{\"traceEvents\": []}", b"[]", b"{}", b'{"traceEvents": {}}',
+    b'{"traceEvents": [1,]}', b'{"traceEvents": [], }', b'{"traceEvents": [NaN]}',
+    b'{"traceEvents": [Infinity]}', b'{"traceEvents": [1e400]}', b'{"traceEvents": [-1e309]}',
+    b'{"traceEvents": ["\\ud800"]}', b'{"traceEvents": ["\\udc00"]}', b'{"traceEvents": ["\\x"]}',
+    b'{"traceEvents": ["\x01"]}', b'{"traceEvents": ["\xff"]}', b'{"traceEvents": ["\xed\xa0\x80"]}',
+    b'{"traceEvents": ["\xc0\x80"]}', b'{"traceEvents": [01]}', b'{"traceEvents": [1.]}',
+    b'{"traceEvents": [.5]}', b'{"traceEvents": [-]}', b'{"traceEvents": [1e]}',
+    b'{"traceEvents": [tru]}', b'{"traceEvents": []} x', b'{"traceEvents": []}\x00',
+    b'{"traceEvents": [{"ts": 1 "dur": 2}]}', b'{"traceEvents": [{"ts": 1,}]}',
+    b'{"traceEvents": [{"ts" 1}]}', b'{"traceEvents": [{1: 1}]}', b'{"traceEvents": [',
+    b'{"traceEvents": [{"args": {"External id": 1, }}]}',
+    b'{"traceEvents": []' + b', "a": ' + b"[" * 1100 + b"]" * 1100 + b"}",
+    b'{"traceEvents": [{"args": {"x": ' + b"[" * 200000 + b"}}]}",
+    b'\x0c{"traceEvents": []}',
+])
+def test_kineto_invalid_json_raises_valueerror(raw):
+    with pytest.raises(ValueError):
+        native_scan.scan_kineto(raw)
+    with pytest.raises(TraceError):
+        kineto.scan_python("bad.json", raw)
+
+
+def test_kineto_fallback_cases_raise_valueerror():
+    """Inputs the C scanner hands back to the reference (which accepts them)."""
+    for events in ([{"ph": "X", "name": 1.5, "pid": 1, "tid": 1, "ts": 1}],
+                   [{"ph": "X", "name": [1], "pid": 1, "tid": 1, "ts": 1}],
+                   [{"ph": "X", "name": "n", "pid": 2**64 - 1, "tid": 1, "ts": 1}],
+                   [{"ph": "X", "name": "n", "pid": 1, "tid": 1, "ts": 1,
+                     "args": {"device": 2**63}}]):
+        raw = _doc(events)
+        kineto.scan_python("t.json", raw)
+        with pytest.raises(ValueError):
+            native_scan.scan_kineto(raw)
+    raw = b'{"traceEvents": [], "traceEvents": []}'
+    kineto.scan_python("t.json", raw)
+    with pytest.raises(ValueError):
+        native_scan.scan_kineto(raw)
+
+
+def test_kineto_accepts_buffers():
+    raw = _doc([{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 5}])
+    for buf in (bytearray(raw), memoryview(raw)):
+        _same(native_scan.scan_kineto(buf)["ts_ps"], native_scan.scan_kineto(raw)["ts_ps"])
+
+
+# ---------------------------------------------------------------- Kineto fuzz
+
+class _Raw(str):
+    """A number written verbatim into the JSON text."""
+
+
+def _dump(v, ascii_: bool) -> str:
+    if isinstance(v, _Raw):
+        return str(v)
+    if isinstance(v, dict):
+        return "{" + ", ".join(_dump(k, ascii_) + ": " + _dump(x, ascii_) for k, x in v.items()) + "}"
+    if isinstance(v, list):
+        return "[" + ",".join(_dump(x, ascii_) for x in v) + "]"
+    return json.dumps(v, ensure_ascii=ascii_)
+
+
+_num_text = st.builds(
+    lambda sign, whole, frac, exp: _Raw(f"{sign}{whole}{'.' + frac if frac else ''}{exp}"),
+    st.sampled_from(["", "", "-"]),
+    st.one_of(st.integers(0, 10**4), st.integers(10**15, 2 * 10**15), st.integers(0, 10**13)),
+    st.text("0123456789", max_size=10),
+    st.sampled_from(["", "", "", "e0", "E+2", "e-3"]))
+_scalar = st.one_of(st.none(), st.booleans(), st.integers(-(2**65), 2**65), _num_text,
+                    st.floats(allow_nan=False, allow_infinity=False),
+                    st.text(max_size=6).filter(lambda s: "ts" not in s))
+_value = st.recursive(_scalar, lambda ch: st.lists(ch, max_size=3)
+                      | st.dictionaries(st.sampled_from(["a", "b", "x y", "é"]), ch, max_size=3),
+                      max_leaves=5)
+_key_or_id = st.one_of(st.integers(-3, 3), st.sampled_from(
+    [0.0, 1.0, 1.5, -0.0, True, False, None, "1", "Spans", "Traces", "stream 7", "é"]),
+    st.just({}), st.just([]))
+_stat_val = st.one_of(st.none(), st.booleans(), st.integers(-(2**62), 2**62),
+                      st.floats(-1e15, 1e15), st.text(max_size=3), st.just([]))
+
+
+@st.composite
+def _kevent(draw):
+    e = {}
+    opts = {
+        "ph": st.sampled_from(["X", "X", "X", "X", "M", "i", None, 1]),
+        "name": st.one_of(st.sampled_from(["process_name", "thread_name", "process_labels"]),
+                          st.text(max_size=5).filter(lambda s: "ts" not in s), st.none(),
+                          st.integers(-3, 10**20), st.booleans()),
+        "cat": st.sampled_from(["cpu_op", "kernel", "Trace", "", None, 0, 1, True, False, 0.0,
+                                [], {}, "é"]),
+        "pid": _key_or_id, "tid": _key_or_id,
+        "ts": st.one_of(_num_text, st.integers(0, 2**53), st.floats(0, 1e12)),
+        "dur": st.one_of(_num_text, st.integers(0, 10**6), st.floats(0, 1e6), st.none(),
+                         st.text(max_size=2)),
+        "args": st.one_of(st.dictionaries(st.sampled_from(
+            ["correlation", "External id", "external id", "device", "stream", "bytes",
+             "name", "labels", "other"]), _stat_val, max_size=4), _value),
+        "junk": _value,
+    }
+    for k in draw(st.permutations(list(opts))):
+        if draw(st.integers(0, 9)) < 7:
+            e[k] = draw(opts[k])
+    return e
+
+
+@st.composite
+def _kdoc(draw):
+    events = draw(st.lists(st.one_of(_kevent(), _kevent(), _kevent(), _scalar), max_size=8))
+    meta = draw(st.dictionaries(st.sampled_from(
+        ["schemaVersion", "deviceProperties", "distributedInfo", "displayTimeUnit", "x"]),
+        _value, max_size=2))
+    body = dict(meta)
+    body["traceEvents"] = events
+    return _dump(body, draw(st.booleans())).encode()
+
+
+@FUZZ
+@given(_kdoc())
+def test_fuzz_kineto_generated_equals_reference(raw):
+    ref, nat, ok = _kineto_both(raw)
+    assume(ok)
+    event("native accepted" if nat is not None else "native fell back")
+    if nat is not None:
+        assert ref is not None, "C scanner accepted JSON the reference rejects"
+        assert_same_kineto(ref, nat, raw)
+
+
+_KINETO_SEED = (b'{"schemaVersion": 1, "traceEvents": [{"ph": "X", "cat": "cpu_op", '
+                b'"name": "aten::mm", "pid": 1, "tid": 2, "ts": 1669783687464181.123, '
+                b'"dur": 1.5, "args": {"External id": 3, "correlation": 7, "x": [1, {"y": '
+                b'"\\u00e9\\ud83d\\ude00"}]}}, {"ph": "M", "name": "thread_name", "pid": 1, '
+                b'"tid": 2, "args": {"name": "main"}}, {"ph": "X", "cat": "kernel", "name": '
+                b'"k\\n", "pid": 0, "tid": "stream 7", "ts": 1669783687464182, "dur": 0.25, '
+                b'"args": {"device": 0, "stream": 7.0, "bytes": -1e2}}], "displayTimeUnit": "ns"}')
+
+
+def _check_kineto_never_wrong(raw):
+    ref, nat, ok = _kineto_both(raw)
+    event("native accepted" if nat is not None else "native rejected")
+    if nat is not None and ok:
+        assert ref is not None, "C scanner accepted JSON the reference rejects"
+        # a mutation can break the reference's text/event timestamp matching: the
+        # timestamp check is in assert_same_kineto's hands
+        assert_same_kineto(ref, nat, raw)
+
+
+@FUZZ
+@given(_mutated(st.one_of(st.just(_KINETO_SEED), _kdoc())))
+def test_fuzz_kineto_mutated_never_wrong(raw):
+    _check_kineto_never_wrong(raw)
+
+
+@FUZZ
+@given(st.binary(max_size=64))
+def test_fuzz_kineto_random_bytes(raw):
+    _check_kineto_never_wrong(b'{"traceEvents": [' + raw)
+
+
+@settings(max_examples=30, deadline=None, derandomize=True)
+@given(st.data())
+def test_fuzz_kineto_real_file_mutated(data):
+    files = sorted(shared_files((".json.gz",)), key=os.path.getsize)
+    if not files:
+        pytest.skip(f"real traces not available ({SHARED} is absent)")
+    raw = bytearray(_read(files[0]))
+    for _ in range(data.draw(st.integers(1, 3))):
+        pos = data.draw(st.integers(0, len(raw) - 1))
+        op = data.draw(st.integers(0, 2))
+        if op == 0:
+            raw[pos] = data.draw(st.integers(0, 255))
+        elif op == 1:
+            del raw[pos:]
+            if not raw:
+                break
+        else:
+            raw[pos:pos] = data.draw(st.sampled_from(
+                [b'"', b"\\", b"{", b"]", b",", b"\xc3", b"\xff", b"1e999", b"-", b"\\u", b" "]))
+    _check_kineto_never_wrong(bytes(raw))
