@@ -52,6 +52,23 @@ def origins(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
         origin[need[hit]] = linked[cur[hit]]
         via[need[hit]] = VIA_ANCESTOR_LINK
         cur = np.where(hit | ~live, -1, trace.parent[np.maximum(cur, 0)])
+    # TPU/GPU XLA: the flow goes to the module run (XLA Modules line) the op ran in
+    need = np.flatnonzero(device_ev & (origin < 0) & trace.is_device_activity())
+    if need.size:
+        mod_tracks = [t for t, nm in enumerate(trace.track_name)
+                      if nm == "XLA Modules" and trace.track_kind[t] == TrackKind.DEVICE]
+        for t in mod_tracks:
+            mods = np.flatnonzero((trace.track == t) & (linked >= 0))
+            if not mods.size:
+                continue
+            d = trace.track_device[t]
+            sel = need[trace.track_device[trace.track[need]] == d]
+            k = np.searchsorted(trace.ts[mods], trace.ts[sel], side="right") - 1
+            ok = k >= 0
+            m = mods[np.maximum(k, 0)]
+            ok &= trace.end[m] >= trace.end[sel]
+            origin[sel[ok]] = linked[m[ok]]
+            via[sel[ok]] = VIA_LINK
     # module runs: the latest host execute call that started before the op
     need = np.flatnonzero(device_ev & (origin < 0) & trace.is_device_activity())
     ex = np.flatnonzero((trace.kind == K.EXECUTE) & host_side(trace))

@@ -104,10 +104,12 @@ def diagnose_trace(trace: Trace, options: Options | None = None) -> Diagnosis:
         lo, hi = int(us[0]), int(ue[-1])
         busy = int((ue - us).sum())
         gs, ge, prev, nxt, ss, se = find_gaps(trace, d, ops, us, ue, threshold_ps)
-        gt = classify_gaps(trace, d, gs, ge, prev, nxt, origin, lines, steps.thread, memcpy_of)
+        gt = classify_gaps(trace, d, gs, ge, prev, nxt, origin, lines, steps.thread, memcpy_of,
+                           buckets)
         gaps_all.append(gt)
         small_by_dev[d] = (ss, se)
-        wb, we = device_windows(steps, ev_step[ops], trace.end[ops], hi)
+        own = np.flatnonzero((trace.kind == K.STEP) & (trace.track_device[trace.track] == d))
+        wb, we = device_windows(steps, ev_step[ops], trace.end[ops], hi, own, trace)
         steps_dev.append((wb, we, us, ue, gt))
         idle_cause = np.bincount(gt.cause, weights=gt.duration, minlength=len(C.ALL)) \
             if len(gt) else np.zeros(len(C.ALL))

@@ -78,8 +78,21 @@ def find_gaps(trace: Trace, device: int, ops: np.ndarray, us: np.ndarray, ue: np
     return gs[big], ge[big], prev, nxt, gs[~big], ge[~big]
 
 
+def user_threads(trace: Trace) -> set:
+    """The host thread(s) the user's code runs on: where step annotations live, else the
+    thread with most user annotations."""
+    host = trace.track_kind[trace.track] == 0
+    for kinds in ((K.STEP,), (K.ANNOTATION, K.DATA)):
+        sel = np.flatnonzero(host & np.isin(trace.kind, kinds))
+        if sel.size:
+            tr, cnt = np.unique(trace.track[sel], return_counts=True)
+            return {int(tr[np.argmax(cnt)])}
+    return set()
+
+
 def classify_gaps(trace: Trace, device: int, gs, ge, prev, nxt, origin: np.ndarray,
-                  lines: dict, step_thread: int, memcpy_kind: np.ndarray) -> GapTable:
+                  lines: dict, step_thread: int, memcpy_kind: np.ndarray,
+                  buckets: np.ndarray | None = None) -> GapTable:
     n = gs.shape[0]
     wf = origin[nxt] if n else np.zeros(0, np.int64)
     cause = np.zeros(n, np.int8)
@@ -100,7 +113,8 @@ def classify_gaps(trace: Trace, device: int, gs, ge, prev, nxt, origin: np.ndarr
     # time per bucket on the launching thread and on the stepping thread; keep the one
     # that was less idle (the launching thread of an XLA executor is mostly idle)
     candidates = []
-    for t in set(wf_track[wf_ok].tolist()) | ({step_thread} if step_thread >= 0 else set()):
+    for t in set(wf_track[wf_ok].tolist()) | ({step_thread} if step_thread >= 0 else set()) \
+            | user_threads(trace):
         if t in lines:
             candidates.append(t)
     if not candidates and lines:
@@ -124,7 +138,16 @@ def classify_gaps(trace: Trace, device: int, gs, ge, prev, nxt, origin: np.ndarr
     for t in candidates + [x for x in lines if x not in candidates]:
         w = lines[t].time_by_bucket(gs - SYNC_LOOKBACK_PS, gs + np.maximum(dur // 4, 1))
         sync_at_start |= w[:, B_SYNC] > 0
-    issued_early = wf_ok & (wf_ts < gs - ISSUED_EARLY_PS)
+    # issued early = the call that put the op on the device had returned well before the
+    # gap; a blocking call still running during the gap (a staged memcpy) is the cause
+    wf_end = np.where(wf_ok, trace.end[np.maximum(wf, 0)], ge)
+    issued_early = wf_ok & (wf_end < gs - ISSUED_EARLY_PS)
+    # launch-bound: a short gap ended by a kernel no longer than the call that launched it
+    wf_launch = wf_ok & (trace.kind[np.maximum(wf, 0)] == K.LAUNCH)
+    wf_dur = np.where(wf_ok, trace.dur[np.maximum(wf, 0)], 0)
+    tiny_kernel = (trace.dur[nxt] <= 2 * wf_dur) | (dur <= 2 * wf_dur)
+    launch_bound = (dur < LAUNCH_BOUND_MAX_PS) & wf_launch & tiny_kernel & \
+        (trace.kind[nxt] == K.KERNEL)
 
     idx_cause = {c: i for i, c in enumerate(C.ALL)}
     bucket_cause = {B_SYNC: C.HOST_SYNC, B_COMPILE: C.COMPILATION, B_H2D: C.H2D_TRANSFER,
@@ -159,12 +182,30 @@ def classify_gaps(trace: Trace, device: int, gs, ge, prev, nxt, origin: np.ndarr
             evidence[i] = f"the gap ends with a host→device copy staged by the host for {ms:.1f} µs"
         else:
             b = int(dom[i])
-            if dur[i] < LAUNCH_BOUND_MAX_PS and b in (B_COMPUTE, B_LAUNCH, B_IDLE) and \
-                    share[i, B_LAUNCH] >= 0.3:
+            if b in (B_COMPUTE, B_LAUNCH, B_IDLE) and (
+                    launch_bound[i] or (dur[i] < LAUNCH_BOUND_MAX_PS and share[i, B_LAUNCH] >= 0.3)):
                 b = B_LAUNCH
             c = bucket_cause[b]
             evidence[i] = (f"{share[i, b] * 100:.0f}% of the {ms:.1f} µs gap the host was in "
                            f"{C.LABELS[c].lower()}")
         cause[i] = idx_cause[c]
+        if c == C.H2D_TRANSFER and buckets is not None and thread[i] in lines and \
+                (not wf_ok[i] or buckets[wf[i]] != B_H2D):
+            # the device waited for the transfer itself, not for the launch after it
+            t_ev = _last_in_bucket(lines[int(thread[i])], int(gs[i]), int(ge[i]), B_H2D)
+            while t_ev >= 0 and trace.parent[t_ev] >= 0 and buckets[trace.parent[t_ev]] == B_H2D:
+                t_ev = int(trace.parent[t_ev])
+            if t_ev >= 0:
+                wf[i] = t_ev
     return GapTable(np.full(n, device, np.int32), gs, ge, prev, nxt, wf, cause, evidence,
                     thread, bucket_time)
+
+
+def _last_in_bucket(line: HostLine, a: int, b: int, bucket: int) -> int:
+    """The innermost op of the last segment in [a, b) spent in ``bucket`` (−1 if none)."""
+    s, _, inner = line.segments(a, b)
+    lo = max(int(np.searchsorted(line.seg_start, a, side="right")) - 1, 0)
+    hi = int(np.searchsorted(line.seg_start, b, side="left"))
+    bk = line.seg_bucket[lo:hi]
+    keep = np.flatnonzero((bk == bucket) & (line.seg_inner[lo:hi] >= 0))
+    return int(line.seg_inner[lo + keep[-1]]) if keep.size else -1

@@ -88,10 +88,18 @@ def step_of_time(steps: StepTable, t: np.ndarray) -> np.ndarray:
 
 
 def device_windows(steps: StepTable, op_step: np.ndarray, op_end: np.ndarray,
-                   trace_end: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per-device window bounds (len n_steps) given the step index of each device op."""
+                   trace_end: int, own_steps: np.ndarray | None = None,
+                   trace: Trace | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per-device window bounds (len n_steps) given the step index of each device op.
+
+    With a device Steps line, each device's windows are its own Steps events."""
     n = steps.ids.shape[0]
-    if steps.source in ("device_steps", "whole_trace"):
+    if steps.source == "device_steps":
+        if own_steps is not None and own_steps.shape[0] == n and trace is not None:
+            o = np.argsort(trace.ts[own_steps], kind="stable")
+            return trace.ts[own_steps[o]].copy(), trace.end[own_steps[o]].copy()
+        return steps.host_start.copy(), steps.host_end.copy()
+    if steps.source == "whole_trace":
         return steps.host_start.copy(), steps.host_end.copy()
     last_end = np.full(n, -1, np.int64)
     ok = op_step >= 0

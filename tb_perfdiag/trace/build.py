@@ -153,3 +153,33 @@ def assemble(path: str, fmt: str, strings: StringTable, tracks: Tracks, devices:
         link_kind=np.asarray(lkind, np.int8),
         metadata=metadata, warnings=warnings,
     )
+
+
+def correlation_links(kind: np.ndarray, on_device: np.ndarray, idx: np.ndarray,
+                      vals: np.ndarray):
+    """Host runtime call → device activity carrying the same correlation id.
+
+    ``idx``/``vals``: raw event indices and correlation values; ``on_device``: per raw
+    event, whether it sits on a device track.
+    """
+    from .model import EventKind as K, LinkKind
+    empty = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int8))
+    if idx is None or len(idx) == 0:
+        return empty
+    idx = np.asarray(idx, np.int64)
+    vals = np.asarray(vals, np.int64)
+    host_side = np.isin(kind[idx], (K.LAUNCH, K.RUNTIME, K.SYNC)) & ~on_device[idx]
+    dev_side = on_device[idx] & np.isin(kind[idx], (K.KERNEL, K.MEMCPY, K.MEMSET))
+    h_idx, h_val = idx[host_side], vals[host_side]
+    d_idx, d_val = idx[dev_side], vals[dev_side]
+    if h_idx.size == 0 or d_idx.size == 0:
+        return empty
+    o = np.argsort(h_val, kind="stable")
+    h_idx, h_val = h_idx[o], h_val[o]
+    pos = np.searchsorted(h_val, d_val)
+    ok = pos < h_val.shape[0]
+    ok[ok] &= h_val[pos[ok]] == d_val[ok]
+    src = h_idx[pos[ok]]
+    dst = d_idx[ok]
+    return src, dst, np.full(src.shape[0], LinkKind.CORRELATION, np.int8)
+

@@ -28,6 +28,8 @@ _EXECUTE = re.compile(r"(ExecuteComputation|ExecuteReplicated|PjRtLoadedExecutab
                       r"TpuExecutable|ExecuteSharded|ExecuteOnLocalDevices)", re.I)
 
 
+# CUDA/HIP runtime and driver API names (XSpace has no categories to say so)
+_RUNTIME_API = re.compile(r"^(cu|cuda|hip|hipExt)[A-Z]\w*$")
 _IDLE = re.compile(r"^ThreadpoolListener::(StartRegion|StopRegion|Record)$")
 
 
@@ -40,7 +42,8 @@ def host_kind(name: str, category: str = "") -> K:
     cat = category.lower()
     if cat in ("python_function", "python"):
         return K.PYTHON
-    if cat in ("cuda_runtime", "cuda_driver", "runtime", "mtia_runtime", "hip_runtime"):
+    if cat in ("cuda_runtime", "cuda_driver", "runtime", "mtia_runtime", "hip_runtime") or \
+            (not cat and _RUNTIME_API.match(name)):
         if _SYNC.search(name):
             return K.SYNC
         if _LAUNCH.search(name):

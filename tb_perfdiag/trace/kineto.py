@@ -16,7 +16,7 @@ import orjson
 
 from ..storage import read_bytes
 from . import classify
-from .build import StringTable, Tracks, assemble
+from .build import StringTable, Tracks, assemble, correlation_links
 from .model import Device, EventKind as K, LinkKind, TraceError, TrackKind
 
 DEVICE_ACTIVITY_CATS = {
@@ -329,32 +329,12 @@ def build(path: str, scan: dict):
     stats["source_index"] = (np.arange(n, dtype=np.int64),
                              np.asarray(scan["src_index"], np.int64), False)
 
-    links = _correlation_links(kind, ev_device_cat, stats.get("correlation"))
+    corr = stats.get("correlation")
+    links = correlation_links(kind, ev_device_cat, corr[0] if corr else None,
+                              corr[1] if corr else None)
     metadata = dict(scan["metadata"])
     metadata["process_names"] = {str(k): v for k, v in process_name.items()}
     trace = assemble(path, "kineto", strings, tracks, devices, ts_rel, dur_ps, track, name_ids,
                      kind, stats, links, metadata, warnings, origin_ps=0)
     trace.origin_ps = origin
     return trace
-
-
-def _correlation_links(kind, ev_device_cat, corr):
-    """Host runtime call → device activity with the same correlation id."""
-    empty = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int8))
-    if corr is None:
-        return empty
-    idx, vals, _ = corr
-    host_side = np.isin(kind[idx], (K.LAUNCH, K.RUNTIME, K.SYNC)) & ~ev_device_cat[idx]
-    dev_side = ev_device_cat[idx] & np.isin(kind[idx], (K.KERNEL, K.MEMCPY, K.MEMSET))
-    h_idx, h_val = idx[host_side], vals[host_side]
-    d_idx, d_val = idx[dev_side], vals[dev_side]
-    if h_idx.size == 0 or d_idx.size == 0:
-        return empty
-    o = np.argsort(h_val, kind="stable")
-    h_idx, h_val = h_idx[o], h_val[o]
-    pos = np.searchsorted(h_val, d_val)
-    ok = pos < h_val.shape[0]
-    ok[ok] &= h_val[pos[ok]] == d_val[ok]
-    src = h_idx[pos[ok]]
-    dst = d_idx[ok]
-    return src, dst, np.full(src.shape[0], LinkKind.CORRELATION, np.int8)

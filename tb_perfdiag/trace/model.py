@@ -174,6 +174,11 @@ class Trace:
     def steps_hint(self) -> list:
         """(step number, event index) of step-annotation events, in time order."""
         idx = np.flatnonzero(self.kind == EventKind.STEP)
+        host = self.track_kind[self.track[idx]] == TrackKind.HOST
+        if host.any():
+            idx = idx[host]          # host step annotations; device Steps lines mirror them
+        elif idx.size:
+            idx = idx[self.track[idx] == self.track[idx[0]]]   # one device's Steps line
         if idx.size == 0:
             return []
         num = self.stat("step_num")[idx]

@@ -15,7 +15,7 @@ from google.protobuf.message import DecodeError
 
 from ..storage import read_bytes
 from . import classify
-from .build import StringTable, Tracks, assemble
+from .build import StringTable, Tracks, assemble, correlation_links
 from .hlo import hlo_op_metadata
 from .model import Device, EventKind as K, LinkKind, TraceError, TrackKind
 from .xplane_pb import XPlane, XSpace
@@ -298,6 +298,11 @@ def build(path: str, scan: dict):
     # HLO metadata from /host:metadata joined on (module, program_id, hlo_op)
     _join_hlo_metadata(planes, stats, strings, n, warnings)
     links = _flow_links(stats, n)
+    corr = stats.get("correlation_id")
+    if corr is not None:
+        on_device = np.asarray(tracks.kind, np.int8)[track] == TrackKind.DEVICE
+        c_src, c_dst, c_kind = correlation_links(kind, on_device, corr[0], corr[1])
+        links = tuple(np.concatenate([a, b]) for a, b in zip(links, (c_src, c_dst, c_kind)))
     metadata = {"hostnames": list(scan["hostnames"])}
     origin = _profile_start_ps(planes)
     if origin is not None:
