@@ -59,6 +59,7 @@ class DiagnosePlugin(base_plugin.TBPlugin):
             "/diagnosis": self._serve_diagnosis,
             "/gap": self._serve_gap,
             "/overlay": self._serve_overlay,
+            "/timeline": self._serve_timeline,
             "/version": self._serve_version,
         }
         for rel in self._static_files:
@@ -115,6 +116,10 @@ class DiagnosePlugin(base_plugin.TBPlugin):
     @wrappers.Request.application
     def _serve_overlay(self, request):
         return self._respond(request, self._service.overlay_json)
+
+    @wrappers.Request.application
+    def _serve_timeline(self, request):
+        return self._respond(request, self._service.timeline_json)
 
     def _respond(self, request, fn):
         try:

@@ -12,6 +12,7 @@ import numpy as np
 from . import __version__
 from .analysis import Options, diagnose_trace
 from .analysis.diagnosis import gap_detail, host_context
+from .analysis.timeline import lanes
 from .analysis import causes as C
 from .cache import DiagnosisCache
 from .discovery import Catalog
@@ -139,27 +140,55 @@ class DiagnosisService:
                 return 200, g
         return 404, {"error": f"no gap {gap_id!r} in this diagnosis"}
 
+    def _context(self, src):
+        """(trace, host context) of a file, for requests that need the events again;
+        kept for the two most recently used files (traces are big)."""
+        ident = file_identity(src.path)
+        with self._ctx_lock:
+            hit = self._contexts.pop(ident, None)
+            if hit is not None:
+                self._contexts[ident] = hit
+                return hit
+        trace = load(src.path)
+        hit = (trace, host_context(trace))
+        with self._ctx_lock:
+            self._contexts[ident] = hit
+            while len(self._contexts) > 2:
+                self._contexts.pop(next(iter(self._contexts)))
+        return hit
+
     def _detail(self, params, gap: dict) -> dict:
         """Host-op detail of a gap outside the precomputed largest ones (cached)."""
         src = self._source(params)
-        ident = file_identity(src.path)
-        key = ("detail", ident, gap["id"])
+        key = ("detail", file_identity(src.path), gap["id"])
 
         def compute():
-            with self._ctx_lock:
-                hit = self._contexts.get(ident)
-            if hit is None:
-                trace = load(src.path)
-                hit = (trace, host_context(trace))
-                with self._ctx_lock:
-                    self._contexts[ident] = hit
-                    while len(self._contexts) > 2:       # traces are big: keep few
-                        self._contexts.pop(next(iter(self._contexts)))
-            return gap_detail(hit[0], gap, hit[1])
+            trace, ctx = self._context(src)
+            return gap_detail(trace, gap, ctx)
         try:
             return self.cache.get_or_compute(key, compute)
         except TraceError:
             return gap
+
+    def timeline_json(self, params):
+        """Lanes of every track in [start_ns, end_ns] for a canvas ``width`` px wide."""
+        status, body = self._diagnosis(params)
+        if status != 200:
+            return status, body
+        src = self._source(params)
+        lo = _float(params, "start_ns", 0, -1e18, 1e18)
+        hi = _float(params, "end_ns", 1e18, -1e18, 1e18)
+        width = _int(params, "width", 1200, 16, 4000)
+        if hi <= lo:
+            raise BadRequest("end_ns must be after start_ns")
+        try:
+            trace, ctx = self._context(src)
+        except TraceError as e:
+            return 422, {"error": e.reason, "file": os.path.basename(src.path)}
+        span_hi = int(trace.end.max()) if trace.n_events else 0
+        lo_ps = int(max(lo, 0) * 1000)
+        hi_ps = int(min(hi * 1000, span_hi))
+        return 200, lanes(trace, lo_ps, max(hi_ps, lo_ps + 1000), width, ctx["origin"])
 
     def overlay_json(self, params):
         """Chrome trace JSON: one track per device with a slice per gap, coloured by

@@ -137,3 +137,26 @@ def test_gap_detail_on_demand_for_small_gaps(tmp_path):
     status, g = svc.gap_json({**q, "id": lazy[-1]["id"]})
     assert status == 200 and g["detail"] is True and g["host_ops"]
     assert svc.cache.computations == 2          # the diagnosis and this one detail
+
+
+def test_timeline_lanes_aggregate_when_crowded(tb_demo):
+    _, _, runs = tb_demo.get("/data/plugin/perfdiag/runs")
+    run = [r for r in runs["runs"] if "torch_xla_cpu" in r["run"]][0]
+    q = f"run={run['run']}&host={run['hosts'][0]['name']}"
+    status, _, t = tb_demo.get(f"/data/plugin/perfdiag/timeline?{q}&width=800")
+    assert status == 200 and t["width"] == 800
+    kinds = {lane["kind"] for lane in t["lanes"]}
+    assert kinds == {"device", "host", "annotation"}
+    for lane in t["lanes"]:
+        if "bins" in lane:
+            assert len(lane["bins"]["share"]) == 800
+            assert all(0 <= s <= 1 for s in lane["bins"]["share"])
+        else:
+            assert len(lane["events"]) == lane["in_view"] <= 1500
+            assert all(0 <= e[2] < len(t["names"]) for e in lane["events"])
+    # zoomed in: every lane sends its events one by one
+    g = tb_demo.get(f"/data/plugin/perfdiag/diagnosis?{q}&gaps_limit=1")[2]["gaps"][0]
+    status, _, z = tb_demo.get(f"/data/plugin/perfdiag/timeline?{q}&width=800"
+                               f"&start_ns={g['start_ns'] - 1000}&end_ns={g['start_ns'] + 200000}")
+    assert status == 200 and all("events" in lane for lane in z["lanes"])
+    assert tb_demo.get(f"/data/plugin/perfdiag/timeline?{q}&start_ns=5&end_ns=1")[0] == 400

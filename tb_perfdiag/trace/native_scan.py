@@ -1,0 +1,87 @@
+"""Thin wrapper over the optional C extension ``tb_perfdiag._native``.
+
+``scan_xspace(buf)`` and ``scan_kineto(buf)`` return exactly what the reference
+scanners ``xspace.scan_python`` and ``kineto.scan_python`` return (same keys, values
+and dtypes), except that Kineto timestamps are always read exactly from the decimal
+text (the reference does so only when they exceed 4e12 µs).  They raise ValueError
+for anything they do not accept; callers then fall back to the reference scanner,
+which reports the problem precisely.
+
+Importing this module raises ImportError when the extension is not built.
+"""
+from __future__ import annotations
+
+import numpy as np
+import orjson
+
+from .. import _native
+
+_XSPACE_COLUMNS = {
+    "ev_line": np.int32, "ev_meta": np.int64, "ev_offset_ps": np.int64,
+    "ev_dur_ps": np.int64, "ev_stat_start": np.int64, "st_meta": np.int64,
+    "st_kind": np.int8, "st_int": np.int64, "st_dbl": np.float64,
+}
+_KINETO_COLUMNS = {
+    "name_ids": np.int32, "cat_ids": np.int32, "track_ids": np.int32,
+    "ts_ps": np.int64, "dur_ps": np.int64, "src_index": np.int64,
+}
+_METADATA_KEYS = ("deviceProperties", "distributedInfo", "baseTimeNanoseconds",
+                  "schemaVersion", "displayTimeUnit")
+
+
+def scan_xspace(buf) -> dict:
+    """XSpace bytes → the columns of ``xspace.scan_python``."""
+    raw = _native.scan_xspace(buf)
+    return {
+        "planes": raw["planes"], "lines": raw["lines"],
+        **{k: np.frombuffer(raw[k], dt) for k, dt in _XSPACE_COLUMNS.items()},
+        "strings": raw["strings"],
+        "hostnames": raw["hostnames"], "errors": raw["errors"], "warnings": raw["warnings"],
+    }
+
+
+def scan_kineto(buf) -> dict:
+    """Chrome-trace JSON bytes → the columns of ``kineto.scan_python``."""
+    raw = _native.scan_kineto(buf)
+    view = memoryview(buf).cast("B")
+    process_name: dict = {}
+    process_label: dict = {}
+    thread_name: dict = {}
+    # "M" events are few: the reference logic on each one, parsed by orjson
+    try:
+        for start, end in raw["m_events"]:
+            e = orjson.loads(view[start:end])
+            a = e.get("args") or {}
+            nm = e.get("name")
+            if not isinstance(a, dict):
+                pass
+            elif nm == "process_name":
+                process_name[e.get("pid")] = str(a.get("name", ""))
+            elif nm == "process_labels":
+                process_label[e.get("pid")] = str(a.get("labels", ""))
+            elif nm == "thread_name":
+                thread_name[(e.get("pid"), e.get("tid"))] = str(a.get("name", ""))
+    except TypeError as e:   # an unhashable pid/tid: let the reference scanner decide
+        raise ValueError(f"native Kineto scan: metadata event: {e}") from None
+    stats = {name: (np.frombuffer(idx, np.int64), np.frombuffer(vals, np.int64))
+             for name, (idx, vals) in raw["stats"].items()}
+    slices = raw["meta_slices"]
+    warnings = []
+    if raw["bad"]:
+        warnings.append(f"{raw['bad']} malformed events skipped (missing or non-numeric "
+                        f"ts/dur/pid)")
+    cols = {k: np.frombuffer(raw[k], dt) for k, dt in _KINETO_COLUMNS.items()}
+    return {
+        "n_raw": raw["n_raw"],
+        "names": raw["names"], "name_ids": cols["name_ids"],
+        "cats": raw["cats"], "cat_ids": cols["cat_ids"],
+        "track_keys": raw["track_keys"], "track_ids": cols["track_ids"],
+        "base_us": raw["base_us"], "ts_ps": cols["ts_ps"], "dur_ps": cols["dur_ps"],
+        "src_index": cols["src_index"],
+        "stats": stats,
+        "process_name": process_name, "process_label": process_label,
+        "thread_name": thread_name,
+        "metadata": {k: orjson.loads(view[slices[k][0]:slices[k][1]])
+                     for k in _METADATA_KEYS if k in slices},
+        "warnings": warnings,
+    }
