@@ -61,6 +61,7 @@ class DiagnosePlugin(base_plugin.TBPlugin):
             "/overlay": self._serve_overlay,
             "/timeline": self._serve_timeline,
             "/version": self._serve_version,
+            "/status": self._serve_status,
         }
         for rel in self._static_files:
             apps["/" + rel] = self._serve_static
@@ -96,6 +97,10 @@ class DiagnosePlugin(base_plugin.TBPlugin):
     @wrappers.Request.application
     def _serve_version(self, request):
         return self._json(request, {"version": __version__})
+
+    @wrappers.Request.application
+    def _serve_status(self, request):
+        return self._json(request, self._service.status())
 
     @wrappers.Request.application
     def _serve_runs(self, request):

@@ -104,6 +104,13 @@ class DiagnosisService:
                          "run": params.get("run"), "host": params.get("host")}
         return 200, result["ok"]
 
+    def status(self) -> dict:
+        """Counters an operator (or a load test) can watch."""
+        c = self.cache
+        return {"analyses": c.computations, "cached": len(c._mem), "cache_bytes": c._size,
+                "cache_limit_bytes": c.memory_bytes, "disk_cache": c.disk_dir or None,
+                "max_file_mb": self.max_file_mb, "traces_in_memory": len(self._contexts)}
+
     # ---- routes ----
     def diagnosis_json(self, params):
         status, body = self._diagnosis(params)

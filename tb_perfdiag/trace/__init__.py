@@ -41,8 +41,10 @@ def load(path: str) -> Trace:
             return kineto.read(path, raw)
     except TraceError:
         raise
-    except (ValueError, TypeError, KeyError, IndexError, OverflowError, UnicodeError,
-            RecursionError, MemoryError) as e:
+    except MemoryError:
+        raise TraceError(path, "not enough memory to read this trace; see TB_PERFDIAG_MAX_FILE_MB "
+                               "to refuse such files up front") from None
+    except Exception as e:  # noqa: BLE001 - the documented contract: only TraceError escapes
         raise TraceError(path, f"unreadable trace ({type(e).__name__}: {e})") from None
     raise TraceError(path, "unknown format: expected an XSpace (.xplane.pb) or a PyTorch "
                            "profiler trace (.pt.trace.json[.gz])")

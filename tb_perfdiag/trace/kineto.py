@@ -27,6 +27,9 @@ DEVICE_ACTIVITY_CATS = {
 DEVICE_OTHER_CATS = {"gpu_user_annotation": K.DEVICE_OTHER, "cuda_sync": K.SYNC}
 _DEVICE_LABEL = re.compile(r"^(GPU|MTIA|TPU|XPU|HPU)\s*(\d+)", re.I)
 _TS_TEXT = re.compile(rb'"ts"\s*:\s*(-?[0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?)')
+# events further than this from the trace's median time are unplaceable (11.5 days)
+_MAX_SPAN_US = 1e12
+OUT_OF_RANGE = np.iinfo(np.int64).min
 # float64 keeps 1 ns at most up to 2**52 ns ≈ 4.5e12 µs
 _FLOAT_EXACT_LIMIT_US = 4.0e12
 
@@ -43,8 +46,33 @@ def looks_like(head: bytes) -> bool:
     return b"traceEvents" in head
 
 
+def _drop_events(scan: dict, keep: np.ndarray) -> dict:
+    """The scan without the events where ``keep`` is False (stats re-indexed)."""
+    out = dict(scan)
+    for k in ("name_ids", "cat_ids", "track_ids", "ts_ps", "dur_ps", "src_index"):
+        out[k] = np.asarray(scan[k])[keep]
+    new_index = np.cumsum(keep) - 1
+    stats = {}
+    for sname, (idx, vals) in scan["stats"].items():
+        idx = np.asarray(idx, np.int64)
+        ok = keep[idx]
+        stats[sname] = (new_index[idx[ok]], np.asarray(vals)[ok])
+    out["stats"] = stats
+    return out
+
+
+def _plausible(scan: dict) -> bool:
+    """A native scan is used only when its times fit the model; the reference scanner
+    handles (and reports) corrupt clock values."""
+    ts, dur = np.asarray(scan["ts_ps"]), np.asarray(scan["dur_ps"])
+    if ts.size == 0:
+        return True
+    return bool(ts.min() >= 0 and ts.max() < 2 ** 62 and dur.min() > -2 ** 62
+                and dur.max() < 2 ** 62)
+
+
 def _exact_ts_ps(raw: bytes, positions: np.ndarray, approx_us: np.ndarray, base_us: int,
-                 warnings: list) -> np.ndarray | None:
+                 warnings: list, sane: np.ndarray) -> np.ndarray | None:
     """Exact timestamps in ps after ``base_us`` from the file text, or None if the text
     cannot be matched to the events."""
     texts = _TS_TEXT.findall(raw)
@@ -52,9 +80,11 @@ def _exact_ts_ps(raw: bytes, positions: np.ndarray, approx_us: np.ndarray, base_
         warnings.append("timestamps could not be matched to their text; "
                         "kept float precision (about 0.25 µs)")
         return None
-    out = np.empty(positions.shape[0], dtype=np.int64)
+    out = np.zeros(positions.shape[0], dtype=np.int64)
     base_ps = base_us * 1_000_000
-    for k, p in enumerate(positions.tolist()):
+    for k, (p, ok) in enumerate(zip(positions.tolist(), sane.tolist())):
+        if not ok:
+            continue
         t = texts[p]
         if b"e" in t or b"E" in t:
             out[k] = int(round((float(t) - base_us) * 1e6))
@@ -81,6 +111,8 @@ def read(path: str, raw: bytes | None = None):
             scan = native.scan_kineto(raw)
         except ValueError:
             scan = None  # let the reference scanner name the problem precisely
+        if scan is not None and not _plausible(scan):
+            scan = None
     if scan is None:
         scan = scan_python(path, raw)
     return build(path, scan)
@@ -189,13 +221,22 @@ def scan_python(path: str, raw: bytes) -> dict:
         warnings.append(f"{bad} malformed events skipped (missing or non-numeric ts/dur/pid)")
     n = len(name_ids)
     approx = np.asarray(ts_us, dtype=np.float64)
-    dur_ps = np.rint(np.asarray(dur_us, dtype=np.float64) * 1e6).astype(np.int64)
-    base_us = int(np.floor(approx.min())) if n else 0
+    # events whose time is absurd next to the rest (clock garbage, 1e30) cannot be placed;
+    # they are marked and dropped by ``build`` with a warning instead of wrapping around
+    dur_us_arr = np.asarray(dur_us, dtype=np.float64)
+    sane = np.isfinite(approx) & np.isfinite(dur_us_arr) & (np.abs(dur_us_arr) < _MAX_SPAN_US)
+    if n and sane.any():
+        sane &= np.abs(approx - np.median(approx[sane])) < _MAX_SPAN_US
+    dur_ps = np.where(sane, np.rint(np.where(sane, dur_us_arr, 0) * 1e6), 0).astype(np.int64)
+    base_us = int(np.floor(approx[sane].min())) if n and sane.any() else 0
+    approx = np.where(sane, approx, base_us)
     ts_rel = None
     if n and float(np.abs(approx).max()) > _FLOAT_EXACT_LIMIT_US:
-        ts_rel = _exact_ts_ps(raw, np.asarray(ts_pos, dtype=np.int64), approx, base_us, warnings)
+        ts_rel = _exact_ts_ps(raw, np.asarray(ts_pos, dtype=np.int64), approx, base_us, warnings,
+                              sane)
     if ts_rel is None:
         ts_rel = np.rint((approx - base_us) * 1e6).astype(np.int64)
+    ts_rel[~sane] = OUT_OF_RANGE
     stats = {}
     for sname, (idx, vals) in stat_vals.items():
         if idx:
@@ -242,6 +283,15 @@ def build(path: str, scan: dict):
     ts_rel = np.asarray(scan["ts_ps"], np.int64)
     dur_ps = np.asarray(scan["dur_ps"], np.int64)
     base_us = int(scan["base_us"])
+    bad = ts_rel == OUT_OF_RANGE
+    if bad.any():
+        warnings.append(f"{int(bad.sum())} events with timestamps or durations far outside the "
+                        "trace (corrupt clock values) were skipped")
+        scan = _drop_events(scan, ~bad)
+        n = int(scan["name_ids"].shape[0])
+        ts_rel, dur_ps = scan["ts_ps"], scan["dur_ps"]
+        name_ids = np.asarray(scan["name_ids"], np.int32)
+        cat_ids = np.asarray(scan["cat_ids"], np.int32)
     process_name = scan["process_name"]
     process_label = scan["process_label"]
     thread_name = scan["thread_name"]
