@@ -58,7 +58,7 @@ def test_bad_file_is_reported_and_others_work(tb_demo):
     "run=a%00b&host=x", "run=" + "a" * 5000 + "&host=x", "host=x", "run=x",
 ])
 def test_requests_cannot_leave_the_logdir(tb_demo, query):
-    for route in ("diagnosis", "gap", "overlay"):
+    for route in ("diagnosis", "gap", "overlay", "timeline"):
         status, _, body = tb_demo.get(f"/data/plugin/perfdiag/{route}?{query}&id=1")
         assert status in (400, 404), (route, query, status)
         assert "root:" not in json.dumps(body)
@@ -160,3 +160,38 @@ def test_timeline_lanes_aggregate_when_crowded(tb_demo):
                                f"&start_ns={g['start_ns'] - 1000}&end_ns={g['start_ns'] + 200000}")
     assert status == 200 and all("events" in lane for lane in z["lanes"])
     assert tb_demo.get(f"/data/plugin/perfdiag/timeline?{q}&start_ns=5&end_ns=1")[0] == 400
+
+
+@pytest.mark.parametrize("path", [
+    "/data/plugin/perfdiag/../../../etc/passwd", "/data/plugin/perfdiag/%2e%2e/%2e%2e/etc/passwd",
+    "/data/plugin/perfdiag/index.js%00.png", "/data/plugin/perfdiag/..%2Fplugin.py",
+    "/data/plugin/perfdiag/runs?run=../../", "/data/plugin/perfdiag/status?x=..%2F",
+])
+def test_static_and_other_routes_cannot_leave(tb_demo, path):
+    status, headers, body = tb_demo.get(path)
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else json.dumps(body)
+    assert "root:" not in text and "import " not in text
+    if status == 200:
+        assert headers["Content-Type"].split(";")[0] in ("application/json", "text/html")
+
+
+def test_symlink_outside_logdir_is_ignored(tmp_path):
+    from tb_perfdiag.discovery import scan_logdir
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    src = os.path.join(TESTDATA, "captures", "torch_cpu")
+    f = sorted(os.listdir(src))[0]
+    shutil.copy(os.path.join(src, f), outside / f)
+    ld = tmp_path / "ld" / "run"
+    ld.mkdir(parents=True)
+    os.symlink(outside / f, ld / f)
+    os.symlink(outside, tmp_path / "ld" / "linked_dir")
+    assert scan_logdir(str(tmp_path / "ld")) == {}
+
+
+def test_headers_match_tensorboard_plugins(tb_demo):
+    status, headers, _ = tb_demo.get("/data/plugin/perfdiag/runs")
+    assert headers["Content-Type"].startswith("application/json")
+    assert headers.get("X-Content-Type-Options") == "nosniff"
+    status, headers, _ = tb_demo.get("/data/plugin/perfdiag/index.js")
+    assert status == 200 and headers["Content-Type"].startswith("text/javascript")
