@@ -60,6 +60,7 @@ class DiagnosePlugin(base_plugin.TBPlugin):
             "/gap": self._serve_gap,
             "/overlay": self._serve_overlay,
             "/timeline": self._serve_timeline,
+            "/hosts": self._serve_hosts,
             "/version": self._serve_version,
             "/status": self._serve_status,
         }
@@ -121,6 +122,10 @@ class DiagnosePlugin(base_plugin.TBPlugin):
     @wrappers.Request.application
     def _serve_overlay(self, request):
         return self._respond(request, self._service.overlay_json)
+
+    @wrappers.Request.application
+    def _serve_hosts(self, request):
+        return self._respond(request, self._service.hosts_json)
 
     @wrappers.Request.application
     def _serve_timeline(self, request):

@@ -29,6 +29,19 @@ CAUSE_COLORS = {  # Chrome trace viewer reserved colour names
 }
 
 
+MEMORY_BUDGET_MB = float(os.environ.get("TB_PERFDIAG_MEMORY_MB", "4096"))
+MAX_WORKERS = int(os.environ.get("TB_PERFDIAG_WORKERS", "4"))
+
+
+def _mean(xs):
+    return sum(xs) / len(xs) if xs else None
+
+
+def _median(xs):
+    xs = sorted(x for x in xs if x is not None)
+    return xs[len(xs) // 2] if xs else None
+
+
 class BadRequest(ValueError):
     pass
 
@@ -103,6 +116,65 @@ class DiagnosisService:
             return 422, {"error": result["error"], "file": result["file"],
                          "run": params.get("run"), "host": params.get("host")}
         return 200, result["ok"]
+
+    def hosts_json(self, params):
+        """Per-host summary of a run (pods with many hosts): duty cycle, step time, worst
+        gap, top finding; hosts analysed in parallel within the memory budget; stragglers
+        (slow steps or low duty cycle next to the median host) flagged."""
+        run = self.catalog.runs().get(params.get("run") or "")
+        if run is None:
+            run = self.catalog.runs(refresh=True).get(params.get("run") or "")
+        if run is None:
+            return 404, {"error": "no such run in the logdir", "run": params.get("run")}
+        opt_params = {k: params[k] for k in ("threshold_us", "kernels_only") if k in params}
+        hosts = {}
+        for src in run.sources:                      # newest span per host
+            cur = hosts.get(src.host)
+            if cur is None or (src.span > cur.span):
+                hosts[src.host] = src
+        biggest = max((s.size for s in hosts.values()), default=0) / 1e6
+        # a diagnosis peaks at roughly 8× the file size; stay inside the budget
+        workers = max(1, min(os.cpu_count() or 1, MAX_WORKERS,
+                             int(MEMORY_BUDGET_MB // max(8 * biggest + 100, 1))))
+
+        def one(src):
+            q = {"run": run.name, "host": src.host, "span": src.span, **opt_params}
+            status, d = self._diagnosis(q)
+            row = {"host": src.host, "span": src.span, "status": status}
+            if status != 200:
+                row["error"] = d.get("error")
+                return row
+            steps = [s["end_ns"] - s["start_ns"] for s in d["steps"]]
+            worst = d["gaps"][0] if d["gaps"] else None
+            row.update({
+                "devices": [{"name": x["name"], "duty_cycle": x["duty_cycle"]}
+                            for x in d["devices"]],
+                "duty_cycle": _mean([x["duty_cycle"] for x in d["devices"]
+                                     if x["duty_cycle"] is not None]),
+                "steps": len(steps), "avg_step_ns": int(sum(steps) / len(steps)) if steps else None,
+                "worst_gap": {k: worst[k] for k in ("id", "duration_ns", "cause", "step")}
+                if worst else None,
+                "top_finding": d["findings"][0]["title"] if d["findings"] else None})
+            return row
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            rows = list(pool.map(one, [hosts[h] for h in sorted(hosts)]))
+        ok = [r for r in rows if r["status"] == 200]
+        med_step = _median([r["avg_step_ns"] for r in ok if r.get("avg_step_ns")])
+        med_duty = _median([r["duty_cycle"] for r in ok if r.get("duty_cycle") is not None])
+        for r in ok:
+            why = []
+            if med_step and r.get("avg_step_ns") and r["avg_step_ns"] > 1.1 * med_step:
+                why.append(f"steps {100 * (r['avg_step_ns'] / med_step - 1):.0f}% slower "
+                           "than the median host")
+            if med_duty is not None and r.get("duty_cycle") is not None and \
+                    r["duty_cycle"] < med_duty - 0.05:
+                why.append(f"duty cycle {100 * (med_duty - r['duty_cycle']):.0f} points below "
+                           "the median host")
+            r["straggler"] = bool(why)
+            r["straggler_reason"] = "; ".join(why)
+        return 200, {"run": run.name, "hosts": rows, "workers": workers,
+                     "median_step_ns": med_step, "median_duty_cycle": med_duty}
 
     def status(self) -> dict:
         """Counters an operator (or a load test) can watch."""

@@ -195,3 +195,35 @@ def test_headers_match_tensorboard_plugins(tb_demo):
     assert headers.get("X-Content-Type-Options") == "nosniff"
     status, headers, _ = tb_demo.get("/data/plugin/perfdiag/index.js")
     assert status == 200 and headers["Content-Type"].startswith("text/javascript")
+
+
+def test_pod_summary_flags_the_straggler(tmp_path):
+    """A run with several hosts: one summary row per host, the slow one flagged."""
+    import glob
+    from tb_perfdiag.cache import DiagnosisCache
+    from tb_perfdiag.discovery import Catalog
+    from tb_perfdiag.service import DiagnosisService
+    from tb_perfdiag.trace.xplane_pb import XSpace
+    src = glob.glob(os.path.join(TESTDATA, "captures", "jax_cpu", "plugins", "profile", "*",
+                                 "*.xplane.pb"))[0]
+    run = tmp_path / "ld" / "pod" / "plugins" / "profile" / "r1"
+    run.mkdir(parents=True)
+    raw = open(src, "rb").read()
+    for i in range(5):
+        shutil.copy(src, run / f"host{i}.xplane.pb")
+    # host 3: every event twice as long and twice as far apart → slower steps
+    s = XSpace()
+    s.ParseFromString(raw)
+    for p in s.planes:
+        for line in p.lines:
+            for e in line.events:
+                e.offset_ps *= 2
+                e.duration_ps *= 2
+    (run / "host3.xplane.pb").write_bytes(s.SerializeToString())
+    svc = DiagnosisService(Catalog(str(tmp_path / "ld")), DiagnosisCache(disk_dir=None))
+    status, body = svc.hosts_json({"run": "pod/r1"})
+    assert status == 200 and [r["host"] for r in body["hosts"]] == [f"host{i}" for i in range(5)]
+    flagged = [r["host"] for r in body["hosts"] if r["straggler"]]
+    assert flagged == ["host3"], body["hosts"]
+    assert all(r["worst_gap"] and r["top_finding"] for r in body["hosts"])
+    assert svc.cache.computations == 5
