@@ -5,6 +5,8 @@ import { causeColor, causeLabel, formatNs, formatPct } from "./format.js";
 import { readState, writeState, urlWindow } from "./state.js";
 import { renderStepsChart } from "./steps_chart.js";
 import { Timeline } from "./timeline.js";
+import { renderAnnotations } from "./annotations.js";
+import { CompareHosts } from "./compare.js";
 
 const PAGE = 200;
 
@@ -23,8 +25,13 @@ export class App {
     this.header = h("div", { class: "pd-header" });
     this.statusEl = h("div", { class: "pd-status", role: "status", "aria-live": "polite" });
     this.body = h("div", { class: "pd-body" });
+    this.compareEl = h("div", { class: "pd-compare-slot" });
     this.root.append(h("h1", { class: "pd-title" }, "Diagnose: why is the accelerator idle?"),
-      this.header, this.statusEl, this.body);
+      this.header, this.statusEl, this.compareEl, this.body);
+    this.compare = new CompareHosts(this.compareEl, {
+      params: (host) => ({ run: this.state.run, host, span: undefined }),
+      onPick: (host) => { this.state = { run: this.state.run, host }; this.buildSelectors(); this.loadDiagnosis(); },
+    });
     this.setStatus("Loading runs…", true);
     let r;
     try {
@@ -37,8 +44,18 @@ export class App {
     if (!r.ok) { this.showError(r.body); return; }
     this.runs = r.body.runs || [];
     if (this.runs.length === 0) { this.showHowTo(r.body.logdir); return; }
+    const deepLinked = !!this.state.run && this.runs.some((x) => x.run === this.state.run);
     this.buildSelectors();
-    await this.loadDiagnosis();
+    if (deepLinked) { await this.loadDiagnosis(); return; }
+    // Default selection: the first run whose diagnosis succeeds (at most 3 tries), trying
+    // runs named like a failure last, so the first screen is a working diagnosis.
+    const bad = /(^|[^a-z])(broken|bad|fail(ed)?|error|corrupt)/i;
+    const order = [...this.runs].sort((a, b) => Number(bad.test(a.run)) - Number(bad.test(b.run)));
+    for (const cand of order.slice(0, 3)) {
+      this.state = { run: cand.run };
+      this.buildSelectors();
+      if ((await this.loadDiagnosis()) !== false) return;  // worked, or the user picked another
+    }
   }
 
   // ---------- selectors ----------
@@ -69,6 +86,14 @@ export class App {
     }
     this.deviceSlot = h("span", { class: "pd-device-slot" });
     this.header.append(this.deviceSlot);
+    if (run.hosts.length > 1) {
+      this.header.append(h("button", { class: "pd-button", id: "pd-compare", "aria-expanded": String(this.compare.open && this.compare.run === s.run),
+        onclick: (e) => { const open = this.compare.toggle(s.run, run.hosts.map((x) => x.name), s.host); e.currentTarget.setAttribute("aria-expanded", String(open)); } },
+      `Compare hosts (${run.hosts.length})`));
+      this.compare.sync(s.run, s.host);
+    } else {
+      this.compare.close();
+    }
   }
 
   params(extra) {
@@ -121,17 +146,18 @@ export class App {
     } catch (e) {
       r = { ok: false, body: { error: String(e) } };
     }
-    if (token !== this.token) return;
+    if (token !== this.token) return null;  // superseded by a newer selection
     this.setStatus("");
     this.body.removeAttribute("aria-busy");
     this.root.dataset.loaded = `${s.run}|${s.host}|${s.step || ""}|${r.ok ? "ok" : "error"}`;
-    if (!r.ok) { this.diag = null; this.showError(r.body); return; }
+    if (!r.ok) { this.diag = null; this.showError(r.body); return false; }
     this.diag = r.body;
     this.gaps = r.body.gaps;
     const devs = this.diag.devices || [];
     if (!devs.some((d) => String(d.id) === String(s.device))) s.device = devs.length ? String(devs[0].id) : "0";
     this.renderAll();
     if (s.gap) this.selectGap(s.gap, { keepZoom: true });
+    return true;
   }
 
   renderAll() {
@@ -152,6 +178,10 @@ export class App {
     this.detailEl = h("section", { id: "pd-detail", class: "pd-card pd-detail", "aria-label": "Gap detail" },
       h("p", { class: "pd-muted" }, "Select a gap to see what the host was doing."));
     const overlayHref = routeUrl("overlay", this.params()).href;
+    this.annEl = h("div", { id: "pd-annotations", class: "pd-annotations" });
+    this.exportEventsEl = h("a", { class: "pd-link", id: "pd-export-events", href: overlayHref,
+      download: `perfdiag-overlay-events-${this.state.host}.json`,
+      title: "Chrome trace JSON: the diagnosis overlay plus the trace's own events in the timeline's visible window" }, "Export with events");
     this.gapsTitle = h("h2", {});
     this.body.append(
       this.summaryEl,
@@ -159,22 +189,42 @@ export class App {
         h("h2", {}, "Steps ", h("span", { class: "pd-muted pd-small" }, "(bar height ∝ √step time; click a step to filter gaps)")),
         this.legend(), this.stepsEl),
       h("section", { class: "pd-card" },
-        h("h2", {}, "Timeline ", h("span", { class: "pd-muted pd-small" }, "(wheel: zoom, drag: pan, double-click: reset)")),
+        h("h2", {}, "Timeline ", h("span", { class: "pd-muted pd-small" }, "(wheel or +/−: zoom, drag or ←/→: pan, 0 or double-click: reset, click a gap to select it)")),
         this.timelineEl),
+      h("section", { class: "pd-card", "aria-label": "Annotations" },
+        h("h2", {}, "Device time by annotation", h("span", { class: "pd-muted pd-small" },
+          this.state.step ? ` (step ${this.state.step}; whole trace in brackets)` : " (whole trace; select a step to see it alone)")),
+        this.annEl),
       h("div", { class: "pd-columns" },
         h("section", { class: "pd-card pd-gaps-card" },
           h("div", { class: "pd-row" }, this.gapsTitle,
             h("a", { class: "pd-link", id: "pd-export", href: overlayHref,
-              download: `perfdiag-overlay-${this.state.host}.json` }, "Export overlay")),
+              download: `perfdiag-overlay-${this.state.host}.json` }, "Export overlay"),
+            this.exportEventsEl),
           this.listEl),
         this.detailEl));
     this.renderSummary();
     this.renderSteps();
     this.renderGapList();
-    this.timeline = new Timeline(this.timelineEl, { onZoom: (v) => {
-      this.state.zoom = v ? `${v.start}_${v.end}` : ""; writeState(this.state);
-    } });
+    renderAnnotations(this.annEl, d.annotations || [], { step: this.state.step });
+    if (this.timeline) this.timeline.destroy();
+    this.timeline = new Timeline(this.timelineEl, {
+      devices: d.devices,
+      onZoom: (v) => {
+        this.state.zoom = v ? `${v.start}_${v.end}` : ""; writeState(this.state);
+        this.updateExportEvents(v || this.timeline.view);
+      },
+      onSelectGap: (id) => this.selectGap(id, { keepZoom: true }),
+      fetchLanes: (start, end, width) => getJSON("timeline", this.params({ start_ns: start, end_ns: end, width })),
+    });
     this.renderTimeline();
+    this.updateExportEvents(this.timeline.view);
+  }
+
+  updateExportEvents(v) {
+    if (!this.exportEventsEl || !v) return;
+    const us = (ns) => (ns / 1000).toFixed(3);
+    this.exportEventsEl.href = routeUrl("overlay", this.params({ with_events: 1, start_us: us(v.start), end_us: us(v.end) })).href;
   }
 
   legend() {
@@ -266,29 +316,37 @@ export class App {
       const sd = (step.devices || {})[String(dev.id)] || step;
       return { start: Math.min(step.start_ns, sd.start_ns), end: Math.max(step.end_ns, sd.end_ns) };
     }
-    return { start: dev.start_ns ?? 0, end: dev.end_ns ?? 1 };
+    const devs = this.diag.devices || [];
+    if (!devs.length) return { start: dev.start_ns ?? 0, end: dev.end_ns ?? 1 };
+    return { start: Math.min(...devs.map((x) => x.start_ns ?? 0)), end: Math.max(...devs.map((x) => x.end_ns ?? 1)) };
   }
 
   renderTimeline() {
     const bounds = this.timelineBounds();
-    const dev = this.device();
     let view = null;
     if (this.state.zoom) {
       const [a, b] = this.state.zoom.split("_").map(Number);
       if (Number.isFinite(a) && Number.isFinite(b) && b > a) view = { start: a, end: b };
     }
     this.timeline.setData({
-      gaps: this.gaps.filter((g) => String(g.device) === String(dev.id)),
-      steps: this.diag.steps || [], bounds,
-      active: { start: dev.start_ns ?? bounds.start, end: dev.end_ns ?? bounds.end }, view,
+      gaps: this.gaps, devices: this.diag.devices, selectedGap: this.state.gap,
+      steps: this.diag.steps || [], bounds, view,
     });
+    this.updateExportEvents(this.timeline.view);
   }
 
   // ---------- gap detail ----------
   async selectGap(id, { keepZoom } = {}) {
     this.state.gap = id;
     writeState(this.state);
-    for (const b of this.listEl.querySelectorAll(".gap-row")) b.classList.toggle("selected", b.dataset.gap === id);
+    for (const b of this.listEl.querySelectorAll(".gap-row")) {
+      b.classList.toggle("selected", b.dataset.gap === id);
+      if (b.dataset.gap === id) {  // bring it into the list's own view, without scrolling the page
+        const l = this.listEl, top = b.offsetTop - l.offsetTop;
+        if (top < l.scrollTop || top + b.offsetHeight > l.scrollTop + l.clientHeight) l.scrollTop = Math.max(0, top - 8);
+      }
+    }
+    if (this.timeline) { this.timeline.selectedGap = id; this.timeline.draw(); }
     this.detailEl.textContent = "";
     this.detailEl.append(h("p", { class: "pd-loading" }, "Loading gap…"));
     const token = this.token;

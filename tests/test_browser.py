@@ -47,8 +47,8 @@ def browser():
 def expected_broken_run_422(text, url):
     """Chromium logs every HTTP error response as a console error. The deliberately broken
     run answers /diagnosis (and /gap, /overlay) with 422 and the page shows that error: this
-    one message is expected whenever the broken run is selected (it is the default when it
-    sorts first)."""
+    one message is expected whenever the broken run is selected on purpose (it is never
+    opened by default: the page picks a working run first)."""
     return ("status of 422" in text and "/data/plugin/perfdiag/" in url
             and "run=broken_run" in url)
 
@@ -267,3 +267,190 @@ def test_empty_logdir_shows_how_to(browser, tmp_path, artifacts_dir):
         ctx.close()
     finally:
         tb.stop()
+
+
+def timeline_model(frame):
+    return frame.evaluate("() => window.__perfdiag.timeline.model()")
+
+
+def wait_timeline_fetches(frame, n, timeout=30000):
+    frame.wait_for_function(
+        "(n) => +(document.getElementById('pd-timeline')?.dataset.fetches || 0) >= n",
+        arg=n, timeout=timeout)
+
+
+def test_default_selection_is_a_working_run(page, tb_demo):
+    frame = open_diagnose(page, tb_demo)
+    frame.wait_for_function("() => document.getElementById('perfdiag-root')?.dataset.loaded",
+                            timeout=60000)
+    loaded = frame.evaluate("() => document.getElementById('perfdiag-root').dataset.loaded")
+    assert loaded.endswith("|ok") and not loaded.startswith("broken_run")
+    assert frame.eval_on_selector("#pd-run", "e => e.value") == loaded.split("|")[0]
+    assert frame.locator(".pd-error").count() == 0
+    # The broken run is never even asked for: no console error at all, not even the 422.
+    assert [e for e in page.console_log.errors if "broken_run" in e[2]] == []
+    assert page.console_log.unexpected() == []
+
+
+def test_timeline_lanes_zoom_refetch_and_gap_click(page, tb_demo, artifacts_dir):
+    run = run_named(tb_demo, "torch_xla_cpu")
+    host = run["hosts"][0]["name"]
+    q = urllib.parse.urlencode({"run": run["run"], "host": host, "gaps_limit": 1})
+    _, _, diag = tb_demo.get("/data/plugin/perfdiag/diagnosis?" + q)
+    largest = diag["gaps"][0]
+    frame = open_diagnose(page, tb_demo)
+    choose_run(frame, run["run"])
+    wait_timeline_fetches(frame, 1)
+    m = timeline_model(frame)
+    kinds = {lane["kind"] for lane in m["lanes"]}
+    assert {"gaps", "device", "host", "annotation"} <= kinds
+    labels = json.loads(frame.get_attribute("#pd-timeline", "data-lanes"))
+    assert any(x.startswith("annotation:") and x.endswith("· annotations") for x in labels)
+    assert any(x == "host:python" for x in labels)
+    # crowded host lanes come as per-pixel bins, the rest as events
+    assert {lane["mode"] for lane in m["lanes"] if lane["kind"] == "host"} >= {"events", "bins"}
+    assert "p.perfdiag.zoom" not in page.url
+    # keyboard zoom: URL keeps the window, and the lanes are fetched again for it
+    frame.focus("#pd-timeline canvas")
+    page.keyboard.press("+")
+    page.keyboard.press("+")
+    page.keyboard.press("ArrowRight")
+    wait_timeline_fetches(frame, 2)
+    frame.wait_for_function(
+        "() => { const m = window.__perfdiag.timeline.model();"
+        " return m.fetched && m.fetched.start === m.view.start && m.fetched.end === m.view.end; }",
+        timeout=30000)
+    m2 = timeline_model(frame)
+    assert m2["view"]["end"] - m2["view"]["start"] < (m["view"]["end"] - m["view"]["start"]) * 0.5
+    assert f"p.perfdiag.zoom={m2['view']['start']}_{m2['view']['end']}" in page.url
+    export = frame.get_attribute("#pd-export-events", "href")
+    assert "with_events=1" in export and "start_us=" in export and "end_us=" in export
+    # wheel zoom also refetches
+    before = m2["fetches"]
+    box = frame.locator("#pd-timeline canvas").bounding_box()
+    page.mouse.move(box["x"] + box["width"] * 0.6, box["y"] + 40)
+    page.mouse.wheel(0, -300)
+    wait_timeline_fetches(frame, before + 1)
+    # zoom onto the largest gap without selecting it, then click it in the canvas
+    pad = largest["duration_ns"] // 4
+    frame.evaluate("([a, b]) => window.__perfdiag.timeline.setView({start: a, end: b})",
+                   [largest["start_ns"] - pad, largest["end_ns"] + pad])
+    strip = next(lane for lane in timeline_model(frame)["lanes"] if lane["kind"] == "gaps")
+    x = box["x"] + m["gutter"] + m["plotWidth"] * 0.5
+    page.mouse.click(x, box["y"] + strip["y"] + strip["h"] / 2)
+    frame.wait_for_selector(f'.gap-row.selected[data-gap="{largest["id"]}"]', timeout=30000)
+    frame.wait_for_selector(".pd-detail-cause", timeout=30000)
+    assert f"p.perfdiag.gap={largest['id']}" in page.url
+    wait_timeline_fetches(frame, before + 2)
+    page.mouse.move(x + 3, box["y"] + strip["y"] + strip["h"] / 2)
+    frame.wait_for_function(
+        "() => { const t = document.querySelector('#pd-timeline .tooltip');"
+        " return !t.hidden && t.textContent.includes('click to select'); }", timeout=10000)
+    frame.locator("#pd-timeline").screenshot(path=os.path.join(artifacts_dir, "timeline-zoomed-gap.png"))
+    assert page.console_log.unexpected() == []
+
+
+def test_annotations_tree(page, tb_demo, artifacts_dir):
+    run = run_named(tb_demo, "torch_xla_cpu")
+    host = run["hosts"][0]["name"]
+    q = urllib.parse.urlencode({"run": run["run"], "host": host, "gaps_limit": 1})
+    _, _, diag = tb_demo.get("/data/plugin/perfdiag/diagnosis?" + q)
+    frame = open_diagnose(page, tb_demo)
+    choose_run(frame, run["run"])
+    items = frame.locator("#pd-annotations [role=treeitem]")
+    names = items.evaluate_all("els => els.map(e => e.dataset.name)")
+    assert "forward" in names
+    assert sorted(names) == sorted(a["name"] for a in diag["annotations"])
+    scattered = {a["path"][-1] for a in diag["annotations"] if a["scattered"]}
+    marked = set(frame.eval_on_selector_all("#pd-annotations [data-scattered] ", "els => els.map(e => e.dataset.name)"))
+    assert scattered and marked == scattered
+    fwd = next(a for a in diag["annotations"] if a["path"][-1] == "forward")
+    badge = frame.get_attribute('[data-path="%s"] .ann-scattered' % "/".join(fwd["path"]), "title")
+    assert all(x in badge for x in fwd["interleaved_with"])
+    page.mouse.move(0, 0)
+    frame.locator("#pd-annotations").screenshot(path=os.path.join(artifacts_dir, "annotations-tree.png"))
+    # keyboard: first row focusable, Left collapses, Right expands
+    root = items.first
+    root.focus()
+    page.keyboard.press("ArrowLeft")
+    assert root.get_attribute("aria-expanded") == "false"
+    assert frame.locator("#pd-annotations [role=treeitem]:not([hidden])").count() == 1
+    page.keyboard.press("ArrowRight")
+    assert frame.locator("#pd-annotations [role=treeitem]:not([hidden])").count() == len(names)
+    # per selected step
+    frame.click('.step-bar[data-step="2"]')
+    wait_loaded(frame, run["run"], 2)
+    incl = frame.inner_text('[data-path="%s"] .ann-incl' % "/".join(fwd["path"]))
+    from_api = fwd["per_step"]["2"]["inclusive_ns"]
+    assert incl.split(" (")[0] == js_format_ns(from_api)
+    assert page.console_log.unexpected() == []
+
+
+def js_format_ns(ns):
+    a = abs(ns)
+    for scale, unit in ((1e9, "s"), (1e6, "ms"), (1e3, "µs")):
+        if a >= scale:
+            v = ns / scale
+            break
+    else:
+        v, unit = ns, "ns"
+    av = abs(v)
+    return (f"{v:.0f}" if av >= 100 else f"{v:.1f}" if av >= 10 else f"{v:.2f}") + " " + unit
+
+
+def test_compare_hosts(browser, tmp_path, artifacts_dir):
+    import shutil
+    from conftest import TensorBoard
+    src_run = os.path.join(TESTDATA, "captures", "jax_cpu", "plugins", "profile")
+    run_dir = sorted(os.listdir(src_run))[0]
+    src = os.path.join(src_run, run_dir, "cpuhost.xplane.pb")
+    dst = tmp_path / "multi" / "tworun" / "plugins" / "profile" / run_dir
+    dst.mkdir(parents=True)
+    for name in ("hosta", "hostb"):
+        shutil.copy(src, dst / f"{name}.xplane.pb")
+    tb = TensorBoard(tmp_path / "multi")
+    try:
+        ctx = browser.new_context(viewport={"width": 1400, "height": 1100})
+        pg = ctx.new_page()
+        con = Console(pg)
+        frame = open_diagnose(pg, tb)
+        frame.wait_for_function("() => (document.getElementById('perfdiag-root')?.dataset.loaded || '').endsWith('|ok')",
+                                timeout=60000)
+        assert frame.eval_on_selector("#pd-host", "e => e.value") == "hosta"
+        frame.click("#pd-compare")
+        frame.wait_for_selector(".pd-compare[data-complete]", timeout=60000)
+        rows = frame.locator(".pd-compare-row")
+        assert rows.evaluate_all("els => els.map(e => e.dataset.host)") == ["hosta", "hostb"]
+        text = frame.inner_text(".pd-compare-table")
+        assert "duty cycle" in text and "Average step" in text and "%" in text
+        assert frame.locator(".pd-compare-row.selected").get_attribute("data-host") == "hosta"
+        frame.locator(".pd-compare").screenshot(path=os.path.join(artifacts_dir, "compare-hosts.png"))
+        frame.click('.pd-compare-row[data-host="hostb"]')
+        frame.wait_for_function("() => (document.getElementById('perfdiag-root')?.dataset.loaded || '').includes('|hostb|')",
+                                timeout=60000)
+        assert frame.eval_on_selector("#pd-host", "e => e.value") == "hostb"
+        assert frame.locator(".pd-compare-row.selected").get_attribute("data-host") == "hostb"
+        assert "p.perfdiag.host=hostb" in pg.url
+        assert con.unexpected() == []
+        ctx.close()
+    finally:
+        tb.stop()
+
+
+def test_dark_mode_follows_tensorboard(page, tb_demo, artifacts_dir):
+    run = run_named(tb_demo, "torch_xla_cpu")
+    frame = open_diagnose(page, tb_demo)
+    choose_run(frame, run["run"])
+    wait_timeline_fetches(frame, 1)
+    page.evaluate("() => document.body.classList.add('dark-mode')")
+    frame.wait_for_function("() => document.body.classList.contains('dark-mode')")
+    bg = frame.evaluate("() => getComputedStyle(document.body).backgroundColor")
+    fg = frame.evaluate("() => getComputedStyle(document.body).color")
+    lum = lambda c: sum(int(x) for x in c[c.index('(') + 1:c.index(')')].split(',')[:3])
+    assert lum(bg) < 200 and lum(fg) > 500
+    frame.evaluate("() => document.getElementById('pd-timeline').scrollIntoView()")
+    page.wait_for_timeout(200)
+    page.screenshot(path=os.path.join(artifacts_dir, "dark-mode.png"))
+    page.evaluate("() => document.body.classList.remove('dark-mode')")
+    frame.wait_for_function("() => !document.body.classList.contains('dark-mode')")
+    assert page.console_log.unexpected() == []

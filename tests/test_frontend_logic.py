@@ -32,7 +32,7 @@ def js(tb_demo):
             return pg.evaluate(
                 "async ([base, body, arg]) => {"
                 " const m = {};"
-                " for (const n of ['state', 'format', 'steps_chart', 'timeline', 'api'])"
+                " for (const n of ['state', 'format', 'steps_chart', 'timeline', 'api', 'annotations', 'compare'])"
                 "   m[n] = await import(base + n + '.js');"
                 " return await (new Function('m', 'arg', body))(m, arg); }",
                 [base, body, arg])
@@ -90,3 +90,43 @@ def test_timeline_zoom_and_api_base(js):
     assert v == {"start": 0, "end": 1000}
     base = js("return [m.api.BASE.pathname, m.api.TB_ROOT.pathname]")
     assert base == ["/data/plugin/perfdiag/", "/"]
+
+
+def test_annotation_tree_and_per_step(js):
+    anns = [
+        {"path": ["train"], "name": "train", "inclusive_ns": 100, "exclusive_ns": 0,
+         "per_step": {"1": {"inclusive_ns": 60, "exclusive_ns": 0}}},
+        {"path": ["train", "backward"], "name": "backward", "inclusive_ns": 30, "exclusive_ns": 30, "per_step": {}},
+        {"path": ["train", "forward"], "name": "forward", "inclusive_ns": 70, "exclusive_ns": 70, "per_step": {}},
+    ]
+    tree = js("const t = m.annotations.buildTree(arg);"
+              " return t.map(n => [n.key, n.children.map(c => c.key)]);", anns)
+    assert tree == [["train", ["train/forward", "train/backward"]]]   # children by time, largest first
+    assert js("return m.annotations.annTimes(arg, '1')", anns[0]) == {"inclusive_ns": 60, "exclusive_ns": 0}
+    assert js("return m.annotations.annTimes(arg, '7')", anns[0]) == {"inclusive_ns": 0, "exclusive_ns": 0}
+    assert js("return m.annotations.annTimes(arg, '')", anns[0]) == {"inclusive_ns": 100, "exclusive_ns": 0}
+
+
+def test_host_summary(js):
+    diag = {"devices": [{"name": "TPU 0", "duty_cycle": 0.5}],
+            "steps": [{"start_ns": 0, "end_ns": 100}, {"start_ns": 100, "end_ns": 300}],
+            "gaps": [{"duration_ns": 40, "cause": "host_sync", "cause_label": "Host sync"}],
+            "findings": [{"title": "a", "time_lost_ns_per_step": 1}, {"title": "b", "time_lost_ns_per_step": 9}]}
+    s = js("return m.compare.hostSummary(arg)", diag)
+    assert s["avg_step_ns"] == 150 and s["steps"] == 2
+    assert s["worst_gap"]["duration_ns"] == 40 and s["top_finding"]["title"] == "b"
+    assert s["devices"] == [{"name": "TPU 0", "duty_cycle": 0.5}]
+
+
+def test_lane_layout(js):
+    data = {"lanes": [
+        {"kind": "host", "label": "python", "device": -1, "events": [[0, 10, 0, 0], [1, 5, 0, 2]]},
+        {"kind": "device", "label": "TPU 0 · ops", "device": 0, "bins": {"share": [1, 0], "name": [0, -1]}},
+        {"kind": "annotation", "label": "TPU 0 · annotations", "device": 0, "events": []},
+    ]}
+    rows = js("return m.timeline.layoutLanes(arg, [{id: 0, name: 'TPU 0'}], {}).rows"
+              ".map(r => [r.kind, r.label, r.y, r.h])", data)
+    assert [r[0] for r in rows] == ["gaps", "device", "annotation", "host"]
+    assert rows[0][1] == "TPU 0 · idle gaps"
+    assert all(b[2] >= a[2] + a[3] for a, b in zip(rows, rows[1:]))   # no overlap
+    assert rows[3][3] == 3 * 14   # host lane: depth 0..2 stacked

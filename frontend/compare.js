@@ -1,0 +1,91 @@
+// "Compare hosts": one /diagnosis per host (sequentially, gaps_limit=1), summarised side by
+// side: duty cycle per device, average step time, worst gap, top finding. Click a row to
+// open that host.
+import { getJSON } from "./api.js";
+import { h } from "./dom.js";
+import { causeColor, causeLabel, formatNs, formatPct } from "./format.js";
+
+/** One table row's numbers from a diagnosis body. */
+export function hostSummary(d) {
+  const steps = d.steps || [];
+  const avg = steps.length ? steps.reduce((a, s) => a + (s.end_ns - s.start_ns), 0) / steps.length : null;
+  const worst = (d.gaps || [])[0] || null;
+  const f = [...(d.findings || [])].sort((a, b) => (b.time_lost_ns_per_step || 0) - (a.time_lost_ns_per_step || 0))[0] || null;
+  return {
+    devices: (d.devices || []).map((x) => ({ name: x.name, duty_cycle: x.duty_cycle })),
+    avg_step_ns: avg, steps: steps.length,
+    worst_gap: worst ? { duration_ns: worst.duration_ns, cause: worst.cause, label: worst.cause_label || causeLabel(worst.cause) } : null,
+    top_finding: f ? { title: f.title, per_step_ns: f.time_lost_ns_per_step } : null,
+  };
+}
+
+export class CompareHosts {
+  constructor(slot, { params, onPick }) {
+    this.slot = slot; this.params = params; this.onPick = onPick;
+    this.open = false; this.run = null; this.hosts = []; this.rows = new Map(); this.token = 0; this.current = "";
+  }
+
+  toggle(run, hosts, current) {
+    if (this.open && this.run === run) { this.close(); return false; }
+    this.open = true;
+    if (this.run !== run) { this.rows = new Map(); this.run = run; }
+    this.hosts = hosts; this.current = current;
+    this.render();
+    this.load();
+    return true;
+  }
+
+  /** Keep the table (if open) in step with the page's selection. */
+  sync(run, host) {
+    if (!this.open) return;
+    if (run !== this.run) { this.close(); return; }
+    this.current = host;
+    this.render();
+  }
+
+  close() { this.open = false; this.token++; this.slot.textContent = ""; }
+
+  async load() {
+    const token = ++this.token;
+    for (const host of this.hosts) {
+      if (this.rows.has(host)) continue;
+      let r;
+      try { r = await getJSON("diagnosis", { ...this.params(host), gaps_limit: 1 }); } catch (e) { r = { ok: false, body: { error: String(e) } }; }
+      if (token !== this.token) return;
+      this.rows.set(host, r.ok ? { ok: true, ...hostSummary(r.body) } : { ok: false, error: r.body.error || `HTTP ${r.status}` });
+      this.render();
+    }
+    if (token === this.token) this.slot.querySelector(".pd-compare")?.setAttribute("data-complete", "1");
+  }
+
+  render() {
+    if (!this.open) return;
+    const devNames = [];
+    for (const r of this.rows.values()) for (const d of r.devices || []) if (!devNames.includes(d.name)) devNames.push(d.name);
+    const table = h("table", { class: "pd-compare-table" },
+      h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Host"),
+        devNames.map((n) => h("th", { scope: "col" }, `${n} duty cycle`)),
+        h("th", { scope: "col" }, "Average step"), h("th", { scope: "col" }, "Worst gap"), h("th", { scope: "col" }, "Top finding"))),
+      h("tbody", {}, this.hosts.map((host) => {
+        const r = this.rows.get(host);
+        const pick = () => this.onPick(host);
+        const cells = !r ? [h("td", { colspan: String(devNames.length + 3), class: "pd-muted" }, "Analysing…")] :
+          !r.ok ? [h("td", { colspan: String(devNames.length + 3), class: "pd-error-msg" }, r.error)] : [
+            devNames.map((n) => { const d = r.devices.find((x) => x.name === n); return h("td", { class: "pd-num" }, d ? formatPct(d.duty_cycle) : "–"); }),
+            h("td", { class: "pd-num" }, formatNs(r.avg_step_ns), h("span", { class: "pd-muted pd-small" }, ` (${r.steps} steps)`)),
+            h("td", {}, r.worst_gap ? [h("span", { class: "chip", style: { background: causeColor(r.worst_gap.cause) } }),
+              `${formatNs(r.worst_gap.duration_ns)} ${r.worst_gap.label}`] : "none"),
+            h("td", {}, r.top_finding ? `${r.top_finding.title} (≈ ${formatNs(r.top_finding.per_step_ns)}/step)` : "none")];
+        return h("tr", { class: "pd-compare-row" + (host === this.current ? " selected" : ""), "data-host": host,
+          tabindex: "0", role: "button", "aria-label": `Open host ${host}`, onclick: pick,
+          onkeydown: (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); pick(); } } },
+        h("th", { scope: "row" }, host), cells.flat());
+      })));
+    const done = this.hosts.every((x) => this.rows.has(x));
+    this.slot.textContent = "";
+    this.slot.append(h("section", { class: "pd-card pd-compare", "aria-label": "Compare hosts", "data-complete": done ? "1" : null },
+      h("div", { class: "pd-row" }, h("h2", {}, `Compare hosts of ${this.run}`),
+        h("button", { class: "pd-link-btn", onclick: () => { this.close(); document.getElementById("pd-compare")?.setAttribute("aria-expanded", "false"); } }, "Close")),
+      h("p", { class: "pd-muted pd-small" }, "Whole-trace numbers per host. Click a host to open it."), table));
+  }
+}
