@@ -1,6 +1,6 @@
-// "Compare hosts": one /diagnosis per host (sequentially, gaps_limit=1), summarised side by
-// side: duty cycle per device, average step time, worst gap, top finding. Click a row to
-// open that host.
+// "Compare hosts": the /hosts route summarises every host of the run (analysed in parallel
+// on the server): duty cycle per device, average step time, worst gap, top finding, and
+// stragglers flagged against the median host. Click a row to open that host.
 import { getJSON } from "./api.js";
 import { h } from "./dom.js";
 import { causeColor, causeLabel, formatNs, formatPct } from "./format.js";
@@ -16,6 +16,17 @@ export function hostSummary(d) {
     avg_step_ns: avg, steps: steps.length,
     worst_gap: worst ? { duration_ns: worst.duration_ns, cause: worst.cause, label: worst.cause_label || causeLabel(worst.cause) } : null,
     top_finding: f ? { title: f.title, per_step_ns: f.time_lost_ns_per_step } : null,
+  };
+}
+
+/** A /hosts route row in the table's shape. */
+export function fromHostsRow(row) {
+  if (row.status !== 200) return { ok: false, error: row.error || `HTTP ${row.status}` };
+  return {
+    ok: true, devices: row.devices || [], avg_step_ns: row.avg_step_ns, steps: row.steps,
+    worst_gap: row.worst_gap ? { ...row.worst_gap, label: causeLabel(row.worst_gap.cause) } : null,
+    top_finding: row.top_finding ? { title: row.top_finding, per_step_ns: null } : null,
+    straggler: !!row.straggler, straggler_reason: row.straggler_reason || "",
   };
 }
 
@@ -47,15 +58,17 @@ export class CompareHosts {
 
   async load() {
     const token = ++this.token;
-    for (const host of this.hosts) {
-      if (this.rows.has(host)) continue;
-      let r;
-      try { r = await getJSON("diagnosis", { ...this.params(host), gaps_limit: 1 }); } catch (e) { r = { ok: false, body: { error: String(e) } }; }
-      if (token !== this.token) return;
-      this.rows.set(host, r.ok ? { ok: true, ...hostSummary(r.body) } : { ok: false, error: r.body.error || `HTTP ${r.status}` });
-      this.render();
+    if (this.hosts.every((x) => this.rows.has(x))) return;
+    const { run, threshold_us, kernels_only } = this.params(this.hosts[0]);
+    let r;
+    try { r = await getJSON("hosts", { run, threshold_us, kernels_only }); } catch (e) { r = { ok: false, body: { error: String(e) } }; }
+    if (token !== this.token) return;
+    if (!r.ok) {
+      for (const host of this.hosts) this.rows.set(host, { ok: false, error: r.body.error || `HTTP ${r.status}` });
+    } else {
+      for (const row of r.body.hosts) this.rows.set(row.host, fromHostsRow(row));
     }
-    if (token === this.token) this.slot.querySelector(".pd-compare")?.setAttribute("data-complete", "1");
+    this.render();
   }
 
   render() {
@@ -65,17 +78,21 @@ export class CompareHosts {
     const table = h("table", { class: "pd-compare-table" },
       h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Host"),
         devNames.map((n) => h("th", { scope: "col" }, `${n} duty cycle`)),
-        h("th", { scope: "col" }, "Average step"), h("th", { scope: "col" }, "Worst gap"), h("th", { scope: "col" }, "Top finding"))),
+        h("th", { scope: "col" }, "Average step"), h("th", { scope: "col" }, "Worst gap"), h("th", { scope: "col" }, "Top finding"),
+        h("th", { scope: "col" }, "Straggler"))),
       h("tbody", {}, this.hosts.map((host) => {
         const r = this.rows.get(host);
         const pick = () => this.onPick(host);
-        const cells = !r ? [h("td", { colspan: String(devNames.length + 3), class: "pd-muted" }, "Analysing…")] :
-          !r.ok ? [h("td", { colspan: String(devNames.length + 3), class: "pd-error-msg" }, r.error)] : [
+        const cells = !r ? [h("td", { colspan: String(devNames.length + 4), class: "pd-muted" }, "Analysing…")] :
+          !r.ok ? [h("td", { colspan: String(devNames.length + 4), class: "pd-error-msg" }, r.error)] : [
             devNames.map((n) => { const d = r.devices.find((x) => x.name === n); return h("td", { class: "pd-num" }, d ? formatPct(d.duty_cycle) : "–"); }),
             h("td", { class: "pd-num" }, formatNs(r.avg_step_ns), h("span", { class: "pd-muted pd-small" }, ` (${r.steps} steps)`)),
             h("td", {}, r.worst_gap ? [h("span", { class: "chip", style: { background: causeColor(r.worst_gap.cause) } }),
               `${formatNs(r.worst_gap.duration_ns)} ${r.worst_gap.label}`] : "none"),
-            h("td", {}, r.top_finding ? `${r.top_finding.title} (≈ ${formatNs(r.top_finding.per_step_ns)}/step)` : "none")];
+            h("td", {}, r.top_finding ? (r.top_finding.per_step_ns == null ? r.top_finding.title
+              : `${r.top_finding.title} (≈ ${formatNs(r.top_finding.per_step_ns)}/step)`) : "none"),
+            h("td", { class: r.straggler ? "pd-error-msg" : "pd-muted", title: r.straggler_reason || "" },
+              r.straggler ? `yes: ${r.straggler_reason}` : "no")];
         return h("tr", { class: "pd-compare-row" + (host === this.current ? " selected" : ""), "data-host": host,
           tabindex: "0", role: "button", "aria-label": `Open host ${host}`, onclick: pick,
           onkeydown: (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); pick(); } } },

@@ -424,6 +424,7 @@ def test_compare_hosts(browser, tmp_path, artifacts_dir):
         text = frame.inner_text(".pd-compare-table")
         assert "duty cycle" in text and "Average step" in text and "%" in text
         assert frame.locator(".pd-compare-row.selected").get_attribute("data-host") == "hosta"
+        assert "Straggler" in text
         frame.locator(".pd-compare").screenshot(path=os.path.join(artifacts_dir, "compare-hosts.png"))
         frame.click('.pd-compare-row[data-host="hostb"]')
         frame.wait_for_function("() => (document.getElementById('perfdiag-root')?.dataset.loaded || '').includes('|hostb|')",
