@@ -15,7 +15,7 @@ import os
 import re
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from .storage import filesystem
 
@@ -168,4 +168,4 @@ def runs_json(runs: dict) -> list:
     return [r.to_json() for r in runs.values()]
 
 
-__all__ = ["Catalog", "Run", "Source", "scan_logdir", "runs_json", "asdict"]
+__all__ = ["Catalog", "Run", "Source", "scan_logdir", "runs_json"]

@@ -56,6 +56,15 @@ def read_bytes(path: str, limit: int | None = None) -> bytes:
     return raw
 
 
+def is_blank(raw: bytes) -> bool:
+    """True for an empty or whitespace-only buffer, without copying a large one."""
+    if not raw:
+        return True
+    if raw[:1].strip() and raw[-1:].strip():
+        return False
+    return not raw.strip()
+
+
 def file_identity(path: str) -> tuple:
     """(path, size, mtime) — what a cached result is keyed by."""
     fs, inner = filesystem(path)

@@ -16,6 +16,7 @@ from ..trace.model import EventKind as K, Trace
 
 _SUFFIX = re.compile(r"\.\d+$")
 MAX_PATHS = 400
+MAX_INTERLEAVED = 100       # scattered annotations whose neighbours are listed
 
 
 def _scope_parts(op_name: str) -> tuple:
@@ -151,35 +152,44 @@ def device_time(trace: Trace, ops: np.ndarray, op_step: np.ndarray, step_ids: np
     per_step_excl = np.bincount(ex_ann[ok] * (n_steps + 1) + ex_st, weights=dur[has][ok],
                                 minlength=n_ann * (n_steps + 1)).reshape(n_ann, n_steps + 1)
 
-    # scattering: separate runs of consecutive ops on each device, per step
+    # scattering: separate runs of consecutive ops (device order) per (device, step).
+    # A member op starts a run unless the op just before it on the same device and step
+    # belongs to the same annotation: one sort over (annotation, position) pairs.
+    n_ops_all = ops.shape[0]
     order = np.lexsort((trace.ts[ops], dev))
-    runs = np.zeros(n_ann, np.int64)
+    pos_in_order = np.empty(n_ops_all, np.int64)
+    pos_in_order[order] = np.arange(n_ops_all)
+    key = dev[order].astype(np.int64) * (n_steps + 2) + \
+        np.where(op_step[order] >= 0, op_step[order], n_steps)
+    pos = pos_in_order[rows_op]
+    pair = rows_ann * (n_ops_all + 1) + pos
+    pair_sorted = np.sort(pair)
+    prev = pair - 1
+    k = np.minimum(np.searchsorted(pair_sorted, prev), pair_sorted.shape[0] - 1)
+    prev_member = (pos > 0) & (pair_sorted[k] == prev)
+    same_key = np.zeros(pos.shape[0], bool)
+    same_key[pos > 0] = key[pos[pos > 0]] == key[pos[pos > 0] - 1]
+    starts_run = ~(prev_member & same_key)
+    runs = np.bincount(rows_ann, weights=starts_run, minlength=n_ann).astype(np.int64)
+    keys_with = np.unique(rows_ann * (int(key.max()) + 1 if key.size else 1) +
+                          key[pos]) // ((int(key.max()) + 1) if key.size else 1)
+    steps_with = np.bincount(keys_with, minlength=n_ann)
     inter: list = [set() for _ in range(n_ann)]
     member_rows = np.argsort(rows_ann, kind="stable")
     mb = np.searchsorted(rows_ann[member_rows], np.arange(n_ann + 1))
-    pos_in_order = np.empty(ops.shape[0], np.int64)
-    pos_in_order[order] = np.arange(ops.shape[0])
-    for a in range(n_ann):
-        members = rows_op[member_rows[mb[a]:mb[a + 1]]]
-        if members.size == 0:
-            continue
-        mask = np.zeros(ops.shape[0], bool)
-        mask[pos_in_order[members]] = True
-        key = dev[order] * (n_steps + 2) + np.where(op_step[order] >= 0, op_step[order], n_steps)
-        starts = mask & np.concatenate(([True], ~mask[:-1] | (key[1:] != key[:-1])))
-        runs[a] = int(starts.sum())
-        steps_with = len(np.unique(key[mask]))
-        if runs[a] > steps_with:
-            # which other annotations sit between this one's runs (same depth)
-            pos = np.flatnonzero(mask)
-            lo, hi = pos.min(), pos.max()
-            between = order[lo:hi + 1][~mask[lo:hi + 1]]
-            others = pid[between]
-            depth = len(ann_list[a])
-            for o in np.unique(others[others >= 0]).tolist()[:50]:
-                p = paths[o]
-                if len(p) >= depth and p[:depth] != ann_list[a]:
-                    inter[a].add("/".join(p[:depth]))
+    for a in np.flatnonzero(runs > steps_with)[:MAX_INTERLEAVED].tolist():
+        # which other annotations sit between this one's runs (same depth)
+        members = pos[member_rows[mb[a]:mb[a + 1]]]
+        lo, hi = int(members.min()), int(members.max())
+        window = order[lo:hi + 1]
+        if window.shape[0] > 200_000:
+            window = window[:: window.shape[0] // 200_000 + 1]
+        others = np.unique(pid[window])
+        depth = len(ann_list[a])
+        for o in others[others >= 0].tolist()[:200]:
+            p = paths[o]
+            if len(p) >= depth and p[:depth] != ann_list[a]:
+                inter[a].add("/".join(p[:depth]))
     out = []
     for a, path in enumerate(ann_list):
         steps_with_ops = int((per_step_incl[a, :n_steps] > 0).sum()) or 1

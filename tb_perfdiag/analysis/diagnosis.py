@@ -4,7 +4,7 @@ Pure functions of the trace model; the result is plain JSON-ready data.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -66,7 +66,9 @@ class Diagnosis:
     warnings: list = field(default_factory=list)
 
     def to_json(self) -> dict:
-        return asdict(self)
+        # the fields already hold plain JSON data; asdict() would deep-copy millions of
+        # small objects for nothing
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 def _ns(ps) -> int:

@@ -29,6 +29,8 @@ class _Names:
     def __init__(self, trace: Trace):
         self.t = trace
         self._chain: dict = {}
+        self._parent = None          # Python lists: scalar numpy indexing is slow in loops
+        self._name = None
         self._scope = {}
         for key in ("hlo_op", "op_name", "tf_op"):
             st = trace.stats.get(key)
@@ -39,14 +41,17 @@ class _Names:
         c = self._chain.get(e)
         if c is not None:
             return c
-        t, memo = self.t, self._chain
+        if self._parent is None:
+            self._parent = self.t.parent.tolist()
+            self._name = self.t.name.tolist()
+        parent, name, strings, memo = self._parent, self._name, self.t.strings, self._chain
         pending = []
         while e >= 0 and e not in memo:
             pending.append(e)
-            e = int(t.parent[e])
+            e = parent[e]
         base = memo.get(e, []) if e >= 0 else []
         for x in reversed(pending):
-            base = memo[x] = base + [t.strings[int(t.name[x])]]
+            base = memo[x] = base + [strings[name[x]]]
         return base
 
     def stat(self, key: str, events: np.ndarray) -> list:

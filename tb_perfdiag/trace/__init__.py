@@ -1,7 +1,7 @@
 """Readers that turn profiler files into the one columnar ``Trace`` model."""
 from __future__ import annotations
 
-from ..storage import read_bytes
+from ..storage import is_blank, read_bytes
 from . import kineto, xspace
 from .model import Device, EventKind, LinkKind, Stat, Trace, TraceError, TrackKind
 
@@ -31,7 +31,7 @@ def load(path: str) -> Trace:
     readable profiler trace; no other exception escapes for bad input.
     """
     raw = read_bytes(path)
-    if not raw.strip():
+    if is_blank(raw):
         raise TraceError(path, "empty file: the profiler wrote nothing (or is still writing)")
     fmt = detect_format(path, raw[:64])
     try:

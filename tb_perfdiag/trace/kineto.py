@@ -14,7 +14,7 @@ import re
 import numpy as np
 import orjson
 
-from ..storage import read_bytes
+from ..storage import is_blank, read_bytes
 from . import classify
 from .build import StringTable, Tracks, assemble, correlation_links
 from .model import Device, EventKind as K, LinkKind, TraceError, TrackKind
@@ -102,7 +102,7 @@ def _exact_ts_ps(raw: bytes, positions: np.ndarray, approx_us: np.ndarray, base_
 def read(path: str, raw: bytes | None = None):
     if raw is None:
         raw = read_bytes(path)
-    if not raw.strip():
+    if is_blank(raw):
         raise TraceError(path, "empty file")
     scan = None
     native = native_scanner()
