@@ -121,7 +121,10 @@ def assert_same_kineto(ref: dict, nat: dict, raw: bytes, *, ts_check=True):
     assert n_ts.dtype == np.int64 and n_ts.shape == r_ts.shape
     if not ts_check or not r_ts.size:
         return
-    approx_max = np.abs(np.asarray(r_ts, np.float64) / 1e6 + ref["base_us"]).max()
+    placed = r_ts != kineto.OUT_OF_RANGE      # the reference's "sane" events
+    _same(placed, n_ts != kineto.OUT_OF_RANGE, "placed events")
+    approx_max = max(np.abs(r_ts[placed] / 1e6 + ref["base_us"]).max(initial=0),
+                     abs(ref["base_us"]))
     exact_ref = approx_max > kineto._FLOAT_EXACT_LIMIT_US and not fell_back
     if exact_ref:
         if _ts_text_aligned(raw):
@@ -517,6 +520,23 @@ def test_kineto_timestamps_are_exact(texts):
     assert nat["base_us"] == base
     assert nat["ts_ps"].tolist() == [_exact_ps(t, base) for t in texts]
     assert nat["dur_ps"].tolist() == [1_500_000] * len(texts)
+
+
+@pytest.mark.parametrize("events", [
+    # (ts, dur): clock garbage far from the median time is not placed (OUT_OF_RANGE, dur 0)
+    [(1669783687464181.5, 1), (1e30, 1), (1669783687464182, 2e12), (1669783687464183, 5)],
+    [(5, 1), (2e12, 1), (3, 1)],
+    [(5, 1e12), (6, -1e12), (7, 999999999999.9)],      # no event is sane but the last
+    [(1, 2e12)],                                        # no event is sane at all
+    [(0, 1), (10, 1), (1e12 + 4, 1), (1e12 + 6, 1)],    # even count: mean of the middle two
+])
+def test_kineto_unplaceable_times_follow_the_reference(events):
+    raw = _doc([{"ph": "X", "name": f"e{i}", "pid": 1, "tid": 1, "ts": t, "dur": d}
+                for i, (t, d) in enumerate(events)])
+    ref, nat = _both_equal(raw)
+    _same(ref["dur_ps"], nat["dur_ps"])
+    assert (nat["ts_ps"] == kineto.OUT_OF_RANGE).tolist() == \
+        (ref["ts_ps"] == kineto.OUT_OF_RANGE).tolist()
 
 
 def test_kineto_exponent_timestamps_follow_the_reference():

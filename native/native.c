@@ -1,0 +1,1907 @@
+/*
+ * tb_perfdiag._native — C versions of the two reference scanners.
+ *
+ *   scan_xspace(buf) -> dict   mirrors tb_perfdiag.trace.xspace.scan_python
+ *   scan_kineto(buf) -> dict   mirrors tb_perfdiag.trace.kineto.scan_python
+ *
+ * Both return flat columns as bytearrays (the Python wrapper
+ * tb_perfdiag/trace/native_scan.py wraps them with np.frombuffer) and raise
+ * ValueError for any input they do not accept; the caller then runs the
+ * reference scanner, which names the problem precisely.  Validation is at least
+ * as strict as the reference parsers (upb for XSpace, orjson for JSON): when a
+ * scanner here returns a result, the reference would have accepted the input.
+ *
+ * No Python objects are created per event: columns grow as plain C arrays and
+ * are copied into bytearrays at the end.  Every read is bounds-checked; nesting
+ * is walked iteratively (JSON) or bounded by the schema (protobuf).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <math.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__GNUC__) || defined(__clang__)
+#define LIKELY(x) __builtin_expect(!!(x), 1)
+#define UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define NORETURN __attribute__((noreturn))
+#else
+#define LIKELY(x) (x)
+#define UNLIKELY(x) (x)
+#define NORETURN
+#endif
+
+#if defined(__SIZEOF_INT128__)
+__extension__ typedef __int128 i128;
+#else
+#error "a compiler with __int128 is required"
+#endif
+
+/* ======================================================================
+ * Error handling: every scanner keeps its state in a heap context with a
+ * jmp_buf; failures longjmp back to the entry point, which frees the context.
+ * ====================================================================== */
+
+typedef struct {
+    jmp_buf jb;
+    const char *err;     /* message for ValueError; NULL when a Python error is set */
+    Py_ssize_t err_pos;
+} Fail;
+
+static NORETURN void fail_at(Fail *f, Py_ssize_t pos, const char *msg) {
+    f->err = msg;
+    f->err_pos = pos;
+    longjmp(f->jb, 1);
+}
+
+static NORETURN void fail_py(Fail *f) { /* a Python exception (MemoryError) is set */
+    f->err = NULL;
+    longjmp(f->jb, 1);
+}
+
+static void raise_fail(Fail *f, const char *what) {
+    if (f->err == NULL) {
+        if (!PyErr_Occurred()) PyErr_NoMemory();
+        return;
+    }
+    PyErr_Clear();
+    PyErr_Format(PyExc_ValueError, "%s: %s (at byte %zd)", what, f->err, f->err_pos);
+}
+
+/* ---------------- growable byte vector ----------------
+ * Backed by a bytearray, so that a finished column is handed to Python without a
+ * copy: large blocks grow with realloc (mremap) and the final shrink is in place. */
+
+typedef struct {
+    PyObject *ba; /* bytearray or NULL */
+    char *data;
+    size_t len, cap;
+} Vec;
+
+static void vec_grow(Fail *f, Vec *v, size_t extra) {
+    size_t need = v->len + extra;
+    if (need < v->len || need > (size_t)PY_SSIZE_T_MAX / 2) { PyErr_NoMemory(); fail_py(f); }
+    size_t nc = v->cap ? v->cap : 256;
+    while (nc < need) nc *= 2;
+    if (!v->ba) {
+        v->ba = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)nc);
+        if (!v->ba) fail_py(f);
+    } else if (PyByteArray_Resize(v->ba, (Py_ssize_t)nc) < 0) {
+        fail_py(f);
+    }
+    v->data = PyByteArray_AS_STRING(v->ba);
+    v->cap = nc;
+}
+
+static inline void vec_put(Fail *f, Vec *v, const void *src, size_t n) {
+    if (UNLIKELY(v->len + n > v->cap)) vec_grow(f, v, n);
+    if (n) memcpy(v->data + v->len, src, n);
+    v->len += n;
+}
+
+#define VEC_PUSH(f, v, T, x) do { T tmp_ = (x); vec_put((f), (v), &tmp_, sizeof(T)); } while (0)
+
+static void vec_free(Vec *v) {
+    Py_CLEAR(v->ba);
+    v->data = NULL;
+    v->len = v->cap = 0;
+}
+
+/* the column as a bytearray of exactly len bytes (a new reference; v keeps its own) */
+static PyObject *vec_to_bytearray(Vec *v) {
+    if (!v->ba) return PyByteArray_FromStringAndSize(NULL, 0);
+    if (PyByteArray_Resize(v->ba, (Py_ssize_t)v->len) < 0) return NULL;
+    v->data = PyByteArray_AS_STRING(v->ba);
+    v->cap = v->len;
+    Py_INCREF(v->ba);
+    return v->ba;
+}
+
+/* ---------------- arena: stable storage for copied strings ---------------- */
+
+typedef struct Chunk {
+    struct Chunk *next;
+    size_t used, cap;
+    unsigned char data[];
+} Chunk;
+
+typedef struct {
+    Chunk *head;
+} Arena;
+
+static unsigned char *arena_alloc(Fail *f, Arena *a, size_t n) {
+    Chunk *c = a->head;
+    if (!c || c->cap - c->used < n) {
+        size_t cap = n > 65536 ? n : 65536;
+        c = (Chunk *)malloc(sizeof(Chunk) + cap);
+        if (!c) { PyErr_NoMemory(); fail_py(f); }
+        c->next = a->head;
+        c->used = 0;
+        c->cap = cap;
+        a->head = c;
+    }
+    unsigned char *r = c->data + c->used;
+    c->used += n;
+    return r;
+}
+
+static void arena_free(Arena *a) {
+    Chunk *c = a->head;
+    while (c) {
+        Chunk *n = c->next;
+        free(c);
+        c = n;
+    }
+    a->head = NULL;
+}
+
+/* ---------------- string interning (first-seen order) ---------------- */
+
+typedef struct {
+    const unsigned char *p;
+    size_t n;
+    uint64_t h;
+} Ent;
+
+typedef struct {
+    Ent *ents;
+    size_t nents, cap;
+    int32_t *slots;    /* -1 = empty */
+    size_t mask;
+} Table;
+
+static inline uint64_t mix64(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ULL;
+    x ^= x >> 33;
+    return x;
+}
+
+static uint64_t hash_bytes(const unsigned char *p, size_t n) {
+    uint64_t h = 0x9E3779B97F4A7C15ULL ^ ((uint64_t)n * 0x87c37b91114253d5ULL);
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        h = (h ^ mix64(w)) * 0x4cf5ad432745937fULL;
+        h = (h << 29) | (h >> 35);
+        p += 8;
+        n -= 8;
+    }
+    uint64_t w = 0;
+    if (n) memcpy(&w, p, n);
+    return mix64(h ^ w ^ ((uint64_t)n << 59));
+}
+
+static void table_rehash(Fail *f, Table *t) {
+    size_t ns = t->mask ? (t->mask + 1) * 2 : 64;
+    int32_t *slots = (int32_t *)malloc(ns * sizeof(int32_t));
+    if (!slots) { PyErr_NoMemory(); fail_py(f); }
+    memset(slots, 0xff, ns * sizeof(int32_t));
+    for (size_t i = 0; i < t->nents; i++) {
+        size_t s = (size_t)t->ents[i].h & (ns - 1);
+        while (slots[s] >= 0) s = (s + 1) & (ns - 1);
+        slots[s] = (int32_t)i;
+    }
+    free(t->slots);
+    t->slots = slots;
+    t->mask = ns - 1;
+}
+
+/* Id of the byte string p[0:n]; a new entry keeps the pointer (copy==0: p must
+ * outlive the table) or a copy made in the arena. */
+static int32_t intern(Fail *f, Table *t, Arena *a, const unsigned char *p, size_t n, int copy) {
+    if (UNLIKELY(t->mask == 0 || (t->nents + 1) * 2 > t->mask + 1)) table_rehash(f, t);
+    uint64_t h = hash_bytes(p, n);
+    size_t s = (size_t)h & t->mask;
+    for (;;) {
+        int32_t i = t->slots[s];
+        if (i < 0) break;
+        const Ent *e = &t->ents[i];
+        if (e->h == h && e->n == n && memcmp(e->p, p, n) == 0) return i;
+        s = (s + 1) & t->mask;
+    }
+    if (t->nents >= 0x7fffffff) fail_at(f, 0, "too many distinct strings");
+    if (t->nents == t->cap) {
+        size_t nc = t->cap ? t->cap * 2 : 64;
+        Ent *ne = (Ent *)realloc(t->ents, nc * sizeof(Ent));
+        if (!ne) { PyErr_NoMemory(); fail_py(f); }
+        t->ents = ne;
+        t->cap = nc;
+    }
+    if (copy) {
+        unsigned char *q = arena_alloc(f, a, n ? n : 1);
+        if (n) memcpy(q, p, n);
+        p = q;
+    }
+    int32_t id = (int32_t)t->nents++;
+    t->ents[id].p = p;
+    t->ents[id].n = n;
+    t->ents[id].h = h;
+    t->slots[s] = id;
+    return id;
+}
+
+static void table_free(Table *t) {
+    free(t->ents);
+    free(t->slots);
+    memset(t, 0, sizeof(*t));
+}
+
+/* ---------------- UTF-8 validation (strict, as upb and orjson) ---------------- */
+
+/* p[0] >= 0x80: pointer after a valid multi-byte sequence, or NULL */
+static inline const unsigned char *utf8_seq(const unsigned char *p, const unsigned char *end) {
+    unsigned b0 = p[0];
+    if (b0 < 0xC2) return NULL;
+    if (b0 < 0xE0) {
+        if (end - p < 2 || (p[1] & 0xC0) != 0x80) return NULL;
+        return p + 2;
+    }
+    if (b0 < 0xF0) {
+        if (end - p < 3) return NULL;
+        unsigned b1 = p[1];
+        if (b0 == 0xE0) {
+            if (b1 < 0xA0 || b1 > 0xBF) return NULL;
+        } else if (b0 == 0xED) {
+            if (b1 < 0x80 || b1 > 0x9F) return NULL;
+        } else if ((b1 & 0xC0) != 0x80) {
+            return NULL;
+        }
+        if ((p[2] & 0xC0) != 0x80) return NULL;
+        return p + 3;
+    }
+    if (b0 > 0xF4 || end - p < 4) return NULL;
+    unsigned b1 = p[1];
+    if (b0 == 0xF0) {
+        if (b1 < 0x90 || b1 > 0xBF) return NULL;
+    } else if (b0 == 0xF4) {
+        if (b1 < 0x80 || b1 > 0x8F) return NULL;
+    } else if ((b1 & 0xC0) != 0x80) {
+        return NULL;
+    }
+    if ((p[2] & 0xC0) != 0x80 || (p[3] & 0xC0) != 0x80) return NULL;
+    return p + 4;
+}
+
+static int utf8_valid(const unsigned char *p, size_t n) {
+    const unsigned char *end = p + n;
+    while (p < end) {
+        while (end - p >= 8) {
+            uint64_t w;
+            memcpy(&w, p, 8);
+            if (w & 0x8080808080808080ULL) break;
+            p += 8;
+        }
+        if (p >= end) break;
+        if (*p < 0x80) {
+            p++;
+            continue;
+        }
+        p = utf8_seq(p, end);
+        if (!p) return 0;
+    }
+    return 1;
+}
+
+/* ======================================================================
+ * XSpace (protobuf wire format)
+ * ====================================================================== */
+
+enum { ST_NONE = 0, ST_DOUBLE, ST_UINT, ST_INT, ST_STR, ST_BYTES, ST_REF };
+
+typedef struct {
+    Fail f;
+    const unsigned char *buf, *end;
+    Vec ev_line, ev_meta, ev_off, ev_dur, ev_start, st_meta, st_kind, st_int, st_dbl;
+    Vec meta;            /* scratch: one plane's fields except its lines */
+    Table strings;
+    Arena arena;
+    int64_t nstats;
+    int64_t nlines;
+    PyObject *planes, *lines, *errors, *warnings, *hostnames;
+} XCtx;
+
+#define XPOS(c, p) ((Py_ssize_t)((p) - (c)->buf))
+
+static inline const unsigned char *x_varint(XCtx *c, const unsigned char *p, const unsigned char *end,
+                                            uint64_t *out, int maxlen) {
+    if (LIKELY(p < end && *p < 0x80)) {
+        *out = *p;
+        return p + 1;
+    }
+    uint64_t v = 0;
+    for (int i = 0; i < maxlen; i++) {
+        if (p + i >= end) fail_at(&c->f, XPOS(c, p), "truncated varint");
+        unsigned b = p[i];
+        v |= (uint64_t)(b & 0x7f) << (7 * i);
+        if (!(b & 0x80)) {
+            *out = v;
+            return p + i + 1;
+        }
+    }
+    fail_at(&c->f, XPOS(c, p), "varint too long");
+}
+
+static inline const unsigned char *x_tag(XCtx *c, const unsigned char *p, const unsigned char *end,
+                                         uint32_t *fn, uint32_t *wt) {
+    uint64_t v;
+    const unsigned char *q = x_varint(c, p, end, &v, 5);
+    if (v > 0xffffffffULL || (v >> 3) == 0) fail_at(&c->f, XPOS(c, p), "bad field tag");
+    *fn = (uint32_t)(v >> 3);
+    *wt = (uint32_t)(v & 7);
+    return q;
+}
+
+static inline const unsigned char *x_len(XCtx *c, const unsigned char *p, const unsigned char *end,
+                                         size_t *n) {
+    uint64_t v;
+    const unsigned char *q = x_varint(c, p, end, &v, 5);
+    if (v > 0x7fffffffULL || v > (uint64_t)(end - q)) fail_at(&c->f, XPOS(c, p), "length past end");
+    *n = (size_t)v;
+    return q;
+}
+
+static const unsigned char *x_skip(XCtx *c, const unsigned char *p, const unsigned char *end,
+                                   uint32_t wt) {
+    uint64_t v;
+    size_t n;
+    switch (wt) {
+    case 0:
+        return x_varint(c, p, end, &v, 10);
+    case 1:
+        if (end - p < 8) fail_at(&c->f, XPOS(c, p), "truncated fixed64");
+        return p + 8;
+    case 2:
+        p = x_len(c, p, end, &n);
+        return p + n;
+    case 5:
+        if (end - p < 4) fail_at(&c->f, XPOS(c, p), "truncated fixed32");
+        return p + 4;
+    default:
+        /* groups (3/4) are legal but never used by XSpace; 6/7 are invalid */
+        fail_at(&c->f, XPOS(c, p), "unsupported wire type");
+    }
+}
+
+/* ---- schema-driven validation of the plane metadata kept as bytes ---- */
+
+enum { F_VARINT, F_FIXED64, F_STR, F_BYTES, F_MSG, F_REPVARINT };
+enum { M_XSTAT, M_XEVMETA, M_XSTATMETA, M_EVENTRY, M_STATENTRY, M_COUNT };
+
+typedef struct {
+    uint32_t num;
+    uint8_t kind;
+    uint8_t sub;
+} FieldDef;
+
+static const FieldDef XSTAT_F[] = {{1, F_VARINT, 0}, {2, F_FIXED64, 0}, {3, F_VARINT, 0},
+                                   {4, F_VARINT, 0}, {5, F_STR, 0},     {6, F_BYTES, 0},
+                                   {7, F_VARINT, 0}};
+static const FieldDef XEVMETA_F[] = {{1, F_VARINT, 0}, {2, F_STR, 0},          {4, F_STR, 0},
+                                     {3, F_BYTES, 0},  {5, F_MSG, M_XSTAT},    {6, F_REPVARINT, 0}};
+static const FieldDef XSTATMETA_F[] = {{1, F_VARINT, 0}, {2, F_STR, 0}, {3, F_STR, 0}};
+static const FieldDef EVENTRY_F[] = {{1, F_VARINT, 0}, {2, F_MSG, M_XEVMETA}};
+static const FieldDef STATENTRY_F[] = {{1, F_VARINT, 0}, {2, F_MSG, M_XSTATMETA}};
+
+static const struct {
+    const FieldDef *f;
+    int n;
+} SCHEMA[M_COUNT] = {
+    {XSTAT_F, 7}, {XEVMETA_F, 6}, {XSTATMETA_F, 3}, {EVENTRY_F, 2}, {STATENTRY_F, 2},
+};
+
+/* depth is bounded by the schema (entry -> metadata -> XStat) */
+static void x_validate(XCtx *c, const unsigned char *p, const unsigned char *end, int msg) {
+    while (p < end) {
+        uint32_t fn, wt;
+        p = x_tag(c, p, end, &fn, &wt);
+        const FieldDef *d = NULL;
+        for (int i = 0; i < SCHEMA[msg].n; i++)
+            if (SCHEMA[msg].f[i].num == fn) d = &SCHEMA[msg].f[i];
+        if (d) {
+            size_t n;
+            uint64_t v;
+            switch (d->kind) {
+            case F_VARINT:
+                if (wt == 0) { p = x_varint(c, p, end, &v, 10); continue; }
+                break;
+            case F_FIXED64:
+                if (wt == 1) {
+                    if (end - p < 8) fail_at(&c->f, XPOS(c, p), "truncated fixed64");
+                    p += 8;
+                    continue;
+                }
+                break;
+            case F_STR:
+                if (wt == 2) {
+                    p = x_len(c, p, end, &n);
+                    if (!utf8_valid(p, n)) fail_at(&c->f, XPOS(c, p), "string field had bad UTF-8");
+                    p += n;
+                    continue;
+                }
+                break;
+            case F_BYTES:
+                if (wt == 2) {
+                    p = x_len(c, p, end, &n);
+                    p += n;
+                    continue;
+                }
+                break;
+            case F_MSG:
+                if (wt == 2) {
+                    p = x_len(c, p, end, &n);
+                    x_validate(c, p, p + n, d->sub);
+                    p += n;
+                    continue;
+                }
+                break;
+            case F_REPVARINT:
+                if (wt == 0) { p = x_varint(c, p, end, &v, 10); continue; }
+                if (wt == 2) {
+                    p = x_len(c, p, end, &n);
+                    const unsigned char *e = p + n;
+                    while (p < e) p = x_varint(c, p, e, &v, 10);
+                    continue;
+                }
+                break;
+            }
+        }
+        p = x_skip(c, p, end, wt); /* unknown field, or known with another wire type */
+    }
+}
+
+/* ---- columns ---- */
+
+static void x_stat(XCtx *c, const unsigned char *p, const unsigned char *end) {
+    int64_t meta = 0;
+    int kind = ST_NONE;
+    uint64_t ival = 0;
+    double dval = 0.0;
+    const unsigned char *sp = NULL;
+    size_t sn = 0;
+    while (p < end) {
+        uint32_t fn, wt;
+        uint64_t v;
+        size_t n;
+        p = x_tag(c, p, end, &fn, &wt);
+        if (wt == 0 && (fn == 1 || fn == 3 || fn == 4 || fn == 7)) {
+            p = x_varint(c, p, end, &v, 10);
+            if (fn == 1) {
+                meta = (int64_t)v;
+            } else {
+                kind = fn == 3 ? ST_UINT : fn == 4 ? ST_INT : ST_REF;
+                ival = v;
+            }
+        } else if (wt == 1 && fn == 2) {
+            if (end - p < 8) fail_at(&c->f, XPOS(c, p), "truncated double");
+            memcpy(&dval, p, 8);
+            p += 8;
+            kind = ST_DOUBLE;
+        } else if (wt == 2 && (fn == 5 || fn == 6)) {
+            p = x_len(c, p, end, &n);
+            if (fn == 5 && !utf8_valid(p, n)) fail_at(&c->f, XPOS(c, p), "string field had bad UTF-8");
+            sp = p;
+            sn = n;
+            kind = fn == 5 ? ST_STR : ST_BYTES;
+            p += n;
+        } else {
+            p = x_skip(c, p, end, wt);
+        }
+    }
+    int64_t iv = 0;
+    double dv = 0.0;
+    if (kind == ST_DOUBLE) {
+        dv = dval;
+    } else if (kind == ST_STR || kind == ST_BYTES) {
+        iv = intern(&c->f, &c->strings, &c->arena, sp, sn, 0);
+    } else if (kind != ST_NONE) {
+        iv = (int64_t)ival;
+    }
+    VEC_PUSH(&c->f, &c->st_meta, int64_t, meta);
+    VEC_PUSH(&c->f, &c->st_kind, int8_t, (int8_t)kind);
+    VEC_PUSH(&c->f, &c->st_int, int64_t, iv);
+    VEC_PUSH(&c->f, &c->st_dbl, double, dv);
+    c->nstats++;
+}
+
+static void x_event(XCtx *c, const unsigned char *p, const unsigned char *end, int32_t li) {
+    int64_t meta = 0, off = 0, dur = 0;
+    while (p < end) {
+        uint32_t fn, wt;
+        uint64_t v;
+        size_t n;
+        p = x_tag(c, p, end, &fn, &wt);
+        if (wt == 0 && (fn == 1 || fn == 2 || fn == 3 || fn == 5)) {
+            p = x_varint(c, p, end, &v, 10);
+            if (fn == 1) meta = (int64_t)v;
+            else if (fn == 2) off = (int64_t)v;
+            else if (fn == 5) off = 0; /* num_occurrences: the oneof no longer holds offset_ps */
+            else dur = (int64_t)v;
+        } else if (wt == 2 && fn == 4) {
+            p = x_len(c, p, end, &n);
+            x_stat(c, p, p + n);
+            p += n;
+        } else {
+            p = x_skip(c, p, end, wt);
+        }
+    }
+    VEC_PUSH(&c->f, &c->ev_line, int32_t, li);
+    VEC_PUSH(&c->f, &c->ev_meta, int64_t, meta);
+    VEC_PUSH(&c->f, &c->ev_off, int64_t, off);
+    VEC_PUSH(&c->f, &c->ev_dur, int64_t, dur);
+    VEC_PUSH(&c->f, &c->ev_start, int64_t, c->nstats);
+}
+
+static PyObject *x_str(XCtx *c, const unsigned char *p, size_t n) {
+    PyObject *s = PyUnicode_DecodeUTF8((const char *)p, (Py_ssize_t)n, "strict");
+    if (!s) fail_py(&c->f);
+    return s;
+}
+
+static void x_line(XCtx *c, const unsigned char *p, const unsigned char *end, Py_ssize_t pi) {
+    if (c->nlines >= 0x7fffffff) fail_at(&c->f, XPOS(c, p), "too many lines");
+    int32_t li = (int32_t)c->nlines++;
+    int64_t id = 0, disp_id = 0, ts = 0, dur = 0;
+    const unsigned char *np = p, *dp = p;
+    size_t nn = 0, dn = 0;
+    while (p < end) {
+        uint32_t fn, wt;
+        uint64_t v;
+        size_t n;
+        p = x_tag(c, p, end, &fn, &wt);
+        if (wt == 0 && (fn == 1 || fn == 10 || fn == 3 || fn == 9)) {
+            p = x_varint(c, p, end, &v, 10);
+            if (fn == 1) id = (int64_t)v;
+            else if (fn == 10) disp_id = (int64_t)v;
+            else if (fn == 3) ts = (int64_t)v;
+            else dur = (int64_t)v;
+        } else if (wt == 2 && (fn == 2 || fn == 11)) {
+            p = x_len(c, p, end, &n);
+            if (!utf8_valid(p, n)) fail_at(&c->f, XPOS(c, p), "string field had bad UTF-8");
+            if (fn == 2) { np = p; nn = n; } else { dp = p; dn = n; }
+            p += n;
+        } else if (wt == 2 && fn == 4) {
+            p = x_len(c, p, end, &n);
+            x_event(c, p, p + n, li);
+            p += n;
+        } else {
+            p = x_skip(c, p, end, wt);
+        }
+    }
+    PyObject *name = x_str(c, np, nn);
+    PyObject *dname = PyUnicode_DecodeUTF8((const char *)dp, (Py_ssize_t)dn, "strict");
+    if (!dname) { Py_DECREF(name); fail_py(&c->f); }
+    PyObject *t = Py_BuildValue("(nLLNNLL)", pi, (long long)id, (long long)disp_id, name, dname,
+                                (long long)ts, (long long)dur);
+    if (!t) fail_py(&c->f);
+    int r = PyList_Append(c->lines, t);
+    Py_DECREF(t);
+    if (r < 0) fail_py(&c->f);
+}
+
+static void x_plane(XCtx *c, const unsigned char *p, const unsigned char *end) {
+    Py_ssize_t pi = PyList_GET_SIZE(c->planes);
+    int64_t id = 0;
+    const unsigned char *np = p;
+    size_t nn = 0;
+    c->meta.len = 0;
+    while (p < end) {
+        const unsigned char *q0 = p;
+        uint32_t fn, wt;
+        uint64_t v;
+        size_t n;
+        p = x_tag(c, p, end, &fn, &wt);
+        if (wt == 2 && fn == 3) { /* lines: scanned, not kept in the metadata bytes */
+            p = x_len(c, p, end, &n);
+            x_line(c, p, p + n, pi);
+            p += n;
+            continue;
+        }
+        if (wt == 0 && fn == 1) {
+            p = x_varint(c, p, end, &v, 10);
+            id = (int64_t)v;
+        } else if (wt == 2 && fn == 2) {
+            p = x_len(c, p, end, &n);
+            if (!utf8_valid(p, n)) fail_at(&c->f, XPOS(c, p), "string field had bad UTF-8");
+            np = p;
+            nn = n;
+            p += n;
+        } else if (wt == 2 && (fn == 4 || fn == 5 || fn == 6)) {
+            p = x_len(c, p, end, &n);
+            x_validate(c, p, p + n, fn == 4 ? M_EVENTRY : fn == 5 ? M_STATENTRY : M_XSTAT);
+            p += n;
+        } else {
+            p = x_skip(c, p, end, wt);
+        }
+        vec_put(&c->f, &c->meta, q0, (size_t)(p - q0));
+    }
+    PyObject *name = x_str(c, np, nn);
+    PyObject *meta = PyBytes_FromStringAndSize(c->meta.data ? c->meta.data : "",
+                                               (Py_ssize_t)c->meta.len);
+    if (!meta) { Py_DECREF(name); fail_py(&c->f); }
+    PyObject *t = Py_BuildValue("(LNN)", (long long)id, name, meta);
+    if (!t) fail_py(&c->f);
+    int r = PyList_Append(c->planes, t);
+    Py_DECREF(t);
+    if (r < 0) fail_py(&c->f);
+}
+
+static void x_space(XCtx *c, const unsigned char *p, const unsigned char *end) {
+    while (p < end) {
+        uint32_t fn, wt;
+        size_t n;
+        p = x_tag(c, p, end, &fn, &wt);
+        if (wt == 2 && fn == 1) {
+            p = x_len(c, p, end, &n);
+            x_plane(c, p, p + n);
+            p += n;
+        } else if (wt == 2 && fn >= 2 && fn <= 4) {
+            p = x_len(c, p, end, &n);
+            if (!utf8_valid(p, n)) fail_at(&c->f, XPOS(c, p), "string field had bad UTF-8");
+            PyObject *s = x_str(c, p, n);
+            PyObject *lst = fn == 2 ? c->errors : fn == 3 ? c->warnings : c->hostnames;
+            int r = PyList_Append(lst, s);
+            Py_DECREF(s);
+            if (r < 0) fail_py(&c->f);
+            p += n;
+        } else {
+            p = x_skip(c, p, end, wt);
+        }
+    }
+}
+
+static void xctx_free(XCtx *c) {
+    Vec *vs[] = {&c->ev_line, &c->ev_meta, &c->ev_off, &c->ev_dur, &c->ev_start,
+                 &c->st_meta, &c->st_kind, &c->st_int, &c->st_dbl, &c->meta};
+    for (size_t i = 0; i < sizeof(vs) / sizeof(vs[0]); i++) vec_free(vs[i]);
+    table_free(&c->strings);
+    arena_free(&c->arena);
+    Py_XDECREF(c->planes);
+    Py_XDECREF(c->lines);
+    Py_XDECREF(c->errors);
+    Py_XDECREF(c->warnings);
+    Py_XDECREF(c->hostnames);
+    free(c);
+}
+
+/* dict[key] = value, stealing value */
+static int dict_put(PyObject *d, const char *key, PyObject *value) {
+    if (!value) return -1;
+    int r = PyDict_SetItemString(d, key, value);
+    Py_DECREF(value);
+    return r;
+}
+
+static PyObject *scan_xspace(PyObject *self, PyObject *arg) {
+    (void)self;
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    XCtx *c = (XCtx *)calloc(1, sizeof(XCtx));
+    if (!c) {
+        PyBuffer_Release(&view);
+        return PyErr_NoMemory();
+    }
+    PyObject *out = NULL;
+    c->buf = (const unsigned char *)view.buf;
+    c->end = c->buf + view.len;
+    if (setjmp(c->f.jb)) {
+        raise_fail(&c->f, "native XSpace scan");
+        xctx_free(c);
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    c->planes = PyList_New(0);
+    c->lines = PyList_New(0);
+    c->errors = PyList_New(0);
+    c->warnings = PyList_New(0);
+    c->hostnames = PyList_New(0);
+    if (!c->planes || !c->lines || !c->errors || !c->warnings || !c->hostnames) fail_py(&c->f);
+    VEC_PUSH(&c->f, &c->ev_start, int64_t, 0);
+    x_space(c, c->buf, c->end);
+
+    PyObject *strings = PyList_New((Py_ssize_t)c->strings.nents);
+    if (!strings) fail_py(&c->f);
+    for (size_t i = 0; i < c->strings.nents; i++) {
+        PyObject *b = PyBytes_FromStringAndSize((const char *)c->strings.ents[i].p,
+                                                (Py_ssize_t)c->strings.ents[i].n);
+        if (!b) { Py_DECREF(strings); fail_py(&c->f); }
+        PyList_SET_ITEM(strings, (Py_ssize_t)i, b);
+    }
+    out = PyDict_New();
+    if (!out) { Py_DECREF(strings); fail_py(&c->f); }
+    if (PyDict_SetItemString(out, "planes", c->planes) < 0 ||
+        PyDict_SetItemString(out, "lines", c->lines) < 0 ||
+        dict_put(out, "ev_line", vec_to_bytearray(&c->ev_line)) < 0 ||
+        dict_put(out, "ev_meta", vec_to_bytearray(&c->ev_meta)) < 0 ||
+        dict_put(out, "ev_offset_ps", vec_to_bytearray(&c->ev_off)) < 0 ||
+        dict_put(out, "ev_dur_ps", vec_to_bytearray(&c->ev_dur)) < 0 ||
+        dict_put(out, "ev_stat_start", vec_to_bytearray(&c->ev_start)) < 0 ||
+        dict_put(out, "st_meta", vec_to_bytearray(&c->st_meta)) < 0 ||
+        dict_put(out, "st_kind", vec_to_bytearray(&c->st_kind)) < 0 ||
+        dict_put(out, "st_int", vec_to_bytearray(&c->st_int)) < 0 ||
+        dict_put(out, "st_dbl", vec_to_bytearray(&c->st_dbl)) < 0 ||
+        PyDict_SetItemString(out, "strings", strings) < 0 ||
+        PyDict_SetItemString(out, "hostnames", c->hostnames) < 0 ||
+        PyDict_SetItemString(out, "errors", c->errors) < 0 ||
+        PyDict_SetItemString(out, "warnings", c->warnings) < 0) {
+        Py_DECREF(out);
+        out = NULL;
+    }
+    Py_DECREF(strings);
+    xctx_free(c);
+    PyBuffer_Release(&view);
+    return out;
+}
+
+/* ======================================================================
+ * Kineto (Chrome trace JSON)
+ * ====================================================================== */
+
+#define J_MAX_DEPTH 1000 /* orjson refuses more than 1024 levels */
+
+enum { T_MISSING = 0, T_STR, T_NUM, T_TRUE, T_FALSE, T_NULL, T_OBJ, T_ARR };
+
+typedef struct {
+    const unsigned char *s, *e; /* the literal text */
+    const unsigned char *int_s, *int_e, *frac_s, *frac_e;
+    int neg, has_frac, has_exp;
+    int is_float; /* Python type after orjson: float (else int) */
+    int fits_i64; /* an int in int64 range (value in i) */
+    int64_t i;
+    uint64_t u; /* magnitude of an int outside int64 but inside uint64 */
+    int64_t exp;
+} Num;
+
+typedef struct {
+    int t;
+    int esc;   /* T_STR: has escapes */
+    int empty; /* T_OBJ/T_ARR: no members */
+    const unsigned char *s, *e; /* T_STR: content between the quotes */
+    Num num;
+} Tok;
+
+/* event keys */
+enum { K_PH, K_CAT, K_NAME, K_PID, K_TID, K_TS, K_DUR, K_NKEYS, K_ARGS = K_NKEYS, K_OTHER };
+/* args keys, in STAT_ARGS order; external_id has two spellings */
+enum { A_CORR, A_EXT1, A_EXT2, A_DEVICE, A_STREAM, A_BYTES, A_NKEYS, A_OTHER = A_NKEYS };
+#define N_STATS 5
+static const char *const STAT_NAMES[N_STATS] = {"correlation", "external_id", "device", "stream",
+                                                "bytes"};
+/* metadata keys copied from the document */
+#define N_META 5
+static const char *const META_KEYS[N_META] = {"deviceProperties", "distributedInfo",
+                                              "baseTimeNanoseconds", "schemaVersion",
+                                              "displayTimeUnit"};
+
+enum { V_NONE, V_TRUE, V_FALSE, V_INT, V_FLOAT, V_STR };
+
+typedef struct {
+    uint8_t type[2];
+    int64_t i[2];
+    double d[2];
+    size_t soff[2], slen[2]; /* V_STR: payload inside the interned key */
+} TrackDesc;
+
+typedef struct {
+    Vec idx, val, isf; /* event index, 8-byte value (int64 or double), is-float flag */
+    int any_float;
+} StatCol;
+
+typedef struct {
+    Fail f;
+    const unsigned char *buf, *end;
+    Table names, cats, tracks;
+    Arena arena;
+    Vec name_ids, cat_ids, track_ids, dur_ps, src_index;
+    Vec ts_exact;  /* i128 ps (text truncated to 6 decimals) */
+    Vec ts_isexp;  /* uint8 */
+    Vec tdesc;     /* TrackDesc per track */
+    Vec ts_out;    /* int64 ps after base_us */
+    Vec sane;      /* uint8 per event: its time can be placed */
+    Vec pick;      /* double: scratch for the median */
+    Vec scratch, keybuf;
+    StatCol stats[N_STATS];
+    Vec ts_approx; /* double: ts as float64 (the reference's view) */
+    Vec dur_d;     /* double: dur as float64 */
+    int64_t n_kept, n_raw, bad;
+    PyObject *mevents; /* list of (start, end) of "M" events */
+    Py_ssize_t meta_s[N_META], meta_e[N_META];
+} JCtx;
+
+#define JPOS(c, p) ((Py_ssize_t)((p) - (c)->buf))
+
+static NORETURN void jfail(JCtx *c, const unsigned char *p, const char *msg) {
+    fail_at(&c->f, JPOS(c, p), msg);
+}
+
+static inline const unsigned char *jws(const unsigned char *p, const unsigned char *end) {
+    while (p < end) {
+        unsigned ch = *p;
+        if (ch == ' ' || ch == '\n' || ch == '\r' || ch == '\t') p++;
+        else break;
+    }
+    return p;
+}
+
+/* next non-whitespace byte, which must exist */
+static inline const unsigned char *jnext(JCtx *c, const unsigned char *p) {
+    p = jws(p, c->end);
+    if (UNLIKELY(p >= c->end)) jfail(c, p, "unexpected end of data");
+    return p;
+}
+
+static inline int hexval(unsigned ch) {
+    if (ch >= '0' && ch <= '9') return (int)(ch - '0');
+    ch |= 0x20;
+    if (ch >= 'a' && ch <= 'f') return (int)(ch - 'a' + 10);
+    return -1;
+}
+
+static int hex4(const unsigned char *p, unsigned *out) {
+    unsigned v = 0;
+    for (int i = 0; i < 4; i++) {
+        int h = hexval(p[i]);
+        if (h < 0) return 0;
+        v = (v << 4) | (unsigned)h;
+    }
+    *out = v;
+    return 1;
+}
+
+/* p at a backslash: validated escape; returns the pointer after it and the code point */
+static const unsigned char *j_escape(JCtx *c, const unsigned char *p, unsigned *cp) {
+    const unsigned char *end = c->end;
+    if (end - p < 2) jfail(c, p, "unterminated escape");
+    switch (p[1]) {
+    case '"': *cp = '"'; return p + 2;
+    case '\\': *cp = '\\'; return p + 2;
+    case '/': *cp = '/'; return p + 2;
+    case 'b': *cp = '\b'; return p + 2;
+    case 'f': *cp = '\f'; return p + 2;
+    case 'n': *cp = '\n'; return p + 2;
+    case 'r': *cp = '\r'; return p + 2;
+    case 't': *cp = '\t'; return p + 2;
+    case 'u': {
+        unsigned u, lo;
+        if (end - p < 6 || !hex4(p + 2, &u)) jfail(c, p, "invalid \\u escape");
+        if (u >= 0xDC00 && u <= 0xDFFF) jfail(c, p, "lone low surrogate");
+        if (u >= 0xD800 && u <= 0xDBFF) {
+            if (end - p < 12 || p[6] != '\\' || p[7] != 'u' || !hex4(p + 8, &lo) || lo < 0xDC00 ||
+                lo > 0xDFFF)
+                jfail(c, p, "lone high surrogate");
+            *cp = 0x10000 + ((u - 0xD800) << 10) + (lo - 0xDC00);
+            return p + 12;
+        }
+        *cp = u;
+        return p + 6;
+    }
+    default:
+        jfail(c, p, "invalid escape");
+    }
+}
+
+#define ONES 0x0101010101010101ULL
+#define HIGHS 0x8080808080808080ULL
+
+/* p just after the opening quote: pointer after the closing quote */
+static const unsigned char *j_string(JCtx *c, const unsigned char *p, int *esc) {
+    const unsigned char *end = c->end;
+    for (;;) {
+        while (end - p >= 8) {
+            uint64_t w;
+            memcpy(&w, p, 8);
+            uint64_t q = w ^ (ONES * '"'), b = w ^ (ONES * '\\');
+            uint64_t m = (((q - ONES) & ~q) | ((b - ONES) & ~b) | ((w - ONES * 0x20) & ~w) | w) & HIGHS;
+            if (m) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ && defined(__GNUC__)
+                p += __builtin_ctzll(m) >> 3;
+#endif
+                break;
+            }
+            p += 8;
+        }
+        if (UNLIKELY(p >= end)) jfail(c, p, "unterminated string");
+        unsigned ch = *p;
+        if (ch == '"') return p + 1;
+        if (ch == '\\') {
+            unsigned cp;
+            *esc = 1;
+            p = j_escape(c, p, &cp);
+        } else if (ch < 0x20) {
+            jfail(c, p, "control character in string");
+        } else if (ch < 0x80) {
+            p++;
+        } else {
+            const unsigned char *q = utf8_seq(p, end);
+            if (!q) jfail(c, p, "invalid UTF-8");
+            p = q;
+        }
+    }
+}
+
+/* decode validated string content s..e (escapes) into out (capacity >= e - s) */
+static size_t j_decode(JCtx *c, const unsigned char *s, const unsigned char *e, unsigned char *out) {
+    unsigned char *o = out;
+    while (s < e) {
+        if (*s != '\\') {
+            *o++ = *s++;
+            continue;
+        }
+        unsigned cp;
+        s = j_escape(c, s, &cp);
+        if (cp < 0x80) {
+            *o++ = (unsigned char)cp;
+        } else if (cp < 0x800) {
+            *o++ = (unsigned char)(0xC0 | (cp >> 6));
+            *o++ = (unsigned char)(0x80 | (cp & 0x3F));
+        } else if (cp < 0x10000) {
+            *o++ = (unsigned char)(0xE0 | (cp >> 12));
+            *o++ = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
+            *o++ = (unsigned char)(0x80 | (cp & 0x3F));
+        } else {
+            *o++ = (unsigned char)(0xF0 | (cp >> 18));
+            *o++ = (unsigned char)(0x80 | ((cp >> 12) & 0x3F));
+            *o++ = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
+            *o++ = (unsigned char)(0x80 | (cp & 0x3F));
+        }
+    }
+    return (size_t)(o - out);
+}
+
+/* the bytes of a string token (decoded into c->scratch when it has escapes) */
+static const unsigned char *tok_bytes(JCtx *c, const Tok *t, size_t *n) {
+    if (!t->esc) {
+        *n = (size_t)(t->e - t->s);
+        return t->s;
+    }
+    size_t raw = (size_t)(t->e - t->s);
+    c->scratch.len = 0;
+    if (raw > c->scratch.cap) vec_grow(&c->f, &c->scratch, raw);
+    *n = j_decode(c, t->s, t->e, (unsigned char *)c->scratch.data);
+    return (const unsigned char *)c->scratch.data;
+}
+
+static double parse_double_text(JCtx *c, const unsigned char *s, const unsigned char *e) {
+    char local[64];
+    size_t n = (size_t)(e - s);
+    char *b = local;
+    if (n >= sizeof(local)) {
+        b = (char *)malloc(n + 1);
+        if (!b) { PyErr_NoMemory(); fail_py(&c->f); }
+    }
+    memcpy(b, s, n);
+    b[n] = 0;
+    char *endp = NULL;
+    double d = PyOS_string_to_double(b, &endp, NULL);
+    int ok = !(d == -1.0 && PyErr_Occurred()) && endp == b + n;
+    if (b != local) free(b);
+    if (!ok) {
+        PyErr_Clear();
+        jfail(c, s, "unparsable number");
+    }
+    return d;
+}
+
+static const double POW10[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
+                                 1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+                                 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+/* the float64 value of a number, correctly rounded (as orjson and Python) */
+static double num_double(JCtx *c, const Num *n) {
+    if (!n->is_float) return n->fits_i64 ? (double)n->i : (double)n->u;
+    /* exact fast path: <= 15 significant digits and a power of ten <= 1e22 */
+    uint64_t m = 0;
+    int digits = 0;
+    const unsigned char *q;
+    for (q = n->int_s; q < n->int_e; q++) {
+        if (m == 0 && *q == '0') continue;
+        m = m * 10 + (uint64_t)(*q - '0');
+        if (++digits > 15) goto slow;
+    }
+    int64_t e10 = n->exp;
+    if (n->has_frac) {
+        for (q = n->frac_s; q < n->frac_e; q++) {
+            if (m == 0 && *q == '0') { e10--; continue; }
+            m = m * 10 + (uint64_t)(*q - '0');
+            e10--;
+            if (++digits > 15) goto slow;
+        }
+    }
+    if (m == 0) return n->neg ? -0.0 : 0.0;
+    if (e10 < -22 || e10 > 22) goto slow;
+    {
+        double d = (double)m;
+        d = e10 >= 0 ? d * POW10[e10] : d / POW10[-e10];
+        return n->neg ? -d : d;
+    }
+slow:
+    return parse_double_text(c, n->s, n->e);
+}
+
+/* p at '-' or a digit: validated JSON number */
+static const unsigned char *j_number(JCtx *c, const unsigned char *p, Num *n) {
+    const unsigned char *end = c->end;
+    memset(n, 0, sizeof(*n));
+    n->s = p;
+    if (*p == '-') {
+        n->neg = 1;
+        p++;
+    }
+    n->int_s = p;
+    if (p < end && *p == '0') {
+        p++;
+    } else if (p < end && *p >= '1' && *p <= '9') {
+        while (p < end && *p >= '0' && *p <= '9') p++;
+    } else {
+        jfail(c, p, "invalid number");
+    }
+    n->int_e = p;
+    if (p < end && *p == '.') {
+        p++;
+        n->frac_s = p;
+        while (p < end && *p >= '0' && *p <= '9') p++;
+        if (p == n->frac_s) jfail(c, p, "no digit after decimal point");
+        n->frac_e = p;
+        n->has_frac = 1;
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        p++;
+        int eneg = 0;
+        if (p < end && (*p == '+' || *p == '-')) {
+            eneg = *p == '-';
+            p++;
+        }
+        const unsigned char *es = p;
+        int64_t ev = 0;
+        while (p < end && *p >= '0' && *p <= '9') {
+            if (ev < 100000000) ev = ev * 10 + (*p - '0');
+            p++;
+        }
+        if (p == es) jfail(c, p, "no digit in exponent");
+        n->exp = eneg ? -ev : ev;
+        n->has_exp = 1;
+    }
+    n->e = p;
+    size_t nd = (size_t)(n->int_e - n->int_s);
+    n->is_float = n->has_frac || n->has_exp;
+    if (!n->is_float) {
+        uint64_t u = 0;
+        int over = nd > 20;
+        for (const unsigned char *q = n->int_s; !over && q < n->int_e; q++) {
+            uint64_t d = (uint64_t)(*q - '0');
+            if (u > (UINT64_MAX - d) / 10) over = 1;
+            else u = u * 10 + d;
+        }
+        if (over) {
+            n->is_float = 1; /* orjson: integers past 64 bits become floats */
+        } else if (n->neg) {
+            if (u <= (uint64_t)INT64_MAX) {
+                n->fits_i64 = 1;
+                n->i = -(int64_t)u;
+            } else if (u == (uint64_t)INT64_MAX + 1) {
+                n->fits_i64 = 1;
+                n->i = INT64_MIN;
+            } else {
+                n->is_float = 1;
+            }
+        } else if (u <= (uint64_t)INT64_MAX) {
+            n->fits_i64 = 1;
+            n->i = (int64_t)u;
+        } else {
+            n->u = u;
+        }
+    }
+    /* orjson refuses numbers that overflow to infinity */
+    if (n->is_float && (int64_t)nd + n->exp > 300) {
+        double d = parse_double_text(c, n->s, n->e);
+        if (isinf(d)) jfail(c, n->s, "number is infinity when parsed as double");
+    }
+    return p;
+}
+
+static const unsigned char *j_literal(JCtx *c, const unsigned char *p, int *t) {
+    size_t left = (size_t)(c->end - p);
+    if (left >= 4 && memcmp(p, "true", 4) == 0) { *t = T_TRUE; return p + 4; }
+    if (left >= 5 && memcmp(p, "false", 5) == 0) { *t = T_FALSE; return p + 5; }
+    if (left >= 4 && memcmp(p, "null", 4) == 0) { *t = T_NULL; return p + 4; }
+    jfail(c, p, "unexpected character, expected a JSON value");
+}
+
+/* p at the first byte of a value (non-whitespace); depth = nesting level a container
+ * here would have.  Validates and skips it without recursion. */
+static const unsigned char *j_skip(JCtx *c, const unsigned char *p, int depth) {
+    unsigned char stack[J_MAX_DEPTH + 1];
+    int sp = 0;
+    const unsigned char *end = c->end;
+    for (;;) {
+        /* a value at p */
+        unsigned ch = *p;
+        if (ch == '"') {
+            int esc = 0;
+            p = j_string(c, p + 1, &esc);
+        } else if (ch == '{' || ch == '[') {
+            if (depth + sp > J_MAX_DEPTH) jfail(c, p, "nesting too deep");
+            stack[sp++] = (unsigned char)ch;
+            p = jnext(c, p + 1);
+            if (ch == '{') {
+                if (*p == '}') {
+                    p++;
+                    sp--;
+                } else {
+                    int esc = 0;
+                    if (*p != '"') jfail(c, p, "expected a key");
+                    p = j_string(c, p + 1, &esc);
+                    p = jnext(c, p);
+                    if (*p != ':') jfail(c, p, "expected ':'");
+                    p = jnext(c, p + 1);
+                    continue;
+                }
+            } else {
+                if (*p == ']') {
+                    p++;
+                    sp--;
+                } else {
+                    continue;
+                }
+            }
+        } else if (ch == '-' || (ch >= '0' && ch <= '9')) {
+            Num n;
+            p = j_number(c, p, &n);
+        } else {
+            int t;
+            p = j_literal(c, p, &t);
+        }
+        /* after a complete value */
+        for (;;) {
+            if (sp == 0) return p;
+            p = jws(p, end);
+            if (p >= end) jfail(c, p, "unexpected end of data");
+            unsigned top = stack[sp - 1];
+            if (*p == ',') {
+                p = jnext(c, p + 1);
+                if (top == '{') {
+                    int esc = 0;
+                    if (*p != '"') jfail(c, p, "expected a key");
+                    p = j_string(c, p + 1, &esc);
+                    p = jnext(c, p);
+                    if (*p != ':') jfail(c, p, "expected ':'");
+                    p = jnext(c, p + 1);
+                }
+                break;
+            }
+            if (*p == (top == '{' ? '}' : ']')) {
+                p++;
+                sp--;
+                continue;
+            }
+            jfail(c, p, "expected ',' or a closing bracket");
+        }
+    }
+}
+
+/* a value at p recorded as a token (containers are skipped) */
+static const unsigned char *j_tok(JCtx *c, const unsigned char *p, int depth, Tok *t) {
+    unsigned ch = *p;
+    t->esc = 0;
+    t->empty = 0;
+    if (ch == '"') {
+        t->t = T_STR;
+        t->s = p + 1;
+        p = j_string(c, p + 1, &t->esc);
+        t->e = p - 1;
+    } else if (ch == '-' || (ch >= '0' && ch <= '9')) {
+        t->t = T_NUM;
+        p = j_number(c, p, &t->num);
+    } else if (ch == '{' || ch == '[') {
+        t->t = ch == '{' ? T_OBJ : T_ARR;
+        const unsigned char *q = jws(p + 1, c->end);
+        t->empty = q < c->end && *q == (ch == '{' ? '}' : ']');
+        p = j_skip(c, p, depth);
+    } else {
+        p = j_literal(c, p, &t->t);
+    }
+    return p;
+}
+
+/* identify a key among names[0:n] (decoding escapes when present) */
+static int key_id(JCtx *c, const unsigned char *s, const unsigned char *e, int esc,
+                  const char *const *names, int n) {
+    unsigned char buf[128];
+    size_t len = (size_t)(e - s);
+    if (esc) {
+        if (len > sizeof(buf)) return n; /* decodes to more than 16 bytes: no match */
+        len = j_decode(c, s, e, buf);
+        s = buf;
+    }
+    for (int i = 0; i < n; i++)
+        if (strlen(names[i]) == len && memcmp(names[i], s, len) == 0) return i;
+    return n;
+}
+
+static const char *const EVENT_KEYS[K_NKEYS + 1] = {"ph", "cat", "name", "pid", "tid",
+                                                    "ts", "dur", "args"};
+static const char *const ARG_KEYS[A_NKEYS] = {"correlation", "External id", "external id",
+                                              "device",      "stream",      "bytes"};
+
+static inline int event_key(JCtx *c, const unsigned char *s, const unsigned char *e, int esc) {
+    size_t n = (size_t)(e - s);
+    if (!esc) { /* fast path for the common spellings */
+        switch (n) {
+        case 2:
+            if (s[0] == 'p' && s[1] == 'h') return K_PH;
+            if (s[0] == 't' && s[1] == 's') return K_TS;
+            return K_OTHER;
+        case 3:
+            if (memcmp(s, "cat", 3) == 0) return K_CAT;
+            if (memcmp(s, "pid", 3) == 0) return K_PID;
+            if (memcmp(s, "tid", 3) == 0) return K_TID;
+            if (memcmp(s, "dur", 3) == 0) return K_DUR;
+            return K_OTHER;
+        case 4:
+            if (memcmp(s, "name", 4) == 0) return K_NAME;
+            if (memcmp(s, "args", 4) == 0) return K_ARGS;
+            return K_OTHER;
+        default:
+            return K_OTHER;
+        }
+    }
+    return key_id(c, s, e, esc, EVENT_KEYS, K_NKEYS + 1);
+}
+
+/* "args" object at p (its '{'): records the stat keys (last occurrence wins) */
+static const unsigned char *j_args(JCtx *c, const unsigned char *p, Tok *slots) {
+    p = jnext(c, p + 1);
+    if (*p == '}') return p + 1;
+    for (;;) {
+        if (*p != '"') jfail(c, p, "expected a key");
+        const unsigned char *ks = p + 1;
+        int esc = 0;
+        p = j_string(c, ks, &esc);
+        int k = key_id(c, ks, p - 1, esc, ARG_KEYS, A_NKEYS);
+        p = jnext(c, p);
+        if (*p != ':') jfail(c, p, "expected ':'");
+        p = jnext(c, p + 1);
+        if (k < A_NKEYS) p = j_tok(c, p, 5, &slots[k]);
+        else p = j_skip(c, p, 5);
+        p = jnext(c, p);
+        if (*p == ',') {
+            p = jnext(c, p + 1);
+            continue;
+        }
+        if (*p == '}') return p + 1;
+        jfail(c, p, "expected ',' or '}'");
+    }
+}
+
+/* does a string token equal the ASCII text lit? */
+static int tok_is(JCtx *c, const Tok *t, const char *lit) {
+    if (t->t != T_STR) return 0;
+    size_t n, ln = strlen(lit);
+    if (!t->esc && (size_t)(t->e - t->s) != ln) return 0;
+    const unsigned char *b = tok_bytes(c, t, &n);
+    return n == ln && memcmp(b, lit, n) == 0;
+}
+
+/* str(value) of a name or (truthy) category value, as the bytes to intern */
+static const unsigned char *tok_text(JCtx *c, const Tok *t, size_t *n, const unsigned char *at) {
+    switch (t->t) {
+    case T_MISSING:
+    case T_NULL:
+        *n = 4;
+        return (const unsigned char *)"None";
+    case T_TRUE:
+        *n = 4;
+        return (const unsigned char *)"True";
+    case T_FALSE:
+        *n = 5;
+        return (const unsigned char *)"False";
+    case T_STR:
+        return tok_bytes(c, t, n);
+    case T_NUM:
+        if (!t->num.is_float) {
+            if (t->num.fits_i64 && t->num.i == 0) {
+                *n = 1;
+                return (const unsigned char *)"0"; /* "-0" */
+            }
+            *n = (size_t)(t->num.e - t->num.s); /* JSON integers are canonical */
+            return t->num.s;
+        }
+        jfail(c, at, "float name or category (falls back to the reference scanner)");
+    default:
+        jfail(c, at, "object or array as name or category (falls back to the reference scanner)");
+    }
+}
+
+/* canonical key bytes of a pid/tid value (Python equality: 1 == 1.0 == True) */
+static void track_part(JCtx *c, const Tok *t, TrackDesc *d, int w, const unsigned char *at) {
+    Vec *k = &c->keybuf;
+    unsigned char cls;
+    int64_t iv = 0;
+    double dv = 0;
+    switch (t->t) {
+    case T_MISSING:
+    case T_NULL:
+        d->type[w] = V_NONE;
+        cls = 'N';
+        vec_put(&c->f, k, &cls, 1);
+        return;
+    case T_TRUE:
+    case T_FALSE:
+        d->type[w] = t->t == T_TRUE ? V_TRUE : V_FALSE;
+        iv = t->t == T_TRUE;
+        cls = 'I';
+        break;
+    case T_NUM:
+        if (!t->num.is_float) {
+            if (!t->num.fits_i64) jfail(c, at, "pid/tid past int64");
+            d->type[w] = V_INT;
+            d->i[w] = iv = t->num.i;
+            cls = 'I';
+        } else {
+            dv = num_double(c, &t->num);
+            d->type[w] = V_FLOAT;
+            d->d[w] = dv;
+            if (dv == floor(dv) && dv >= -9223372036854775808.0 && dv < 9223372036854775808.0) {
+                iv = (int64_t)dv;
+                cls = 'I';
+            } else {
+                cls = 'F';
+            }
+        }
+        break;
+    case T_STR: {
+        size_t n;
+        const unsigned char *b = tok_bytes(c, t, &n);
+        uint64_t ln = n;
+        d->type[w] = V_STR;
+        cls = 'S';
+        vec_put(&c->f, k, &cls, 1);
+        vec_put(&c->f, k, &ln, 8);
+        d->soff[w] = k->len;
+        d->slen[w] = n;
+        vec_put(&c->f, k, b, n);
+        return;
+    }
+    default:
+        jfail(c, at, "pid/tid container");
+    }
+    vec_put(&c->f, k, &cls, 1);
+    if (cls == 'I') vec_put(&c->f, k, &iv, 8);
+    else vec_put(&c->f, k, &dv, 8);
+}
+
+static void stat_value(JCtx *c, int s, int64_t k, const Tok *t, const unsigned char *at) {
+    StatCol *col = &c->stats[s];
+    uint8_t isf;
+    if (t->num.is_float) {
+        double d = num_double(c, &t->num);
+        vec_put(&c->f, &col->val, &d, 8);
+        isf = 1;
+        col->any_float = 1;
+    } else {
+        if (!t->num.fits_i64) jfail(c, at, "stat value past int64");
+        vec_put(&c->f, &col->val, &t->num.i, 8);
+        isf = 0;
+    }
+    VEC_PUSH(&c->f, &col->idx, int64_t, k);
+    vec_put(&c->f, &col->isf, &isf, 1);
+}
+
+/* exact ts in ps from the text (fractional digits past 6 truncated, as the reference);
+ * written with an exponent (or absurdly long), the float64 value is kept instead */
+static void ts_exact(JCtx *c, const Num *n, double d) {
+    uint8_t isexp = (uint8_t)(n->has_exp || n->int_e - n->int_s > 30);
+    i128 v = 0;
+    if (!isexp) {
+        for (const unsigned char *q = n->int_s; q < n->int_e; q++) v = v * 10 + (*q - '0');
+        int64_t frac = 0;
+        int fd = 0;
+        if (n->has_frac)
+            for (const unsigned char *q = n->frac_s; q < n->frac_e && fd < 6; q++, fd++)
+                frac = frac * 10 + (*q - '0');
+        for (; fd < 6; fd++) frac *= 10;
+        v = v * 1000000 + frac;
+        if (n->neg) v = -v;
+    }
+    vec_put(&c->f, &c->ts_exact, &v, sizeof(v));
+    vec_put(&c->f, &c->ts_isexp, &isexp, 1);
+    vec_put(&c->f, &c->ts_approx, &d, 8);
+}
+
+/* events further than this from the median time are unplaceable (kineto._MAX_SPAN_US) */
+#define MAX_SPAN_US 1e12
+
+/* np.median of a[0:n] (n > 0, no NaN); reorders a.  Quickselect with pseudo-random
+ * pivots and a three-way partition (runs of equal values stay linear). */
+static double median_inplace(double *a, size_t n) {
+    uint64_t rng = 0x9E3779B97F4A7C15ULL ^ n;
+    size_t k = n / 2;
+    int64_t lo = 0, hi = (int64_t)n - 1;
+    while (lo < hi) {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        double pivot = a[lo + (int64_t)(rng % (uint64_t)(hi - lo + 1))];
+        int64_t lt = lo, i = lo, gt = hi;
+        while (i <= gt) {
+            double x = a[i];
+            if (x < pivot) {
+                a[i++] = a[lt];
+                a[lt++] = x;
+            } else if (x > pivot) {
+                a[i] = a[gt];
+                a[gt--] = x;
+            } else {
+                i++;
+            }
+        }
+        if ((int64_t)k < lt) hi = lt - 1;
+        else if ((int64_t)k > gt) lo = gt + 1;
+        else break;
+    }
+    /* a[0:k] <= a[k] <= a[k+1:] now */
+    double upper = a[k];
+    if (n % 2) return upper;
+    double lower = a[0];
+    for (size_t j = 1; j < k; j++)
+        if (a[j] > lower) lower = a[j];
+    return (lower + upper) / 2.0; /* np.mean of the two middle values */
+}
+
+static inline int64_t to_i64_checked(JCtx *c, double x, const unsigned char *at) {
+    if (!(x >= -9223372036854775808.0 && x < 9223372036854775808.0)) jfail(c, at, "value past int64");
+    return (int64_t)x;
+}
+
+/* p at '{' of an event, index i in traceEvents */
+static const unsigned char *j_event(JCtx *c, const unsigned char *p, int64_t i) {
+    const unsigned char *ev_start = p;
+    Tok tk[K_NKEYS];
+    Tok slots[A_NKEYS];
+    memset(tk, 0, sizeof(tk));
+    memset(slots, 0, sizeof(slots));
+    int args_obj = 0;
+    p = jnext(c, p + 1);
+    if (*p == '}') {
+        p++;
+    } else {
+        for (;;) {
+            if (*p != '"') jfail(c, p, "expected a key");
+            const unsigned char *ks = p + 1;
+            int esc = 0;
+            p = j_string(c, ks, &esc);
+            int k = event_key(c, ks, p - 1, esc);
+            p = jnext(c, p);
+            if (*p != ':') jfail(c, p, "expected ':'");
+            p = jnext(c, p + 1);
+            if (k < K_NKEYS) {
+                p = j_tok(c, p, 4, &tk[k]);
+            } else if (k == K_ARGS) {
+                memset(slots, 0, sizeof(slots));
+                if (*p == '{') {
+                    args_obj = 1;
+                    p = j_args(c, p, slots);
+                } else {
+                    args_obj = 0;
+                    p = j_skip(c, p, 4);
+                }
+            } else {
+                p = j_skip(c, p, 4);
+            }
+            p = jnext(c, p);
+            if (*p == ',') {
+                p = jnext(c, p + 1);
+                continue;
+            }
+            if (*p == '}') {
+                p++;
+                break;
+            }
+            jfail(c, p, "expected ',' or '}'");
+        }
+    }
+
+    /* ---- the reference's per-event logic ---- */
+    if (!tok_is(c, &tk[K_PH], "X")) {
+        if (tok_is(c, &tk[K_PH], "M")) {
+            PyObject *t = Py_BuildValue("(nn)", JPOS(c, ev_start), JPOS(c, p));
+            if (!t) fail_py(&c->f);
+            int r = PyList_Append(c->mevents, t);
+            Py_DECREF(t);
+            if (r < 0) fail_py(&c->f);
+        }
+        return p;
+    }
+    const Tok *ts = &tk[K_TS], *dur = &tk[K_DUR], *pid = &tk[K_PID], *tid = &tk[K_TID];
+    if (ts->t != T_NUM || (dur->t != T_NUM && dur->t != T_MISSING) || pid->t == T_OBJ ||
+        pid->t == T_ARR || tid->t == T_OBJ || tid->t == T_ARR) {
+        c->bad++;
+        return p;
+    }
+    /* cat = e.get("cat") or "" */
+    const Tok *cat = &tk[K_CAT];
+    const unsigned char *cb;
+    size_t cn;
+    int falsy;
+    switch (cat->t) {
+    case T_MISSING:
+    case T_NULL:
+    case T_FALSE:
+        falsy = 1;
+        break;
+    case T_STR:
+        falsy = cat->e == cat->s;
+        break;
+    case T_NUM:
+        falsy = cat->num.is_float ? num_double(c, &cat->num) == 0.0
+                                  : (cat->num.fits_i64 && cat->num.i == 0);
+        break;
+    case T_OBJ:
+    case T_ARR:
+        falsy = cat->empty;
+        break;
+    default:
+        falsy = 0;
+    }
+    if (tok_is(c, cat, "Trace") || tok_is(c, pid, "Spans") || tok_is(c, pid, "Traces")) return p;
+
+    int64_t k = c->n_kept++;
+    if (k >= 0x7fffffff) jfail(c, ev_start, "too many events");
+    /* name */
+    size_t nn;
+    const unsigned char *nb = tok_text(c, &tk[K_NAME], &nn, ev_start);
+    int in_input = nb >= c->buf && nb < c->end;
+    int32_t nid = intern(&c->f, &c->names, &c->arena, nb, nn, !in_input || tk[K_NAME].esc);
+    VEC_PUSH(&c->f, &c->name_ids, int32_t, nid);
+    /* category */
+    if (falsy) {
+        cb = (const unsigned char *)"";
+        cn = 0;
+    } else {
+        cb = tok_text(c, cat, &cn, ev_start);
+    }
+    in_input = cb >= c->buf && cb < c->end;
+    int32_t cid = intern(&c->f, &c->cats, &c->arena, cb, cn, !in_input || cat->esc);
+    VEC_PUSH(&c->f, &c->cat_ids, int32_t, cid);
+    /* track */
+    TrackDesc d;
+    memset(&d, 0, sizeof(d));
+    c->keybuf.len = 0;
+    track_part(c, pid, &d, 0, ev_start);
+    track_part(c, tid, &d, 1, ev_start);
+    int32_t tid_ = intern(&c->f, &c->tracks, &c->arena, (const unsigned char *)c->keybuf.data,
+                          c->keybuf.len, 1);
+    if ((size_t)tid_ * sizeof(TrackDesc) == c->tdesc.len) vec_put(&c->f, &c->tdesc, &d, sizeof(d));
+    VEC_PUSH(&c->f, &c->track_ids, int32_t, tid_);
+    /* ts, dur */
+    ts_exact(c, &ts->num, num_double(c, &ts->num));
+    VEC_PUSH(&c->f, &c->dur_d, double, dur->t == T_NUM ? num_double(c, &dur->num) : 0.0);
+    VEC_PUSH(&c->f, &c->src_index, int64_t, i);
+    /* stats from args: per stat the first spelling whose value is not null */
+    if (args_obj) {
+        static const int first_key[N_STATS] = {A_CORR, A_EXT1, A_DEVICE, A_STREAM, A_BYTES};
+        for (int s = 0; s < N_STATS; s++) {
+            int nkeys = s == 1 ? 2 : 1;
+            for (int j = 0; j < nkeys; j++) {
+                const Tok *v = &slots[first_key[s] + j];
+                if (v->t == T_MISSING || v->t == T_NULL) continue;
+                if (v->t == T_NUM) stat_value(c, s, k, v, ev_start);
+                break;
+            }
+        }
+    }
+    return p;
+}
+
+static const unsigned char *j_events(JCtx *c, const unsigned char *p) {
+    /* p at '[' */
+    p = jnext(c, p + 1);
+    if (*p == ']') return p + 1;
+    for (;;) {
+        int64_t i = c->n_raw++;
+        if (*p == '{') {
+            p = j_event(c, p, i);
+        } else {
+            p = j_skip(c, p, 3);
+            c->bad++;
+        }
+        p = jnext(c, p);
+        if (*p == ',') {
+            p = jnext(c, p + 1);
+            continue;
+        }
+        if (*p == ']') return p + 1;
+        jfail(c, p, "expected ',' or ']'");
+    }
+}
+
+static void j_document(JCtx *c) {
+    const unsigned char *p = jws(c->buf, c->end);
+    int seen_events = 0;
+    if (p >= c->end || *p != '{') jfail(c, p, "document is not a JSON object");
+    p = jnext(c, p + 1);
+    if (*p != '}') {
+        for (;;) {
+            if (*p != '"') jfail(c, p, "expected a key");
+            const unsigned char *ks = p + 1;
+            int esc = 0;
+            p = j_string(c, ks, &esc);
+            const unsigned char *ke = p - 1;
+            p = jnext(c, p);
+            if (*p != ':') jfail(c, p, "expected ':'");
+            p = jnext(c, p + 1);
+            static const char *const TE[1] = {"traceEvents"};
+            if (key_id(c, ks, ke, esc, TE, 1) == 0) {
+                if (seen_events) jfail(c, ks, "duplicate traceEvents");
+                if (*p != '[') jfail(c, p, "traceEvents is not a list");
+                seen_events = 1;
+                p = j_events(c, p);
+            } else {
+                int m = key_id(c, ks, ke, esc, META_KEYS, N_META);
+                const unsigned char *vs = p;
+                p = j_skip(c, p, 2);
+                if (m < N_META) {
+                    c->meta_s[m] = JPOS(c, vs);
+                    c->meta_e[m] = JPOS(c, p);
+                }
+            }
+            p = jnext(c, p);
+            if (*p == ',') {
+                p = jnext(c, p + 1);
+                continue;
+            }
+            if (*p == '}') break;
+            jfail(c, p, "expected ',' or '}'");
+        }
+    }
+    p = jws(p + 1, c->end);
+    if (p != c->end) jfail(c, p, "unexpected content after document");
+    if (!seen_events) jfail(c, p, "no traceEvents list");
+}
+
+static void jctx_free(JCtx *c) {
+    table_free(&c->names);
+    table_free(&c->cats);
+    table_free(&c->tracks);
+    arena_free(&c->arena);
+    Vec *vs[] = {&c->name_ids, &c->cat_ids, &c->track_ids, &c->dur_ps, &c->src_index,
+                 &c->ts_exact, &c->ts_approx, &c->dur_d, &c->ts_isexp, &c->tdesc, &c->scratch, &c->keybuf,
+                 &c->ts_out, &c->sane, &c->pick};
+    for (size_t i = 0; i < sizeof(vs) / sizeof(vs[0]); i++) vec_free(vs[i]);
+    for (int s = 0; s < N_STATS; s++) {
+        vec_free(&c->stats[s].idx);
+        vec_free(&c->stats[s].val);
+        vec_free(&c->stats[s].isf);
+    }
+    Py_XDECREF(c->mevents);
+    free(c);
+}
+
+static PyObject *str_list(const Table *t) {
+    PyObject *l = PyList_New((Py_ssize_t)t->nents);
+    if (!l) return NULL;
+    for (size_t i = 0; i < t->nents; i++) {
+        PyObject *s = PyUnicode_DecodeUTF8((const char *)t->ents[i].p, (Py_ssize_t)t->ents[i].n,
+                                           "strict");
+        if (!s) {
+            Py_DECREF(l);
+            return NULL;
+        }
+        PyList_SET_ITEM(l, (Py_ssize_t)i, s);
+    }
+    return l;
+}
+
+static PyObject *track_value(const TrackDesc *d, int w, const unsigned char *key) {
+    switch (d->type[w]) {
+    case V_NONE: Py_RETURN_NONE;
+    case V_TRUE: Py_RETURN_TRUE;
+    case V_FALSE: Py_RETURN_FALSE;
+    case V_INT: return PyLong_FromLongLong(d->i[w]);
+    case V_FLOAT: return PyFloat_FromDouble(d->d[w]);
+    default:
+        return PyUnicode_DecodeUTF8((const char *)key + d->soff[w], (Py_ssize_t)d->slen[w], "strict");
+    }
+}
+
+/* everything after the walk; Python objects only */
+static PyObject *j_result(JCtx *c) {
+    int64_t n = c->n_kept;
+    const double *approx = (const double *)c->ts_approx.data;
+    const double *dur = (const double *)c->dur_d.data;
+    const uint8_t *ie = (const uint8_t *)c->ts_isexp.data;
+    /* "sane" events, as the reference: a finite duration under MAX_SPAN, and a time
+     * within MAX_SPAN of the median time of the events with such a duration */
+    for (int64_t k = 0; k < n; k++) {
+        uint8_t ok = isfinite(approx[k]) && isfinite(dur[k]) && fabs(dur[k]) < MAX_SPAN_US;
+        VEC_PUSH(&c->f, &c->sane, uint8_t, ok);
+        if (ok) VEC_PUSH(&c->f, &c->pick, double, approx[k]);
+    }
+    int any_sane = c->pick.len > 0;
+    if (any_sane) {
+        double med = median_inplace((double *)c->pick.data, c->pick.len / 8);
+        for (int64_t k = 0; k < n; k++)
+            if (c->sane.data[k] && !(fabs(approx[k] - med) < MAX_SPAN_US)) c->sane.data[k] = 0;
+    }
+    const uint8_t *ok = (const uint8_t *)c->sane.data;
+    /* base_us = floor(min ts) over the sane events, as float64 like the reference */
+    int64_t base_us = 0;
+    double tmin = 0.0;
+    int seen = 0;
+    for (int64_t k = 0; k < n; k++)
+        if (ok[k] && (!seen || approx[k] < tmin)) {
+            tmin = approx[k];
+            seen = 1;
+        }
+    if (seen) base_us = to_i64_checked(c, floor(tmin), c->buf);
+    i128 base_ps = (i128)base_us * 1000000;
+    for (int64_t k = 0; k < n; k++) {
+        int64_t v = INT64_MIN, d = 0; /* OUT_OF_RANGE, as the reference */
+        if (ok[k]) {
+            if (ie[k]) {
+                v = to_i64_checked(c, nearbyint((approx[k] - (double)base_us) * 1e6), c->buf);
+            } else {
+                i128 r;
+                memcpy(&r, c->ts_exact.data + (size_t)k * sizeof(i128), sizeof(r));
+                r -= base_ps;
+                if (r < (i128)INT64_MIN || r > (i128)INT64_MAX) jfail(c, c->buf, "timestamp past int64");
+                v = (int64_t)r;
+            }
+            d = to_i64_checked(c, nearbyint(dur[k] * 1e6), c->buf);
+        }
+        VEC_PUSH(&c->f, &c->ts_out, int64_t, v);
+        VEC_PUSH(&c->f, &c->dur_ps, int64_t, d);
+    }
+    /* stats: a column with any float goes through float64 and rint, like np.asarray */
+    for (int s = 0; s < N_STATS; s++) {
+        StatCol *col = &c->stats[s];
+        if (!col->any_float) continue;
+        size_t m = col->isf.len;
+        for (size_t j = 0; j < m; j++) {
+            double x;
+            int64_t iv;
+            memcpy(&iv, col->val.data + j * 8, 8);
+            if (col->isf.data[j]) memcpy(&x, &iv, 8);
+            else x = (double)iv;
+            iv = to_i64_checked(c, nearbyint(x), c->buf);
+            memcpy(col->val.data + j * 8, &iv, 8);
+        }
+    }
+
+    /* no longjmp past this point: Python errors unwind through `error` */
+    PyObject *out = PyDict_New(), *stats = PyDict_New(), *meta = PyDict_New();
+    PyObject *tk = PyList_New((Py_ssize_t)c->tracks.nents);
+    PyObject *names = NULL, *cats = NULL;
+    if (!out || !stats || !meta || !tk) goto error;
+    for (int s = 0; s < N_STATS; s++) {
+        StatCol *col = &c->stats[s];
+        if (!col->isf.len) continue;
+        PyObject *pair = Py_BuildValue("(NN)", vec_to_bytearray(&col->idx), vec_to_bytearray(&col->val));
+        if (!pair) goto error;
+        int r = PyDict_SetItemString(stats, STAT_NAMES[s], pair);
+        Py_DECREF(pair);
+        if (r < 0) goto error;
+    }
+    const TrackDesc *ds = (const TrackDesc *)c->tdesc.data;
+    for (size_t j = 0; j < c->tracks.nents; j++) {
+        const unsigned char *key = c->tracks.ents[j].p;
+        PyObject *a = track_value(&ds[j], 0, key);
+        PyObject *b = a ? track_value(&ds[j], 1, key) : NULL;
+        PyObject *t = (a && b) ? PyTuple_Pack(2, a, b) : NULL;
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        if (!t) goto error;
+        PyList_SET_ITEM(tk, (Py_ssize_t)j, t);
+    }
+    for (int m = 0; m < N_META; m++) {
+        if (c->meta_e[m] > c->meta_s[m]) {
+            PyObject *se = Py_BuildValue("(nn)", c->meta_s[m], c->meta_e[m]);
+            if (!se) goto error;
+            int r = PyDict_SetItemString(meta, META_KEYS[m], se);
+            Py_DECREF(se);
+            if (r < 0) goto error;
+        }
+    }
+    names = str_list(&c->names);
+    cats = str_list(&c->cats);
+    if (!names || !cats) goto error;
+    if (dict_put(out, "n_raw", PyLong_FromLongLong(c->n_raw)) < 0 ||
+        PyDict_SetItemString(out, "names", names) < 0 ||
+        dict_put(out, "name_ids", vec_to_bytearray(&c->name_ids)) < 0 ||
+        PyDict_SetItemString(out, "cats", cats) < 0 ||
+        dict_put(out, "cat_ids", vec_to_bytearray(&c->cat_ids)) < 0 ||
+        PyDict_SetItemString(out, "track_keys", tk) < 0 ||
+        dict_put(out, "track_ids", vec_to_bytearray(&c->track_ids)) < 0 ||
+        dict_put(out, "base_us", PyLong_FromLongLong(base_us)) < 0 ||
+        dict_put(out, "ts_ps", vec_to_bytearray(&c->ts_out)) < 0 ||
+        dict_put(out, "dur_ps", vec_to_bytearray(&c->dur_ps)) < 0 ||
+        dict_put(out, "src_index", vec_to_bytearray(&c->src_index)) < 0 ||
+        PyDict_SetItemString(out, "stats", stats) < 0 ||
+        PyDict_SetItemString(out, "meta_slices", meta) < 0 ||
+        PyDict_SetItemString(out, "m_events", c->mevents) < 0 ||
+        dict_put(out, "bad", PyLong_FromLongLong(c->bad)) < 0)
+        goto error;
+    Py_DECREF(names);
+    Py_DECREF(cats);
+    Py_DECREF(tk);
+    Py_DECREF(stats);
+    Py_DECREF(meta);
+    return out;
+error:
+    Py_XDECREF(names);
+    Py_XDECREF(cats);
+    Py_XDECREF(tk);
+    Py_XDECREF(stats);
+    Py_XDECREF(meta);
+    Py_XDECREF(out);
+    return NULL;
+}
+
+static PyObject *scan_kineto(PyObject *self, PyObject *arg) {
+    (void)self;
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    JCtx *c = (JCtx *)calloc(1, sizeof(JCtx));
+    if (!c) {
+        PyBuffer_Release(&view);
+        return PyErr_NoMemory();
+    }
+    c->buf = (const unsigned char *)view.buf;
+    c->end = c->buf + view.len;
+    if (setjmp(c->f.jb)) {
+        raise_fail(&c->f, "native Kineto scan");
+        jctx_free(c);
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    c->mevents = PyList_New(0);
+    if (!c->mevents) fail_py(&c->f);
+    j_document(c);
+    PyObject *out = j_result(c); /* NULL with a Python error set */
+    jctx_free(c);
+    PyBuffer_Release(&view);
+    return out;
+}
+
+/* ====================================================================== */
+
+static PyMethodDef methods[] = {
+    {"scan_xspace", scan_xspace, METH_O,
+     "scan_xspace(buf) -> dict of raw columns; see tb_perfdiag.trace.native_scan"},
+    {"scan_kineto", scan_kineto, METH_O,
+     "scan_kineto(buf) -> dict of raw columns; see tb_perfdiag.trace.native_scan"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "tb_perfdiag._native",
+    "Native scanners for XSpace and Kineto traces (optional accelerator).", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__native(void) { return PyModule_Create(&module); }
