@@ -1,72 +1,72 @@
 """Loader benchmark: load into the trace model vs. the bare decode of the same file.
 
 Each measurement runs in its own process (wall time and peak RSS are that process's).
-    python benchmarks/bench_load.py [FILE ...]
-Defaults: df_index_resolver.json.gz from ../shared/traces and a generated 2 M-event XSpace.
+    python benchmarks/bench_load.py [--repeat N] [--no-pure] [FILE ...]
+Defaults: df_index_resolver.json.gz from ../shared/traces and a generated 2 M-event XSpace
+(testdata/generators/synthetic.py --large, cached in the temp dir).
+
+Rows: the bare decode of the already read (and gunzipped) bytes — json.loads and
+orjson.loads, or XSpace.ParseFromString — and tb_perfdiag.load(path) (reading the file
+included), with the native scanner when it imports and with TB_PERFDIAG_NO_NATIVE=1.
 """
 from __future__ import annotations
 
-import json
+import argparse
 import os
-import subprocess
 import sys
-import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DF = os.path.join(ROOT, "..", "shared", "traces", "public", "HolisticTraceAnalysis", "tests",
-                  "data", "df_index_resolver", "df_index_resolver.json.gz")
-
-CHILD = r'''
-import gzip, json, resource, sys, time
-sys.path.insert(0, {root!r})
-path, what = sys.argv[1], sys.argv[2]
-raw = open(path, "rb").read()
-if raw[:2] == b"\x1f\x8b":
-    raw = gzip.decompress(raw)
-t = time.perf_counter()
-if what == "json.loads":
-    n = len(json.loads(raw)["traceEvents"])
-elif what == "orjson.loads":
-    import orjson; n = len(orjson.loads(raw)["traceEvents"])
-elif what == "ParseFromString":
-    from tb_perfdiag.trace.xplane_pb import XSpace
-    s = XSpace(); s.ParseFromString(raw); n = sum(len(l.events) for p in s.planes for l in p.lines)
-else:
-    import tb_perfdiag
-    from tb_perfdiag.trace import kineto, xspace
-    tr = (xspace if path.endswith(".pb") else kineto).read(path, raw); n = tr.n_events
-dt = time.perf_counter() - t
-print(json.dumps({{"what": what, "seconds": dt, "events": n,
-                  "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}}))
-'''
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _common as C  # noqa: E402
 
 
-def run(path, what):
-    out = subprocess.run([sys.executable, "-c", CHILD.format(root=ROOT), path, what],
-                         capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def main(files):
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("files", nargs="*")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per row, fastest kept")
+    ap.add_argument("--no-pure", action="store_true", help="skip TB_PERFDIAG_NO_NATIVE=1 rows")
+    a = ap.parse_args(argv)
+    files, errors = list(a.files), []
     if not files:
-        files = [DF] if os.path.exists(DF) else []
-        big = os.path.join(tempfile.gettempdir(), "tb_perfdiag_bench_2M.xplane.pb")
-        gen = os.path.join(ROOT, "testdata", "generators", "synthetic.py")
-        if not os.path.exists(big) and os.path.exists(gen):
-            subprocess.run([sys.executable, gen, "--large", big, "--events", "2000000",
-                            "--format", "xspace"], check=True)
-        if os.path.exists(big):
+        files = [C.DF] if os.path.exists(C.DF) else []
+        big, note = C.generated_file("xspace", 2_000_000,
+                                     log=lambda *x, **k: print(*x, file=sys.stderr))
+        if big:
             files.append(big)
-    print(f"{'file':40} {'step':16} {'seconds':>8} {'Mev/s':>7} {'peak MB':>8} {'× decode':>9}")
+        else:
+            errors.append(f"2 M-event XSpace not run: {note}")
+    native = C.native_status()
+    print(f"# bench_load  native scanner: {native}  load avg {C.load_avg()}")
+    modes = ([("native", {})] if native == "active" else []) + \
+            ([("pure Python", {"TB_PERFDIAG_NO_NATIVE": "1"})]
+             if not a.no_pure or native != "active" else [])
+    print(f"{'file':36} {'step':28} {'seconds':>8} {'cpu s':>7} {'Mev/s':>7} {'peak MB':>8} "
+          f"{'× decode':>9}")
     for f in files:
-        decodes = ["ParseFromString"] if f.endswith(".pb") else ["json.loads", "orjson.loads"]
-        base = [run(f, d) for d in decodes]
-        ours = run(f, "tb_perfdiag.load")
-        for r in base + [ours]:
-            ratio = r["seconds"] / base[0]["seconds"]
-            print(f"{os.path.basename(f)[:40]:40} {r['what']:16} {r['seconds']:8.3f} "
-                  f"{r['events'] / r['seconds'] / 1e6:7.2f} {r['peak_mb']:8.0f} {ratio:9.2f}")
+        is_pb = f.endswith(".pb")
+        decodes = ["ParseFromString"] if is_pb else ["json.loads", "orjson.loads"]
+        rows = []
+        for d in decodes:
+            try:
+                rows.append((d, C.run_best(d, f, a.repeat)))
+            except C.ChildFailed as e:
+                errors.append(str(e))
+        for name, env in modes:
+            try:
+                r = C.run_best("load", f, a.repeat, env=env)
+                rows.append((f"tb_perfdiag.load ({name})", r))
+            except C.ChildFailed as e:
+                errors.append(str(e))
+        base = rows[0][1]["seconds"] if rows and rows[0][0] in decodes[:1] else None
+        for label, r in rows:
+            ratio = f"{r['seconds'] / base:9.2f}" if base else "        —"
+            print(f"{os.path.basename(f)[:36]:36} {label:28} {r['seconds']:8.3f} "
+                  f"{r['cpu_seconds']:7.2f} {r['events'] / r['seconds'] / 1e6:7.2f} {r['peak_mb']:8.0f} {ratio}")
+    print("(events: JSON/XSpace events decoded, or the Trace model's n_events for load)")
+    if errors:
+        print("Failed / not run:")
+        for e in errors:
+            print("  " + e)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()

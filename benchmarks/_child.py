@@ -1,0 +1,162 @@
+"""One measurement in its own process:  python _child.py WHAT PATH
+
+Prints one JSON line: seconds (wall time of the timed part), cpu_seconds (user + system
+CPU time of this process over the same part: steadier on a busy machine), parts (sub-timings), peak_mb (this
+process's ru_maxrss when the timed part ended: interpreter, imports and the raw file
+included), events, and what was timed.  Imports happen before the clock starts.  Runs
+under the project's venv, or (WHAT = hta) under benchmarks/.venv-hta.
+
+WHAT:
+  json.loads / orjson.loads   bare decode of the (gunzipped) bytes; reading and gunzip untimed
+  ParseFromString             XSpace().ParseFromString(bytes) (tb_perfdiag/trace/xplane_pb.py)
+  load                        tb_perfdiag.load(path), reading the file included
+  diagnose                    tb_perfdiag.diagnose(path), reading the file included; then
+                              .to_json() (parts: diagnose, to_json; checkpoints for both)
+  hta                         HTA TraceAnalysis(trace_dir=PATH) (HTA's own parsing of the one
+                              file in that dir), get_idle_time_breakdown(all ranks,
+                              visualize=False); then get_cuda_kernel_launch_stats and
+                              get_temporal_breakdown (checkpoints after each)
+"""
+import gzip
+import json
+import os
+import resource
+import sys
+import time
+
+
+def cpu():
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def peak_mb():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def read_raw(path):
+    with open(path, "rb") as f:
+        raw = f.read()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    return raw
+
+
+def main():
+    what, path = sys.argv[1], sys.argv[2]
+    rep = {"what": what, "pid": os.getpid()}
+    clock = time.perf_counter
+    if what in ("json.loads", "orjson.loads"):
+        if what == "orjson.loads":
+            import orjson
+            loads = orjson.loads
+        else:
+            loads = json.loads
+        rep["import_mb"] = peak_mb()
+        raw = read_raw(path)
+        t, c = clock(), cpu()
+        doc = loads(raw)
+        rep["seconds"], rep["cpu_seconds"] = clock() - t, cpu() - c
+        rep["events"] = len(doc["traceEvents"])
+        rep["peak_mb"] = peak_mb()
+    elif what == "ParseFromString":
+        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        from tb_perfdiag.trace.xplane_pb import XSpace
+        from google.protobuf.internal import api_implementation
+        rep["import_mb"] = peak_mb()
+        raw = read_raw(path)
+        t, c = clock(), cpu()
+        s = XSpace()
+        s.ParseFromString(raw)
+        rep["seconds"], rep["cpu_seconds"] = clock() - t, cpu() - c
+        rep["peak_mb"] = peak_mb()
+        rep["protobuf_impl"] = api_implementation.Type()
+        rep["events"] = sum(len(ln.events) for p in s.planes for ln in p.lines)
+    elif what in ("load", "diagnose"):
+        import tb_perfdiag
+        native = native_probe()
+        rep["import_mb"] = peak_mb()
+        t, c = clock(), cpu()
+        if what == "load":
+            tr = tb_perfdiag.load(path)
+            rep["seconds"], rep["cpu_seconds"] = clock() - t, cpu() - c
+            rep["peak_mb"] = peak_mb()
+            rep["events"] = int(tr.n_events)
+        else:
+            d = tb_perfdiag.diagnose(path)
+            t1, c1 = clock(), cpu()
+            rep["peak_mb"] = peak_mb()
+            j = d.to_json()
+            t2, c2 = clock(), cpu()
+            rep["seconds"], rep["cpu_seconds"] = t1 - t, c1 - c
+            rep["parts"] = {"diagnose": t1 - t, "to_json": t2 - t1}
+            rep["checkpoints"] = {"diagnose": [t1 - t, rep["peak_mb"], c1 - c],
+                                  "diagnose+to_json": [t2 - t, peak_mb(), c2 - c]}
+            rep["events"] = d.source.get("events")
+            rep["gaps"] = len(j["gaps"])
+            rep["hta_compat_ns"] = d.hta
+        rep["native"] = native()
+    elif what == "hta":
+        import logging
+        logging.disable(logging.WARNING)
+        from hta.trace_analysis import TraceAnalysis
+        from importlib.metadata import version
+        rep["hta_version"] = version("HolisticTraceAnalysis")
+        cps = {}
+        rep["import_mb"] = peak_mb()
+        t, c = clock(), cpu()
+        a = TraceAnalysis(trace_dir=path)
+        t_parse = clock()
+        cps["parse"] = [t_parse - t, peak_mb(), cpu() - c]
+        ranks = sorted(a.t.traces.keys())
+        idle, _ = a.get_idle_time_breakdown(ranks=ranks, visualize=False)
+        t_idle = clock()
+        cps["parse+idle"] = [t_idle - t, peak_mb(), cpu() - c]
+        a.get_cuda_kernel_launch_stats(ranks=ranks, visualize=False)
+        t_launch = clock()
+        a.get_temporal_breakdown(visualize=False)
+        t_temp = clock()
+        cps["parse+idle+launch+temporal"] = [t_temp - t, peak_mb(), cpu() - c]
+        rep["seconds"], rep["cpu_seconds"] = t_idle - t, cps["parse+idle"][2]
+        rep["peak_mb"] = cps["parse+idle"][1]
+        rep["parts"] = {"parse": t_parse - t, "idle": t_idle - t_parse,
+                        "launch_stats": t_launch - t_idle, "temporal": t_temp - t_launch}
+        rep["checkpoints"] = cps
+        rep["ranks"] = ranks
+        rep["events"] = int(sum(len(a.t.get_trace(r)) for r in ranks))
+        rep["idle_ns_by_category"] = {
+            str(k): int(v * 1000) for k, v in
+            idle.groupby("idle_category")["idle_time"].sum().items()}
+    else:
+        raise SystemExit(f"unknown WHAT {what!r}")
+    print(json.dumps(rep))
+
+
+def native_probe():
+    """Wrap the native scanners (if importable and not disabled) to see whether the read
+    actually went through them; returns a function giving 'used', 'fallback', 'disabled'
+    or 'absent'."""
+    if os.environ.get("TB_PERFDIAG_NO_NATIVE"):
+        return lambda: "disabled"
+    try:
+        from tb_perfdiag.trace import native_scan
+    except ImportError:
+        return lambda: "absent"
+    state = {"calls": 0, "ok": 0}
+
+    def wrap(fn):
+        def inner(*a, **k):
+            state["calls"] += 1
+            r = fn(*a, **k)
+            state["ok"] += 1
+            return r
+        return inner
+
+    for name in ("scan_kineto", "scan_xspace"):
+        if hasattr(native_scan, name):
+            setattr(native_scan, name, wrap(getattr(native_scan, name)))
+    return lambda: ("used" if state["ok"] else "fallback" if state["calls"] else "not called")
+
+
+if __name__ == "__main__":
+    main()
