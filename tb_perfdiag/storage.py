@@ -60,7 +60,7 @@ def is_blank(raw: bytes) -> bool:
     """True for an empty or whitespace-only buffer, without copying a large one."""
     if not raw:
         return True
-    if raw[:1].strip() and raw[-1:].strip():
+    if raw[:256].strip():
         return False
     return not raw.strip()
 

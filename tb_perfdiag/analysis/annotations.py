@@ -12,6 +12,7 @@ import re
 
 import numpy as np
 
+from ..trace.build import unique_inverse
 from ..trace.model import EventKind as K, Trace
 
 _SUFFIX = re.compile(r"\.\d+$")
@@ -42,7 +43,7 @@ def op_paths(trace: Trace, ops: np.ndarray, origin: np.ndarray) -> tuple[np.ndar
         col = np.full(trace.n_events, -1, np.int64)
         col[scope.events] = scope.values
         sid = col[ops]
-        u, inv = np.unique(sid, return_inverse=True)
+        u, inv = unique_inverse(sid)
         mapped = np.array([intern(_scope_parts(trace.strings[x])) if x >= 0 else -1
                            for x in u.tolist()], np.int64)
         pid = mapped[inv.reshape(-1)]
@@ -54,7 +55,7 @@ def op_paths(trace: Trace, ops: np.ndarray, origin: np.ndarray) -> tuple[np.ndar
     if need.any():
         ann = nearest_annotation(trace)
         a = ann[origin[ops[need]]]
-        u, inv = np.unique(a, return_inverse=True)
+        u, inv = unique_inverse(a)
         memo: dict = {}
         mapped = np.array([intern(annotation_path(trace, x, memo)) if x >= 0 else -1
                            for x in u.tolist()], np.int64)

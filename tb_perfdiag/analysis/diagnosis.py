@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
+from ..trace.build import unique_inverse
 from ..trace.classify import memcpy_kind
 from ..trace.model import EventKind as K, Trace, TrackKind
 from . import annotations as ann_mod
@@ -227,7 +228,7 @@ def host_context(trace: Trace) -> dict:
         memcpy_of[mk.events] = vals
     else:
         mem = np.flatnonzero(trace.kind == K.MEMCPY)
-        u, inv = np.unique(trace.name[mem], return_inverse=True)
+        u, inv = unique_inverse(trace.name[mem])
         kinds = np.array([code.get(memcpy_kind(trace.strings[x]), 0) for x in u.tolist()],
                          np.int8)
         memcpy_of[mem] = kinds[inv.reshape(-1)] if mem.size else 0

@@ -6,6 +6,7 @@ from collections import defaultdict
 
 import numpy as np
 
+from ..trace.build import unique_inverse
 from ..trace.classify import is_collective_kernel
 from ..trace.model import EventKind as K, Trace
 from . import causes as C
@@ -204,7 +205,7 @@ def _multi_device(trace: Trace, diag, n_steps: int) -> list:
     for d in devs:
         ev = np.flatnonzero(trace.is_device_activity() & (trace.track_device[trace.track] == d["id"]))
         names = trace.name[ev]
-        u, inv = np.unique(names, return_inverse=True)
+        u, inv = unique_inverse(names)
         is_c = np.array([is_collective_kernel(trace.strings[x]) for x in u.tolist()], bool)[inv]
         coll[d["name"]] = int(trace.dur[ev[is_c]].sum() // 1000)
     per_step_dev = {}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..trace.build import unique_inverse
 from ..trace.model import EventKind as K, Trace
 from . import causes as C
 from .attribution import VIA_NAMES
@@ -139,7 +140,7 @@ def add_detail(trace: Trace, g: dict, a: int, b: int, lines: dict, names=None) -
         s, e, inner = line.segments(a, b)
         ok = inner >= 0
         if ok.any():
-            u, inv = np.unique(inner[ok], return_inverse=True)
+            u, inv = unique_inverse(inner[ok])
             self_t = np.bincount(inv.reshape(-1), weights=(e - s)[ok])
             for j in np.argsort(-self_t)[:HOST_OPS_PER_THREAD].tolist():
                 ev = int(u[j])

@@ -11,6 +11,23 @@ import numpy as np
 from .model import Device, Stat, Trace, TrackKind
 
 
+def unique_inverse(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(x, return_inverse=True)`` for integer ids; O(n) with a lookup table
+    when the ids are small non-negative numbers (names, metadata ids), which avoids the
+    sort ``np.unique`` does."""
+    x = np.asarray(x)
+    if x.size and x.dtype.kind in "iu":
+        lo, hi = int(x.min()), int(x.max())
+        if lo >= 0 and hi < (1 << 24) and hi < 8 * x.size + 1024:
+            present = np.bincount(x, minlength=hi + 1) > 0
+            u = np.flatnonzero(present).astype(x.dtype)
+            lut = np.empty(hi + 1, np.int64)
+            lut[u] = np.arange(u.shape[0])
+            return u, lut[x]
+    u, inv = np.unique(x, return_inverse=True)
+    return u, inv.reshape(-1)
+
+
 class StringTable:
     """Interns strings so names and string stats are int32 columns."""
 
@@ -73,6 +90,8 @@ def nest(track: np.ndarray, ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray
     for a, b in zip(starts, stops):
         t = ts[a:b]
         e = end[a:b]
+        if (t[1:] >= e[:-1]).all():
+            continue      # nothing overlaps on this track (a device stream): all depth 0
         local = np.arange(b - a)
         ended = np.searchsorted(np.sort(e), t, side="right")
         # Depth = earlier events still open at my start = local - (earlier events ended).
@@ -103,6 +122,32 @@ def nest(track: np.ndarray, ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray
     return depth.astype(np.int16), parent
 
 
+def event_order(track: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
+    """Permutation sorting events by (track, ts, -dur).
+
+    Equivalent to ``np.lexsort((-dur, ts, track))`` but much faster on real traces:
+    events arrive in long time-ordered runs (one line/thread at a time), which the
+    stable merge sort exploits, and the few exact ties are resolved separately."""
+    n = ts.shape[0]
+    if n == 0:
+        return np.zeros(0, np.int64)
+    o = np.argsort(ts, kind="stable")
+    tr = track[o]
+    small = tr.astype(np.int16) if track.max(initial=0) < 32767 else tr
+    o = o[np.argsort(small, kind="stable")]          # radix sort for int16 keys
+    t2, s2 = track[o], ts[o]
+    tie = (t2[1:] == t2[:-1]) & (s2[1:] == s2[:-1])
+    if tie.any():
+        in_tie = np.zeros(n, bool)
+        in_tie[1:] |= tie
+        in_tie[:-1] |= tie
+        pos = np.flatnonzero(in_tie)
+        group = np.cumsum(np.concatenate(([True], ~tie)))[pos]
+        sub = np.lexsort((-dur[o[pos]], group))
+        o[pos] = o[pos][sub]
+    return o
+
+
 def assemble(path: str, fmt: str, strings: StringTable, tracks: Tracks, devices: list[Device],
              ts: np.ndarray, dur: np.ndarray, track: np.ndarray, name: np.ndarray,
              kind: np.ndarray, stats: dict, links: tuple, metadata: dict, warnings: list,
@@ -121,7 +166,7 @@ def assemble(path: str, fmt: str, strings: StringTable, tracks: Tracks, devices:
     if origin_ps is None:
         origin_ps = int(ts.min()) if ts.size else 0
     ts = ts - origin_ps
-    order = np.lexsort((-dur, ts, track))
+    order = event_order(np.asarray(track, np.int32), ts, dur)
     inverse = np.empty_like(order)
     inverse[order] = np.arange(order.shape[0])
     ts, dur, track = ts[order], dur[order], np.asarray(track, np.int32)[order]

@@ -8,7 +8,43 @@ from __future__ import annotations
 
 import re
 
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.message import DecodeError
+
 _MODULE_NAME = re.compile(r"^(.*)\((-?\d+)\)$")
+
+
+def _hlo_classes():
+    """Just the HloProto fields we read, as upb message classes (unknown fields skipped)."""
+    F = descriptor_pb2.FieldDescriptorProto
+    pkg = "tb_perfdiag.hlo"
+    fdp = descriptor_pb2.FileDescriptorProto(name="tb_perfdiag/hlo.proto", package=pkg,
+                                             syntax="proto3")
+    spec = {
+        "HloProto": [("hlo_module", 1, F.TYPE_MESSAGE, "HloModuleProto", False)],
+        "HloModuleProto": [("computations", 3, F.TYPE_MESSAGE, "HloComputationProto", True)],
+        "HloComputationProto": [("instructions", 2, F.TYPE_MESSAGE, "HloInstructionProto", True)],
+        "HloInstructionProto": [("name", 1, F.TYPE_STRING, None, False),
+                                ("opcode", 2, F.TYPE_STRING, None, False),
+                                ("metadata", 7, F.TYPE_MESSAGE, "OpMetadata", False)],
+        "OpMetadata": [("op_type", 1, F.TYPE_STRING, None, False),
+                       ("op_name", 2, F.TYPE_STRING, None, False),
+                       ("source_file", 3, F.TYPE_STRING, None, False),
+                       ("source_line", 4, F.TYPE_INT32, None, False)],
+    }
+    for name, fields_ in spec.items():
+        m = fdp.message_type.add(name=name)
+        for fname, num, ftype, tname, rep in fields_:
+            f = m.field.add(name=fname, number=num, type=ftype,
+                            label=F.LABEL_REPEATED if rep else F.LABEL_OPTIONAL)
+            if tname:
+                f.type_name = f".{pkg}.{tname}"
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fdp)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{pkg}.HloProto"))
+
+
+HloProto = _hlo_classes()
 
 
 def _varint(buf: bytes, pos: int) -> tuple[int, int]:
@@ -79,6 +115,25 @@ def hlo_op_metadata(metadata_name: str, hlo_proto: bytes) -> dict:
     m = _MODULE_NAME.match(metadata_name)
     module, program = (m.group(1), int(m.group(2))) if m else (metadata_name, None)
     out = {}
+    try:
+        msg = HloProto.FromString(hlo_proto)
+    except DecodeError:
+        msg = None
+    if msg is not None:
+        for comp in msg.hlo_module.computations:
+            for ins in comp.instructions:
+                md = {"opcode": ins.opcode}
+                meta = ins.metadata
+                if meta.op_type:
+                    md["op_type"] = meta.op_type
+                if meta.op_name:
+                    md["op_name"] = meta.op_name
+                if meta.source_file:
+                    md["source_file"] = meta.source_file
+                    md["source"] = f"{meta.source_file}:{meta.source_line}"
+                out[(module, program, ins.name)] = md
+        return out
+    # a proto upb refuses (wrong wire types in fields we do not model): walk it by hand
     for num, wt, mod in fields(hlo_proto):
         if num != 1 or wt != 2:
             continue

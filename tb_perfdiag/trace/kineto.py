@@ -16,7 +16,7 @@ import orjson
 
 from ..storage import is_blank, read_bytes
 from . import classify
-from .build import StringTable, Tracks, assemble, correlation_links
+from .build import StringTable, Tracks, assemble, correlation_links, unique_inverse
 from .model import Device, EventKind as K, LinkKind, TraceError, TrackKind
 
 DEVICE_ACTIVITY_CATS = {
@@ -304,7 +304,7 @@ def build(path: str, scan: dict):
     # ---- names and kinds, decided per distinct (name, category) ----
     n_cats = len(cat_names) + 1
     pair = name_ids.astype(np.int64) * n_cats + cat_ids
-    uniq, inv = np.unique(pair, return_inverse=True)
+    uniq, inv = unique_inverse(pair)
     ukind = np.empty(uniq.shape[0], dtype=np.int8)
     for j, p in enumerate(uniq.tolist()):
         nm = names[p // n_cats]
@@ -372,7 +372,7 @@ def build(path: str, scan: dict):
         stats["step_num"] = (step_idx, nums, False)
     mk_idx = np.flatnonzero(kind == K.MEMCPY)
     if mk_idx.size:
-        u, inv_mk = np.unique(name_ids[mk_idx], return_inverse=True)
+        u, inv_mk = unique_inverse(name_ids[mk_idx])
         mk = np.array([strings.intern(classify.memcpy_kind(names[x])) for x in u.tolist()],
                       np.int32)[inv_mk]
         stats["memcpy_kind"] = (mk_idx, mk, True)

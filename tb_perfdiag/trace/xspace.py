@@ -15,7 +15,7 @@ from google.protobuf.message import DecodeError
 
 from ..storage import read_bytes
 from . import classify
-from .build import StringTable, Tracks, assemble, correlation_links
+from .build import StringTable, Tracks, assemble, correlation_links, unique_inverse
 from .hlo import hlo_op_metadata
 from .model import Device, EventKind as K, LinkKind, TraceError, TrackKind
 from .xplane_pb import XPlane, XSpace
@@ -32,6 +32,7 @@ INT_STATS = ("step_num", "program_id", "run_id", "correlation_id", "device_ordin
 STR_STATS = ("hlo_op", "hlo_module", "tf_op", "memcpy_details", "kernel_details",
              "long_name", "hlo_category", "graph_hash", "shape", "source")
 FLOW_STATS = ("_p", "_pt", "_c", "_ct", "flow")
+_LUT_MAX = 1 << 22
 
 
 def scan_python(path: str, raw: bytes) -> dict:
@@ -138,6 +139,13 @@ class _PlaneMeta:
         return [k for k, v in self.stat_name.items() if v == name]
 
     def names_of(self, meta_ids: np.ndarray, strings: StringTable) -> np.ndarray:
+        unknown = strings.intern("<unknown>")
+        if self.ev_ids.shape[0] and 0 <= self.ev_ids[0] and self.ev_ids[-1] < _LUT_MAX:
+            # metadata ids are small dense integers: a lookup table beats a binary search
+            lut = np.full(int(self.ev_ids[-1]) + 1, unknown, np.int32)
+            lut[self.ev_ids] = self.ev_name_id
+            ok = (meta_ids >= 0) & (meta_ids < lut.shape[0])
+            return np.where(ok, lut[np.where(ok, meta_ids, 0)], unknown).astype(np.int32)
         pos = np.searchsorted(self.ev_ids, meta_ids)
         pos = np.minimum(pos, max(self.ev_ids.shape[0] - 1, 0))
         ok = (self.ev_ids.shape[0] > 0) & (self.ev_ids[pos] == meta_ids) \
@@ -213,6 +221,13 @@ def build(path: str, scan: dict):
         which = np.array([wanted.index(pm.stat_name[int(k)]) for k in ids], np.int32)
         o = np.argsort(ids)
         ids, which = ids[o], which[o]
+        if ids[0] >= 0 and ids[-1] < _LUT_MAX:
+            lut = np.full(int(ids[-1]) + 1, -1, np.int32)
+            lut[ids] = which
+            m = st_meta[sel]
+            ok = (m >= 0) & (m < lut.shape[0])
+            stat_name_of[sel[ok]] = lut[m[ok]]
+            continue
         pos = np.minimum(np.searchsorted(ids, st_meta[sel]), ids.shape[0] - 1)
         hit = ids[pos] == st_meta[sel]
         stat_name_of[sel[hit]] = which[pos[hit]]
@@ -235,12 +250,12 @@ def build(path: str, scan: dict):
             for pi, (_, _, pm) in enumerate(planes):
                 psel = np.flatnonzero((st_plane[sel] == pi) & is_ref)
                 if psel.size:
-                    u, inv = np.unique(st_int[sel[psel]], return_inverse=True)
+                    u, inv = unique_inverse(st_int[sel[psel]])
                     vals[psel] = np.array([strings.intern(pm.stat_name.get(int(x), ""))
                                            for x in u.tolist()], np.int32)[inv]
             ssel = np.flatnonzero(is_str)
             if ssel.size:
-                u, inv = np.unique(st_int[sel[ssel]], return_inverse=True)
+                u, inv = unique_inverse(st_int[sel[ssel]])
                 vals[ssel] = np.array(
                     [strings.intern(scan_strings[int(x)].decode("utf-8", "replace"))
                      for x in u.tolist()], np.int32)[inv]
@@ -313,6 +328,10 @@ def build(path: str, scan: dict):
 
 
 def _group(keys: np.ndarray, n_groups: int) -> list:
+    if keys.size == 0 or (keys[1:] >= keys[:-1]).all():    # scanners emit line by line
+        order = np.arange(keys.shape[0])
+        bounds = np.searchsorted(keys, np.arange(n_groups + 1))
+        return [order[bounds[g]:bounds[g + 1]] for g in range(n_groups)]
     order = np.argsort(keys, kind="stable")
     bounds = np.searchsorted(keys[order], np.arange(n_groups + 1))
     return [order[bounds[g]:bounds[g + 1]] for g in range(n_groups)]
@@ -339,7 +358,7 @@ def _device_line_kind(dev_kind: str, lname: str, names: np.ndarray, strings) -> 
     if dev_kind == "gpu":
         if not lname.startswith("Stream"):
             return np.full(names.shape, K.DEVICE_OTHER, np.int8)
-        u, inv = np.unique(names, return_inverse=True)
+        u, inv = unique_inverse(names)
         ks = []
         for x in u.tolist():
             s = strings.strings[x].lower()
@@ -354,7 +373,7 @@ def _name_kinds(strings: StringTable):
     """A lookup array name id → host EventKind, grown lazily."""
     class _Lookup:
         def __getitem__(self, ids):
-            u, inv = np.unique(ids, return_inverse=True)
+            u, inv = unique_inverse(ids)
             ks = np.array([classify.host_kind(strings.strings[x]) for x in u.tolist()], np.int8)
             return ks[inv] if ids.size else np.zeros(0, np.int8)
     return _Lookup()
