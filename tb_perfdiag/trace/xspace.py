@@ -29,8 +29,10 @@ _DEVICE_PLANE = re.compile(r"^/device:(GPU|TPU|CPU|[A-Za-z_]+):(\d+)")
 # stats copied into trace columns (string-valued ones are interned)
 INT_STATS = ("step_num", "program_id", "run_id", "correlation_id", "device_ordinal",
              "group_id", "_r", "bytes_transferred", "stream_id", "context_id")
-STR_STATS = ("hlo_op", "hlo_module", "tf_op", "memcpy_details", "kernel_details",
-             "long_name", "hlo_category", "graph_hash", "shape", "source")
+# per-kernel description strings (kernel_details, long_name) are unique per event and no
+# analysis reads them: they stay out of the model (``raw_event_stats`` reads them on demand)
+STR_STATS = ("hlo_op", "hlo_module", "tf_op", "memcpy_details", "hlo_category", "graph_hash",
+             "shape", "source")
 FLOW_STATS = ("_p", "_pt", "_c", "_ct", "flow")
 _LUT_MAX = 1 << 22
 
@@ -471,3 +473,24 @@ def _flow_links(stats, n):
     src = producer[ck]
     ok = (src >= 0) & (src != ce)
     return src[ok], ce[ok], np.full(int(ok.sum()), LinkKind.FLOW, np.int8)
+
+
+def raw_event_stats(path: str, line_name: str, index: int) -> dict:
+    """Every stat of one event, read again from the file (for the rare detail view):
+    the ``index``-th event of the first line named ``line_name``."""
+    space = XSpace.FromString(read_bytes(path))
+    for plane in space.planes:
+        names = {k: v.name for k, v in plane.stat_metadata.items()}
+        for line in plane.lines:
+            if line.name == line_name and 0 <= index < len(line.events):
+                out = {}
+                for st in line.events[index].stats:
+                    which = st.WhichOneof("value")
+                    v = getattr(st, which) if which else None
+                    if which == "ref_value":
+                        v = names.get(v, v)
+                    elif isinstance(v, bytes):
+                        v = f"<{len(v)} bytes>"
+                    out[names.get(st.metadata_id, str(st.metadata_id))] = v
+                return out
+    return {}
