@@ -87,11 +87,13 @@ def nest(track: np.ndarray, ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray
     bounds = np.flatnonzero(np.diff(track)) + 1
     starts = np.concatenate(([0], bounds))
     stops = np.concatenate((bounds, [n]))
+    nested = []
     for a, b in zip(starts, stops):
         t = ts[a:b]
         e = end[a:b]
         if (t[1:] >= e[:-1]).all():
             continue      # nothing overlaps on this track (a device stream): all depth 0
+        nested.append(np.arange(a, b))
         local = np.arange(b - a)
         ended = np.searchsorted(np.sort(e), t, side="right")
         # Depth = earlier events still open at my start = local - (earlier events ended).
@@ -105,8 +107,12 @@ def nest(track: np.ndarray, ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray
         later = g1 - np.maximum(local, zero_from)
         d = local - (ended - later)
         depth[a:b] = np.maximum(d, 0)
-    max_depth = int(depth.max()) if n else 0
-    order = np.argsort(depth, kind="stable")
+    if not nested:
+        return depth.astype(np.int16), parent
+    # parents only on tracks that nest; indices stay ascending within each level
+    pool = np.concatenate(nested)
+    max_depth = int(depth[pool].max())
+    order = pool[np.argsort(depth[pool].astype(np.int16), kind="stable")]   # radix sort
     sorted_depth = depth[order]
     level_bounds = np.searchsorted(sorted_depth, np.arange(max_depth + 2))
     for d in range(1, max_depth + 1):

@@ -1,0 +1,63 @@
+"""The array-only nesting and ordering agree with a plain stack walk and lexsort."""
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tb_perfdiag.trace.build import event_order, nest, unique_inverse
+
+
+def _nested_events(rng, n_tracks=3, flat_track=1):
+    evs = []
+
+    def gen(tr, a, b, d):
+        t = a
+        while t < b and len(evs) < 80:
+            s = t + int(rng.integers(0, 3))
+            e = min(s + int(rng.integers(0, 10)), b)
+            if s > b:
+                break
+            evs.append((tr, s, e - s))
+            if d < 4 and e - s > 1 and tr != flat_track:
+                gen(tr, s, e, d + 1)
+            t = e + int(rng.integers(0, 3))
+    for tr in range(n_tracks):
+        gen(tr, 0, 50, 0)
+    evs = np.array(evs, np.int64)
+    o = np.lexsort((-evs[:, 2], evs[:, 1], evs[:, 0]))
+    return evs[o]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_nest_matches_stack_walk(seed):
+    evs = _nested_events(np.random.default_rng(seed))
+    track, ts, dur = evs[:, 0], evs[:, 1], evs[:, 2]
+    depth, parent = nest(track, ts, ts + dur)
+    for i in range(len(ts)):
+        # ancestors: earlier events on the track still open when i starts
+        anc = [j for j in range(i) if track[j] == track[i] and ts[j] + dur[j] > ts[i]]
+        assert depth[i] == len(anc)
+        assert parent[i] == (anc[-1] if anc else -1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 4), st.integers(0, 30), st.integers(0, 6)),
+                min_size=1, max_size=200))
+def test_event_order_equals_lexsort(rows):
+    a = np.array(rows, np.int64)
+    tr, ts, du = a[:, 0].astype(np.int32), a[:, 1], a[:, 2]
+    got = event_order(tr, ts, du)
+    want = np.lexsort((-du, ts, tr))
+    assert sorted(got.tolist()) == list(range(len(rows)))
+    assert (tr[got] == tr[want]).all() and (ts[got] == ts[want]).all() and \
+        (du[got] == du[want]).all()
+
+
+@given(st.lists(st.integers(-5, 3000), max_size=300))
+def test_unique_inverse_equals_numpy(xs):
+    x = np.array(xs, np.int64)
+    u, inv = unique_inverse(x)
+    nu, ninv = np.unique(x, return_inverse=True)
+    assert (u == nu).all() and (inv == ninv.reshape(-1)).all()
