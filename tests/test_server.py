@@ -227,3 +227,44 @@ def test_pod_summary_flags_the_straggler(tmp_path):
     assert flagged == ["host3"], body["hosts"]
     assert all(r["worst_gap"] and r["top_finding"] for r in body["hosts"])
     assert svc.cache.computations == 5
+
+
+def test_runs_route_exact_on_known_layout(tmp_path, artifacts_dir):
+    """Both layouts, nested TensorBoard runs, several hosts, several spans, .gz and plain,
+    Profile-plugin cache files: the route lists exactly what was laid out."""
+    import glob
+    ld = tmp_path / "ld"
+    xla = glob.glob(os.path.join(TESTDATA, "captures", "jax_cpu", "plugins", "profile", "*",
+                                 "*.xplane.pb"))[0]
+    pt = sorted(glob.glob(os.path.join(TESTDATA, "captures", "torch_cpu", "*.pt.trace.json*")))
+    layout = {
+        "plugins/profile/2026_01_01/hostA.xplane.pb": xla,          # tb_run = logdir root
+        "exp1/train/plugins/profile/2026_01_02/hostA.xplane.pb": xla,  # nested tb run
+        "exp1/train/plugins/profile/2026_01_02/hostB.xplane.pb": xla,
+        "exp1/train/plugins/profile/2026_01_02/mod.hlo_proto.pb": xla,  # Profile-plugin cache
+        "exp1/train/plugins/profile/2026_01_02/hostA.SSTABLE": xla,
+        "exp1/train/plugins/profile/2026_01_02/cache_version.txt": xla,
+        "pt/run_a/w0.1700000000000.pt.trace.json": pt[0],
+        "pt/run_a/w0.1700000000500.pt.trace.json.gz": pt[1],
+        "pt/run_a/w1.1700000000001.pt.trace.json": pt[0],
+        "notes/readme.json": pt[0],                                  # not a profile
+    }
+    for rel, src in layout.items():
+        (ld / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(src, ld / rel)
+    expected = {
+        "2026_01_01": {"hostA": [""]},
+        "exp1/train/2026_01_02": {"hostA": [""], "hostB": [""]},
+        "pt/run_a": {"w0": ["1700000000000", "1700000000500"], "w1": ["1700000000001"]},
+    }
+    tb = TensorBoard(ld)
+    try:
+        status, _, body = tb.get("/data/plugin/perfdiag/runs")
+        got = {r["run"]: {h["name"]: [s["name"] for s in h["spans"]] for h in r["hosts"]}
+               for r in body["runs"]}
+        assert status == 200 and got == expected
+        layouts = {r["run"]: r["layout"] for r in body["runs"]}
+        assert layouts == {"2026_01_01": "profile", "exp1/train/2026_01_02": "profile",
+                           "pt/run_a": "pytorch"}
+    finally:
+        tb.stop()
