@@ -14,7 +14,6 @@ import math
 import os
 import re
 import struct
-from decimal import Decimal
 
 import numpy as np
 import pytest
@@ -23,8 +22,7 @@ from hypothesis import strategies as st
 
 from tb_perfdiag.trace import kineto, xspace
 from tb_perfdiag.trace.model import TraceError
-from tb_perfdiag.trace.xplane_pb import (XEvent, XEventMetadata, XLine, XPlane, XSpace, XStat,
-                                         XStatMetadata)
+from tb_perfdiag.trace.xplane_pb import XEventMetadata, XPlane, XSpace, XStatMetadata
 
 from conftest import IN_CI, SHARED, shared_files
 

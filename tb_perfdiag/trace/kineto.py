@@ -65,6 +65,8 @@ def _plausible(scan: dict) -> bool:
     """A native scan is used only when its times fit the model; the reference scanner
     handles (and reports) corrupt clock values."""
     ts, dur = np.asarray(scan["ts_ps"]), np.asarray(scan["dur_ps"])
+    placed = ts != OUT_OF_RANGE          # events it already marked as unplaceable
+    ts, dur = ts[placed], dur[placed]
     if ts.size == 0:
         return True
     return bool(ts.min() >= 0 and ts.max() < 2 ** 62 and dur.min() > -2 ** 62
