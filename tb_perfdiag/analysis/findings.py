@@ -12,6 +12,7 @@ from ..trace.model import EventKind as K, Trace
 from . import causes as C
 
 MAX_EVIDENCE = 20
+MIN_RECURRING_SHARE = 0.01     # a recurring gap worth reporting takes ≥ 1 % of its step
 
 # culprit op (matched against the sync call's chain, innermost first) → (title, fix)
 SYNC_CULPRITS = [
@@ -268,6 +269,8 @@ def _recurring(diag, n_steps: int) -> list:
         reps = sorted(best.values(), key=lambda g: g["step"])
         per_step = int(np.median([g["duration_ns"] for g in reps]))
         share = float(np.median([g["duration_ns"] / step_len.get(g["step"], 1) for g in reps]))
+        if share < MIN_RECURRING_SHARE:
+            continue              # repeats, but costs too little of the step to lead with
         dev_name = diag.devices[dev]["name"]
         out.append({"kind": "recurring_gap",
                     "title": f"Recurring {C.LABELS[cause].lower()} gap on {dev_name} in "
@@ -276,7 +279,8 @@ def _recurring(diag, n_steps: int) -> list:
                     "confidence": "high", "steps": sorted(steps_hit), "cause": cause,
                     "share_of_step": share,
                     "detail": f"About {per_step / 1e3:.0f} µs ({100 * share:.1f}% of the step) "
-                              f"idle every step before {wf or 'the next op'}: fix this first.",
+                              f"idle every step before {wf or 'the next op'}. Because it repeats, "
+                              "removing it saves that much in every step.",
                     "fix": "See the matching finding for this cause; because it repeats every "
                            "step, removing it saves its time in every step.",
                     "evidence": {"gaps": [g["id"] for g in reps[:MAX_EVIDENCE]],
