@@ -27,4 +27,4 @@ LOW=.venv-protobuf-low
 [ -x $LOW/bin/python ] || "$PY" -m venv $LOW
 $LOW/bin/pip install -q -e '.[test]' 'protobuf==6.31.1'
 $LOW/bin/python -c "import google.protobuf as p; print('protobuf', p.__version__)"
-$LOW/bin/python -m pytest -q tests/test_readers.py tests/test_server.py $(ls tests/test_native_scan.py 2>/dev/null)
+$LOW/bin/python -m pytest tests/test_readers.py tests/test_server.py $(ls tests/test_native_scan.py 2>/dev/null)
