@@ -41,6 +41,14 @@ def read_bytes(path: str, limit: int | None = None) -> bytes:
     except OSError as e:
         raise TraceError(path, f"cannot read: {e.strerror or e}") from None
     if raw[:2] == GZIP_MAGIC:
+        if not limit and len(raw) > 18:
+            # the gzip trailer holds the size (mod 4 GiB): allocate the output once
+            # instead of growing it, which would briefly need far more memory
+            size = int.from_bytes(raw[-4:], "little")
+            try:
+                return zlib.decompress(raw, 16 + zlib.MAX_WBITS, max(size, 1 << 16))
+            except zlib.error:
+                pass      # the incremental path below names the problem
         try:
             d = zlib.decompressobj(16 + zlib.MAX_WBITS)
             out = d.decompress(raw, limit or 0) if limit else d.decompress(raw)

@@ -34,11 +34,12 @@ def load(path: str) -> Trace:
     if is_blank(raw):
         raise TraceError(path, "empty file: the profiler wrote nothing (or is still writing)")
     fmt = detect_format(path, raw[:64])
+    reader = {"xspace": xspace, "kineto": kineto}.get(fmt)
     try:
-        if fmt == "xspace":
-            return xspace.read(path, raw)
-        if fmt == "kineto":
-            return kineto.read(path, raw)
+        if reader is not None:
+            columns = reader.scan(path, raw)
+            del raw           # the decoded file is the largest thing alive: free it first
+            return reader.build(path, columns)
     except TraceError:
         raise
     except MemoryError:

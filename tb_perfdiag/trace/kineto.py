@@ -102,22 +102,25 @@ def _exact_ts_ps(raw: bytes, positions: np.ndarray, approx_us: np.ndarray, base_
 
 
 def read(path: str, raw: bytes | None = None):
-    if raw is None:
-        raw = read_bytes(path)
+    return build(path, scan(path, read_bytes(path) if raw is None else raw))
+
+
+def scan(path: str, raw: bytes) -> dict:
+    """File bytes → flat columns (native scanner when built, else the reference one)."""
     if is_blank(raw):
         raise TraceError(path, "empty file")
-    scan = None
+    cols = None
     native = native_scanner()
     if native is not None:
         try:
-            scan = native.scan_kineto(raw)
+            cols = native.scan_kineto(raw)
         except ValueError:
-            scan = None  # let the reference scanner name the problem precisely
-        if scan is not None and not _plausible(scan):
-            scan = None
-    if scan is None:
-        scan = scan_python(path, raw)
-    return build(path, scan)
+            cols = None  # let the reference scanner name the problem precisely
+        if cols is not None and not _plausible(cols):
+            cols = None
+    if cols is None:
+        cols = scan_python(path, raw)
+    return cols
 
 
 def native_scanner():

@@ -101,11 +101,14 @@ def looks_like(head: bytes) -> bool:
 
 
 def read(path: str, raw: bytes | None = None):
-    if raw is None:
-        raw = read_bytes(path)
+    return build(path, scan(path, read_bytes(path) if raw is None else raw))
+
+
+def scan(path: str, raw: bytes) -> dict:
+    """File bytes → flat columns (native scanner when built, else the reference one)."""
     if not raw:
         raise TraceError(path, "empty file (0 bytes): the profiler wrote nothing, or is still writing")
-    scan = None
+    cols = None
     try:
         if os.environ.get("TB_PERFDIAG_NO_NATIVE"):
             raise ImportError
@@ -114,12 +117,12 @@ def read(path: str, raw: bytes | None = None):
         native_scan = None
     if native_scan is not None:
         try:
-            scan = native_scan.scan_xspace(raw)
+            cols = native_scan.scan_xspace(raw)
         except ValueError:
-            scan = None  # the reference scanner names the problem precisely
-    if scan is None:
-        scan = scan_python(path, raw)
-    return build(path, scan)
+            cols = None  # the reference scanner names the problem precisely
+    if cols is None:
+        cols = scan_python(path, raw)
+    return cols
 
 
 class _PlaneMeta:
