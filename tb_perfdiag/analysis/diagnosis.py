@@ -23,7 +23,8 @@ from .steps import DEFINITION as STEP_DEFINITION, device_windows, find_steps, st
 
 SCHEMA_VERSION = 1
 DEFAULT_THRESHOLD_US = 5.0
-DETAIL_LIMIT = 500            # gaps with host-op detail up front (largest first)
+DETAIL_LIMIT = 200            # gaps with host-op detail up front (largest first; the page
+                              # lists 200 at a time, /gap computes the rest on demand)
 
 DEFINITIONS = {
     "busy": "Busy set of a device: the union over all its streams/lines of kernels, memcpy and "

@@ -104,26 +104,31 @@ def gaps_json(trace: Trace, gaps_all: list, gap_step: list, step_ids: np.ndarray
     bt_ns = np.rint(btime / 1000).astype(np.int64).tolist()
     steps = np.where(step_idx >= 0, step_ids[np.maximum(step_idx, 0)], -1).tolist()
     prev_j, next_j = names.ops(prev), names.ops(nxt)
-    via_next = via[np.maximum(nxt, 0)].tolist()
+    via_names = [VIA_NAMES.get(v, "link") for v in via[np.maximum(nxt, 0)].tolist()]
+    # waited-for columns gathered once, not per gap
+    w_ok = wf >= 0
+    w_i = np.where(w_ok, wf, 0)
+    w_name = [trace.strings[i] for i in trace.name[w_i].tolist()]
+    w_thread = [trace.track_label[i] for i in trace.track[w_i].tolist()]
+    w_start, w_dur = _ns_list(trace.ts[w_i]), _ns_list(trace.dur[w_i])
+    labels = [trace.track_label[i] if i >= 0 else None for i in thread.tolist()]
+    dev_l, cause_l, wf_l, w_ok_l = dev.tolist(), cause.tolist(), wf.tolist(), w_ok.tolist()
     out = []
     for r in range(order.shape[0]):
-        c = C.ALL[int(cause[r])]
-        w = int(wf[r])
+        c = C.ALL[cause_l[r]]
         g = {
-            "id": f"{int(dev[r])}-{s_ns[r]}", "rank": r, "device": int(dev[r]),
+            "id": f"{dev_l[r]}-{s_ns[r]}", "rank": r, "device": dev_l[r],
             "step": steps[r] if steps[r] >= 0 else None,
             "start_ns": s_ns[r], "end_ns": e_ns[r], "duration_ns": d_ns[r],
             "cause": c, "cause_label": C.LABELS[c], "hta_category": C.HTA[c],
             "evidence": evidence[r],
-            "host_time_by_cause_ns": {BUCKETS[b]: v for b, v in enumerate(bt_ns[r]) if v > 0},
-            "analysed_thread": trace.track_label[int(thread[r])] if thread[r] >= 0 else None,
+            "host_time_by_cause_ns": {BUCKETS[b]: v for b, v in enumerate(bt_ns[r]) if v},
+            "analysed_thread": labels[r],
             "prev_op": prev_j[r], "next_op": next_j[r],
-            "waited_for": None if w < 0 else {
-                "name": trace.strings[int(trace.name[w])], "chain": names.chain(w),
-                "thread": trace.track_label[int(trace.track[w])],
-                "start_ns": int(round(int(trace.ts[w]) / 1000)),
-                "duration_ns": int(round(int(trace.dur[w]) / 1000)),
-                "found_via": VIA_NAMES.get(via_next[r], "link")},
+            "waited_for": {
+                "name": w_name[r], "chain": names.chain(wf_l[r]), "thread": w_thread[r],
+                "start_ns": w_start[r], "duration_ns": w_dur[r],
+                "found_via": via_names[r]} if w_ok_l[r] else None,
             "host_ops": [], "syncs": [], "detail": False,
         }
         if r < detail_limit:

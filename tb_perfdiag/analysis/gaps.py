@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..trace.build import unique_inverse
 from ..trace.classify import is_collective_kernel
 from ..trace.model import EventKind as K, Trace
 from . import causes as C
@@ -107,7 +108,9 @@ def classify_gaps(trace: Trace, device: int, gs, ge, prev, nxt, origin: np.ndarr
     wf_ts = np.where(wf_ok, trace.ts[np.maximum(wf, 0)], ge)
     wf_track = np.where(wf_ok, trace.track[np.maximum(wf, 0)], -1)
     nxt_names = [trace.strings[i] for i in trace.name[nxt].tolist()]
-    collective = np.array([is_collective_kernel(s) for s in nxt_names], bool)
+    u_names, inv_names = unique_inverse(trace.name[nxt])
+    collective = np.array([is_collective_kernel(trace.strings[x]) for x in u_names.tolist()],
+                          bool)[inv_names]
     next_is_h2d = (trace.kind[nxt] == K.MEMCPY) & (memcpy_kind[nxt] == 1)
 
     # time per bucket on the launching thread and on the stepping thread; keep the one
