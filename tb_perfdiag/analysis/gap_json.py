@@ -122,7 +122,7 @@ def gaps_json(trace: Trace, gaps_all: list, gap_step: list, step_ids: np.ndarray
             "start_ns": s_ns[r], "end_ns": e_ns[r], "duration_ns": d_ns[r],
             "cause": c, "cause_label": C.LABELS[c], "hta_category": C.HTA[c],
             "evidence": evidence[r],
-            "host_time_by_cause_ns": {BUCKETS[b]: v for b, v in enumerate(bt_ns[r]) if v},
+            "host_time_by_cause_ns": dict(zip(BUCKETS, bt_ns[r])),
             "analysed_thread": labels[r],
             "prev_op": prev_j[r], "next_op": next_j[r],
             "waited_for": {

@@ -152,47 +152,55 @@ def classify_gaps(trace: Trace, device: int, gs, ge, prev, nxt, origin: np.ndarr
     launch_bound = (dur < LAUNCH_BOUND_MAX_PS) & wf_launch & tiny_kernel & \
         (trace.kind[nxt] == K.KERNEL)
 
-    idx_cause = {c: i for i, c in enumerate(C.ALL)}
     bucket_cause = {B_SYNC: C.HOST_SYNC, B_COMPILE: C.COMPILATION, B_H2D: C.H2D_TRANSFER,
                     B_DATA: C.DATA_LOADING, B_COMPUTE: C.HOST_COMPUTE,
                     B_LAUNCH: C.LAUNCH_OVERHEAD, B_IDLE: C.UNTRACED}
-    # dominant bucket; compute vs launch on short gaps → launch overhead
+    # the rules of the module docstring, as masks over all gaps at once
     dom = np.argmax(bucket_time, axis=1)
     share = bucket_time / np.maximum(dur, 1)[:, None]
-    for i in range(n):
-        ms = dur[i] / 1e6
-        if issued_early[i]:
-            lead = (gs[i] - wf_ts[i]) / 1e6
-            if collective[i]:
-                c = C.COLLECTIVE_WAIT
-                evidence[i] = (f"the device waited {ms:.1f} µs at collective {nxt_names[i]!r}, "
-                               f"issued {lead:.1f} µs before the gap: waiting for a peer")
-            elif sync_at_start[i]:
-                c = C.HOST_SYNC
-                evidence[i] = (f"the next op was issued {lead:.1f} µs before the gap while a "
-                               f"blocking call was in flight")
-            else:
-                c = C.UNTRACED
-                evidence[i] = (f"the next op was issued {lead:.1f} µs before the gap; the device "
-                               "waited on a dependency the trace does not show")
-        elif sync_at_start[i] and share[i, B_SYNC] + share[i, B_COMPUTE] + share[i, B_LAUNCH] \
-                + share[i, B_IDLE] >= 0.5 and dom[i] not in (B_COMPILE, B_DATA):
-            c = C.HOST_SYNC
-            evidence[i] = (f"a blocking host call was in flight when the device went idle; the "
-                           f"host then spent {ms:.1f} µs before issuing the next op")
-        elif next_is_h2d[i] and share[i, B_H2D] + share[i, B_LAUNCH] >= 0.3:
-            c = C.H2D_TRANSFER
-            evidence[i] = f"the gap ends with a host→device copy staged by the host for {ms:.1f} µs"
-        else:
-            b = int(dom[i])
-            if b in (B_COMPUTE, B_LAUNCH, B_IDLE) and (
-                    launch_bound[i] or (dur[i] < LAUNCH_BOUND_MAX_PS and share[i, B_LAUNCH] >= 0.3)):
-                b = B_LAUNCH
-            c = bucket_cause[b]
-            evidence[i] = (f"{share[i, b] * 100:.0f}% of the {ms:.1f} µs gap the host was in "
-                           f"{C.LABELS[c].lower()}")
-        cause[i] = idx_cause[c]
-        if c == C.H2D_TRANSFER and buckets is not None and thread[i] in lines and \
+    early_coll = issued_early & collective
+    early_sync = issued_early & ~collective & sync_at_start
+    early_other = issued_early & ~collective & ~sync_at_start
+    late = ~issued_early
+    drained = late & sync_at_start & ~np.isin(dom, (B_COMPILE, B_DATA)) & (
+        share[:, B_SYNC] + share[:, B_COMPUTE] + share[:, B_LAUNCH] + share[:, B_IDLE] >= 0.5)
+    staged = late & ~drained & next_is_h2d & (share[:, B_H2D] + share[:, B_LAUNCH] >= 0.3)
+    rest = late & ~drained & ~staged
+    b = dom.copy()
+    b[rest & np.isin(dom, (B_COMPUTE, B_LAUNCH, B_IDLE)) & (
+        launch_bound | ((dur < LAUNCH_BOUND_MAX_PS) & (share[:, B_LAUNCH] >= 0.3)))] = B_LAUNCH
+    idx = {c: i for i, c in enumerate(C.ALL)}
+    bucket_to_cause = np.array([idx[bucket_cause[k]] for k in range(len(BUCKETS))], np.int8)
+    cause[:] = bucket_to_cause[b]
+    cause[early_coll] = idx[C.COLLECTIVE_WAIT]
+    cause[early_sync | drained] = idx[C.HOST_SYNC]
+    cause[early_other] = idx[C.UNTRACED]
+    cause[staged] = idx[C.H2D_TRANSFER]
+
+    us = (dur / 1e6).tolist()
+    lead = ((gs - wf_ts) / 1e6).tolist()
+    pct = (share[np.arange(n), b] * 100).tolist()
+    for i in np.flatnonzero(early_coll).tolist():
+        evidence[i] = (f"the device waited {us[i]:.1f} µs at collective {nxt_names[i]!r}, issued "
+                       f"{lead[i]:.1f} µs before the gap: waiting for a peer")
+    for i in np.flatnonzero(early_sync).tolist():
+        evidence[i] = (f"the next op was issued {lead[i]:.1f} µs before the gap while a blocking "
+                       "call was in flight")
+    for i in np.flatnonzero(early_other).tolist():
+        evidence[i] = (f"the next op was issued {lead[i]:.1f} µs before the gap; the device "
+                       "waited on a dependency the trace does not show")
+    for i in np.flatnonzero(drained).tolist():
+        evidence[i] = ("a blocking host call was in flight when the device went idle; the host "
+                       f"then spent {us[i]:.1f} µs before issuing the next op")
+    for i in np.flatnonzero(staged).tolist():
+        evidence[i] = f"the gap ends with a host→device copy staged by the host for {us[i]:.1f} µs"
+    lower = {k: C.LABELS[bucket_cause[k]].lower() for k in range(len(BUCKETS))}
+    b_l = b.tolist()
+    for i in np.flatnonzero(rest).tolist():
+        evidence[i] = f"{pct[i]:.0f}% of the {us[i]:.1f} µs gap the host was in {lower[b_l[i]]}"
+
+    for i in np.flatnonzero(cause == idx[C.H2D_TRANSFER]).tolist():
+        if buckets is not None and thread[i] in lines and \
                 (not wf_ok[i] or buckets[wf[i]] != B_H2D):
             # the device waited for the transfer itself, not for the launch after it
             t_ev = _last_in_bucket(lines[int(thread[i])], int(gs[i]), int(ge[i]), B_H2D)
