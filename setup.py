@@ -26,6 +26,7 @@ setup(
         "numpy>=1.24",
         "orjson>=3.9",
         "fsspec>=2023.1",
+        "isal>=1.6",
     ],
     extras_require={
         "test": ["pytest>=8", "hypothesis>=6.100", "playwright>=1.45", "jsonschema>=4.20",

@@ -4,6 +4,8 @@ Pure functions of the trace model; the result is plain JSON-ready data.
 """
 from __future__ import annotations
 
+import gc
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 
 import numpy as np
@@ -77,7 +79,25 @@ def _ns(ps) -> int:
     return int(round(int(ps) / 1000))
 
 
+@contextmanager
+def _no_cyclic_gc():
+    """The diagnosis builds many small acyclic objects (gap records); the cyclic
+    collector would rescan them again and again while they are being made."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def diagnose_trace(trace: Trace, options: Options | None = None) -> Diagnosis:
+    with _no_cyclic_gc():
+        return _diagnose(trace, options)
+
+
+def _diagnose(trace: Trace, options: Options | None = None) -> Diagnosis:
     opt = options or Options()
     threshold_ps = int(round(opt.threshold_us * 1e6))
     n = trace.n_events

@@ -31,6 +31,7 @@ class _Names:
         self.t = trace
         self._chain: dict = {}
         self._parent = None          # Python lists: scalar numpy indexing is slow in loops
+        self._shared: dict = {}
         self._name = None
         self._scope = {}
         for key in ("hlo_op", "op_name", "tf_op"):
@@ -46,13 +47,19 @@ class _Names:
             self._parent = self.t.parent.tolist()
             self._name = self.t.name.tolist()
         parent, name, strings, memo = self._parent, self._name, self.t.strings, self._chain
+        shared = self._shared
         pending = []
         while e >= 0 and e not in memo:
             pending.append(e)
             e = parent[e]
         base = memo.get(e, []) if e >= 0 else []
         for x in reversed(pending):
-            base = memo[x] = base + [strings[name[x]]]
+            # events with the same chain of names share one (read-only) list
+            key = (id(base), name[x])
+            c = shared.get(key)
+            if c is None:
+                c = shared[key] = base + [strings[name[x]]]
+            base = memo[x] = c
         return base
 
     def stat(self, key: str, events: np.ndarray) -> list:
@@ -114,13 +121,14 @@ def gaps_json(trace: Trace, gaps_all: list, gap_step: list, step_ids: np.ndarray
     labels = [trace.track_label[i] if i >= 0 else None for i in thread.tolist()]
     dev_l, cause_l, wf_l, w_ok_l = dev.tolist(), cause.tolist(), wf.tolist(), w_ok.tolist()
     out = []
+    cause_info = [(c, C.LABELS[c], C.HTA[c]) for c in C.ALL]
     for r in range(order.shape[0]):
-        c = C.ALL[cause_l[r]]
+        c, label, hta = cause_info[cause_l[r]]
         g = {
             "id": f"{dev_l[r]}-{s_ns[r]}", "rank": r, "device": dev_l[r],
             "step": steps[r] if steps[r] >= 0 else None,
             "start_ns": s_ns[r], "end_ns": e_ns[r], "duration_ns": d_ns[r],
-            "cause": c, "cause_label": C.LABELS[c], "hta_category": C.HTA[c],
+            "cause": c, "cause_label": label, "hta_category": hta,
             "evidence": evidence[r],
             "host_time_by_cause_ns": dict(zip(BUCKETS, bt_ns[r])),
             "analysed_thread": labels[r],
