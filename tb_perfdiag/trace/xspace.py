@@ -412,14 +412,21 @@ def _join_hlo_metadata(planes, stats, strings, n, warnings):
     evs, op_ids, _ = stats["hlo_op"]
     mod = stats.get("hlo_module")
     prog = stats.get("program_id")
-    mod_of = np.full(n, -1, np.int64)
-    prog_of = np.full(n, -1, np.int64)
-    if mod is not None:
-        mod_of[mod[0]] = mod[1]
-    if prog is not None:
-        prog_of[prog[0]] = prog[1]
+    def at_ops(stat):
+        """The stat's value on each HLO-op event (−1 where absent), without a dense
+        column over all events."""
+        out = np.full(evs.shape[0], -1, np.int64)
+        if stat is not None and stat[0].size:
+            e, v = np.asarray(stat[0]), np.asarray(stat[1])
+            o = np.argsort(e, kind="stable") if (e[1:] < e[:-1]).any() else None
+            if o is not None:
+                e, v = e[o], v[o]
+            k = np.minimum(np.searchsorted(e, evs), e.shape[0] - 1)
+            hit = e[k] == evs
+            out[hit] = v[k[hit]]
+        return out
     # join per distinct (module, program, op) key, then broadcast
-    keys = np.stack([mod_of[evs], prog_of[evs], op_ids.astype(np.int64)], axis=1)
+    keys = np.stack([at_ops(mod), at_ops(prog), op_ids.astype(np.int64)], axis=1)
     u, inv = unique_rows(keys)
     cols = {"op_name": [], "op_type": [], "source": []}
     empty = strings.intern("")
