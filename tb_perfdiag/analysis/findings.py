@@ -185,7 +185,7 @@ def findings(trace: Trace, diag, steps, compile_ev, compile_step) -> list:
                 total_ns=mem_ns, confidence="medium")
 
     out.extend(_multi_device(trace, diag, n_steps))
-    out.extend(_recurring(diag, n_steps))
+    out.extend(_recurring(diag, n_steps, list(out)))
     out.sort(key=lambda f: (-f["time_lost_ns_per_step"], f["kind"]))
     return out
 
@@ -245,7 +245,13 @@ def _multi_device(trace: Trace, diag, n_steps: int) -> list:
     return out
 
 
-def _recurring(diag, n_steps: int) -> list:
+CAUSE_FINDING = {C.HOST_SYNC: "host_sync", C.COMPILATION: "recompilation",
+                 C.DATA_LOADING: "input_bound", C.H2D_TRANSFER: "h2d_transfer",
+                 C.LAUNCH_OVERHEAD: "launch_bound", C.HOST_COMPUTE: "host_compute",
+                 C.COLLECTIVE_WAIT: "collective_wait", C.UNTRACED: "untraced"}
+
+
+def _recurring(diag, n_steps: int, others: list) -> list:
     """The same gap (device, cause, waited-for op) in most steps."""
     if n_steps < 3:
         return []
@@ -281,9 +287,20 @@ def _recurring(diag, n_steps: int) -> list:
                     "detail": f"About {per_step / 1e3:.0f} µs ({100 * share:.1f}% of the step) "
                               f"idle every step before {wf or 'the next op'}. Because it repeats, "
                               "removing it saves that much in every step.",
-                    "fix": "See the matching finding for this cause; because it repeats every "
-                           "step, removing it saves its time in every step.",
+                    "fix": _matching_fix(others, cause, {g["id"] for g in reps}),
                     "evidence": {"gaps": [g["id"] for g in reps[:MAX_EVIDENCE]],
                                  "ranges": [[g["start_ns"], g["end_ns"]]
                                             for g in reps[:MAX_EVIDENCE]]}})
     return out
+
+
+def _matching_fix(others: list, cause: str, gap_ids: set) -> str:
+    """The fix of the finding that explains these gaps (the one citing most of them)."""
+    kind = CAUSE_FINDING.get(cause)
+    best = max((f for f in others if f["kind"] == kind),
+               key=lambda f: len(gap_ids & set(f["evidence"]["gaps"])), default=None)
+    if best is None:
+        return "Remove what the host does in this gap (see its host ops); because it repeats " \
+               "every step, that saves its time in every step."
+    return f"{best['fix']} (same cause as “{best['title']}”)"
+
