@@ -75,13 +75,8 @@ def is_annotation(trace: Trace) -> np.ndarray:
 def nearest_annotation(trace: Trace) -> np.ndarray:
     """For every event, the innermost user annotation enclosing it (itself included)."""
     ann = np.where(is_annotation(trace), np.arange(trace.n_events), -1)
-    max_depth = int(trace.depth.max()) if trace.n_events else 0
-    by_depth = np.argsort(trace.depth, kind="stable")
-    bounds = np.searchsorted(trace.depth[by_depth], np.arange(max_depth + 2))
-    for d in range(1, max_depth + 1):
-        idx = by_depth[bounds[d]:bounds[d + 1]]
-        p = trace.parent[idx]
-        take = (ann[idx] < 0) & (p >= 0)
+    for idx, p in trace.nested_levels():
+        take = ann[idx] < 0
         ann[idx[take]] = ann[p[take]]
     return ann
 

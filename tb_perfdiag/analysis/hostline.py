@@ -38,14 +38,7 @@ def event_buckets(trace: Trace, memcpy_kind_of_launch: np.ndarray) -> np.ndarray
     b[k == K.IDLE] = B_IDLE
     # idle markers are idle only at the top of a thread; nested ones are transparent
     specific = np.isin(b, _INHERITED) | ((b == B_IDLE) & (trace.parent < 0))
-    max_depth = int(trace.depth.max()) if trace.n_events else 0
-    by_depth = np.argsort(trace.depth, kind="stable")
-    bounds = np.searchsorted(trace.depth[by_depth], np.arange(max_depth + 2))
-    for d in range(1, max_depth + 1):
-        idx = by_depth[bounds[d]:bounds[d + 1]]
-        p = trace.parent[idx]
-        ok = p >= 0
-        idx, p = idx[ok], p[ok]
+    for idx, p in trace.nested_levels():
         inherit = ~specific[idx] & (np.isin(b[p], _INHERITED) | (b[idx] == B_IDLE))
         b[idx[inherit]] = b[p[inherit]]
         specific[idx[inherit]] = True

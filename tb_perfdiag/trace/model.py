@@ -163,6 +163,19 @@ class Trace:
             return self.kind == EventKind.KERNEL
         return np.isin(self.kind, DEVICE_ACTIVITY)
 
+    def nested_levels(self):
+        """(events, their parents) one nesting level at a time, outermost first: lets a
+        value flow from every event to the events it encloses in depth-many array steps."""
+        if self.n_events == 0:
+            return
+        by_depth = np.argsort(self.depth, kind="stable")    # int16: radix sort
+        bounds = np.searchsorted(self.depth[by_depth], np.arange(int(self.depth.max()) + 2))
+        for d in range(1, bounds.shape[0] - 1):
+            idx = by_depth[bounds[d]:bounds[d + 1]]
+            p = self.parent[idx]
+            ok = p >= 0
+            yield idx[ok], p[ok]
+
     def chain(self, i: int) -> list:
         """Enclosing events of ``i``, outermost first, ending with ``i`` itself."""
         out = []
