@@ -99,6 +99,14 @@ def annotation_path(trace: Trace, e: int, memo: dict | None = None) -> tuple:
     return base
 
 
+def _expand(flat: np.ndarray, off: np.ndarray, cnt: np.ndarray, x: np.ndarray):
+    """(row, item): every element of ``x`` (a path id) paired with each of its prefixes."""
+    reps = cnt[x]
+    row = np.repeat(np.arange(x.shape[0]), reps)
+    within = np.arange(row.shape[0]) - np.repeat(np.cumsum(reps) - reps, reps)
+    return row, flat[off[x][row] + within]
+
+
 def device_time(trace: Trace, ops: np.ndarray, op_step: np.ndarray, step_ids: np.ndarray,
                 origin: np.ndarray, device_names: list) -> list:
     if ops.size == 0:
@@ -107,6 +115,8 @@ def device_time(trace: Trace, ops: np.ndarray, op_step: np.ndarray, step_ids: np
     has = pid >= 0
     if not has.any():
         return []
+    n_paths = len(paths)
+    n_steps = step_ids.shape[0]
     dur = trace.dur[ops]
     dev = trace.track_device[trace.track[ops]]
     # every prefix of a path is an annotation too
@@ -119,73 +129,91 @@ def device_time(trace: Trace, ops: np.ndarray, op_step: np.ndarray, step_ids: np
         prefix_index = {p: i for i, p in enumerate(keep)}
     n_ann = len(prefix_index)
     ann_list = list(prefix_index)
-    # op → each prefix (inclusive) and its own path (exclusive)
-    rows_op, rows_ann = [], []
-    path_prefixes = [[prefix_index[p[:k]] for k in range(1, len(p) + 1) if p[:k] in prefix_index]
-                     for p in paths]
-    ops_by_path = np.argsort(pid, kind="stable")
-    sorted_pid = pid[ops_by_path]
-    bounds = np.searchsorted(sorted_pid, np.arange(len(paths) + 1))
-    for p_i in range(len(paths)):
-        members = ops_by_path[bounds[p_i]:bounds[p_i + 1]]
-        for a in path_prefixes[p_i]:
-            rows_op.append(members)
-            rows_ann.append(np.full(members.shape[0], a, np.int64))
-    rows_op = np.concatenate(rows_op) if rows_op else np.zeros(0, np.int64)
-    rows_ann = np.concatenate(rows_ann) if rows_ann else np.zeros(0, np.int64)
-    incl = np.bincount(rows_ann, weights=dur[rows_op], minlength=n_ann)
-    n_ops = np.bincount(rows_ann, minlength=n_ann)
-    own = np.array([prefix_index.get(p, -1) for p in paths], np.int64)
-    ex_ann = own[pid[has]]
-    ok = ex_ann >= 0
-    excl = np.bincount(ex_ann[ok], weights=dur[has][ok], minlength=n_ann)
+    ann_depth = np.array([len(a) for a in ann_list], np.int64)
+    # path → the annotations it belongs to (its kept prefixes), as a flat ragged array
+    prefixes = [[prefix_index[p[:k]] for k in range(1, len(p) + 1) if p[:k] in prefix_index]
+                for p in paths]
+    pcnt = np.array([len(x) for x in prefixes], np.int64)
+    poff = np.concatenate(([0], np.cumsum(pcnt)[:-1])).astype(np.int64)
+    pflat = np.array([a for x in prefixes for a in x], np.int64)
+    prow, pann = _expand(pflat, poff, pcnt, np.arange(n_paths))   # (path, annotation) pairs
 
-    n_steps = step_ids.shape[0]
-    st = np.where(op_step[rows_op] >= 0, op_step[rows_op], n_steps)
-    per_step_incl = np.bincount(rows_ann * (n_steps + 1) + st, weights=dur[rows_op],
-                                minlength=n_ann * (n_steps + 1)).reshape(n_ann, n_steps + 1)
-    ex_st = np.where(op_step[has][ok] >= 0, op_step[has][ok], n_steps)
-    per_step_excl = np.bincount(ex_ann[ok] * (n_steps + 1) + ex_st, weights=dur[has][ok],
-                                minlength=n_ann * (n_steps + 1)).reshape(n_ann, n_steps + 1)
+    # sums per (path, step) first — a few thousand cells — then onto the annotations
+    p_ok, d_ok = pid[has], dur[has]
+    st = op_step[has]
+    st = np.where(st >= 0, st, n_steps)
+    cell = p_ok * (n_steps + 1) + st
+    size = n_paths * (n_steps + 1)
+    path_step_dur = np.rint(np.bincount(cell, weights=d_ok, minlength=size)) \
+        .astype(np.int64).reshape(n_paths, n_steps + 1)
+    path_ops = np.bincount(p_ok, minlength=n_paths).astype(np.int64)
+    per_step_incl = np.zeros((n_ann, n_steps + 1), np.int64)
+    np.add.at(per_step_incl, pann, path_step_dur[prow])
+    incl = per_step_incl.sum(axis=1)
+    n_ops = np.bincount(pann, weights=path_ops[prow], minlength=n_ann).astype(np.int64)
+    own = np.array([prefix_index.get(p, -1) for p in paths], np.int64)
+    per_step_excl = np.zeros((n_ann, n_steps + 1), np.int64)
+    mine = own >= 0
+    np.add.at(per_step_excl, own[mine], path_step_dur[mine])
+    excl = per_step_excl.sum(axis=1)
 
     # scattering: separate runs of consecutive ops (device order) per (device, step).
-    # A member op starts a run unless the op just before it on the same device and step
-    # belongs to the same annotation: one sort over (annotation, position) pairs.
-    n_ops_all = ops.shape[0]
+    # Walk the device order as segments of equal (device, step, path); at a segment
+    # boundary the annotations deeper than the common prefix of the previous and the
+    # next path start a new run.
     order = np.lexsort((trace.ts[ops], dev))
-    pos_in_order = np.empty(n_ops_all, np.int64)
-    pos_in_order[order] = np.arange(n_ops_all)
     key = dev[order].astype(np.int64) * (n_steps + 2) + \
         np.where(op_step[order] >= 0, op_step[order], n_steps)
-    pos = pos_in_order[rows_op]
-    pair = rows_ann * (n_ops_all + 1) + pos
-    pair_sorted = np.sort(pair)
-    prev = pair - 1
-    k = np.minimum(np.searchsorted(pair_sorted, prev), pair_sorted.shape[0] - 1)
-    prev_member = (pos > 0) & (pair_sorted[k] == prev)
-    same_key = np.zeros(pos.shape[0], bool)
-    same_key[pos > 0] = key[pos[pos > 0]] == key[pos[pos > 0] - 1]
-    starts_run = ~(prev_member & same_key)
-    runs = np.bincount(rows_ann, weights=starts_run, minlength=n_ann).astype(np.int64)
-    keys_with = np.unique(rows_ann * (int(key.max()) + 1 if key.size else 1) +
-                          key[pos]) // ((int(key.max()) + 1) if key.size else 1)
-    steps_with = np.bincount(keys_with, minlength=n_ann)
+    seq = pid[order]
+    brk = np.ones(seq.shape[0], bool)
+    brk[1:] = (key[1:] != key[:-1]) | (seq[1:] != seq[:-1])
+    seg_at = np.flatnonzero(brk)
+    seg_pid, seg_key = seq[seg_at], key[seg_at]
+    prev_pid = np.full(seg_at.shape[0], -1, np.int64)
+    prev_pid[1:] = np.where(seg_key[1:] == seg_key[:-1], seg_pid[:-1], -1)
+    live = seg_pid >= 0
+    codes, counts = np.unique((prev_pid[live] + 1) * (n_paths + 1) + seg_pid[live],
+                              return_counts=True)
+    prev_u, cur_u = codes // (n_paths + 1) - 1, codes % (n_paths + 1)
+    common = np.zeros(codes.shape[0], np.int64)
+    for i, (a, b) in enumerate(zip(prev_u.tolist(), cur_u.tolist())):
+        if a >= 0:
+            pa, pb = paths[a], paths[b]
+            n = 0
+            while n < min(len(pa), len(pb)) and pa[n] == pb[n]:
+                n += 1
+            common[i] = n
+    row, ann = _expand(pflat, poff, pcnt, cur_u)
+    starts = ann_depth[ann] > common[row]
+    runs = np.bincount(ann[starts], weights=counts[row[starts]], minlength=n_ann).astype(np.int64)
+    # (device, step) groups each annotation has ops in
+    kp = np.unique(seg_key[live] * (n_paths + 1) + seg_pid[live])
+    row, ann = _expand(pflat, poff, pcnt, kp % (n_paths + 1))
+    kmax = int(key.max()) + 1
+    steps_with = np.bincount(np.unique(ann * kmax + kp[row] // (n_paths + 1)) // kmax,
+                             minlength=n_ann)
+    # neighbours of the scattered ones: the paths between an annotation's first and last
+    # segment in device order, at the same depth
     inter: list = [set() for _ in range(n_ann)]
-    member_rows = np.argsort(rows_ann, kind="stable")
-    mb = np.searchsorted(rows_ann[member_rows], np.arange(n_ann + 1))
-    for a in np.flatnonzero(runs > steps_with)[:MAX_INTERLEAVED].tolist():
-        # which other annotations sit between this one's runs (same depth)
-        members = pos[member_rows[mb[a]:mb[a + 1]]]
-        lo, hi = int(members.min()), int(members.max())
-        window = order[lo:hi + 1]
-        if window.shape[0] > 200_000:
-            window = window[:: window.shape[0] // 200_000 + 1]
-        others = np.unique(pid[window])
-        depth = len(ann_list[a])
-        for o in others[others >= 0].tolist()[:200]:
-            p = paths[o]
-            if len(p) >= depth and p[:depth] != ann_list[a]:
-                inter[a].add("/".join(p[:depth]))
+    scattered = np.flatnonzero(runs > steps_with)[:MAX_INTERLEAVED]
+    if scattered.size:
+        seg_idx = np.arange(seg_at.shape[0])
+        first = np.full(n_paths, seg_at.shape[0], np.int64)
+        last = np.full(n_paths, -1, np.int64)
+        np.minimum.at(first, seg_pid[live], seg_idx[live])
+        np.maximum.at(last, seg_pid[live], seg_idx[live])
+        for a in scattered.tolist():
+            with_a = prow[pann == a]
+            lo, hi = int(first[with_a].min()), int(last[with_a].max())
+            window = seg_pid[lo:hi + 1]
+            if window.shape[0] > 200_000:
+                window = window[:: window.shape[0] // 200_000 + 1]
+            others = np.unique(window)
+            depth = len(ann_list[a])
+            for o in others[others >= 0].tolist()[:200]:
+                p = paths[o]
+                if len(p) >= depth and p[:depth] != ann_list[a]:
+                    inter[a].add("/".join(p[:depth]))
     out = []
     for a, path in enumerate(ann_list):
         steps_with_ops = int((per_step_incl[a, :n_steps] > 0).sum()) or 1

@@ -122,7 +122,7 @@ def classify_gaps(trace: Trace, device: int, gs, ge, prev, nxt, origin: np.ndarr
             candidates.append(t)
     if not candidates and lines:
         # no links and no steps: the busiest host thread
-        candidates = [max(lines, key=lambda t: lines[t].cum[-1, :B_IDLE].sum())]
+        candidates = [max(lines, key=lambda t: lines[t].busy_ns())]
     best_idle = np.full(n, np.iinfo(np.int64).max)
     for t in candidates:
         bt = lines[t].time_by_bucket(gs, ge)

@@ -51,7 +51,15 @@ class HostLine:
     seg_start: np.ndarray     # int64, sorted
     seg_inner: np.ndarray     # int64 event index of the innermost op, -1 when idle
     seg_bucket: np.ndarray    # int8 bucket (B_IDLE when idle)
-    cum: np.ndarray           # (n_seg+1, n_buckets) cumulative time per bucket up to seg start
+    # per bucket: the segments of that bucket and the time of that bucket before each of
+    # them (one sparse column per bucket; a dense (n_seg, n_buckets) table costs 3.5×
+    # the memory and its row-wise cumsum dominated the analysis of large traces)
+    bucket_segs: list
+    bucket_cum: list
+
+    def busy_ns(self) -> int:
+        """Time spent in any bucket but idle."""
+        return sum(int(c[-1]) for c in self.bucket_cum[:B_IDLE])
 
     def time_by_bucket(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """(len(a), n_buckets) time spent per bucket inside each window [a, b)."""
@@ -61,14 +69,13 @@ class HostLine:
         t = np.asarray(t, np.int64)
         k = np.searchsorted(self.seg_start, t, side="right") - 1      # segment containing t
         out = np.zeros((t.shape[0], len(BUCKETS)), np.int64)
-        inside = k >= 0
-        kk = np.maximum(k, 0)
-        out[inside] = self.cum[kk[inside]]
-        part = np.where(inside, t - self.seg_start[kk], 0)
-        rows = np.flatnonzero(inside)
-        out[rows, self.seg_bucket[kk[rows]]] += part[rows]
-        # before the first segment the thread was idle/untraced
-        out[~inside, B_IDLE] += 0
+        # whole segments of each bucket before segment k
+        for b in range(len(BUCKETS)):
+            out[:, b] = self.bucket_cum[b][np.searchsorted(self.bucket_segs[b], k, side="left")]
+        # plus the part of segment k up to t (nothing before the first segment)
+        rows = np.flatnonzero(k >= 0)
+        kk = k[rows]
+        out[rows, self.seg_bucket[kk]] += t[rows] - self.seg_start[kk]
         return out
 
     def inner_at(self, t: int) -> int:
@@ -112,9 +119,14 @@ def build_hostlines(trace: Trace, buckets: np.ndarray, tracks) -> dict:
         marker = (inner >= 0) & (trace.kind[np.maximum(inner, 0)] == K.IDLE)
         inner = np.where(marker, trace.parent[np.maximum(inner, 0)], inner)
         seg_len = np.diff(np.concatenate((times, [times[-1]])))
-        contrib = np.zeros((times.shape[0], len(BUCKETS)), np.int64)
-        contrib[np.arange(times.shape[0]), bucket] = seg_len
-        cum = np.zeros((times.shape[0] + 1, len(BUCKETS)), np.int64)
-        np.cumsum(contrib, axis=0, out=cum[1:])
-        out[int(t)] = HostLine(int(t), times, inner.astype(np.int64), bucket, cum)
+        by_bucket = np.argsort(bucket, kind="stable")
+        edges = np.searchsorted(bucket[by_bucket], np.arange(len(BUCKETS) + 1))
+        segs, cums = [], []
+        for b in range(len(BUCKETS)):
+            sel = by_bucket[edges[b]:edges[b + 1]]
+            c = np.zeros(sel.shape[0] + 1, np.int64)
+            np.cumsum(seg_len[sel], out=c[1:])
+            segs.append(sel)
+            cums.append(c)
+        out[int(t)] = HostLine(int(t), times, inner.astype(np.int64), bucket, segs, cums)
     return out
