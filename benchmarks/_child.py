@@ -12,6 +12,12 @@ WHAT:
   load                        tb_perfdiag.load(path), reading the file included
   diagnose                    tb_perfdiag.diagnose(path), reading the file included; then
                               .to_json() (parts: diagnose, to_json; checkpoints for both)
+  gunzip                      read + gunzip of the file into one bytes object (the floor for
+                              any reader of a gzipped trace)
+  xprof                       the Profile plugin's trace-viewer conversion of an XSpace
+                              (xprof.convert.raw_to_tool_data.xspace_to_tool_data(…,
+                              "trace_viewer", use_saved_result=False)): what its first
+                              trace-viewer open computes
   hta                         HTA TraceAnalysis(trace_dir=PATH) (HTA's own parsing of the one
                               file in that dir), get_idle_time_breakdown(all ranks,
                               visualize=False); then get_cuda_kernel_launch_stats and
@@ -96,6 +102,24 @@ def main():
             rep["gaps"] = len(j["gaps"])
             rep["hta_compat_ns"] = d.hta
         rep["native"] = native()
+    elif what == "gunzip":
+        rep["import_mb"] = peak_mb()
+        t, c = clock(), cpu()
+        raw = read_raw(path)
+        rep["seconds"], rep["cpu_seconds"] = clock() - t, cpu() - c
+        rep["peak_mb"] = peak_mb()
+        rep["bytes"] = len(raw)
+    elif what == "xprof":
+        from xprof.convert import raw_to_tool_data
+        rep["import_mb"] = peak_mb()
+        t, c = clock(), cpu()
+        data, _ = raw_to_tool_data.xspace_to_tool_data([path], "trace_viewer",
+                                                        {"use_saved_result": False})
+        rep["seconds"], rep["cpu_seconds"] = clock() - t, cpu() - c
+        rep["peak_mb"] = peak_mb()
+        if not data:
+            raise SystemExit("xprof returned no trace-viewer data")
+        rep["output_bytes"] = len(data)
     elif what == "hta":
         import logging
         logging.disable(logging.WARNING)

@@ -28,7 +28,7 @@ class ChildFailed(RuntimeError):
 
 
 def run_child(what: str, path: str, python: str = MAIN_PY, env: dict | None = None,
-              timeout: float = 600) -> dict:
+              timeout: float = 600, mem_limit_mb: float | None = None) -> dict:
     """Run ``_child.py WHAT PATH`` in a fresh process; return its JSON report plus
     ``wall_s`` (process lifetime) and ``rusage_peak_mb`` (ru_maxrss from wait4: the
     child's own peak resident set; the largest of it and its waited-for children)."""
@@ -37,8 +37,13 @@ def run_child(what: str, path: str, python: str = MAIN_PY, env: dict | None = No
     full_env.update(env or {})
     with tempfile.TemporaryFile() as fo, tempfile.TemporaryFile() as fe:
         t = time.perf_counter()
+        def cap():   # an anchor that would exhaust the machine fails alone instead
+            import resource
+            lim = int(mem_limit_mb * 2**20)
+            resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
         p = subprocess.Popen([python, CHILD, what, path], stdout=fo, stderr=fe,
-                             env=full_env, cwd=ROOT)
+                             env=full_env, cwd=ROOT,
+                             preexec_fn=cap if mem_limit_mb else None)
         while True:  # reap it ourselves: wait4 gives this child's own rusage
             pid, status, ru = os.wait4(p.pid, os.WNOHANG)
             if pid:
@@ -103,7 +108,7 @@ def generated_file(fmt: str, events: int = 2_000_000, poll_s: float = 0,
         if not os.path.exists(GENERATOR):
             note = "testdata/generators/synthetic.py not found"
         else:
-            tmp = out + ".part"
+            tmp = os.path.join(TMP, ".part-" + os.path.basename(out))   # keeps the .gz suffix
             p = subprocess.run([MAIN_PY, GENERATOR, "--large", tmp, "--events", str(events),
                                 "--format", fmt], capture_output=True, text=True, cwd=ROOT)
             if p.returncode == 0 and os.path.exists(tmp):

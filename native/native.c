@@ -1092,10 +1092,16 @@ static const unsigned char *j_number(JCtx *c, const unsigned char *p, Num *n) {
     if (!n->is_float) {
         uint64_t u = 0;
         int over = nd > 20;
-        for (const unsigned char *q = n->int_s; !over && q < n->int_e; q++) {
-            uint64_t d = (uint64_t)(*q - '0');
-            if (u > (UINT64_MAX - d) / 10) over = 1;
-            else u = u * 10 + d;
+        if (nd <= 19) {
+            /* 19 digits always fit: no overflow test (a division) per digit */
+            for (const unsigned char *q = n->int_s; q < n->int_e; q++)
+                u = u * 10 + (uint64_t)(*q - '0');
+        } else {
+            for (const unsigned char *q = n->int_s; !over && q < n->int_e; q++) {
+                uint64_t d = (uint64_t)(*q - '0');
+                if (u > (UINT64_MAX - d) / 10) over = 1;
+                else u = u * 10 + d;
+            }
         }
         if (over) {
             n->is_float = 1; /* orjson: integers past 64 bits become floats */
@@ -1889,12 +1895,101 @@ static PyObject *scan_kineto(PyObject *self, PyObject *arg) {
 }
 
 /* ====================================================================== */
+/* Nesting of events sorted by (track, ts, -dur): the array algorithm of
+ * tb_perfdiag.trace.build.nest, as one pass per track.  depth = earlier events of
+ * the track still open at my start (end > ts), kept as a min-heap of their ends;
+ * parent = the latest earlier event of the track one level up. */
+
+static void heap_push(int64_t *h, Py_ssize_t *n, int64_t v) {
+    Py_ssize_t i = (*n)++;
+    while (i > 0) {
+        Py_ssize_t up = (i - 1) / 2;
+        if (h[up] <= v) break;
+        h[i] = h[up];
+        i = up;
+    }
+    h[i] = v;
+}
+
+static void heap_pop(int64_t *h, Py_ssize_t *n) {
+    int64_t v = h[--(*n)];
+    Py_ssize_t i = 0, m = *n;
+    for (;;) {
+        Py_ssize_t c = 2 * i + 1;
+        if (c >= m) break;
+        if (c + 1 < m && h[c + 1] < h[c]) c++;
+        if (v <= h[c]) break;
+        h[i] = h[c];
+        i = c;
+    }
+    if (m > 0) h[i] = v;
+}
+
+static PyObject *nest_sorted(PyObject *self, PyObject *args) {
+    Py_buffer tb, sb, eb;
+    if (!PyArg_ParseTuple(args, "y*y*y*", &tb, &sb, &eb)) return NULL;
+    PyObject *out = NULL, *depth_b = NULL, *parent_b = NULL;
+    int64_t *heap = NULL, *last = NULL;
+    Py_ssize_t n = sb.len / 8;
+    if (sb.len % 8 || eb.len != sb.len || tb.len != n * 4) {
+        PyErr_SetString(PyExc_ValueError, "nest_sorted: want int32 track, int64 ts, int64 end");
+        goto done;
+    }
+    depth_b = PyByteArray_FromStringAndSize(NULL, n * 2);
+    parent_b = PyByteArray_FromStringAndSize(NULL, n * 8);
+    heap = malloc(sizeof(int64_t) * (n + 1));
+    last = malloc(sizeof(int64_t) * (n + 1));
+    if (!depth_b || !parent_b || !heap || !last) {
+        if (!PyErr_Occurred()) PyErr_NoMemory();
+        goto done;
+    }
+    {
+        const int32_t *track = tb.buf;
+        const int64_t *ts = sb.buf, *end = eb.buf;
+        int16_t *depth = (int16_t *)PyByteArray_AS_STRING(depth_b);
+        int64_t *parent = (int64_t *)PyByteArray_AS_STRING(parent_b);
+        Py_BEGIN_ALLOW_THREADS
+        Py_ssize_t hn = 0, deepest = -1;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (i == 0 || track[i] != track[i - 1]) {
+                hn = 0;
+                for (Py_ssize_t d = 0; d <= deepest; d++) last[d] = -1;
+                deepest = -1;
+            }
+            while (hn > 0 && heap[0] <= ts[i]) heap_pop(heap, &hn);
+            Py_ssize_t d = hn;
+            depth[i] = (int16_t)d;
+            parent[i] = d > 0 ? last[d - 1] : -1;
+            if (d > deepest) {
+                for (Py_ssize_t k = deepest + 1; k < d; k++) last[k] = -1;
+                deepest = d;
+            }
+            last[d] = i;
+            heap_push(heap, &hn, end[i]);
+        }
+        Py_END_ALLOW_THREADS
+    }
+    out = PyTuple_Pack(2, depth_b, parent_b);
+done:
+    Py_XDECREF(depth_b);
+    Py_XDECREF(parent_b);
+    free(heap);
+    free(last);
+    PyBuffer_Release(&tb);
+    PyBuffer_Release(&sb);
+    PyBuffer_Release(&eb);
+    return out;
+}
+
+/* ====================================================================== */
 
 static PyMethodDef methods[] = {
     {"scan_xspace", scan_xspace, METH_O,
      "scan_xspace(buf) -> dict of raw columns; see tb_perfdiag.trace.native_scan"},
     {"scan_kineto", scan_kineto, METH_O,
      "scan_kineto(buf) -> dict of raw columns; see tb_perfdiag.trace.native_scan"},
+    {"nest_sorted", nest_sorted, METH_VARARGS,
+     "nest_sorted(track_i32, ts_i64, end_i64) -> (depth int16 bytes, parent int64 bytes)"},
     {NULL, NULL, 0, NULL},
 };
 

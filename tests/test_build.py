@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -61,3 +62,21 @@ def test_unique_inverse_equals_numpy(xs):
     u, inv = unique_inverse(x)
     nu, ninv = np.unique(x, return_inverse=True)
     assert (u == nu).all() and (inv == ninv.reshape(-1)).all()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 60), st.integers(0, 25)),
+                min_size=1, max_size=300))
+def test_native_nest_equals_array_nest(rows):
+    """The C pass and the array algorithm agree on anything, partial overlaps and
+    zero-length events included (the C pass is what runs when the extension is built)."""
+    from tb_perfdiag.trace.build import _native_nest, nest_arrays
+    fn = _native_nest()
+    if fn is None:
+        pytest.skip("native extension not built (or TB_PERFDIAG_NO_NATIVE set)")
+    a = np.array(rows, np.int64)
+    o = np.lexsort((-a[:, 2], a[:, 1], a[:, 0]))
+    tr, ts, du = a[o, 0].astype(np.int32), a[o, 1], a[o, 2]
+    d1, p1 = nest(tr, ts, ts + du)
+    d2, p2 = nest_arrays(tr, ts, ts + du)
+    assert d1.tolist() == d2.tolist() and p1.tolist() == p2.tolist()

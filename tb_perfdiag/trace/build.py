@@ -6,6 +6,8 @@ depth and parent with array operations only.
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from .model import Device, Stat, Trace, TrackKind
@@ -71,7 +73,44 @@ class Tracks:
         return len(self.kind) - 1
 
 
+def unique_rows(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(keys, axis=0, return_inverse=True) for int64 rows, via one lexsort
+    (np.unique with axis=0 sorts a structured view and is many times slower)."""
+    if keys.shape[0] == 0:
+        return keys, np.zeros(0, np.int64)
+    o = np.lexsort(keys.T[::-1])
+    k = keys[o]
+    new = np.empty(k.shape[0], bool)
+    new[0] = True
+    new[1:] = (k[1:] != k[:-1]).any(axis=1)
+    group = np.cumsum(new) - 1
+    inv = np.empty(k.shape[0], np.int64)
+    inv[o] = group
+    return k[new], inv
+
+
 def nest(track: np.ndarray, ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Depth and parent of events sorted by (track, ts, -dur): ``nest_arrays``, done in
+    one C pass when the native extension is built (a tenth of the time on 2 M events)."""
+    fn = _native_nest()
+    if fn is None or ts.shape[0] == 0:
+        return nest_arrays(track, ts, end)
+    d, p = fn(np.ascontiguousarray(track, np.int32), np.ascontiguousarray(ts, np.int64),
+              np.ascontiguousarray(end, np.int64))
+    return np.frombuffer(d, np.int16), np.frombuffer(p, np.int64)
+
+
+def _native_nest():
+    if os.environ.get("TB_PERFDIAG_NO_NATIVE"):
+        return None
+    try:
+        from .. import _native
+    except ImportError:
+        return None
+    return getattr(_native, "nest_sorted", None)
+
+
+def nest_arrays(track: np.ndarray, ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Depth and parent of events sorted by (track, ts, -dur).
 
     An event's depth is the number of earlier events on its track still open when it
@@ -161,7 +200,8 @@ def assemble(path: str, fmt: str, strings: StringTable, tracks: Tracks, devices:
     """Sort raw event columns and build the Trace.
 
     ``ts`` is absolute (or file-relative) int64 ps; ``stats`` maps a stat name to
-    (raw event indices, values, is_string); ``links`` is (src, dst, kind) in raw indices.
+    (raw event indices, values, is_string) and is emptied on the way; ``links`` is
+    (src, dst, kind) in raw indices.
     """
     ts = np.asarray(ts, dtype=np.int64)
     dur = np.asarray(dur, dtype=np.int64)
@@ -181,7 +221,9 @@ def assemble(path: str, fmt: str, strings: StringTable, tracks: Tracks, devices:
     depth, parent = nest(track, ts, ts + dur)
 
     out_stats = {}
-    for sname, (idx, values, is_string) in stats.items():
+    # consumed as remapped: the raw stat columns are freed one by one, not all at the end
+    for sname in list(stats):
+        idx, values, is_string = stats.pop(sname)
         idx = np.asarray(idx, np.int64)
         if idx.size == 0:
             continue

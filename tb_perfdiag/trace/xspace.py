@@ -15,7 +15,7 @@ from google.protobuf.message import DecodeError
 
 from ..storage import read_bytes
 from . import classify
-from .build import StringTable, Tracks, assemble, correlation_links, unique_inverse
+from .build import StringTable, Tracks, assemble, correlation_links, unique_inverse, unique_rows
 from .hlo import hlo_op_metadata
 from .model import Device, EventKind as K, LinkKind, TraceError, TrackKind
 from .xplane_pb import XPlane, XSpace
@@ -168,7 +168,8 @@ def build(path: str, scan: dict):
     ``lines`` [(plane idx, id, display_id, name, display_name, timestamp_ns,
     duration_ps)], per event ``ev_line``/``ev_meta``/``ev_offset_ps``/``ev_dur_ps`` and
     CSR ``ev_stat_start`` into per stat ``st_meta``/``st_kind``/``st_int``/``st_dbl``;
-    str/bytes stat values are ids into ``strings`` (bytes).
+    str/bytes stat values are ids into ``strings`` (bytes).  ``scan`` is emptied on the
+    way, so its columns are freed as soon as they are used.
     """
     warnings = [f"profiler error: {e}" for e in scan["errors"]] + \
                [f"profiler warning: {w}" for w in scan["warnings"]]
@@ -315,6 +316,11 @@ def build(path: str, scan: dict):
         host = np.asarray(tracks.kind, np.int8)[track[step_num[0]]] == TrackKind.HOST
         kind[step_num[0][host]] = K.STEP
 
+    # the raw stat columns are all in ``stats`` now: free them before the join and sort
+    del st_event, st_plane, stat_name_of, st_meta, st_kind, st_int, st_dbl, ev_meta, ev_plane
+    del line_events, hlo_op, int_cols
+    hostnames = list(scan["hostnames"])
+    scan.clear()
     # HLO metadata from /host:metadata joined on (module, program_id, hlo_op)
     _join_hlo_metadata(planes, stats, strings, n, warnings)
     links = _flow_links(stats, n)
@@ -323,7 +329,7 @@ def build(path: str, scan: dict):
         on_device = np.asarray(tracks.kind, np.int8)[track] == TrackKind.DEVICE
         c_src, c_dst, c_kind = correlation_links(kind, on_device, corr[0], corr[1])
         links = tuple(np.concatenate([a, b]) for a, b in zip(links, (c_src, c_dst, c_kind)))
-    metadata = {"hostnames": list(scan["hostnames"])}
+    metadata = {"hostnames": hostnames}
     origin = _profile_start_ps(planes)
     if origin is not None:
         metadata["profile_start_ps"] = origin
@@ -442,22 +448,6 @@ def _join_hlo_metadata(planes, stats, strings, n, warnings):
         keep = v != empty
         if keep.any():
             stats[c] = (evs[keep], v[keep], True)
-
-
-def unique_rows(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """np.unique(keys, axis=0, return_inverse=True) for int64 rows, via one lexsort
-    (np.unique with axis=0 sorts a structured view and is many times slower)."""
-    if keys.shape[0] == 0:
-        return keys, np.zeros(0, np.int64)
-    o = np.lexsort(keys.T[::-1])
-    k = keys[o]
-    new = np.empty(k.shape[0], bool)
-    new[0] = True
-    new[1:] = (k[1:] != k[:-1]).any(axis=1)
-    group = np.cumsum(new) - 1
-    inv = np.empty(k.shape[0], np.int64)
-    inv[o] = group
-    return k[new], inv
 
 
 def _flow_links(stats, n):

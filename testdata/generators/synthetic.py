@@ -32,6 +32,7 @@ XSpace message classes) are needed.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import random
 import sys
@@ -2032,7 +2033,10 @@ class LargeXSpace:
 def write_large(path: Path, n_events: int, fmt: str, seed: int = 12345) -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
     if fmt == "kineto":
-        with open(path, "wb") as f:
+        # OUT ending in .gz is written gzipped (level 1: the generator stays the bottleneck)
+        opener = (lambda: gzip.open(path, "wb", compresslevel=1)) if path.suffix == ".gz" \
+            else (lambda: open(path, "wb"))
+        with opener() as f:
             return LargeKineto(f, seed, n_events).run()
     return LargeXSpace(seed, n_events).run(path)
 

@@ -1,0 +1,187 @@
+#!/usr/bin/env python3
+"""The large-profile table: full diagnosis of 2 M- to 40 M-event traces, side by side
+with the bare decode and the anchors, each in its own process.
+
+    python benchmarks/bench_large.py [--rows 1,2,3,4] [--anchors 2m|all|none]
+                                     [--repeat N] [--json OUT]
+
+Rows (inputs written by testdata/generators/synthetic.py --large into the temp dir on
+first use, then reused; see benchmarks/README.md for the time that takes):
+  1  2 M-event XSpace (~70 MB)            target ≤ 1.5 s, ≤ 5× ParseFromString, ≤ 600 MB
+  2  2 M-event Kineto JSON, gzip (~470 MB of JSON)   target ≤ 5 s, ≤ 800 MB
+  3  40 M-event XSpace (~1.4 GB)          target ≤ 60 s, ≤ 6 GB
+  4  20 M-event Kineto JSON, gzip (~4.7 GB of JSON)  target ≤ 90 s, ≤ 6 GB
+
+Tools per row:
+  tb-perfdiag diagnose   tb_perfdiag.diagnose(path): read, gunzip, scan, model, analysis
+  ParseFromString        XSpace rows: the bare protobuf parse of the already read bytes
+  gunzip                 Kineto rows: read + gunzip alone (the floor for any reader)
+  json.loads             Kineto row 2 only (row 4 would need ~35 GB)
+  xprof trace_viewer     XSpace rows: the Profile plugin's trace-viewer conversion
+  HTA idle               Kineto rows: Holistic Trace Analysis parse + idle breakdown
+Anchors run on the 2 M rows by default (--anchors 2m): on rows 3 and 4 they need far more
+memory than this machine has (measured per event on rows 1 and 2: ~1.4 kB for xprof,
+~1.1 kB for HTA); --anchors all tries them anyway under a memory cap and reports the
+failure.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _common as C  # noqa: E402
+
+ROWS = {
+    1: dict(label="2M XSpace", fmt="xspace", events=2_000_000, wall=1.5, mem=600, x_decode=5),
+    2: dict(label="2M Kineto (gz)", fmt="kineto", events=2_000_000, wall=5, mem=800),
+    3: dict(label="40M XSpace", fmt="xspace", events=40_000_000, wall=60, mem=6144),
+    4: dict(label="20M Kineto (gz)", fmt="kineto", events=20_000_000, wall=90, mem=6144),
+}
+
+
+def total_mb() -> float:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20
+
+
+def measure(n, spec, path, anchors, repeat, log):
+    rows, errors = [], []
+    big = spec["events"] > 5_000_000
+
+    def run(tool, what, **kw):
+        log(f"  row {n}: {tool} …")
+        try:
+            r = C.run_best(what, path, repeat, **kw)
+        except C.ChildFailed as e:
+            errors.append(f"row {n} {tool}: {e}")
+            rows.append({"row": n, "tool": tool, "seconds": None, "error": str(e)})
+            return None
+        rows.append({"row": n, "tool": tool, "seconds": r["seconds"], "cpu_s": r["cpu_seconds"],
+                     "peak_mb": r["peak_mb"], "rusage_peak_mb": r["rusage_peak_mb"],
+                     "runs": r["runs"]})
+        return r
+
+    cap = total_mb() - 1024
+    if spec["fmt"] == "xspace":
+        run("ParseFromString", "ParseFromString", timeout=1800, mem_limit_mb=cap)
+    else:
+        run("gunzip", "gunzip", timeout=1800, mem_limit_mb=cap)
+        if not big:
+            run("json.loads", "json.loads", timeout=1800, mem_limit_mb=cap)
+    r = run("tb-perfdiag diagnose", "diagnose", timeout=1800, mem_limit_mb=cap)
+    if r:
+        rows[-1].update(ours=True, gaps=r.get("gaps"), events=r.get("events"),
+                        native=r.get("native"))
+    if anchors == "all" or (anchors == "2m" and not big):
+        if spec["fmt"] == "xspace":
+            run("xprof trace_viewer", "xprof", timeout=1800, mem_limit_mb=cap)
+        elif os.path.exists(C.HTA_PY):
+            run_hta(n, path, repeat, cap, rows, errors, log)
+        else:
+            errors.append(f"row {n} HTA: {C.HTA_PY} missing (see benchmarks/README.md)")
+    elif anchors != "none":
+        errors.append(f"row {n}: anchor not run (needs more memory than this machine has; "
+                      "--anchors all tries it under a cap)")
+    return rows, errors
+
+
+def run_hta(n, path, repeat, cap, rows, errors, log):
+    from bench_diagnose import hta_dir
+    log(f"  row {n}: HTA idle …")
+    try:
+        r = C.run_best("hta", hta_dir(path), repeat, python=C.HTA_PY, timeout=1800,
+                       mem_limit_mb=cap)
+    except C.ChildFailed as e:
+        errors.append(f"row {n} HTA idle: {e}")
+        rows.append({"row": n, "tool": "HTA idle", "seconds": None, "error": str(e)})
+        return
+    rows.append({"row": n, "tool": "HTA idle", "seconds": r["seconds"], "cpu_s": r["cpu_seconds"],
+                 "peak_mb": r["peak_mb"], "rusage_peak_mb": r["rusage_peak_mb"],
+                 "runs": r["runs"]})
+
+
+def report(rows, files, out=sys.stdout):
+    print(f"{'row':18} {'tool':22} {'seconds':>8} {'cpu s':>7} {'peak MB':>8} {'×decode':>8} "
+          f"{'×anchor t':>9} {'×anchor mem':>11}", file=out)
+    verdicts = []
+    for n, spec in ROWS.items():
+        rs = [r for r in rows if r["row"] == n]
+        if not rs:
+            continue
+        decode = next((r for r in rs if r["tool"] in ("ParseFromString", "json.loads")
+                       and r["seconds"]), None) or \
+            next((r for r in rs if r["tool"] == "gunzip" and r["seconds"]), None)
+        anchor = next((r for r in rs if r["tool"] in ("xprof trace_viewer", "HTA idle")
+                       and r["seconds"]), None)
+        for r in rs:
+            if r["seconds"] is None:
+                print(f"{spec['label']:18} {r['tool']:22} FAILED: {r['error'][:90]}", file=out)
+                continue
+            xd = r["seconds"] / decode["seconds"] if decode else None
+            xa = r["seconds"] / anchor["seconds"] if anchor else None
+            xm = r["peak_mb"] / anchor["peak_mb"] if anchor else None
+            f = lambda v, w: f"{v:{w}.2f}" if v is not None else "—".rjust(w)  # noqa: E731
+            print(f"{spec['label']:18} {r['tool']:22} {r['seconds']:8.2f} {r['cpu_s']:7.2f} "
+                  f"{r['peak_mb']:8.0f} {f(xd, 8)} {f(xa, 9)} {f(xm, 11)}", file=out)
+            if r.get("ours"):
+                checks = [("wall ≤ %g s" % spec["wall"], r["seconds"] <= spec["wall"]),
+                          ("peak ≤ %d MB" % spec["mem"], r["peak_mb"] <= spec["mem"])]
+                if spec.get("x_decode") and decode and decode["tool"] == "ParseFromString":
+                    checks.append((f"≤ {spec['x_decode']}× ParseFromString ({xd:.2f}×)",
+                                   xd <= spec["x_decode"]))
+                verdicts.append(f"  row {n} {spec['label']}: " + "; ".join(
+                    f"{name} {'PASS' if ok else 'MISS'}" for name, ok in checks))
+    print("\nTargets:", file=out)
+    for v in verdicts:
+        print(v, file=out)
+    for n, (path, note) in files.items():
+        print(f"  row {n}: {os.path.basename(path)} {os.path.getsize(path) / 2**20:.0f} MiB "
+              f"({note})", file=out)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows", default="1,2,3,4", help="which rows (default all)")
+    ap.add_argument("--anchors", choices=("2m", "all", "none"), default="2m")
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--json", metavar="OUT")
+    a = ap.parse_args(argv)
+
+    def log(*x, **k):
+        print(*x, file=sys.stderr, flush=True)
+
+    print(f"# bench_large  {datetime.datetime.now().isoformat(timespec='seconds')}  "
+          f"{platform.node()}  cpus={os.cpu_count()}  RAM {total_mb() / 1024:.0f} GiB  "
+          f"load avg {C.load_avg()}")
+    print(f"# native scanner: {C.native_status()}")
+    rows, errors, files = [], [], {}
+    for n in [int(x) for x in a.rows.split(",")]:
+        spec = ROWS[n]
+        log(f"row {n}: {spec['label']} (generating on first use) …")
+        path, note = C.generated_file(spec["fmt"], spec["events"], log=log)
+        if not path:
+            errors.append(f"row {n}: no input: {note}")
+            continue
+        files[n] = (path, note)
+        r, e = measure(n, spec, path, a.anchors, a.repeat, log)
+        rows += r
+        errors += e
+    print()
+    report(rows, files)
+    print(f"# load avg at end {C.load_avg()}")
+    if errors:
+        print("\nFailed / not run:")
+        for e in errors:
+            print("  " + e)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"rows": rows, "errors": errors}, f, indent=1)
+    return rows, errors
+
+
+if __name__ == "__main__":
+    main()
