@@ -20,12 +20,14 @@ def unique_inverse(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     x = np.asarray(x)
     if x.size and x.dtype.kind in "iu":
         lo, hi = int(x.min()), int(x.max())
-        if lo >= 0 and hi < (1 << 24) and hi < 8 * x.size + 1024:
-            present = np.bincount(x, minlength=hi + 1) > 0
-            u = np.flatnonzero(present).astype(x.dtype)
-            lut = np.empty(hi + 1, np.int64)
+        if lo >= -1 and hi < (1 << 24) and hi < 8 * x.size + 1024:
+            # −1 ("none") is common in id columns: shift it into the table
+            k = x.astype(np.int64) + 1 if lo < 0 else x
+            present = np.bincount(k, minlength=hi + 2) > 0
+            u = np.flatnonzero(present)
+            lut = np.empty(present.shape[0], np.int64)
             lut[u] = np.arange(u.shape[0])
-            return u, lut[x]
+            return (u - 1 if lo < 0 else u).astype(x.dtype), lut[k]
     u, inv = np.unique(x, return_inverse=True)
     return u, inv.reshape(-1)
 
@@ -45,15 +47,12 @@ class StringTable:
         return i
 
     def intern_many(self, values) -> np.ndarray:
-        get = self._index.get
-        out = np.empty(len(values), dtype=np.int32)
-        for k, s in enumerate(values):
-            i = get(s)
-            if i is None:
-                i = self._index[s] = len(self.strings)
-                self.strings.append(s)
-            out[k] = i
-        return out
+        index, strings = self._index, self.strings
+        for v in dict.fromkeys(values):          # distinct values, in order, at C speed
+            if v not in index:
+                index[v] = len(strings)
+                strings.append(v)
+        return np.fromiter(map(index.__getitem__, values), np.int32, len(values))
 
 
 class Tracks:

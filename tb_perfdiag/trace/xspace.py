@@ -131,14 +131,15 @@ class _PlaneMeta:
     def __init__(self, meta: XPlane, strings: StringTable):
         self.msg = meta
         self.stat_name = {k: v.name for k, v in meta.stat_metadata.items()}
-        ids = np.fromiter(meta.event_metadata.keys(), np.int64, len(meta.event_metadata))
-        ids.sort()
-        self.ev_ids = ids
-        self.ev_name_id = np.array(
-            [strings.intern(meta.event_metadata[int(i)].display_name
-                            or meta.event_metadata[int(i)].name) for i in ids.tolist()],
-            np.int32)
-        self.ev_raw_name = [meta.event_metadata[int(i)].name for i in ids.tolist()]
+        # one pass over the map (a lookup per id into a protobuf map is slow)
+        items = list(meta.event_metadata.items())
+        ids = np.fromiter((k for k, _ in items), np.int64, len(items))
+        raw = [m.name for _, m in items]
+        shown = [m.display_name or r for (_, m), r in zip(items, raw)]
+        o = np.argsort(ids, kind="stable")
+        self.ev_ids = ids[o]
+        self.ev_name_id = strings.intern_many(shown)[o]
+        self.ev_raw_name = [raw[i] for i in o.tolist()]
 
     def stat_id(self, name: str):
         return [k for k, v in self.stat_name.items() if v == name]
@@ -436,15 +437,15 @@ def _join_hlo_metadata(planes, stats, strings, n, warnings):
     u, inv = unique_rows(keys)
     cols = {"op_name": [], "op_type": [], "source": []}
     empty = strings.intern("")
+    names = strings.strings
+    get = table.get
     for m_id, p_id, o_id in u.tolist():
-        md = table.get((strings.strings[m_id] if m_id >= 0 else "", p_id, strings.strings[o_id]))
-        if md is None:
-            md = table.get((strings.strings[m_id] if m_id >= 0 else "", None,
-                            strings.strings[o_id]))
-        for c in cols:
-            cols[c].append(strings.intern(md[c]) if md and md.get(c) else empty)
+        module = names[m_id] if m_id >= 0 else ""
+        md = get((module, p_id, names[o_id])) or get((module, None, names[o_id])) or {}
+        for c, out in cols.items():
+            out.append(md.get(c) or "")
     for c, vals in cols.items():
-        v = np.asarray(vals, np.int32)[inv]
+        v = strings.intern_many(vals)[inv]
         keep = v != empty
         if keep.any():
             stats[c] = (evs[keep], v[keep], True)
