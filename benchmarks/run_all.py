@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
 """Every benchmark, one after the other, all tables printed:
 
-    python benchmarks/run_all.py [--quick]
+    python benchmarks/run_all.py [--quick | --large]
 
 1. bench_load.py      load into the trace model vs. bare decode (216k Kineto, 2 M XSpace)
 2. bench_diagnose.py  full diagnosis vs. bare decode vs. HTA (216k, 2.16 M tiled Kineto,
                       2 M XSpace)
+3. bench_large.py     (--large only) the large-profile table: 2 M XSpace, 2 M Kineto,
+                      40 M XSpace, 20 M Kineto, with xprof and HTA beside the 2 M rows
+                      (first run: ~25 min to generate the inputs; then ~6 min)
 
 Needs the project venv (.venv, tb_perfdiag installed) and, for the HTA rows,
 benchmarks/.venv-hta (see README.md); large inputs are generated into the temp dir
@@ -25,6 +28,7 @@ import _common as C  # noqa: E402
 
 def main():
     quick = "--quick" in sys.argv[1:]
+    large = "--large" in sys.argv[1:]
     t0 = time.time()
     steps = [
         ("bench_load", [os.path.join(C.HERE, "bench_load.py")]
@@ -33,6 +37,9 @@ def main():
          + (["--quick"] if quick else [])
          + ["--json", os.path.join(C.TMP, "bench_diagnose.json")]),
     ]
+    if large:
+        steps.append(("bench_large", [os.path.join(C.HERE, "bench_large.py"), "--json",
+                                      os.path.join(C.TMP, "bench_large.json")]))
     os.makedirs(C.TMP, exist_ok=True)
     rc = 0
     for name, cmd in steps:

@@ -108,12 +108,15 @@ def _diagnose(trace: Trace, options: Options | None = None) -> Diagnosis:
                                               ctx["buckets"], ctx["lines"])
 
     steps = find_steps(trace)
-    root = root_origin(trace, origin)
+    # per-event columns held through the analysis are int32 (event and step indices):
+    # on a 40 M-event trace each int64 column would cost 320 MB
+    root = _small(root_origin(trace, origin))
     # the step an op belongs to: the step in which its host origin ran
-    origin_t = np.where(root >= 0, trace.ts[np.maximum(root, 0)], trace.ts)
-    ev_step = step_of_time(steps, origin_t)
     if steps.source == "device_steps":
-        ev_step = step_of_time(steps, trace.ts)
+        ev_step = _small(step_of_time(steps, trace.ts))
+    else:
+        ev_step = _small(step_of_time(
+            steps, np.where(root >= 0, trace.ts[np.maximum(root, 0)], trace.ts)))
 
     devices_out, steps_dev, gaps_all = [], [], []
     small_by_dev = {}
@@ -238,6 +241,11 @@ def _mark_outliers(steps_out: list) -> None:
         s["outlier"] = bool(d > 1.5 * med or s["compile"]["count"] > 0)
 
 
+def _small(a: np.ndarray) -> np.ndarray:
+    """An index column as int32 (they all fit: events are counted in int32 elsewhere)."""
+    return a.astype(np.int32) if a.shape[0] < 2**31 - 1 else a
+
+
 def host_context(trace: Trace) -> dict:
     """What the host was doing: op origins, cause buckets and per-thread timelines."""
     n = trace.n_events
@@ -254,6 +262,7 @@ def host_context(trace: Trace) -> dict:
                          np.int8)
         memcpy_of[mem] = kinds[inv.reshape(-1)] if mem.size else 0
     origin, via = origins(trace)
+    origin = _small(origin)
     # runtime memcpy calls inherit the direction of the copy they issued
     launch_memcpy = np.zeros(n, np.int8)
     dev_mem = np.flatnonzero((memcpy_of > 0) & (origin >= 0))
