@@ -208,39 +208,51 @@ def build(path: str, scan: dict):
     ev_plane = line_plane[ev_line] if n else np.zeros(0, np.int32)
 
     # ---- names ----
+    # scanners emit plane by plane, so each plane's events (and their stats) are one
+    # contiguous slice; any other order falls back to index arrays
+    ev_rows = _rows_by_group(ev_plane, len(planes))
     name = np.empty(n, np.int32)
     for pi, (_, _, pm) in enumerate(planes):
-        sel = np.flatnonzero(ev_plane == pi)
-        if sel.size:
+        sel = ev_rows[pi]
+        if _size(sel):
             name[sel] = pm.names_of(ev_meta[sel], strings)
 
     # ---- stats: resolve plane-local stat ids to names, per plane ----
-    st_plane = ev_plane[st_event] if n_stats else np.zeros(0, np.int32)
-    stat_name_of = np.full(n_stats, -1, np.int32)     # index into WANTED
+    if isinstance(ev_rows[0] if ev_rows else None, slice):
+        st_rows = [slice(int(st_start[r.start]), int(st_start[r.stop])) for r in ev_rows]
+        st_plane = np.repeat(np.arange(len(planes), dtype=np.int32),
+                             [r.stop - r.start for r in st_rows])
+    else:
+        st_plane = ev_plane[st_event] if n_stats else np.zeros(0, np.int32)
+        st_rows = [np.flatnonzero(st_plane == pi) for pi in range(len(planes))]
+    stat_name_of = np.full(n_stats, -1, np.int8)     # index into WANTED
     wanted = list(INT_STATS) + list(STR_STATS) + list(FLOW_STATS)
     for pi, (_, _, pm) in enumerate(planes):
-        sel = np.flatnonzero(st_plane == pi)
-        if not sel.size:
+        sel = st_rows[pi]
+        if not _size(sel):
             continue
         ids = np.array([k for k, v in pm.stat_name.items() if v in wanted], np.int64)
         if not ids.size:
             continue
-        which = np.array([wanted.index(pm.stat_name[int(k)]) for k in ids], np.int32)
+        which = np.array([wanted.index(pm.stat_name[int(k)]) for k in ids], np.int8)
         o = np.argsort(ids)
         ids, which = ids[o], which[o]
+        m = st_meta[sel]
         if ids[0] >= 0 and ids[-1] < _LUT_MAX:
-            lut = np.full(int(ids[-1]) + 1, -1, np.int32)
+            lut = np.full(int(ids[-1]) + 1, -1, np.int8)
             lut[ids] = which
-            m = st_meta[sel]
             ok = (m >= 0) & (m < lut.shape[0])
-            stat_name_of[sel[ok]] = lut[m[ok]]
+            stat_name_of[sel] = np.where(ok, lut[np.where(ok, m, 0)], -1)
             continue
-        pos = np.minimum(np.searchsorted(ids, st_meta[sel]), ids.shape[0] - 1)
-        hit = ids[pos] == st_meta[sel]
-        stat_name_of[sel[hit]] = which[pos[hit]]
+        pos = np.minimum(np.searchsorted(ids, m), ids.shape[0] - 1)
+        stat_name_of[sel] = np.where(ids[pos] == m, which[pos], -1)
+    del st_rows
+    # the rows of each wanted stat, in stat order: one radix sort instead of a scan each
+    by_name = np.argsort(stat_name_of, kind="stable")
+    name_bounds = np.searchsorted(stat_name_of[by_name], np.arange(-1, len(wanted) + 1))
 
     def stat_values(w: int):
-        sel = np.flatnonzero(stat_name_of == w)
+        sel = by_name[name_bounds[w + 1]:name_bounds[w + 2]]
         return sel, st_event[sel], st_kind[sel]
 
     stats = {}
@@ -271,7 +283,10 @@ def build(path: str, scan: dict):
                 vals[other] = strings.intern("")
             stats[sname] = (evs, vals, True)
         else:
-            vals = np.where(kinds == ST_DOUBLE, st_dbl[sel].astype(np.int64), st_int[sel])
+            vals = st_int[sel]
+            dbl = kinds == ST_DOUBLE
+            if dbl.any():
+                vals[dbl] = st_dbl[sel[dbl]].astype(np.int64)
             stats[sname] = (evs, vals, False)
             int_cols[sname] = (evs, vals)
 
@@ -318,7 +333,7 @@ def build(path: str, scan: dict):
         kind[step_num[0][host]] = K.STEP
 
     # the raw stat columns are all in ``stats`` now: free them before the join and sort
-    del st_event, st_plane, stat_name_of, st_meta, st_kind, st_int, st_dbl, ev_meta, ev_plane
+    del st_event, st_plane, stat_name_of, by_name, st_meta, st_kind, st_int, st_dbl, ev_meta, ev_plane
     del line_events, hlo_op, int_cols
     hostnames = list(scan["hostnames"])
     scan.clear()
@@ -337,6 +352,18 @@ def build(path: str, scan: dict):
     trace = assemble(path, "xspace", strings, tracks, devices, ts, dur, track, name, kind,
                      stats, links, metadata, warnings)
     return trace
+
+
+def _rows_by_group(keys: np.ndarray, n_groups: int) -> list:
+    """Rows of each group: slices when ``keys`` is sorted, else index arrays."""
+    if keys.size == 0 or (keys[1:] >= keys[:-1]).all():
+        b = np.searchsorted(keys, np.arange(n_groups + 1)).tolist()
+        return [slice(b[g], b[g + 1]) for g in range(n_groups)]
+    return [np.flatnonzero(keys == g) for g in range(n_groups)]
+
+
+def _size(rows) -> int:
+    return rows.stop - rows.start if isinstance(rows, slice) else int(rows.size)
 
 
 def _group(keys: np.ndarray, n_groups: int) -> list:
