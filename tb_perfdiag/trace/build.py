@@ -227,6 +227,9 @@ def assemble(path: str, fmt: str, strings: StringTable, tracks: Tracks, devices:
         if idx.size == 0:
             continue
         new = inverse[idx]
+        if (new[1:] >= new[:-1]).all():      # often already in the new order: no sort
+            out_stats[sname] = Stat(new, np.asarray(values), is_string)
+            continue
         o = np.argsort(new, kind="stable")
         out_stats[sname] = Stat(new[o], np.asarray(values)[o], is_string)
 
