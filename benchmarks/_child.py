@@ -9,6 +9,9 @@ under the project's venv, or (WHAT = hta) under benchmarks/.venv-hta.
 WHAT:
   json.loads / orjson.loads   bare decode of the (gunzipped) bytes; reading and gunzip untimed
   ParseFromString             XSpace().ParseFromString(bytes) (tb_perfdiag/trace/xplane_pb.py)
+  ParseFromString+walk        the same, then every event's fields and stats read into Python
+                              objects (upb parses lazily into C structures; this is the
+                              decode "into Python objects" that json.loads does for JSON)
   load                        tb_perfdiag.load(path), reading the file included
   diagnose                    tb_perfdiag.diagnose(path), reading the file included; then
                               .to_json() (parts: diagnose, to_json; checkpoints for both)
@@ -65,7 +68,7 @@ def main():
         rep["seconds"], rep["cpu_seconds"] = clock() - t, cpu() - c
         rep["events"] = len(doc["traceEvents"])
         rep["peak_mb"] = peak_mb()
-    elif what == "ParseFromString":
+    elif what in ("ParseFromString", "ParseFromString+walk"):
         sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         from tb_perfdiag.trace.xplane_pb import XSpace
         from google.protobuf.internal import api_implementation
@@ -74,6 +77,13 @@ def main():
         t, c = clock(), cpu()
         s = XSpace()
         s.ParseFromString(raw)
+        if what == "ParseFromString+walk":
+            for p in s.planes:
+                for ln in p.lines:
+                    for e in ln.events:
+                        (e.metadata_id, e.offset_ps, e.duration_ps,
+                         [(st.metadata_id, getattr(st, st.WhichOneof("value") or "int64_value"))
+                          for st in e.stats])
         rep["seconds"], rep["cpu_seconds"] = clock() - t, cpu() - c
         rep["peak_mb"] = peak_mb()
         rep["protobuf_impl"] = api_implementation.Type()

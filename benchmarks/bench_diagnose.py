@@ -13,6 +13,7 @@ Files:
 Rows (seconds = only the timed part; see _child.py; imports are never timed):
   json.loads / orjson.loads   decode of the already gunzipped bytes
   ParseFromString             XSpace.ParseFromString of the already read bytes (XSpace only)
+  ParseFromString+walk        the same, then every event's fields read into Python objects
   tb-perfdiag diagnose        tb_perfdiag.diagnose(path): reading + gunzip + scan + model
                               + analysis → Diagnosis
   … +to_json                  the same, then Diagnosis.to_json() (what the plugin serves)
@@ -82,7 +83,8 @@ def measure(label, path, kind, repeat, native, pure, log):
                          "error": str(e)})
             return None
 
-    decodes = ["ParseFromString"] if kind == "xspace" else ["json.loads", "orjson.loads"]
+    decodes = ["ParseFromString", "ParseFromString+walk"] if kind == "xspace" \
+        else ["json.loads", "orjson.loads"]
     for d in decodes:
         r = attempt(d, lambda: C.run_best(d, path, repeat))
         if r:
@@ -169,6 +171,11 @@ def print_table(rows, out=sys.stdout):
                 base = "json.loads" if f.find("xspace") < 0 else "ParseFromString"
                 checks.append((f"≤ {base}", r["x_decode"] <= 1.0,
                                f"{r['x_decode']:.2f}× wall, {r['cpu_x_decode']:.2f}× cpu"))
+            walk = next((w for w in rs if w["tool"] == "ParseFromString+walk" and w["seconds"]),
+                        None)
+            if walk:
+                x = r["seconds"] / walk["seconds"]
+                checks.append(("≤ ParseFromString+walk", x <= 1.0, f"{x:.2f}× wall"))
             if r.get("x_hta") is not None:
                 checks.append(("≥10× faster than HTA", r["x_hta"] <= 0.1,
                                f"{1 / r['x_hta']:.1f}× wall, {1 / r['cpu_x_hta']:.1f}× cpu"))
