@@ -1080,7 +1080,7 @@ def hlo_proto(module: str, instructions) -> bytes:
     """A minimal serialized HloProto: hlo_module{name, entry_computation_name,
     computations[{name, instructions[{name, opcode, metadata{op_type, op_name,
     source_file, source_line}}]}]}."""
-    ins = b""
+    ins = []            # joined once: += on bytes is quadratic in 100k-op modules
     for name, opcode, op_type, op_name, src, line in instructions:
         md = b""
         if op_type:
@@ -1089,8 +1089,8 @@ def hlo_proto(module: str, instructions) -> bytes:
             md += pb_str(2, op_name)
         if src:
             md += pb_str(3, src) + pb_int(4, line)
-        ins += pb_len(2, pb_str(1, name) + pb_str(2, opcode) + (pb_len(7, md) if md else b""))
-    comp = pb_str(1, "main.1") + ins
+        ins.append(pb_len(2, pb_str(1, name) + pb_str(2, opcode) + (pb_len(7, md) if md else b"")))
+    comp = pb_str(1, "main.1") + b"".join(ins)
     mod = pb_str(1, module) + pb_str(2, "main.1") + pb_len(3, comp)
     return pb_len(1, mod)
 
