@@ -193,17 +193,18 @@ def event_order(track: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> np.ndarra
 
 
 def assemble(path: str, fmt: str, strings: StringTable, tracks: Tracks, devices: list[Device],
-             ts: np.ndarray, dur: np.ndarray, track: np.ndarray, name: np.ndarray,
-             kind: np.ndarray, stats: dict, links: tuple, metadata: dict, warnings: list,
+             events: dict, stats: dict, links: tuple, metadata: dict, warnings: list,
              origin_ps: int | None = None) -> Trace:
     """Sort raw event columns and build the Trace.
 
-    ``ts`` is absolute (or file-relative) int64 ps; ``stats`` maps a stat name to
-    (raw event indices, values, is_string) and is emptied on the way; ``links`` is
-    (src, dst, kind) in raw indices.
+    ``events`` holds the raw columns ``ts`` (absolute or file-relative int64 ps),
+    ``dur``, ``track``, ``name`` and ``kind``; ``stats`` maps a stat name to (raw event
+    indices, values, is_string); ``links`` is (src, dst, kind) in raw indices.  Both
+    dicts are emptied on the way, so each raw column is freed once its sorted copy
+    exists (the caller must not keep references to them).
     """
-    ts = np.asarray(ts, dtype=np.int64)
-    dur = np.asarray(dur, dtype=np.int64)
+    ts = np.asarray(events.pop("ts"), dtype=np.int64)
+    dur = np.asarray(events.pop("dur"), dtype=np.int64)
     neg = dur < 0
     if neg.any():
         warnings.append(f"{int(neg.sum())} events with negative duration were given zero length")
@@ -211,12 +212,14 @@ def assemble(path: str, fmt: str, strings: StringTable, tracks: Tracks, devices:
     if origin_ps is None:
         origin_ps = int(ts.min()) if ts.size else 0
     ts = ts - origin_ps
-    order = event_order(np.asarray(track, np.int32), ts, dur)
+    track = np.asarray(events.pop("track"), np.int32)
+    order = event_order(track, ts, dur)
     inverse = np.empty_like(order)
     inverse[order] = np.arange(order.shape[0])
-    ts, dur, track = ts[order], dur[order], np.asarray(track, np.int32)[order]
-    name = np.asarray(name, np.int32)[order]
-    kind = np.asarray(kind, np.int8)[order]
+    ts, dur, track = ts[order], dur[order], track[order]
+    name = np.asarray(events.pop("name"), np.int32)[order]
+    kind = np.asarray(events.pop("kind"), np.int8)[order]
+    del order
     depth, parent = nest(track, ts, ts + dur)
 
     out_stats = {}

@@ -389,7 +389,9 @@ def build(path: str, scan: dict):
                               corr[1] if corr else None)
     metadata = dict(scan["metadata"])
     metadata["process_names"] = {str(k): v for k, v in process_name.items()}
-    trace = assemble(path, "kineto", strings, tracks, devices, ts_rel, dur_ps, track, name_ids,
-                     kind, stats, links, metadata, warnings, origin_ps=0)
+    events = {"ts": ts_rel, "dur": dur_ps, "track": track, "name": name_ids, "kind": kind}
+    del ts_rel, dur_ps, track, name_ids, kind
+    trace = assemble(path, "kineto", strings, tracks, devices, events, stats, links, metadata,
+                     warnings, origin_ps=0)
     trace.origin_ps = origin
     return trace
