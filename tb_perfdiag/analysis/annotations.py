@@ -29,7 +29,7 @@ def op_paths(trace: Trace, ops: np.ndarray, origin: np.ndarray) -> tuple[np.ndar
     """(path id per op (−1 none), list of paths as tuples of names)."""
     paths: list = []
     index: dict = {}
-    pid = np.full(ops.shape[0], -1, np.int64)
+    pid = np.full(ops.shape[0], -1, np.int32)
 
     def intern(p):
         i = index.get(p)
@@ -40,12 +40,14 @@ def op_paths(trace: Trace, ops: np.ndarray, origin: np.ndarray) -> tuple[np.ndar
 
     scope = trace.stats.get("op_name") or trace.stats.get("tf_op")
     if scope is not None:
-        col = np.full(trace.n_events, -1, np.int64)
-        col[scope.events] = scope.values
-        sid = col[ops]
+        # the scope of each op: a lookup in the sparse stat, no dense column over all events
+        k = np.minimum(np.searchsorted(scope.events, ops), max(scope.events.shape[0] - 1, 0))
+        hit = scope.events[k] == ops if scope.events.size else np.zeros(ops.shape[0], bool)
+        sid = np.where(hit, scope.values[k] if scope.events.size else -1, -1)
+        del k, hit
         u, inv = unique_inverse(sid)
         mapped = np.array([intern(_scope_parts(trace.strings[x])) if x >= 0 else -1
-                           for x in u.tolist()], np.int64)
+                           for x in u.tolist()], np.int32)
         pid = mapped[inv.reshape(-1)]
         empty = index.get(())
         if empty is not None:
@@ -58,7 +60,7 @@ def op_paths(trace: Trace, ops: np.ndarray, origin: np.ndarray) -> tuple[np.ndar
         u, inv = unique_inverse(a)
         memo: dict = {}
         mapped = np.array([intern(annotation_path(trace, x, memo)) if x >= 0 else -1
-                           for x in u.tolist()], np.int64)
+                           for x in u.tolist()], np.int32)
         got = mapped[inv.reshape(-1)]
         pid[np.flatnonzero(need)] = got
         empty = index.get(())
@@ -74,7 +76,8 @@ def is_annotation(trace: Trace) -> np.ndarray:
 
 def nearest_annotation(trace: Trace) -> np.ndarray:
     """For every event, the innermost user annotation enclosing it (itself included)."""
-    ann = np.where(is_annotation(trace), np.arange(trace.n_events), -1)
+    ann = np.where(is_annotation(trace), np.arange(trace.n_events, dtype=np.int32),
+                   np.int32(-1))
     for idx, p in trace.nested_levels():
         take = ann[idx] < 0
         ann[idx[take]] = ann[p[take]]
@@ -139,7 +142,7 @@ def device_time(trace: Trace, ops: np.ndarray, op_step: np.ndarray, step_ids: np
     prow, pann = _expand(pflat, poff, pcnt, np.arange(n_paths))   # (path, annotation) pairs
 
     # sums per (path, step) first — a few thousand cells — then onto the annotations
-    p_ok, d_ok = pid[has], dur[has]
+    p_ok, d_ok = pid[has].astype(np.int64), dur[has]
     st = op_step[has]
     st = np.where(st >= 0, st, n_steps)
     cell = p_ok * (n_steps + 1) + st

@@ -49,7 +49,7 @@ def event_buckets(trace: Trace, memcpy_kind_of_launch: np.ndarray) -> np.ndarray
 class HostLine:
     track: int
     seg_start: np.ndarray     # int64, sorted
-    seg_inner: np.ndarray     # int64 event index of the innermost op, -1 when idle
+    seg_inner: np.ndarray     # int32 event index of the innermost op, -1 when idle
     seg_bucket: np.ndarray    # int8 bucket (B_IDLE when idle)
     # per bucket: the segments of that bucket and the time of that bucket before each of
     # them (one sparse column per bucket; a dense (n_seg, n_buckets) table costs 3.5×
@@ -97,18 +97,30 @@ class HostLine:
 def build_hostlines(trace: Trace, buckets: np.ndarray, tracks) -> dict:
     out = {}
     end = trace.end
+    # events are sorted by track: each track is one slice
+    bounds = np.searchsorted(trace.track, np.arange(len(trace.track_kind) + 1))
     for t in tracks:
-        idx = np.flatnonzero(trace.track == t)
-        if idx.size == 0:
+        lo, hi = bounds[t], bounds[t + 1]
+        if hi == lo:
             continue
-        # boundaries: starts (→ event), ends (→ parent); ends sort before starts at ties
-        times = np.concatenate((end[idx], trace.ts[idx]))
-        is_start = np.concatenate((np.zeros(idx.size, bool), np.ones(idx.size, bool)))
-        inner = np.concatenate((trace.parent[idx], idx))
-        # among starts at one instant the later (deeper) one wins: keep event order
-        order_key = np.concatenate((np.zeros(idx.size, np.int64), np.arange(1, idx.size + 1)))
-        o = np.lexsort((order_key, is_start, times))
-        times, inner = times[o], inner[o]
+        idx = np.arange(lo, hi)
+        # boundaries: starts (→ event), ends (→ parent); ends sort before starts at ties,
+        # and among starts at one instant the later (deeper) one wins.  Starts are already
+        # in time order (events are sorted by track, ts): merge them with the sorted ends.
+        starts = trace.ts[lo:hi]
+        e_order = np.argsort(end[lo:hi], kind="stable")
+        ends = end[lo:hi][e_order]
+        # a start goes after every end at or before its instant
+        s_pos = np.arange(hi - lo) + np.searchsorted(ends, starts, side="right")
+        times = np.empty(2 * (hi - lo), np.int64)
+        inner = np.empty(2 * (hi - lo), np.int64)
+        is_s = np.zeros(2 * (hi - lo), bool)
+        is_s[s_pos] = True
+        times[s_pos] = starts
+        inner[s_pos] = idx
+        times[~is_s] = ends
+        inner[~is_s] = trace.parent[lo:hi][e_order]
+        del e_order, ends, s_pos, is_s
         # collapse equal times: the last boundary at an instant defines the segment
         last = np.ones(times.shape[0], bool)
         last[:-1] = times[1:] != times[:-1]
@@ -123,10 +135,10 @@ def build_hostlines(trace: Trace, buckets: np.ndarray, tracks) -> dict:
         edges = np.searchsorted(bucket[by_bucket], np.arange(len(BUCKETS) + 1))
         segs, cums = [], []
         for b in range(len(BUCKETS)):
-            sel = by_bucket[edges[b]:edges[b + 1]]
+            sel = by_bucket[edges[b]:edges[b + 1]].astype(np.int32)
             c = np.zeros(sel.shape[0] + 1, np.int64)
             np.cumsum(seg_len[sel], out=c[1:])
             segs.append(sel)
             cums.append(c)
-        out[int(t)] = HostLine(int(t), times, inner.astype(np.int64), bucket, segs, cums)
+        out[int(t)] = HostLine(int(t), times, inner.astype(np.int32), bucket, segs, cums)
     return out

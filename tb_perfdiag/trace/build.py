@@ -223,18 +223,27 @@ def assemble(path: str, fmt: str, strings: StringTable, tracks: Tracks, devices:
     depth, parent = nest(track, ts, ts + dur)
 
     out_stats = {}
-    # consumed as remapped: the raw stat columns are freed one by one, not all at the end
+    # consumed as remapped: the raw stat columns are freed one by one, not all at the end.
+    # Stats on the same events (the HLO op's module, scope, type, source…) share one
+    # int32 event column.
+    idx_dtype = np.int32 if ts.shape[0] < 2**31 - 1 else np.int64
+    remapped: list = []          # (raw idx, sorted new idx, order or None)
     for sname in list(stats):
         idx, values, is_string = stats.pop(sname)
-        idx = np.asarray(idx, np.int64)
+        idx = np.asarray(idx)
         if idx.size == 0:
             continue
-        new = inverse[idx]
-        if (new[1:] >= new[:-1]).all():      # often already in the new order: no sort
-            out_stats[sname] = Stat(new, np.asarray(values), is_string)
-            continue
-        o = np.argsort(new, kind="stable")
-        out_stats[sname] = Stat(new[o], np.asarray(values)[o], is_string)
+        hit = next((r for r in remapped if r[0] is idx or (
+            r[0].shape == idx.shape and np.array_equal(r[0], idx))), None)
+        if hit is None:
+            new = inverse[idx].astype(idx_dtype)
+            o = None if (new[1:] >= new[:-1]).all() else np.argsort(new, kind="stable")
+            hit = (idx, new if o is None else new[o], o)
+            remapped.append(hit)
+        o = hit[2]
+        out_stats[sname] = Stat(hit[1], np.asarray(values) if o is None else
+                                np.asarray(values)[o], is_string)
+    del remapped
 
     src, dst, lkind = links
     src = np.asarray(src, np.int64)

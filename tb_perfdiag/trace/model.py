@@ -74,7 +74,7 @@ class Device:
 class Stat:
     """A sparse per-event column: ``values[k]`` belongs to event ``events[k]``."""
 
-    events: np.ndarray          # int64, ascending
+    events: np.ndarray          # int32 event indices (int64 past 2**31 events), ascending
     values: np.ndarray          # int64 / float64 / int32 string ids
     is_string: bool = False     # values index Trace.strings
 

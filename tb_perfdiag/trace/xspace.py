@@ -475,7 +475,9 @@ def _join_hlo_metadata(planes, stats, strings, n, warnings):
     for c, vals in cols.items():
         v = strings.intern_many(vals)[inv]
         keep = v != empty
-        if keep.any():
+        if keep.all():
+            stats[c] = (evs, v, True)          # the hlo_op events themselves: shared later
+        elif keep.any():
             stats[c] = (evs[keep], v[keep], True)
 
 
