@@ -76,8 +76,10 @@ def is_annotation(trace: Trace) -> np.ndarray:
 
 def nearest_annotation(trace: Trace) -> np.ndarray:
     """For every event, the innermost user annotation enclosing it (itself included)."""
-    ann = np.where(is_annotation(trace), np.arange(trace.n_events, dtype=np.int32),
-                   np.int32(-1))
+    ann = np.full(trace.n_events, -1, np.int32)
+    own = np.flatnonzero(is_annotation(trace))
+    ann[own] = own
+    del own
     for idx, p in trace.nested_levels():
         take = ann[idx] < 0
         ann[idx[take]] = ann[p[take]]

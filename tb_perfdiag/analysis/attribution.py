@@ -66,7 +66,7 @@ def origins(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
             k = np.searchsorted(trace.ts[mods], trace.ts[sel], side="right") - 1
             ok = k >= 0
             m = mods[np.maximum(k, 0)]
-            ok &= trace.end[m] >= trace.end[sel]
+            ok &= trace.end_of(m) >= trace.end_of(sel)
             origin[sel[ok]] = linked[m[ok]]
             via[sel[ok]] = VIA_LINK
     # module runs: the latest host execute call that started before the op

@@ -103,10 +103,8 @@ def _diagnose(trace: Trace, options: Options | None = None) -> Diagnosis:
     n = trace.n_events
     warnings = list(trace.warnings)
 
-    ctx = host_context(trace)
-    memcpy_of, origin, via, buckets, lines = (ctx["memcpy_of"], ctx["origin"], ctx["via"],
-                                              ctx["buckets"], ctx["lines"])
-
+    origin, via = origins(trace)
+    origin = _small(origin)
     steps = find_steps(trace)
     # per-event columns held through the analysis are int32 (event and step indices):
     # on a 40 M-event trace each int64 column would cost 320 MB
@@ -117,6 +115,14 @@ def _diagnose(trace: Trace, options: Options | None = None) -> Diagnosis:
     else:
         ev_step = _small(step_of_time(
             steps, np.where(root >= 0, trace.ts[np.maximum(root, 0)], trace.ts)))
+    # device time per annotation first: its temporaries are the largest of the analysis,
+    # and the host timelines built next are not needed for it
+    dev_ops = np.flatnonzero(trace.is_device_activity(opt.kernels_only))
+    annotations = ann_mod.device_time(trace, dev_ops, ev_step[dev_ops], steps.ids, root,
+                                      [d.name for d in trace.devices])
+    del dev_ops
+    ctx = host_context(trace, origin, via)
+    memcpy_of, buckets, lines = ctx["memcpy_of"], ctx["buckets"], ctx["lines"]
 
     devices_out, steps_dev, gaps_all = [], [], []
     small_by_dev = {}
@@ -136,7 +142,7 @@ def _diagnose(trace: Trace, options: Options | None = None) -> Diagnosis:
         gaps_all.append(gt)
         small_by_dev[d] = (ss, se)
         own = np.flatnonzero((trace.kind == K.STEP) & (trace.track_device[trace.track] == d))
-        wb, we = device_windows(steps, ev_step[ops], trace.end[ops], hi, own, trace)
+        wb, we = device_windows(steps, ev_step[ops], trace.end_of(ops), hi, own, trace)
         steps_dev.append((wb, we, us, ue, gt))
         idle_cause = np.bincount(gt.cause, weights=gt.duration, minlength=len(C.ALL)) \
             if len(gt) else np.zeros(len(C.ALL))
@@ -211,9 +217,6 @@ def _diagnose(trace: Trace, options: Options | None = None) -> Diagnosis:
     for d, (ss, se) in small_by_dev.items():
         hta["kernel_wait_ns"] += _ns((se - ss).sum())
 
-    dev_ops = np.flatnonzero(trace.is_device_activity(opt.kernels_only))
-    annotations = ann_mod.device_time(trace, dev_ops, ev_step[dev_ops], steps.ids, root,
-                                      [d.name for d in trace.devices])
     diag = Diagnosis(
         schema_version=SCHEMA_VERSION,
         source={"path": trace.path, "format": trace.format, "events": n,
@@ -246,8 +249,10 @@ def _small(a: np.ndarray) -> np.ndarray:
     return a.astype(np.int32) if a.shape[0] < 2**31 - 1 else a
 
 
-def host_context(trace: Trace) -> dict:
-    """What the host was doing: op origins, cause buckets and per-thread timelines."""
+def host_context(trace: Trace, origin: np.ndarray | None = None,
+                 via: np.ndarray | None = None) -> dict:
+    """What the host was doing: op origins, cause buckets and per-thread timelines
+    (``origin``/``via``: the result of ``origins(trace)`` when already at hand)."""
     n = trace.n_events
     memcpy_of = np.zeros(n, np.int8)           # 1 h2d, 2 d2h on device memcpy events
     mk = trace.stats.get("memcpy_kind")
@@ -261,8 +266,9 @@ def host_context(trace: Trace) -> dict:
         kinds = np.array([code.get(memcpy_kind(trace.strings[x]), 0) for x in u.tolist()],
                          np.int8)
         memcpy_of[mem] = kinds[inv.reshape(-1)] if mem.size else 0
-    origin, via = origins(trace)
-    origin = _small(origin)
+    if origin is None:
+        origin, via = origins(trace)
+        origin = _small(origin)
     # runtime memcpy calls inherit the direction of the copy they issued
     launch_memcpy = np.zeros(n, np.int8)
     dev_mem = np.flatnonzero((memcpy_of > 0) & (origin >= 0))

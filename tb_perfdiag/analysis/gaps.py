@@ -54,7 +54,7 @@ def device_busy(trace: Trace, device: int, kernels_only: bool):
     from .intervals import union
     ev = np.flatnonzero(trace.is_device_activity(kernels_only) &
                         (trace.track_device[trace.track] == device))
-    us, ue = union(trace.ts[ev], trace.end[ev])
+    us, ue = union(trace.ts[ev], trace.end_of(ev))
     return ev, us, ue
 
 
@@ -72,9 +72,9 @@ def find_gaps(trace: Trace, device: int, ops: np.ndarray, us: np.ndarray, ue: np
     o_start = ops[np.argsort(trace.ts[ops], kind="stable")]
     k = np.searchsorted(trace.ts[o_start], ge[big], side="left")
     nxt = o_start[np.minimum(k, o_start.shape[0] - 1)]
-    ends = trace.end[ops]
+    ends = trace.end_of(ops)
     o_end = ops[np.argsort(ends, kind="stable")]
-    k2 = np.searchsorted(trace.end[o_end], gs[big], side="right") - 1
+    k2 = np.searchsorted(trace.end_of(o_end), gs[big], side="right") - 1
     prev = o_end[np.maximum(k2, 0)]
     return gs[big], ge[big], prev, nxt, gs[~big], ge[~big]
 
@@ -143,7 +143,7 @@ def classify_gaps(trace: Trace, device: int, gs, ge, prev, nxt, origin: np.ndarr
         sync_at_start |= w[:, B_SYNC] > 0
     # issued early = the call that put the op on the device had returned well before the
     # gap; a blocking call still running during the gap (a staged memcpy) is the cause
-    wf_end = np.where(wf_ok, trace.end[np.maximum(wf, 0)], ge)
+    wf_end = np.where(wf_ok, trace.end_of(np.maximum(wf, 0)), ge)
     issued_early = wf_ok & (wf_end < gs - ISSUED_EARLY_PS)
     # launch-bound: a short gap ended by a kernel no longer than the call that launched it
     wf_launch = wf_ok & (trace.kind[np.maximum(wf, 0)] == K.LAUNCH)

@@ -77,7 +77,7 @@ def _table(trace, ev, source, thread, numbered=False) -> StepTable:
         for i in range(num.shape[0]):
             if num[i] < 0:
                 num[i] = num[i - 1] + 1 if i else 0
-    return StepTable(num.astype(np.int64), trace.ts[ev], trace.end[ev], source, thread, ev)
+    return StepTable(num.astype(np.int64), trace.ts[ev], trace.end_of(ev), source, thread, ev)
 
 
 def step_of_time(steps: StepTable, t: np.ndarray) -> np.ndarray:
@@ -97,7 +97,7 @@ def device_windows(steps: StepTable, op_step: np.ndarray, op_end: np.ndarray,
     if steps.source == "device_steps":
         if own_steps is not None and own_steps.shape[0] == n and trace is not None:
             o = np.argsort(trace.ts[own_steps], kind="stable")
-            return trace.ts[own_steps[o]].copy(), trace.end[own_steps[o]].copy()
+            return trace.ts[own_steps[o]].copy(), trace.end_of(own_steps[o]).copy()
         return steps.host_start.copy(), steps.host_end.copy()
     if steps.source == "whole_trace":
         return steps.host_start.copy(), steps.host_end.copy()

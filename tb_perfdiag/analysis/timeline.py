@@ -65,7 +65,7 @@ def _bins(trace: Trace, ev: np.ndarray, edges: np.ndarray, nid) -> dict:
     """Per pixel: covered share (top level ops only, so nesting is not double counted)
     and the name of the op that starts the most time in it."""
     top = ev[trace.depth[ev] == trace.depth[ev].min()]
-    us, ue = union(trace.ts[top], trace.end[top])
+    us, ue = union(trace.ts[top], trace.end_of(top))
     from .intervals import covered
     cov = covered(us, ue, edges[:-1], edges[1:])
     share = np.round(cov / np.maximum(np.diff(edges), 1), 3)
@@ -73,7 +73,7 @@ def _bins(trace: Trace, ev: np.ndarray, edges: np.ndarray, nid) -> dict:
     mid = (edges[:-1] + edges[1:]) // 2
     o = top[np.argsort(trace.ts[top], kind="stable")]
     k = np.searchsorted(trace.ts[o], mid, side="right") - 1
-    hit = (k >= 0) & (trace.end[o[np.maximum(k, 0)]] > mid)
+    hit = (k >= 0) & (trace.end_of(o[np.maximum(k, 0)]) > mid)
     name = np.where(hit, trace.name[o[np.maximum(k, 0)]], -1)
     name_ids = [nid(int(x)) if x >= 0 else -1 for x in name.tolist()]
     return {"share": share.tolist(), "name": name_ids}
@@ -104,7 +104,7 @@ def _annotation_lanes(trace: Trace, lo_ps: int, hi_ps: int, origin: np.ndarray,
                 continue
             label = " / ".join(paths[p[a]][:2])
             s = int(trace.ts[sel[a]])
-            e = int(trace.end[sel[a:b + 1]].max())
+            e = int(trace.end_of(sel[a:b + 1]).max())
             if label:
                 events.append([s // 1000, (e - s) // 1000, label_id(label), 0])
             if len(events) >= MAX_EVENTS_PER_LANE:

@@ -121,7 +121,12 @@ class Trace:
 
     @property
     def end(self) -> np.ndarray:
+        """End of every event (a new array each time: prefer ``end_of`` for a subset)."""
         return self.ts + self.dur
+
+    def end_of(self, idx) -> np.ndarray:
+        """End of the events ``idx``, without an end column over all events."""
+        return self.ts[idx] + self.dur[idx]
 
     def stat(self, name: str, fill=-1) -> np.ndarray:
         """Dense column of a stat (``fill`` where absent)."""
@@ -168,8 +173,15 @@ class Trace:
         value flow from every event to the events it encloses in depth-many array steps."""
         if self.n_events == 0:
             return
-        by_depth = np.argsort(self.depth, kind="stable")    # int16: radix sort
-        bounds = np.searchsorted(self.depth[by_depth], np.arange(int(self.depth.max()) + 2))
+        # only the nested events, by depth (int16: a radix sort); level 0 has no parent
+        nested = np.flatnonzero(self.depth > 0)
+        if nested.size == 0:
+            return
+        d = self.depth[nested]
+        by_depth = nested[np.argsort(d, kind="stable")]
+        del nested
+        bounds = np.searchsorted(np.sort(d), np.arange(int(d.max()) + 2))
+        del d
         for d in range(1, bounds.shape[0] - 1):
             idx = by_depth[bounds[d]:bounds[d + 1]]
             p = self.parent[idx]
