@@ -52,8 +52,12 @@ class GapTable:
 
 def device_busy(trace: Trace, device: int, kernels_only: bool):
     from .intervals import union
-    ev = np.flatnonzero(trace.is_device_activity(kernels_only) &
-                        (trace.track_device[trace.track] == device))
+    # the device's tracks are slices of the event columns (sorted by track): no mask
+    # over all events
+    parts = []
+    for lo, hi in trace.track_slices(np.flatnonzero(trace.track_device == device)):
+        parts.append(lo + np.flatnonzero(trace.is_device_activity(kernels_only, lo, hi)))
+    ev = np.concatenate(parts) if parts else np.zeros(0, np.int64)
     us, ue = union(trace.ts[ev], trace.end_of(ev))
     return ev, us, ue
 

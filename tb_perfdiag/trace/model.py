@@ -163,10 +163,19 @@ class Trace:
     def device_of_event(self) -> np.ndarray:
         return self.track_device[self.track]
 
-    def is_device_activity(self, kernels_only: bool = False) -> np.ndarray:
+    def is_device_activity(self, kernels_only: bool = False, lo: int = 0,
+                           hi: int | None = None) -> np.ndarray:
+        """Mask of device work (kernels, copies, sets) over events [lo, hi)."""
+        kind = self.kind[lo:hi]
         if kernels_only:
-            return self.kind == EventKind.KERNEL
-        return np.isin(self.kind, DEVICE_ACTIVITY)
+            return kind == EventKind.KERNEL
+        return np.isin(kind, DEVICE_ACTIVITY)
+
+    def track_slices(self, tracks) -> list:
+        """(lo, hi) event range of each track (events are sorted by track)."""
+        t = np.asarray(tracks, np.int64)
+        return list(zip(np.searchsorted(self.track, t, side="left").tolist(),
+                        np.searchsorted(self.track, t, side="right").tolist()))
 
     def nested_levels(self):
         """(events, their parents) one nesting level at a time, outermost first: lets a
