@@ -58,6 +58,7 @@ def device_busy(trace: Trace, device: int, kernels_only: bool):
     for lo, hi in trace.track_slices(np.flatnonzero(trace.track_device == device)):
         parts.append(lo + np.flatnonzero(trace.is_device_activity(kernels_only, lo, hi)))
     ev = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    del parts
     us, ue = union(trace.ts[ev], trace.end_of(ev))
     return ev, us, ue
 

@@ -213,6 +213,8 @@ def assemble(path: str, fmt: str, strings: StringTable, tracks: Tracks, devices:
         origin_ps = int(ts.min()) if ts.size else 0
     ts = ts - origin_ps
     track = np.asarray(events.pop("track"), np.int32)
+    # event indices held in the model (parents, stat events, links) are int32
+    idx_dtype = np.int32 if ts.shape[0] < 2**31 - 1 else np.int64
     order = event_order(track, ts, dur)
     inverse = np.empty_like(order)
     inverse[order] = np.arange(order.shape[0])
@@ -221,12 +223,12 @@ def assemble(path: str, fmt: str, strings: StringTable, tracks: Tracks, devices:
     kind = np.asarray(events.pop("kind"), np.int8)[order]
     del order
     depth, parent = nest(track, ts, ts + dur)
+    parent = parent.astype(idx_dtype)
 
     out_stats = {}
     # consumed as remapped: the raw stat columns are freed one by one, not all at the end.
     # Stats on the same events (the HLO op's module, scope, type, source…) share one
     # int32 event column.
-    idx_dtype = np.int32 if ts.shape[0] < 2**31 - 1 else np.int64
     remapped: list = []          # (raw idx, sorted new idx, order or None)
     for sname in list(stats):
         idx, values, is_string = stats.pop(sname)
@@ -255,8 +257,8 @@ def assemble(path: str, fmt: str, strings: StringTable, tracks: Tracks, devices:
         track_name=tracks.name, track_label=tracks.label, track_group=tracks.group,
         devices=devices, ts=ts, dur=dur, track=track, name=name, kind=kind,
         depth=depth, parent=parent, stats=out_stats,
-        link_src=inverse[src] if src.size else src,
-        link_dst=inverse[dst] if dst.size else dst,
+        link_src=inverse[src].astype(idx_dtype) if src.size else src,
+        link_dst=inverse[dst].astype(idx_dtype) if dst.size else dst,
         link_kind=np.asarray(lkind, np.int8),
         metadata=metadata, warnings=warnings,
     )

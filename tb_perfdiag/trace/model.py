@@ -105,7 +105,7 @@ class Trace:
     name: np.ndarray                    # int32 index into strings
     kind: np.ndarray                    # int8 EventKind
     depth: np.ndarray                   # int16 nesting depth on its track (0 = outermost)
-    parent: np.ndarray                  # int64 enclosing event on the same track, -1 if none
+    parent: np.ndarray                  # int32 enclosing event on the same track, -1 if none
     stats: dict = field(default_factory=dict)   # name → Stat
     # links (src → dst event indices)
     link_src: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
