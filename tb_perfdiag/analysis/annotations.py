@@ -41,10 +41,14 @@ def op_paths(trace: Trace, ops: np.ndarray, origin: np.ndarray) -> tuple[np.ndar
     scope = trace.stats.get("op_name") or trace.stats.get("tf_op")
     if scope is not None:
         # the scope of each op: a lookup in the sparse stat, no dense column over all events
-        k = np.minimum(np.searchsorted(scope.events, ops), max(scope.events.shape[0] - 1, 0))
-        hit = scope.events[k] == ops if scope.events.size else np.zeros(ops.shape[0], bool)
-        sid = np.where(hit, scope.values[k] if scope.events.size else -1, -1)
-        del k, hit
+        if scope.events.shape == ops.shape and np.array_equal(scope.events, ops):
+            sid = scope.values                     # every op has a scope
+        else:
+            k = np.minimum(np.searchsorted(scope.events, ops),
+                           max(scope.events.shape[0] - 1, 0))
+            hit = scope.events[k] == ops if scope.events.size else np.zeros(ops.shape[0], bool)
+            sid = np.where(hit, scope.values[k] if scope.events.size else -1, -1)
+            del k, hit
         u, inv = unique_inverse(sid)
         mapped = np.array([intern(_scope_parts(trace.strings[x])) if x >= 0 else -1
                            for x in u.tolist()], np.int32)
