@@ -466,8 +466,7 @@ def _join_hlo_metadata(planes, stats, strings, n, warnings):
             out[hit] = v[k[hit]]
         return out
     # join per distinct (module, program, op) key, then broadcast
-    keys = np.stack([at_ops(mod), at_ops(prog), op_ids.astype(np.int64)], axis=1)
-    u, inv = unique_rows(keys)
+    u, inv = _distinct_keys(at_ops(mod), at_ops(prog), op_ids)
     cols = {"op_name": [], "op_type": [], "source": []}
     empty = strings.intern("")
     names = strings.strings
@@ -484,6 +483,20 @@ def _join_hlo_metadata(planes, stats, strings, n, warnings):
             stats[c] = (evs, v, True)          # the hlo_op events themselves: shared later
         elif keep.any():
             stats[c] = (evs[keep], v[keep], True)
+
+
+def _distinct_keys(mod: np.ndarray, prog: np.ndarray, op: np.ndarray):
+    """Distinct (module, program, op) rows and the inverse.  An HLO op name almost always
+    belongs to one (module, program) in a trace: then grouping by the op's string id (a
+    table lookup) is the answer, and only otherwise are all three columns sorted."""
+    u_op, inv_op = unique_inverse(op)
+    if u_op.size and u_op[0] >= 0:
+        first = np.full(u_op.shape[0], -1, np.int64)
+        first[inv_op[::-1]] = np.arange(inv_op.shape[0] - 1, -1, -1)   # first row per op
+        if (mod == mod[first][inv_op]).all() and (prog == prog[first][inv_op]).all():
+            rows = np.stack([mod[first], prog[first], u_op.astype(np.int64)], axis=1)
+            return rows, inv_op
+    return unique_rows(np.stack([mod, prog, op.astype(np.int64)], axis=1))
 
 
 def _flow_links(stats, n):
