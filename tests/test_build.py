@@ -80,3 +80,25 @@ def test_native_nest_equals_array_nest(rows):
     d1, p1 = nest(tr, ts, ts + du)
     d2, p2 = nest_arrays(tr, ts, ts + du)
     assert d1.tolist() == d2.tolist() and p1.tolist() == p2.tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 1), st.integers(0, 40)), min_size=1, max_size=120),
+       st.integers(0, 2**40))
+def test_correlation_links_match_first_host_event(rows, offset):
+    """Every device op links to the first host launch with its correlation id, whether the
+    ids are a dense counter (lookup table) or sparse / repeated (sorted search)."""
+    from tb_perfdiag.trace.build import correlation_links
+    from tb_perfdiag.trace.model import EventKind as K
+    on_dev = np.array([d == 1 for d, _ in rows])
+    kind = np.where(on_dev, K.KERNEL, K.LAUNCH).astype(np.int8)
+    ids = np.array([c for _, c in rows], np.int64) + (offset if offset % 2 else 0)
+    idx = np.arange(len(rows))
+    src, dst, _ = correlation_links(kind, on_dev, idx, ids)
+    want = {}
+    for i, (d, _) in enumerate(rows):
+        if d == 1:
+            hosts = [j for j, (dj, _) in enumerate(rows) if dj == 0 and ids[j] == ids[i]]
+            if hosts:
+                want[i] = hosts[0]
+    assert dict(zip(dst.tolist(), src.tolist())) == want

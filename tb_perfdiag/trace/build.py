@@ -283,6 +283,19 @@ def correlation_links(kind: np.ndarray, on_device: np.ndarray, idx: np.ndarray,
     d_idx, d_val = idx[dev_side], vals[dev_side]
     if h_idx.size == 0 or d_idx.size == 0:
         return empty
+    lo, hi = int(h_val.min()), int(h_val.max())
+    if lo >= 0 and hi < 8 * h_val.shape[0] + 1024 and \
+            np.bincount(h_val, minlength=hi + 1).max() <= 1:
+        # ids are small, dense and unique on the host side (a counter): a lookup table
+        # instead of a sort
+        lut = np.full(hi + 1, -1, np.int64)
+        lut[h_val] = h_idx
+        ok = (d_val >= 0) & (d_val <= hi)
+        got = np.full(d_val.shape[0], -1, np.int64)
+        got[ok] = lut[d_val[ok]]
+        ok = got >= 0
+        src, dst = got[ok], d_idx[ok]
+        return src, dst, np.full(src.shape[0], LinkKind.CORRELATION, np.int8)
     o = np.argsort(h_val, kind="stable")
     h_idx, h_val = h_idx[o], h_val[o]
     pos = np.searchsorted(h_val, d_val)
