@@ -124,6 +124,18 @@ def generated_file(fmt: str, events: int = 2_000_000, poll_s: float = 0,
         time.sleep(60)
 
 
+def finish(errors: list, json_path: str | None, payload: dict) -> None:
+    """The common tail of a benchmark: load average, what failed, rows as JSON."""
+    print(f"# load avg at end {load_avg()}")
+    if errors:
+        print("\nFailed / not run:")
+        for e in errors:
+            print("  " + e)
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(payload, f, indent=1)
+
+
 def load_avg() -> str:
     try:
         return " ".join(f"{x:.2f}" for x in os.getloadavg())

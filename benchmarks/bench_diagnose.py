@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import platform
 import sys
@@ -244,14 +243,7 @@ def main(argv=None):
             print(f"  {r['file']}: {r['events']} trace events")
     for n in notes:
         print("  " + n)
-    print(f"# load avg at end {C.load_avg()}")
-    if errors:
-        print("\nFailed / not run:")
-        for e in errors:
-            print("  " + e)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"native": native, "rows": rows, "errors": errors}, f, indent=1)
+    C.finish(errors, a.json, {"native": native, "rows": rows, "errors": errors})
     return rows, errors
 
 

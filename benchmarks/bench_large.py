@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import platform
 import sys
@@ -172,14 +171,7 @@ def main(argv=None):
         errors += e
     print()
     report(rows, files)
-    print(f"# load avg at end {C.load_avg()}")
-    if errors:
-        print("\nFailed / not run:")
-        for e in errors:
-            print("  " + e)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"rows": rows, "errors": errors}, f, indent=1)
+    C.finish(errors, a.json, {"rows": rows, "errors": errors})
     return rows, errors
 
 

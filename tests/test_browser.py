@@ -135,6 +135,18 @@ def choose_run(frame, run):
     wait_loaded(frame, run)
 
 
+def open_xla_run(page, tb):
+    """The torch_xla CPU capture: its run, its diagnosis as served (largest gap first),
+    and the Diagnose frame showing it."""
+    run = run_named(tb, "torch_xla_cpu")
+    q = urllib.parse.urlencode({"run": run["run"], "host": run["hosts"][0]["name"],
+                                "gaps_limit": 1})
+    _, _, diag = tb.get("/data/plugin/perfdiag/diagnosis?" + q)
+    frame = open_diagnose(page, tb)
+    choose_run(frame, run["run"])
+    return run, diag, frame
+
+
 def test_tab_appears_and_recompiling_steps_marked(page, tb_demo, artifacts_dir):
     frame = open_diagnose(page, tb_demo)
     assert page.get_by_text("Diagnose", exact=False).first.is_visible()
@@ -156,13 +168,8 @@ def test_tab_appears_and_recompiling_steps_marked(page, tb_demo, artifacts_dir):
 
 
 def test_largest_gap_detail_and_trace_viewer(page, tb_demo, artifacts_dir):
-    run = run_named(tb_demo, "torch_xla_cpu")
-    host = run["hosts"][0]["name"]
-    q = urllib.parse.urlencode({"run": run["run"], "host": host, "gaps_limit": 1})
-    _, _, diag = tb_demo.get("/data/plugin/perfdiag/diagnosis?" + q)
+    run, diag, frame = open_xla_run(page, tb_demo)
     largest = diag["gaps"][0]
-    frame = open_diagnose(page, tb_demo)
-    choose_run(frame, run["run"])
     first = frame.locator(".gap-row").first
     assert first.get_attribute("data-gap") == largest["id"]
     first.focus()
@@ -293,13 +300,8 @@ def test_default_selection_is_a_working_run(page, tb_demo):
 
 
 def test_timeline_lanes_zoom_refetch_and_gap_click(page, tb_demo, artifacts_dir):
-    run = run_named(tb_demo, "torch_xla_cpu")
-    host = run["hosts"][0]["name"]
-    q = urllib.parse.urlencode({"run": run["run"], "host": host, "gaps_limit": 1})
-    _, _, diag = tb_demo.get("/data/plugin/perfdiag/diagnosis?" + q)
+    run, diag, frame = open_xla_run(page, tb_demo)
     largest = diag["gaps"][0]
-    frame = open_diagnose(page, tb_demo)
-    choose_run(frame, run["run"])
     wait_timeline_fetches(frame, 1)
     m = timeline_model(frame)
     kinds = {lane["kind"] for lane in m["lanes"]}
@@ -351,12 +353,7 @@ def test_timeline_lanes_zoom_refetch_and_gap_click(page, tb_demo, artifacts_dir)
 
 
 def test_annotations_tree(page, tb_demo, artifacts_dir):
-    run = run_named(tb_demo, "torch_xla_cpu")
-    host = run["hosts"][0]["name"]
-    q = urllib.parse.urlencode({"run": run["run"], "host": host, "gaps_limit": 1})
-    _, _, diag = tb_demo.get("/data/plugin/perfdiag/diagnosis?" + q)
-    frame = open_diagnose(page, tb_demo)
-    choose_run(frame, run["run"])
+    run, diag, frame = open_xla_run(page, tb_demo)
     items = frame.locator("#pd-annotations [role=treeitem]")
     names = items.evaluate_all("els => els.map(e => e.dataset.name)")
     assert "forward" in names

@@ -6,7 +6,6 @@ import glob
 import gzip
 import json
 
-import numpy as np
 import pytest
 
 import tb_perfdiag

@@ -7,9 +7,7 @@ import os
 import shutil
 import threading
 import time
-import urllib.request
 
-import pytest
 
 from conftest import TESTDATA, TensorBoard, shared_path
 

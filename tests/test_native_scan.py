@@ -463,10 +463,9 @@ def _real_xspace() -> bytes:
     return _REAL_XSPACE
 
 
-@settings(max_examples=40, deadline=None, derandomize=True)
-@given(st.data())
-def test_fuzz_xspace_real_file_mutated(data):
-    raw = bytearray(_real_xspace())
+def _edited(data, original: bytes, inserts) -> bytes:
+    """1–3 random edits of a real file: overwrite a byte, truncate, or insert."""
+    raw = bytearray(original)
     for _ in range(data.draw(st.integers(1, 3))):
         pos = data.draw(st.integers(0, len(raw) - 1))
         op = data.draw(st.integers(0, 2))
@@ -477,8 +476,13 @@ def test_fuzz_xspace_real_file_mutated(data):
             if not raw:
                 break
         else:
-            raw[pos:pos] = data.draw(st.binary(min_size=1, max_size=4))
-    _check_xspace_never_wrong(bytes(raw))
+            raw[pos:pos] = data.draw(inserts)
+    return bytes(raw)
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(st.data())
+def test_fuzz_xspace_real_file_mutated(data):
+    _check_xspace_never_wrong(_edited(data, _real_xspace(), st.binary(min_size=1, max_size=4)))
 
 
 # ---------------------------------------------------------------- Kineto: hand-made
@@ -772,17 +776,6 @@ def test_fuzz_kineto_real_file_mutated(data):
     files = sorted(shared_files((".json.gz",)), key=os.path.getsize)
     if not files:
         pytest.skip(f"real traces not available ({SHARED} is absent)")
-    raw = bytearray(_read(files[0]))
-    for _ in range(data.draw(st.integers(1, 3))):
-        pos = data.draw(st.integers(0, len(raw) - 1))
-        op = data.draw(st.integers(0, 2))
-        if op == 0:
-            raw[pos] = data.draw(st.integers(0, 255))
-        elif op == 1:
-            del raw[pos:]
-            if not raw:
-                break
-        else:
-            raw[pos:pos] = data.draw(st.sampled_from(
-                [b'"', b"\\", b"{", b"]", b",", b"\xc3", b"\xff", b"1e999", b"-", b"\\u", b" "]))
-    _check_kineto_never_wrong(bytes(raw))
+    inserts = st.sampled_from([b'"', b"\\", b"{", b"]", b",", b"\xc3", b"\xff", b"1e999", b"-",
+                               b"\\u", b" "])
+    _check_kineto_never_wrong(_edited(data, _read(files[0]), inserts))

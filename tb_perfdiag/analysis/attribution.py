@@ -36,7 +36,6 @@ def incoming_host_link(trace: Trace) -> np.ndarray:
 
 
 def origins(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
-    n = trace.n_events
     origin = incoming_host_link(trace)
     via = np.where(origin >= 0, VIA_LINK, VIA_NONE).astype(np.int8)
     device_ev = ~host_side(trace)

@@ -12,11 +12,11 @@ import numpy as np
 
 from ..trace.build import unique_inverse
 from ..trace.classify import memcpy_kind
-from ..trace.model import EventKind as K, Trace, TrackKind
+from ..trace.model import EventKind as K, Trace
 from . import annotations as ann_mod
 from . import causes as C
 from . import findings as find_mod
-from .attribution import VIA_NAMES, origins, root_origin
+from .attribution import origins, root_origin
 from .gaps import classify_gaps, device_busy, find_gaps
 from .gap_json import add_detail, gaps_json
 from .hostline import B_COMPILE, build_hostlines, event_buckets

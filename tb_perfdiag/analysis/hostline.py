@@ -96,7 +96,6 @@ class HostLine:
 
 def build_hostlines(trace: Trace, buckets: np.ndarray, tracks) -> dict:
     out = {}
-    end = trace.end
     # events are sorted by track: each track is one slice
     bounds = np.searchsorted(trace.track, np.arange(len(trace.track_kind) + 1))
     for t in tracks:
@@ -108,8 +107,9 @@ def build_hostlines(trace: Trace, buckets: np.ndarray, tracks) -> dict:
         # and among starts at one instant the later (deeper) one wins.  Starts are already
         # in time order (events are sorted by track, ts): merge them with the sorted ends.
         starts = trace.ts[lo:hi]
-        e_order = np.argsort(end[lo:hi], kind="stable")
-        ends = end[lo:hi][e_order]
+        ends = trace.end_of(slice(lo, hi))
+        e_order = np.argsort(ends, kind="stable")
+        ends = ends[e_order]
         # a start goes after every end at or before its instant
         s_pos = np.arange(hi - lo) + np.searchsorted(ends, starts, side="right")
         times = np.empty(2 * (hi - lo), np.int64)

@@ -17,7 +17,7 @@ import orjson
 from ..storage import is_blank, read_bytes
 from . import classify
 from .build import StringTable, Tracks, assemble, correlation_links, unique_inverse
-from .model import Device, EventKind as K, LinkKind, TraceError, TrackKind
+from .model import Device, EventKind as K, TraceError, TrackKind
 
 DEVICE_ACTIVITY_CATS = {
     "kernel": K.KERNEL, "gpu_memcpy": K.MEMCPY, "gpu_memset": K.MEMSET,
@@ -123,6 +123,21 @@ def scan(path: str, raw: bytes) -> dict:
     return cols
 
 
+def metadata_event(e: dict, process_name: dict, process_label: dict,
+                   thread_name: dict) -> None:
+    """Record one "M" event's process/thread naming (both scanners use this)."""
+    a = e.get("args") or {}
+    nm = e.get("name")
+    if not isinstance(a, dict):
+        return
+    if nm == "process_name":
+        process_name[e.get("pid")] = str(a.get("name", ""))
+    elif nm == "process_labels":
+        process_label[e.get("pid")] = str(a.get("labels", ""))
+    elif nm == "thread_name":
+        thread_name[(e.get("pid"), e.get("tid"))] = str(a.get("name", ""))
+
+
 def native_scanner():
     try:
         if os.environ.get("TB_PERFDIAG_NO_NATIVE"):
@@ -172,16 +187,7 @@ def scan_python(path: str, raw: bytes) -> dict:
         ph = e.get("ph")
         if ph != "X":
             if ph == "M":
-                a = e.get("args") or {}
-                nm = e.get("name")
-                if not isinstance(a, dict):
-                    pass
-                elif nm == "process_name":
-                    process_name[e.get("pid")] = str(a.get("name", ""))
-                elif nm == "process_labels":
-                    process_label[e.get("pid")] = str(a.get("labels", ""))
-                elif nm == "thread_name":
-                    thread_name[(e.get("pid"), e.get("tid"))] = str(a.get("name", ""))
+                metadata_event(e, process_name, process_label, thread_name)
             n_ts += has_ts
             continue
         ts = e.get("ts")

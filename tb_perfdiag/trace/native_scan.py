@@ -15,6 +15,7 @@ import numpy as np
 import orjson
 
 from .. import _native
+from .kineto import metadata_event
 
 _XSPACE_COLUMNS = {
     "ev_line": np.int32, "ev_meta": np.int64, "ev_offset_ps": np.int64,
@@ -50,17 +51,8 @@ def scan_kineto(buf) -> dict:
     # "M" events are few: the reference logic on each one, parsed by orjson
     try:
         for start, end in raw["m_events"]:
-            e = orjson.loads(view[start:end])
-            a = e.get("args") or {}
-            nm = e.get("name")
-            if not isinstance(a, dict):
-                pass
-            elif nm == "process_name":
-                process_name[e.get("pid")] = str(a.get("name", ""))
-            elif nm == "process_labels":
-                process_label[e.get("pid")] = str(a.get("labels", ""))
-            elif nm == "thread_name":
-                thread_name[(e.get("pid"), e.get("tid"))] = str(a.get("name", ""))
+            metadata_event(orjson.loads(view[start:end]), process_name, process_label,
+                           thread_name)
     except TypeError as e:   # an unhashable pid/tid: let the reference scanner decide
         raise ValueError(f"native Kineto scan: metadata event: {e}") from None
     stats = {name: (np.frombuffer(idx, np.int64), np.frombuffer(vals, np.int64))

@@ -207,7 +207,7 @@ def build(path: str, scan: dict):
     # ---- names ----
     # scanners emit plane by plane, so each plane's events (and their stats) are one
     # contiguous slice; any other order falls back to index arrays
-    ev_rows = _rows_by_group(ev_plane, len(planes))
+    ev_rows = _group(ev_plane, len(planes))
     name = np.empty(n, np.int32)
     for pi, (_, _, pm) in enumerate(planes):
         sel = ev_rows[pi]
@@ -321,7 +321,7 @@ def build(path: str, scan: dict):
             t = tracks.add(TrackKind.HOST, -1, lname, label, pname)
             track[evs] = t
             kind[evs] = name_kind[name[evs]]
-            ops = evs[hlo_op[evs]]
+            ops = _where(evs, hlo_op)
             if ops.size:
                 if cpu_device < 0:
                     cpu_device = len(devices)
@@ -358,26 +358,26 @@ def build(path: str, scan: dict):
     return trace
 
 
-def _rows_by_group(keys: np.ndarray, n_groups: int) -> list:
-    """Rows of each group: slices when ``keys`` is sorted, else index arrays."""
+def _group(keys: np.ndarray, n_groups: int) -> list:
+    """Rows of each group: slices when ``keys`` is sorted (scanners emit plane by plane
+    and line by line), else index arrays."""
     if keys.size == 0 or (keys[1:] >= keys[:-1]).all():
         b = np.searchsorted(keys, np.arange(n_groups + 1)).tolist()
         return [slice(b[g], b[g + 1]) for g in range(n_groups)]
-    return [np.flatnonzero(keys == g) for g in range(n_groups)]
+    order = np.argsort(keys, kind="stable")
+    b = np.searchsorted(keys[order], np.arange(n_groups + 1))
+    return [order[b[g]:b[g + 1]] for g in range(n_groups)]
 
 
 def _size(rows) -> int:
     return rows.stop - rows.start if isinstance(rows, slice) else int(rows.size)
 
 
-def _group(keys: np.ndarray, n_groups: int) -> list:
-    if keys.size == 0 or (keys[1:] >= keys[:-1]).all():    # scanners emit line by line
-        order = np.arange(keys.shape[0])
-        bounds = np.searchsorted(keys, np.arange(n_groups + 1))
-        return [order[bounds[g]:bounds[g + 1]] for g in range(n_groups)]
-    order = np.argsort(keys, kind="stable")
-    bounds = np.searchsorted(keys[order], np.arange(n_groups + 1))
-    return [order[bounds[g]:bounds[g + 1]] for g in range(n_groups)]
+def _where(rows, mask: np.ndarray) -> np.ndarray:
+    """The rows of a group (slice or index array) where ``mask`` holds, as indices."""
+    if isinstance(rows, slice):
+        return rows.start + np.flatnonzero(mask[rows])
+    return rows[mask[rows]]
 
 
 def _device_for(devices: list, pname: str, m) -> int:
