@@ -9,6 +9,11 @@ import { renderAnnotations } from "./annotations.js";
 import { CompareHosts } from "./compare.js";
 
 const PAGE = 200;
+/** Runs with this many hosts or more open on the per-host summary (a pod), not on one host. */
+export const POD_HOSTS = 8;
+/** The host selector's value for that summary. */
+export const ALL_HOSTS = "*";
+const PROGRESS_DELAY_MS = 300, PROGRESS_POLL_MS = 400;
 
 export class App {
   constructor(root) {
@@ -30,7 +35,11 @@ export class App {
       this.header, this.statusEl, this.compareEl, this.body);
     this.compare = new CompareHosts(this.compareEl, {
       params: (host) => ({ run: this.state.run, host, span: undefined }),
-      onPick: (host) => { this.state = { run: this.state.run, host }; this.buildSelectors(); this.loadDiagnosis(); },
+      onPick: (host) => {
+        // from a pod's summary the host's page takes the screen; "Compare hosts" brings the table back
+        if (this.compare.pinned) this.compare.close();
+        this.state = { run: this.state.run, host }; this.buildSelectors(); this.show();
+      },
     });
     this.setStatus("Loading runs…", true);
     let r;
@@ -46,7 +55,7 @@ export class App {
     if (this.runs.length === 0) { this.showHowTo(r.body.logdir); return; }
     const deepLinked = !!this.state.run && this.runs.some((x) => x.run === this.state.run);
     this.buildSelectors();
-    if (deepLinked) { await this.loadDiagnosis(); return; }
+    if (deepLinked) { await this.show(); return; }
     // Default selection: the first run whose diagnosis succeeds (at most 3 tries), trying
     // runs named like a failure last, so the first screen is a working diagnosis.
     const bad = /(^|[^a-z])(broken|bad|fail(ed)?|error|corrupt)/i;
@@ -54,7 +63,7 @@ export class App {
     for (const cand of order.slice(0, 3)) {
       this.state = { run: cand.run };
       this.buildSelectors();
-      if ((await this.loadDiagnosis()) !== false) return;  // worked, or the user picked another
+      if ((await this.show()) !== false) return;  // worked, or the user picked another
     }
   }
 
@@ -63,8 +72,10 @@ export class App {
     const s = this.state;
     const run = this.runs.find((x) => x.run === s.run) || this.runs[0];
     s.run = run.run;
-    const host = run.hosts.find((x) => x.name === s.host) || run.hosts[0];
-    s.host = host ? host.name : "";
+    const multi = run.hosts.length > 1;
+    const pod = multi && (s.host === ALL_HOSTS || (!s.host && run.hosts.length >= POD_HOSTS));
+    const host = pod ? null : run.hosts.find((x) => x.name === s.host) || run.hosts[0];
+    s.host = pod ? ALL_HOSTS : host ? host.name : "";
     const span = host && (host.spans.find((x) => x.name === s.span) || host.spans[0]);
     s.span = span ? span.name : "";
     const sel = (id, label, options, value, onchange) => {
@@ -75,10 +86,12 @@ export class App {
     };
     this.header.textContent = "";
     this.header.append(sel("pd-run", "Run", this.runs.map((x) => [x.run, x.run]), s.run, (v) => {
-      this.state = { run: v }; this.buildSelectors(); this.loadDiagnosis();
+      this.state = { run: v }; this.buildSelectors(); this.show();
     }));
-    this.header.append(sel("pd-host", "Host", run.hosts.map((x) => [x.name, x.name]), s.host, (v) => {
-      this.state = { run: s.run, host: v }; this.buildSelectors(); this.loadDiagnosis();
+    const hostOptions = run.hosts.map((x) => [x.name, x.name]);
+    if (multi) hostOptions.unshift([ALL_HOSTS, `All ${run.hosts.length} hosts (summary)`]);
+    this.header.append(sel("pd-host", "Host", hostOptions, s.host, (v) => {
+      this.state = { run: s.run, host: v }; this.buildSelectors(); this.show();
     }));
     if (host && host.spans.length > 1) {
       this.header.append(sel("pd-span", "Span", host.spans.map((x) => [x.name, `${x.name} (${x.file})`]),
@@ -86,14 +99,60 @@ export class App {
     }
     this.deviceSlot = h("span", { class: "pd-device-slot" });
     this.header.append(this.deviceSlot);
-    if (run.hosts.length > 1) {
+    if (multi && !pod) {
       this.header.append(h("button", { class: "pd-button", id: "pd-compare", "aria-expanded": String(this.compare.open && this.compare.run === s.run),
         onclick: (e) => { const open = this.compare.toggle(s.run, run.hosts.map((x) => x.name), s.host); e.currentTarget.setAttribute("aria-expanded", String(open)); } },
       `Compare hosts (${run.hosts.length})`));
       this.compare.sync(s.run, s.host);
-    } else {
+    } else if (!pod) {
       this.compare.close();
     }
+  }
+
+  /** The current selection: the per-host summary of a pod, or one host's diagnosis. */
+  show() {
+    return this.state.host === ALL_HOSTS ? this.showPod() : this.loadDiagnosis();
+  }
+
+  showPod() {
+    this.token++;             // a diagnosis still loading must not replace this view
+    const s = this.state;
+    const run = this.runs.find((x) => x.run === s.run);
+    writeState(s);
+    this.setStatus("");
+    this.diag = null;
+    this.deviceSlot.textContent = "";
+    this.body.textContent = "";
+    this.body.append(h("p", { class: "pd-muted pd-pod-hint" },
+      `${run.hosts.length} hosts. Stragglers are listed first; pick a host to see its steps, gaps and timeline.`));
+    this.compare.show(s.run, run.hosts.map((x) => x.name), "", { pinned: true });
+    this.root.dataset.loaded = `${s.run}|${ALL_HOSTS}||pod`;
+    return true;
+  }
+
+  /** Polls /progress while a diagnosis is computed and shows it under the selectors. */
+  watchProgress(token, label) {
+    let stop = false, timer = null;
+    const poll = async () => {
+      if (stop || token !== this.token) return;
+      let r;
+      try { r = await getJSON("progress", this.params()); } catch (e) { r = null; }
+      if (stop || token !== this.token) return;
+      if (r && r.ok && r.body.state === "running") this.setProgress(label, r.body);
+      timer = setTimeout(poll, PROGRESS_POLL_MS);
+    };
+    timer = setTimeout(poll, PROGRESS_DELAY_MS);   // cached answers come back before this
+    return () => { stop = true; clearTimeout(timer); };
+  }
+
+  setProgress(label, p) {
+    this.statusEl.textContent = "";
+    this.statusEl.hidden = false;
+    const pct = Math.round(100 * (p.fraction || 0));
+    this.statusEl.append(h("div", { class: "pd-progress", "data-phase": p.phase },
+      h("span", { class: "pd-loading" }, `${label}: ${p.text}`),
+      h("progress", { max: "100", value: String(pct), "aria-label": "Analysis progress" }),
+      h("span", { class: "pd-muted pd-small" }, `${pct} % · ${p.elapsed_s.toFixed(1)} s`)));
   }
 
   params(extra) {
@@ -140,11 +199,14 @@ export class App {
     writeState(s);
     this.setStatus(`Analysing ${s.run} / ${s.host}…`, true);
     this.body.setAttribute("aria-busy", "true");
+    const stopProgress = this.watchProgress(token, `Analysing ${s.host}`);
     let r;
     try {
       r = await getJSON("diagnosis", this.params({ step: s.step, gaps_limit: PAGE }));
     } catch (e) {
       r = { ok: false, body: { error: String(e) } };
+    } finally {
+      stopProgress();
     }
     if (token !== this.token) return null;  // superseded by a newer selection
     this.setStatus("");

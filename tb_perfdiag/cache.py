@@ -71,6 +71,14 @@ class DiagnosisCache:
             with self._lock:
                 self._inflight.pop(key, None)
 
+    def has(self, key) -> bool:
+        """Whether ``key`` is answered without computing (memory or disk)."""
+        with self._lock:
+            if key in self._mem:
+                return True
+        p = self._path(key)
+        return bool(p) and os.path.exists(p)
+
     def _put(self, key, value) -> None:
         size = len(json.dumps(value, separators=(",", ":"))) if not isinstance(value, bytes) \
             else len(value)

@@ -61,6 +61,7 @@ class DiagnosePlugin(base_plugin.TBPlugin):
             "/overlay": self._serve_overlay,
             "/timeline": self._serve_timeline,
             "/hosts": self._serve_hosts,
+            "/progress": self._serve_progress,
             "/version": self._serve_version,
             "/status": self._serve_status,
         }
@@ -126,6 +127,10 @@ class DiagnosePlugin(base_plugin.TBPlugin):
     @wrappers.Request.application
     def _serve_hosts(self, request):
         return self._respond(request, self._service.hosts_json)
+
+    @wrappers.Request.application
+    def _serve_progress(self, request):
+        return self._respond(request, self._service.progress_json)
 
     @wrappers.Request.application
     def _serve_timeline(self, request):

@@ -16,6 +16,8 @@ from .analysis.timeline import lanes
 from .analysis import causes as C
 from .cache import DiagnosisCache
 from .discovery import Catalog
+from .pod import PodJob
+from .progress import Progress
 from .storage import file_identity
 from .trace import TraceError, load
 
@@ -29,17 +31,7 @@ CAUSE_COLORS = {  # Chrome trace viewer reserved colour names
 }
 
 
-MEMORY_BUDGET_MB = float(os.environ.get("TB_PERFDIAG_MEMORY_MB", "4096"))
-MAX_WORKERS = int(os.environ.get("TB_PERFDIAG_WORKERS", "4"))
-
-
-def _mean(xs):
-    return sum(xs) / len(xs) if xs else None
-
-
-def _median(xs):
-    xs = sorted(x for x in xs if x is not None)
-    return xs[len(xs) // 2] if xs else None
+MAX_POD_JOBS = 4      # finished pod summaries kept (their diagnoses stay in the cache)
 
 
 class BadRequest(ValueError):
@@ -71,6 +63,10 @@ class DiagnosisService:
         self.max_file_mb = max_file_mb
         self._contexts: dict = {}
         self._ctx_lock = threading.Lock()
+        self._pods: dict = {}            # (run, options, file identities) → PodJob
+        self._pods_lock = threading.Lock()
+        self._progress: dict = {}        # cache key → Progress of the analysis under way
+        self._progress_lock = threading.Lock()
 
     # ---- resolving a request to a file ----
     def _source(self, params):
@@ -94,7 +90,14 @@ class DiagnosisService:
         if src is None:
             return 404, {"error": "no such run/host/span in the logdir",
                          "run": params.get("run"), "host": params.get("host")}
-        opt = self._options(params)
+        status, body = self._diagnose_source(src, self._options(params))
+        if status == 422:
+            body = {**body, "run": params.get("run"), "host": params.get("host")}
+        return status, body
+
+    def _diagnose_source(self, src, opt: Options, compute_elsewhere=None):
+        """(status, body) of one file, from the cache or computed once; by default in this
+        process with progress reported, else by ``compute_elsewhere()`` (a pod worker)."""
         if src.size > self.max_file_mb * 1e6:
             return 413, {"error": f"{os.path.basename(src.path)} is {src.size / 1e6:.0f} MB, over "
                                   f"the {self.max_file_mb:.0f} MB budget; raise it with the "
@@ -107,74 +110,55 @@ class DiagnosisService:
         key = (ident, opt.key())
 
         def compute():
+            prog = Progress(os.path.basename(src.path))
+            with self._progress_lock:
+                self._progress[key] = prog
             try:
-                return {"ok": diagnose_trace(load(src.path), opt).to_json()}
+                if compute_elsewhere is not None:
+                    prog.phase("analysing", "in a worker process")
+                    return compute_elsewhere()
+                return {"ok": diagnose_trace(load(src.path, prog), opt, prog).to_json()}
             except TraceError as e:
                 return {"error": e.reason, "file": os.path.basename(src.path)}
+            finally:
+                prog.done()
+                with self._progress_lock:      # the cache answers from now on
+                    if self._progress.get(key) is prog:
+                        del self._progress[key]
         result = self.cache.get_or_compute(key, compute)
         if "error" in result:
-            return 422, {"error": result["error"], "file": result["file"],
-                         "run": params.get("run"), "host": params.get("host")}
+            return 422, {"error": result["error"], "file": result["file"]}
         return 200, result["ok"]
 
     def hosts_json(self, params):
         """Per-host summary of a run (pods with many hosts): duty cycle, step time, worst
-        gap, top finding; hosts analysed in parallel within the memory budget; stragglers
-        (slow steps or low duty cycle next to the median host) flagged."""
+        gap, top finding, stragglers flagged against the median host.  The hosts are
+        analysed in the background; each call answers with the rows done so far
+        (``complete`` false until all are), or waits for all with ``wait=1``."""
         run = self.catalog.runs().get(params.get("run") or "")
         if run is None:
             run = self.catalog.runs(refresh=True).get(params.get("run") or "")
         if run is None:
             return 404, {"error": "no such run in the logdir", "run": params.get("run")}
-        opt_params = {k: params[k] for k in ("threshold_us", "kernels_only") if k in params}
-        hosts = {}
-        for src in run.sources:                      # newest span per host
-            cur = hosts.get(src.host)
-            if cur is None or (src.span > cur.span):
-                hosts[src.host] = src
-        biggest = max((s.size for s in hosts.values()), default=0) / 1e6
-        # a diagnosis peaks at roughly 8× the file size; stay inside the budget
-        workers = max(1, min(os.cpu_count() or 1, MAX_WORKERS,
-                             int(MEMORY_BUDGET_MB // max(8 * biggest + 100, 1))))
-
-        def one(src):
-            q = {"run": run.name, "host": src.host, "span": src.span, **opt_params}
-            status, d = self._diagnosis(q)
-            row = {"host": src.host, "span": src.span, "status": status}
-            if status != 200:
-                row["error"] = d.get("error")
-                return row
-            steps = [s["end_ns"] - s["start_ns"] for s in d["steps"]]
-            worst = d["gaps"][0] if d["gaps"] else None
-            row.update({
-                "devices": [{"name": x["name"], "duty_cycle": x["duty_cycle"]}
-                            for x in d["devices"]],
-                "duty_cycle": _mean([x["duty_cycle"] for x in d["devices"]
-                                     if x["duty_cycle"] is not None]),
-                "steps": len(steps), "avg_step_ns": int(sum(steps) / len(steps)) if steps else None,
-                "worst_gap": {k: worst[k] for k in ("id", "duration_ns", "cause", "step")}
-                if worst else None,
-                "top_finding": d["findings"][0]["title"] if d["findings"] else None})
-            return row
-        from concurrent.futures import ThreadPoolExecutor
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            rows = list(pool.map(one, [hosts[h] for h in sorted(hosts)]))
-        ok = [r for r in rows if r["status"] == 200]
-        med_step = _median([r["avg_step_ns"] for r in ok if r.get("avg_step_ns")])
-        med_duty = _median([r["duty_cycle"] for r in ok if r.get("duty_cycle") is not None])
-        for r in ok:
-            why = []
-            if med_step and r.get("avg_step_ns") and r["avg_step_ns"] > 1.1 * med_step:
-                why.append(f"steps {100 * (r['avg_step_ns'] / med_step - 1):.0f}% slower "
-                           "than the median host")
-            if med_duty is not None and r.get("duty_cycle") is not None and \
-                    r["duty_cycle"] < med_duty - 0.05:
-                why.append(f"duty cycle {100 * (med_duty - r['duty_cycle']):.0f} points below "
-                           "the median host")
-            r["straggler"] = bool(why)
-            r["straggler_reason"] = "; ".join(why)
-        return 200, {"run": run.name, "hosts": rows, "workers": workers,
-                     "median_step_ns": med_step, "median_duty_cycle": med_duty}
+        opt = self._options(params)
+        sources = [self.catalog.find(run.name, h) for h in sorted({s.host for s in run.sources})]
+        sources = [s for s in sources if s is not None]
+        try:
+            idents = tuple(file_identity(s.path) for s in sources)
+        except OSError:
+            return 404, {"error": "a file of this run disappeared; reload", "run": run.name}
+        key = (run.name, opt.key(), idents)
+        with self._pods_lock:
+            job = self._pods.pop(key, None)
+            if job is None:
+                job = PodJob(run.name, sources, opt,
+                             lambda src, elsewhere: self._diagnose_source(src, opt, elsewhere))
+            self._pods[key] = job                # most recent last
+            while len(self._pods) > MAX_POD_JOBS:
+                self._pods.pop(next(iter(self._pods)))
+        if params.get("wait") in ("1", "true"):
+            job.wait()
+        return 200, job.snapshot()
 
     def status(self) -> dict:
         """Counters an operator (or a load test) can watch."""
@@ -184,6 +168,26 @@ class DiagnosisService:
                 "max_file_mb": self.max_file_mb, "traces_in_memory": len(self._contexts)}
 
     # ---- routes ----
+    def progress_json(self, params):
+        """How far the analysis behind the same /diagnosis parameters is: ``state`` is
+        ``running`` (with phase, text, fraction), ``done`` (the next /diagnosis answers
+        from the cache) or ``idle`` (nothing asked for it yet)."""
+        src = self._source(params)
+        if src is None:
+            return 404, {"error": "no such run/host/span in the logdir",
+                         "run": params.get("run"), "host": params.get("host")}
+        try:
+            key = (file_identity(src.path), self._options(params).key())
+        except OSError:
+            return 404, {"error": "file disappeared", "file": os.path.basename(src.path)}
+        with self._progress_lock:
+            prog = self._progress.get(key)
+        if prog is not None:
+            return 200, {"state": "running", "file": prog.label, **prog.snapshot()}
+        if self.cache.has(key):
+            return 200, {"state": "done", "file": os.path.basename(src.path)}
+        return 200, {"state": "idle", "file": os.path.basename(src.path)}
+
     def diagnosis_json(self, params):
         status, body = self._diagnosis(params)
         if status != 200:

@@ -10,6 +10,7 @@ try:  # ISA-L's inflate is about 1.6× zlib's; same format, same errors
 except ImportError:  # pragma: no cover - optional speed-up
     _fast_zlib = zlib
 
+from .progress import NULL
 from .trace.model import TraceError
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -29,7 +30,7 @@ def filesystem(path: str):
     return fs, inner
 
 
-def read_bytes(path: str, limit: int | None = None) -> bytes:
+def read_bytes(path: str, limit: int | None = None, progress=NULL) -> bytes:
     """Whole file, gunzipped when it is gzip.  ``limit`` caps the decompressed size."""
     fs, inner = filesystem(path)
     try:
@@ -46,6 +47,7 @@ def read_bytes(path: str, limit: int | None = None) -> bytes:
     except OSError as e:
         raise TraceError(path, f"cannot read: {e.strerror or e}") from None
     if raw[:2] == GZIP_MAGIC:
+        progress.phase("decompressing", f"{len(raw) / 1e6:.0f} MB of gzip")
         if not limit and len(raw) > 18:
             # the gzip trailer holds the size (mod 4 GiB): allocate the output once
             # instead of growing it, which would briefly need far more memory

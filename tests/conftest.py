@@ -120,3 +120,20 @@ def tb_demo(demo_logdir, artifacts_dir):
     tb = TensorBoard(demo_logdir)
     yield tb
     tb.stop()
+
+
+POD_HOSTS, POD_STRAGGLERS, POD_STALL_US = 64, (17, 40), 20_000
+
+
+@pytest.fixture(scope="session")
+def pod_logdir(tmp_path_factory):
+    """A 64-host pod from the synthetic generator (about 5 k events a host, ~7 s to write):
+    hosts 17 and 40 stall 20 ms in data loading every step. Returns (logdir, truth)."""
+    sys.path.insert(0, os.path.join(TESTDATA, "generators"))
+    try:
+        import synthetic
+    finally:
+        sys.path.pop(0)
+    logdir = tmp_path_factory.mktemp("pod")
+    truth = synthetic.write_pod(logdir / "pod", POD_HOSTS, 5000, POD_STRAGGLERS, POD_STALL_US)
+    return logdir, truth

@@ -419,7 +419,7 @@ def test_compare_hosts(browser, tmp_path, artifacts_dir):
         rows = frame.locator(".pd-compare-row")
         assert rows.evaluate_all("els => els.map(e => e.dataset.host)") == ["hosta", "hostb"]
         text = frame.inner_text(".pd-compare-table")
-        assert "duty cycle" in text and "Average step" in text and "%" in text
+        assert "duty cycle" in text and "Typical step" in text and "%" in text
         assert frame.locator(".pd-compare-row.selected").get_attribute("data-host") == "hosta"
         assert "Straggler" in text
         frame.locator(".pd-compare").screenshot(path=os.path.join(artifacts_dir, "compare-hosts.png"))
@@ -451,4 +451,73 @@ def test_dark_mode_follows_tensorboard(page, tb_demo, artifacts_dir):
     page.screenshot(path=os.path.join(artifacts_dir, "dark-mode.png"))
     page.evaluate("() => document.body.classList.remove('dark-mode')")
     frame.wait_for_function("() => !document.body.classList.contains('dark-mode')")
+    assert page.console_log.unexpected() == []
+
+
+def test_pod_opens_on_the_host_summary_and_drills_into_a_straggler(page, pod_logdir, artifacts_dir):
+    from conftest import TensorBoard
+    logdir, truth = pod_logdir
+    tb = TensorBoard(logdir)
+    try:
+        run = runs(tb)[0]["run"]
+        frame = open_diagnose(page, tb)
+        frame.wait_for_function("() => (document.getElementById('perfdiag-root')?.dataset.loaded || '').endsWith('|pod')",
+                                timeout=60000)
+        assert frame.eval_on_selector("#pd-host", "e => e.value") == "*"
+        assert "All 64 hosts" in frame.inner_text("#pd-host")
+        assert "p.perfdiag.host=*" in page.url or "p.perfdiag.host=%2A" in page.url
+        frame.wait_for_selector(".pd-compare[data-complete]", timeout=180000)
+        order = frame.locator(".pd-compare-row").evaluate_all("els => els.map(e => e.dataset.host)")
+        assert len(order) == 64 and order[:2] == truth["stragglers"]          # stragglers first
+        marked = frame.locator(".pd-compare-row.straggler").evaluate_all("els => els.map(e => e.dataset.host)")
+        assert marked == truth["stragglers"]
+        callout = frame.inner_text(".pd-stragglers")
+        assert callout.startswith("2 stragglers") and all(h in callout for h in truth["stragglers"])
+        assert "Data loading" in callout
+        page.screenshot(path=os.path.join(artifacts_dir, "pod-64-hosts.png"))
+        frame.click('.pd-sort[data-sort="host"]')
+        assert frame.locator(".pd-compare-row").first.get_attribute("data-host") == "host00"
+        frame.click(f'.pd-compare-row[data-host="{truth["stragglers"][0]}"]')
+        frame.wait_for_function("(h) => (document.getElementById('perfdiag-root')?.dataset.loaded || '').includes('|' + h + '|')",
+                                arg=truth["stragglers"][0], timeout=60000)
+        assert frame.locator(".pd-compare").count() == 0           # the host's page takes the screen
+        assert frame.locator("#pd-compare").is_visible()            # …and the table is one click away
+        assert "Data loading" in frame.inner_text(".pd-summary")
+        # a teammate's link to the summary opens the summary
+        pg2 = page.context.new_page()
+        f2 = open_diagnose(pg2, tb, f"&p.perfdiag.run={urllib.parse.quote(run)}&p.perfdiag.host=*")
+        f2.wait_for_function("() => (document.getElementById('perfdiag-root')?.dataset.loaded || '').endsWith('|pod')",
+                             timeout=60000)
+        f2.wait_for_selector(".pd-compare[data-complete]", timeout=60000)
+        assert page.console_log.unexpected() == []
+    finally:
+        tb.stop()
+
+
+def test_progress_bar_while_the_server_analyses(page, tb_demo, artifacts_dir):
+    """The page shows the server's phase and fraction while /diagnosis is pending. The
+    server side of /progress is tested against a real analysis in test_progress.py; here
+    the two routes are held so the browser is seen mid-analysis whatever the machine's speed."""
+    run = run_named(tb_demo, "torch_xla_cpu")
+    held = []
+    page.route("**/data/plugin/perfdiag/diagnosis?*", lambda route: held.append(route))
+    page.route("**/data/plugin/perfdiag/progress?*", lambda route: route.fulfill(
+        status=200, content_type="application/json",
+        body=json.dumps({"state": "running", "file": "x.xplane.pb", "phase": "scanning",
+                         "text": "decoding events: 812 MB", "fraction": 0.37,
+                         "elapsed_s": 4.2, "done": False})))
+    frame = open_diagnose(page, tb_demo, f"&p.perfdiag.run={urllib.parse.quote(run['run'])}")
+    frame.wait_for_selector(".pd-progress", timeout=30000)
+    text = frame.inner_text(".pd-status")
+    assert "decoding events: 812 MB" in text and "37 %" in text and "4.2 s" in text
+    assert frame.eval_on_selector(".pd-progress progress", "e => e.value") == 37
+    page.screenshot(path=os.path.join(artifacts_dir, "progress.png"))
+    deadline = time.time() + 30
+    while not held and time.time() < deadline:
+        page.wait_for_timeout(50)
+    page.unroute("**/data/plugin/perfdiag/progress?*")
+    for r in held:
+        r.continue_()
+    wait_loaded(frame, run["run"])
+    assert frame.locator(".pd-progress").count() == 0
     assert page.console_log.unexpected() == []

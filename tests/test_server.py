@@ -221,7 +221,7 @@ def test_pod_summary_flags_the_straggler(tmp_path):
                 e.duration_ps *= 2
     (run / "host3.xplane.pb").write_bytes(s.SerializeToString())
     svc = DiagnosisService(Catalog(str(tmp_path / "ld")), DiagnosisCache(disk_dir=None))
-    status, body = svc.hosts_json({"run": "pod/r1"})
+    status, body = svc.hosts_json({"run": "pod/r1", "wait": "1"})
     assert status == 200 and [r["host"] for r in body["hosts"]] == [f"host{i}" for i in range(5)]
     flagged = [r["host"] for r in body["hosts"] if r["straggler"]]
     assert flagged == ["host3"], body["hosts"]

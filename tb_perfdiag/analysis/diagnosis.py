@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
+from ..progress import NULL
 from ..trace.build import unique_inverse
 from ..trace.classify import memcpy_kind
 from ..trace.model import EventKind as K, Trace
@@ -92,19 +93,22 @@ def _no_cyclic_gc():
             gc.enable()
 
 
-def diagnose_trace(trace: Trace, options: Options | None = None) -> Diagnosis:
+def diagnose_trace(trace: Trace, options: Options | None = None, progress=NULL) -> Diagnosis:
+    """The whole diagnosis of one trace; ``progress`` is told which stage runs."""
     with _no_cyclic_gc():
-        return _diagnose(trace, options)
+        return _diagnose(trace, options, progress)
 
 
-def _diagnose(trace: Trace, options: Options | None = None) -> Diagnosis:
+def _diagnose(trace: Trace, options: Options | None, progress) -> Diagnosis:
     opt = options or Options()
+    progress.phase("analysing", "call chains")
     threshold_ps = int(round(opt.threshold_us * 1e6))
     n = trace.n_events
     warnings = list(trace.warnings)
 
     origin, via = origins(trace)
     origin = _small(origin)
+    progress.within(0.08, "steps")
     steps = find_steps(trace)
     # per-event columns held through the analysis are int32 (event and step indices):
     # on a 40 M-event trace each int64 column would cost 320 MB
@@ -117,16 +121,19 @@ def _diagnose(trace: Trace, options: Options | None = None) -> Diagnosis:
             steps, np.where(root >= 0, trace.ts[np.maximum(root, 0)], trace.ts)))
     # device time per annotation first: its temporaries are the largest of the analysis,
     # and the host timelines built next are not needed for it
+    progress.within(0.15, "device time by annotation")
     dev_ops = np.flatnonzero(trace.is_device_activity(opt.kernels_only))
     annotations = ann_mod.device_time(trace, dev_ops, ev_step[dev_ops], steps.ids, root,
                                       [d.name for d in trace.devices])
     del dev_ops
+    progress.within(0.35, "host timelines")
     ctx = host_context(trace, origin, via)
     memcpy_of, buckets, lines = ctx["memcpy_of"], ctx["buckets"], ctx["lines"]
 
     devices_out, steps_dev, gaps_all = [], [], []
     small_by_dev = {}
     for d, dev in enumerate(trace.devices):
+        progress.within(0.5 + 0.3 * d / max(len(trace.devices), 1), f"gaps on {dev.name}")
         ops, us, ue = device_busy(trace, d, opt.kernels_only)
         if ops.size == 0:
             devices_out.append({"id": d, "name": dev.name, "kind": dev.kind, "duty_cycle": None,
@@ -157,6 +164,7 @@ def _diagnose(trace: Trace, options: Options | None = None) -> Diagnosis:
         })
 
     # ---- steps ----
+    progress.within(0.8, "per-step numbers")
     steps_out = []
     # outermost compilations only (HLO passes inside one are part of it)
     compile_ev = np.flatnonzero(trace.kind == K.COMPILE)
@@ -201,6 +209,7 @@ def _diagnose(trace: Trace, options: Options | None = None) -> Diagnosis:
     # ---- gaps, largest first ----
     # a gap belongs to the step of the op it waited for (that step's host work kept the
     # device idle), else to the window it starts in
+    progress.within(0.85, "host ops behind the gaps")
     gap_step = []
     for g in gaps_all:
         st = ev_step[g.next_op] if steps.source != "whole_trace" else np.zeros(len(g), np.int64)
@@ -226,6 +235,7 @@ def _diagnose(trace: Trace, options: Options | None = None) -> Diagnosis:
         definitions=DEFINITIONS, step_source=steps.source,
         devices=devices_out, steps=steps_out, gaps=gaps_out, annotations=annotations,
         findings=[], hta=hta, warnings=warnings)
+    progress.within(0.97, "findings")
     diag.findings = find_mod.findings(trace, diag, steps, compile_ev, compile_step)
     if not trace.devices or all(d["ops"] == 0 for d in devices_out):
         diag.warnings.append("no device activity in this trace: it shows host work only "

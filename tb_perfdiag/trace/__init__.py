@@ -1,6 +1,7 @@
 """Readers that turn profiler files into the one columnar ``Trace`` model."""
 from __future__ import annotations
 
+from ..progress import NULL
 from ..storage import is_blank, read_bytes
 from . import kineto, xspace
 from .model import Device, EventKind, LinkKind, Stat, Trace, TraceError, TrackKind
@@ -24,21 +25,27 @@ def detect_format(path: str, head: bytes = b"") -> str | None:
     return None
 
 
-def load(path: str) -> Trace:
-    """Read one trace file (local path or fsspec URL).
+def load(path: str, progress=NULL) -> Trace:
+    """Read one trace file (local path or fsspec URL); ``progress`` (a
+    ``tb_perfdiag.progress.Progress``) is moved through the reading phases.
 
     Raises ``TraceError`` (with ``.path`` and ``.reason``) for anything that is not a
     readable profiler trace; no other exception escapes for bad input.
     """
-    raw = read_bytes(path)
+    progress.format(detect_format(path) or "")
+    progress.phase("reading")
+    raw = read_bytes(path, progress=progress)
     if is_blank(raw):
         raise TraceError(path, "empty file: the profiler wrote nothing (or is still writing)")
     fmt = detect_format(path, raw[:64])
     reader = {"xspace": xspace, "kineto": kineto}.get(fmt)
     try:
         if reader is not None:
+            progress.format(fmt)
+            progress.phase("scanning", f"{len(raw) / 1e6:.0f} MB")
             columns = reader.scan(path, raw)
             del raw           # the decoded file is the largest thing alive: free it first
+            progress.phase("building")
             return reader.build(path, columns)
     except TraceError:
         raise

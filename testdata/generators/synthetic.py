@@ -5,6 +5,12 @@
         (Re)writes every small scenario under testdata/synthetic/logdir/ and the ground
         truth in testdata/synthetic/MANIFEST.json.  Fixed seeds: byte-identical on rerun.
 
+    python testdata/generators/synthetic.py --pod OUT_DIR --hosts 64 --events N \
+            --stragglers 17,40 --stall-us 20000
+        Writes a pod run: one XSpace per host (the --large XSpace job, own seed per host)
+        in one capture folder; the straggler hosts spend --stall-us more in data loading
+        every step.  OUT_DIR/POD_TRUTH.json names them.
+
     python testdata/generators/synthetic.py --large OUT --events N --format kineto|xspace
         Writes one large, realistic file of about N events for benchmarks, generated and
         written step by step (only the current step's events are ever held; XSpace lines
@@ -1876,9 +1882,11 @@ class LargeXSpace:
 
     CHUNK = 20_000
 
-    def __init__(self, seed, n_events):
+    def __init__(self, seed, n_events, stall_us=0, hostname="synthhost"):
         _, XPlane, XLine = _xpb()
         self.XPlane, self.XLine = XPlane, XLine
+        self.stall_ns = int(stall_us * US)     # extra host time in data_loading per step
+        self.hostname = hostname
         self.rng = random.Random(seed)
         self.tl = Timeline(self.rng)
         self.xh = XlaHost(self.tl)
@@ -1942,7 +1950,8 @@ class LargeXSpace:
         xh, py, px, tl = self.xh, self.xh.py, self.xh.px, self.tl
         s7, s14, s21 = self.streams[7], self.streams[14], self.streams[21]
         with xh.train_step(k):
-            with py.span("data_loading", "xla", pre=xh.r(300, 600), post=xh.r(5, 10)):
+            with py.span("data_loading", "xla", pre=xh.r(300, 600) + self.stall_ns,
+                         post=xh.r(5, 10)):
                 xh.transfer(0, stream=s21, nbytes=64 * 2048 * 4)
                 xh.transfer(0, stream=s21, nbytes=64 * 2048 * 4)
             with py.span("forward", "xla", pre=xh.r(10, 20), post=xh.r(5, 10)):
@@ -2026,7 +2035,7 @@ class LargeXSpace:
                         f.write(c)
                     cs.clear()
             f.write(pb_len(1, env.SerializeToString(deterministic=True)))
-            f.write(pb_str(4, "synthhost"))
+            f.write(pb_str(4, self.hostname))
         return self.count
 
 
@@ -2039,6 +2048,23 @@ def write_large(path: Path, n_events: int, fmt: str, seed: int = 12345) -> int:
         with opener() as f:
             return LargeKineto(f, seed, n_events).run()
     return LargeXSpace(seed, n_events).run(path)
+
+
+def write_pod(out: Path, hosts: int, events: int, stragglers=(), stall_us=20_000,
+              seed: int = 12345) -> dict:
+    """A pod run: ``hosts`` XSpace files (one per host, own seed) in one capture folder;
+    the ``stragglers`` spend ``stall_us`` more in data loading every step.  Returns the
+    ground truth the pod summary must find."""
+    folder = out / "plugins" / "profile" / "2026_11_23_10_00_00"
+    folder.mkdir(parents=True, exist_ok=True)
+    names = [f"host{i:02d}" for i in range(hosts)]
+    for i, name in enumerate(names):
+        LargeXSpace(seed + i, events, stall_us if i in stragglers else 0,
+                    hostname=name).run(folder / f"{name}.xplane.pb")
+    truth = {"hosts": names, "stragglers": [names[i] for i in sorted(stragglers)],
+             "straggler_cause": "data_loading", "stall_ns_per_step": int(stall_us * US)}
+    (out / "POD_TRUTH.json").write_text(json.dumps(truth, indent=1))
+    return truth
 
 
 # ======================================================================================
@@ -2218,7 +2244,21 @@ def main(argv=None):
                          "(flows included), XSpace every XEvent")
     ap.add_argument("--format", choices=("kineto", "xspace"), default="kineto")
     ap.add_argument("--seed", type=int, default=12345)
+    ap.add_argument("--pod", metavar="OUT_DIR",
+                    help="write a pod run: --hosts XSpace files of about --events events each")
+    ap.add_argument("--hosts", type=int, default=64)
+    ap.add_argument("--stragglers", default="17",
+                    help="comma-separated host indices that stall in data loading every step")
+    ap.add_argument("--stall-us", type=float, default=20_000)
     args = ap.parse_args(argv)
+    if args.pod:
+        t = time.time()
+        strag = [int(x) for x in args.stragglers.split(",") if x.strip()]
+        truth = write_pod(Path(args.pod), args.hosts, args.events, strag, args.stall_us,
+                          args.seed)
+        print(f"{args.pod}: {args.hosts} hosts, stragglers {truth['stragglers']} "
+              f"in {time.time() - t:.1f} s")
+        return 0
     if args.large:
         t = time.time()
         n = write_large(Path(args.large), args.events, args.format, args.seed)
