@@ -15,6 +15,9 @@ WHAT:
   load                        tb_perfdiag.load(path), reading the file included
   diagnose                    tb_perfdiag.diagnose(path), reading the file included; then
                               .to_json() (parts: diagnose, to_json; checkpoints for both)
+  pod                         PATH = a logdir with one pod run: the /hosts summary of every
+                              host (wait=1), as the plugin computes it; worker_peak_mb is the
+                              largest worker process's peak
   gunzip                      read + gunzip of the file into one bytes object (the floor for
                               any reader of a gzipped trace)
   xprof                       the Profile plugin's trace-viewer conversion of an XSpace
@@ -112,6 +115,27 @@ def main():
             rep["gaps"] = len(j["gaps"])
             rep["hta_compat_ns"] = d.hta
         rep["native"] = native()
+    elif what == "pod":
+        # PATH is a logdir holding one pod run; the per-host summary as the /hosts route
+        # computes it (TB_PERFDIAG_POD_PROCESSES / TB_PERFDIAG_WORKERS pick how)
+        from tb_perfdiag.cache import DiagnosisCache
+        from tb_perfdiag.discovery import Catalog
+        from tb_perfdiag.service import DiagnosisService
+        svc = DiagnosisService(Catalog(path), DiagnosisCache(disk_dir=None))
+        (run,) = svc.catalog.runs(refresh=True)
+        c, t = cpu(), clock()
+        status, body = svc.hosts_json({"run": run, "wait": "1"})
+        rep["seconds"] = clock() - t
+        kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+        rep["cpu_seconds"] = cpu() - c + kids.ru_utime + kids.ru_stime
+        rep["peak_mb"] = peak_mb()
+        rep["worker_peak_mb"] = kids.ru_maxrss / 1024
+        rep["workers"], rep["processes"] = body["workers"], body["processes"]
+        rep["hosts"] = body["total"]
+        rep["failed"] = sum(r["status"] != 200 for r in body["hosts"])
+        rep["stragglers"] = [r["host"] for r in body["hosts"] if r.get("straggler")]
+        rep["straggler_causes"] = sorted({r.get("straggler_cause") for r in body["hosts"]
+                                          if r.get("straggler")})
     elif what == "gunzip":
         rep["import_mb"] = peak_mb()
         t, c = clock(), cpu()

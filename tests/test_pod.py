@@ -86,9 +86,9 @@ def test_a_broken_host_is_one_row_not_the_summary(pod_logdir, tmp_path):
     assert [h for h, r in rows.items() if r.get("straggler")] == truth["stragglers"]
 
 
-def test_hosts_route_over_http(pod_logdir):
+def test_hosts_route_over_http(pod_logdir, tmp_path):
     logdir, truth = pod_logdir
-    tb = TensorBoard(logdir)
+    tb = TensorBoard(logdir, extra_env={"TB_PERFDIAG_CACHE_DIR": str(tmp_path / "cache")})
     try:
         _, _, runs = tb.get("/data/plugin/perfdiag/runs")
         (run,) = [r["run"] for r in runs["runs"]]
