@@ -5,7 +5,7 @@ worker processes within the memory budget, each variant in its own child process
     python benchmarks/bench_pod.py [--hosts 64] [--events 30000] [--json OUT]
 
 The pod is written by testdata/generators/synthetic.py --pod into the temp dir on first
-use (hosts 17 and 40 stall 20 ms in data loading every step) and reused.  No anchor
+use (hosts 17 and 40 stall 60 ms in data loading every step) and reused.  No anchor
 summarises a pod per host from the files (xprof's pod viewer needs TPU op profiles;
 HTA's straggler view needs a loaded trace per rank in one process), so the ratios are
 to one host's diagnosis × the number of hosts.
@@ -25,15 +25,21 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _common as C  # noqa: E402
 
 
+# longer than a step's device time (~34 ms at 30 k events a host), so the stall shows as
+# device idle time and not only as a slower host step
+STALL_US = 60_000
+
+
 def pod_logdir(hosts: int, events: int, log) -> tuple[str, dict]:
-    out = os.path.join(C.TMP, f"pod{hosts}_{events // 1000}k")
+    out = os.path.join(C.TMP, f"pod{hosts}_{events // 1000}k_stall{STALL_US // 1000}ms")
     truth_path = os.path.join(out, "pod", "POD_TRUTH.json")
     if not (os.path.exists(truth_path)
             and os.path.getmtime(truth_path) >= os.path.getmtime(C.GENERATOR)):
         log(f"writing a {hosts}-host pod of ~{events} events a host …")
         subprocess.run([C.MAIN_PY, C.GENERATOR, "--pod", os.path.join(out, "pod"),
                         "--hosts", str(hosts), "--events", str(events),
-                        "--stragglers", "17,40"], check=True, cwd=C.ROOT)
+                        "--stragglers", "17,40", "--stall-us", str(STALL_US)],
+                       check=True, cwd=C.ROOT)
     with open(truth_path) as f:
         return out, json.load(f)
 
