@@ -319,6 +319,8 @@ typedef struct {
     const unsigned char *buf, *end;
     Vec ev_line, ev_meta, ev_off, ev_dur, ev_start, st_meta, st_kind, st_int, st_dbl;
     Vec meta;            /* scratch: one plane's fields except its lines */
+    Vec ev_ids;          /* scratch: one plane's event metadata ids */
+    PyObject *plane_tmp[3]; /* one plane's event names, shown names, stat names */
     Table strings;
     Arena arena;
     int64_t nstats;
@@ -604,12 +606,109 @@ static void x_line(XCtx *c, const unsigned char *p, const unsigned char *end, Py
     if (r < 0) fail_py(&c->f);
 }
 
+/* the fields of one map entry: key (1, varint) and every occurrence of value (2), which
+   protobuf merges; returns the key, and calls back per value occurrence */
+static int64_t x_entry(XCtx *c, const unsigned char *p, const unsigned char *end,
+                       const unsigned char **vals, size_t *vlens, int *nvals, int cap) {
+    int64_t key = 0;
+    *nvals = 0;
+    while (p < end) {
+        uint32_t fn, wt;
+        uint64_t v;
+        size_t n;
+        p = x_tag(c, p, end, &fn, &wt);
+        if (fn == 1 && wt == 0) {
+            p = x_varint(c, p, end, &v, 10);
+            key = (int64_t)v;
+        } else if (fn == 2 && wt == 2) {
+            p = x_len(c, p, end, &n);
+            if (*nvals == cap) fail_at(&c->f, XPOS(c, p), "map value repeated too often");
+            vals[*nvals] = p;
+            vlens[(*nvals)++] = n;
+            p += n;
+        } else {
+            p = x_skip(c, p, end, wt);
+        }
+    }
+    return key;
+}
+
+/* last occurrence of string fields f1 and f2 across the value's occurrences */
+static void x_two_strings(XCtx *c, const unsigned char **vals, const size_t *vlens, int nvals,
+                          uint32_t f1, uint32_t f2, const unsigned char **s1, size_t *n1,
+                          const unsigned char **s2, size_t *n2) {
+    *n1 = *n2 = 0;
+    *s1 = *s2 = (const unsigned char *)"";
+    for (int k = 0; k < nvals; k++) {
+        const unsigned char *p = vals[k], *end = vals[k] + vlens[k];
+        while (p < end) {
+            uint32_t fn, wt;
+            size_t n;
+            p = x_tag(c, p, end, &fn, &wt);
+            if (wt == 2 && (fn == f1 || fn == f2)) {
+                p = x_len(c, p, end, &n);
+                if (fn == f1) { *s1 = p; *n1 = n; } else { *s2 = p; *n2 = n; }
+                p += n;
+            } else {
+                p = x_skip(c, p, end, wt);
+            }
+        }
+    }
+}
+
+#define MAX_VALUE_PARTS 64
+
+/* event_metadata entry → id, name, shown name (display_name, else name) */
+static void x_evmeta(XCtx *c, const unsigned char *p, const unsigned char *end, Vec *ids,
+                     PyObject *raw, PyObject *shown) {
+    const unsigned char *vals[MAX_VALUE_PARTS], *sn, *sd;
+    size_t vlens[MAX_VALUE_PARTS], nn, nd;
+    int nvals;
+    int64_t key = x_entry(c, p, end, vals, vlens, &nvals, MAX_VALUE_PARTS);
+    x_two_strings(c, vals, vlens, nvals, 2, 4, &sn, &nn, &sd, &nd);
+    PyObject *name = x_str(c, sn, nn);
+    PyObject *disp = nd ? PyUnicode_DecodeUTF8((const char *)sd, (Py_ssize_t)nd, "strict") : name;
+    if (nd && !disp) { Py_DECREF(name); fail_py(&c->f); }
+    if (!nd) Py_INCREF(disp);
+    int r = PyList_Append(raw, name) | PyList_Append(shown, disp);
+    Py_DECREF(name);
+    Py_DECREF(disp);
+    if (r < 0) fail_py(&c->f);
+    VEC_PUSH(&c->f, ids, int64_t, key);
+}
+
+/* stat_metadata entry → {id: name} (a later entry for the same id wins, as in a map) */
+static void x_statmeta(XCtx *c, const unsigned char *p, const unsigned char *end, PyObject *names) {
+    const unsigned char *vals[MAX_VALUE_PARTS], *sn, *sd;
+    size_t vlens[MAX_VALUE_PARTS], nn, nd;
+    int nvals;
+    int64_t key = x_entry(c, p, end, vals, vlens, &nvals, MAX_VALUE_PARTS);
+    x_two_strings(c, vals, vlens, nvals, 2, 3, &sn, &nn, &sd, &nd);
+    PyObject *k = PyLong_FromLongLong(key);
+    if (!k) fail_py(&c->f);
+    PyObject *name = PyUnicode_DecodeUTF8((const char *)sn, (Py_ssize_t)nn, "strict");
+    if (!name) { Py_DECREF(k); fail_py(&c->f); }
+    int r = PyDict_SetItem(names, k, name);
+    Py_DECREF(k);
+    Py_DECREF(name);
+    if (r < 0) fail_py(&c->f);
+}
+
 static void x_plane(XCtx *c, const unsigned char *p, const unsigned char *end) {
     Py_ssize_t pi = PyList_GET_SIZE(c->planes);
     int64_t id = 0;
     const unsigned char *np = p;
     size_t nn = 0;
     c->meta.len = 0;
+    c->ev_ids.len = 0;
+    PyObject *raw = PyList_New(0), *shown = PyList_New(0), *stat_names = PyDict_New();
+    Py_XDECREF(c->plane_tmp[0]);
+    Py_XDECREF(c->plane_tmp[1]);
+    Py_XDECREF(c->plane_tmp[2]);
+    c->plane_tmp[0] = raw;                /* owned by the context until the tuple takes them */
+    c->plane_tmp[1] = shown;
+    c->plane_tmp[2] = stat_names;
+    if (!raw || !shown || !stat_names) fail_py(&c->f);
     while (p < end) {
         const unsigned char *q0 = p;
         uint32_t fn, wt;
@@ -634,6 +733,8 @@ static void x_plane(XCtx *c, const unsigned char *p, const unsigned char *end) {
         } else if (wt == 2 && (fn == 4 || fn == 5 || fn == 6)) {
             p = x_len(c, p, end, &n);
             x_validate(c, p, p + n, fn == 4 ? M_EVENTRY : fn == 5 ? M_STATENTRY : M_XSTAT);
+            if (fn == 4) x_evmeta(c, p, p + n, &c->ev_ids, raw, shown);
+            else if (fn == 5) x_statmeta(c, p, p + n, stat_names);
             p += n;
         } else {
             p = x_skip(c, p, end, wt);
@@ -644,7 +745,11 @@ static void x_plane(XCtx *c, const unsigned char *p, const unsigned char *end) {
     PyObject *meta = PyBytes_FromStringAndSize(c->meta.data ? c->meta.data : "",
                                                (Py_ssize_t)c->meta.len);
     if (!meta) { Py_DECREF(name); fail_py(&c->f); }
-    PyObject *t = Py_BuildValue("(LNN)", (long long)id, name, meta);
+    PyObject *ids = PyBytes_FromStringAndSize(c->ev_ids.data ? c->ev_ids.data : "",
+                                              (Py_ssize_t)c->ev_ids.len);
+    if (!ids) { Py_DECREF(name); Py_DECREF(meta); fail_py(&c->f); }
+    PyObject *t = Py_BuildValue("(LNN(NOOO))", (long long)id, name, meta, ids, raw, shown,
+                                stat_names);
     if (!t) fail_py(&c->f);
     int r = PyList_Append(c->planes, t);
     Py_DECREF(t);
@@ -677,10 +782,11 @@ static void x_space(XCtx *c, const unsigned char *p, const unsigned char *end) {
 
 static void xctx_free(XCtx *c) {
     Vec *vs[] = {&c->ev_line, &c->ev_meta, &c->ev_off, &c->ev_dur, &c->ev_start,
-                 &c->st_meta, &c->st_kind, &c->st_int, &c->st_dbl, &c->meta};
+                 &c->st_meta, &c->st_kind, &c->st_int, &c->st_dbl, &c->meta, &c->ev_ids};
     for (size_t i = 0; i < sizeof(vs) / sizeof(vs[0]); i++) vec_free(vs[i]);
     table_free(&c->strings);
     arena_free(&c->arena);
+    for (int i = 0; i < 3; i++) Py_XDECREF(c->plane_tmp[i]);
     Py_XDECREF(c->planes);
     Py_XDECREF(c->lines);
     Py_XDECREF(c->errors);

@@ -82,12 +82,22 @@ def assert_same_xspace(ref: dict, nat: dict):
     ref, nat = dict(ref), dict(nat)
     rp, npl = ref.pop("planes"), nat.pop("planes")
     assert len(rp) == len(npl)
-    for i, ((rid, rname, rmeta), (nid, nname, nmeta)) in enumerate(zip(rp, npl)):
+    for i, ((rid, rname, rmeta), (nid, nname, nmeta, tables)) in enumerate(zip(rp, npl)):
         _same((rid, rname), (nid, nname), f"planes[{i}]")
         assert type(nmeta) is bytes
         # the C scanner copies the plane's records verbatim (less its lines); upb
         # re-serializes: equal as messages, not necessarily as bytes
-        assert XPlane.FromString(rmeta) == XPlane.FromString(nmeta), f"planes[{i}] metadata"
+        plane = XPlane.FromString(rmeta)
+        assert plane == XPlane.FromString(nmeta), f"planes[{i}] metadata"
+        # …and reads its metadata maps as protobuf does (the last entry of a key wins)
+        ids, raw, shown, stat_names = tables
+        got = {}
+        for k, r, s in zip(np.frombuffer(ids, np.int64).tolist(), raw, shown):
+            got[k] = (r, s)
+        want = {k: (m.name, m.display_name or m.name) for k, m in plane.event_metadata.items()}
+        assert got == want, f"planes[{i}] event metadata"
+        assert stat_names == {k: m.name for k, m in plane.stat_metadata.items()}, \
+            f"planes[{i}] stat metadata"
     _same(ref, nat)
 
 
@@ -275,7 +285,10 @@ def test_handmade_xspace_edge_cases():
     plane2 = (_fb(3, line2) + _fv(1, 2**64 - 3) + _fb(4, _fv(1, 9) + _fb(2, meta))
               + _fv(3, 5)                  # field 3 (lines) as a varint: unknown, kept
               + _fb(2, b"/host:CPU") + _fb(5, _fv(1, 77) + _fb(2, _fb(2, b"step_num")))
-              + _fb(6, _fv(1, 77) + _fv(4, 1)) + _fv(1000, 1) + _fb(3, b""))
+              + _fb(6, _fv(1, 77) + _fv(4, 1)) + _fv(1000, 1) + _fb(3, b"")
+              # key 9 again: the later entry replaces the first; its value comes in two
+              # parts that protobuf merges
+              + _fb(4, _fb(2, _fb(2, b"first")) + _fv(1, 9) + _fb(2, _fb(4, b"shown"))))
     raw += _fb(1, plane2) + _fb(4, b"host-b") + _fv(15, 8) + _fd(16, 0.5) + _f32(17, 1)
 
     ref = xspace.scan_python("handmade", raw)
@@ -287,6 +300,9 @@ def test_handmade_xspace_edge_cases():
     assert nat["ev_offset_ps"].tolist() == [10, 0, 0, 123, 0, 0]
     assert -1 in nat["st_int"].tolist() and -(2**63) in nat["st_int"].tolist()
     assert len(nat["planes"]) == 3 and nat["planes"][2][0] == -3
+    ids, raw_names, shown, _ = nat["planes"][2][3]
+    assert np.frombuffer(ids, np.int64).tolist() == [9, 9]
+    assert (raw_names[-1], shown[-1]) == ("first", "shown")
 
 
 def test_xspace_empty_and_malformed():

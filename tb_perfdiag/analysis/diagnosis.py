@@ -93,6 +93,29 @@ def _no_cyclic_gc():
             gc.enable()
 
 
+def _window_numbers(sd, small):
+    """Per step window of one device: busy time, idle time by cause (gaps spanning a
+    window boundary count in each window for their overlap) and the short gaps that start
+    in it."""
+    wb, we, us, ue, gt = sd
+    wb, we = np.asarray(wb, np.int64), np.asarray(we, np.int64)
+    open_ = we > wb
+    busy = np.where(open_, covered(us, ue, wb, np.maximum(we, wb)), 0)
+    by_cause = {}
+    for i, c in enumerate(C.ALL):
+        sel = np.flatnonzero(gt.cause == i) if len(gt) else np.zeros(0, np.int64)
+        if sel.size:
+            o = np.argsort(gt.start[sel], kind="stable")      # disjoint: sorted by start
+            by_cause[c] = np.where(open_, covered(gt.start[sel][o], gt.end[sel][o], wb, we), 0)
+    ss, se = small
+    o = np.argsort(ss, kind="stable")
+    ss, se = ss[o], se[o]
+    cum = np.concatenate(([0], np.cumsum(se - ss)))
+    lo = np.searchsorted(ss, wb, side="left")
+    hi = np.maximum(np.searchsorted(ss, we, side="left"), lo)
+    return wb, we, busy, by_cause, hi - lo, cum[hi] - cum[lo]
+
+
 def diagnose_trace(trace: Trace, options: Options | None = None, progress=NULL) -> Diagnosis:
     """The whole diagnosis of one trace; ``progress`` is told which stage runs."""
     with _no_cyclic_gc():
@@ -174,35 +197,32 @@ def _diagnose(trace: Trace, options: Options | None, progress) -> Diagnosis:
         # the user's thread asks for compilations; worker threads run their pieces
         compile_ev = compile_ev[trace.track[compile_ev] == steps.thread]
     compile_step = step_of_time(steps, trace.ts[compile_ev]) if compile_ev.size else compile_ev
-    for s in range(steps.ids.shape[0]):
+    # every window's numbers at once per device, then one dict per step
+    per_window = {d: _window_numbers(sd, small_by_dev[d]) for d, sd in enumerate(steps_dev)
+                  if sd is not None}
+    n_steps = steps.ids.shape[0]
+    c_count = np.bincount(compile_step[compile_step >= 0], minlength=n_steps) \
+        if compile_ev.size else np.zeros(n_steps, np.int64)
+    c_total = np.zeros(n_steps, np.int64)          # exact: float weights would round
+    if compile_ev.size:
+        np.add.at(c_total, compile_step[compile_step >= 0],
+                  trace.dur[compile_ev][compile_step >= 0])
+    for s in range(n_steps):
         per_dev = {}
-        for d, sd in enumerate(steps_dev):
-            if sd is None:
-                continue
-            wb, we, us, ue, gt = sd
+        for d, (wb, we, busy, by_cause, sm_count, sm_total) in per_window.items():
             a, b = int(wb[s]), int(we[s])
             w = max(b - a, 0)
-            busy = int(covered(us, ue, a, b)) if w else 0
-            # gaps spanning a window boundary count in each window for their overlap
-            ov = np.maximum(np.minimum(gt.end, b) - np.maximum(gt.start, a), 0) \
-                if len(gt) else np.zeros(0, np.int64)
-            by_cause = {}
-            for i, c in enumerate(C.ALL):
-                sel = (ov > 0) & (gt.cause == i)
-                if sel.any():
-                    by_cause[c] = _ns(ov[sel].sum())
-            ss, se = small_by_dev[d]
-            sm = (ss >= a) & (ss < b)
-            per_dev[str(d)] = {"duty_cycle": busy / w if w else None, "start_ns": _ns(a),
-                               "end_ns": _ns(b), "busy_ns": _ns(busy), "idle_ns": _ns(w - busy),
-                               "idle_by_cause_ns": by_cause,
-                               "small_gaps": {"count": int(sm.sum()),
-                                              "total_ns": _ns((se[sm] - ss[sm]).sum())}}
-        sel_c = compile_ev[compile_step == s] if compile_ev.size else compile_ev
+            bz = int(busy[s])
+            per_dev[str(d)] = {"duty_cycle": bz / w if w else None, "start_ns": _ns(a),
+                               "end_ns": _ns(b), "busy_ns": _ns(bz), "idle_ns": _ns(w - bz),
+                               "idle_by_cause_ns": {c: _ns(v[s]) for c, v in by_cause.items()
+                                                    if v[s] > 0},
+                               "small_gaps": {"count": int(sm_count[s]),
+                                              "total_ns": _ns(sm_total[s])}}
         steps_out.append({
             "id": int(steps.ids[s]), "start_ns": _ns(steps.host_start[s]),
             "end_ns": _ns(steps.host_end[s]), "devices": per_dev,
-            "compile": {"count": int(sel_c.size), "total_ns": _ns(trace.dur[sel_c].sum())},
+            "compile": {"count": int(c_count[s]), "total_ns": _ns(c_total[s])},
         })
     _mark_outliers(steps_out)
 

@@ -88,27 +88,33 @@ def fields(buf: bytes):
         yield num, wt, v
 
 
-def _instruction(buf: bytes) -> tuple[str, dict]:
-    name, md = "", {}
+def _instruction(buf: bytes) -> tuple[str, tuple]:
+    name, opcode, op_type, op_name, src_file, src_line = "", "", "", "", "", 0
     for num, wt, v in fields(buf):
         if num == 1 and wt == 2:
             name = v.decode("utf-8", "replace")
-        elif num == 2 and wt == 2:
-            md.setdefault("opcode", v.decode("utf-8", "replace"))
+        elif num == 2 and wt == 2 and not opcode:
+            opcode = v.decode("utf-8", "replace")
         elif num == 7 and wt == 2:
             for n2, w2, v2 in fields(v):
-                if w2 == 2 and n2 in (1, 2, 3):
-                    md[{1: "op_type", 2: "op_name", 3: "source_file"}[n2]] = \
-                        v2.decode("utf-8", "replace")
+                if w2 == 2 and n2 == 1:
+                    op_type = v2.decode("utf-8", "replace")
+                elif w2 == 2 and n2 == 2:
+                    op_name = v2.decode("utf-8", "replace")
+                elif w2 == 2 and n2 == 3:
+                    src_file = v2.decode("utf-8", "replace")
                 elif n2 == 4 and w2 == 0:
-                    md["source_line"] = v2
-    if md.get("source_file"):
-        md["source"] = f"{md['source_file']}:{md.get('source_line', 0)}"
-    return name, md
+                    src_line = v2
+    return name, (op_name, op_type, f"{src_file}:{src_line}" if src_file else "", opcode)
+
+
+# what hlo_op_metadata holds per instruction, in this order
+FIELDS = ("op_name", "op_type", "source", "opcode")
 
 
 def hlo_op_metadata(metadata_name: str, hlo_proto: bytes) -> dict:
-    """{(module, program_id, op name): {op_name, op_type, source, opcode}} for one module.
+    """{(module, program_id, op name): (op_name, op_type, source, opcode)} for one module
+    (see ``FIELDS``; "" where the instruction has none).
 
     ``metadata_name`` is the /host:metadata event name, ``<module>(<program_id>)``.
     """
@@ -122,16 +128,11 @@ def hlo_op_metadata(metadata_name: str, hlo_proto: bytes) -> dict:
     if msg is not None:
         for comp in msg.hlo_module.computations:
             for ins in comp.instructions:
-                md = {"opcode": ins.opcode}
                 meta = ins.metadata
-                if meta.op_type:
-                    md["op_type"] = meta.op_type
-                if meta.op_name:
-                    md["op_name"] = meta.op_name
-                if meta.source_file:
-                    md["source_file"] = meta.source_file
-                    md["source"] = f"{meta.source_file}:{meta.source_line}"
-                out[(module, program, ins.name)] = md
+                src = meta.source_file
+                out[(module, program, ins.name)] = (
+                    meta.op_name, meta.op_type, f"{src}:{meta.source_line}" if src else "",
+                    ins.opcode)
         return out
     # a proto upb refuses (wrong wire types in fields we do not model): walk it by hand
     for num, wt, mod in fields(hlo_proto):
