@@ -317,7 +317,7 @@ enum { ST_NONE = 0, ST_DOUBLE, ST_UINT, ST_INT, ST_STR, ST_BYTES, ST_REF };
 typedef struct {
     Fail f;
     const unsigned char *buf, *end;
-    Vec ev_line, ev_meta, ev_off, ev_dur, ev_start, st_meta, st_kind, st_int, st_dbl;
+    Vec ev_line, ev_meta, ev_off, ev_dur, ev_start, st_meta, st_kind, st_int;
     Vec meta;            /* scratch: one plane's fields except its lines */
     Vec ev_ids;          /* scratch: one plane's event metadata ids */
     PyObject *plane_tmp[3]; /* one plane's event names, shown names, stat names */
@@ -516,9 +516,8 @@ static void x_stat(XCtx *c, const unsigned char *p, const unsigned char *end) {
         }
     }
     int64_t iv = 0;
-    double dv = 0.0;
     if (kind == ST_DOUBLE) {
-        dv = dval;
+        memcpy(&iv, &dval, 8); /* a double's bits: doubles are rare, a column of them is not */
     } else if (kind == ST_STR || kind == ST_BYTES) {
         iv = intern(&c->f, &c->strings, &c->arena, sp, sn, 0);
     } else if (kind != ST_NONE) {
@@ -527,7 +526,6 @@ static void x_stat(XCtx *c, const unsigned char *p, const unsigned char *end) {
     VEC_PUSH(&c->f, &c->st_meta, int64_t, meta);
     VEC_PUSH(&c->f, &c->st_kind, int8_t, (int8_t)kind);
     VEC_PUSH(&c->f, &c->st_int, int64_t, iv);
-    VEC_PUSH(&c->f, &c->st_dbl, double, dv);
     c->nstats++;
 }
 
@@ -782,7 +780,7 @@ static void x_space(XCtx *c, const unsigned char *p, const unsigned char *end) {
 
 static void xctx_free(XCtx *c) {
     Vec *vs[] = {&c->ev_line, &c->ev_meta, &c->ev_off, &c->ev_dur, &c->ev_start,
-                 &c->st_meta, &c->st_kind, &c->st_int, &c->st_dbl, &c->meta, &c->ev_ids};
+                 &c->st_meta, &c->st_kind, &c->st_int, &c->meta, &c->ev_ids};
     for (size_t i = 0; i < sizeof(vs) / sizeof(vs[0]); i++) vec_free(vs[i]);
     table_free(&c->strings);
     arena_free(&c->arena);
@@ -850,7 +848,6 @@ static PyObject *scan_xspace(PyObject *self, PyObject *arg) {
         dict_put(out, "st_meta", vec_to_bytearray(&c->st_meta)) < 0 ||
         dict_put(out, "st_kind", vec_to_bytearray(&c->st_kind)) < 0 ||
         dict_put(out, "st_int", vec_to_bytearray(&c->st_int)) < 0 ||
-        dict_put(out, "st_dbl", vec_to_bytearray(&c->st_dbl)) < 0 ||
         PyDict_SetItemString(out, "strings", strings) < 0 ||
         PyDict_SetItemString(out, "hostnames", c->hostnames) < 0 ||
         PyDict_SetItemString(out, "errors", c->errors) < 0 ||

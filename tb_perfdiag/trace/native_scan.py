@@ -20,7 +20,7 @@ from .kineto import metadata_event
 _XSPACE_COLUMNS = {
     "ev_line": np.int32, "ev_meta": np.int64, "ev_offset_ps": np.int64,
     "ev_dur_ps": np.int64, "ev_stat_start": np.int64, "st_meta": np.int64,
-    "st_kind": np.int8, "st_int": np.int64, "st_dbl": np.float64,
+    "st_kind": np.int8, "st_int": np.int64,
 }
 _KINETO_COLUMNS = {
     "name_ids": np.int32, "cat_ids": np.int32, "track_ids": np.int32,
