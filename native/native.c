@@ -49,7 +49,28 @@ typedef struct {
     jmp_buf jb;
     const char *err;     /* message for ValueError; NULL when a Python error is set */
     Py_ssize_t err_pos;
+    PyThreadState *released; /* non-NULL while the scan runs without the GIL */
 } Fail;
+
+/* The byte loops run without the GIL, so that the server's other threads (progress
+ * polls, other requests, other hosts of a pod) go on while a large file is decoded.
+ * Every Python call inside a scan sits between gil_hold and gil_restore. */
+static inline void gil_release(Fail *f) {
+    if (!f->released) f->released = PyEval_SaveThread();
+}
+
+static inline PyThreadState *gil_hold(Fail *f) {
+    PyThreadState *s = f->released;
+    if (s) {
+        f->released = NULL;
+        PyEval_RestoreThread(s);
+    }
+    return s;
+}
+
+static inline void gil_restore(Fail *f, PyThreadState *held_from) {
+    if (held_from) gil_release(f);
+}
 
 static NORETURN void fail_at(Fail *f, Py_ssize_t pos, const char *msg) {
     f->err = msg;
@@ -57,9 +78,15 @@ static NORETURN void fail_at(Fail *f, Py_ssize_t pos, const char *msg) {
     longjmp(f->jb, 1);
 }
 
-static NORETURN void fail_py(Fail *f) { /* a Python exception (MemoryError) is set */
+static NORETURN void fail_py(Fail *f) { /* a Python exception is set (so the GIL is held) */
     f->err = NULL;
     longjmp(f->jb, 1);
+}
+
+static NORETURN void fail_oom(Fail *f) {
+    gil_hold(f);
+    PyErr_NoMemory();
+    fail_py(f);
 }
 
 static void raise_fail(Fail *f, const char *what) {
@@ -83,15 +110,17 @@ typedef struct {
 
 static void vec_grow(Fail *f, Vec *v, size_t extra) {
     size_t need = v->len + extra;
-    if (need < v->len || need > (size_t)PY_SSIZE_T_MAX / 2) { PyErr_NoMemory(); fail_py(f); }
+    if (need < v->len || need > (size_t)PY_SSIZE_T_MAX / 2) fail_oom(f);
     size_t nc = v->cap ? v->cap : 256;
     while (nc < need) nc *= 2;
+    PyThreadState *held = gil_hold(f);
     if (!v->ba) {
         v->ba = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)nc);
         if (!v->ba) fail_py(f);
     } else if (PyByteArray_Resize(v->ba, (Py_ssize_t)nc) < 0) {
         fail_py(f);
     }
+    gil_restore(f, held);
     v->data = PyByteArray_AS_STRING(v->ba);
     v->cap = nc;
 }
@@ -137,7 +166,7 @@ static unsigned char *arena_alloc(Fail *f, Arena *a, size_t n) {
     if (!c || c->cap - c->used < n) {
         size_t cap = n > 65536 ? n : 65536;
         c = (Chunk *)malloc(sizeof(Chunk) + cap);
-        if (!c) { PyErr_NoMemory(); fail_py(f); }
+        if (!c) fail_oom(f);
         c->next = a->head;
         c->used = 0;
         c->cap = cap;
@@ -200,7 +229,7 @@ static uint64_t hash_bytes(const unsigned char *p, size_t n) {
 static void table_rehash(Fail *f, Table *t) {
     size_t ns = t->mask ? (t->mask + 1) * 2 : 64;
     int32_t *slots = (int32_t *)malloc(ns * sizeof(int32_t));
-    if (!slots) { PyErr_NoMemory(); fail_py(f); }
+    if (!slots) fail_oom(f);
     memset(slots, 0xff, ns * sizeof(int32_t));
     for (size_t i = 0; i < t->nents; i++) {
         size_t s = (size_t)t->ents[i].h & (ns - 1);
@@ -229,7 +258,7 @@ static int32_t intern(Fail *f, Table *t, Arena *a, const unsigned char *p, size_
     if (t->nents == t->cap) {
         size_t nc = t->cap ? t->cap * 2 : 64;
         Ent *ne = (Ent *)realloc(t->ents, nc * sizeof(Ent));
-        if (!ne) { PyErr_NoMemory(); fail_py(f); }
+        if (!ne) fail_oom(f);
         t->ents = ne;
         t->cap = nc;
     }
@@ -325,8 +354,15 @@ typedef struct {
     Arena arena;
     int64_t nstats;
     int64_t nlines;
+    int64_t *done;       /* NULL, or where the bytes scanned so far are published */
     PyObject *planes, *lines, *errors, *warnings, *hostnames;
 } XCtx;
+
+/* Publishes how far the scan is for a progress bar read by another thread (an aligned
+ * 8-byte store: a reader sees the old or the new value, never a mix). */
+static inline void publish(int64_t *done, int64_t pos) {
+    if (done) __atomic_store_n(done, pos, __ATOMIC_RELAXED);
+}
 
 #define XPOS(c, p) ((Py_ssize_t)((p) - (c)->buf))
 
@@ -589,10 +625,12 @@ static void x_line(XCtx *c, const unsigned char *p, const unsigned char *end, Py
             p = x_len(c, p, end, &n);
             x_event(c, p, p + n, li);
             p += n;
+            publish(c->done, XPOS(c, p));
         } else {
             p = x_skip(c, p, end, wt);
         }
     }
+    PyThreadState *held = gil_hold(&c->f);
     PyObject *name = x_str(c, np, nn);
     PyObject *dname = PyUnicode_DecodeUTF8((const char *)dp, (Py_ssize_t)dn, "strict");
     if (!dname) { Py_DECREF(name); fail_py(&c->f); }
@@ -602,6 +640,7 @@ static void x_line(XCtx *c, const unsigned char *p, const unsigned char *end, Py
     int r = PyList_Append(c->lines, t);
     Py_DECREF(t);
     if (r < 0) fail_py(&c->f);
+    gil_restore(&c->f, held);
 }
 
 /* the fields of one map entry: key (1, varint) and every occurrence of value (2), which
@@ -664,6 +703,7 @@ static void x_evmeta(XCtx *c, const unsigned char *p, const unsigned char *end, 
     int nvals;
     int64_t key = x_entry(c, p, end, vals, vlens, &nvals, MAX_VALUE_PARTS);
     x_two_strings(c, vals, vlens, nvals, 2, 4, &sn, &nn, &sd, &nd);
+    PyThreadState *held = gil_hold(&c->f);
     PyObject *name = x_str(c, sn, nn);
     PyObject *disp = nd ? PyUnicode_DecodeUTF8((const char *)sd, (Py_ssize_t)nd, "strict") : name;
     if (nd && !disp) { Py_DECREF(name); fail_py(&c->f); }
@@ -672,6 +712,7 @@ static void x_evmeta(XCtx *c, const unsigned char *p, const unsigned char *end, 
     Py_DECREF(name);
     Py_DECREF(disp);
     if (r < 0) fail_py(&c->f);
+    gil_restore(&c->f, held);
     VEC_PUSH(&c->f, ids, int64_t, key);
 }
 
@@ -682,6 +723,7 @@ static void x_statmeta(XCtx *c, const unsigned char *p, const unsigned char *end
     int nvals;
     int64_t key = x_entry(c, p, end, vals, vlens, &nvals, MAX_VALUE_PARTS);
     x_two_strings(c, vals, vlens, nvals, 2, 3, &sn, &nn, &sd, &nd);
+    PyThreadState *held = gil_hold(&c->f);
     PyObject *k = PyLong_FromLongLong(key);
     if (!k) fail_py(&c->f);
     PyObject *name = PyUnicode_DecodeUTF8((const char *)sn, (Py_ssize_t)nn, "strict");
@@ -690,6 +732,7 @@ static void x_statmeta(XCtx *c, const unsigned char *p, const unsigned char *end
     Py_DECREF(k);
     Py_DECREF(name);
     if (r < 0) fail_py(&c->f);
+    gil_restore(&c->f, held);
 }
 
 static void x_plane(XCtx *c, const unsigned char *p, const unsigned char *end) {
@@ -699,6 +742,7 @@ static void x_plane(XCtx *c, const unsigned char *p, const unsigned char *end) {
     size_t nn = 0;
     c->meta.len = 0;
     c->ev_ids.len = 0;
+    PyThreadState *held = gil_hold(&c->f);
     PyObject *raw = PyList_New(0), *shown = PyList_New(0), *stat_names = PyDict_New();
     Py_XDECREF(c->plane_tmp[0]);
     Py_XDECREF(c->plane_tmp[1]);
@@ -707,6 +751,7 @@ static void x_plane(XCtx *c, const unsigned char *p, const unsigned char *end) {
     c->plane_tmp[1] = shown;
     c->plane_tmp[2] = stat_names;
     if (!raw || !shown || !stat_names) fail_py(&c->f);
+    gil_restore(&c->f, held);
     while (p < end) {
         const unsigned char *q0 = p;
         uint32_t fn, wt;
@@ -739,6 +784,7 @@ static void x_plane(XCtx *c, const unsigned char *p, const unsigned char *end) {
         }
         vec_put(&c->f, &c->meta, q0, (size_t)(p - q0));
     }
+    held = gil_hold(&c->f);
     PyObject *name = x_str(c, np, nn);
     PyObject *meta = PyBytes_FromStringAndSize(c->meta.data ? c->meta.data : "",
                                                (Py_ssize_t)c->meta.len);
@@ -752,6 +798,7 @@ static void x_plane(XCtx *c, const unsigned char *p, const unsigned char *end) {
     int r = PyList_Append(c->planes, t);
     Py_DECREF(t);
     if (r < 0) fail_py(&c->f);
+    gil_restore(&c->f, held);
 }
 
 static void x_space(XCtx *c, const unsigned char *p, const unsigned char *end) {
@@ -766,11 +813,13 @@ static void x_space(XCtx *c, const unsigned char *p, const unsigned char *end) {
         } else if (wt == 2 && fn >= 2 && fn <= 4) {
             p = x_len(c, p, end, &n);
             if (!utf8_valid(p, n)) fail_at(&c->f, XPOS(c, p), "string field had bad UTF-8");
+            PyThreadState *held = gil_hold(&c->f);
             PyObject *s = x_str(c, p, n);
             PyObject *lst = fn == 2 ? c->errors : fn == 3 ? c->warnings : c->hostnames;
             int r = PyList_Append(lst, s);
             Py_DECREF(s);
             if (r < 0) fail_py(&c->f);
+            gil_restore(&c->f, held);
             p += n;
         } else {
             p = x_skip(c, p, end, wt);
@@ -801,22 +850,54 @@ static int dict_put(PyObject *d, const char *key, PyObject *value) {
     return r;
 }
 
-static PyObject *scan_xspace(PyObject *self, PyObject *arg) {
+/* A scanner's arguments: the bytes, and optionally a writable, aligned buffer of at least
+ * 8 bytes (a one-element int64 array) where the bytes scanned so far are published. */
+static int scan_args(PyObject *args, const char *fn, Py_buffer *view, Py_buffer *done,
+                     int64_t **done_at) {
+    PyObject *arg, *done_obj = Py_None;
+    *done_at = NULL;
+    done->obj = NULL;
+    if (!PyArg_ParseTuple(args, "O|O", &arg, &done_obj)) return -1;
+    if (PyObject_GetBuffer(arg, view, PyBUF_SIMPLE) < 0) return -1;
+    if (done_obj == Py_None) return 0;
+    if (PyObject_GetBuffer(done_obj, done, PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(view);
+        return -1;
+    }
+    if (done->len < 8 || ((uintptr_t)done->buf & 7)) {
+        PyBuffer_Release(done);
+        PyBuffer_Release(view);
+        PyErr_Format(PyExc_TypeError, "%s: the progress counter must be an aligned int64", fn);
+        return -1;
+    }
+    *done_at = (int64_t *)done->buf;
+    return 0;
+}
+
+static void scan_args_release(Py_buffer *view, Py_buffer *done) {
+    if (done->obj) PyBuffer_Release(done);
+    PyBuffer_Release(view);
+}
+
+static PyObject *scan_xspace(PyObject *self, PyObject *args) {
     (void)self;
-    Py_buffer view;
-    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    Py_buffer view, done;
+    int64_t *done_at;
+    if (scan_args(args, "scan_xspace", &view, &done, &done_at) < 0) return NULL;
     XCtx *c = (XCtx *)calloc(1, sizeof(XCtx));
     if (!c) {
-        PyBuffer_Release(&view);
+        scan_args_release(&view, &done);
         return PyErr_NoMemory();
     }
     PyObject *out = NULL;
     c->buf = (const unsigned char *)view.buf;
     c->end = c->buf + view.len;
+    c->done = done_at;
     if (setjmp(c->f.jb)) {
+        gil_hold(&c->f);
         raise_fail(&c->f, "native XSpace scan");
         xctx_free(c);
-        PyBuffer_Release(&view);
+        scan_args_release(&view, &done);
         return NULL;
     }
     c->planes = PyList_New(0);
@@ -826,7 +907,10 @@ static PyObject *scan_xspace(PyObject *self, PyObject *arg) {
     c->hostnames = PyList_New(0);
     if (!c->planes || !c->lines || !c->errors || !c->warnings || !c->hostnames) fail_py(&c->f);
     VEC_PUSH(&c->f, &c->ev_start, int64_t, 0);
+    gil_release(&c->f);
     x_space(c, c->buf, c->end);
+    gil_hold(&c->f);
+    publish(c->done, (int64_t)view.len);
 
     PyObject *strings = PyList_New((Py_ssize_t)c->strings.nents);
     if (!strings) fail_py(&c->f);
@@ -857,7 +941,7 @@ static PyObject *scan_xspace(PyObject *self, PyObject *arg) {
     }
     Py_DECREF(strings);
     xctx_free(c);
-    PyBuffer_Release(&view);
+    scan_args_release(&view, &done);
     return out;
 }
 
@@ -932,6 +1016,7 @@ typedef struct {
     Vec ts_approx; /* double: ts as float64 (the reference's view) */
     Vec dur_d;     /* double: dur as float64 */
     int64_t n_kept, n_raw, bad;
+    int64_t *done;     /* NULL, or where the bytes scanned so far are published */
     PyObject *mevents; /* list of (start, end) of "M" events */
     Py_ssize_t meta_s[N_META], meta_e[N_META];
 } JCtx;
@@ -1095,18 +1180,18 @@ static double parse_double_text(JCtx *c, const unsigned char *s, const unsigned 
     char *b = local;
     if (n >= sizeof(local)) {
         b = (char *)malloc(n + 1);
-        if (!b) { PyErr_NoMemory(); fail_py(&c->f); }
+        if (!b) fail_oom(&c->f);
     }
     memcpy(b, s, n);
     b[n] = 0;
     char *endp = NULL;
+    PyThreadState *held = gil_hold(&c->f);
     double d = PyOS_string_to_double(b, &endp, NULL);
     int ok = !(d == -1.0 && PyErr_Occurred()) && endp == b + n;
+    if (!ok) PyErr_Clear();
+    gil_restore(&c->f, held);
     if (b != local) free(b);
-    if (!ok) {
-        PyErr_Clear();
-        jfail(c, s, "unparsable number");
-    }
+    if (!ok) jfail(c, s, "unparsable number");
     return d;
 }
 
@@ -1638,11 +1723,13 @@ static const unsigned char *j_event(JCtx *c, const unsigned char *p, int64_t i) 
     /* ---- the reference's per-event logic ---- */
     if (!tok_is(c, &tk[K_PH], "X")) {
         if (tok_is(c, &tk[K_PH], "M")) {
+            PyThreadState *held = gil_hold(&c->f);
             PyObject *t = Py_BuildValue("(nn)", JPOS(c, ev_start), JPOS(c, p));
             if (!t) fail_py(&c->f);
             int r = PyList_Append(c->mevents, t);
             Py_DECREF(t);
             if (r < 0) fail_py(&c->f);
+            gil_restore(&c->f, held);
         }
         return p;
     }
@@ -1740,6 +1827,7 @@ static const unsigned char *j_events(JCtx *c, const unsigned char *p) {
             c->bad++;
         }
         p = jnext(c, p);
+        publish(c->done, JPOS(c, p));
         if (*p == ',') {
             p = jnext(c, p + 1);
             continue;
@@ -1971,29 +2059,35 @@ error:
     return NULL;
 }
 
-static PyObject *scan_kineto(PyObject *self, PyObject *arg) {
+static PyObject *scan_kineto(PyObject *self, PyObject *args) {
     (void)self;
-    Py_buffer view;
-    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    Py_buffer view, done;
+    int64_t *done_at;
+    if (scan_args(args, "scan_kineto", &view, &done, &done_at) < 0) return NULL;
     JCtx *c = (JCtx *)calloc(1, sizeof(JCtx));
     if (!c) {
-        PyBuffer_Release(&view);
+        scan_args_release(&view, &done);
         return PyErr_NoMemory();
     }
     c->buf = (const unsigned char *)view.buf;
     c->end = c->buf + view.len;
+    c->done = done_at;
     if (setjmp(c->f.jb)) {
+        gil_hold(&c->f);
         raise_fail(&c->f, "native Kineto scan");
         jctx_free(c);
-        PyBuffer_Release(&view);
+        scan_args_release(&view, &done);
         return NULL;
     }
     c->mevents = PyList_New(0);
     if (!c->mevents) fail_py(&c->f);
+    gil_release(&c->f);
     j_document(c);
+    gil_hold(&c->f);
+    publish(c->done, (int64_t)view.len);
     PyObject *out = j_result(c); /* NULL with a Python error set */
     jctx_free(c);
-    PyBuffer_Release(&view);
+    scan_args_release(&view, &done);
     return out;
 }
 
@@ -2087,10 +2181,10 @@ done:
 /* ====================================================================== */
 
 static PyMethodDef methods[] = {
-    {"scan_xspace", scan_xspace, METH_O,
-     "scan_xspace(buf) -> dict of raw columns; see tb_perfdiag.trace.native_scan"},
-    {"scan_kineto", scan_kineto, METH_O,
-     "scan_kineto(buf) -> dict of raw columns; see tb_perfdiag.trace.native_scan"},
+    {"scan_xspace", scan_xspace, METH_VARARGS,
+     "scan_xspace(buf[, done]) -> dict of raw columns; see tb_perfdiag.trace.native_scan"},
+    {"scan_kineto", scan_kineto, METH_VARARGS,
+     "scan_kineto(buf[, done]) -> dict of raw columns; see tb_perfdiag.trace.native_scan"},
     {"nest_sorted", nest_sorted, METH_VARARGS,
      "nest_sorted(track_i32, ts_i64, end_i64) -> (depth int16 bytes, parent int64 bytes)"},
     {NULL, NULL, 0, NULL},

@@ -3,7 +3,8 @@
 A ``Progress`` is handed down to the reader and the analysis, which move it through
 named phases.  Each phase owns a share of the bar (its weight), measured on the large
 benchmark files, so the bar moves at a roughly even pace whatever the format; inside a
-phase that streams bytes (reading, gunzip) the fraction also moves.  Readers and
+phase that streams bytes (reading, gunzip, the native scanners, which publish their
+position while they run without the GIL) the fraction also moves.  Readers and
 analyses never depend on it: ``NULL`` accepts everything and keeps nothing.
 """
 from __future__ import annotations
@@ -34,6 +35,7 @@ class Progress:
         self._detail = ""
         self._base = 0.0         # fraction of the bar before the current phase
         self._within = 0.0       # fraction of the current phase done
+        self._follow = None      # reads the current phase's fraction from its worker
         self.finished = False
 
     def format(self, fmt: str) -> None:
@@ -47,6 +49,13 @@ class Progress:
             self._base = sum(self._weights[p] for p in order[:order.index(name)]) \
                 if name in self._weights else self._base
             self._phase, self._detail, self._within = name, detail, 0.0
+            self._follow = None
+
+    def follow(self, fraction) -> None:
+        """Until the next phase, the fraction of this one is ``fraction()``, asked at
+        each snapshot (a scanner in C publishes its position instead of calling back)."""
+        with self._lock:
+            self._follow = fraction
 
     def within(self, fraction: float, detail: str | None = None) -> None:
         with self._lock:
@@ -61,6 +70,8 @@ class Progress:
 
     def snapshot(self) -> dict:
         with self._lock:
+            if self._follow is not None:
+                self._within = min(max(float(self._follow()), self._within), 1.0)
             w = self._weights.get(self._phase, 0.0)
             frac = 1.0 if self._phase == "done" else min(self._base + w * self._within, 0.99)
             text = LABELS.get(self._phase, self._phase)
@@ -79,6 +90,9 @@ class _Null:
         pass
 
     def within(self, fraction, detail=None):
+        pass
+
+    def follow(self, fraction):
         pass
 
     def done(self):

@@ -673,6 +673,79 @@ def test_kineto_accepts_buffers():
         _same(native_scan.scan_kineto(buf)["ts_ps"], native_scan.scan_kineto(raw)["ts_ps"])
 
 
+# ---------------------------------------------------------------- scanning beside other threads
+
+def _big_xspace(n: int) -> bytes:
+    """One plane, one line, ``n`` events with a stat each (repeated wire bytes: fast)."""
+    event = _fb(4, _fv(1, 1) + _fv(2, 10) + _fv(3, 5) + _fb(4, _fv(1, 5) + _fv(3, 7)))
+    line = _fv(1, 1) + _fb(2, b"XLA Ops") + event * n
+    plane = (_fv(1, 1) + _fb(2, b"/device:TPU:0") + _fb(3, line)
+             + _fb(4, _fv(1, 1) + _fb(2, _fv(1, 1) + _fb(2, b"fusion"))))
+    return _fb(1, plane)
+
+
+def _big_kineto(n: int) -> bytes:
+    ev = b'{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":1.5,"dur":1,' \
+         b'"args":{"correlation":3}},'
+    return b'{"traceEvents":[' + ev * n + b'{"ph":"M","name":"process_name","pid":0,' \
+           b'"args":{"name":"GPU 0"}}]}'
+
+
+@pytest.mark.parametrize("fmt", ["xspace", "kineto"])
+def test_scan_lets_other_threads_run_and_publishes_its_position(fmt):
+    """A progress poll (another thread, as the server's) is answered while a large file
+    is scanned, and sees the bar move through the scan."""
+    import threading
+    from tb_perfdiag.progress import Progress
+    raw, scan = (_big_xspace(3_000_000), native_scan.scan_xspace) if fmt == "xspace" else \
+        (_big_kineto(1_500_000), native_scan.scan_kineto)
+    progress = Progress()
+    progress.format(fmt)
+    progress.phase("scanning")
+    out = {}
+    worker = threading.Thread(target=lambda: out.setdefault("cols", scan(raw, progress)))
+    seen = []
+    worker.start()
+    while worker.is_alive():
+        seen.append(progress.snapshot()["fraction"])
+    worker.join()
+    inside = sorted(set(f for f in seen[1:-1]))
+    assert len(inside) >= 3, f"polls during the scan saw only {inside}"
+    assert seen == sorted(seen)
+    n = 3_000_000 if fmt == "xspace" else 1_500_000
+    assert out["cols"]["ev_dur_ps" if fmt == "xspace" else "dur_ps"].shape[0] == n
+    # the counter ends at the whole file, and the columns equal a scan without one
+    after = progress.snapshot()["fraction"]
+    progress.phase("building")
+    assert after == pytest.approx(progress.snapshot()["fraction"], abs=1e-3)
+    plain = scan(raw)
+    for k in ("ev_dur_ps", "st_int") if fmt == "xspace" else ("dur_ps", "ts_ps"):
+        _same(out["cols"][k], plain[k])
+
+
+def test_scan_fails_cleanly_beside_other_threads():
+    """Errors found while the GIL is released raise ValueError as before."""
+    import threading
+    raw = _big_xspace(500_000)
+    errors = []
+
+    def bad():
+        try:
+            native_scan.scan_xspace(raw[:-3])
+        except ValueError as e:
+            errors.append(str(e))
+    threads = [threading.Thread(target=bad) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(errors) == 4 and all("native XSpace scan" in e for e in errors)
+    with pytest.raises(TypeError, match="aligned int64"):
+        native_scan._native.scan_xspace(raw, bytearray(4))
+    with pytest.raises(BufferError):
+        native_scan._native.scan_kineto(b"{}", b"\0" * 8)      # not writable
+
+
 # ---------------------------------------------------------------- Kineto fuzz
 
 class _Raw(str):

@@ -43,7 +43,7 @@ def load(path: str, progress=NULL) -> Trace:
         if reader is not None:
             progress.format(fmt)
             progress.phase("scanning", f"{len(raw) / 1e6:.0f} MB")
-            columns = reader.scan(path, raw)
+            columns = reader.scan(path, raw, progress)
             del raw           # the decoded file is the largest thing alive: free it first
             progress.phase("building")
             return reader.build(path, columns)

@@ -105,15 +105,16 @@ def read(path: str, raw: bytes | None = None):
     return build(path, scan(path, read_bytes(path) if raw is None else raw))
 
 
-def scan(path: str, raw: bytes) -> dict:
-    """File bytes → flat columns (native scanner when built, else the reference one)."""
+def scan(path: str, raw: bytes, progress=None) -> dict:
+    """File bytes → flat columns (native scanner when built, else the reference one);
+    ``progress`` follows the native scanner's position."""
     if is_blank(raw):
         raise TraceError(path, "empty file")
     cols = None
     native = native_scanner()
     if native is not None:
         try:
-            cols = native.scan_kineto(raw)
+            cols = native.scan_kineto(raw, progress)
         except ValueError:
             cols = None  # let the reference scanner name the problem precisely
         if cols is not None and not _plausible(cols):

@@ -7,6 +7,10 @@ text (the reference does so only when they exceed 4e12 µs).  They raise ValueEr
 for anything they do not accept; callers then fall back to the reference scanner,
 which reports the problem precisely.
 
+Both run without the GIL (other threads go on while a large file is decoded) and,
+given ``progress`` (a ``tb_perfdiag.progress.Progress``), let it read how many bytes
+they have scanned.
+
 Importing this module raises ImportError when the extension is not built.
 """
 from __future__ import annotations
@@ -30,9 +34,20 @@ _METADATA_KEYS = ("deviceProperties", "distributedInfo", "baseTimeNanoseconds",
                   "schemaVersion", "displayTimeUnit")
 
 
-def scan_xspace(buf) -> dict:
+def _counter(buf, progress):
+    """A one-element int64 array the scanner publishes its position in, which the
+    progress bar reads as the fraction of ``buf`` scanned."""
+    if progress is None:
+        return None
+    done = np.zeros(1, np.int64)
+    total = max(len(buf), 1)
+    progress.follow(lambda: int(done[0]) / total)
+    return done
+
+
+def scan_xspace(buf, progress=None) -> dict:
     """XSpace bytes → the columns of ``xspace.scan_python``."""
-    raw = _native.scan_xspace(buf)
+    raw = _native.scan_xspace(buf, _counter(buf, progress))
     return {
         "planes": raw["planes"], "lines": raw["lines"],
         **{k: np.frombuffer(raw[k], dt) for k, dt in _XSPACE_COLUMNS.items()},
@@ -41,9 +56,9 @@ def scan_xspace(buf) -> dict:
     }
 
 
-def scan_kineto(buf) -> dict:
+def scan_kineto(buf, progress=None) -> dict:
     """Chrome-trace JSON bytes → the columns of ``kineto.scan_python``."""
-    raw = _native.scan_kineto(buf)
+    raw = _native.scan_kineto(buf, _counter(buf, progress))
     view = memoryview(buf).cast("B")
     process_name: dict = {}
     process_label: dict = {}

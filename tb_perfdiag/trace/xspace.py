@@ -106,8 +106,9 @@ def read(path: str, raw: bytes | None = None):
     return build(path, scan(path, read_bytes(path) if raw is None else raw))
 
 
-def scan(path: str, raw: bytes) -> dict:
-    """File bytes → flat columns (native scanner when built, else the reference one)."""
+def scan(path: str, raw: bytes, progress=None) -> dict:
+    """File bytes → flat columns (native scanner when built, else the reference one);
+    ``progress`` follows the native scanner's position."""
     if not raw:
         raise TraceError(path, "empty file (0 bytes): the profiler wrote nothing, or is still writing")
     cols = None
@@ -119,7 +120,7 @@ def scan(path: str, raw: bytes) -> dict:
         native_scan = None
     if native_scan is not None:
         try:
-            cols = native_scan.scan_xspace(raw)
+            cols = native_scan.scan_xspace(raw, progress)
         except ValueError:
             cols = None  # the reference scanner names the problem precisely
     if cols is None:
