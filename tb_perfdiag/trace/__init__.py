@@ -46,7 +46,7 @@ def load(path: str, progress=NULL) -> Trace:
             columns = reader.scan(path, raw, progress)
             del raw           # the decoded file is the largest thing alive: free it first
             progress.phase("building")
-            return reader.build(path, columns)
+            return reader.build(path, columns, progress)
     except TraceError:
         raise
     except MemoryError:

@@ -14,6 +14,7 @@ import re
 import numpy as np
 import orjson
 
+from ..progress import NULL
 from ..storage import is_blank, read_bytes
 from . import classify
 from .build import StringTable, Tracks, assemble, correlation_links, unique_inverse
@@ -273,7 +274,7 @@ def scan_python(path: str, raw: bytes) -> dict:
     }
 
 
-def build(path: str, scan: dict):
+def build(path: str, scan: dict, progress=NULL):
     """Scan columns → Trace.
 
     The scan holds: interned ``names``/``cats`` with per-event ``name_ids``/``cat_ids``;
@@ -314,6 +315,7 @@ def build(path: str, scan: dict):
     origin = base_us * 1_000_000 + shift
 
     # ---- names and kinds, decided per distinct (name, category) ----
+    progress.within(0.05, "names and kinds")
     n_cats = len(cat_names) + 1
     pair = name_ids.astype(np.int64) * n_cats + cat_ids
     uniq, inv = unique_inverse(pair)
@@ -333,6 +335,7 @@ def build(path: str, scan: dict):
     ev_device_cat = cat_is_device[cat_ids] if n else np.zeros(0, bool)
 
     # ---- tracks: decided per distinct (pid, tid), then broadcast ----
+    progress.within(0.25, "threads and devices")
     track_keys = scan["track_keys"]
     track_ids = np.asarray(scan["track_ids"], np.int32)
     raw_stats = scan["stats"]
@@ -375,6 +378,7 @@ def build(path: str, scan: dict):
     track = remap[track_ids] if n else np.zeros(0, np.int32)
 
     # ---- stats ----
+    progress.within(0.4, "launches and steps")
     stats = {sname: (idx, vals, False) for sname, (idx, vals) in raw_stats.items()}
     step_idx = np.flatnonzero(kind == K.STEP)
     if step_idx.size:
@@ -398,6 +402,7 @@ def build(path: str, scan: dict):
     metadata["process_names"] = {str(k): v for k, v in process_name.items()}
     events = {"ts": ts_rel, "dur": dur_ps, "track": track, "name": name_ids, "kind": kind}
     del ts_rel, dur_ps, track, name_ids, kind
+    progress.within(0.6, "event order and nesting")
     trace = assemble(path, "kineto", strings, tracks, devices, events, stats, links, metadata,
                      warnings, origin_ps=0)
     trace.origin_ps = origin

@@ -14,6 +14,7 @@ import struct
 import numpy as np
 from google.protobuf.message import DecodeError
 
+from ..progress import NULL
 from ..storage import read_bytes
 from . import classify
 from .build import StringTable, Tracks, assemble, correlation_links, unique_inverse, unique_rows
@@ -195,7 +196,7 @@ class _PlaneMeta:
         return np.where(ok, self.ev_name_id[pos], unknown).astype(np.int32)
 
 
-def build(path: str, scan: dict):
+def build(path: str, scan: dict, progress=NULL):
     """Scan columns → Trace.
 
     Scan contract: ``planes`` [(id, name, bytes of the plane without its lines[,
@@ -236,6 +237,7 @@ def build(path: str, scan: dict):
     ev_plane = line_plane[ev_line] if n else np.zeros(0, np.int32)
 
     # ---- names ----
+    progress.within(0.05, "event names")
     # scanners emit plane by plane, so each plane's events (and their stats) are one
     # contiguous slice; any other order falls back to index arrays
     ev_rows = _group(ev_plane, len(planes))
@@ -247,6 +249,7 @@ def build(path: str, scan: dict):
     del ev_meta
 
     # ---- stats: resolve plane-local stat ids to names, per plane ----
+    progress.within(0.15, "stats")
     # the event of each stat (int32: event indices fit) and its plane
     st_event = np.repeat(np.arange(n, dtype=np.int32), np.diff(st_start)) if n_stats else \
         np.zeros(0, np.int32)
@@ -323,6 +326,7 @@ def build(path: str, scan: dict):
     del st_event, stat_name_of, st_kind, st_int, dbl_rows, dbl_vals
 
     # ---- tracks and kinds ----
+    progress.within(0.4, "lines and devices")
     tracks = Tracks()
     devices: list[Device] = []
     kind = np.zeros(n, np.int8)
@@ -368,6 +372,7 @@ def build(path: str, scan: dict):
     hostnames = list(scan["hostnames"])
     scan.clear()
     # HLO metadata from /host:metadata joined on (module, program_id, hlo_op)
+    progress.within(0.5, "HLO op metadata")
     _join_hlo_metadata(planes, stats, strings, n, warnings)
     links = _flow_links(stats, n)
     corr = stats.get("correlation_id")
@@ -382,6 +387,7 @@ def build(path: str, scan: dict):
         metadata["profile_start_ps"] = origin
     events = {"ts": ts, "dur": dur, "track": track, "name": name, "kind": kind}
     del ts, dur, track, name, kind
+    progress.within(0.7, "event order and nesting")
     trace = assemble(path, "xspace", strings, tracks, devices, events, stats, links, metadata,
                      warnings)
     return trace
