@@ -643,8 +643,8 @@ static void x_line(XCtx *c, const unsigned char *p, const unsigned char *end, Py
     gil_restore(&c->f, held);
 }
 
-/* the fields of one map entry: key (1, varint) and every occurrence of value (2), which
-   protobuf merges; returns the key, and calls back per value occurrence */
+/* the fields of one map entry: returns the key (1, varint) and collects every occurrence
+   of the value (2) into vals/vlens, since protobuf merges them */
 static int64_t x_entry(XCtx *c, const unsigned char *p, const unsigned char *end,
                        const unsigned char **vals, size_t *vlens, int *nvals, int cap) {
     int64_t key = 0;

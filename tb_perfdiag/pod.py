@@ -15,13 +15,17 @@ import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
+from .analysis import diagnose_trace
+from .progress import NULL
+from .trace import TraceError, load
+
 MEMORY_BUDGET_MB = float(os.environ.get("TB_PERFDIAG_MEMORY_MB", "4096"))
 MAX_WORKERS = int(os.environ.get("TB_PERFDIAG_WORKERS", "4"))
 # 0: analyse hosts in threads of the TensorBoard process instead of worker processes
 USE_PROCESSES = os.environ.get("TB_PERFDIAG_POD_PROCESSES", "1") != "0"
 PEAK_PER_FILE_MB = 8.0      # a diagnosis peaks at about 8× the file's size (benchmarks)
 PROCESS_BASE_MB = 150.0     # interpreter, numpy and tb_perfdiag in a worker
-SLOWER_STEP = 1.10          # straggler: average step 10 % slower than the median host…
+SLOWER_STEP = 1.10          # straggler: typical (median) step 10 % slower than the median host…
 LOWER_DUTY = 0.05           # …or duty cycle 5 points below it
 
 
@@ -29,14 +33,11 @@ class WorkerDied(RuntimeError):
     """A worker process ended without an answer (killed for memory, most likely)."""
 
 
-def analyse_file(path: str, threshold_us: float, kernels_only: bool) -> dict:
-    """Diagnosis JSON of one file, or its TraceError, in the cache's value shape.
-    Runs in a worker process: imports stay inside so the parent's state is not needed."""
-    from .analysis import Options, diagnose_trace
-    from .trace import TraceError, load
+def analyse_file(path: str, opt, progress=NULL) -> dict:
+    """Diagnosis JSON of one file, or its TraceError, in the cache's value shape; in the
+    server's process (with progress) or in a pod's worker process."""
     try:
-        opt = Options(threshold_us=threshold_us, kernels_only=kernels_only)
-        return {"ok": diagnose_trace(load(path), opt).to_json()}
+        return {"ok": diagnose_trace(load(path, progress), opt, progress).to_json()}
     except TraceError as e:
         return {"error": e.reason, "file": os.path.basename(path)}
 
@@ -59,14 +60,10 @@ def summary_row(host: str, span: str, status: int, d: dict) -> dict:
     # idle time of a typical step by cause: the median over steps, so a one-off (the
     # first step's compilation) does not hide what every step loses
     per_step = {}
-    for s in d["steps"]:
-        for dev in s["devices"].values():
-            for c in dev["idle_by_cause_ns"]:
-                per_step.setdefault(c, [0] * len(d["steps"]))
     for k, s in enumerate(d["steps"]):
         for dev in s["devices"].values():
             for c, v in dev["idle_by_cause_ns"].items():
-                per_step[c][k] += v
+                per_step.setdefault(c, [0] * len(steps))[k] += v
     duty = [x["duty_cycle"] for x in d["devices"] if x["duty_cycle"] is not None]
     worst = d["gaps"][0] if d["gaps"] else None
     row.update({
@@ -141,8 +138,7 @@ class PodJob:
     # ---- the work ----
     def _compute_in_worker(self, src):
         def compute():
-            fut = self._pool.submit(analyse_file, src.path, self.options.threshold_us,
-                                    self.options.kernels_only)
+            fut = self._pool.submit(analyse_file, src.path, self.options)
             try:
                 return fut.result()
             except BrokenProcessPool:

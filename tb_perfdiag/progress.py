@@ -2,9 +2,9 @@
 
 A ``Progress`` is handed down to the reader and the analysis, which move it through
 named phases.  Each phase owns a share of the bar (its weight), measured on the large
-benchmark files, so the bar moves at a roughly even pace whatever the format; inside a
-phase that streams bytes (reading, gunzip, the native scanners, which publish their
-position while they run without the GIL) the fraction also moves.  Readers and
+benchmark files, so the bar moves at a roughly even pace whatever the format.  Inside
+decoding the fraction follows the native scanner's position (it publishes it while it
+runs without the GIL); building and analysing move it at their named stages.  Readers and
 analyses never depend on it: ``NULL`` accepts everything and keeps nothing.
 """
 from __future__ import annotations

@@ -10,13 +10,13 @@ import threading
 import numpy as np
 
 from . import __version__
-from .analysis import Options, diagnose_trace
+from .analysis import Options
 from .analysis.diagnosis import gap_detail, host_context
 from .analysis.timeline import lanes
 from .analysis import causes as C
 from .cache import DiagnosisCache
 from .discovery import Catalog
-from .pod import PodJob
+from .pod import PodJob, analyse_file
 from .progress import Progress
 from .storage import file_identity
 from .trace import TraceError, load
@@ -84,12 +84,16 @@ class DiagnosisService:
         return Options(threshold_us=_float(params, "threshold_us", 5.0, 0.0, 1e7),
                        kernels_only=params.get("kernels_only") in ("1", "true"))
 
+    @staticmethod
+    def _no_source(params):
+        return 404, {"error": "no such run/host/span in the logdir",
+                     "run": params.get("run"), "host": params.get("host")}
+
     def _diagnosis(self, params):
         """(status, diagnosis JSON or error body)."""
         src = self._source(params)
         if src is None:
-            return 404, {"error": "no such run/host/span in the logdir",
-                         "run": params.get("run"), "host": params.get("host")}
+            return self._no_source(params)
         status, body = self._diagnose_source(src, self._options(params))
         if status == 422:
             body = {**body, "run": params.get("run"), "host": params.get("host")}
@@ -117,9 +121,7 @@ class DiagnosisService:
                 if compute_elsewhere is not None:
                     prog.phase("analysing", "in a worker process")
                     return compute_elsewhere()
-                return {"ok": diagnose_trace(load(src.path, prog), opt, prog).to_json()}
-            except TraceError as e:
-                return {"error": e.reason, "file": os.path.basename(src.path)}
+                return analyse_file(src.path, opt, prog)
             finally:
                 prog.done()
                 with self._progress_lock:      # the cache answers from now on
@@ -174,8 +176,7 @@ class DiagnosisService:
         from the cache) or ``idle`` (nothing asked for it yet)."""
         src = self._source(params)
         if src is None:
-            return 404, {"error": "no such run/host/span in the logdir",
-                         "run": params.get("run"), "host": params.get("host")}
+            return self._no_source(params)
         try:
             key = (file_identity(src.path), self._options(params).key())
         except OSError:
