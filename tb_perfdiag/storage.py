@@ -10,8 +10,8 @@ try:  # ISA-L's inflate is about 1.6× zlib's; same format, same errors
 except ImportError:  # pragma: no cover - optional speed-up
     _fast_zlib = zlib
 
+from .errors import TraceError
 from .progress import NULL
-from .trace.model import TraceError
 
 GZIP_MAGIC = b"\x1f\x8b"
 

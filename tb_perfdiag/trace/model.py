@@ -12,14 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-
-class TraceError(Exception):
-    """A file is not a readable trace.  ``path`` names it, ``reason`` says why."""
-
-    def __init__(self, path: str, reason: str):
-        super().__init__(f"{path}: {reason}")
-        self.path = str(path)
-        self.reason = reason
+from ..errors import TraceError  # noqa: F401 - lives below storage (which raises it too); re-exported
 
 
 class TrackKind(enum.IntEnum):
