@@ -18,6 +18,7 @@ from ..progress import NULL
 from ..storage import is_blank, read_bytes
 from . import classify
 from .build import StringTable, Tracks, assemble, correlation_links, unique_inverse
+from .chrome_meta import METADATA_KEYS, metadata_event
 from .model import Device, EventKind as K, TraceError, TrackKind
 
 DEVICE_ACTIVITY_CATS = {
@@ -123,21 +124,6 @@ def scan(path: str, raw: bytes, progress=None) -> dict:
     if cols is None:
         cols = scan_python(path, raw)
     return cols
-
-
-def metadata_event(e: dict, process_name: dict, process_label: dict,
-                   thread_name: dict) -> None:
-    """Record one "M" event's process/thread naming (both scanners use this)."""
-    a = e.get("args") or {}
-    nm = e.get("name")
-    if not isinstance(a, dict):
-        return
-    if nm == "process_name":
-        process_name[e.get("pid")] = str(a.get("name", ""))
-    elif nm == "process_labels":
-        process_label[e.get("pid")] = str(a.get("labels", ""))
-    elif nm == "thread_name":
-        thread_name[(e.get("pid"), e.get("tid"))] = str(a.get("name", ""))
 
 
 def native_scanner():
@@ -267,9 +253,7 @@ def scan_python(path: str, raw: bytes) -> dict:
         "stats": stats,
         "process_name": process_name, "process_label": process_label,
         "thread_name": thread_name,
-        "metadata": {k: doc[k] for k in ("deviceProperties", "distributedInfo",
-                                         "baseTimeNanoseconds", "schemaVersion",
-                                         "displayTimeUnit") if k in doc},
+        "metadata": {k: doc[k] for k in METADATA_KEYS if k in doc},
         "warnings": warnings,
     }
 

@@ -19,7 +19,7 @@ import numpy as np
 import orjson
 
 from .. import _native
-from .kineto import metadata_event
+from .chrome_meta import METADATA_KEYS, metadata_event
 
 _XSPACE_COLUMNS = {
     "ev_line": np.int32, "ev_meta": np.int64, "ev_offset_ps": np.int64,
@@ -30,8 +30,6 @@ _KINETO_COLUMNS = {
     "name_ids": np.int32, "cat_ids": np.int32, "track_ids": np.int32,
     "ts_ps": np.int64, "dur_ps": np.int64, "src_index": np.int64,
 }
-_METADATA_KEYS = ("deviceProperties", "distributedInfo", "baseTimeNanoseconds",
-                  "schemaVersion", "displayTimeUnit")
 
 
 def _counter(buf, progress):
@@ -89,6 +87,6 @@ def scan_kineto(buf, progress=None) -> dict:
         "process_name": process_name, "process_label": process_label,
         "thread_name": thread_name,
         "metadata": {k: orjson.loads(view[slices[k][0]:slices[k][1]])
-                     for k in _METADATA_KEYS if k in slices},
+                     for k in METADATA_KEYS if k in slices},
         "warnings": warnings,
     }
