@@ -20,6 +20,7 @@ import pytest
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
+from tb_perfdiag.testing.xspace import pb_int as _fv, pb_len as _fb, varint as _varint
 from tb_perfdiag.trace import kineto, xspace
 from tb_perfdiag.trace.model import TraceError
 from tb_perfdiag.trace.xplane_pb import XEventMetadata, XPlane, XSpace, XStatMetadata
@@ -212,27 +213,6 @@ def test_readers_use_the_native_scanner():
 
 
 # ---------------------------------------------------------------- protobuf wire helpers
-
-def _varint(v: int) -> bytes:
-    v &= (1 << 64) - 1
-    out = bytearray()
-    while True:
-        b = v & 0x7F
-        v >>= 7
-        if v:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def _fv(fn, v):
-    return _varint(fn << 3) + _varint(v)
-
-
-def _fb(fn, b: bytes):
-    return _varint(fn << 3 | 2) + _varint(len(b)) + b
-
 
 def _fd(fn, d: float):
     return _varint(fn << 3 | 1) + struct.pack("<d", d)
