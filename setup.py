@@ -3,7 +3,7 @@ import re
 
 from setuptools import Extension, find_packages, setup
 
-with open("tb_perfdiag/__init__.py", encoding="utf-8") as f:
+with open("tb_perfdiag/_version.py", encoding="utf-8") as f:
     VERSION = re.search(r'__version__ = "([^"]+)"', f.read()).group(1)
 
 setup(

@@ -2,7 +2,7 @@
 ops behind them, for XLA (XSpace) and PyTorch (Kineto) traces."""
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 from .trace import Trace, TraceError, load  # noqa: E402
 from .analysis import Diagnosis, Options  # noqa: E402

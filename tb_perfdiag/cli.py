@@ -5,7 +5,7 @@ import argparse
 import json
 import sys
 
-from . import __version__
+from ._version import __version__
 from .analysis import Options, diagnose_trace
 from .analysis import causes as C
 from .api import trace_files
