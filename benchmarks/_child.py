@@ -120,11 +120,12 @@ def main():
         # computes it (TB_PERFDIAG_POD_PROCESSES / TB_PERFDIAG_WORKERS pick how)
         from tb_perfdiag.cache import DiagnosisCache
         from tb_perfdiag.discovery import Catalog
+        from tb_perfdiag.params import parse
         from tb_perfdiag.service import DiagnosisService
         svc = DiagnosisService(Catalog(path), DiagnosisCache(disk_dir=None))
         (run,) = svc.catalog.runs(refresh=True)
         c, t = cpu(), clock()
-        status, body = svc.hosts_json({"run": run, "wait": "1"})
+        body = svc.hosts_json(parse("hosts", {"run": run, "wait": "1"}))
         rep["seconds"] = clock() - t
         kids = resource.getrusage(resource.RUSAGE_CHILDREN)
         rep["cpu_seconds"] = cpu() - c + kids.ru_utime + kids.ru_stime

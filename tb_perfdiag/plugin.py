@@ -5,6 +5,7 @@ logdir listing, so no parameter can reach outside the logdir.
 """
 from __future__ import annotations
 
+import logging
 import mimetypes
 import os
 import threading
@@ -13,16 +14,34 @@ from tensorboard.backend import http_util
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
-from . import __version__
+from ._version import __version__
 from .discovery import Catalog, runs_json
-from .service import BadRequest, DiagnosisService
+from .errors import ApiError, NotFound, as_api_error
+from .params import parse
+from .service import DiagnosisService
 
 PLUGIN_NAME = "perfdiag"
+logger = logging.getLogger(__name__)
 _FRONTEND_CANDIDATES = (
     os.path.join(os.path.dirname(__file__), "frontend"),                  # installed wheel
     os.path.join(os.path.dirname(os.path.dirname(__file__)), "frontend"),  # source checkout
 )
-_MAX_PARAM = 1024
+
+
+def answer(route, fn, query) -> tuple:
+    """(status, JSON body) of one request: ``fn`` called with ``query`` parsed for
+    ``route`` (``route`` None: no parameters).  The one place a failure becomes a
+    response: an ``ApiError`` is its status and ``{"error": message, **extra}``, a
+    ``TraceError`` a 422 naming the file, anything else a 500 with a short message
+    (the traceback goes to the log, never into a response)."""
+    try:
+        return 200, fn(parse(route, query) if route is not None else None)
+    except Exception as e:  # noqa: BLE001 - no route may leak a traceback
+        err = as_api_error(e)
+        if err.status >= 500:
+            logger.error("perfdiag /%s failed: %s", route or "static", err.message,
+                         exc_info=not isinstance(e, ApiError))
+        return err.status, err.body()
 
 
 def _frontend_dir() -> str:
@@ -79,79 +98,65 @@ class DiagnosePlugin(base_plugin.TBPlugin):
         return base_plugin.FrontendMetadata(es_module_path="/index.js", tab_name="Diagnose")
 
     # ---- routes ----
-    def _json(self, request, obj, code=200):
-        return http_util.Respond(request, obj, "application/json", code=code)
+    def _respond(self, request, route, fn):
+        status, body = answer(route, fn, request.args)
+        return http_util.Respond(request, body, "application/json", code=status)
 
-    def _error(self, request, code, message, **extra):
-        body = {"error": message}
-        body.update(extra)
-        return self._json(request, body, code)
-
-    @staticmethod
-    def _params(request) -> dict:
-        out = {}
-        for k, v in request.args.items():
-            if len(k) > 64 or len(v) > _MAX_PARAM or "\x00" in v or "\x00" in k:
-                raise BadRequest(f"parameter {k[:64]!r} is too long or contains a null byte")
-            out[k] = v
-        return out
+    def _runs(self, params):
+        try:
+            runs = self._catalog.runs(refresh=params.refresh)
+        except Exception as e:  # unreadable remote logdir and the like
+            raise ApiError(500, f"cannot list the logdir: {e}") from e
+        return {"logdir": self._logdir, "runs": runs_json(runs)}
 
     @wrappers.Request.application
     def _serve_version(self, request):
-        return self._json(request, {"version": __version__})
+        return self._respond(request, "version", lambda _: {"version": __version__})
 
     @wrappers.Request.application
     def _serve_status(self, request):
-        return self._json(request, self._service.status())
+        return self._respond(request, "status", lambda _: self._service.status())
 
     @wrappers.Request.application
     def _serve_runs(self, request):
-        try:
-            runs = self._catalog.runs(refresh=request.args.get("refresh") == "1")
-        except Exception as e:  # unreadable remote logdir and the like
-            return self._error(request, 500, f"cannot list the logdir: {e}")
-        return self._json(request, {"logdir": self._logdir, "runs": runs_json(runs)})
+        return self._respond(request, "runs", self._runs)
 
     @wrappers.Request.application
     def _serve_diagnosis(self, request):
-        return self._respond(request, self._service.diagnosis_json)
+        return self._respond(request, "diagnosis", self._service.diagnosis_json)
 
     @wrappers.Request.application
     def _serve_gap(self, request):
-        return self._respond(request, self._service.gap_json)
+        return self._respond(request, "gap", self._service.gap_json)
 
     @wrappers.Request.application
     def _serve_overlay(self, request):
-        return self._respond(request, self._service.overlay_json)
+        return self._respond(request, "overlay", self._service.overlay_json)
 
     @wrappers.Request.application
     def _serve_hosts(self, request):
-        return self._respond(request, self._service.hosts_json)
+        return self._respond(request, "hosts", self._service.hosts_json)
 
     @wrappers.Request.application
     def _serve_progress(self, request):
-        return self._respond(request, self._service.progress_json)
+        return self._respond(request, "progress", self._service.progress_json)
 
     @wrappers.Request.application
     def _serve_timeline(self, request):
-        return self._respond(request, self._service.timeline_json)
-
-    def _respond(self, request, fn):
-        try:
-            params = self._params(request)
-            status, body = fn(params)
-        except BadRequest as e:
-            return self._error(request, 400, str(e))
-        return self._json(request, body, status)
+        return self._respond(request, "timeline", self._service.timeline_json)
 
     @wrappers.Request.application
     def _serve_static(self, request):
         rel = request.path.split(f"/data/plugin/{PLUGIN_NAME}/", 1)[-1]
         if rel not in self._static_files:   # only files listed at start-up are served
-            return self._error(request, 404, "not found")
+            return self._respond(request, None, self._not_found)
         with open(os.path.join(self._static, rel), "rb") as f:
             data = f.read()
         ctype = mimetypes.guess_type(rel)[0] or "application/octet-stream"
         if rel.endswith(".js"):
             ctype = "text/javascript"
         return http_util.Respond(request, data, ctype)
+
+    @staticmethod
+    def _not_found(_):
+        raise NotFound("not found")

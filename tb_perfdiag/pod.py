@@ -16,8 +16,9 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
 from .analysis import diagnose_trace
+from .errors import ApiError, TraceError, as_api_error
 from .progress import NULL
-from .trace import TraceError, load
+from .trace import load
 
 MEMORY_BUDGET_MB = float(os.environ.get("TB_PERFDIAG_MEMORY_MB", "4096"))
 MAX_WORKERS = int(os.environ.get("TB_PERFDIAG_WORKERS", "4"))
@@ -117,7 +118,8 @@ def flag_stragglers(rows: list) -> tuple:
 class PodJob:
     """Summaries of every host of one run, computed in the background.
 
-    ``diagnose(source, compute)`` is the service's cached diagnosis of one file with
+    ``diagnose(source, compute)`` is the service's cached diagnosis JSON of one file
+    (raising an ``ApiError`` or ``TraceError`` when there is none) with
     ``compute`` replacing the in-process analysis (so a host already analysed, or being
     analysed for the page, is not analysed twice)."""
 
@@ -159,8 +161,11 @@ class PodJob:
 
     def _one(self, src):
         try:
-            status, body = self._diagnose(src, self._compute_in_worker(src)
-                                          if self._pool is not None else None)
+            status, body = 200, self._diagnose(src, self._compute_in_worker(src)
+                                               if self._pool is not None else None)
+        except (ApiError, TraceError) as e:
+            err = as_api_error(e)
+            status, body = err.status, err.body()
         except Exception as e:  # noqa: BLE001 - one host's failure is that host's row
             status, body = 500, {"error": str(e) or type(e).__name__}
         self.rows[src.host] = summary_row(src.host, src.span, status, body)

@@ -1,6 +1,9 @@
-"""Request handling behind the plugin routes: parameter checks, cache, paging, overlay.
+"""Request handling behind the plugin routes: cache, paging, overlay.
 
-Kept apart from ``plugin.py`` so it can be tested without a TensorBoard server.
+Kept apart from ``plugin.py`` so it can be tested without a TensorBoard server.  Each
+route method takes the typed parameters ``params.parse`` made and returns the JSON body
+of a 200; every failure is raised (an ``errors.ApiError``, or a ``TraceError``), and
+``plugin.py`` turns it into a response.
 """
 from __future__ import annotations
 
@@ -9,20 +12,19 @@ import threading
 
 import numpy as np
 
-from . import __version__
+from ._version import __version__
 from .analysis import Options
 from .analysis.diagnosis import gap_detail, host_context
 from .analysis.timeline import lanes
 from .analysis import causes as C
 from .cache import DiagnosisCache
 from .discovery import Catalog
+from .errors import NotFound, TooLarge, TraceError, trace_error
 from .pod import PodJob, analyse_file
 from .progress import Progress
 from .storage import file_identity
-from .trace import TraceError, load
+from .trace import load
 
-MAX_GAPS_PAGE = 100_000
-DEFAULT_GAPS_PAGE = 200
 DEFAULT_MAX_FILE_MB = float(os.environ.get("TB_PERFDIAG_MAX_FILE_MB", "4096"))
 CAUSE_COLORS = {  # Chrome trace viewer reserved colour names
     C.HOST_SYNC: "terrible", C.COMPILATION: "bad", C.H2D_TRANSFER: "olive",
@@ -32,27 +34,6 @@ CAUSE_COLORS = {  # Chrome trace viewer reserved colour names
 
 
 MAX_POD_JOBS = 4      # finished pod summaries kept (their diagnoses stay in the cache)
-
-
-class BadRequest(ValueError):
-    pass
-
-
-def _float(params, key, default, lo, hi):
-    v = params.get(key)
-    if v is None or v == "":
-        return default
-    try:
-        f = float(v)
-    except ValueError:
-        raise BadRequest(f"{key} must be a number") from None
-    if not (lo <= f <= hi):
-        raise BadRequest(f"{key} must be between {lo} and {hi}")
-    return f
-
-
-def _int(params, key, default, lo, hi):
-    return int(_float(params, key, default, lo, hi))
 
 
 class DiagnosisService:
@@ -70,47 +51,40 @@ class DiagnosisService:
 
     # ---- resolving a request to a file ----
     def _source(self, params):
-        run = params.get("run")
-        host = params.get("host")
-        if not run or not host:
-            raise BadRequest("run and host are required")
-        span = params.get("span") or None
-        src = self.catalog.find(run, host, span)
+        src = self.catalog.find(params.run, params.host, params.span)
         if src is None:
-            return None
+            raise NotFound("no such run/host/span in the logdir", run=params.run,
+                           host=params.host)
         return src
 
     def _options(self, params) -> Options:
-        return Options(threshold_us=_float(params, "threshold_us", 5.0, 0.0, 1e7),
-                       kernels_only=params.get("kernels_only") in ("1", "true"))
-
-    @staticmethod
-    def _no_source(params):
-        return 404, {"error": "no such run/host/span in the logdir",
-                     "run": params.get("run"), "host": params.get("host")}
+        return Options(threshold_us=params.threshold_us, kernels_only=params.kernels_only)
 
     def _diagnosis(self, params):
-        """(status, diagnosis JSON or error body)."""
+        """The diagnosis JSON of the file ``params`` name."""
         src = self._source(params)
-        if src is None:
-            return self._no_source(params)
-        status, body = self._diagnose_source(src, self._options(params))
-        if status == 422:
-            body = {**body, "run": params.get("run"), "host": params.get("host")}
-        return status, body
+        try:
+            return self._diagnose_source(src, self._options(params))
+        except TraceError as e:
+            raise trace_error(e, run=params.run, host=params.host) from None
+
+    @staticmethod
+    def _identity(src):
+        try:
+            return file_identity(src.path)
+        except OSError:
+            raise NotFound("file disappeared", file=os.path.basename(src.path)) from None
 
     def _diagnose_source(self, src, opt: Options, compute_elsewhere=None):
-        """(status, body) of one file, from the cache or computed once; by default in this
-        process with progress reported, else by ``compute_elsewhere()`` (a pod worker)."""
+        """The diagnosis JSON of one file, from the cache or computed once; by default in
+        this process with progress reported, else by ``compute_elsewhere()`` (a pod
+        worker).  An unreadable file raises its ``TraceError``."""
         if src.size > self.max_file_mb * 1e6:
-            return 413, {"error": f"{os.path.basename(src.path)} is {src.size / 1e6:.0f} MB, over "
-                                  f"the {self.max_file_mb:.0f} MB budget; raise it with the "
-                                  f"TB_PERFDIAG_MAX_FILE_MB environment variable",
-                         "file": os.path.basename(src.path)}
-        try:
-            ident = file_identity(src.path)
-        except OSError:
-            return 404, {"error": "file disappeared", "file": os.path.basename(src.path)}
+            raise TooLarge(f"{os.path.basename(src.path)} is {src.size / 1e6:.0f} MB, over "
+                           f"the {self.max_file_mb:.0f} MB budget; raise it with the "
+                           f"TB_PERFDIAG_MAX_FILE_MB environment variable",
+                           file=os.path.basename(src.path))
+        ident = self._identity(src)
         key = (ident, opt.key())
 
         def compute():
@@ -128,27 +102,27 @@ class DiagnosisService:
                     if self._progress.get(key) is prog:
                         del self._progress[key]
         result = self.cache.get_or_compute(key, compute)
-        if "error" in result:
-            return 422, {"error": result["error"], "file": result["file"]}
-        return 200, result["ok"]
+        if "error" in result:                 # the cached failure (pod.analyse_file's shape)
+            raise TraceError(result["file"], result["error"])
+        return result["ok"]
 
     def hosts_json(self, params):
         """Per-host summary of a run (pods with many hosts): duty cycle, step time, worst
         gap, top finding, stragglers flagged against the median host.  The hosts are
         analysed in the background; each call answers with the rows done so far
         (``complete`` false until all are), or waits for all with ``wait=1``."""
-        run = self.catalog.runs().get(params.get("run") or "")
+        run = self.catalog.runs().get(params.run)
         if run is None:
-            run = self.catalog.runs(refresh=True).get(params.get("run") or "")
+            run = self.catalog.runs(refresh=True).get(params.run)
         if run is None:
-            return 404, {"error": "no such run in the logdir", "run": params.get("run")}
+            raise NotFound("no such run in the logdir", run=params.run)
         opt = self._options(params)
         sources = [self.catalog.find(run.name, h) for h in sorted({s.host for s in run.sources})]
         sources = [s for s in sources if s is not None]
         try:
             idents = tuple(file_identity(s.path) for s in sources)
         except OSError:
-            return 404, {"error": "a file of this run disappeared; reload", "run": run.name}
+            raise NotFound("a file of this run disappeared; reload", run=run.name) from None
         key = (run.name, opt.key(), idents)
         with self._pods_lock:
             job = self._pods.pop(key, None)
@@ -158,9 +132,9 @@ class DiagnosisService:
             self._pods[key] = job                # most recent last
             while len(self._pods) > MAX_POD_JOBS:
                 self._pods.pop(next(iter(self._pods)))
-        if params.get("wait") in ("1", "true"):
+        if params.wait:
             job.wait()
-        return 200, job.snapshot()
+        return job.snapshot()
 
     def status(self) -> dict:
         """Counters an operator (or a load test) can watch."""
@@ -175,54 +149,37 @@ class DiagnosisService:
         ``running`` (with phase, text, fraction), ``done`` (the next /diagnosis answers
         from the cache) or ``idle`` (nothing asked for it yet)."""
         src = self._source(params)
-        if src is None:
-            return self._no_source(params)
-        try:
-            key = (file_identity(src.path), self._options(params).key())
-        except OSError:
-            return 404, {"error": "file disappeared", "file": os.path.basename(src.path)}
+        key = (self._identity(src), self._options(params).key())
         with self._progress_lock:
             prog = self._progress.get(key)
         if prog is not None:
-            return 200, {"state": "running", "file": prog.label, **prog.snapshot()}
+            return {"state": "running", "file": prog.label, **prog.snapshot()}
         if self.cache.has(key):
-            return 200, {"state": "done", "file": os.path.basename(src.path)}
-        return 200, {"state": "idle", "file": os.path.basename(src.path)}
+            return {"state": "done", "file": os.path.basename(src.path)}
+        return {"state": "idle", "file": os.path.basename(src.path)}
 
     def diagnosis_json(self, params):
-        status, body = self._diagnosis(params)
-        if status != 200:
-            return status, body
-        offset = _int(params, "gaps_offset", 0, 0, 1e9)
-        limit = _int(params, "gaps_limit", DEFAULT_GAPS_PAGE, 0, MAX_GAPS_PAGE)
-        step = params.get("step")
+        body = self._diagnosis(params)
+        offset, limit = params.gaps_offset, params.gaps_limit
         gaps = body["gaps"]
-        if step not in (None, ""):
-            try:
-                step_i = int(step)
-            except ValueError:
-                raise BadRequest("step must be an integer") from None
-            gaps = [g for g in gaps if g["step"] == step_i]
+        if params.step is not None:
+            gaps = [g for g in gaps if g["step"] == params.step]
         out = dict(body)
         out["gaps"] = gaps[offset:offset + limit]
         out["gaps_total"] = len(gaps)
         out["gaps_offset"] = offset
         out["gaps_limit"] = limit
-        return 200, out
+        return out
 
     def gap_json(self, params):
-        gap_id = params.get("id") or ""
-        if not gap_id or len(gap_id) > 64:
-            raise BadRequest("id is required")
-        status, body = self._diagnosis(params)
-        if status != 200:
-            return status, body
+        gap_id = params.id
+        body = self._diagnosis(params)
         for g in body["gaps"]:
             if g["id"] == gap_id:
                 if not g.get("detail"):
                     g = self._detail(params, g)
-                return 200, g
-        return 404, {"error": f"no gap {gap_id!r} in this diagnosis"}
+                return g
+        raise NotFound(f"no gap {gap_id!r} in this diagnosis")
 
     def _context(self, src):
         """(trace, host context) of a file, for requests that need the events again;
@@ -256,31 +213,20 @@ class DiagnosisService:
 
     def timeline_json(self, params):
         """Lanes of every track in [start_ns, end_ns] for a canvas ``width`` px wide."""
-        status, body = self._diagnosis(params)
-        if status != 200:
-            return status, body
+        self._diagnosis(params)
         src = self._source(params)
-        lo = _float(params, "start_ns", 0, -1e18, 1e18)
-        hi = _float(params, "end_ns", 1e18, -1e18, 1e18)
-        width = _int(params, "width", 1200, 16, 4000)
-        if hi <= lo:
-            raise BadRequest("end_ns must be after start_ns")
-        try:
-            trace, ctx = self._context(src)
-        except TraceError as e:
-            return 422, {"error": e.reason, "file": os.path.basename(src.path)}
+        lo, hi, width = params.start_ns, params.end_ns, params.width
+        trace, ctx = self._context(src)       # a TraceError is the route's 422
         span_hi = int(trace.end.max()) if trace.n_events else 0
         lo_ps = int(max(lo, 0) * 1000)
         hi_ps = int(min(hi * 1000, span_hi))
-        return 200, lanes(trace, lo_ps, max(hi_ps, lo_ps + 1000), width, ctx["origin"])
+        return lanes(trace, lo_ps, max(hi_ps, lo_ps + 1000), width, ctx["origin"])
 
     def overlay_json(self, params):
         """Chrome trace JSON: one track per device with a slice per gap, coloured by
         cause, plus the step windows — opens in the trace viewer, Perfetto and
         chrome://tracing."""
-        status, body = self._diagnosis(params)
-        if status != 200:
-            return status, body
+        body = self._diagnosis(params)
         events = [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "Diagnosis"}},
                   {"ph": "M", "name": "process_sort_index", "pid": 1, "args": {"sort_index": -1}}]
         tid = 1
@@ -304,16 +250,16 @@ class DiagnosisService:
                            "dur": (s["end_ns"] - s["start_ns"]) / 1000,
                            "args": {f"{body['devices'][int(k)]['name']} duty cycle":
                                     v["duty_cycle"] for k, v in s["devices"].items()}})
-        if params.get("with_events") in ("1", "true"):
+        if params.with_events:
             events.extend(self._events_around(params, body))
-        return 200, {"traceEvents": events, "displayTimeUnit": "ns",
-                     "otherData": {"source": body["source"]["path"], "tool": "tb-perfdiag"}}
+        return {"traceEvents": events, "displayTimeUnit": "ns",
+                "otherData": {"source": body["source"]["path"], "tool": "tb-perfdiag"}}
 
     def _events_around(self, params, body, limit=20000):
         """The trace's own events in [start_us, end_us] (µs, trace-relative)."""
         src = self._source(params)
-        lo = _float(params, "start_us", 0, -1e15, 1e15) * 1e6
-        hi = _float(params, "end_us", 1e15, -1e15, 1e15) * 1e6
+        lo = params.start_us * 1e6
+        hi = params.end_us * 1e6
         try:
             trace = load(src.path)
         except TraceError:

@@ -23,6 +23,13 @@ def shared_path(*parts) -> str:
     return p
 
 
+def call(svc, route: str, query: dict) -> tuple:
+    """(status, body) of a ``DiagnosisService`` route as the plugin answers it: the
+    query parsed for the route, failures mapped to their status and JSON body."""
+    from tb_perfdiag.plugin import answer
+    return answer(route, getattr(svc, f"{route}_json"), query)
+
+
 def shared_files(suffixes) -> list:
     if not os.path.isdir(SHARED):
         return []

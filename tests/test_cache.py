@@ -11,7 +11,7 @@ from tb_perfdiag.cache import DiagnosisCache
 from tb_perfdiag.discovery import Catalog
 from tb_perfdiag.service import DiagnosisService
 
-from conftest import TESTDATA
+from conftest import TESTDATA, call
 
 
 def _logdir(tmp_path):
@@ -30,7 +30,7 @@ def test_concurrent_requests_compute_once(tmp_path):
                            DiagnosisCache(disk_dir=str(tmp_path / "cache")))
     q = _query(svc)
     results = []
-    threads = [threading.Thread(target=lambda: results.append(svc.diagnosis_json(q)))
+    threads = [threading.Thread(target=lambda: results.append(call(svc, "diagnosis", q)))
                for _ in range(12)]
     for t in threads:
         t.start()
@@ -46,13 +46,13 @@ def test_second_open_comes_from_disk_and_options_are_keys(tmp_path):
     cache_dir = tmp_path / "cache"
     first = DiagnosisService(Catalog(str(ld)), DiagnosisCache(disk_dir=str(cache_dir)))
     q = _query(first)
-    first.diagnosis_json(q)
+    call(first, "diagnosis", q)
     assert first.cache.computations == 1
     second = DiagnosisService(Catalog(str(ld)), DiagnosisCache(disk_dir=str(cache_dir)))
     t = time.perf_counter()
-    second.diagnosis_json(q)
+    call(second, "diagnosis", q)
     assert second.cache.computations == 0 and time.perf_counter() - t < 2
-    second.diagnosis_json({**q, "threshold_us": "50"})
+    call(second, "diagnosis", {**q, "threshold_us": "50"})
     assert second.cache.computations == 1
     # nothing written into the logdir
     assert not [f for _, _, fs in os.walk(ld) for f in fs if f.endswith(".json.gz")]
@@ -62,10 +62,10 @@ def test_changed_file_is_recomputed(tmp_path):
     ld = _logdir(tmp_path)
     svc = DiagnosisService(Catalog(str(ld), ttl=0), DiagnosisCache(disk_dir=None))
     q = _query(svc)
-    svc.diagnosis_json(q)
+    call(svc, "diagnosis", q)
     src = svc.catalog.find(q["run"], q["host"])
     os.utime(src.path, (time.time() + 5, time.time() + 5))
-    svc.diagnosis_json(q)
+    call(svc, "diagnosis", q)
     assert svc.cache.computations == 2
 
 

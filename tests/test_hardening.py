@@ -13,6 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import call
+
 import tb_perfdiag
 from tb_perfdiag.trace import TraceError
 from tb_perfdiag.trace.xplane_pb import XSpace
@@ -122,10 +124,10 @@ def test_file_rewritten_while_served_is_reread(tmp_path):
     f.write_bytes(SEEDS["seed_kineto.json"][:50])            # still being written
     svc = DiagnosisService(Catalog(str(tmp_path / "ld"), ttl=0), DiagnosisCache(disk_dir=None))
     q = {"run": "r", "host": "w"}
-    assert svc.diagnosis_json(q)[0] == 422
+    assert call(svc, "diagnosis", q)[0] == 422
     f.write_bytes(SEEDS["seed_kineto.json"])
     os.utime(f, (1e9 + 10, 1e9 + 10))
-    status, d = svc.diagnosis_json(q)
+    status, d = call(svc, "diagnosis", q)
     assert status == 200 and d["devices"][0]["ops"] == 2
 
 
@@ -138,7 +140,7 @@ def test_file_over_memory_budget_is_refused(tmp_path):
     (run / "w.1.pt.trace.json").write_bytes(SEEDS["seed_kineto.json"] + b" " * 2_000_000)
     svc = DiagnosisService(Catalog(str(tmp_path / "ld")), DiagnosisCache(disk_dir=None),
                            max_file_mb=1)
-    status, body = svc.diagnosis_json({"run": "r", "host": "w"})
+    status, body = call(svc, "diagnosis", {"run": "r", "host": "w"})
     assert status == 413 and "TB_PERFDIAG_MAX_FILE_MB" in body["error"]
 
 

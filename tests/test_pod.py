@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from conftest import POD_STALL_US, TensorBoard
+from conftest import POD_STALL_US, TensorBoard, call
 from tb_perfdiag import pod as pod_mod
 from tb_perfdiag.cache import DiagnosisCache
 from tb_perfdiag.discovery import Catalog
@@ -22,7 +22,7 @@ def test_64_hosts_summary_names_the_injected_stragglers(pod_logdir):
     run = _run_name(svc)
     seen = []
     while True:                                   # the page polls the same way
-        status, body = svc.hosts_json({"run": run})
+        status, body = call(svc, "hosts", {"run": run})
         assert status == 200 and body["total"] == 64
         seen.append(body["done"])
         if body["complete"]:
@@ -43,11 +43,12 @@ def test_64_hosts_summary_names_the_injected_stragglers(pod_logdir):
         assert "data loading" in r["straggler_reason"]
     # every host's whole diagnosis came back from the workers into the cache
     assert svc.cache.computations == 64
-    status, d = svc._diagnosis({"run": run, "host": truth["stragglers"][0]})
+    status, d = call(svc, "diagnosis", {"run": run, "host": truth["stragglers"][0],
+                                        "gaps_limit": "100000"})
     assert status == 200 and svc.cache.computations == 64
     assert any(g["cause"] == "data_loading" for g in d["gaps"])
     # asking again (the page reopened) starts nothing new
-    status, again = svc.hosts_json({"run": run, "wait": "1"})
+    status, again = call(svc, "hosts", {"run": run, "wait": "1"})
     assert again["complete"] and svc.cache.computations == 64
 
 
@@ -56,7 +57,7 @@ def test_hosts_in_threads_give_the_same_rows(pod_logdir, monkeypatch):
     logdir, truth = pod_logdir
     monkeypatch.setattr(pod_mod, "USE_PROCESSES", False)
     svc = DiagnosisService(Catalog(str(logdir)), DiagnosisCache(disk_dir=None))
-    status, body = svc.hosts_json({"run": _run_name(svc), "wait": "1"})
+    status, body = call(svc, "hosts", {"run": _run_name(svc), "wait": "1"})
     assert status == 200 and body["processes"] is False and body["complete"]
     assert [r["host"] for r in body["hosts"] if r["straggler"]] == truth["stragglers"]
 
@@ -78,7 +79,7 @@ def test_a_broken_host_is_one_row_not_the_summary(pod_logdir, tmp_path):
     victim = next((tmp_path / "pod").rglob("host05.xplane.pb"))
     victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 3])
     svc = DiagnosisService(Catalog(str(tmp_path)), DiagnosisCache(disk_dir=None))
-    status, body = svc.hosts_json({"run": _run_name(svc), "wait": "1"})
+    status, body = call(svc, "hosts", {"run": _run_name(svc), "wait": "1"})
     rows = {r["host"]: r for r in body["hosts"]}
     assert rows["host05"]["status"] == 422, rows["host05"]
     assert rows["host05"]["error"], rows["host05"]

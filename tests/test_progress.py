@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from conftest import TESTDATA
+from conftest import TESTDATA, call
 from tb_perfdiag.analysis import Options, diagnose_trace
 from tb_perfdiag.cache import DiagnosisCache
 from tb_perfdiag.discovery import Catalog
@@ -70,7 +70,7 @@ def test_route_reports_running_then_done_and_the_second_open_is_cached(monkeypat
     svc = DiagnosisService(Catalog(str(tmp_path / "ld")), DiagnosisCache(disk_dir=None))
     (run,) = svc.catalog.runs(refresh=True)
     q = {"run": run, "host": "h1"}
-    assert svc.progress_json(q)[1]["state"] == "idle"
+    assert call(svc, "progress", q)[1]["state"] == "idle"
 
     # hold the analysis at its start so the route is seen mid-flight
     entered, release = threading.Event(), threading.Event()
@@ -83,18 +83,18 @@ def test_route_reports_running_then_done_and_the_second_open_is_cached(monkeypat
         return real(trace, opt, progress)
     monkeypatch.setattr(pod_mod, "diagnose_trace", gated)   # where the service's analysis runs
     out = {}
-    t = threading.Thread(target=lambda: out.setdefault("r", svc.diagnosis_json(q)))
+    t = threading.Thread(target=lambda: out.setdefault("r", call(svc, "diagnosis", q)))
     t.start()
     assert entered.wait(30)
-    status, p = svc.progress_json(q)
+    status, p = call(svc, "progress", q)
     assert status == 200 and p["state"] == "running" and p["phase"] == "analysing"
     assert p["file"] == "h1.xplane.pb" and 0.5 < p["fraction"] < 1 and "analysing" in p["text"]
     release.set()
     t.join(30)
     assert out["r"][0] == 200
-    assert svc.progress_json(q)[1]["state"] == "done"
+    assert call(svc, "progress", q)[1]["state"] == "done"
     assert svc.cache.computations == 1
-    assert svc.diagnosis_json(q)[0] == 200 and svc.cache.computations == 1
+    assert call(svc, "diagnosis", q)[0] == 200 and svc.cache.computations == 1
     # other options are another analysis
-    assert svc.progress_json({**q, "threshold_us": "50"})[1]["state"] == "idle"
-    assert svc.progress_json({"run": run, "host": "nope"})[0] == 404
+    assert call(svc, "progress", {**q, "threshold_us": "50"})[1]["state"] == "idle"
+    assert call(svc, "progress", {"run": run, "host": "nope"})[0] == 404

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import TESTDATA, TensorBoard
+from conftest import TESTDATA, TensorBoard, call
 
 
 def _expected_runs(logdir):
@@ -131,10 +131,10 @@ def test_gap_detail_on_demand_for_small_gaps(tmp_path):
                            DiagnosisCache(disk_dir=str(tmp_path / "cache")))
     run = next(iter(svc.catalog.runs().values()))
     q = {"run": run.name, "host": run.sources[0].host}
-    status, d = svc.diagnosis_json({**q, "gaps_limit": "100000"})
+    status, d = call(svc, "diagnosis", {**q, "gaps_limit": "100000"})
     lazy = [g for g in d["gaps"] if not g["detail"]]
     assert status == 200 and lazy
-    status, g = svc.gap_json({**q, "id": lazy[-1]["id"]})
+    status, g = call(svc, "gap", {**q, "id": lazy[-1]["id"]})
     assert status == 200 and g["detail"] is True and g["host_ops"]
     assert svc.cache.computations == 2          # the diagnosis and this one detail
 
@@ -221,7 +221,7 @@ def test_pod_summary_flags_the_straggler(tmp_path):
                 e.duration_ps *= 2
     (run / "host3.xplane.pb").write_bytes(s.SerializeToString())
     svc = DiagnosisService(Catalog(str(tmp_path / "ld")), DiagnosisCache(disk_dir=None))
-    status, body = svc.hosts_json({"run": "pod/r1", "wait": "1"})
+    status, body = call(svc, "hosts", {"run": "pod/r1", "wait": "1"})
     assert status == 200 and [r["host"] for r in body["hosts"]] == [f"host{i}" for i in range(5)]
     flagged = [r["host"] for r in body["hosts"] if r["straggler"]]
     assert flagged == ["host3"], body["hosts"]
