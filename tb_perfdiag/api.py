@@ -1,21 +1,56 @@
-"""``diagnose(path_or_trace) → Diagnosis`` and the JSON the plugin serves."""
+"""``diagnose(path_or_trace) → Report``: the typed diagnosis with its renderers."""
 from __future__ import annotations
 
 import os
 
-from .analysis import Diagnosis, Options, diagnose_trace
+from .analysis import Diagnosis, Options, analyse
 from .discovery import scan_logdir
+from .params import DEFAULT_GAPS_PAGE
+from .render import chrome, text
+from .render.json import diagnosis_json
 from .trace import Trace, load
 
 
-def diagnose(path_or_trace, **options) -> Diagnosis:
+
+class Report:
+    """A typed ``Diagnosis`` (``.diagnosis``; its fields read through too: ``.gaps``,
+    ``.findings``…) with the renderers that turn it into JSON, text or a Chrome trace.
+    ``.context`` holds the loaded trace and host timelines when at hand."""
+
+    def __init__(self, diagnosis: Diagnosis, context=None):
+        self.diagnosis = diagnosis
+        self.context = context
+
+    def __getattr__(self, name):
+        return getattr(self.__dict__["diagnosis"], name)
+
+    def to_json(self, all_gaps: bool = True, gaps_offset: int = 0,
+                gaps_limit: int = DEFAULT_GAPS_PAGE, step: int | None = None) -> dict:
+        """The JSON the plugin serves: every gap, or (``all_gaps=False``) one page of
+        them with ``gaps_total``/``gaps_offset``/``gaps_limit`` as the route pages."""
+        if all_gaps:
+            return diagnosis_json(self.diagnosis, step=step)
+        return diagnosis_json(self.diagnosis, gaps_offset, gaps_limit, step, paged=True)
+
+    def to_text(self, label: str = "", top: int = 8) -> str:
+        return text.report(label or self.diagnosis.source["path"], self.diagnosis, top)
+
+    def to_chrome_trace(self, with_events: bool = False) -> dict:
+        events = None
+        if with_events and self.context is not None:
+            events = chrome.trace_events(self.context.trace, -float("inf"), float("inf"))
+        return chrome.overlay(self.diagnosis, events)
+
+
+def diagnose(path_or_trace, **options) -> Report:
     """Diagnose one trace file (or an already loaded ``Trace``).
 
     Options: ``threshold_us`` (default 5), ``kernels_only`` (default False).
     """
     opt = Options(**options)
     trace = path_or_trace if isinstance(path_or_trace, Trace) else load(path_or_trace)
-    return diagnose_trace(trace, opt)
+    diag, ctx = analyse(trace, opt)
+    return Report(diag, ctx)
 
 
 def trace_files(path: str) -> list:

@@ -1,8 +1,10 @@
 """Computed diagnoses keyed by file identity and options.
 
-In memory: an LRU bounded by the total size of the cached JSON.  On disk: gzipped
-JSON under the user's cache folder (never inside the logdir unless asked).  Two
-requests for the same key at once compute it once (single flight).
+In memory: an LRU bounded by the total resident size of the cached values (a value's
+``nbytes()`` when it has one: typed diagnoses and loaded traces).  On disk: pickled
+typed diagnoses, gzipped, under the user's private cache folder (never inside the
+logdir unless asked).  Two requests for the same key at once compute it once (single
+flight).
 """
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import gzip
 import hashlib
 import json
 import os
+import pickle
 import threading
 from collections import OrderedDict
 
@@ -71,6 +74,10 @@ class DiagnosisCache:
             with self._lock:
                 self._inflight.pop(key, None)
 
+    def put(self, key, value) -> None:
+        """Keep ``value`` in memory (only) under ``key``, within the budget."""
+        self._put(key, value)
+
     def has(self, key) -> bool:
         """Whether ``key`` is answered without computing (memory or disk)."""
         with self._lock:
@@ -80,8 +87,7 @@ class DiagnosisCache:
         return bool(p) and os.path.exists(p)
 
     def _put(self, key, value) -> None:
-        size = len(json.dumps(value, separators=(",", ":"))) if not isinstance(value, bytes) \
-            else len(value)
+        size = _size(value)
         with self._lock:
             if size > self.memory_bytes:
                 return
@@ -94,27 +100,55 @@ class DiagnosisCache:
     def _path(self, key) -> str | None:
         if not self.disk_dir:
             return None
-        return os.path.join(self.disk_dir, self._digest(key) + ".json.gz")
+        return os.path.join(self.disk_dir, self._digest(key) + ".pkl.gz")
 
     def _load_disk(self, key):
         p = self._path(key)
         if not p or not os.path.exists(p):
             return None
+        if not _private(os.path.dirname(p)):
+            return None   # a pickle someone else could have written is never loaded
         try:
-            with gzip.open(p, "rt", encoding="utf-8") as f:
-                return json.load(f)
-        except (OSError, ValueError, EOFError):
-            return None
+            with gzip.open(p, "rb") as f:
+                return pickle.load(f)
+        except (OSError, ValueError, EOFError, pickle.UnpicklingError, AttributeError,
+                ImportError, TypeError):
+            return None   # an entry of another version or a torn write: computed again
 
     def _store_disk(self, key, value) -> None:
         p = self._path(key)
         if not p:
             return
+        if not getattr(value, "persist", True):
+            return
         try:
-            os.makedirs(os.path.dirname(p), exist_ok=True)
+            # the cache holds pickles: only its owner may read or write it
+            os.makedirs(os.path.dirname(p), mode=0o700, exist_ok=True)
             tmp = f"{p}.{os.getpid()}.{threading.get_ident()}.tmp"
-            with gzip.open(tmp, "wt", encoding="utf-8", compresslevel=3) as f:
-                json.dump(value, f, separators=(",", ":"))
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb",
+                                                          compresslevel=3) as f:
+                pickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL)
             os.replace(tmp, p)
-        except OSError:
+        except (OSError, pickle.PicklingError):
             pass   # a read-only home must not break the diagnosis
+
+
+def _size(value) -> int:
+    """Resident bytes of a cached value, roughly."""
+    if hasattr(value, "nbytes") and callable(value.nbytes):
+        return int(value.nbytes())
+    if isinstance(value, (bytes, bytearray)):
+        return len(value)
+    return len(json.dumps(value, separators=(",", ":"), default=str))
+
+
+def _private(folder: str) -> bool:
+    """Whether only this user can write ``folder`` (POSIX; elsewhere: trusted)."""
+    try:
+        st = os.stat(folder)
+    except OSError:
+        return False
+    if not hasattr(os, "getuid"):
+        return True
+    return st.st_uid == os.getuid() and not (st.st_mode & 0o022)

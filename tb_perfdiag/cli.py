@@ -7,13 +7,10 @@ import sys
 
 from ._version import __version__
 from .analysis import Options, diagnose_trace
-from .analysis import causes as C
+from .render import text
+from .render.json import diagnosis_json
 from .api import trace_files
 from .trace import TraceError, load
-
-
-def _ms(ns) -> str:
-    return f"{ns / 1e6:.3f} ms"
 
 
 def cmd_info(args) -> int:
@@ -38,70 +35,32 @@ def cmd_info(args) -> int:
     return rc
 
 
-def _report(label: str, d: dict, top: int) -> None:
-    print(f"== {label}")
-    print(f"   {d['source']['events']} events, steps from {d['step_source']}, "
-          f"gap threshold {d['options']['threshold_us']} µs")
-    for dev in d["devices"]:
-        if dev["duty_cycle"] is None:
-            print(f"   {dev['name']}: no device activity")
-            continue
-        idle = ", ".join(f"{C.LABELS[c]} {_ms(v)}" for c, v in
-                         sorted(dev["idle_by_cause_ns"].items(), key=lambda kv: -kv[1]))
-        print(f"   {dev['name']}: duty cycle {dev['duty_cycle'] * 100:.1f}% "
-              f"(busy {_ms(dev['busy_ns'])} of {_ms(dev['window_ns'])}); idle: {idle or '-'}")
-    if d["steps"]:
-        print("   steps:")
-        for s in d["steps"]:
-            dc = " ".join(f"{d['devices'][int(k)]['name']} {v['duty_cycle'] * 100:.1f}%"
-                          for k, v in s["devices"].items() if v["duty_cycle"] is not None)
-            extra = f", {s['compile']['count']} compile(s)" if s["compile"]["count"] else ""
-            print(f"     step {s['id']}: {_ms(s['end_ns'] - s['start_ns'])}, duty {dc}{extra}")
-    if d["findings"]:
-        print("   findings:")
-        for f in d["findings"][:top]:
-            print(f"   * {f['title']} — {_ms(f['time_lost_ns_per_step'])}/step "
-                  f"[{f['confidence']}]\n       {f['detail']}\n       fix: {f['fix']}")
-    if d["gaps"]:
-        print(f"   largest gaps ({len(d['gaps'])} in total):")
-        for g in d["gaps"][:top]:
-            print(f"   - {g['id']} step {g['step']}: {_ms(g['duration_ns'])} "
-                  f"{C.LABELS[g['cause']]} — {g['evidence']}")
-            if g["waited_for"]:
-                print(f"       waited for: {' › '.join(g['waited_for']['chain'])}")
-            for h in g["host_ops"][:4]:
-                print(f"       {h['thread']}: {' › '.join(h['chain'])} ({_ms(h['self_ns'])})")
-    for w in d["warnings"]:
-        print(f"   warning: {w}")
-
-
 def cmd_diagnose(args) -> int:
     opt = Options(threshold_us=args.threshold_us, kernels_only=args.kernels_only)
     results, rc = [], 0
     for label, path in trace_files(args.path):
         try:
-            d = diagnose_trace(load(path), opt).to_json()
+            diag = diagnose_trace(load(path), opt)
         except TraceError as e:
-            results.append((label, {"error": e.reason, "file": path}))
+            results.append((label, None, {"error": e.reason, "file": path}))
             rc = 1
             continue
-        if args.step is not None:
-            d["gaps"] = [g for g in d["gaps"] if g["step"] == args.step]
-        d.update(gaps_total=len(d["gaps"]), gaps_offset=0, gaps_limit=len(d["gaps"]))
-        results.append((label, d))
+        results.append((label, diag, None))
     if not results:
         print(f"no profiles found under {args.path}", file=sys.stderr)
         return 2
     if args.json:
-        out = results[0][1] if len(results) == 1 else {label: d for label, d in results}
+        docs = [(label, err if diag is None else
+                 diagnosis_json(diag, step=args.step, paged=True)) for label, diag, err in results]
+        out = docs[0][1] if len(docs) == 1 else dict(docs)
         json.dump(out, sys.stdout, indent=None if args.compact else 1)
         print()
         return rc
-    for label, d in results:
-        if "error" in d:
-            print(f"== {label}\n   ERROR {d['error']}")
+    for label, diag, err in results:
+        if diag is None:
+            print(f"== {label}\n   ERROR {err['error']}")
         else:
-            _report(label, d, args.top)
+            print(text.report(label, diag, args.top, args.step))
     return rc
 
 

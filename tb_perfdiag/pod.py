@@ -15,9 +15,12 @@ import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
-from .analysis import diagnose_trace
+from dataclasses import dataclass
+
+from .analysis import analyse
 from .errors import ApiError, TraceError, as_api_error
 from .progress import NULL
+from .render.pod import error_row, summary_row
 from .trace import load
 
 MEMORY_BUDGET_MB = float(os.environ.get("TB_PERFDIAG_MEMORY_MB", "4096"))
@@ -34,13 +37,28 @@ class WorkerDied(RuntimeError):
     """A worker process ended without an answer (killed for memory, most likely)."""
 
 
-def analyse_file(path: str, opt, progress=NULL) -> dict:
-    """Diagnosis JSON of one file, or its TraceError, in the cache's value shape; in the
-    server's process (with progress) or in a pod's worker process."""
+@dataclass
+class Failure:
+    """A file that is not a readable trace, as the cache keeps it."""
+
+    file: str
+    reason: str
+
+    def nbytes(self) -> int:
+        return 100 + len(self.reason)
+
+
+def analyse_file(path: str, opt, progress=NULL, keep_context=None):
+    """Typed diagnosis of one file, or its ``Failure``; in the server's process (with
+    progress; ``keep_context(ctx)`` receives the loaded trace and host timelines) or in
+    a pod's worker process (which sends back the diagnosis alone)."""
     try:
-        return {"ok": diagnose_trace(load(path, progress), opt, progress).to_json()}
+        diag, ctx = analyse(load(path, progress), opt, progress)
     except TraceError as e:
-        return {"error": e.reason, "file": os.path.basename(path)}
+        return Failure(os.path.basename(path), e.reason)
+    if keep_context is not None:
+        keep_context(ctx)
+    return diag
 
 
 def workers_for(sizes_bytes, cpus: int | None = None) -> int:
@@ -49,34 +67,6 @@ def workers_for(sizes_bytes, cpus: int | None = None) -> int:
     biggest = max(sizes_bytes, default=0) / 1e6
     per = PEAK_PER_FILE_MB * biggest + PROCESS_BASE_MB
     return max(1, min(cpus or os.cpu_count() or 1, MAX_WORKERS, int(MEMORY_BUDGET_MB // per)))
-
-
-def summary_row(host: str, span: str, status: int, d: dict) -> dict:
-    """The table row of one host from its diagnosis body (or error body)."""
-    row = {"host": host, "span": span, "status": status}
-    if status != 200:
-        row["error"] = d.get("error")
-        return row
-    steps = [s["end_ns"] - s["start_ns"] for s in d["steps"]]
-    # idle time of a typical step by cause: the median over steps, so a one-off (the
-    # first step's compilation) does not hide what every step loses
-    per_step = {}
-    for k, s in enumerate(d["steps"]):
-        for dev in s["devices"].values():
-            for c, v in dev["idle_by_cause_ns"].items():
-                per_step.setdefault(c, [0] * len(steps))[k] += v
-    duty = [x["duty_cycle"] for x in d["devices"] if x["duty_cycle"] is not None]
-    worst = d["gaps"][0] if d["gaps"] else None
-    row.update({
-        "devices": [{"name": x["name"], "duty_cycle": x["duty_cycle"]} for x in d["devices"]],
-        "duty_cycle": sum(duty) / len(duty) if duty else None,
-        "steps": len(steps), "avg_step_ns": int(sum(steps) / len(steps)) if steps else None,
-        "typical_step_ns": int(_median(steps)) if steps else None,
-        "worst_gap": {k: worst[k] for k in ("id", "duration_ns", "cause", "step")}
-        if worst else None,
-        "top_finding": d["findings"][0]["title"] if d["findings"] else None,
-        "step_idle_ns": {c: int(_median(v)) for c, v in per_step.items() if _median(v)}})
-    return row
 
 
 def _median(xs):
@@ -161,14 +151,15 @@ class PodJob:
 
     def _one(self, src):
         try:
-            status, body = 200, self._diagnose(src, self._compute_in_worker(src)
-                                               if self._pool is not None else None)
+            diag = self._diagnose(src, self._compute_in_worker(src)
+                                  if self._pool is not None else None)
+            row = summary_row(src.host, src.span, diag)
         except (ApiError, TraceError) as e:
             err = as_api_error(e)
-            status, body = err.status, err.body()
+            row = error_row(src.host, src.span, err.status, err.body().get("error"))
         except Exception as e:  # noqa: BLE001 - one host's failure is that host's row
-            status, body = 500, {"error": str(e) or type(e).__name__}
-        self.rows[src.host] = summary_row(src.host, src.span, status, body)
+            row = error_row(src.host, src.span, 500, str(e) or type(e).__name__)
+        self.rows[src.host] = row
 
     def _run(self):
         try:

@@ -10,27 +10,23 @@ from __future__ import annotations
 import os
 import threading
 
-import numpy as np
-
 from ._version import __version__
 from .analysis import Options
 from .analysis.diagnosis import gap_detail, host_context
 from .analysis.timeline import lanes
-from .analysis import causes as C
 from .cache import DiagnosisCache
 from .discovery import Catalog
 from .errors import NotFound, TooLarge, TraceError, trace_error
-from .pod import PodJob, analyse_file
+from .pod import Failure, PodJob, analyse_file
 from .progress import Progress
+from .render import chrome
+from .render.json import diagnosis_json, gap_records, gap_row
 from .storage import file_identity
 from .trace import load
 
 DEFAULT_MAX_FILE_MB = float(os.environ.get("TB_PERFDIAG_MAX_FILE_MB", "4096"))
-CAUSE_COLORS = {  # Chrome trace viewer reserved colour names
-    C.HOST_SYNC: "terrible", C.COMPILATION: "bad", C.H2D_TRANSFER: "olive",
-    C.DATA_LOADING: "yellow", C.HOST_COMPUTE: "rail_response", C.LAUNCH_OVERHEAD: "grey",
-    C.COLLECTIVE_WAIT: "rail_animation", C.UNTRACED: "white",
-}
+# loaded traces kept for the timeline, gap detail and overlay of open runs
+DEFAULT_TRACES_MB = float(os.environ.get("TB_PERFDIAG_TRACES_MB", "1024"))
 
 
 MAX_POD_JOBS = 4      # finished pod summaries kept (their diagnoses stay in the cache)
@@ -42,8 +38,10 @@ class DiagnosisService:
         self.catalog = catalog
         self.cache = cache or DiagnosisCache(version=__version__)
         self.max_file_mb = max_file_mb
-        self._contexts: dict = {}
-        self._ctx_lock = threading.Lock()
+        # (trace, host timelines) per file identity, bounded by their resident bytes
+        self.contexts = DiagnosisCache(int(DEFAULT_TRACES_MB * 1e6), disk_dir=None)
+        self.loads = 0                   # trace files read (analyses and reloads)
+        self._loads_lock = threading.Lock()
         self._pods: dict = {}            # (run, options, file identities) → PodJob
         self._pods_lock = threading.Lock()
         self._progress: dict = {}        # cache key → Progress of the analysis under way
@@ -61,12 +59,17 @@ class DiagnosisService:
         return Options(threshold_us=params.threshold_us, kernels_only=params.kernels_only)
 
     def _diagnosis(self, params):
-        """The diagnosis JSON of the file ``params`` name."""
+        """The typed diagnosis of the file ``params`` name."""
         src = self._source(params)
         try:
             return self._diagnose_source(src, self._options(params))
         except TraceError as e:
             raise trace_error(e, run=params.run, host=params.host) from None
+
+    def _counted_load(self, path, progress=None):
+        with self._loads_lock:
+            self.loads += 1
+        return load(path, progress) if progress is not None else load(path)
 
     @staticmethod
     def _identity(src):
@@ -76,9 +79,10 @@ class DiagnosisService:
             raise NotFound("file disappeared", file=os.path.basename(src.path)) from None
 
     def _diagnose_source(self, src, opt: Options, compute_elsewhere=None):
-        """The diagnosis JSON of one file, from the cache or computed once; by default in
-        this process with progress reported, else by ``compute_elsewhere()`` (a pod
-        worker).  An unreadable file raises its ``TraceError``."""
+        """The typed diagnosis of one file, from the cache or computed once; by default in
+        this process with progress reported (the loaded trace stays for the requests
+        that need it), else by ``compute_elsewhere()`` (a pod worker).  An unreadable
+        file raises its ``TraceError``."""
         if src.size > self.max_file_mb * 1e6:
             raise TooLarge(f"{os.path.basename(src.path)} is {src.size / 1e6:.0f} MB, over "
                            f"the {self.max_file_mb:.0f} MB budget; raise it with the "
@@ -95,16 +99,19 @@ class DiagnosisService:
                 if compute_elsewhere is not None:
                     prog.phase("analysing", "in a worker process")
                     return compute_elsewhere()
-                return analyse_file(src.path, opt, prog)
+                with self._loads_lock:
+                    self.loads += 1
+                return analyse_file(src.path, opt, prog,
+                                    lambda ctx: self.contexts.put((ident, "trace"), ctx))
             finally:
                 prog.done()
                 with self._progress_lock:      # the cache answers from now on
                     if self._progress.get(key) is prog:
                         del self._progress[key]
         result = self.cache.get_or_compute(key, compute)
-        if "error" in result:                 # the cached failure (pod.analyse_file's shape)
-            raise TraceError(result["file"], result["error"])
-        return result["ok"]
+        if isinstance(result, Failure):
+            raise TraceError(result.file, result.reason)
+        return result
 
     def hosts_json(self, params):
         """Per-host summary of a run (pods with many hosts): duty cycle, step time, worst
@@ -141,7 +148,9 @@ class DiagnosisService:
         c = self.cache
         return {"analyses": c.computations, "cached": len(c._mem), "cache_bytes": c._size,
                 "cache_limit_bytes": c.memory_bytes, "disk_cache": c.disk_dir or None,
-                "max_file_mb": self.max_file_mb, "traces_in_memory": len(self._contexts)}
+                "max_file_mb": self.max_file_mb, "trace_loads": self.loads,
+                "traces_in_memory": len(self.contexts._mem),
+                "traces_bytes": self.contexts._size}
 
     # ---- routes ----
     def progress_json(self, params):
@@ -159,119 +168,60 @@ class DiagnosisService:
         return {"state": "idle", "file": os.path.basename(src.path)}
 
     def diagnosis_json(self, params):
-        body = self._diagnosis(params)
-        offset, limit = params.gaps_offset, params.gaps_limit
-        gaps = body["gaps"]
-        if params.step is not None:
-            gaps = [g for g in gaps if g["step"] == params.step]
-        out = dict(body)
-        out["gaps"] = gaps[offset:offset + limit]
-        out["gaps_total"] = len(gaps)
-        out["gaps_offset"] = offset
-        out["gaps_limit"] = limit
-        return out
+        return diagnosis_json(self._diagnosis(params), params.gaps_offset, params.gaps_limit,
+                              params.step, paged=True)
 
     def gap_json(self, params):
-        gap_id = params.id
-        body = self._diagnosis(params)
-        for g in body["gaps"]:
-            if g["id"] == gap_id:
-                if not g.get("detail"):
-                    g = self._detail(params, g)
-                return g
-        raise NotFound(f"no gap {gap_id!r} in this diagnosis")
+        diag = self._diagnosis(params)
+        row = gap_row(diag, params.id)
+        if row < 0:
+            raise NotFound(f"no gap {params.id!r} in this diagnosis")
+        if row < diag.detail.rows.shape[0]:
+            return gap_records(diag, [row])[0]
+        # host-op detail of a gap beyond the largest ones, from the loaded trace (cached)
+        src = self._source(params)
+        key = ("detail", self._identity(src), self._options(params).key(), row)
+        extra = self.cache.get_or_compute(key, lambda: _Detail(gap_detail(
+            self._context(src), diag, row)))
+        return gap_records(diag, [row], extra_detail=extra.value)[0]
 
     def _context(self, src):
-        """(trace, host context) of a file, for requests that need the events again;
-        kept for the two most recently used files (traces are big)."""
-        ident = file_identity(src.path)
-        with self._ctx_lock:
-            hit = self._contexts.pop(ident, None)
-            if hit is not None:
-                self._contexts[ident] = hit
-                return hit
-        trace = load(src.path)
-        hit = (trace, host_context(trace))
-        with self._ctx_lock:
-            self._contexts[ident] = hit
-            while len(self._contexts) > 2:
-                self._contexts.pop(next(iter(self._contexts)))
-        return hit
-
-    def _detail(self, params, gap: dict) -> dict:
-        """Host-op detail of a gap outside the precomputed largest ones (cached)."""
-        src = self._source(params)
-        key = ("detail", file_identity(src.path), gap["id"])
-
-        def compute():
-            trace, ctx = self._context(src)
-            return gap_detail(trace, gap, ctx)
-        try:
-            return self.cache.get_or_compute(key, compute)
-        except TraceError:
-            return gap
+        """The loaded trace and host timelines of a file: kept from its analysis, else
+        loaded once more (a TraceError is the route's 422)."""
+        ident = self._identity(src)
+        return self.contexts.get_or_compute(
+            (ident, "trace"), lambda: host_context(self._counted_load(src.path)))
 
     def timeline_json(self, params):
         """Lanes of every track in [start_ns, end_ns] for a canvas ``width`` px wide."""
         self._diagnosis(params)
-        src = self._source(params)
-        lo, hi, width = params.start_ns, params.end_ns, params.width
-        trace, ctx = self._context(src)       # a TraceError is the route's 422
+        ctx = self._context(self._source(params))
+        trace = ctx.trace
         span_hi = int(trace.end.max()) if trace.n_events else 0
-        lo_ps = int(max(lo, 0) * 1000)
-        hi_ps = int(min(hi * 1000, span_hi))
-        return lanes(trace, lo_ps, max(hi_ps, lo_ps + 1000), width, ctx["origin"])
+        lo_ps = int(max(params.start_ns, 0) * 1000)
+        hi_ps = int(min(params.end_ns * 1000, span_hi))
+        return lanes(trace, lo_ps, max(hi_ps, lo_ps + 1000), params.width, ctx.origin)
 
     def overlay_json(self, params):
         """Chrome trace JSON: one track per device with a slice per gap, coloured by
-        cause, plus the step windows — opens in the trace viewer, Perfetto and
-        chrome://tracing."""
-        body = self._diagnosis(params)
-        events = [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "Diagnosis"}},
-                  {"ph": "M", "name": "process_sort_index", "pid": 1, "args": {"sort_index": -1}}]
-        tid = 1
-        for d in body["devices"]:
-            events.append({"ph": "M", "name": "thread_name", "pid": 1, "tid": tid + d["id"],
-                           "args": {"name": f"{d['name']} idle gaps"}})
-        steps_tid = tid + len(body["devices"]) + 1
-        events.append({"ph": "M", "name": "thread_name", "pid": 1, "tid": steps_tid,
-                       "args": {"name": "Steps"}})
-        for g in body["gaps"]:
-            events.append({"ph": "X", "cat": "gap", "name": f"{C.LABELS[g['cause']]}",
-                           "pid": 1, "tid": tid + g["device"], "ts": g["start_ns"] / 1000,
-                           "dur": g["duration_ns"] / 1000, "cname": CAUSE_COLORS[g["cause"]],
-                           "args": {"gap": g["id"], "cause": g["cause"],
-                                    "evidence": g["evidence"],
-                                    "waited_for": " › ".join(g["waited_for"]["chain"])
-                                    if g["waited_for"] else ""}})
-        for s in body["steps"]:
-            events.append({"ph": "X", "cat": "step", "name": f"Step {s['id']}", "pid": 1,
-                           "tid": steps_tid, "ts": s["start_ns"] / 1000,
-                           "dur": (s["end_ns"] - s["start_ns"]) / 1000,
-                           "args": {f"{body['devices'][int(k)]['name']} duty cycle":
-                                    v["duty_cycle"] for k, v in s["devices"].items()}})
+        cause, plus the step windows (and the trace's own events in [start_us, end_us])
+        — opens in the trace viewer, Perfetto and chrome://tracing."""
+        diag = self._diagnosis(params)
+        events = None
         if params.with_events:
-            events.extend(self._events_around(params, body))
-        return {"traceEvents": events, "displayTimeUnit": "ns",
-                "otherData": {"source": body["source"]["path"], "tool": "tb-perfdiag"}}
+            ctx = self._context(self._source(params))
+            events = chrome.trace_events(ctx.trace, params.start_us * 1e6, params.end_us * 1e6)
+        return chrome.overlay(diag, events)
 
-    def _events_around(self, params, body, limit=20000):
-        """The trace's own events in [start_us, end_us] (µs, trace-relative)."""
-        src = self._source(params)
-        lo = params.start_us * 1e6
-        hi = params.end_us * 1e6
-        try:
-            trace = load(src.path)
-        except TraceError:
-            return []
-        sel = np.flatnonzero((trace.ts < hi) & (trace.end > lo))[:limit]
-        out = []
-        for t in np.unique(trace.track[sel]).tolist():
-            out.append({"ph": "M", "name": "thread_name", "pid": 2, "tid": t,
-                        "args": {"name": trace.track_label[t]}})
-        out.append({"ph": "M", "name": "process_name", "pid": 2, "args": {"name": "Trace"}})
-        for e in sel.tolist():
-            out.append({"ph": "X", "name": trace.event_name(e), "pid": 2,
-                        "tid": int(trace.track[e]), "ts": int(trace.ts[e]) / 1e6,
-                        "dur": int(trace.dur[e]) / 1e6})
-        return out
+
+class _Detail:
+    """A gap's host-op detail computed on demand, as the cache keeps it (memory only)."""
+
+    persist = False
+
+    def __init__(self, value):
+        self.value = value
+
+    def nbytes(self) -> int:
+        ho, refs = self.value
+        return int(ho.event.nbytes * 4 + refs.event.nbytes * 8 + 1000)

@@ -74,14 +74,14 @@ def test_route_reports_running_then_done_and_the_second_open_is_cached(monkeypat
 
     # hold the analysis at its start so the route is seen mid-flight
     entered, release = threading.Event(), threading.Event()
-    real = pod_mod.diagnose_trace
+    real = pod_mod.analyse
 
     def gated(trace, opt, progress):
         progress.phase("analysing", "call chains")
         entered.set()
         assert release.wait(30)
         return real(trace, opt, progress)
-    monkeypatch.setattr(pod_mod, "diagnose_trace", gated)   # where the service's analysis runs
+    monkeypatch.setattr(pod_mod, "analyse", gated)   # where the service's analysis runs
     out = {}
     t = threading.Thread(target=lambda: out.setdefault("r", call(svc, "diagnosis", q)))
     t.start()

@@ -268,3 +268,25 @@ def test_runs_route_exact_on_known_layout(tmp_path, artifacts_dir):
                            "pt/run_a": "pytorch"}
     finally:
         tb.stop()
+
+
+def test_an_open_run_reads_its_trace_file_once(tb_demo):
+    """Diagnosis, a gap beyond the precomputed ones, the timeline and the overlay with
+    events all come from one read of the file (the trace stays beside the result)."""
+    _, _, runs = tb_demo.get("/data/plugin/perfdiag/runs")
+    run = [r for r in runs["runs"] if "kineto_launch_bound" in r["run"]][0]
+    q = f"run={run['run']}&host={run['hosts'][0]['name']}&threshold_us=1"
+    before = tb_demo.get("/data/plugin/perfdiag/status")[2]["trace_loads"]
+    status, _, d = tb_demo.get(f"/data/plugin/perfdiag/diagnosis?{q}&gaps_limit=100000")
+    assert status == 200 and d["gaps_total"] > 200
+    last = d["gaps"][-1]
+    assert last["detail"] is False                       # beyond the precomputed detail
+    status, _, g = tb_demo.get(f"/data/plugin/perfdiag/gap?{q}&id={last['id']}")
+    assert status == 200 and g["detail"] is True and g["id"] == last["id"]
+    status, _, tl = tb_demo.get(f"/data/plugin/perfdiag/timeline?{q}&start_ns=0"
+                                f"&end_ns={last['end_ns']}&width=800")
+    assert status == 200 and tl["lanes"]
+    status, _, ov = tb_demo.get(f"/data/plugin/perfdiag/overlay?{q}&with_events=1")
+    assert status == 200 and any(e.get("pid") == 2 for e in ov["traceEvents"])
+    after = tb_demo.get("/data/plugin/perfdiag/status")[2]["trace_loads"]
+    assert after - before == 1

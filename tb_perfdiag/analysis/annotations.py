@@ -14,6 +14,7 @@ import numpy as np
 
 from ..trace.build import unique_inverse
 from ..trace.model import EventKind as K, Trace
+from .result import AnnotationTable
 
 _SUFFIX = re.compile(r"\.\d+$")
 MAX_PATHS = 400
@@ -117,15 +118,15 @@ def _expand(flat: np.ndarray, off: np.ndarray, cnt: np.ndarray, x: np.ndarray):
 
 
 def device_time(trace: Trace, ops: np.ndarray, op_step: np.ndarray, step_ids: np.ndarray,
-                origin: np.ndarray, device_names: list) -> list:
+                origin: np.ndarray) -> AnnotationTable:
+    n_steps = step_ids.shape[0]
     if ops.size == 0:
-        return []
+        return empty_table(n_steps)
     pid, paths = op_paths(trace, ops, origin)
     has = pid >= 0
     if not has.any():
-        return []
+        return empty_table(n_steps)
     n_paths = len(paths)
-    n_steps = step_ids.shape[0]
     dur = trace.dur[ops]
     dev = trace.track_device[trace.track[ops]]
     # every prefix of a path is an annotation too
@@ -223,18 +224,17 @@ def device_time(trace: Trace, ops: np.ndarray, op_step: np.ndarray, step_ids: np
                 p = paths[o]
                 if len(p) >= depth and p[:depth] != ann_list[a]:
                     inter[a].add("/".join(p[:depth]))
-    out = []
-    for a, path in enumerate(ann_list):
-        steps_with_ops = int((per_step_incl[a, :n_steps] > 0).sum()) or 1
-        out.append({
-            "path": list(path), "name": path[-1], "depth": len(path) - 1,
-            "inclusive_ns": int(incl[a] // 1000), "exclusive_ns": int(excl[a] // 1000),
-            "ops": int(n_ops[a]), "device_runs": int(runs[a]),
-            "scattered": bool(runs[a] > steps_with_ops),
-            "interleaved_with": sorted(inter[a])[:10],
-            "per_step": {str(int(step_ids[s])): {"inclusive_ns": int(per_step_incl[a, s] // 1000),
-                                                 "exclusive_ns": int(per_step_excl[a, s] // 1000)}
-                         for s in range(n_steps) if per_step_incl[a, s] > 0},
-        })
-    out.sort(key=lambda r: r["path"])
-    return out
+    order = sorted(range(n_ann), key=lambda a: ann_list[a])
+    o = np.array(order, np.int64)
+    steps_with_ops = np.maximum((per_step_incl[:, :n_steps] > 0).sum(axis=1), 1)
+    return AnnotationTable(
+        paths=[ann_list[a] for a in order], inclusive=incl[o], exclusive=excl[o],
+        ops=n_ops[o], device_runs=runs[o], scattered=(runs > steps_with_ops)[o],
+        interleaved_with=[sorted(inter[a])[:10] for a in order],
+        per_step_inclusive=per_step_incl[o, :n_steps], per_step_exclusive=per_step_excl[o, :n_steps])
+
+
+def empty_table(n_steps: int) -> AnnotationTable:
+    z = np.zeros(0, np.int64)
+    return AnnotationTable([], z, z, z, z, z.astype(bool), [], np.zeros((0, n_steps), np.int64),
+                           np.zeros((0, n_steps), np.int64))

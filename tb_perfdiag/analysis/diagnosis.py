@@ -1,12 +1,13 @@
 """``diagnose(trace) → Diagnosis``: steps, duty cycle, gaps, annotations, findings.
 
-Pure functions of the trace model; the result is plain JSON-ready data.
+Pure functions of the trace model; the result is typed (``result.py``) and rendered
+elsewhere (``tb_perfdiag.render``).
 """
 from __future__ import annotations
 
 import gc
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -18,32 +19,17 @@ from . import annotations as ann_mod
 from . import causes as C
 from . import findings as find_mod
 from .attribution import origins, root_origin
+from .detail import blocking_ancestor, blocking_calls, host_ops
 from .gaps import classify_gaps, device_busy, find_gaps
-from .gap_json import add_detail, gaps_json
-from .hostline import B_COMPILE, build_hostlines, event_buckets
+from .hostline import B_COMPILE, BUCKETS, build_hostlines, event_buckets
 from .intervals import covered
-from .steps import DEFINITION as STEP_DEFINITION, device_windows, find_steps, step_of_time
+from .refs import event_refs
+from .result import DeviceTable, Diagnosis, GapTable, StepNumbers
+from .steps import device_windows, find_steps, step_of_time
 
-SCHEMA_VERSION = 1
 DEFAULT_THRESHOLD_US = 5.0
 DETAIL_LIMIT = 200            # gaps with host-op detail up front (largest first; the page
                               # lists 200 at a time, /gap computes the rest on demand)
-
-DEFINITIONS = {
-    "busy": "Busy set of a device: the union over all its streams/lines of kernels, memcpy and "
-            "memset (kernels only when kernels_only is set). Overlapping streams count once.",
-    "duty_cycle": "Duty cycle of a window = |busy ∩ window| / |window|, per device. The whole-"
-                  "trace figure uses the window [first device activity start, last device "
-                  "activity end].",
-    "gap": "A gap is a maximal interval inside that window where the busy set is empty, at least "
-           "the threshold long; shorter ones are counted and summed per step.",
-    "steps": STEP_DEFINITION,
-    "device_time": "Annotation device time is the sum of the durations of the device ops the "
-                   "annotation caused (streams may overlap).",
-    "waited_for": "The host op that issued the device op ending the gap (launch, transfer, "
-                  "execute), found through correlation ids, flows or program runs.",
-}
-
 
 @dataclass
 class Options:
@@ -56,28 +42,28 @@ class Options:
 
 
 @dataclass
-class Diagnosis:
-    schema_version: int
-    source: dict
-    options: dict
-    definitions: dict
-    step_source: str
-    devices: list
-    steps: list
-    gaps: list
-    annotations: list
-    findings: list
-    hta: dict
-    warnings: list = field(default_factory=list)
+class HostContext:
+    """What later requests about the same trace need (gap detail, timeline, overlay with
+    events): the trace itself and the host timelines built for the analysis."""
 
-    def to_json(self) -> dict:
-        # the fields already hold plain JSON data; asdict() would deep-copy millions of
-        # small objects for nothing
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+    trace: Trace
+    origin: np.ndarray
+    via: np.ndarray
+    memcpy_of: np.ndarray
+    buckets: np.ndarray
+    lines: dict
+    block_anc: np.ndarray
 
-
-def _ns(ps) -> int:
-    return int(round(int(ps) / 1000))
+    def nbytes(self) -> int:
+        t = self.trace
+        n = sum(getattr(t, f).nbytes for f in ("ts", "dur", "track", "name", "kind", "depth",
+                                                "parent", "link_src", "link_dst", "link_kind"))
+        n += sum(s.events.nbytes + s.values.nbytes for s in t.stats.values())
+        n += sum(len(x) + 50 for x in t.strings)
+        n += sum(a.nbytes for a in (self.origin, self.via, self.memcpy_of, self.buckets,
+                                    self.block_anc))
+        n += sum(ln.seg_start.nbytes * 2 + ln.seg_inner.nbytes for ln in self.lines.values())
+        return int(n)
 
 
 @contextmanager
@@ -93,7 +79,7 @@ def _no_cyclic_gc():
             gc.enable()
 
 
-def _window_numbers(sd, small):
+def _window_numbers(sd, small, n_causes):
     """Per step window of one device: busy time, idle time by cause (gaps spanning a
     window boundary count in each window for their overlap) and the short gaps that start
     in it."""
@@ -101,12 +87,12 @@ def _window_numbers(sd, small):
     wb, we = np.asarray(wb, np.int64), np.asarray(we, np.int64)
     open_ = we > wb
     busy = np.where(open_, covered(us, ue, wb, np.maximum(we, wb)), 0)
-    by_cause = {}
-    for i, c in enumerate(C.ALL):
+    by_cause = np.zeros((wb.shape[0], n_causes), np.int64)
+    for i in range(n_causes):
         sel = np.flatnonzero(gt.cause == i) if len(gt) else np.zeros(0, np.int64)
         if sel.size:
             o = np.argsort(gt.start[sel], kind="stable")      # disjoint: sorted by start
-            by_cause[c] = np.where(open_, covered(gt.start[sel][o], gt.end[sel][o], wb, we), 0)
+            by_cause[:, i] = np.where(open_, covered(gt.start[sel][o], gt.end[sel][o], wb, we), 0)
     ss, se = small
     o = np.argsort(ss, kind="stable")
     ss, se = ss[o], se[o]
@@ -118,15 +104,25 @@ def _window_numbers(sd, small):
 
 def diagnose_trace(trace: Trace, options: Options | None = None, progress=NULL) -> Diagnosis:
     """The whole diagnosis of one trace; ``progress`` is told which stage runs."""
+    return analyse(trace, options, progress)[0]
+
+
+def analyse(trace: Trace, options: Options | None = None, progress=NULL):
+    """(Diagnosis, HostContext): the diagnosis and what later requests on the same trace
+    need from the analysis (kept by the server beside the result)."""
     with _no_cyclic_gc():
-        return _diagnose(trace, options, progress)
+        return _diagnose(trace, options or Options(), progress)
 
 
-def _diagnose(trace: Trace, options: Options | None, progress) -> Diagnosis:
-    opt = options or Options()
+def _ns_round(ps) -> np.ndarray:
+    """ps → ns as reported (half to even)."""
+    return np.rint(np.asarray(ps, np.float64) / 1000).astype(np.int64)
+
+
+def _diagnose(trace: Trace, opt: Options, progress):
     progress.phase("analysing", "call chains")
     threshold_ps = int(round(opt.threshold_us * 1e6))
-    n = trace.n_events
+    n_causes = len(C.ALL)
     warnings = list(trace.warnings)
 
     origin, via = origins(trace)
@@ -146,60 +142,52 @@ def _diagnose(trace: Trace, options: Options | None, progress) -> Diagnosis:
     # and the host timelines built next are not needed for it
     progress.within(0.15, "device time by annotation")
     dev_ops = np.flatnonzero(trace.is_device_activity(opt.kernels_only))
-    annotations = ann_mod.device_time(trace, dev_ops, ev_step[dev_ops], steps.ids, root,
-                                      [d.name for d in trace.devices])
+    annotations = ann_mod.device_time(trace, dev_ops, ev_step[dev_ops], steps.ids, root)
     del dev_ops
     progress.within(0.35, "host timelines")
     ctx = host_context(trace, origin, via)
-    memcpy_of, buckets, lines = ctx["memcpy_of"], ctx["buckets"], ctx["lines"]
 
-    devices_out, steps_dev, gaps_all = [], [], []
-    small_by_dev = {}
+    n_dev = len(trace.devices)
+    dev_busy = np.zeros(n_dev, np.int64)
+    dev_lo = np.full(n_dev, -1, np.int64)
+    dev_hi = np.full(n_dev, -1, np.int64)
+    dev_ops_n = np.zeros(n_dev, np.int64)
+    dev_idle = np.zeros((n_dev, n_causes), np.int64)
+    dev_small_n = np.zeros(n_dev, np.int64)
+    dev_small_t = np.zeros(n_dev, np.int64)
+    steps_dev, gaps_all, small_by_dev = [], [], {}
     for d, dev in enumerate(trace.devices):
-        progress.within(0.5 + 0.3 * d / max(len(trace.devices), 1), f"gaps on {dev.name}")
+        progress.within(0.5 + 0.3 * d / max(n_dev, 1), f"gaps on {dev.name}")
         ops, us, ue = device_busy(trace, d, opt.kernels_only)
         if ops.size == 0:
-            devices_out.append({"id": d, "name": dev.name, "kind": dev.kind, "duty_cycle": None,
-                                "busy_ns": 0, "window_ns": 0, "start_ns": None, "end_ns": None,
-                                "ops": 0, "idle_by_cause_ns": {}})
             steps_dev.append(None)
             continue
         lo, hi = int(us[0]), int(ue[-1])
-        busy = int((ue - us).sum())
         gs, ge, prev, nxt, ss, se = find_gaps(trace, d, ops, us, ue, threshold_ps)
-        gt = classify_gaps(trace, d, gs, ge, prev, nxt, origin, lines, steps.thread, memcpy_of,
-                           buckets)
+        gt = classify_gaps(trace, d, gs, ge, prev, nxt, origin, ctx.lines, steps.thread,
+                           ctx.memcpy_of, ctx.buckets)
         gaps_all.append(gt)
         small_by_dev[d] = (ss, se)
         own = np.flatnonzero((trace.kind == K.STEP) & (trace.track_device[trace.track] == d))
         wb, we = device_windows(steps, ev_step[ops], trace.end_of(ops), hi, own, trace)
         steps_dev.append((wb, we, us, ue, gt))
-        idle_cause = np.bincount(gt.cause, weights=gt.duration, minlength=len(C.ALL)) \
-            if len(gt) else np.zeros(len(C.ALL))
-        devices_out.append({
-            "id": d, "name": dev.name, "kind": dev.kind,
-            "duty_cycle": busy / (hi - lo) if hi > lo else 1.0,
-            "busy_ns": _ns(busy), "window_ns": _ns(hi - lo), "start_ns": _ns(lo),
-            "end_ns": _ns(hi), "ops": int(ops.size),
-            "idle_by_cause_ns": {c: _ns(idle_cause[i]) for i, c in enumerate(C.ALL)
-                                 if idle_cause[i] > 0},
-            "small_gaps": {"count": int(ss.size), "total_ns": _ns((se - ss).sum())},
-        })
+        if len(gt):
+            np.add.at(dev_idle[d], gt.cause.astype(np.int64), gt.duration)
+        dev_busy[d], dev_lo[d], dev_hi[d], dev_ops_n[d] = int((ue - us).sum()), lo, hi, ops.size
+        dev_small_n[d], dev_small_t[d] = ss.size, int((se - ss).sum())
+    devices = DeviceTable([d.name for d in trace.devices], [d.kind for d in trace.devices],
+                          dev_ops_n, dev_busy, dev_lo, dev_hi, dev_idle, dev_small_n, dev_small_t)
 
     # ---- steps ----
     progress.within(0.8, "per-step numbers")
-    steps_out = []
     # outermost compilations only (HLO passes inside one are part of it)
     compile_ev = np.flatnonzero(trace.kind == K.COMPILE)
     par = trace.parent[compile_ev]
-    compile_ev = compile_ev[(par < 0) | (buckets[np.maximum(par, 0)] != B_COMPILE)]
+    compile_ev = compile_ev[(par < 0) | (ctx.buckets[np.maximum(par, 0)] != B_COMPILE)]
     if steps.thread >= 0 and (trace.track[compile_ev] == steps.thread).any():
         # the user's thread asks for compilations; worker threads run their pieces
         compile_ev = compile_ev[trace.track[compile_ev] == steps.thread]
     compile_step = step_of_time(steps, trace.ts[compile_ev]) if compile_ev.size else compile_ev
-    # every window's numbers at once per device, then one dict per step
-    per_window = {d: _window_numbers(sd, small_by_dev[d]) for d, sd in enumerate(steps_dev)
-                  if sd is not None}
     n_steps = steps.ids.shape[0]
     c_count = np.bincount(compile_step[compile_step >= 0], minlength=n_steps) \
         if compile_ev.size else np.zeros(n_steps, np.int64)
@@ -207,29 +195,56 @@ def _diagnose(trace: Trace, options: Options | None, progress) -> Diagnosis:
     if compile_ev.size:
         np.add.at(c_total, compile_step[compile_step >= 0],
                   trace.dur[compile_ev][compile_step >= 0])
-    for s in range(n_steps):
-        per_dev = {}
-        for d, (wb, we, busy, by_cause, sm_count, sm_total) in per_window.items():
-            a, b = int(wb[s]), int(we[s])
-            w = max(b - a, 0)
-            bz = int(busy[s])
-            per_dev[str(d)] = {"duty_cycle": bz / w if w else None, "start_ns": _ns(a),
-                               "end_ns": _ns(b), "busy_ns": _ns(bz), "idle_ns": _ns(w - bz),
-                               "idle_by_cause_ns": {c: _ns(v[s]) for c, v in by_cause.items()
-                                                    if v[s] > 0},
-                               "small_gaps": {"count": int(sm_count[s]),
-                                              "total_ns": _ns(sm_total[s])}}
-        steps_out.append({
-            "id": int(steps.ids[s]), "start_ns": _ns(steps.host_start[s]),
-            "end_ns": _ns(steps.host_end[s]), "devices": per_dev,
-            "compile": {"count": int(c_count[s]), "total_ns": _ns(c_total[s])},
-        })
-    _mark_outliers(steps_out)
+    shape = (n_steps, n_dev)
+    win_s, win_e = np.full(shape, -1, np.int64), np.full(shape, -1, np.int64)
+    s_busy = np.zeros(shape, np.int64)
+    s_idle = np.zeros((n_steps, n_dev, n_causes), np.int64)
+    s_small_n, s_small_t = np.zeros(shape, np.int64), np.zeros(shape, np.int64)
+    for d, sd in enumerate(steps_dev):
+        if sd is None:
+            continue
+        wb, we, busy, by_cause, sm_n, sm_t = _window_numbers(sd, small_by_dev[d], n_causes)
+        win_s[:, d], win_e[:, d], s_busy[:, d] = wb, we, busy
+        s_idle[:, d, :], s_small_n[:, d], s_small_t[:, d] = by_cause, sm_n, sm_t
+    host_ns = _ns_round(steps.host_end) - _ns_round(steps.host_start)
+    if n_steps >= 3:
+        outlier = (host_ns > 1.5 * float(np.median(host_ns))) | (c_count > 0)
+    else:
+        outlier = np.zeros(n_steps, bool)
+    step_numbers = StepNumbers(steps.ids, steps.host_start, steps.host_end, steps.source,
+                               dev_ops_n > 0, win_s, win_e, s_busy, s_idle, s_small_n,
+                               s_small_t, c_count.astype(np.int64), c_total, outlier)
 
     # ---- gaps, largest first ----
     # a gap belongs to the step of the op it waited for (that step's host work kept the
     # device idle), else to the window it starts in
     progress.within(0.85, "host ops behind the gaps")
+    gaps = _gap_table(trace, steps, gaps_all, steps_dev, ev_step, via, ctx)
+    m = min(max(int(opt.detail_limit), 0), len(gaps))
+    rows = np.arange(m, dtype=np.int32)
+    detail = host_ops(trace, ctx.lines, ctx.block_anc, rows, gaps.start[:m], gaps.end[:m])
+
+    progress.within(0.97, "findings")
+    small_total = int(sum(int((se - ss).sum()) for ss, se in small_by_dev.values()))
+    source = {"path": trace.path, "format": trace.format, "events": trace.n_events,
+              "devices": [d.name for d in trace.devices], "origin_ps": trace.origin_ps,
+              "hostnames": trace.metadata.get("hostnames", [])}
+    if not trace.devices or not (dev_ops_n > 0).any():
+        warnings.append("no device activity in this trace: it shows host work only "
+                        "(a CPU-only run, or the device was not profiled)")
+    diag = Diagnosis(source, opt.threshold_us, opt.kernels_only, devices, step_numbers, gaps,
+                     detail, annotations, [], small_total, warnings, None,
+                     list(trace.track_label))
+    diag.findings, cited = find_mod.findings(trace, diag, steps, compile_ev, compile_step, ctx)
+    sync_events = [e for per_gap in detail.syncs for _, e in per_gap]
+    diag.refs = event_refs(trace, [gaps.prev_op, gaps.next_op, gaps.waited_for, gaps.blocking,
+                                   detail.event, np.array(sync_events, np.int64), cited])
+    return diag, ctx
+
+
+def _gap_table(trace, steps, gaps_all, steps_dev, ev_step, via, ctx) -> GapTable:
+    if not gaps_all or not sum(len(g) for g in gaps_all):
+        return GapTable.empty(len(BUCKETS))
     gap_step = []
     for g in gaps_all:
         st = ev_step[g.next_op] if steps.source != "whole_trace" else np.zeros(len(g), np.int64)
@@ -237,41 +252,23 @@ def _diagnose(trace: Trace, options: Options | None, progress) -> Diagnosis:
         if sd is not None:
             by_window = np.searchsorted(sd[0], g.start, side="right") - 1
             st = np.where(st >= 0, st, by_window)
-        gap_step.append(st.astype(np.int64))
-    gaps_out = gaps_json(trace, gaps_all, gap_step, steps.ids, via, lines, opt.detail_limit)
-    # ids in time order are more stable to share than rank: id = device:start_ns
-    hta = {"host_wait_ns": 0, "kernel_wait_ns": 0, "other_ns": 0}
-    for g in gaps_out:
-        hta[C.HTA[g["cause"]] + "_ns"] += g["duration_ns"]
-    for d, (ss, se) in small_by_dev.items():
-        hta["kernel_wait_ns"] += _ns((se - ss).sum())
-
-    diag = Diagnosis(
-        schema_version=SCHEMA_VERSION,
-        source={"path": trace.path, "format": trace.format, "events": n,
-                "devices": [d.name for d in trace.devices], "origin_ps": trace.origin_ps,
-                "hostnames": trace.metadata.get("hostnames", [])},
-        options={"threshold_us": opt.threshold_us, "kernels_only": opt.kernels_only},
-        definitions=DEFINITIONS, step_source=steps.source,
-        devices=devices_out, steps=steps_out, gaps=gaps_out, annotations=annotations,
-        findings=[], hta=hta, warnings=warnings)
-    progress.within(0.97, "findings")
-    diag.findings = find_mod.findings(trace, diag, steps, compile_ev, compile_step)
-    if not trace.devices or all(d["ops"] == 0 for d in devices_out):
-        diag.warnings.append("no device activity in this trace: it shows host work only "
-                             "(a CPU-only run, or the device was not profiled)")
-    return diag
-
-
-def _mark_outliers(steps_out: list) -> None:
-    if len(steps_out) < 3:
-        for s in steps_out:
-            s["outlier"] = False
-        return
-    dur = np.array([s["end_ns"] - s["start_ns"] for s in steps_out], float)
-    med = float(np.median(dur))
-    for s, d in zip(steps_out, dur):
-        s["outlier"] = bool(d > 1.5 * med or s["compile"]["count"] > 0)
+        gap_step.append(st.astype(np.int32))
+    cat = lambda name: np.concatenate([getattr(g, name) for g in gaps_all])  # noqa: E731
+    start, end = cat("start"), cat("end")
+    order = np.lexsort((start, -(end - start)))
+    col = lambda name: cat(name)[order]  # noqa: E731
+    nxt = col("next_op").astype(np.int64)
+    start, end = start[order], end[order]
+    blocking, blocking_track = blocking_calls(ctx.lines, ctx.block_anc, start)
+    return GapTable(
+        device=col("device").astype(np.int32), start=start, end=end,
+        step=np.concatenate(gap_step)[order], prev_op=col("prev_op").astype(np.int64),
+        next_op=nxt, waited_for=col("waited_for").astype(np.int64),
+        found_via=via[np.maximum(nxt, 0)].astype(np.int8), cause=col("cause").astype(np.int8),
+        rule=col("rule"), lead=col("lead"), rule_share=col("rule_share"),
+        rule_bucket=col("rule_bucket"), thread=col("thread").astype(np.int32),
+        bucket_time=np.concatenate([g.bucket_time for g in gaps_all])[order],
+        blocking=blocking, blocking_track=blocking_track)
 
 
 def _small(a: np.ndarray) -> np.ndarray:
@@ -280,7 +277,7 @@ def _small(a: np.ndarray) -> np.ndarray:
 
 
 def host_context(trace: Trace, origin: np.ndarray | None = None,
-                 via: np.ndarray | None = None) -> dict:
+                 via: np.ndarray | None = None) -> HostContext:
     """What the host was doing: op origins, cause buckets and per-thread timelines
     (``origin``/``via``: the result of ``origins(trace)`` when already at hand)."""
     n = trace.n_events
@@ -305,13 +302,12 @@ def host_context(trace: Trace, origin: np.ndarray | None = None,
     launch_memcpy[origin[dev_mem]] = memcpy_of[dev_mem]
     buckets = event_buckets(trace, launch_memcpy)
     lines = build_hostlines(trace, buckets, trace.host_tracks())
-    return {"memcpy_of": memcpy_of, "origin": origin, "via": via, "buckets": buckets,
-            "lines": lines}
+    return HostContext(trace, origin, via, memcpy_of, buckets, lines, blocking_ancestor(trace))
 
 
-def gap_detail(trace: Trace, gap: dict, ctx: dict | None = None) -> dict:
-    """Host-op detail for one gap record of a diagnosis of ``trace``."""
-    ctx = ctx or host_context(trace)
-    a = int(gap["start_ns"]) * 1000
-    b = int(gap["end_ns"]) * 1000
-    return add_detail(trace, dict(gap), a, b, ctx["lines"])
+def gap_detail(ctx: HostContext, diag: Diagnosis, row: int) -> tuple:
+    """Host-op detail of one gap row, with the refs that name its events."""
+    r = np.array([row], np.int32)
+    d = host_ops(ctx.trace, ctx.lines, ctx.block_anc, r, diag.gaps.start[r], diag.gaps.end[r])
+    refs = event_refs(ctx.trace, [d.event, np.array([e for _, e in d.syncs[0]], np.int64)])
+    return d, refs

@@ -1,4 +1,8 @@
-"""Plain-language findings with evidence, time lost per step and a fix."""
+"""Plain-language findings with evidence, time lost per step and a fix.
+
+Computed from the typed gap table (every gap, whatever a page shows): a finding cites
+gap rows, and its time lost is the sum of their durations as reported (ns).
+"""
 from __future__ import annotations
 
 import re
@@ -10,8 +14,11 @@ from ..trace.build import unique_inverse
 from ..trace.classify import is_collective_kernel
 from ..trace.model import EventKind as K, Trace
 from . import causes as C
+from .detail import host_ops
+from .result import Finding, FindingKind as FK
 
-MAX_EVIDENCE = 20
+MAX_EVIDENCE = 20              # events named in a d2h finding
+TOP_OPS_GAPS = 200             # gaps of a cause whose host ops name the finding's culprits
 MIN_RECURRING_SHARE = 0.01     # a recurring gap worth reporting takes ≥ 1 % of its step
 
 # culprit op (matched against the sync call's chain, innermost first) → (title, fix)
@@ -40,49 +47,79 @@ SYNC_CULPRITS = [
 ]
 
 
-def findings(trace: Trace, diag, steps, compile_ev, compile_step) -> list:
-    n_steps = max(len(diag.steps), 1)
-    out = []
-    gaps = diag.gaps
-    by_cause = defaultdict(list)
-    for g in gaps:
-        by_cause[g["cause"]].append(g)
+class _Gaps:
+    """The gap columns findings read, as reported (ns, step ids)."""
 
-    def add(kind, title, gl, fix, detail, confidence=None, total_ns=None, extra=None):
-        total = total_ns if total_ns is not None else sum(g["duration_ns"] for g in gl)
-        steps_hit = {g["step"] for g in gl if g.get("step") is not None}
-        conf = confidence or ("high" if len(steps_hit) >= max(0.8 * n_steps, 1) and n_steps > 1
+    def __init__(self, trace: Trace, diag):
+        g = diag.gaps
+        self.n = len(g)
+        self.dur_ns = np.rint((g.end - g.start) / 1000).astype(np.int64)
+        self.start_ns = np.rint(g.start / 1000).astype(np.int64)
+        self.end_ns = np.rint(g.end / 1000).astype(np.int64)
+        ids = diag.steps.ids
+        self.step = np.where(g.step >= 0, ids[np.maximum(g.step, 0)] if ids.size else -1, -1)
+        self.cause = g.cause
+        self.device = g.device
+        self.g = g
+
+    def steps_hit(self, rows) -> set:
+        st = self.step[rows]
+        return set(st[st >= 0].tolist())
+
+    def total(self, rows) -> int:
+        return int(self.dur_ns[rows].sum())
+
+
+def findings(trace: Trace, diag, steps, compile_ev, compile_step, ctx) -> tuple:
+    """([Finding], events cited) — most time lost per step first."""
+    n_steps = max(len(diag.steps), 1)
+    G = _Gaps(trace, diag)
+    out = []
+    cited = []
+    by_cause = {c: np.flatnonzero(G.cause == i).astype(np.int32) for i, c in enumerate(C.ALL)}
+
+    def add(kind, title, rows, fix, detail, confidence=None, total_ns=None, extra=None,
+            steps_hit=None, events=None):
+        total = total_ns if total_ns is not None else G.total(rows)
+        hit = G.steps_hit(rows) if steps_hit is None else set(steps_hit)
+        conf = confidence or ("high" if len(hit) >= max(0.8 * n_steps, 1) and n_steps > 1
                               else "medium")
-        f = {"kind": kind, "title": title, "time_lost_ns_per_step": int(total / n_steps),
-             "time_lost_ns": int(total), "confidence": conf,
-             "steps": sorted(steps_hit), "fix": fix, "detail": detail,
-             "evidence": {"gaps": [g["id"] for g in gl[:MAX_EVIDENCE]],
-                          "ranges": [[g["start_ns"], g["end_ns"]] for g in gl[:MAX_EVIDENCE]]}}
-        if extra:
-            f.update(extra)
+        f = Finding(kind, title, detail, fix, conf, int(total), int(total / n_steps),
+                    sorted(hit), np.asarray(rows, np.int32), extra=extra or {})
+        if events is not None:
+            f.events = np.asarray(events, np.int64)
+            cited.append(f.events)
         out.append(f)
 
     # host sync points, one finding per culprit call chain
+    chains: dict = {}
+
+    def chain_of(e: int) -> tuple:
+        c = chains.get(e)
+        if c is None:
+            c = chains[e] = tuple(_chain(trace, e)) if e >= 0 else ()
+        return c
+
     sync_groups = defaultdict(list)
-    for g in by_cause.get(C.HOST_SYNC, []):
-        chain = g["syncs"][0]["chain"] if g.get("syncs") else \
-            (g["waited_for"]["chain"] if g.get("waited_for") else [])
+    fixes = {}
+    for r in by_cause[C.HOST_SYNC].tolist():
+        b, w = int(G.g.blocking[r]), int(G.g.waited_for[r])
+        chain = chain_of(b) if b >= 0 else chain_of(w)
         label, fix = "a host–device sync", SYNC_CULPRITS[4][2]
         for rx, name, fx in SYNC_CULPRITS:
             if any(rx.search(c) for c in chain):
                 label, fix = name, fx
                 break
-        key_chain = [c for c in chain if not c.startswith("ProfilerStep#")]
-        sync_groups[(label, " › ".join(key_chain))].append(g)
-    for (label, chain), gl in sorted(sync_groups.items(), key=lambda kv: -sum(
-            g["duration_ns"] for g in kv[1])):
-        add("host_sync", f"Host–device sync at {label}", gl, fix,
+        key = (label, " › ".join(c for c in chain if not c.startswith("ProfilerStep#")))
+        sync_groups[key].append(r)
+        fixes[key] = fix
+    for (label, chain), rows in sorted(sync_groups.items(), key=lambda kv: -G.total(kv[1])):
+        add(FK.HOST_SYNC, f"Host–device sync at {label}", rows, fixes[(label, chain)],
             f"The device drained its queue and idled while the host waited at: {chain or label}. "
-            f"{len(gl)} gap(s).", extra={"chain": chain.split(" › ") if chain else []})
+            f"{len(rows)} gap(s).", extra={"chain": chain.split(" › ") if chain else []})
 
     # recompilation
     if compile_ev.size:
-        ids = diag.steps
         per_step = defaultdict(lambda: [0, 0])
         outside = 0
         for e, s in zip(compile_ev.tolist(), compile_step.tolist()):
@@ -92,13 +129,13 @@ def findings(trace: Trace, diag, steps, compile_ev, compile_step) -> list:
             per_step[int(steps.ids[s])][0] += 1
             per_step[int(steps.ids[s])][1] += int(trace.dur[e])
         compiled_steps = sorted(per_step)
-        after_first = [s for s in compiled_steps if ids and s > ids[0]["id"]]
+        first_id = int(diag.steps.ids[0]) if len(diag.steps) else None
+        after_first = [s for s in compiled_steps if first_id is not None and s > first_id]
         total = int(trace.dur[compile_ev].sum() // 1000)
-        gl = by_cause.get(C.COMPILATION, [])
         grows = len(after_first) >= 1
-        add("recompilation",
+        add(FK.RECOMPILATION,
             f"Recompilation in {len(compiled_steps)} step(s)" if grows else "Compilation",
-            gl,
+            by_cause[C.COMPILATION],
             "Each new input shape compiles a new graph. Keep shapes static: pad or bucket "
             "batch/sequence sizes, drop the last partial batch (drop_last=True), and keep "
             "Python scalars out of the graph (torch_xla: check the CompileTime metric; "
@@ -122,16 +159,13 @@ def findings(trace: Trace, diag, steps, compile_ev, compile_step) -> list:
         names = sorted({trace.event_name(e) for e in d2h.tolist()})
         hit_steps = sorted({int(steps.ids[s]) for s in st.tolist() if s >= 0})
         total = int(trace.dur[d2h].sum() // 1000)
-        chains = {" › ".join(_chain(trace, e)) for e in d2h[:50].tolist()}
-        add("d2h_transfer", f"{d2h.size} device→host transfer(s) ({', '.join(names[:3])})", [],
-            SYNC_CULPRITS[3][2],
+        chains_txt = {" › ".join(_chain(trace, e)) for e in d2h[:50].tolist()}
+        add(FK.D2H_TRANSFER, f"{d2h.size} device→host transfer(s) ({', '.join(names[:3])})",
+            np.zeros(0, np.int32), SYNC_CULPRITS[3][2],
             f"Transfers in steps {hit_steps}: each one waits for the device. Call chains: "
-            + "; ".join(sorted(chains)[:3]),
-            total_ns=total, confidence="high",
-            extra={"events": [{"name": trace.event_name(e), "start_ns": int(trace.ts[e] // 1000),
-                               "duration_ns": int(trace.dur[e] // 1000),
-                               "chain": _chain(trace, e)} for e in d2h[:MAX_EVIDENCE].tolist()],
-                   "steps": hit_steps})
+            + "; ".join(sorted(chains_txt)[:3]),
+            total_ns=total, confidence="high", steps_hit=hit_steps,
+            events=d2h[:MAX_EVIDENCE])
 
     simple = {
         C.DATA_LOADING: ("input_bound", "Input-bound: the device waits for data loading",
@@ -158,26 +192,34 @@ def findings(trace: Trace, diag, steps, compile_ev, compile_step) -> list:
                      "stacks and all threads, and check for sleeps, I/O or other processes."),
     }
     for cause, (kind, title, fix) in simple.items():
-        gl = by_cause.get(cause, [])
-        if not gl:
+        rows = by_cause[cause]
+        if not rows.size:
             continue
-        total = sum(g["duration_ns"] for g in gl)
+        total = G.total(rows)
+        top = rows[:TOP_OPS_GAPS]
+        ho = host_ops(trace, ctx.lines, ctx.block_anc, top, G.g.start[top], G.g.end[top])
         top_ops = defaultdict(int)
-        for g in gl[:200]:
-            for h in g.get("host_ops", [])[:3]:
-                top_ops[h["name"]] += h["self_ns"]
+        at = np.searchsorted(ho.gap, top) if ho.gap.size else np.zeros(0, np.int64)
+        # per gap its three ops with most self time (all threads)
+        for r, k in zip(top.tolist(), at.tolist()):
+            j = k
+            while j < ho.gap.shape[0] and ho.gap[j] == r and j < k + 3:
+                top_ops[trace.event_name(int(ho.event[j]))] += int(round(int(ho.self_time[j])
+                                                                         / 1000))
+                j += 1
         tops = ", ".join(n for n, _ in sorted(top_ops.items(), key=lambda kv: -kv[1])[:4])
-        add(kind, title, gl, fix,
-            f"{len(gl)} gap(s), {total / 1e6:.2f} ms in total." +
+        add(FK(kind), title, rows, fix,
+            f"{rows.size} gap(s), {total / 1e6:.2f} ms in total." +
             (f" Host ops filling them: {tops}." if tops else ""))
 
     # excessive memcpy
     mem = np.flatnonzero(trace.kind == K.MEMCPY)
-    busy_total = sum(d["busy_ns"] for d in diag.devices) or 0
+    busy_total = int(np.rint(diag.devices.busy / 1000).sum())
     if mem.size and busy_total:
         mem_ns = int(trace.dur[mem].sum() // 1000)
         if mem_ns > 0.15 * busy_total:
-            add("excessive_memcpy", "Memory copies take a large share of device time", [],
+            add(FK.EXCESSIVE_MEMCPY, "Memory copies take a large share of device time",
+                np.zeros(0, np.int32),
                 "Avoid repeated .to(device)/.cpu() round trips, keep tensors on the device, and "
                 "use pinned memory for the copies that remain.",
                 f"{mem.size} memcpy events take {mem_ns / 1e6:.2f} ms, "
@@ -185,9 +227,9 @@ def findings(trace: Trace, diag, steps, compile_ev, compile_step) -> list:
                 total_ns=mem_ns, confidence="medium")
 
     out.extend(_multi_device(trace, diag, n_steps))
-    out.extend(_recurring(diag, n_steps, list(out)))
-    out.sort(key=lambda f: (-f["time_lost_ns_per_step"], f["kind"]))
-    return out
+    out.extend(_recurring(trace, diag, G, n_steps, list(out)))
+    out.sort(key=lambda f: (-f.time_lost_ns_per_step, f.kind.value))
+    return out, (np.concatenate(cited) if cited else np.zeros(0, np.int64))
 
 
 def _chain(trace: Trace, e: int) -> list:
@@ -195,112 +237,117 @@ def _chain(trace: Trace, e: int) -> list:
 
 
 def _multi_device(trace: Trace, diag, n_steps: int) -> list:
-    devs = [d for d in diag.devices if d["ops"]]
+    D = diag.devices
+    devs = np.flatnonzero(D.ops > 0).tolist()
     if len(devs) < 2:
         return []
     out = []
-    busy = np.array([d["busy_ns"] for d in devs], float)
+    busy_ns = np.rint(D.busy / 1000).astype(np.int64)
+    busy = busy_ns[devs].astype(float)
     skew = busy.max() - busy.min()
-    slow = devs[int(np.argmax(busy))]["name"]
+    slow = D.name[devs[int(np.argmax(busy))]]
     coll = {}
     for d in devs:
-        ev = np.flatnonzero(trace.is_device_activity() & (trace.track_device[trace.track] == d["id"]))
-        names = trace.name[ev]
-        u, inv = unique_inverse(names)
+        ev = np.flatnonzero(trace.is_device_activity() & (trace.track_device[trace.track] == d))
+        u, inv = unique_inverse(trace.name[ev])
         is_c = np.array([is_collective_kernel(trace.strings[x]) for x in u.tolist()], bool)[inv]
-        coll[d["name"]] = int(trace.dur[ev[is_c]].sum() // 1000)
-    per_step_dev = {}
-    for s in diag.steps:
-        for k, v in s["devices"].items():
-            if v["start_ns"] is not None:
-                per_step_dev.setdefault(diag.devices[int(k)]["name"], []).append(
-                    v["end_ns"] - v["start_ns"])
+        coll[D.name[d]] = int(trace.dur[ev[is_c]].sum() // 1000)
+    S = diag.steps
+    win_ns = np.rint(S.win_end / 1000).astype(np.int64) - np.rint(S.win_start / 1000).astype(
+        np.int64)
+    per_step_dev = {D.name[d]: win_ns[:, d].tolist() for d in devs if len(S)}
     detail = (f"Busy time differs by {skew / 1e6:.2f} ms across {len(devs)} devices "
               f"({slow} is busiest). Collective time per device (ms): " +
               ", ".join(f"{k}: {v / 1e6:.2f}" for k, v in coll.items()) + ".")
+    none = np.zeros(0, np.int32)
     if busy.max() > 0 and skew / busy.max() > 0.05:
-        out.append({"kind": "device_skew", "title": f"Device skew: {slow} does more work",
-                    "time_lost_ns_per_step": int(skew / n_steps), "time_lost_ns": int(skew),
-                    "confidence": "medium", "steps": [], "detail": detail,
-                    "fix": "Balance the work per device (shard sizes, padding, data split); the "
-                           "others wait for the busiest one at every collective.",
-                    "evidence": {"gaps": [], "ranges": []},
-                    "per_device_busy_ns": {d["name"]: d["busy_ns"] for d in devs},
-                    "collective_ns": coll,
-                    "per_device_step_ns": {k: int(np.mean(v)) for k, v in per_step_dev.items()}})
+        out.append(Finding(FK.DEVICE_SKEW, f"Device skew: {slow} does more work", detail,
+                           "Balance the work per device (shard sizes, padding, data split); "
+                           "the others wait for the busiest one at every collective.",
+                           "medium", int(skew), int(skew / n_steps), [], none,
+                           extra={"per_device_busy_ns": {D.name[d]: int(busy_ns[d])
+                                                         for d in devs},
+                                  "collective_ns": coll,
+                                  "per_device_step_ns": {k: int(np.mean(v))
+                                                         for k, v in per_step_dev.items()}}))
     # devices running in turn: little overlap of busy time between devices
-    spans = [(d["start_ns"], d["end_ns"]) for d in devs]
+    lo_ns = np.rint(D.lo / 1000).astype(np.int64)
+    hi_ns = np.rint(D.hi / 1000).astype(np.int64)
+    spans = [(int(lo_ns[d]), int(hi_ns[d])) for d in devs]
     overlap = max(0, min(e for _, e in spans) - max(s for s, _ in spans))
     longest = max(e - s for s, e in spans)
     if longest and overlap < 0.2 * longest:
-        out.append({"kind": "serialized_devices", "title": "Devices run in turn, not together",
-                    "time_lost_ns_per_step": int((sum(e - s for s, e in spans) - longest)
-                                                 / n_steps),
-                    "time_lost_ns": int(sum(e - s for s, e in spans) - longest),
-                    "confidence": "medium", "steps": [], "evidence": {"gaps": [], "ranges":
-                                                                      [list(x) for x in spans]},
-                    "detail": "The devices' active spans barely overlap.",
-                    "fix": "Launch work on all devices before waiting on any (no per-device "
-                           "sync in a loop); use one process per device or async dispatch."})
+        lost = sum(e - s for s, e in spans) - longest
+        out.append(Finding(FK.SERIALIZED_DEVICES, "Devices run in turn, not together",
+                           "The devices' active spans barely overlap.",
+                           "Launch work on all devices before waiting on any (no per-device "
+                           "sync in a loop); use one process per device or async dispatch.",
+                           "medium", int(lost), int(lost / n_steps), [], none,
+                           ranges=[list(x) for x in spans]))
     return out
 
 
-CAUSE_FINDING = {C.HOST_SYNC: "host_sync", C.COMPILATION: "recompilation",
-                 C.DATA_LOADING: "input_bound", C.H2D_TRANSFER: "h2d_transfer",
-                 C.LAUNCH_OVERHEAD: "launch_bound", C.HOST_COMPUTE: "host_compute",
-                 C.COLLECTIVE_WAIT: "collective_wait", C.UNTRACED: "untraced"}
+CAUSE_FINDING = {C.HOST_SYNC: FK.HOST_SYNC, C.COMPILATION: FK.RECOMPILATION,
+                 C.DATA_LOADING: FK.INPUT_BOUND, C.H2D_TRANSFER: FK.H2D_TRANSFER,
+                 C.LAUNCH_OVERHEAD: FK.LAUNCH_BOUND, C.HOST_COMPUTE: FK.HOST_COMPUTE,
+                 C.COLLECTIVE_WAIT: FK.COLLECTIVE_WAIT, C.UNTRACED: FK.UNTRACED}
 
 
-def _recurring(diag, n_steps: int, others: list) -> list:
+def _recurring(trace: Trace, diag, G: _Gaps, n_steps: int, others: list) -> list:
     """The same gap (device, cause, waited-for op) in most steps."""
     if n_steps < 3:
         return []
-    groups = defaultdict(list)
-    for g in diag.gaps:
-        if g.get("step") is None:
-            continue
-        wf = g["waited_for"]["name"] if g.get("waited_for") else ""
-        groups[(g["device"], g["cause"], wf)].append(g)
+    # the waited-for op by name: ops of the same name are the same call in each step
+    by_name = defaultdict(list)
+    wf = G.g.waited_for
+    names = {}
+    for r in np.flatnonzero(G.step >= 0).tolist():
+        w = int(wf[r])
+        if w not in names:
+            names[w] = trace.event_name(w) if w >= 0 else ""
+        by_name[(int(G.device[r]), int(G.cause[r]), names[w])].append(r)
     out = []
-    step_len = {s["id"]: max(s["end_ns"] - s["start_ns"], 1) for s in diag.steps}
-    for (dev, cause, wf), gl in groups.items():
-        steps_hit = {g["step"] for g in gl}
+    S = diag.steps
+    host_ns = np.rint(S.host_end / 1000).astype(np.int64) - np.rint(S.host_start / 1000).astype(
+        np.int64)
+    step_len = {int(i): max(int(x), 1) for i, x in zip(S.ids.tolist(), host_ns.tolist())}
+    for (dev, cause, wname), rows in by_name.items():
+        steps_hit = {int(G.step[r]) for r in rows}
         if len(steps_hit) < max(3, 0.8 * n_steps):
             continue
         # one representative per step: the largest
         best = {}
-        for g in gl:
-            if g["step"] not in best or g["duration_ns"] > best[g["step"]]["duration_ns"]:
-                best[g["step"]] = g
-        reps = sorted(best.values(), key=lambda g: g["step"])
-        per_step = int(np.median([g["duration_ns"] for g in reps]))
-        share = float(np.median([g["duration_ns"] / step_len.get(g["step"], 1) for g in reps]))
+        for r in rows:
+            s = int(G.step[r])
+            if s not in best or G.dur_ns[r] > G.dur_ns[best[s]]:
+                best[s] = r
+        reps = [best[s] for s in sorted(best)]
+        durs = G.dur_ns[reps]
+        per_step = int(np.median(durs))
+        share = float(np.median([int(G.dur_ns[r]) / step_len.get(int(G.step[r]), 1)
+                                 for r in reps]))
         if share < MIN_RECURRING_SHARE:
             continue              # repeats, but costs too little of the step to lead with
-        dev_name = diag.devices[dev]["name"]
-        out.append({"kind": "recurring_gap",
-                    "title": f"Recurring {C.LABELS[cause].lower()} gap on {dev_name} in "
-                             f"{len(steps_hit)} of {n_steps} steps",
-                    "time_lost_ns_per_step": per_step, "time_lost_ns": per_step * len(reps),
-                    "confidence": "high", "steps": sorted(steps_hit), "cause": cause,
-                    "share_of_step": share,
-                    "detail": f"About {per_step / 1e3:.0f} µs ({100 * share:.1f}% of the step) "
-                              f"idle every step before {wf or 'the next op'}. Because it repeats, "
-                              "removing it saves that much in every step.",
-                    "fix": _matching_fix(others, cause, {g["id"] for g in reps}),
-                    "evidence": {"gaps": [g["id"] for g in reps[:MAX_EVIDENCE]],
-                                 "ranges": [[g["start_ns"], g["end_ns"]]
-                                            for g in reps[:MAX_EVIDENCE]]}})
+        cname = C.ALL[cause]
+        out.append(Finding(
+            FK.RECURRING_GAP,
+            f"Recurring {C.LABELS[cname].lower()} gap on {diag.devices.name[dev]} in "
+            f"{len(steps_hit)} of {n_steps} steps",
+            f"About {per_step / 1e3:.0f} µs ({100 * share:.1f}% of the step) idle every step "
+            f"before {wname or 'the next op'}. Because it repeats, removing it saves that much "
+            "in every step.",
+            _matching_fix(others, cname, set(reps)), "high", per_step * len(reps), per_step,
+            sorted(steps_hit), np.array(reps, np.int32),
+            extra={"cause": cname, "share_of_step": share}))
     return out
 
 
-def _matching_fix(others: list, cause: str, gap_ids: set) -> str:
+def _matching_fix(others: list, cause: str, rows: set) -> str:
     """The fix of the finding that explains these gaps (the one citing most of them)."""
     kind = CAUSE_FINDING.get(cause)
-    best = max((f for f in others if f["kind"] == kind),
-               key=lambda f: len(gap_ids & set(f["evidence"]["gaps"])), default=None)
+    best = max((f for f in others if f.kind == kind),
+               key=lambda f: len(rows & set(f.gaps.tolist())), default=None)
     if best is None:
         return "Remove what the host does in this gap (see its host ops); because it repeats " \
                "every step, that saves its time in every step."
-    return f"{best['fix']} (same cause as “{best['title']}”)"
-
+    return f"{best.fix} (same cause as “{best.title}”)"

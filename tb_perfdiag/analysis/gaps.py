@@ -21,6 +21,7 @@ from ..trace.build import unique_inverse
 from ..trace.classify import is_collective_kernel
 from ..trace.model import EventKind as K, Trace
 from . import causes as C
+from .result import Rule
 from .hostline import (B_COMPILE, B_COMPUTE, B_DATA, B_H2D, B_IDLE, B_LAUNCH, B_SYNC, BUCKETS,
                        HostLine)
 
@@ -30,7 +31,9 @@ SYNC_LOOKBACK_PS = 2_000_000            # a sync that returned within 2 µs of t
 
 
 @dataclass
-class GapTable:
+class DeviceGaps:
+    """The gaps of one device in time order, with the rule that decided each cause."""
+
     device: np.ndarray        # int32
     start: np.ndarray         # int64 ps
     end: np.ndarray
@@ -38,7 +41,10 @@ class GapTable:
     next_op: np.ndarray       # event index of the device op ending the gap (−1)
     waited_for: np.ndarray    # host event that issued next_op (−1)
     cause: np.ndarray         # int8 index into causes.ALL
-    evidence: list            # str per gap
+    rule: np.ndarray          # int8 result.Rule
+    lead: np.ndarray          # int64 ps: gap start − waited-for start
+    rule_share: np.ndarray    # float64 share of the gap in the deciding bucket
+    rule_bucket: np.ndarray   # int8 the deciding bucket
     thread: np.ndarray        # host track analysed for the cause (−1)
     bucket_time: np.ndarray   # (n, n_buckets) time per bucket on that thread
 
@@ -98,21 +104,20 @@ def user_threads(trace: Trace) -> set:
 
 def classify_gaps(trace: Trace, device: int, gs, ge, prev, nxt, origin: np.ndarray,
                   lines: dict, step_thread: int, memcpy_kind: np.ndarray,
-                  buckets: np.ndarray | None = None) -> GapTable:
+                  buckets: np.ndarray | None = None) -> DeviceGaps:
     n = gs.shape[0]
     wf = origin[nxt] if n else np.zeros(0, np.int64)
     cause = np.zeros(n, np.int8)
     thread = np.full(n, -1, np.int64)
     bucket_time = np.zeros((n, len(BUCKETS)), np.int64)
-    evidence = [""] * n
     if n == 0:
-        return GapTable(np.zeros(0, np.int32), gs, ge, prev, nxt, wf, cause, evidence, thread,
-                        bucket_time)
+        z = np.zeros(0, np.int64)
+        return DeviceGaps(np.zeros(0, np.int32), gs, ge, prev, nxt, wf, cause, z.astype(np.int8),
+                          z, z.astype(np.float64), z.astype(np.int8), thread, bucket_time)
     dur = ge - gs
     wf_ok = wf >= 0
     wf_ts = np.where(wf_ok, trace.ts[np.maximum(wf, 0)], ge)
     wf_track = np.where(wf_ok, trace.track[np.maximum(wf, 0)], -1)
-    nxt_names = [trace.strings[i] for i in trace.name[nxt].tolist()]
     u_names, inv_names = unique_inverse(trace.name[nxt])
     collective = np.array([is_collective_kernel(trace.strings[x]) for x in u_names.tolist()],
                           bool)[inv_names]
@@ -182,27 +187,14 @@ def classify_gaps(trace: Trace, device: int, gs, ge, prev, nxt, origin: np.ndarr
     cause[early_other] = idx[C.UNTRACED]
     cause[staged] = idx[C.H2D_TRANSFER]
 
-    us = (dur / 1e6).tolist()
-    lead = ((gs - wf_ts) / 1e6).tolist()
-    pct = (share[np.arange(n), b] * 100).tolist()
-    for i in np.flatnonzero(early_coll).tolist():
-        evidence[i] = (f"the device waited {us[i]:.1f} µs at collective {nxt_names[i]!r}, issued "
-                       f"{lead[i]:.1f} µs before the gap: waiting for a peer")
-    for i in np.flatnonzero(early_sync).tolist():
-        evidence[i] = (f"the next op was issued {lead[i]:.1f} µs before the gap while a blocking "
-                       "call was in flight")
-    for i in np.flatnonzero(early_other).tolist():
-        evidence[i] = (f"the next op was issued {lead[i]:.1f} µs before the gap; the device "
-                       "waited on a dependency the trace does not show")
-    for i in np.flatnonzero(drained).tolist():
-        evidence[i] = ("a blocking host call was in flight when the device went idle; the host "
-                       f"then spent {us[i]:.1f} µs before issuing the next op")
-    for i in np.flatnonzero(staged).tolist():
-        evidence[i] = f"the gap ends with a host→device copy staged by the host for {us[i]:.1f} µs"
-    lower = {k: C.LABELS[bucket_cause[k]].lower() for k in range(len(BUCKETS))}
-    b_l = b.tolist()
-    for i in np.flatnonzero(rest).tolist():
-        evidence[i] = f"{pct[i]:.0f}% of the {us[i]:.1f} µs gap the host was in {lower[b_l[i]]}"
+    rule = np.full(n, Rule.HOST_BUCKET, np.int8)
+    rule[early_coll] = Rule.COLLECTIVE_ISSUED_EARLY
+    rule[early_sync] = Rule.ISSUED_EARLY_WITH_SYNC
+    rule[early_other] = Rule.ISSUED_EARLY
+    rule[drained] = Rule.DRAINED_BY_SYNC
+    rule[staged] = Rule.STAGED_H2D
+    lead = gs - wf_ts
+    rule_share = share[np.arange(n), b]
 
     for i in np.flatnonzero(cause == idx[C.H2D_TRANSFER]).tolist():
         if buckets is not None and thread[i] in lines and \
@@ -213,8 +205,8 @@ def classify_gaps(trace: Trace, device: int, gs, ge, prev, nxt, origin: np.ndarr
                 t_ev = int(trace.parent[t_ev])
             if t_ev >= 0:
                 wf[i] = t_ev
-    return GapTable(np.full(n, device, np.int32), gs, ge, prev, nxt, wf, cause, evidence,
-                    thread, bucket_time)
+    return DeviceGaps(np.full(n, device, np.int32), gs, ge, prev, nxt, wf, cause, rule, lead,
+                      rule_share, b.astype(np.int8), thread, bucket_time)
 
 
 def _last_in_bucket(line: HostLine, a: int, b: int, bucket: int) -> int:

@@ -1,0 +1,112 @@
+"""What the host threads did during gaps: the blocking call in flight at each gap's
+start (every gap), and the ops with the most self time inside a gap (the gaps a page
+shows, or one asked for)."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..trace.model import EventKind as K, Trace
+from .result import HostOps
+
+HOST_OPS_PER_THREAD = 8
+LONG_MEMCPY_CALL_PS = 20_000_000     # a memcpy call this long blocked the host
+PROBE_BEFORE_PS = 1000               # a blocking call that returned just before the gap
+
+
+def blocking_ancestor(trace: Trace) -> np.ndarray:
+    """For every event, the innermost enclosing event (itself included) that blocks the
+    host on the device: a sync, a device→host transfer, or a long memcpy call."""
+    k = trace.kind
+    block = np.isin(k, (K.SYNC, K.TRANSFER_D2H))
+    launch = np.flatnonzero((k == K.LAUNCH) & (trace.dur > LONG_MEMCPY_CALL_PS))
+    if launch.size:
+        u, inv = np.unique(trace.name[launch], return_inverse=True)
+        memcpy = np.array(["memcpy" in trace.strings[x].lower() for x in u.tolist()], bool)
+        block[launch[memcpy[inv.reshape(-1)]]] = True
+    out = np.where(block, np.arange(trace.n_events), -1)
+    for idx, p in trace.nested_levels():
+        take = out[idx] < 0
+        out[idx[take]] = out[p[take]]
+    return out
+
+
+def _inner_at(line, t: np.ndarray) -> np.ndarray:
+    k = np.searchsorted(line.seg_start, t, side="right") - 1
+    return np.where(k >= 0, line.seg_inner[np.maximum(k, 0)], -1)
+
+
+def blocking_calls(lines: dict, block_anc: np.ndarray, starts: np.ndarray):
+    """Per gap start: the blocking call in flight on the first host thread (in track
+    order) that had one at the start or just before it; (event, track), −1 where none."""
+    n = starts.shape[0]
+    ev = np.full(n, -1, np.int64)
+    tr = np.full(n, -1, np.int32)
+    for t, line in lines.items():
+        todo = np.flatnonzero(ev < 0)
+        if todo.size == 0:
+            break
+        a = starts[todo]
+        got = _on_line(line, block_anc, a)
+        hit = got >= 0
+        ev[todo[hit]] = got[hit]
+        tr[todo[hit]] = t
+    return ev, tr
+
+
+def _on_line(line, block_anc: np.ndarray, a: np.ndarray) -> np.ndarray:
+    got = np.full(a.shape[0], -1, np.int64)
+    for t0 in (a, a - PROBE_BEFORE_PS):
+        inner = _inner_at(line, t0)
+        b = np.where(inner >= 0, block_anc[np.maximum(inner, 0)], -1)
+        got = np.where(got >= 0, got, b)
+    return got
+
+
+def host_ops(trace: Trace, lines: dict, block_anc: np.ndarray, rows: np.ndarray,
+             a: np.ndarray, b: np.ndarray) -> HostOps:
+    """Per gap row in ``rows`` (window [a, b)): each thread's ops by self time inside the
+    window (the largest few per thread) and the blocking calls in flight at its start."""
+    n = rows.shape[0]
+    parts_g, parts_t, parts_e, parts_s = [], [], [], []
+    syncs = [[] for _ in range(n)]
+    for t, line in lines.items():
+        starts, inner_col = line.seg_start, line.seg_inner
+        n_seg = starts.shape[0]
+        lo = np.maximum(np.searchsorted(starts, a, side="right") - 1, 0)
+        hi = np.searchsorted(starts, b, side="left")
+        cnt = np.maximum(hi - lo, 0)
+        gi = np.repeat(np.arange(n), cnt)
+        k = lo[gi] + (np.arange(gi.shape[0]) - np.repeat(np.cumsum(cnt) - cnt, cnt))
+        s = np.maximum(starts[k], a[gi])
+        nxt = np.minimum(k + 1, n_seg - 1)
+        e = np.where(k + 1 < n_seg, starts[nxt], np.iinfo(np.int64).max)
+        e = np.minimum(e, b[gi])
+        inner = inner_col[k]
+        keep = (e > s) & (inner >= 0)
+        gi, inner, ln = gi[keep], inner[keep], (e - s)[keep]
+        if gi.size:
+            # self time per (gap, op), then each gap's largest (ties: earlier op first)
+            o = np.lexsort((inner, gi))
+            gi, inner, ln = gi[o], inner[o], ln[o]
+            first = np.ones(gi.shape[0], bool)
+            first[1:] = (gi[1:] != gi[:-1]) | (inner[1:] != inner[:-1])
+            at = np.flatnonzero(first)
+            g_u, op_u, self_u = gi[at], inner[at], np.add.reduceat(ln, at)
+            o = np.lexsort((op_u, -self_u, g_u))
+            g_u, op_u, self_u = g_u[o], op_u[o], self_u[o]
+            gfirst = np.searchsorted(g_u, g_u, side="left")
+            top = (np.arange(g_u.shape[0]) - gfirst) < HOST_OPS_PER_THREAD
+            parts_g.append(g_u[top])
+            parts_e.append(op_u[top].astype(np.int64))
+            parts_s.append(self_u[top])
+            parts_t.append(np.full(int(top.sum()), t, np.int32))
+        got = _on_line(line, block_anc, a)
+        for gg in np.flatnonzero(got >= 0).tolist():
+            syncs[gg].append((int(t), int(got[gg])))
+    cat = (lambda p, dt: np.concatenate(p).astype(dt) if p else np.zeros(0, dt))
+    g, tr, ev, st = cat(parts_g, np.int64), cat(parts_t, np.int32), cat(parts_e, np.int64), \
+        cat(parts_s, np.int64)
+    # per gap, most self time first (rounded to ns as shown; threads in track order at ties)
+    o = np.lexsort((-np.rint(st / 1000), g))
+    return HostOps(rows[g[o]].astype(np.int32), tr[o], ev[o], st[o], syncs,
+                   rows.astype(np.int32))

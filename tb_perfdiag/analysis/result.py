@@ -1,0 +1,261 @@
+"""The typed result of a diagnosis: numpy columns and small dataclasses.
+
+Nothing here is JSON or display text (finding titles and fixes excepted): renderers in
+``tb_perfdiag.render`` turn a ``Diagnosis`` into the page/CLI JSON, the Chrome-trace
+overlay, terminal text and pod rows.  Times are integer picoseconds relative to the
+trace origin; event columns hold indices into the trace, and ``refs`` keeps what a
+renderer needs to name those events, so a ``Diagnosis`` is self-contained (it is
+pickled for the disk cache and sent back from pod workers without the trace).
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, fields
+
+import numpy as np
+
+from . import causes as C
+
+
+class Cause(enum.IntEnum):
+    """Gap causes, in the order of ``causes.ALL`` (their string names)."""
+
+    HOST_SYNC = 0
+    COMPILATION = 1
+    H2D_TRANSFER = 2
+    DATA_LOADING = 3
+    HOST_COMPUTE = 4
+    LAUNCH_OVERHEAD = 5
+    COLLECTIVE_WAIT = 6
+    UNTRACED = 7
+
+    @property
+    def key(self) -> str:
+        return C.ALL[self]
+
+
+assert [c.key for c in Cause] == list(C.ALL)
+
+
+class Rule(enum.IntEnum):
+    """Which rule decided a gap's cause (the evidence a renderer words)."""
+
+    COLLECTIVE_ISSUED_EARLY = 0
+    ISSUED_EARLY_WITH_SYNC = 1
+    ISSUED_EARLY = 2
+    DRAINED_BY_SYNC = 3
+    STAGED_H2D = 4
+    HOST_BUCKET = 5
+
+
+class FindingKind(str, enum.Enum):
+    HOST_SYNC = "host_sync"
+    RECOMPILATION = "recompilation"
+    D2H_TRANSFER = "d2h_transfer"
+    INPUT_BOUND = "input_bound"
+    H2D_TRANSFER = "h2d_transfer"
+    LAUNCH_BOUND = "launch_bound"
+    HOST_COMPUTE = "host_compute"
+    COLLECTIVE_WAIT = "collective_wait"
+    UNTRACED = "untraced"
+    EXCESSIVE_MEMCPY = "excessive_memcpy"
+    DEVICE_SKEW = "device_skew"
+    SERIALIZED_DEVICES = "serialized_devices"
+    RECURRING_GAP = "recurring_gap"
+
+
+def _nbytes(obj) -> int:
+    """Rough resident size of a result part (numpy buffers plus a little per object)."""
+    if isinstance(obj, np.ndarray):
+        return int(obj.nbytes)
+    if isinstance(obj, (list, tuple)):
+        return 64 + sum(_nbytes(x) for x in obj[:1000]) * max(len(obj), 1) // max(
+            min(len(obj), 1000), 1)
+    if isinstance(obj, dict):
+        return 64 + sum(_nbytes(k) + _nbytes(v) for k, v in obj.items())
+    if isinstance(obj, str):
+        return 50 + len(obj)
+    if hasattr(obj, "__dataclass_fields__"):
+        return sum(_nbytes(getattr(obj, f.name)) for f in fields(obj))
+    return 32
+
+
+@dataclass
+class EventRefs:
+    """Names, places and call chains of the trace events a diagnosis cites."""
+
+    event: np.ndarray          # int64 trace event indices, sorted
+    name: np.ndarray           # int32 index into strings
+    track: np.ndarray          # int32 trace track (labels in Diagnosis.track_labels)
+    ts: np.ndarray             # int64 ps
+    dur: np.ndarray            # int64 ps
+    kind: np.ndarray           # int8 EventKind
+    hlo_op: np.ndarray         # int32 string id, −1 none
+    annotation: np.ndarray     # int32 string id (op_name or tf_op), −1 none
+    chain: list                # per row: tuple of string ids, outermost first
+    strings: list
+
+    def row(self, events) -> np.ndarray:
+        """Row of each event (−1 for −1 or an event not cited)."""
+        e = np.asarray(events, np.int64)
+        k = np.minimum(np.searchsorted(self.event, e), max(self.event.shape[0] - 1, 0))
+        ok = (e >= 0) & (self.event.shape[0] > 0)
+        if self.event.shape[0]:
+            ok &= self.event[k] == e
+        return np.where(ok, k, -1)
+
+    def name_of(self, event: int) -> str:
+        r = int(self.row([event])[0])
+        return self.strings[int(self.name[r])] if r >= 0 else ""
+
+    def chain_of(self, event: int) -> list:
+        r = int(self.row([event])[0])
+        return [self.strings[i] for i in self.chain[r]] if r >= 0 else []
+
+
+@dataclass
+class GapTable:
+    """One row per gap ≥ threshold, largest first (ties: earlier first)."""
+
+    device: np.ndarray         # int32
+    start: np.ndarray          # int64 ps
+    end: np.ndarray
+    step: np.ndarray           # int32 index into Diagnosis.steps (−1 none)
+    prev_op: np.ndarray        # int64 event: the device op before the gap (−1)
+    next_op: np.ndarray        # int64 event: the device op ending it (−1)
+    waited_for: np.ndarray     # int64 event: the host op that issued next_op (−1)
+    found_via: np.ndarray      # int8 attribution.VIA_*
+    cause: np.ndarray          # int8 Cause (primary)
+    rule: np.ndarray           # int8 Rule
+    lead: np.ndarray           # int64 ps: gap start − waited-for start
+    rule_share: np.ndarray     # float64: share of the gap in the deciding bucket
+    rule_bucket: np.ndarray    # int8 hostline bucket that decided (HOST_BUCKET rule)
+    thread: np.ndarray         # int32 host track analysed (−1)
+    bucket_time: np.ndarray    # (n, n_buckets) int64 ps per host bucket on that thread
+    blocking: np.ndarray       # int64 event: blocking host call in flight at the gap start
+    blocking_track: np.ndarray  # int32 its track (−1)
+
+    @property
+    def duration(self) -> np.ndarray:
+        return self.end - self.start
+
+    def __len__(self) -> int:
+        return int(self.start.shape[0])
+
+    @staticmethod
+    def empty(n_buckets: int) -> "GapTable":
+        z = np.zeros(0, np.int64)
+        return GapTable(z.astype(np.int32), z, z, z.astype(np.int32), z, z, z, z.astype(np.int8),
+                        z.astype(np.int8), z.astype(np.int8), z, z.astype(np.float64),
+                        z.astype(np.int8), z.astype(np.int32),
+                        np.zeros((0, n_buckets), np.int64), z, z.astype(np.int32))
+
+
+@dataclass
+class HostOps:
+    """What each host thread ran during the gaps given detail: per (gap row, thread), the
+    ops with the most self time inside the gap."""
+
+    gap: np.ndarray            # int32 gap row
+    track: np.ndarray          # int32
+    event: np.ndarray          # int64
+    self_time: np.ndarray      # int64 ps
+    syncs: list                # per detailed gap row: list of (track, event) blocking calls
+    rows: np.ndarray           # int32 gap rows that have detail
+
+
+@dataclass
+class DeviceTable:
+    name: list
+    kind: list
+    ops: np.ndarray            # int64 device activity events
+    busy: np.ndarray           # int64 ps (union)
+    lo: np.ndarray             # int64 ps first activity start (−1 none)
+    hi: np.ndarray             # int64 ps last activity end
+    idle_by_cause: np.ndarray  # (n_dev, n_causes) int64 ps, gaps ≥ threshold
+    small_count: np.ndarray    # int64 gaps under the threshold
+    small_total: np.ndarray    # int64 ps
+
+    def __len__(self) -> int:
+        return len(self.name)
+
+
+@dataclass
+class StepNumbers:
+    """Per step, and per step and device (axis 1: devices with activity, −1 windows
+    where a device has none)."""
+
+    ids: np.ndarray            # int64 step numbers
+    host_start: np.ndarray     # int64 ps
+    host_end: np.ndarray
+    source: str
+    has_device: np.ndarray     # bool (n_dev,): devices with activity
+    win_start: np.ndarray      # (n_steps, n_dev) int64 ps
+    win_end: np.ndarray
+    busy: np.ndarray           # (n_steps, n_dev) int64 ps
+    idle_by_cause: np.ndarray  # (n_steps, n_dev, n_causes) int64 ps
+    small_count: np.ndarray    # (n_steps, n_dev)
+    small_total: np.ndarray
+    compile_count: np.ndarray  # (n_steps,)
+    compile_total: np.ndarray  # ps
+    outlier: np.ndarray        # bool
+
+    def __len__(self) -> int:
+        return int(self.ids.shape[0])
+
+
+@dataclass
+class AnnotationTable:
+    """Device time per user annotation path (every prefix of a path is a row)."""
+
+    paths: list                # tuple of names per row, sorted
+    inclusive: np.ndarray      # int64 ps
+    exclusive: np.ndarray
+    ops: np.ndarray
+    device_runs: np.ndarray
+    scattered: np.ndarray      # bool
+    interleaved_with: list     # per row: sorted list of path strings
+    per_step_inclusive: np.ndarray   # (n_rows, n_steps) int64 ps
+    per_step_exclusive: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+
+@dataclass
+class Finding:
+    kind: FindingKind
+    title: str
+    detail: str
+    fix: str
+    confidence: str            # "high" | "medium"
+    time_lost_ns: int          # over the trace (sums of the cited gaps as reported, in ns)
+    time_lost_ns_per_step: int
+    steps: list                # step ids it hits
+    gaps: np.ndarray           # int32 gap rows it cites (all of them)
+    ranges: list = field(default_factory=list)   # [(start ns, end ns)] cited when not gaps
+    events: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # cited events
+    extra: dict = field(default_factory=dict)    # kind-specific figures (numbers, names)
+
+
+@dataclass
+class Diagnosis:
+    source: dict               # path, format, events, devices, origin_ps, hostnames
+    threshold_us: float
+    kernels_only: bool
+    devices: DeviceTable
+    steps: StepNumbers
+    gaps: GapTable
+    detail: HostOps
+    annotations: AnnotationTable
+    findings: list             # [Finding], most time lost first
+    small_total: int           # ps in gaps under the threshold, all devices
+    warnings: list
+    refs: EventRefs
+    track_labels: list         # label of every trace track
+
+    def nbytes(self) -> int:
+        return _nbytes(self)
+
+    def gap_cause_names(self) -> list:
+        return [C.ALL[c] for c in self.gaps.cause.tolist()]

@@ -1,0 +1,56 @@
+"""Diagnosis → the terminal report of ``tb-perfdiag diagnose``."""
+from __future__ import annotations
+
+from ..analysis import causes as C
+from ..analysis.result import Diagnosis
+from .json import devices_json, finding_json, gap_records, steps_json
+
+
+def _ms(ns) -> str:
+    return f"{ns / 1e6:.3f} ms"
+
+
+def report(label: str, diag: Diagnosis, top: int, step: int | None = None) -> str:
+    lines = [f"== {label}",
+             f"   {diag.source['events']} events, steps from {diag.steps.source}, "
+             f"gap threshold {diag.threshold_us} µs"]
+    devices = devices_json(diag)
+    for dev in devices:
+        if dev["duty_cycle"] is None:
+            lines.append(f"   {dev['name']}: no device activity")
+            continue
+        idle = ", ".join(f"{C.LABELS[c]} {_ms(v)}" for c, v in
+                         sorted(dev["idle_by_cause_ns"].items(), key=lambda kv: -kv[1]))
+        lines.append(f"   {dev['name']}: duty cycle {dev['duty_cycle'] * 100:.1f}% "
+                     f"(busy {_ms(dev['busy_ns'])} of {_ms(dev['window_ns'])}); "
+                     f"idle: {idle or '-'}")
+    steps = steps_json(diag)
+    if steps:
+        lines.append("   steps:")
+        for s in steps:
+            dc = " ".join(f"{devices[int(k)]['name']} {v['duty_cycle'] * 100:.1f}%"
+                          for k, v in s["devices"].items() if v["duty_cycle"] is not None)
+            extra = f", {s['compile']['count']} compile(s)" if s["compile"]["count"] else ""
+            lines.append(f"     step {s['id']}: {_ms(s['end_ns'] - s['start_ns'])}, duty {dc}{extra}")
+    if diag.findings:
+        lines.append("   findings:")
+        for f in diag.findings[:top]:
+            fj = finding_json(diag, f)
+            lines.append(f"   * {fj['title']} — {_ms(fj['time_lost_ns_per_step'])}/step "
+                         f"[{fj['confidence']}]\n       {fj['detail']}\n       fix: {fj['fix']}")
+    rows = list(range(len(diag.gaps)))
+    if step is not None:
+        ids = diag.steps.ids
+        rows = [r for r in rows if diag.gaps.step[r] >= 0 and ids[diag.gaps.step[r]] == step]
+    if rows:
+        lines.append(f"   largest gaps ({len(rows)} in total):")
+        for g in gap_records(diag, rows[:top]):
+            lines.append(f"   - {g['id']} step {g['step']}: {_ms(g['duration_ns'])} "
+                         f"{C.LABELS[g['cause']]} — {g['evidence']}")
+            if g["waited_for"]:
+                lines.append(f"       waited for: {' › '.join(g['waited_for']['chain'])}")
+            for h in g["host_ops"][:4]:
+                lines.append(f"       {h['thread']}: {' › '.join(h['chain'])} ({_ms(h['self_ns'])})")
+    for w in diag.warnings:
+        lines.append(f"   warning: {w}")
+    return "\n".join(lines)
