@@ -9,6 +9,10 @@ export const CAUSE_LABELS = {
   launch_overhead: "Kernel-launch overhead",
   collective_wait: "Collective wait",
   untraced: "Untraced (host idle or not profiled)",
+  device_wait: "Device-side wait (dependency or queue)",
+  allocator: "Memory allocator",
+  graph_capture: "CUDA-graph capture",
+  runtime_call: "Other runtime call",
   other_idle: "Other idle (short gaps / no device activity)",
   busy: "Busy",
 };
@@ -22,6 +26,10 @@ export const CAUSE_COLORS = {
   launch_overhead: "#7f7f7f",
   collective_wait: "#17becf",
   untraced: "#b0b0b0",
+  device_wait: "#1f77b4",
+  allocator: "#8c564b",
+  graph_capture: "#e377c2",
+  runtime_call: "#bcbd22",
   other_idle: "#dcdcdc",
   busy: "#2ca02c",
 };

@@ -2092,41 +2092,18 @@ static PyObject *scan_kineto(PyObject *self, PyObject *args) {
 }
 
 /* ====================================================================== */
-/* Nesting of events sorted by (track, ts, -dur): the array algorithm of
- * tb_perfdiag.trace.build.nest, as one pass per track.  depth = earlier events of
- * the track still open at my start (end > ts), kept as a min-heap of their ends;
- * parent = the latest earlier event of the track one level up. */
-
-static void heap_push(int64_t *h, Py_ssize_t *n, int64_t v) {
-    Py_ssize_t i = (*n)++;
-    while (i > 0) {
-        Py_ssize_t up = (i - 1) / 2;
-        if (h[up] <= v) break;
-        h[i] = h[up];
-        i = up;
-    }
-    h[i] = v;
-}
-
-static void heap_pop(int64_t *h, Py_ssize_t *n) {
-    int64_t v = h[--(*n)];
-    Py_ssize_t i = 0, m = *n;
-    for (;;) {
-        Py_ssize_t c = 2 * i + 1;
-        if (c >= m) break;
-        if (c + 1 < m && h[c + 1] < h[c]) c++;
-        if (v <= h[c]) break;
-        h[i] = h[c];
-        i = c;
-    }
-    if (m > 0) h[i] = v;
-}
+/* Nesting of events sorted by (track, ts, -dur), as one pass per track: an event's
+ * parent is the deepest event still open at its start (end > ts), i.e. the latest
+ * earlier event of the track that is still open — what a stack walk sees, also when
+ * an annotation starts inside a frame and outlives it.  The stack is the ancestor
+ * chain of the previous event; ended events are popped from its top.  depth =
+ * depth(parent) + 1. */
 
 static PyObject *nest_sorted(PyObject *self, PyObject *args) {
     Py_buffer tb, sb, eb;
     if (!PyArg_ParseTuple(args, "y*y*y*", &tb, &sb, &eb)) return NULL;
     PyObject *out = NULL, *depth_b = NULL, *parent_b = NULL;
-    int64_t *heap = NULL, *last = NULL;
+    int64_t *stack = NULL;
     Py_ssize_t n = sb.len / 8;
     if (sb.len % 8 || eb.len != sb.len || tb.len != n * 4) {
         PyErr_SetString(PyExc_ValueError, "nest_sorted: want int32 track, int64 ts, int64 end");
@@ -2134,9 +2111,8 @@ static PyObject *nest_sorted(PyObject *self, PyObject *args) {
     }
     depth_b = PyByteArray_FromStringAndSize(NULL, n * 2);
     parent_b = PyByteArray_FromStringAndSize(NULL, n * 8);
-    heap = malloc(sizeof(int64_t) * (n + 1));
-    last = malloc(sizeof(int64_t) * (n + 1));
-    if (!depth_b || !parent_b || !heap || !last) {
+    stack = malloc(sizeof(int64_t) * (n + 1));
+    if (!depth_b || !parent_b || !stack) {
         if (!PyErr_Occurred()) PyErr_NoMemory();
         goto done;
     }
@@ -2146,23 +2122,15 @@ static PyObject *nest_sorted(PyObject *self, PyObject *args) {
         int16_t *depth = (int16_t *)PyByteArray_AS_STRING(depth_b);
         int64_t *parent = (int64_t *)PyByteArray_AS_STRING(parent_b);
         Py_BEGIN_ALLOW_THREADS
-        Py_ssize_t hn = 0, deepest = -1;
+        Py_ssize_t sn = 0;
         for (Py_ssize_t i = 0; i < n; i++) {
-            if (i == 0 || track[i] != track[i - 1]) {
-                hn = 0;
-                for (Py_ssize_t d = 0; d <= deepest; d++) last[d] = -1;
-                deepest = -1;
-            }
-            while (hn > 0 && heap[0] <= ts[i]) heap_pop(heap, &hn);
-            Py_ssize_t d = hn;
-            depth[i] = (int16_t)d;
-            parent[i] = d > 0 ? last[d - 1] : -1;
-            if (d > deepest) {
-                for (Py_ssize_t k = deepest + 1; k < d; k++) last[k] = -1;
-                deepest = d;
-            }
-            last[d] = i;
-            heap_push(heap, &hn, end[i]);
+            if (i == 0 || track[i] != track[i - 1]) sn = 0;
+            while (sn > 0 && end[stack[sn - 1]] <= ts[i]) sn--;
+            int64_t p = sn > 0 ? stack[sn - 1] : -1;
+            parent[i] = p;
+            int d = p >= 0 ? depth[p] + 1 : 0;
+            depth[i] = (int16_t)(d > 32767 ? 32767 : d);
+            stack[sn++] = i;
         }
         Py_END_ALLOW_THREADS
     }
@@ -2170,8 +2138,7 @@ static PyObject *nest_sorted(PyObject *self, PyObject *args) {
 done:
     Py_XDECREF(depth_b);
     Py_XDECREF(parent_b);
-    free(heap);
-    free(last);
+    free(stack);
     PyBuffer_Release(&tb);
     PyBuffer_Release(&sb);
     PyBuffer_Release(&eb);

@@ -51,6 +51,10 @@ def test_every_injected_gap_found_with_cause_and_waited_for(entry, diagnoses):
             chain = got["waited_for"]["chain"][:-1]
             assert chain[-len(wf["enclosing"]):] == wf["enclosing"][-len(chain):] or \
                 wf["enclosing"][-1] in chain, (chain, wf["enclosing"])
+        cu = want.get("culprit")
+        if cu:
+            assert got["culprit"] is not None and got["culprit"]["name"] == cu["name"], \
+                (want, got["culprit"])
 
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e["name"])

@@ -5,25 +5,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..trace.model import EventKind as K, Trace
+from ..trace.model import Trace
 from .result import HostOps
 
 HOST_OPS_PER_THREAD = 8
-LONG_MEMCPY_CALL_PS = 20_000_000     # a memcpy call this long blocked the host
 PROBE_BEFORE_PS = 1000               # a blocking call that returned just before the gap
 
 
-def blocking_ancestor(trace: Trace) -> np.ndarray:
+def blocking_ancestor(trace: Trace, blocking: np.ndarray) -> np.ndarray:
     """For every event, the innermost enclosing event (itself included) that blocks the
-    host on the device: a sync, a device→host transfer, or a long memcpy call."""
-    k = trace.kind
-    block = np.isin(k, (K.SYNC, K.TRANSFER_D2H))
-    launch = np.flatnonzero((k == K.LAUNCH) & (trace.dur > LONG_MEMCPY_CALL_PS))
-    if launch.size:
-        u, inv = np.unique(trace.name[launch], return_inverse=True)
-        memcpy = np.array(["memcpy" in trace.strings[x].lower() for x in u.tolist()], bool)
-        block[launch[memcpy[inv.reshape(-1)]]] = True
-    out = np.where(block, np.arange(trace.n_events), -1)
+    host on the device (``hostline.blocking_mask``)."""
+    out = np.where(blocking, np.arange(trace.n_events), -1)
     for idx, p in trace.nested_levels():
         take = out[idx] < 0
         out[idx[take]] = out[p[take]]

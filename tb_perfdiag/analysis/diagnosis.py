@@ -20,10 +20,11 @@ from . import causes as C
 from . import findings as find_mod
 from .attribution import origins, root_origin
 from .detail import blocking_ancestor, blocking_calls, host_ops
-from .gaps import classify_gaps, device_busy, find_gaps
-from .hostline import B_COMPILE, BUCKETS, build_hostlines, event_buckets
+from .gaps import device_busy, find_gaps, user_threads
+from .hostline import B_COMPILE, blocking_mask, build_hostlines, event_buckets
 from .intervals import covered
 from .refs import event_refs
+from .shares import split
 from .result import DeviceTable, Diagnosis, GapTable, StepNumbers
 from .steps import device_windows, find_steps, step_of_time
 
@@ -50,6 +51,7 @@ class HostContext:
     origin: np.ndarray
     via: np.ndarray
     memcpy_of: np.ndarray
+    launch_memcpy: np.ndarray
     buckets: np.ndarray
     lines: dict
     block_anc: np.ndarray
@@ -61,7 +63,7 @@ class HostContext:
         n += sum(s.events.nbytes + s.values.nbytes for s in t.stats.values())
         n += sum(len(x) + 50 for x in t.strings)
         n += sum(a.nbytes for a in (self.origin, self.via, self.memcpy_of, self.buckets,
-                                    self.block_anc))
+                                    self.block_anc, self.launch_memcpy))
         n += sum(ln.seg_start.nbytes * 2 + ln.seg_inner.nbytes for ln in self.lines.values())
         return int(n)
 
@@ -80,19 +82,27 @@ def _no_cyclic_gc():
 
 
 def _window_numbers(sd, small, n_causes):
-    """Per step window of one device: busy time, idle time by cause (gaps spanning a
-    window boundary count in each window for their overlap) and the short gaps that start
-    in it."""
+    """Per step window of one device: busy time, idle time by cause (each gap's shares;
+    a gap spanning a window boundary counts in each window for its overlap, shares in
+    proportion) and the short gaps that start in it."""
     wb, we, us, ue, gt = sd
     wb, we = np.asarray(wb, np.int64), np.asarray(we, np.int64)
     open_ = we > wb
     busy = np.where(open_, covered(us, ue, wb, np.maximum(we, wb)), 0)
     by_cause = np.zeros((wb.shape[0], n_causes), np.int64)
-    for i in range(n_causes):
-        sel = np.flatnonzero(gt.cause == i) if len(gt) else np.zeros(0, np.int64)
-        if sel.size:
-            o = np.argsort(gt.start[sel], kind="stable")      # disjoint: sorted by start
-            by_cause[:, i] = np.where(open_, covered(gt.start[sel][o], gt.end[sel][o], wb, we), 0)
+    if len(gt):
+        gs, ge, sh = gt.start, gt.end, gt.shares
+        w0 = np.maximum(np.searchsorted(wb, gs, side="right") - 1, 0)
+        w1 = np.maximum(np.searchsorted(wb, ge - 1, side="right") - 1, 0)
+        cnt = w1 - w0 + 1
+        g = np.repeat(np.arange(gs.shape[0]), cnt)
+        w = w0[g] + (np.arange(g.shape[0]) - np.repeat(np.cumsum(cnt) - cnt, cnt))
+        ov = np.maximum(np.minimum(ge[g], we[w]) - np.maximum(gs[g], wb[w]), 0)
+        ov = np.where(open_[w], ov, 0)
+        whole = ov == (ge - gs)[g]
+        part = np.where(whole[:, None], sh[g],
+                        np.rint(sh[g] * (ov / np.maximum(ge - gs, 1)[g])[:, None]).astype(np.int64))
+        np.add.at(by_cause, w, part)
     ss, se = small
     o = np.argsort(ss, kind="stable")
     ss, se = ss[o], se[o]
@@ -146,6 +156,7 @@ def _diagnose(trace: Trace, opt: Options, progress):
     del dev_ops
     progress.within(0.35, "host timelines")
     ctx = host_context(trace, origin, via)
+    users = user_threads(trace, steps.thread)
 
     n_dev = len(trace.devices)
     dev_busy = np.zeros(n_dev, np.int64)
@@ -164,15 +175,16 @@ def _diagnose(trace: Trace, opt: Options, progress):
             continue
         lo, hi = int(us[0]), int(ue[-1])
         gs, ge, prev, nxt, ss, se = find_gaps(trace, d, ops, us, ue, threshold_ps)
-        gt = classify_gaps(trace, d, gs, ge, prev, nxt, origin, ctx.lines, steps.thread,
-                           ctx.memcpy_of, ctx.buckets)
+        wf = _issuer(trace, origin, root, nxt, users)
+        sp = split(trace, gs, ge, nxt, wf, ops, us, ue, ctx, users)
+        gt = _DeviceGaps(d, gs, ge, prev, nxt, wf, sp)
         gaps_all.append(gt)
         small_by_dev[d] = (ss, se)
         own = np.flatnonzero((trace.kind == K.STEP) & (trace.track_device[trace.track] == d))
         wb, we = device_windows(steps, ev_step[ops], trace.end_of(ops), hi, own, trace)
         steps_dev.append((wb, we, us, ue, gt))
         if len(gt):
-            np.add.at(dev_idle[d], gt.cause.astype(np.int64), gt.duration)
+            dev_idle[d] = gt.shares.sum(axis=0)
         dev_busy[d], dev_lo[d], dev_hi[d], dev_ops_n[d] = int((ue - us).sum()), lo, hi, ops.size
         dev_small_n[d], dev_small_t[d] = ss.size, int((se - ss).sum())
     devices = DeviceTable([d.name for d in trace.devices], [d.kind for d in trace.devices],
@@ -238,13 +250,40 @@ def _diagnose(trace: Trace, opt: Options, progress):
     diag.findings, cited = find_mod.findings(trace, diag, steps, compile_ev, compile_step, ctx)
     sync_events = [e for per_gap in detail.syncs for _, e in per_gap]
     diag.refs = event_refs(trace, [gaps.prev_op, gaps.next_op, gaps.waited_for, gaps.blocking,
-                                   detail.event, np.array(sync_events, np.int64), cited])
+                                   gaps.culprit, detail.event, np.array(sync_events, np.int64),
+                                   cited])
     return diag, ctx
+
+
+class _DeviceGaps:
+    """One device's gaps in time order with their split (gathered, then sorted)."""
+
+    def __init__(self, device, gs, ge, prev, nxt, wf, sp):
+        self.device = np.full(gs.shape[0], device, np.int32)
+        self.start, self.end, self.prev_op, self.next_op, self.waited_for = gs, ge, prev, nxt, wf
+        self.cause, self.shares, self.rest_end = sp.primary, sp.shares, sp.rest_end
+        self.thread, self.followed, self.blocking = sp.thread, sp.followed, sp.blocking
+        self.drained, self.culprit = sp.drained, sp.culprit
+
+    def __len__(self):
+        return int(self.start.shape[0])
+
+
+def _issuer(trace: Trace, origin, root, nxt, users) -> np.ndarray:
+    """The host call that issued each op: its direct origin (a launch), or, when that is
+    on a runtime thread (an XLA executor), the user's dispatch it traces back to."""
+    wf = origin[nxt].astype(np.int64)
+    r = root[nxt].astype(np.int64)
+    if users:
+        on_user = np.isin(trace.track[np.maximum(r, 0)], users) & (r >= 0)
+        direct_user = np.isin(trace.track[np.maximum(wf, 0)], users) & (wf >= 0)
+        wf = np.where(on_user & ~direct_user, r, wf)
+    return wf
 
 
 def _gap_table(trace, steps, gaps_all, steps_dev, ev_step, via, ctx) -> GapTable:
     if not gaps_all or not sum(len(g) for g in gaps_all):
-        return GapTable.empty(len(BUCKETS))
+        return GapTable.empty(len(C.ALL))
     gap_step = []
     for g in gaps_all:
         st = ev_step[g.next_op] if steps.source != "whole_trace" else np.zeros(len(g), np.int64)
@@ -259,16 +298,21 @@ def _gap_table(trace, steps, gaps_all, steps_dev, ev_step, via, ctx) -> GapTable
     col = lambda name: cat(name)[order]  # noqa: E731
     nxt = col("next_op").astype(np.int64)
     start, end = start[order], end[order]
-    blocking, blocking_track = blocking_calls(ctx.lines, ctx.block_anc, start)
+    blocking = col("blocking").astype(np.int64)
+    # gaps whose own thread shows no blocking call: the one in flight on any thread
+    any_ev, any_track = blocking_calls(ctx.lines, ctx.block_anc, start)
+    b_track = np.where(blocking >= 0, trace.track[np.maximum(blocking, 0)], any_track)
+    blocking = np.where(blocking >= 0, blocking, any_ev)
     return GapTable(
         device=col("device").astype(np.int32), start=start, end=end,
         step=np.concatenate(gap_step)[order], prev_op=col("prev_op").astype(np.int64),
         next_op=nxt, waited_for=col("waited_for").astype(np.int64),
         found_via=via[np.maximum(nxt, 0)].astype(np.int8), cause=col("cause").astype(np.int8),
-        rule=col("rule"), lead=col("lead"), rule_share=col("rule_share"),
-        rule_bucket=col("rule_bucket"), thread=col("thread").astype(np.int32),
-        bucket_time=np.concatenate([g.bucket_time for g in gaps_all])[order],
-        blocking=blocking, blocking_track=blocking_track)
+        shares=np.concatenate([g.shares for g in gaps_all])[order],
+        rest_end=col("rest_end"), thread=col("thread").astype(np.int32),
+        followed=col("followed").astype(np.int32), blocking=blocking,
+        blocking_track=np.where(blocking >= 0, b_track, -1).astype(np.int32),
+        drained=col("drained"), culprit=col("culprit").astype(np.int64))
 
 
 def _small(a: np.ndarray) -> np.ndarray:
@@ -301,8 +345,10 @@ def host_context(trace: Trace, origin: np.ndarray | None = None,
     dev_mem = np.flatnonzero((memcpy_of > 0) & (origin >= 0))
     launch_memcpy[origin[dev_mem]] = memcpy_of[dev_mem]
     buckets = event_buckets(trace, launch_memcpy)
-    lines = build_hostlines(trace, buckets, trace.host_tracks())
-    return HostContext(trace, origin, via, memcpy_of, buckets, lines, blocking_ancestor(trace))
+    blocking = blocking_mask(trace, launch_memcpy)
+    lines = build_hostlines(trace, buckets, trace.host_tracks(), blocking)
+    return HostContext(trace, origin, via, memcpy_of, launch_memcpy, buckets, lines,
+                       blocking_ancestor(trace, blocking))
 
 
 def gap_detail(ctx: HostContext, diag: Diagnosis, row: int) -> tuple:

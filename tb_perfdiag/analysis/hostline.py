@@ -14,28 +14,43 @@ import numpy as np
 from ..trace.model import EventKind as K, Trace
 from . import causes as C
 
-BUCKETS = (C.HOST_SYNC, C.COMPILATION, C.H2D_TRANSFER, C.DATA_LOADING, C.HOST_COMPUTE,
-           C.LAUNCH_OVERHEAD, C.UNTRACED)
-B_SYNC, B_COMPILE, B_H2D, B_DATA, B_COMPUTE, B_LAUNCH, B_IDLE = range(len(BUCKETS))
+# what a host op's own time stands for; an op's bucket decides the gap share its self
+# time goes to (BUCKET_CAUSE).  Annotation self time is untraced, but it is not idle: the
+# thread was inside user code the profiler did not break down.
+BUCKETS = ("sync", "compile", "h2d", "data", "compute", "launch", "idle", "alloc",
+           "capture", "runtime", "annotation")
+(B_SYNC, B_COMPILE, B_H2D, B_DATA, B_COMPUTE, B_LAUNCH, B_IDLE, B_ALLOC, B_CAPTURE,
+ B_RUNTIME, B_ANNOT) = range(len(BUCKETS))
+BUCKET_CAUSE = {B_SYNC: C.HOST_SYNC, B_COMPILE: C.COMPILATION, B_H2D: C.H2D_TRANSFER,
+                B_DATA: C.DATA_LOADING, B_COMPUTE: C.HOST_COMPUTE, B_LAUNCH: C.LAUNCH_OVERHEAD,
+                B_IDLE: C.UNTRACED, B_ALLOC: C.ALLOCATOR, B_CAPTURE: C.GRAPH_CAPTURE,
+                B_RUNTIME: C.RUNTIME_CALL, B_ANNOT: C.UNTRACED}
 # buckets an op passes to the ops it encloses (HLO passes under Compile are compile time,
-# aten ops under the data loader are data loading)
-_INHERITED = (B_SYNC, B_COMPILE, B_H2D, B_DATA)
+# aten ops under the data loader are data loading, anything inside a graph capture is
+# capture, event queries inside an allocation are the caching allocator's)
+_INHERITED = (B_SYNC, B_COMPILE, B_H2D, B_DATA, B_CAPTURE, B_ALLOC)
 
 
-def event_buckets(trace: Trace, memcpy_kind_of_launch: np.ndarray) -> np.ndarray:
-    """Cause bucket of every event (host events meaningful; device ones unused)."""
+def event_buckets(trace: Trace, launch_memcpy: np.ndarray) -> np.ndarray:
+    """Cause bucket of every event (host events meaningful; device ones unused).
+    ``launch_memcpy``: per host call, the direction of the copy it issued (1 h2d, 2 d2h)."""
     k = trace.kind
     b = np.full(trace.n_events, B_COMPUTE, np.int8)
     b[np.isin(k, (K.SYNC, K.TRANSFER_D2H))] = B_SYNC
     b[k == K.COMPILE] = B_COMPILE
     b[k == K.TRANSFER_H2D] = B_H2D
     b[k == K.DATA] = B_DATA
-    b[np.isin(k, (K.LAUNCH, K.RUNTIME))] = B_LAUNCH
-    # a memcpy runtime call blocks like a sync when it copies to the host, and is a
-    # host→device transfer when it stages host data
-    b[memcpy_kind_of_launch == 1] = B_H2D
-    b[memcpy_kind_of_launch == 2] = B_SYNC
+    b[k == K.LAUNCH] = B_LAUNCH
+    b[k == K.RUNTIME] = B_RUNTIME
+    b[k == K.ALLOC] = B_ALLOC
+    b[k == K.GRAPH_CAPTURE] = B_CAPTURE
+    b[np.isin(k, (K.ANNOTATION, K.STEP))] = B_ANNOT
+    # a memcpy call blocks like a sync when it copies to the host, and stages host data
+    # when it copies to the device
+    b[launch_memcpy == 1] = B_H2D
+    b[launch_memcpy == 2] = B_SYNC
     b[k == K.IDLE] = B_IDLE
+    _capture_regions(trace, b)
     # idle markers are idle only at the top of a thread; nested ones are transparent
     specific = np.isin(b, _INHERITED) | ((b == B_IDLE) & (trace.parent < 0))
     for idx, p in trace.nested_levels():
@@ -43,6 +58,31 @@ def event_buckets(trace: Trace, memcpy_kind_of_launch: np.ndarray) -> np.ndarray
         b[idx[inherit]] = b[p[inherit]]
         specific[idx[inherit]] = True
     return b
+
+
+def _capture_regions(trace: Trace, b: np.ndarray) -> None:
+    """Everything a thread runs between a stream-capture begin and its end is capture."""
+    cap = np.flatnonzero(trace.kind == K.GRAPH_CAPTURE)
+    if cap.size == 0:
+        return
+    names = [trace.strings[i].lower() for i in trace.name[cap].tolist()]
+    begins = [e for e, nm in zip(cap.tolist(), names) if "begincapture" in nm or "capture_begin" in nm]
+    for e in begins:
+        t = trace.track[e]
+        lo, hi = np.searchsorted(trace.track, [t, t + 1])
+        later = lo + np.flatnonzero(trace.ts[lo:hi] >= trace.ts[e])
+        ends = [x for x in later.tolist() if "endcapture" in trace.strings[int(trace.name[x])]
+                .lower() or "capture_end" in trace.strings[int(trace.name[x])].lower()]
+        stop = trace.end_of(ends[0]) if ends else trace.end_of(e)
+        inside = later[trace.ts[later] < stop]
+        b[inside] = B_CAPTURE
+
+
+def blocking_mask(trace: Trace, launch_memcpy: np.ndarray) -> np.ndarray:
+    """Host calls that block until the device catches up: syncs, device→host transfers
+    and copies (a copy staging host data to the device is a transfer, not a sync)."""
+    return np.isin(trace.kind, (K.SYNC, K.TRANSFER_D2H)) | \
+        ((trace.kind == K.LAUNCH) & (launch_memcpy == 2))
 
 
 @dataclass
@@ -56,14 +96,20 @@ class HostLine:
     # the memory and its row-wise cumsum dominated the analysis of large traces)
     bucket_segs: list
     bucket_cum: list
+    # the thread's blocking calls: disjoint sorted intervals and the outermost call of each
+    blocking: tuple = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
 
     def busy_ns(self) -> int:
         """Time spent in any bucket but idle."""
-        return sum(int(c[-1]) for c in self.bucket_cum[:B_IDLE])
+        return sum(int(c[-1]) for i, c in enumerate(self.bucket_cum) if i != B_IDLE)
 
     def time_by_bucket(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """(len(a), n_buckets) time spent per bucket inside each window [a, b)."""
-        return self._upto(b) - self._upto(a)
+        """(len(a), n_buckets) time spent per bucket inside each window [a, b); time
+        before the thread's first event is idle too."""
+        out = self._upto(b) - self._upto(a)
+        out[:, B_IDLE] += np.maximum(np.asarray(b, np.int64) - np.asarray(a, np.int64), 0) \
+            - out.sum(axis=1)
+        return out
 
     def _upto(self, t: np.ndarray) -> np.ndarray:
         t = np.asarray(t, np.int64)
@@ -94,7 +140,8 @@ class HostLine:
         return s[keep], e[keep], self.seg_inner[lo:hi][keep]
 
 
-def build_hostlines(trace: Trace, buckets: np.ndarray, tracks) -> dict:
+def build_hostlines(trace: Trace, buckets: np.ndarray, tracks,
+                    blocking: np.ndarray | None = None) -> dict:
     out = {}
     # events are sorted by track: each track is one slice
     bounds = np.searchsorted(trace.track, np.arange(len(trace.track_kind) + 1))
@@ -102,29 +149,23 @@ def build_hostlines(trace: Trace, buckets: np.ndarray, tracks) -> dict:
         lo, hi = bounds[t], bounds[t + 1]
         if hi == lo:
             continue
-        idx = np.arange(lo, hi)
-        # boundaries: starts (→ event), ends (→ parent); ends sort before starts at ties,
-        # and among starts at one instant the later (deeper) one wins.  Starts are already
-        # in time order (events are sorted by track, ts): merge them with the sorted ends.
+        # at each boundary the innermost op is the deepest event open just after it: the
+        # first ancestor-or-self of the last event started by then that has not ended
+        # (an annotation that outlives the frame it started in stays innermost)
         starts = trace.ts[lo:hi]
         ends = trace.end_of(slice(lo, hi))
-        e_order = np.argsort(ends, kind="stable")
-        ends = ends[e_order]
-        # a start goes after every end at or before its instant
-        s_pos = np.arange(hi - lo) + np.searchsorted(ends, starts, side="right")
-        times = np.empty(2 * (hi - lo), np.int64)
-        inner = np.empty(2 * (hi - lo), np.int64)
-        is_s = np.zeros(2 * (hi - lo), bool)
-        is_s[s_pos] = True
-        times[s_pos] = starts
-        inner[s_pos] = idx
-        times[~is_s] = ends
-        inner[~is_s] = trace.parent[lo:hi][e_order]
-        del e_order, ends, s_pos, is_s
-        # collapse equal times: the last boundary at an instant defines the segment
-        last = np.ones(times.shape[0], bool)
-        last[:-1] = times[1:] != times[:-1]
-        times, inner = times[last], inner[last]
+        times = np.unique(np.concatenate((starts, ends)))
+        cur = np.searchsorted(starts, times, side="right") - 1 + lo
+        live = np.flatnonzero(cur >= lo)
+        cur[cur < lo] = -1
+        while live.size:
+            c = cur[live]
+            ended = trace.ts[c] + trace.dur[c] <= times[live]
+            live = live[ended]
+            cur[live] = trace.parent[cur[live]]
+            live = live[cur[live] >= 0]
+        inner = cur
+        del starts, ends
         bucket = np.where(inner >= 0, buckets[np.maximum(inner, 0)], B_IDLE).astype(np.int8)
         inner = np.where(bucket == B_IDLE, -1, inner)
         # a nested idle marker stands for its parent's work
@@ -140,5 +181,22 @@ def build_hostlines(trace: Trace, buckets: np.ndarray, tracks) -> dict:
             np.cumsum(seg_len[sel], out=c[1:])
             segs.append(sel)
             cums.append(c)
-        out[int(t)] = HostLine(int(t), times, inner.astype(np.int32), bucket, segs, cums)
+        line = HostLine(int(t), times, inner.astype(np.int32), bucket, segs, cums)
+        if blocking is not None:
+            line.blocking = _blocking_intervals(trace, lo, hi, blocking)
+        out[int(t)] = line
     return out
+
+
+def _blocking_intervals(trace: Trace, lo: int, hi: int, blocking: np.ndarray) -> tuple:
+    """(starts, ends, outermost event) of the union of a track's blocking calls."""
+    ev = lo + np.flatnonzero(blocking[lo:hi])
+    if ev.size == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    s, e = trace.ts[ev], trace.end_of(ev)          # sorted by start (track order)
+    run_end = np.maximum.accumulate(e)
+    new = np.ones(ev.shape[0], bool)
+    new[1:] = s[1:] >= run_end[:-1]
+    first = np.flatnonzero(new)
+    last = np.concatenate((first[1:], [ev.shape[0]])) - 1
+    return s[first], run_end[last], ev[first].astype(np.int64)

@@ -28,6 +28,10 @@ class Cause(enum.IntEnum):
     LAUNCH_OVERHEAD = 5
     COLLECTIVE_WAIT = 6
     UNTRACED = 7
+    DEVICE_WAIT = 8
+    ALLOCATOR = 9
+    GRAPH_CAPTURE = 10
+    RUNTIME_CALL = 11
 
     @property
     def key(self) -> str:
@@ -35,17 +39,6 @@ class Cause(enum.IntEnum):
 
 
 assert [c.key for c in Cause] == list(C.ALL)
-
-
-class Rule(enum.IntEnum):
-    """Which rule decided a gap's cause (the evidence a renderer words)."""
-
-    COLLECTIVE_ISSUED_EARLY = 0
-    ISSUED_EARLY_WITH_SYNC = 1
-    ISSUED_EARLY = 2
-    DRAINED_BY_SYNC = 3
-    STAGED_H2D = 4
-    HOST_BUCKET = 5
 
 
 class FindingKind(str, enum.Enum):
@@ -115,7 +108,8 @@ class EventRefs:
 
 @dataclass
 class GapTable:
-    """One row per gap ≥ threshold, largest first (ties: earlier first)."""
+    """One row per gap ≥ threshold, largest first (ties: earlier first).  Each gap's
+    length is split into counterfactual cause shares (``shares.py``) that add up to it."""
 
     device: np.ndarray         # int32
     start: np.ndarray          # int64 ps
@@ -123,17 +117,17 @@ class GapTable:
     step: np.ndarray           # int32 index into Diagnosis.steps (−1 none)
     prev_op: np.ndarray        # int64 event: the device op before the gap (−1)
     next_op: np.ndarray        # int64 event: the device op ending it (−1)
-    waited_for: np.ndarray     # int64 event: the host op that issued next_op (−1)
+    waited_for: np.ndarray     # int64 event: the host call that issued next_op (−1)
     found_via: np.ndarray      # int8 attribution.VIA_*
-    cause: np.ndarray          # int8 Cause (primary)
-    rule: np.ndarray           # int8 Rule
-    lead: np.ndarray           # int64 ps: gap start − waited-for start
-    rule_share: np.ndarray     # float64: share of the gap in the deciding bucket
-    rule_bucket: np.ndarray    # int8 hostline bucket that decided (HOST_BUCKET rule)
-    thread: np.ndarray         # int32 host track analysed (−1)
-    bucket_time: np.ndarray    # (n, n_buckets) int64 ps per host bucket on that thread
-    blocking: np.ndarray       # int64 event: blocking host call in flight at the gap start
+    cause: np.ndarray          # int8 Cause: the primary (largest share)
+    shares: np.ndarray         # (n, n_causes) int64 ps, rows add up to the gap
+    rest_end: np.ndarray       # int64 ps: end of the host-side part (device-side wait after)
+    thread: np.ndarray         # int32 host track analysed: the one that issued next_op (−1)
+    followed: np.ndarray       # int32 track its idle time was followed to (−1)
+    blocking: np.ndarray       # int64 event: the blocking call that earned host_sync (−1)
     blocking_track: np.ndarray  # int32 its track (−1)
+    drained: np.ndarray        # bool: a sync in flight as the device went idle drained it
+    culprit: np.ndarray        # int64 event: the op behind the primary share (−1)
 
     @property
     def duration(self) -> np.ndarray:
@@ -143,12 +137,12 @@ class GapTable:
         return int(self.start.shape[0])
 
     @staticmethod
-    def empty(n_buckets: int) -> "GapTable":
+    def empty(n_causes: int) -> "GapTable":
         z = np.zeros(0, np.int64)
-        return GapTable(z.astype(np.int32), z, z, z.astype(np.int32), z, z, z, z.astype(np.int8),
-                        z.astype(np.int8), z.astype(np.int8), z, z.astype(np.float64),
-                        z.astype(np.int8), z.astype(np.int32),
-                        np.zeros((0, n_buckets), np.int64), z, z.astype(np.int32))
+        i32 = z.astype(np.int32)
+        return GapTable(i32, z, z, i32, z, z, z, z.astype(np.int8), z.astype(np.int8),
+                        np.zeros((0, n_causes), np.int64), z, i32, i32, z, i32,
+                        z.astype(bool), z)
 
 
 @dataclass

@@ -14,6 +14,8 @@ CAUSE_COLORS = {  # Chrome trace viewer reserved colour names
     C.HOST_SYNC: "terrible", C.COMPILATION: "bad", C.H2D_TRANSFER: "olive",
     C.DATA_LOADING: "yellow", C.HOST_COMPUTE: "rail_response", C.LAUNCH_OVERHEAD: "grey",
     C.COLLECTIVE_WAIT: "rail_animation", C.UNTRACED: "white",
+    C.DEVICE_WAIT: "thread_state_iowait", C.ALLOCATOR: "rail_load",
+    C.GRAPH_CAPTURE: "startup", C.RUNTIME_CALL: "generic_work",
 }
 MAX_EVENTS = 20000
 

@@ -112,10 +112,12 @@ def _native_nest():
 def nest_arrays(track: np.ndarray, ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Depth and parent of events sorted by (track, ts, -dur).
 
-    An event's depth is the number of earlier events on its track still open when it
-    starts; its parent is the latest earlier event one level up.  Partially
-    overlapping events (clock jitter, async spans) therefore nest under whatever was
-    open, which is what a stack walk would do too.
+    An event's parent is the deepest event of its track still open at its start
+    (end > ts): the latest earlier event still open, which is what a stack walk sees —
+    also when an annotation starts inside a Python frame and outlives it, its later
+    children belong to it, not to the frame that already ended.  depth = depth(parent)+1.
+    The latest open earlier event is found for all events at once by binary lifting over
+    block maxima of the ends.
     """
     n = ts.shape[0]
     depth = np.zeros(n, dtype=np.int32)
@@ -125,44 +127,37 @@ def nest_arrays(track: np.ndarray, ts: np.ndarray, end: np.ndarray) -> tuple[np.
     bounds = np.flatnonzero(np.diff(track)) + 1
     starts = np.concatenate(([0], bounds))
     stops = np.concatenate((bounds, [n]))
-    nested = []
-    for a, b in zip(starts, stops):
-        t = ts[a:b]
-        e = end[a:b]
-        if (t[1:] >= e[:-1]).all():
-            continue      # nothing overlaps on this track (a device stream): all depth 0
-        nested.append(np.arange(a, b))
-        local = np.arange(b - a)
-        ended = np.searchsorted(np.sort(e), t, side="right")
-        # Depth = earlier events still open at my start = local - (earlier events ended).
-        # ``ended`` also counts events at or after me that end at my start: only
-        # zero-length events at my very instant, which the -dur order puts at the tail
-        # of their same-start group.
-        g0 = np.searchsorted(t, t, side="left")
-        g1 = np.searchsorted(t, t, side="right")
-        zc = np.concatenate(([0], np.cumsum(e == t)))
-        zero_from = g1 - (zc[g1] - zc[g0])
-        later = g1 - np.maximum(local, zero_from)
-        d = local - (ended - later)
-        depth[a:b] = np.maximum(d, 0)
+    nested = [np.arange(a, b) for a, b in zip(starts, stops)
+              if not (ts[a + 1:b] >= end[a:b - 1]).all()]   # a device stream: all depth 0
     if not nested:
         return depth.astype(np.int16), parent
-    # parents only on tracks that nest; indices stay ascending within each level
     pool = np.concatenate(nested)
-    max_depth = int(depth[pool].max())
-    order = pool[np.argsort(depth[pool].astype(np.int16), kind="stable")]   # radix sort
-    sorted_depth = depth[order]
-    level_bounds = np.searchsorted(sorted_depth, np.arange(max_depth + 2))
-    for d in range(1, max_depth + 1):
-        here = order[level_bounds[d]:level_bounds[d + 1]]
-        up = order[level_bounds[d - 1]:level_bounds[d]]
-        if here.size == 0 or up.size == 0:
-            continue
-        k = np.searchsorted(up, here) - 1
-        ok = k >= 0
-        cand = np.where(ok, up[np.maximum(k, 0)], -1)
-        ok &= track[np.maximum(cand, 0)] == track[here]
-        parent[here] = np.where(ok, cand, -1)
+    t, e, tr = ts[pool], end[pool], track[pool]
+    m = pool.shape[0]
+    first = np.searchsorted(tr, tr, side="left")        # start of each event's track
+    levels = [e]
+    while (1 << len(levels)) <= m:
+        prev, h = levels[-1], 1 << (len(levels) - 1)
+        cur = prev.copy()
+        np.maximum(prev[:m - h], prev[h:], out=cur[:m - h])
+        levels.append(cur)                                # max of end[j : j + 2^k]
+    pos = np.arange(m)
+    for k in range(len(levels) - 1, -1, -1):
+        cand = pos - (1 << k)
+        ok = cand >= first
+        ok[ok] = levels[k][cand[ok]] <= t[ok]             # nothing open in that block
+        pos = np.where(ok, cand, pos)
+    del levels
+    j = pos - 1
+    has = (j >= first) & (e[np.maximum(j, 0)] > t)
+    par = np.where(has, j, -1)
+    d = np.zeros(m, np.int32)
+    cur = par
+    while (cur >= 0).any():
+        d += cur >= 0
+        cur = np.where(cur >= 0, par[np.maximum(cur, 0)], -1)
+    parent[pool] = np.where(par >= 0, pool[np.maximum(par, 0)], -1)
+    depth[pool] = np.minimum(d, 32767)
     return depth.astype(np.int16), parent
 
 

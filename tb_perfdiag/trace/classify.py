@@ -12,7 +12,25 @@ from .model import EventKind as K
 STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 
 _SYNC = re.compile(r"(Synchronize|StreamSync|DeviceSync|EventSync|BlockUntilReady|"
-                   r"block_until_ready|AwaitBuffersReady)", re.I)
+                   r"block_until_ready|AwaitBuffersReady|BlockHostUntilReady|"
+                   r"PjRtBuffer::Await|PjRtStreamExecutorBuffer::Await)", re.I)
+_ALLOC = re.compile(r"^(cu|cuda|hip|hipExt)(Mem)?(Malloc|Free|Alloc|HostAlloc|HostFree|"
+                    r"MallocHost|FreeHost|MallocAsync|FreeAsync|MallocManaged|"
+                    r"MallocWithFlags|MallocPitch|Malloc3D|AllocHost)\w*$|empty_cache|emptyCache",
+                    re.I)
+_GRAPH_CAPTURE = re.compile(r"^(cu|cuda|hip)(StreamBeginCapture|StreamEndCapture|"
+                            r"GraphInstantiate|ThreadExchangeStreamCaptureMode)\w*$|"
+                            r"CUDAGraph::capture|capture_begin|capture_end", re.I)
+# a Python frame of the input pipeline (its callees inherit data loading by nesting)
+_DATA_FRAME = re.compile(r"(torch/utils/data/|tensorflow/python/data/|tf\.data|"
+                         r"torchvision/datasets/|/datasets?/|DataLoader|"
+                         r"_next_data|collate)", re.I)
+# record_function annotations PyTorch itself writes, which 2021 traces file as operators
+_FRAMEWORK_ANNOTATION = re.compile(r"^(Optimizer\.\w+#|[A-Za-z_][\w.]*#[\w.]+$|## .* ##$)")
+# allocation ops: their own time is the caching allocator getting memory
+_ALLOC_OP = re.compile(r"^aten::(empty|empty_strided|empty_like|new_empty|new_empty_strided)$")
+# host ops that block until the device hands back a value (.item(), float(tensor))
+_BLOCKING_OP = re.compile(r"^aten::(_local_scalar_dense|is_nonzero)$")
 _LAUNCH = re.compile(r"^(cu|cuda|hip|mtia)\w*(Launch|Memcpy|Memset|GraphLaunch)", re.I)
 _DATA = re.compile(r"(enumerate\(DataLoader\)|DataLoader|data_?load|dataloader|"
                    r"_next_data|get_batch|input_pipeline|prefetch)", re.I)
@@ -41,11 +59,17 @@ def host_kind(name: str, category: str = "") -> K:
         return K.IDLE
     cat = category.lower()
     if cat in ("python_function", "python"):
-        return K.PYTHON
+        # frames of the input pipeline before anything else: their callees (decode,
+        # resize, collate) are data loading too
+        return K.DATA if _DATA_FRAME.search(name) else K.PYTHON
     if cat in ("cuda_runtime", "cuda_driver", "runtime", "mtia_runtime", "hip_runtime") or \
             (not cat and _RUNTIME_API.match(name)):
         if _SYNC.search(name):
             return K.SYNC
+        if _ALLOC.search(name):
+            return K.ALLOC
+        if _GRAPH_CAPTURE.search(name):
+            return K.GRAPH_CAPTURE
         if _LAUNCH.search(name):
             return K.LAUNCH
         return K.RUNTIME
@@ -56,7 +80,15 @@ def host_kind(name: str, category: str = "") -> K:
     if _COLLECTIVE_HOST.search(name):
         return K.COLLECTIVE
     if cat in ("cpu_op", "operator"):
+        if _BLOCKING_OP.match(name):
+            return K.TRANSFER_D2H
+        if _ALLOC_OP.match(name):
+            return K.ALLOC
+        if _FRAMEWORK_ANNOTATION.match(name) and "::" not in name:
+            return K.ANNOTATION
         return K.CPU_OP
+    if _GRAPH_CAPTURE.search(name):
+        return K.GRAPH_CAPTURE
     # XLA host threads: names of runtime work
     if _COMPILE.search(name):
         return K.COMPILE

@@ -44,6 +44,8 @@ class EventKind(enum.IntEnum):
     DATA = 21           # data loading (DataLoader, user's data_loading annotation)
     COLLECTIVE = 22     # host-side collective call (c10d, NCCL)
     IDLE = 23           # markers a worker thread records while it has nothing to do
+    ALLOC = 24          # device/pinned memory allocation or release (cudaMalloc, hipFree…)
+    GRAPH_CAPTURE = 25  # CUDA/HIP graph capture or instantiation (a one-time cost)
 
 
 DEVICE_ACTIVITY = (EventKind.KERNEL, EventKind.MEMCPY, EventKind.MEMSET)

@@ -428,7 +428,7 @@ def scenario_xla_tpu_two_devices():
                 execs = _tpu_execute(xh, sm["flow"], 2, run_id, replicated=True)
                 first = None
                 if k == h2d_step:
-                    first = {"cause": H2D_TRANSFER, "waited_for": sm["transfer"],
+                    first = {"cause": H2D_TRANSFER, "culprit": sm["transfer"],
                              "optional": False,
                              "note": ("StepMarker › … › ExtractIRAndPrepareXlaData_ › "
                                       "PjRtComputationClient::TransferToDevice uploads a "

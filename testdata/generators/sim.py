@@ -21,8 +21,12 @@ HOST_COMPUTE = "host_compute"
 LAUNCH_OVERHEAD = "launch_overhead"
 COLLECTIVE_WAIT = "collective_wait"
 UNTRACED = "untraced"
+DEVICE_WAIT = "device_wait"
+ALLOCATOR = "allocator"
+GRAPH_CAPTURE = "graph_capture"
+RUNTIME_CALL = "runtime_call"
 CAUSES = (HOST_SYNC, COMPILATION, H2D_TRANSFER, DATA_LOADING, HOST_COMPUTE, LAUNCH_OVERHEAD,
-          COLLECTIVE_WAIT, UNTRACED)
+          COLLECTIVE_WAIT, UNTRACED, DEVICE_WAIT, ALLOCATOR, GRAPH_CAPTURE, RUNTIME_CALL)
 
 
 class Ev:
@@ -94,9 +98,10 @@ class Timeline:
         self._ext += 1
         return self._ext
 
-    def expect(self, cause, waited_for=None, optional=False, note=None):
-        """The next device op launched ends an injected gap of this cause."""
-        self.pending = {"cause": cause, "waited_for": waited_for, "optional": optional,
+    def expect(self, cause, culprit=None, optional=False, note=None):
+        """The next device op launched ends an injected gap of this cause; ``culprit``: the
+        host op behind it when that is not the op's own launch."""
+        self.pending = {"cause": cause, "culprit": culprit, "optional": optional,
                         "note": note}
 
 

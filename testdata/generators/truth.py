@@ -91,7 +91,7 @@ def ground_truth(tl: Timeline, host_steps, device_steps=None, annotation=None):
             ender = marked[0]
             mk = ender.marker
             mk["_hit"] = True
-            wf = mk["waited_for"] or ender.launch
+            wf = ender.launch
             step = None
             for sid, a, bb in windows[d]:
                 if a <= e0 < bb:
@@ -105,6 +105,10 @@ def ground_truth(tl: Timeline, host_steps, device_steps=None, annotation=None):
                    "ended_by": {"name": disp(ender),
                                 "track": ender.track.info.get("label", ""),
                                 "launched_by": ender.launch.name if ender.launch else None}}
+            if mk.get("culprit") is not None:
+                cu = mk["culprit"]
+                gap["culprit"] = {"name": cu.name, "enclosing": chain_names(cu),
+                                  "thread": cu.track.info.get("label", "")}
             if mk.get("note"):
                 gap["note"] = mk["note"]
             gaps.append(gap)
@@ -194,11 +198,12 @@ DEFINITIONS = {
                   "activity end − first activity start).",
     "gap_step": "The step whose window (on the gap's device) contains the gap start; null "
                 "when none does.",
-    "waited_for": "The host op the device work that ended the gap depended on: the launch "
-                  "of that work (cudaLaunchKernel / cudaMemcpyAsync / cuLaunchKernel / "
-                  "TpuExecutable::Execute), or, for a host→device transfer on TPU, the "
-                  "TransferToDevice that had to finish first. 'enclosing' lists its "
-                  "enclosing host ops on its own thread, outermost first (innermost last); "
-                  "'ended_by' names the device op that ended the gap and its launching call.",
+    "waited_for": "The host call that issued the device work that ended the gap: its launch "
+                  "(cudaLaunchKernel / cudaMemcpyAsync / cuLaunchKernel / "
+                  "TpuExecutable::Execute). 'enclosing' lists its enclosing host ops on its "
+                  "own thread, outermost first (innermost last); 'ended_by' names the device "
+                  "op that ended the gap and its launching call. 'culprit', where given, is "
+                  "the host op behind the gap's cause when that is not the launch (the "
+                  "TransferToDevice a TPU execution had to wait for).",
     "causes": list(CAUSES),
 }

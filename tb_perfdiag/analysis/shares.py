@@ -1,0 +1,249 @@
+"""The cause of a gap as a counterfactual split (GUIDE §4): what would have to change to
+close it.
+
+A gap [gs, ge) on a device is ended by device op E, issued by host call L (correlation,
+flow or program run).  Its length is split into shares that add up to it:
+
+1. Device-side wait.  If L returned more than the launch latency before ge, the device
+   had E and did not run it: [max(gs, end(L) + latency), ge) is ``collective_wait`` when
+   E is a collective, else ``device_wait``.  When E has no host link but the host had
+   already issued work that starts after ge, the device is behind the host: the whole
+   gap is ``device_wait``.
+2. Sync.  In the host-side rest [gs, rest_end), the blocking calls of the thread that
+   issued L (stream/device/event syncs, device→host and pageable copies, transfers from
+   the device) earn ``host_sync`` = min(rest, the time the host was blocked in the call in
+   flight at gs while the device was still busy + the time it was blocked inside the
+   rest): the lead over the device the sync destroyed.  L itself is the issue, not a sync.
+3. What the issuing thread did.  The remainder is split by the cause bucket of the
+   innermost op of that thread over the rest (without its blocking time), scaled to the
+   remainder; L's own time in the rest is ``launch_overhead`` (``h2d_transfer`` for a
+   host→device copy).  Where the issuing thread has no event, the split follows the
+   user's main thread (the thread that was doing the work meanwhile).
+
+The primary cause is the largest share.  Everything here is vectorised per thread.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..trace.build import unique_inverse
+from ..trace.classify import is_collective_kernel
+from ..trace.model import EventKind as K, Trace
+from . import causes as C
+from .hostline import (B_ANNOT, B_H2D, B_IDLE, B_LAUNCH, B_SYNC, BUCKET_CAUSE, BUCKETS,
+                       HostLine)
+from .intervals import covered
+
+LAUNCH_LATENCY_PS = 10_000_000      # ≈10 µs from a launch call's return to the device start
+PROBE_PS = 1_000_000                # a blocking call that returned within 1 µs of gs
+N_CAUSES = len(C.ALL)
+_CAUSE_INDEX = {c: i for i, c in enumerate(C.ALL)}
+_BUCKET_TO_CAUSE = np.array([_CAUSE_INDEX[BUCKET_CAUSE[b]] for b in range(len(BUCKETS))],
+                            np.int64)
+DEVICE_WAIT = _CAUSE_INDEX[C.DEVICE_WAIT]
+COLLECTIVE_WAIT = _CAUSE_INDEX[C.COLLECTIVE_WAIT]
+HOST_SYNC = _CAUSE_INDEX[C.HOST_SYNC]
+UNTRACED = _CAUSE_INDEX[C.UNTRACED]
+
+
+@dataclass
+class Split:
+    shares: np.ndarray        # (n, n_causes) int64 ps, rows add up to the gap
+    primary: np.ndarray       # int8 cause index
+    thread: np.ndarray        # int32 host track analysed (−1)
+    rest_end: np.ndarray      # int64 ps: where the host-side rest of the gap ends
+    blocking: np.ndarray      # int64 event: the blocking call that earned host_sync (−1)
+    drained: np.ndarray       # bool: a sync in flight as the device went idle drained it
+    culprit: np.ndarray       # int64 event: the op with most self time in the primary share
+    followed: np.ndarray      # int32 track the idle time was followed to (−1)
+
+
+def device_behind(trace: Trace, device_ops: np.ndarray, origin: np.ndarray,
+                  ge: np.ndarray) -> np.ndarray:
+    """Per gap end: had the host already issued (and returned from) work for this device
+    that starts at or after the gap end?"""
+    linked = device_ops[origin[device_ops] >= 0]
+    if linked.size == 0:
+        return np.zeros(ge.shape[0], bool)
+    src = origin[linked]
+    ret = trace.end_of(src)
+    o = np.argsort(ret, kind="stable")
+    ret, op_start = ret[o], np.maximum.accumulate(trace.ts[linked][o])
+    k = np.searchsorted(ret, ge - LAUNCH_LATENCY_PS, side="right") - 1
+    return (k >= 0) & (op_start[np.maximum(k, 0)] >= ge)
+
+
+def _top_op(line: HostLine, a: np.ndarray, b: np.ndarray, bucket: np.ndarray) -> np.ndarray:
+    """Per window [a, b): the op with most self time in segments of ``bucket`` (−1)."""
+    n = a.shape[0]
+    out = np.full(n, -1, np.int64)
+    starts, inner = line.seg_start, line.seg_inner
+    n_seg = starts.shape[0]
+    lo = np.maximum(np.searchsorted(starts, a, side="right") - 1, 0)
+    hi = np.searchsorted(starts, b, side="left")
+    cnt = np.maximum(hi - lo, 0)
+    gi = np.repeat(np.arange(n), cnt)
+    if gi.size == 0:
+        return out
+    k = lo[gi] + (np.arange(gi.shape[0]) - np.repeat(np.cumsum(cnt) - cnt, cnt))
+    s = np.maximum(starts[k], a[gi])
+    e = np.where(k + 1 < n_seg, starts[np.minimum(k + 1, n_seg - 1)], np.iinfo(np.int64).max)
+    e = np.minimum(e, b[gi])
+    keep = (e > s) & (inner[k] >= 0) & (line.seg_bucket[k] == bucket[gi])
+    gi, ev, ln = gi[keep], inner[k][keep].astype(np.int64), (e - s)[keep]
+    if gi.size == 0:
+        return out
+    o = np.lexsort((ev, gi))
+    gi, ev, ln = gi[o], ev[o], ln[o]
+    first = np.ones(gi.shape[0], bool)
+    first[1:] = (gi[1:] != gi[:-1]) | (ev[1:] != ev[:-1])
+    at = np.flatnonzero(first)
+    g_u, e_u, t_u = gi[at], ev[at], np.add.reduceat(ln, at)
+    o = np.lexsort((e_u, -t_u, g_u))          # per gap: most time first, earlier op at ties
+    g_u, e_u = g_u[o], e_u[o]
+    lead = np.ones(g_u.shape[0], bool)
+    lead[1:] = g_u[1:] != g_u[:-1]
+    out[g_u[lead]] = e_u[lead]
+    return out
+
+
+def split(trace: Trace, gs: np.ndarray, ge: np.ndarray, nxt: np.ndarray, wf: np.ndarray,
+          device_ops: np.ndarray, us: np.ndarray, ue: np.ndarray, ctx,
+          fallback_threads: list) -> Split:
+    """The counterfactual split of each gap [gs, ge) of one device (module docstring).
+    ``wf``: the host call that issued each gap's ending op (−1); ``us``/``ue``: the
+    device's busy set; ``fallback_threads``: the user's threads, main first."""
+    n = gs.shape[0]
+    shares = np.zeros((n, N_CAUSES), np.int64)
+    thread = np.full(n, -1, np.int32)
+    followed = np.full(n, -1, np.int32)
+    blocking = np.full(n, -1, np.int64)
+    culprit = np.full(n, -1, np.int64)
+    drained = np.zeros(n, bool)
+    if n == 0:
+        return Split(shares, np.zeros(0, np.int8), thread, ge.copy(), blocking, drained,
+                     culprit, followed)
+    dur = ge - gs
+    lines = ctx.lines
+    ok = (wf >= 0)
+    ok[ok] = trace.track_kind[trace.track[wf[ok]]] == 0
+    w = np.maximum(wf, 0)
+    l_start = np.where(ok, trace.ts[w], ge)
+    l_end = np.where(ok, trace.end_of(w), ge)
+
+    # 1. device-side wait
+    rest_end = np.where(ok, np.clip(l_end + LAUNCH_LATENCY_PS, gs, ge), ge)
+    behind = ~ok & device_behind(trace, device_ops, ctx.origin, ge)
+    rest_end[behind] = gs[behind]
+    u, inv = unique_inverse(trace.name[nxt])
+    coll = np.array([is_collective_kernel(trace.strings[x]) for x in u.tolist()],
+                    bool)[inv.reshape(-1)]
+    wait = ge - rest_end
+    shares[:, DEVICE_WAIT] = np.where(coll, 0, wait)
+    shares[:, COLLECTIVE_WAIT] = np.where(coll, wait, 0)
+    rest = rest_end - gs
+
+    # the thread that issued L, else the user's main thread, else the busiest one
+    fallback = next((t for t in fallback_threads if t in lines), None)
+    if fallback is None and lines:
+        fallback = max(lines, key=lambda t: lines[t].busy_ns())
+    l_track = np.where(ok, trace.track[w], -1)
+    has_line = np.array([t in lines for t in l_track.tolist()], bool)
+    thread[:] = np.where(ok & has_line, l_track, -1 if fallback is None else fallback)
+    main = fallback_threads[0] if fallback_threads and fallback_threads[0] in lines else None
+
+    # L's own time in the rest is its issue cost: launch overhead, or staging an H2D copy
+    l_in = np.where(ok, np.maximum(np.minimum(l_end, rest_end) - np.maximum(l_start, gs), 0), 0)
+    l_bucket = np.where(ctx.launch_memcpy[w] == 1, B_H2D, B_LAUNCH)
+
+    for t in np.unique(thread[(thread >= 0) & (rest > 0)]).tolist():
+        line = lines[t]
+        rows = np.flatnonzero((thread == t) & (rest > 0))
+        a, b = gs[rows], rest_end[rows]
+        bt = line.time_by_bucket(a, b)
+        # move L's time out of whatever bucket its line segment had into its issue bucket
+        lr = rows[l_in[rows] > 0]
+        if lr.size:
+            mid = np.maximum(trace.ts[w[lr]], gs[lr])
+            own = line.seg_bucket[np.maximum(np.searchsorted(line.seg_start, mid, "right") - 1,
+                                             0)]
+            pos = np.searchsorted(rows, lr)
+            take = np.minimum(l_in[lr], bt[pos, own])
+            bt[pos, own] -= take
+            bt[pos, l_bucket[lr]] += take
+        # 2. the sync: blocked while the device was busy (the call in flight at gs) plus
+        # blocked inside the rest
+        in_rest = bt[:, B_SYNC].copy()
+        bs, be, bev = line.blocking
+        if bs.size == 0:                       # one sentinel interval that never counts
+            bs, be, bev = (np.array([np.iinfo(np.int64).min]),) * 2 + (np.array([-1]),)
+        k = np.searchsorted(bs, a, side="right") - 1
+        kk = np.maximum(k, 0)
+        live = (k >= 0) & (be[kk] > a - PROBE_PS) & (bev[kk] != wf[rows]) & (bev[kk] >= 0)
+        before = np.where(live, covered(us, ue, np.maximum(bs[kk], us[0]),
+                                        np.maximum(np.minimum(be[kk], a), us[0])), 0)
+        sync = np.minimum(rest[rows], before + in_rest)
+        shares[rows, HOST_SYNC] = sync
+        drained[rows] = live & (sync > 0)
+        # the blocking call named for the gap: in flight at gs, else the first in the rest
+        first_in = np.searchsorted(bs, a, side="left")
+        fi = np.minimum(first_in, bs.shape[0] - 1)
+        later = (first_in < bs.shape[0]) & (bs[fi] < b) & (bev[fi] >= 0)
+        blocking[rows] = np.where(live, bev[kk], np.where(later, bev[fi], -1))
+        # 3. the rest of the host side, by what the thread did (idle: followed to main)
+        bt[:, B_SYNC] = 0
+        if main is not None and main != t:
+            idle = bt[:, B_IDLE].copy()
+            has_idle = idle > 0
+            if has_idle.any():
+                mt = lines[main].time_by_bucket(a, b)
+                mt[:, B_IDLE] += mt[:, B_SYNC]      # the main thread waiting: nothing to do
+                mt[:, B_SYNC] = 0
+                tot = mt.sum(axis=1)
+                frac = np.where(tot[:, None] > 0, mt / np.maximum(tot, 1)[:, None], 0.0)
+                frac[tot == 0, B_IDLE] = 1.0
+                moved = np.rint(idle[:, None] * frac).astype(np.int64)
+                bt[:, B_IDLE] = 0
+                bt += moved
+                followed[rows[has_idle]] = main
+        remainder = rest[rows] - sync
+        other = bt.sum(axis=1)
+        scaled = np.where(other[:, None] > 0,
+                          np.floor(bt * (remainder / np.maximum(other, 1))[:, None]), 0)
+        scaled = scaled.astype(np.int64)
+        scaled[other == 0, B_IDLE] = remainder[other == 0]
+        np.add.at(shares, (np.repeat(rows, len(BUCKETS)),
+                           np.tile(_BUCKET_TO_CAUSE, rows.shape[0])), scaled.reshape(-1))
+    # a gap with no host thread to look at: the host side is untraced
+    none = (thread < 0) & (rest > 0)
+    shares[none, UNTRACED] += rest[none]
+    # rounding: the shares add up to the gap exactly (the residue goes to the largest)
+    resid = dur - shares.sum(axis=1)
+    top = np.argmax(shares, axis=1)
+    shares[np.arange(n), top] += resid
+    primary = np.argmax(shares, axis=1).astype(np.int8)
+
+    # the op behind the primary share: most self time in its bucket on the thread
+    cause_bucket = {_CAUSE_INDEX[BUCKET_CAUSE[b]]: b for b in range(len(BUCKETS))
+                    if b not in (B_IDLE,)}
+    for t in np.unique(thread[thread >= 0]).tolist():
+        rows = np.flatnonzero(thread == t)
+        pb = np.array([cause_bucket.get(int(c), -1) for c in primary[rows].tolist()], np.int64)
+        pb[primary[rows] == HOST_SYNC] = B_SYNC
+        pb[primary[rows] == UNTRACED] = B_ANNOT
+        sel = pb >= 0
+        if sel.any():
+            r = rows[sel]
+            culprit[r] = _top_op(lines[t], gs[r], np.maximum(rest_end[r], gs[r] + 1), pb[sel])
+            # idle time followed to the main thread: the op may be there
+            f = r[(culprit[r] < 0) & (followed[r] >= 0)]
+            if f.size:
+                pbf = pb[sel][np.searchsorted(r, f)]
+                culprit[f] = _top_op(lines[main], gs[f], np.maximum(rest_end[f], gs[f] + 1), pbf)
+    sync_rows = (primary == HOST_SYNC) & (blocking >= 0)
+    culprit[sync_rows] = blocking[sync_rows]
+    wait_rows = np.isin(primary, (DEVICE_WAIT, COLLECTIVE_WAIT))
+    culprit[wait_rows] = np.where(ok[wait_rows], wf[wait_rows], -1)
+    return Split(shares, primary, thread, rest_end, blocking, drained, culprit, followed)
