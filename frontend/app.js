@@ -313,7 +313,7 @@ export class App {
       h("div", { class: "pd-stats" }, devRows,
         h("div", { class: "pd-stat" }, h("span", { class: "pd-stat-value" }, formatNs(avg)),
           h("span", { class: "pd-stat-label" }, `average step time (${steps.length} steps, from ${d.step_source || "?"})`))),
-      h("h3", {}, "Idle time by cause"),
+      h("h3", {}, "Idle time by cause ", h("abbr", { title: (d.definitions || {}).causes || "", class: "pd-help" }, "?")),
       h("ul", { class: "pd-idle" }, idle.length ? idle.map(([c, ns]) => h("li", {},
         h("span", { class: "chip", style: { background: causeColor(c) } }), `${causeLabel(c)}: `, h("b", {}, formatNs(ns)))) :
         h("li", { class: "pd-muted" }, "No idle gaps above the threshold.")),
@@ -447,6 +447,30 @@ export class App {
     return u.href;
   }
 
+  /** The gap split into what would close it: one stacked bar and one line per share. */
+  renderShares(g) {
+    const shares = Object.entries(g.shares_ns || {}).filter(([, v]) => v > 0).sort((a, b) => b[1] - a[1]);
+    if (!shares.length) return null;
+    const total = Math.max(1, shares.reduce((s, [, v]) => s + v, 0));
+    const tl = g.tracelens || {};
+    const axes = { sync_drain: "queue drained by a sync", starved: "host starved the device",
+      device_side: "wait on the device side" };
+    return h("div", { class: "pd-shares", id: "pd-shares" },
+      h("div", { class: "pd-shares-bar" }, shares.map(([c, v]) => h("span", {
+        class: "pd-share", title: `${causeLabel(c)}: ${formatNs(v)}`,
+        style: { width: `${100 * v / total}%`, background: causeColor(c) } }))),
+      h("ul", { class: "pd-shares-list" }, shares.map(([c, v]) => h("li", {},
+        h("span", { class: "chip", style: { background: causeColor(c) } }),
+        `${formatNs(v)} ${causeLabel(c).toLowerCase()}`,
+        c === g.cause && g.culprit ? h("span", { class: "pd-muted pd-small" },
+          ` · ${g.culprit.chain.slice(-3).join(" › ")}`) : null,
+        c === "host_sync" && g.blocking ? h("span", { class: "pd-muted pd-small" },
+          ` · exposed by ${g.blocking.name} on ${g.blocking.thread}`) : null))),
+      tl.idle_type ? h("div", { class: "pd-small pd-muted" },
+        `TraceLens terms: ${axes[tl.idle_type] || tl.idle_type}; the CPU was in ${causeLabel(tl.cpu).toLowerCase()}.`,
+        g.followed_thread ? ` Idle time of the issuing thread followed to ${g.followed_thread}.` : "") : null);
+  }
+
   renderDetail(g) {
     const el = this.detailEl;
     const op = (label, o) => o ? h("div", {}, h("b", {}, label + ": "), `${o.name} (${formatNs(o.duration_ns)})`,
@@ -464,6 +488,7 @@ export class App {
         h("b", { class: "pd-detail-cause" }, g.cause_label || causeLabel(g.cause)),
         ` · ${formatNs(g.duration_ns)} · step ${g.step}`),
       h("p", { class: "pd-evidence" }, g.evidence),
+      this.renderShares(g),
       h("div", { class: "pd-actions" },
         h("a", { class: "pd-button", id: "pd-open-trace", href: this.traceViewerUrl(g), target: "_blank", rel: "noopener" }, "Open in trace viewer"),
         h("button", { class: "pd-button", id: "pd-open-profile", onclick: () => {

@@ -51,8 +51,9 @@ def event_buckets(trace: Trace, launch_memcpy: np.ndarray) -> np.ndarray:
     b[launch_memcpy == 2] = B_SYNC
     b[k == K.IDLE] = B_IDLE
     _capture_regions(trace, b)
-    # idle markers are idle only at the top of a thread; nested ones are transparent
-    specific = np.isin(b, _INHERITED) | ((b == B_IDLE) & (trace.parent < 0))
+    # idle markers are idle only at the top of a thread; nested ones are transparent.  An
+    # allocation passes its bucket down but takes its parent's (data loading, compile)
+    specific = np.isin(b, _INHERITED) & (b != B_ALLOC) | ((b == B_IDLE) & (trace.parent < 0))
     for idx, p in trace.nested_levels():
         inherit = ~specific[idx] & (np.isin(b[p], _INHERITED) | (b[idx] == B_IDLE))
         b[idx[inherit]] = b[p[inherit]]

@@ -30,6 +30,13 @@ DEFINITIONS = {
                    "annotation caused (streams may overlap).",
     "waited_for": "The host op that issued the device op ending the gap (launch, transfer, "
                   "execute), found through correlation ids, flows or program runs.",
+    "causes": "Each gap is split into what would have to change to close it: device-side "
+              "wait after the next op was issued (collective wait at a collective); host "
+              "sync worth the lead over the device the blocking call destroyed; the rest by "
+              "what the thread that issued the next op did (data loading, compilation, "
+              "host→device staging, allocator, graph capture, launch calls, other runtime "
+              "calls, host compute, untraced). The gap's cause is its largest share; idle "
+              "time by cause adds up the shares.",
 }
 
 
@@ -90,9 +97,15 @@ def evidence_text(diag: Diagnosis, r: int) -> str:
             parts.append(f"{t} exposed by {refs.name_of(b)}" if b >= 0 else f"{t} host sync")
         elif c in C.DEVICE_SIDE:
             nxt = refs.name_of(int(g.next_op[r]))
-            what = "waiting for peers at" if c == C.COLLECTIVE_WAIT else \
-                "device-side wait: the device already had"
-            parts.append(f"{t} {what} {nxt!r}")
+            w = int(g.waited_for[r])
+            what = "waiting for peers at" if c == C.COLLECTIVE_WAIT else "device-side wait for"
+            if w >= 0:
+                rr = int(refs.row([w])[0])
+                ret = int(refs.ts[rr]) + int(refs.dur[rr])
+                how = f", issued by {refs.name_of(w)} {_dur(float(g.end[r] - ret))} before"
+            else:
+                how = " (no launch in the trace: the device was running behind the host)"
+            parts.append(f"{t} {what} {nxt!r}{how}")
         else:
             label = C.LABELS[c].lower()
             cul = int(g.culprit[r]) if i == int(g.cause[r]) else -1
