@@ -318,11 +318,18 @@ export class App {
         h("span", { class: "chip", style: { background: causeColor(c) } }), `${causeLabel(c)}: `, h("b", {}, formatNs(ns)))) :
         h("li", { class: "pd-muted" }, "No idle gaps above the threshold.")),
       h("h3", {}, "Top findings"),
-      h("ol", { class: "pd-findings" }, findings.slice(0, 6).map((f) => h("li", { class: "pd-finding" },
+      h("ol", { class: "pd-findings" }, findings.filter((f) => f.top !== false).slice(0, 6).map((f) => h("li", { class: "pd-finding" },
         h("div", {}, h("b", {}, f.title), " ", h("span", { class: "pd-badge" }, `≈ ${formatNs(f.time_lost_ns_per_step)} lost per step`),
           f.confidence ? h("span", { class: "pd-muted pd-small" }, ` · ${f.confidence} confidence`) : null),
         h("div", { class: "pd-small" }, f.detail),
-        f.fix ? h("div", { class: "pd-fix" }, h("b", {}, "Fix: "), f.fix) : null))));
+        f.fix ? h("div", { class: "pd-fix" }, h("b", {}, "Fix: "), f.fix) : null,
+        (f.evidence && f.evidence.gaps || []).length ? h("div", { class: "pd-small" }, "Gaps: ",
+          f.evidence.gaps.slice(0, 5).map((id) => h("a", { href: "#", class: "pd-gap-link",
+            onclick: (ev) => { ev.preventDefault(); this.selectGap(id); } }, id + " "))) : null,
+        (f.chain || []).length ? h("details", { class: "pd-small" }, h("summary", {}, "Call chain"),
+          f.chain.join(" › ")) : null))),
+      findings.some((f) => f.top === false) ? h("div", { class: "pd-small pd-muted" },
+        `${findings.filter((f) => f.top === false).length} more finding(s) under 1 % of a step not shown.`) : null);
     if ((d.warnings || []).length) el.append(h("ul", { class: "pd-warnings" }, d.warnings.map((w) => h("li", {}, String(w)))));
   }
 

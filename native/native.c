@@ -349,6 +349,7 @@ typedef struct {
     Vec ev_line, ev_meta, ev_off, ev_dur, ev_start, st_meta, st_kind, st_int;
     Vec meta;            /* scratch: one plane's fields except its lines */
     Vec ev_ids;          /* scratch: one plane's event metadata ids */
+    Vec md_stat_ids;     /* scratch: ids of those entries that carry stats of their own */
     PyObject *plane_tmp[3]; /* one plane's event names, shown names, stat names */
     Table strings;
     Arena arena;
@@ -670,18 +671,21 @@ static int64_t x_entry(XCtx *c, const unsigned char *p, const unsigned char *end
     return key;
 }
 
-/* last occurrence of string fields f1 and f2 across the value's occurrences */
+/* last occurrence of string fields f1 and f2 across the value's occurrences; *has3 (when
+   not NULL) tells whether a length-delimited field f3 occurs */
 static void x_two_strings(XCtx *c, const unsigned char **vals, const size_t *vlens, int nvals,
                           uint32_t f1, uint32_t f2, const unsigned char **s1, size_t *n1,
-                          const unsigned char **s2, size_t *n2) {
+                          const unsigned char **s2, size_t *n2, uint32_t f3, int *has3) {
     *n1 = *n2 = 0;
     *s1 = *s2 = (const unsigned char *)"";
+    if (has3) *has3 = 0;
     for (int k = 0; k < nvals; k++) {
         const unsigned char *p = vals[k], *end = vals[k] + vlens[k];
         while (p < end) {
             uint32_t fn, wt;
             size_t n;
             p = x_tag(c, p, end, &fn, &wt);
+            if (has3 && wt == 2 && fn == f3) *has3 = 1;
             if (wt == 2 && (fn == f1 || fn == f2)) {
                 p = x_len(c, p, end, &n);
                 if (fn == f1) { *s1 = p; *n1 = n; } else { *s2 = p; *n2 = n; }
@@ -695,14 +699,17 @@ static void x_two_strings(XCtx *c, const unsigned char **vals, const size_t *vle
 
 #define MAX_VALUE_PARTS 64
 
-/* event_metadata entry → id, name, shown name (display_name, else name) */
+/* event_metadata entry → id, name, shown name (display_name, else name); the id also goes
+   to stat_ids when the entry has stats (5) of its own: few do (TPU ops keep their program
+   id and scope there), so Python reads only those from the plane message */
 static void x_evmeta(XCtx *c, const unsigned char *p, const unsigned char *end, Vec *ids,
-                     PyObject *raw, PyObject *shown) {
+                     Vec *stat_ids, PyObject *raw, PyObject *shown) {
     const unsigned char *vals[MAX_VALUE_PARTS], *sn, *sd;
     size_t vlens[MAX_VALUE_PARTS], nn, nd;
-    int nvals;
+    int nvals, has_stats;
     int64_t key = x_entry(c, p, end, vals, vlens, &nvals, MAX_VALUE_PARTS);
-    x_two_strings(c, vals, vlens, nvals, 2, 4, &sn, &nn, &sd, &nd);
+    x_two_strings(c, vals, vlens, nvals, 2, 4, &sn, &nn, &sd, &nd, 5, &has_stats);
+    if (has_stats) VEC_PUSH(&c->f, stat_ids, int64_t, key);
     PyThreadState *held = gil_hold(&c->f);
     PyObject *name = x_str(c, sn, nn);
     PyObject *disp = nd ? PyUnicode_DecodeUTF8((const char *)sd, (Py_ssize_t)nd, "strict") : name;
@@ -722,7 +729,7 @@ static void x_statmeta(XCtx *c, const unsigned char *p, const unsigned char *end
     size_t vlens[MAX_VALUE_PARTS], nn, nd;
     int nvals;
     int64_t key = x_entry(c, p, end, vals, vlens, &nvals, MAX_VALUE_PARTS);
-    x_two_strings(c, vals, vlens, nvals, 2, 3, &sn, &nn, &sd, &nd);
+    x_two_strings(c, vals, vlens, nvals, 2, 3, &sn, &nn, &sd, &nd, 0, NULL);
     PyThreadState *held = gil_hold(&c->f);
     PyObject *k = PyLong_FromLongLong(key);
     if (!k) fail_py(&c->f);
@@ -742,6 +749,7 @@ static void x_plane(XCtx *c, const unsigned char *p, const unsigned char *end) {
     size_t nn = 0;
     c->meta.len = 0;
     c->ev_ids.len = 0;
+    c->md_stat_ids.len = 0;
     PyThreadState *held = gil_hold(&c->f);
     PyObject *raw = PyList_New(0), *shown = PyList_New(0), *stat_names = PyDict_New();
     Py_XDECREF(c->plane_tmp[0]);
@@ -776,7 +784,7 @@ static void x_plane(XCtx *c, const unsigned char *p, const unsigned char *end) {
         } else if (wt == 2 && (fn == 4 || fn == 5 || fn == 6)) {
             p = x_len(c, p, end, &n);
             x_validate(c, p, p + n, fn == 4 ? M_EVENTRY : fn == 5 ? M_STATENTRY : M_XSTAT);
-            if (fn == 4) x_evmeta(c, p, p + n, &c->ev_ids, raw, shown);
+            if (fn == 4) x_evmeta(c, p, p + n, &c->ev_ids, &c->md_stat_ids, raw, shown);
             else if (fn == 5) x_statmeta(c, p, p + n, stat_names);
             p += n;
         } else {
@@ -792,8 +800,11 @@ static void x_plane(XCtx *c, const unsigned char *p, const unsigned char *end) {
     PyObject *ids = PyBytes_FromStringAndSize(c->ev_ids.data ? c->ev_ids.data : "",
                                               (Py_ssize_t)c->ev_ids.len);
     if (!ids) { Py_DECREF(name); Py_DECREF(meta); fail_py(&c->f); }
-    PyObject *t = Py_BuildValue("(LNN(NOOO))", (long long)id, name, meta, ids, raw, shown,
-                                stat_names);
+    PyObject *md_ids = PyBytes_FromStringAndSize(
+        c->md_stat_ids.data ? c->md_stat_ids.data : "", (Py_ssize_t)c->md_stat_ids.len);
+    if (!md_ids) { Py_DECREF(name); Py_DECREF(meta); Py_DECREF(ids); fail_py(&c->f); }
+    PyObject *t = Py_BuildValue("(LNN(NOOON))", (long long)id, name, meta, ids, raw, shown,
+                                stat_names, md_ids);
     if (!t) fail_py(&c->f);
     int r = PyList_Append(c->planes, t);
     Py_DECREF(t);
@@ -829,7 +840,8 @@ static void x_space(XCtx *c, const unsigned char *p, const unsigned char *end) {
 
 static void xctx_free(XCtx *c) {
     Vec *vs[] = {&c->ev_line, &c->ev_meta, &c->ev_off, &c->ev_dur, &c->ev_start,
-                 &c->st_meta, &c->st_kind, &c->st_int, &c->meta, &c->ev_ids};
+                 &c->st_meta, &c->st_kind, &c->st_int, &c->meta, &c->ev_ids,
+                 &c->md_stat_ids};
     for (size_t i = 0; i < sizeof(vs) / sizeof(vs[0]); i++) vec_free(vs[i]);
     table_free(&c->strings);
     arena_free(&c->arena);

@@ -267,12 +267,6 @@ def test_free_on_the_autograd_thread_is_allocator_on_that_thread():
     assert j["culprit"]["name"] == "cudaFree"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "GUIDE §4 rule 3: when the issuing thread was blocked waiting on another thread (the "
-    "main thread in run_backward while the autograd thread works) the remainder follows "
-    "the thread doing the work.  shares.py never follows a blocked thread (only idle time, "
-    "and only to the main thread): the 20 840 µs main spent in run_backward are "
-    "host_compute (primary), 0 µs allocator, instead of 20 000 µs allocator"))
 def test_main_thread_waiting_in_backward_follows_the_autograd_thread():
     # main: run_backward [100, 22000) while the autograd thread runs k1 (L1 [150, 155) →
     # [160, 1160)) and cudaFree [1200, 21200); back from backward, main issues L
@@ -296,12 +290,6 @@ def test_main_thread_waiting_in_backward_follows_the_autograd_thread():
     assert primary(g) == C.ALLOCATOR
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "GUIDE §4 rule 3: the remainder is what the issuing thread did; time it has no event is "
-    "untraced, and the main thread in run_backward is waiting (§4's own example), not "
-    "computing.  shares.py follows the autograd thread's idle time to the main thread and "
-    "counts run_backward's self time there: host_compute 4 855 µs instead of untraced "
-    "4 855 µs"))
 def test_idle_of_the_issuing_thread_is_not_the_main_threads_backward_wait():
     # main: run_backward [100, 30100).  autograd: L1 [150, 155) → k1 [160, 1160); no event
     # [1160, 6000); cudaFree [6000, 26000); L [26010, 26015) → k2 at 26020.
@@ -535,11 +523,6 @@ def test_d2h_copy_ending_the_gap_is_an_issue_not_a_sync():
     assert primary(g, row) == C.HOST_SYNC
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "GUIDE §4 rule 2 lists 'a copy from/to pageable memory' among the blocking calls; "
-    "hostline.blocking_mask counts only device→host copies, so a pageable host→device "
-    "cudaMemcpyAsync that blocked 995 µs on a busy device earns host_sync 0 µs (its 5 µs "
-    "in the gap are h2d_transfer; host_compute 70 µs primary) instead of the whole 85 µs"))
 def test_pageable_h2d_copy_that_blocked_while_the_device_was_busy_is_host_sync():
     # L1 [0, 5) → k1 [20, 1020).  cudaMemcpyAsync [30, 1030) copies pageable memory to the
     # device ("Memcpy HtoD (Pageable -> Device)" [1020, 1025)) and returns when it is done.

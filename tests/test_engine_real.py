@@ -72,7 +72,8 @@ def test_trace_diff_sync_findings_name_item_chain():
                    c.index("aten::item") < c.index("aten::_local_scalar_dense")
                    for c in chains), chains
         item = [f for f in syncs if "aten::item" in f["chain"]][0]
-        assert item["title"].endswith(".item() / device→host read")
+        assert "aten::item › aten::_local_scalar_dense (.item() device→host read)" in item["title"]
+        assert ".item()" in item["fix"] and "torch_xla" not in item["fix"]
         assert item["time_lost_ns_per_step"] > 0 and item["evidence"]["gaps"]
 
 

@@ -91,12 +91,16 @@ def assert_same_xspace(ref: dict, nat: dict):
         plane = XPlane.FromString(rmeta)
         assert plane == XPlane.FromString(nmeta), f"planes[{i}] metadata"
         # …and reads its metadata maps as protobuf does (the last entry of a key wins)
-        ids, raw, shown, stat_names = tables
+        ids, raw, shown, stat_names, md_stat_ids = tables
         got = {}
         for k, r, s in zip(np.frombuffer(ids, np.int64).tolist(), raw, shown):
             got[k] = (r, s)
         want = {k: (m.name, m.display_name or m.name) for k, m in plane.event_metadata.items()}
         assert got == want, f"planes[{i}] event metadata"
+        # entries with stats of their own: a superset of those the map keeps with stats
+        with_stats = set(np.frombuffer(md_stat_ids, np.int64).tolist())
+        assert {k for k, m in plane.event_metadata.items() if len(m.stats)} <= with_stats
+        assert with_stats <= set(got), f"planes[{i}] metadata with stats"
         assert stat_names == {k: m.name for k, m in plane.stat_metadata.items()}, \
             f"planes[{i}] stat metadata"
     _same(ref, nat)
@@ -280,7 +284,7 @@ def test_handmade_xspace_edge_cases():
     assert nat["ev_offset_ps"].tolist() == [10, 0, 0, 123, 0, 0]
     assert -1 in nat["st_int"].tolist() and -(2**63) in nat["st_int"].tolist()
     assert len(nat["planes"]) == 3 and nat["planes"][2][0] == -3
-    ids, raw_names, shown, _ = nat["planes"][2][3]
+    ids, raw_names, shown, _, _ = nat["planes"][2][3]
     assert np.frombuffer(ids, np.int64).tolist() == [9, 9]
     assert (raw_names[-1], shown[-1]) == ("first", "shown")
 

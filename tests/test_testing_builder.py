@@ -150,7 +150,8 @@ def test_xspace_gpu_ten_events():
     assert t.stat("_r")[step.index] == 1
     assert t.stat_str("graph_hash", comp.index) == "ab12"
     assert t.stat_str("hlo_module", k.index) == "SyncTensorsGraph.9"
-    assert t.stat_str("hlo_category", k.index) is None    # metadata stats stay on metadata
+    # op metadata kept on the event's metadata is the event's too (GUIDE §3, issue 14)
+    assert t.stat_str("hlo_category", k.index) == "convolution fusion"
     # the Hlo Proto on /host:metadata is joined on (hlo_module, program_id, hlo_op)
     assert t.stat_str("op_name", k.index) == "train/forward/dense/dot"
     assert t.stat_str("op_type", k.index) == "dot"

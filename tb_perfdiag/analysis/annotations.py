@@ -2,9 +2,14 @@
 
 CUDA: kernel → its launch (correlation) → the user annotations enclosing the launch.
 XLA: the ``op_name`` scope of each executed HLO op (``train_step/forward/…``), else its
-``tf_op``.  Device time is the sum of op durations (streams can overlap).  An
-annotation whose ops the compiler scattered shows as several separate runs on the
-device, interleaved with other annotations.
+``tf_op``; an HLO op's scope comes from the compiler's metadata only (the host call that
+dispatched a whole program says nothing about one op's scope).  Ops with no user scope are
+the *unscoped* share.  Device time is the sum of op durations (streams can overlap).
+
+A scope is *scattered* when its ops interleave on the device with a sibling scope's ops
+(same parent) within one program run of one step: the compiler or the runtime reordered
+them.  A root running after another root, or a scope whose sibling runs on in the next
+step, is not scattered.
 """
 from __future__ import annotations
 
@@ -12,21 +17,69 @@ import re
 
 import numpy as np
 
-from ..trace.build import unique_inverse
-from ..trace.model import EventKind as K, Trace
+from ..trace.build import unique_inverse, unique_rows
+from ..trace.model import EventKind as K, Trace, TrackKind
 from .result import AnnotationTable
 
 _SUFFIX = re.compile(r"\.\d+$")
+# torch_xla names the IR op inside the user's scopes (``train_step.1/forward.2/aten__add.5/
+# aten__add``; backward ops carry bare ``aten__mm``): the user's scope ends before it
+_FRAMEWORK_OP = re.compile(r"^(aten|xla|prim|torch|c10d|_c10d_functional|torchvision|"
+                           r"quantized|fbgemm)__\w")
+# JAX's transformation wrappers name the user's scope they transform: ``jvp(forward)``,
+# ``transpose(jvp(forward))`` are the user's ``forward``.  ``jit(f)`` is a function
+# boundary of its own, kept as a scope.
+_TRANSFORM = re.compile(r"^(?:jvp|vjp|transpose|linearize|vmap|pmap|xmap|shard_map|remat|"
+                        r"checkpoint|custom_jvp_call|custom_vjp_call)\((.*)\)$")
+_FUNCTION = re.compile(r"^p?jit\(")
 MAX_PATHS = 400
 MAX_INTERLEAVED = 100       # scattered annotations whose neighbours are listed
 
 
 def _scope_parts(op_name: str) -> tuple:
-    parts = [p for p in op_name.split("/") if p]
-    return tuple(_SUFFIX.sub("", p) for p in parts[:-1])
+    """The user's scopes of an XLA op name, outermost first (its last part is the op)."""
+    out = []
+    for p in [p for p in op_name.split("/") if p][:-1]:
+        p = _SUFFIX.sub("", p)
+        if _FRAMEWORK_OP.match(p):
+            break
+        out.append(p)
+    return tuple(out)
 
 
-def op_paths(trace: Trace, ops: np.ndarray, origin: np.ndarray) -> tuple[np.ndarray, list]:
+def user_scope(name: str) -> str:
+    """The user's scope behind JAX's transformation wrappers: ``transpose(jvp(forward))``
+    → ``forward``."""
+    m = _TRANSFORM.match(name)
+    while m:
+        name = m.group(1)
+        m = _TRANSFORM.match(name)
+    return name
+
+
+def _lookup(stat, ops: np.ndarray, memo: dict | None = None) -> np.ndarray:
+    """The stat's value on each op (−1 where absent), without a dense column.  ``memo``
+    keeps the search per event column: the stats of HLO ops share one."""
+    if stat is None or not stat.events.size:
+        return np.full(ops.shape[0], -1, np.int32)
+    if stat.events.shape == ops.shape and np.array_equal(stat.events, ops):
+        return stat.values
+    found = memo.get(id(stat.events)) if memo is not None else None
+    if found is None or found[0] is not stat.events:
+        k = np.minimum(np.searchsorted(stat.events, ops), stat.events.shape[0] - 1)
+        if k.shape[0] and stat.events.shape[0] < 2**31:
+            k = k.astype(np.int32)
+        found = (stat.events, k, stat.events[k] == ops)
+        if memo is not None:
+            memo[id(stat.events)] = found
+    _, k, hit = found
+    out = stat.values[k]
+    out[~hit] = -1
+    return out
+
+
+def op_paths(trace: Trace, ops: np.ndarray, origin: np.ndarray,
+             memo: dict | None = None) -> tuple[np.ndarray, list]:
     """(path id per op (−1 none), list of paths as tuples of names)."""
     paths: list = []
     index: dict = {}
@@ -39,17 +92,11 @@ def op_paths(trace: Trace, ops: np.ndarray, origin: np.ndarray) -> tuple[np.ndar
             paths.append(p)
         return i
 
-    scope = trace.stats.get("op_name") or trace.stats.get("tf_op")
-    if scope is not None:
-        # the scope of each op: a lookup in the sparse stat, no dense column over all events
-        if scope.events.shape == ops.shape and np.array_equal(scope.events, ops):
-            sid = scope.values                     # every op has a scope
-        else:
-            k = np.minimum(np.searchsorted(scope.events, ops),
-                           max(scope.events.shape[0] - 1, 0))
-            hit = scope.events[k] == ops if scope.events.size else np.zeros(ops.shape[0], bool)
-            sid = np.where(hit, scope.values[k] if scope.events.size else -1, -1)
-            del k, hit
+    sid = _lookup(trace.stats.get("op_name"), ops, memo)
+    if "tf_op" in trace.stats and (sid < 0).any():
+        sid = np.where(sid >= 0, sid, _lookup(trace.stats["tf_op"], ops, memo))
+    sid = sid.astype(np.int32, copy=False)
+    if (sid >= 0).any():
         u, inv = unique_inverse(sid)
         mapped = np.array([intern(_scope_parts(trace.strings[x])) if x >= 0 else -1
                            for x in u.tolist()], np.int32)
@@ -57,8 +104,12 @@ def op_paths(trace: Trace, ops: np.ndarray, origin: np.ndarray) -> tuple[np.ndar
         empty = index.get(())
         if empty is not None:
             pid[pid == empty] = -1
-    # CUDA and anything unscoped: annotations enclosing the launching host op
+    # CUDA kernels: the annotations enclosing the launching host op.  An HLO op's scope is
+    # its metadata's alone: no metadata scope means unscoped
     need = (pid < 0) & (origin[ops] >= 0)
+    hlo = trace.stats.get("hlo_op")
+    if hlo is not None and need.any():
+        need &= _lookup(hlo, ops, memo) < 0
     if need.any():
         ann = nearest_annotation(trace)
         a = ann[origin[ops[need]]]
@@ -117,18 +168,125 @@ def _expand(flat: np.ndarray, off: np.ndarray, cnt: np.ndarray, x: np.ndarray):
     return row, flat[off[x][row] + within]
 
 
+def op_runs(trace: Trace, ops: np.ndarray, memo: dict | None = None):
+    """A key of the program run each op belongs to (−1 unknown), None when all ops have
+    the same: its ``run_id``, else the ``XLA Modules`` event it ran under on its device,
+    else its ``program_id`` (XLA:CPU under torch_xla: runs of one program in one step
+    are not told apart).  The host origin is no run key: XLA:CPU's flows reach the
+    thunks of a run one by one."""
+    run = _lookup(trace.stats.get("run_id"), ops, memo).astype(np.int64)
+    need = np.flatnonzero(run < 0)
+    if need.size:
+        dev = trace.track_device[trace.track[ops[need]]]
+        for t in np.flatnonzero((trace.track_kind == TrackKind.DEVICE)).tolist():
+            if trace.track_name[t] != "XLA Modules":
+                continue
+            lo, hi = trace.track_slices([t])[0]
+            if hi <= lo:
+                continue
+            sel = need[dev == trace.track_device[t]]
+            k = np.searchsorted(trace.ts[lo:hi], trace.ts[ops[sel]], side="right") - 1
+            ok = (k >= 0) & (trace.ts[ops[sel]] < trace.end_of(lo + np.maximum(k, 0)))
+            run[sel[ok]] = (1 << 40) + lo + k[ok]      # apart from run ids
+        need = np.flatnonzero(run < 0)
+    if need.size:
+        prog = _lookup(trace.stats.get("program_id"), ops, memo)[need].astype(np.int64)
+        run[need] = np.where(prog >= 0, (2 << 40) + (prog & ((1 << 40) - 1)), -1)
+    return None if not run.size or run.min() == run.max() else run
+
+
+def _scattering(paths: list, prefix_index: dict, n_ann: int, pid: np.ndarray,
+                group: np.ndarray, ts: np.ndarray):
+    """Per annotation: separate runs of its ops among its siblings', how many (group)
+    blocks it has ops in, and the siblings its runs border (pairs of annotation ids).
+
+    At each depth k the ops under a common parent (a path prefix of length k) are taken
+    in time order per group (device, step, program run); a child's runs are maximal
+    stretches of its ops there.
+    """
+    runs = np.zeros(n_ann, np.int64)
+    blocks = np.zeros(n_ann, np.int64)
+    pairs = []
+    has = pid >= 0
+    if not has.any():
+        return runs, blocks, np.zeros((0, 2), np.int64)
+    order = np.flatnonzero(has)
+    order = order[np.lexsort((ts[order], group[order]))]
+    g, p = group[order], pid[order]
+    del order
+    # segments of equal (group, path): the unit of everything below; groups renumbered
+    # densely in sorted order
+    new = np.ones(g.shape[0], bool)
+    new[1:] = g[1:] != g[:-1]
+    seg = new.copy()
+    seg[1:] |= p[1:] != p[:-1]
+    g = (np.cumsum(new) - 1)[seg]
+    del new
+    p = p[seg].astype(np.int64)
+    del seg
+    depth = max(len(x) for x in paths)
+    n_paths = len(paths)
+    # annotation id of each path's prefix of length k+1 (n_ann: a prefix not kept)
+    at = np.full((n_paths, depth + 1), -1, np.int64)
+    for i, x in enumerate(paths):
+        for k in range(len(x)):
+            at[i, k + 1] = prefix_index.get(x[:k + 1], n_ann)
+    at[:, 0] = n_ann + 1                                 # the common root
+    plen = np.array([len(x) for x in paths], np.int64)
+    for k in range(depth):
+        s = plen[p] > k
+        if not s.any():
+            continue
+        child, parent, gg = at[p[s], k + 1], at[p[s], k], g[s]
+        key = gg * (n_ann + 2) + parent
+        if not (key[1:] >= key[:-1]).all():
+            o = np.argsort(key, kind="stable")          # time order kept within a block
+            key, child = key[o], child[o]
+        start = np.ones(key.shape[0], bool)
+        start[1:] = (key[1:] != key[:-1]) | (child[1:] != child[:-1])
+        real = child < n_ann
+        runs += np.bincount(child[start & real], minlength=n_ann + 1)[:n_ann]
+        kc = np.unique(key[real] * (n_ann + 1) + child[real])
+        blocks += np.bincount(kc % (n_ann + 1), minlength=n_ann + 1)[:n_ann]
+        # siblings between two runs of a child: at a boundary inside a block, the run
+        # before it is interleaved with the next one unless it was its child's last run
+        # there, and the run after it with the previous one unless it is its first
+        rk, rc = key[start], child[start]
+        code = rk * (n_ann + 1) + rc
+        _, first = np.unique(code, return_index=True)
+        _, last = np.unique(code[::-1], return_index=True)
+        is_first = np.zeros(code.shape[0], bool)
+        is_first[first] = True
+        is_last = np.zeros(code.shape[0], bool)
+        is_last[code.shape[0] - 1 - last] = True
+        b = np.flatnonzero(rk[1:] == rk[:-1])
+        if b.size:
+            pairs.append(np.stack([rc[b], rc[b + 1]], axis=1)[~is_last[b]])
+            pairs.append(np.stack([rc[b + 1], rc[b]], axis=1)[~is_first[b + 1]])
+    pairs = np.unique(np.concatenate(pairs), axis=0) if pairs else np.zeros((0, 2), np.int64)
+    return runs, blocks, pairs
+
+
 def device_time(trace: Trace, ops: np.ndarray, op_step: np.ndarray, step_ids: np.ndarray,
                 origin: np.ndarray) -> AnnotationTable:
     n_steps = step_ids.shape[0]
     if ops.size == 0:
         return empty_table(n_steps)
-    pid, paths = op_paths(trace, ops, origin)
-    has = pid >= 0
-    if not has.any():
-        return empty_table(n_steps)
-    n_paths = len(paths)
+    memo: dict = {}
+    pid, paths = op_paths(trace, ops, origin, memo)
+    run = op_runs(trace, ops, memo) if paths else None
+    del memo
     dur = trace.dur[ops]
-    dev = trace.track_device[trace.track[ops]]
+    st_all = np.where(op_step >= 0, op_step, n_steps).astype(np.int32)
+    has = pid >= 0
+    no = ~has
+    unscoped_ps = np.bincount(st_all[no], weights=dur[no], minlength=n_steps + 1)
+    unscoped = (int(dur[no].sum()), int(no.sum()),
+                np.rint(unscoped_ps[:n_steps]).astype(np.int64))
+    del no
+    if not has.any():
+        return empty_table(n_steps, unscoped)
+    n_paths = len(paths)
     # every prefix of a path is an annotation too
     prefix_index: dict = {}
     for p in paths:
@@ -139,24 +297,23 @@ def device_time(trace: Trace, ops: np.ndarray, op_step: np.ndarray, step_ids: np
         prefix_index = {p: i for i, p in enumerate(keep)}
     n_ann = len(prefix_index)
     ann_list = list(prefix_index)
-    ann_depth = np.array([len(a) for a in ann_list], np.int64)
     # path → the annotations it belongs to (its kept prefixes), as a flat ragged array
     prefixes = [[prefix_index[p[:k]] for k in range(1, len(p) + 1) if p[:k] in prefix_index]
                 for p in paths]
     pcnt = np.array([len(x) for x in prefixes], np.int64)
-    poff = np.concatenate(([0], np.cumsum(pcnt)[:-1])).astype(np.int64)
     pflat = np.array([a for x in prefixes for a in x], np.int64)
+    poff = np.concatenate(([0], np.cumsum(pcnt)[:-1])).astype(np.int64)
     prow, pann = _expand(pflat, poff, pcnt, np.arange(n_paths))   # (path, annotation) pairs
 
     # sums per (path, step) first — a few thousand cells — then onto the annotations
-    p_ok, d_ok = pid[has].astype(np.int64), dur[has]
-    st = op_step[has]
-    st = np.where(st >= 0, st, n_steps)
-    cell = p_ok * (n_steps + 1) + st
+    p_ok = pid[has].astype(np.int64)
+    cell = p_ok * (n_steps + 1) + st_all[has]
     size = n_paths * (n_steps + 1)
-    path_step_dur = np.rint(np.bincount(cell, weights=d_ok, minlength=size)) \
+    path_step_dur = np.rint(np.bincount(cell, weights=dur[has], minlength=size)) \
         .astype(np.int64).reshape(n_paths, n_steps + 1)
+    del cell, dur, has
     path_ops = np.bincount(p_ok, minlength=n_paths).astype(np.int64)
+    del p_ok
     per_step_incl = np.zeros((n_ann, n_steps + 1), np.int64)
     np.add.at(per_step_incl, pann, path_step_dur[prow])
     incl = per_step_incl.sum(axis=1)
@@ -167,74 +324,55 @@ def device_time(trace: Trace, ops: np.ndarray, op_step: np.ndarray, step_ids: np
     np.add.at(per_step_excl, own[mine], path_step_dur[mine])
     excl = per_step_excl.sum(axis=1)
 
-    # scattering: separate runs of consecutive ops (device order) per (device, step).
-    # Walk the device order as segments of equal (device, step, path); at a segment
-    # boundary the annotations deeper than the common prefix of the previous and the
-    # next path start a new run.
-    order = np.lexsort((trace.ts[ops], dev))
-    key = dev[order].astype(np.int64) * (n_steps + 2) + \
-        np.where(op_step[order] >= 0, op_step[order], n_steps)
-    seq = pid[order]
-    brk = np.ones(seq.shape[0], bool)
-    brk[1:] = (key[1:] != key[:-1]) | (seq[1:] != seq[:-1])
-    seg_at = np.flatnonzero(brk)
-    seg_pid, seg_key = seq[seg_at], key[seg_at]
-    prev_pid = np.full(seg_at.shape[0], -1, np.int64)
-    prev_pid[1:] = np.where(seg_key[1:] == seg_key[:-1], seg_pid[:-1], -1)
-    live = seg_pid >= 0
-    codes, counts = np.unique((prev_pid[live] + 1) * (n_paths + 1) + seg_pid[live],
-                              return_counts=True)
-    prev_u, cur_u = codes // (n_paths + 1) - 1, codes % (n_paths + 1)
-    common = np.zeros(codes.shape[0], np.int64)
-    for i, (a, b) in enumerate(zip(prev_u.tolist(), cur_u.tolist())):
-        if a >= 0:
-            pa, pb = paths[a], paths[b]
-            n = 0
-            while n < min(len(pa), len(pb)) and pa[n] == pb[n]:
-                n += 1
-            common[i] = n
-    row, ann = _expand(pflat, poff, pcnt, cur_u)
-    starts = ann_depth[ann] > common[row]
-    runs = np.bincount(ann[starts], weights=counts[row[starts]], minlength=n_ann).astype(np.int64)
-    # (device, step) groups each annotation has ops in
-    kp = np.unique(seg_key[live] * (n_paths + 1) + seg_pid[live])
-    row, ann = _expand(pflat, poff, pcnt, kp % (n_paths + 1))
-    kmax = int(key.max()) + 1
-    steps_with = np.bincount(np.unique(ann * kmax + kp[row] // (n_paths + 1)) // kmax,
-                             minlength=n_ann)
-    # neighbours of the scattered ones: the paths between an annotation's first and last
-    # segment in device order, at the same depth
+    # scattering among siblings, per (device, step, program run)
+    group = trace.track_device[trace.track[ops]].astype(np.int64) * (n_steps + 1) + st_all
+    del st_all
+    if run is not None:
+        lo, span = int(run.min()), int(run.max()) - int(run.min()) + 1
+        if span * (int(group.max()) + 1) < 2**62:
+            group = group * span + (run - lo)
+        else:
+            group = unique_rows(np.stack([group, run], axis=1))[1]
+    del run
+    runs, blocks, pairs = _scattering(paths, prefix_index, n_ann, pid, group, trace.ts[ops])
+    del group
+    scattered = runs > blocks
     inter: list = [set() for _ in range(n_ann)]
-    scattered = np.flatnonzero(runs > steps_with)[:MAX_INTERLEAVED]
-    if scattered.size:
-        seg_idx = np.arange(seg_at.shape[0])
-        first = np.full(n_paths, seg_at.shape[0], np.int64)
-        last = np.full(n_paths, -1, np.int64)
-        np.minimum.at(first, seg_pid[live], seg_idx[live])
-        np.maximum.at(last, seg_pid[live], seg_idx[live])
-        for a in scattered.tolist():
-            with_a = prow[pann == a]
-            lo, hi = int(first[with_a].min()), int(last[with_a].max())
-            window = seg_pid[lo:hi + 1]
-            if window.shape[0] > 200_000:
-                window = window[:: window.shape[0] // 200_000 + 1]
-            others = np.unique(window)
-            depth = len(ann_list[a])
-            for o in others[others >= 0].tolist()[:200]:
-                p = paths[o]
-                if len(p) >= depth and p[:depth] != ann_list[a]:
-                    inter[a].add("/".join(p[:depth]))
+    listed = set(np.flatnonzero(scattered)[:MAX_INTERLEAVED].tolist())
+    for a, b in pairs.tolist():
+        if a in listed and b < n_ann and a != b:
+            inter[a].add("/".join(ann_list[b]))
+
+    # the user's scopes behind JAX's wrappers, each op counted once per scope name
+    names: dict = {}
+    pair_path, pair_name = [], []
+    for i, p in enumerate(paths):
+        for nm in dict.fromkeys(user_scope(x) for x in p if not _FUNCTION.match(x)):
+            pair_path.append(i)
+            pair_name.append(names.setdefault(nm, len(names)))
+    pp, pn = np.asarray(pair_path, np.int64), np.asarray(pair_name, np.int64)
+    path_total = path_step_dur.sum(axis=1)
+    scope_time = np.bincount(pn, weights=path_total[pp], minlength=len(names)) \
+        if pp.size else np.zeros(0)
+    scope_ops = np.bincount(pn, weights=path_ops[pp], minlength=len(names)) \
+        if pp.size else np.zeros(0)
+
     order = sorted(range(n_ann), key=lambda a: ann_list[a])
     o = np.array(order, np.int64)
-    steps_with_ops = np.maximum((per_step_incl[:, :n_steps] > 0).sum(axis=1), 1)
     return AnnotationTable(
         paths=[ann_list[a] for a in order], inclusive=incl[o], exclusive=excl[o],
-        ops=n_ops[o], device_runs=runs[o], scattered=(runs > steps_with_ops)[o],
+        ops=n_ops[o], device_runs=runs[o], scattered=scattered[o],
         interleaved_with=[sorted(inter[a])[:10] for a in order],
-        per_step_inclusive=per_step_incl[o, :n_steps], per_step_exclusive=per_step_excl[o, :n_steps])
+        per_step_inclusive=per_step_incl[o, :n_steps], per_step_exclusive=per_step_excl[o, :n_steps],
+        unscoped=unscoped[0], unscoped_ops=unscoped[1], unscoped_per_step=unscoped[2],
+        user_scope=[user_scope(ann_list[a][-1]) for a in order],
+        scope_names=list(names), scope_inclusive=np.rint(scope_time).astype(np.int64),
+        scope_ops=scope_ops.astype(np.int64))
 
 
-def empty_table(n_steps: int) -> AnnotationTable:
+def empty_table(n_steps: int, unscoped=(0, 0, None)) -> AnnotationTable:
     z = np.zeros(0, np.int64)
+    per_step = unscoped[2] if unscoped[2] is not None else np.zeros(n_steps, np.int64)
     return AnnotationTable([], z, z, z, z, z.astype(bool), [], np.zeros((0, n_steps), np.int64),
-                           np.zeros((0, n_steps), np.int64))
+                           np.zeros((0, n_steps), np.int64), unscoped=unscoped[0],
+                           unscoped_ops=unscoped[1], unscoped_per_step=per_step)

@@ -1,21 +1,41 @@
 """Which host op put each device op on the device.
 
 In order of trust: a direct link to the op (CUDA correlation, XLA flow); a link to
-one of its enclosing events on its own line (XLA:CPU thunks run under an executor
-that received the flow); the latest host "execute" call started before it (module
-runs).  The result is ``origin[e]`` for every event (−1 where unknown) and how it was
-found.
+one of its enclosing events on its own line; on XLA:CPU, the flow into the executor
+that ran the op on its worker thread, or into the thread *region* it ran in (XLA's
+``ThreadpoolListener::StartRegion`` … ``StopRegion``: the producer links to the
+region's start marker, a sibling of the work, not an ancestor); the latest host
+"execute" call started before it (module runs).  The result is ``origin[e]`` for every
+event (−1 where unknown) and how it was found.  ``root_origin`` follows those links
+back across threads to the user's dispatch; ``run_dispatch`` pairs the k-th run of a
+JAX program with the k-th call of its jitted function (JAX queues runs while the
+previous one executes, so run order is the reliable pairing there).
 """
 from __future__ import annotations
+
+import re
 
 import numpy as np
 
 from ..trace.model import EventKind as K, TrackKind, Trace
 
-VIA_NONE, VIA_LINK, VIA_ANCESTOR_LINK, VIA_EXECUTE = range(4)
+VIA_NONE, VIA_LINK, VIA_ANCESTOR_LINK, VIA_EXECUTE, VIA_REGION = range(5)
 VIA_NAMES = {VIA_NONE: "none", VIA_LINK: "correlation/flow link",
              VIA_ANCESTOR_LINK: "flow into the enclosing executor",
-             VIA_EXECUTE: "latest program execution before it"}
+             VIA_EXECUTE: "latest program execution before it",
+             VIA_REGION: "flow into the worker thread's region"}
+START_REGION = "ThreadpoolListener::StartRegion"
+STOP_REGION = "ThreadpoolListener::StopRegion"
+_MAX_DEPTH = 64
+_FINGERPRINT = re.compile(r"\(\d+\)$")
+
+
+def _name_id(trace: Trace, name: str) -> int:
+    """The string id of ``name`` (strings are interned once), −1 when absent."""
+    try:
+        return trace.strings.index(name)
+    except ValueError:
+        return -1
 
 
 def host_side(trace: Trace) -> np.ndarray:
@@ -68,6 +88,14 @@ def origins(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
             ok &= trace.end_of(m) >= trace.end_of(sel)
             origin[sel[ok]] = linked[m[ok]]
             via[sel[ok]] = VIA_LINK
+    # XLA:CPU: the op ran on a worker thread, inside an executor (or a region) that a
+    # flow entered
+    need = np.flatnonzero(device_ev & (origin < 0) & trace.is_device_activity())
+    if need.size:
+        src = worker_entry(trace, need)
+        hit = src >= 0
+        origin[need[hit]] = src[hit]
+        via[need[hit]] = VIA_REGION
     # module runs: the latest host execute call that started before the op
     need = np.flatnonzero(device_ev & (origin < 0) & trace.is_device_activity())
     ex = np.flatnonzero((trace.kind == K.EXECUTE) & host_side(trace))
@@ -80,8 +108,6 @@ def origins(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
         ok = k >= 0
         origin[need[ok]] = ex[k[ok]]
         via[need[ok]] = VIA_EXECUTE
-    # an origin on a helper thread (executor) is itself launched from the user's
-    # thread: follow its own links one hop so steps resolve on the stepping thread
     return origin, via
 
 
@@ -94,26 +120,254 @@ def incoming_host_link_any(trace: Trace) -> np.ndarray:
     return src_of
 
 
-def root_origin(trace: Trace, origin: np.ndarray, max_hops: int = 8) -> np.ndarray:
-    """Follow origins back across threads (executor → the thread that asked for it)."""
-    linked = incoming_host_link_any(trace)
+def root_origin(trace: Trace, origin: np.ndarray, max_hops: int = 32) -> np.ndarray:
+    """Follow origins back across threads (executor → the thread that asked for it):
+    from each host event, the flow into its nearest ancestor-or-self, else into the
+    thread region it ran in, until no flow leads further."""
     out = origin.copy()
     idx = np.flatnonzero(out >= 0)
-    cur = out[idx]
+    if idx.size == 0 or trace.link_src.size == 0:
+        return out
+    host = host_side(trace)
+    cur = out[idx].astype(np.int64)
+    live = host[cur]
+    linked = incoming_host_link(trace)
+    regions = thread_regions(trace, linked)
     for _ in range(max_hops):
-        # climb to the outermost ancestor that received a link
-        nxt = np.full(cur.shape, -1, np.int64)
-        walk = cur.copy()
-        for _d in range(64):
-            live = walk >= 0
-            if not live.any():
-                break
-            hit = live & (linked[np.maximum(walk, 0)] >= 0) & (nxt < 0)
-            nxt[hit] = linked[walk[hit]]
-            walk = np.where(live, trace.parent[np.maximum(walk, 0)], -1)
-        moved = (nxt >= 0) & (nxt != cur)
-        if not moved.any():
+        sel = np.flatnonzero(live)
+        if sel.size == 0:
             break
-        cur = np.where(moved, nxt, cur)
+        # many ops share an origin (a run's ops, its dispatch): one walk per origin
+        u, inv = np.unique(cur[sel], return_inverse=True)
+        nxt = entry_of(trace, linked, regions, u)
+        # sources start no later than what they enter: a step back in time or stop
+        moved = ((nxt >= 0) & (nxt != u))[inv]
+        cur[sel[moved]] = nxt[inv][moved]
+        live[sel[~moved]] = False
     out[idx] = cur
+    return out
+
+
+def dispatch_threads(trace: Trace, root: np.ndarray) -> list:
+    """Host threads the device work traces back to, most device ops first (the user's
+    dispatching thread when a trace has no annotation to say which it is)."""
+    ops = np.flatnonzero(trace.is_device_activity() & ~host_side(trace))
+    r = root[ops]
+    r = r[r >= 0]
+    if r.size == 0:
+        return []
+    tr, cnt = np.unique(trace.track[r], return_counts=True)
+    host = trace.track_kind[tr] == TrackKind.HOST
+    tr, cnt = tr[host], cnt[host]
+    return [int(t) for t in tr[np.argsort(-cnt, kind="stable")]]
+
+
+def region_threads(trace: Trace) -> list:
+    """Host threads that run XLA thread-pool regions (executor and worker threads)."""
+    sid = _name_id(trace, START_REGION)
+    if sid < 0:
+        return []
+    return np.unique(trace.track[trace.name == sid]).astype(int).tolist()
+
+
+def thread_regions(trace: Trace, linked: np.ndarray) -> dict:
+    """Per host track with region markers: (marker times, the host event whose flow
+    opened the region, −1 after a StopRegion or an unlinked start)."""
+    out: dict = {}
+    start_id, stop_id = _name_id(trace, START_REGION), _name_id(trace, STOP_REGION)
+    ids = [i for i in (start_id, stop_id) if i >= 0]
+    if start_id < 0:
+        return out
+    mk = np.flatnonzero(np.isin(trace.name, ids) & (trace.parent < 0) & host_side(trace))
+    if mk.size == 0:
+        return out
+    src = np.where(trace.name[mk] == start_id, linked[mk], -1)
+    tr = trace.track[mk]
+    bounds = np.flatnonzero(np.diff(tr)) + 1
+    for part, sp in zip(np.split(mk, bounds), np.split(src, bounds)):
+        # events sort by (track, start, -duration): marker times are ascending
+        out[int(trace.track[part[0]])] = (trace.ts[part], sp)
+    return out
+
+
+def region_source(regions: dict, tracks: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """The flow source of the region open on each track at each time (−1 none)."""
+    out = np.full(times.shape[0], -1, np.int64)
+    for t in np.unique(tracks).tolist():
+        reg = regions.get(int(t))
+        if reg is None:
+            continue
+        rows = np.flatnonzero(tracks == t)
+        k = np.searchsorted(reg[0], times[rows], side="right") - 1
+        out[rows] = np.where(k >= 0, reg[1][np.maximum(k, 0)], -1)
+    return out
+
+
+def entry_of(trace: Trace, linked: np.ndarray, regions: dict, ev: np.ndarray) -> np.ndarray:
+    """For host events: the host event whose flow entered the work they belong to: the
+    flow into the nearest ancestor-or-self, else into the region their outermost
+    ancestor ran in on their thread (−1 none)."""
+    out = np.full(ev.shape[0], -1, np.int64)
+    cur = ev.astype(np.int64).copy()
+    top = cur.copy()                       # the outermost ancestor reached
+    live = np.flatnonzero(cur >= 0)
+    for _ in range(_MAX_DEPTH):
+        if live.size == 0:
+            break
+        src = linked[cur[live]]
+        hit = src >= 0
+        out[live[hit]] = src[hit]
+        live = live[~hit]
+        top[live] = cur[live]
+        up = trace.parent[cur[live]]
+        cur[live] = up
+        live = live[up >= 0]
+    need = np.flatnonzero((out < 0) & (ev >= 0))
+    if need.size and regions:
+        t0 = top[need]
+        out[need] = region_source(regions, trace.track[t0], trace.ts[t0])
+    return out
+
+
+def host_twins(trace: Trace) -> dict:
+    """Device track → the host thread it was split from (XLA:CPU: the HLO ops of a
+    worker thread form a device track beside the thread's own events)."""
+    host = {(g, n): t for t, (g, n) in enumerate(zip(trace.track_group, trace.track_name))
+            if trace.track_kind[t] == TrackKind.HOST}
+    out = {}
+    for t in np.flatnonzero(trace.track_kind == TrackKind.DEVICE).tolist():
+        h = host.get((trace.track_group[t], trace.track_name[t]))
+        if h is not None:
+            out[t] = h
+    return out
+
+
+def worker_entry(trace: Trace, ops: np.ndarray) -> np.ndarray:
+    """XLA:CPU ops (on a device track split from a worker thread): the host event whose
+    flow entered the executor that ran each op, or the region it ran in (−1 none)."""
+    out = np.full(ops.shape[0], -1, np.int64)
+    twins = host_twins(trace)
+    if not twins or trace.link_src.size == 0:
+        return out
+    linked = incoming_host_link(trace)
+    regions = thread_regions(trace, linked)
+    op_track = trace.track[ops]
+    for dt, ht in twins.items():
+        rows = np.flatnonzero(op_track == dt)
+        if rows.size == 0:
+            continue
+        lo, hi = np.searchsorted(trace.track, [ht, ht + 1])
+        q = trace.ts[ops[rows]]
+        # the innermost event of the worker thread open at the op's start
+        k = np.searchsorted(trace.ts[lo:hi], q, side="right") - 1 + lo
+        enc = np.where(k >= lo, k, -1).astype(np.int64)
+        for _ in range(_MAX_DEPTH):
+            c = np.maximum(enc, 0)
+            open_ = (enc < 0) | (trace.ts[c] + trace.dur[c] > q)
+            if open_.all():
+                break
+            enc = np.where(open_, enc, trace.parent[c])
+        got = entry_of(trace, linked, regions, enc)
+        # no executor around it: the region open on the thread at that time
+        bare = np.flatnonzero((enc < 0) & (got < 0))
+        if bare.size and regions:
+            got[bare] = region_source(regions, np.full(bare.size, ht), q[bare])
+        out[rows] = got
+    return out
+
+
+def run_dispatch(trace: Trace, thread: int = -1) -> tuple[np.ndarray, np.ndarray]:
+    """(device ops, the call that dispatched each) for JAX program runs: the k-th run of
+    a program on a device (ops grouped by ``run_id``, or an ``XLA Modules`` event) is
+    paired with the k-th outermost ``PjitFunction(<name>)`` on the dispatching thread
+    (``thread``, else the one with most such calls).  Programs whose run and call
+    counts differ are left out."""
+    none = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+    runs = _program_runs(trace)
+    if not runs:
+        return none
+    calls = _dispatch_calls(trace, {m for m, _, _ in runs}, thread)
+    ev, who = [], []
+    for module, starts, members in runs:
+        d = calls.get(module)
+        if d is None or d.shape[0] != len(starts):
+            continue
+        order = np.argsort(np.asarray(starts), kind="stable")
+        for k, r in enumerate(order.tolist()):
+            ev.append(members[r])
+            who.append(np.full(members[r].shape[0], d[k], np.int64))
+    if not ev:
+        return none
+    return np.concatenate(ev).astype(np.int64), np.concatenate(who)
+
+
+def _program_runs(trace: Trace) -> list:
+    """(module name, [run start], [device ops of the run]) per (device, module)."""
+    groups: dict = {}
+    dev = trace.is_device_activity() & ~host_side(trace)
+    rid, mod = trace.stats.get("run_id"), trace.stats.get("hlo_module")
+    if rid is not None and mod is not None and mod.is_string:
+        ev = np.intersect1d(rid.events, mod.events)
+        ev = ev[dev[ev]]
+        if ev.size:
+            r = rid.values[np.searchsorted(rid.events, ev)].astype(np.int64)
+            m = mod.values[np.searchsorted(mod.events, ev)].astype(np.int64)
+            d = trace.track_device[trace.track[ev]].astype(np.int64)
+            key = np.stack([d, m, r], axis=1)
+            u, inv = np.unique(key, axis=0, return_inverse=True)
+            inv = inv.reshape(-1)
+            first = np.full(u.shape[0], np.iinfo(np.int64).max, np.int64)
+            np.minimum.at(first, inv, trace.ts[ev])
+            o = np.argsort(inv, kind="stable")
+            cuts = np.searchsorted(inv[o], np.arange(u.shape[0] + 1))
+            for j, (dd, mm, _) in enumerate(u.tolist()):
+                g = groups.setdefault((dd, trace.strings[mm]), ([], []))
+                g[0].append(int(first[j]))
+                g[1].append(ev[o[cuts[j]:cuts[j + 1]]])
+    # TPU/GPU: each XLA Modules event is one run of its program on that device
+    from_modules: dict = {}
+    for t in np.flatnonzero(trace.track_kind == TrackKind.DEVICE).tolist():
+        if trace.track_name[t] != "XLA Modules":
+            continue
+        d = int(trace.track_device[t])
+        lo, hi = np.searchsorted(trace.track, [t, t + 1])
+        if hi == lo:
+            continue
+        mods = np.arange(lo, hi)
+        ops = np.flatnonzero(dev & (trace.track_device[trace.track] == d))
+        ops = ops[np.argsort(trace.ts[ops], kind="stable")]
+        a = np.searchsorted(trace.ts[ops], trace.ts[mods], side="left")
+        b = np.searchsorted(trace.ts[ops], trace.end_of(mods), side="left")
+        for m, x, y in zip(mods.tolist(), a.tolist(), b.tolist()):
+            name = _FINGERPRINT.sub("", trace.strings[int(trace.name[m])])
+            g = from_modules.setdefault((d, name), ([], []))
+            g[0].append(int(trace.ts[m]))
+            g[1].append(ops[x:y])
+    for key, g in from_modules.items():
+        groups.setdefault(key, g)
+    return [(name, starts, members) for (_, name), (starts, members) in groups.items()]
+
+
+def _dispatch_calls(trace: Trace, modules: set, thread: int) -> dict:
+    """module → the outermost calls of its jitted function on one thread, in order."""
+    want = {}
+    for m in modules:
+        for prefix, wrapper in (("jit_", "PjitFunction"), ("pmap_", "PmapFunction")):
+            if m.startswith(prefix) and len(m) > len(prefix):
+                want[f"{wrapper}({m[len(prefix):]})"] = m
+    if not want:
+        return {}
+    ids = {i: want[n] for n in want if (i := _name_id(trace, n)) >= 0}
+    if not ids:
+        return {}
+    ev = np.flatnonzero(np.isin(trace.name, list(ids)) & host_side(trace))
+    p = trace.parent[ev]
+    ev = ev[(p < 0) | (trace.name[np.maximum(p, 0)] != trace.name[ev])]
+    out = {}
+    for nid in np.unique(trace.name[ev]).tolist():
+        e = ev[trace.name[ev] == nid]
+        tr, cnt = np.unique(trace.track[e], return_counts=True)
+        t = thread if thread in tr.tolist() else int(tr[np.argmax(cnt)])
+        e = e[trace.track[e] == t]
+        out[ids[nid]] = e[np.argsort(trace.ts[e], kind="stable")]
     return out

@@ -18,15 +18,17 @@ from ..trace.model import EventKind as K, Trace
 from . import annotations as ann_mod
 from . import causes as C
 from . import findings as find_mod
-from .attribution import origins, root_origin
-from .detail import blocking_ancestor, blocking_calls, host_ops
+from . import usercalls
+from .attribution import dispatch_threads, origins, region_threads, root_origin
+from .detail import blocking_ancestor, host_ops
 from .gaps import device_busy, find_gaps, user_threads
-from .hostline import B_COMPILE, blocking_mask, build_hostlines, event_buckets
+from .hostline import blocking_mask, build_hostlines, event_buckets
 from .intervals import covered
+from .culprits import framework
 from .refs import event_refs
 from .shares import split
 from .result import DeviceTable, Diagnosis, GapTable, StepNumbers
-from .steps import device_windows, find_steps, step_of_time
+from .steps import device_windows, find_steps, launched_busy, launching_steps
 
 DEFAULT_THRESHOLD_US = 5.0
 DETAIL_LIMIT = 200            # gaps with host-op detail up front (largest first; the page
@@ -142,12 +144,7 @@ def _diagnose(trace: Trace, opt: Options, progress):
     # per-event columns held through the analysis are int32 (event and step indices):
     # on a 40 M-event trace each int64 column would cost 320 MB
     root = _small(root_origin(trace, origin))
-    # the step an op belongs to: the step in which its host origin ran
-    if steps.source == "device_steps":
-        ev_step = _small(step_of_time(steps, trace.ts))
-    else:
-        ev_step = _small(step_of_time(
-            steps, np.where(root >= 0, trace.ts[np.maximum(root, 0)], trace.ts)))
+    ev_step = _small(launching_steps(trace, steps, root))
     # device time per annotation first: its temporaries are the largest of the analysis,
     # and the host timelines built next are not needed for it
     progress.within(0.15, "device time by annotation")
@@ -156,7 +153,10 @@ def _diagnose(trace: Trace, opt: Options, progress):
     del dev_ops
     progress.within(0.35, "host timelines")
     ctx = host_context(trace, origin, via)
-    users = user_threads(trace, steps.thread)
+    users = user_threads(trace, steps.thread) or dispatch_threads(trace, root)
+    executors = region_threads(trace)
+    compilations = usercalls.compilations(trace, steps, root, users)
+    transfers = usercalls.transfers(trace, steps, users)
 
     n_dev = len(trace.devices)
     dev_busy = np.zeros(n_dev, np.int64)
@@ -166,7 +166,7 @@ def _diagnose(trace: Trace, opt: Options, progress):
     dev_idle = np.zeros((n_dev, n_causes), np.int64)
     dev_small_n = np.zeros(n_dev, np.int64)
     dev_small_t = np.zeros(n_dev, np.int64)
-    steps_dev, gaps_all, small_by_dev = [], [], {}
+    steps_dev, gaps_all, small_by_dev, lead_in, launched = [], [], {}, {}, {}
     for d, dev in enumerate(trace.devices):
         progress.within(0.5 + 0.3 * d / max(n_dev, 1), f"gaps on {dev.name}")
         ops, us, ue = device_busy(trace, d, opt.kernels_only)
@@ -175,14 +175,30 @@ def _diagnose(trace: Trace, opt: Options, progress):
             continue
         lo, hi = int(us[0]), int(ue[-1])
         gs, ge, prev, nxt, ss, se = find_gaps(trace, d, ops, us, ue, threshold_ps)
-        wf = _issuer(trace, origin, root, nxt, users)
+        wf = _issuer(trace, origin, root, nxt, users, executors)
         sp = split(trace, gs, ge, nxt, wf, ops, us, ue, ctx, users)
-        gt = _DeviceGaps(d, gs, ge, prev, nxt, wf, sp)
+        # waited_for names the call that issued the op (a launch, an execute); the split
+        # judges by the user's dispatch that call traces back to
+        gt = _DeviceGaps(d, gs, ge, prev, nxt, origin[nxt].astype(np.int64), sp)
         gaps_all.append(gt)
         small_by_dev[d] = (ss, se)
-        own = np.flatnonzero((trace.kind == K.STEP) & (trace.track_device[trace.track] == d))
+        own = steps.runs.get(d) if steps.source == "modules" else \
+            np.flatnonzero((trace.kind == K.STEP) & (trace.track_device[trace.track] == d))
         wb, we = device_windows(steps, ev_step[ops], trace.end_of(ops), hi, own, trace)
         steps_dev.append((wb, we, us, ue, gt))
+        if steps.source in ("host_annotations", "modules"):
+            # per step, the device time it launched, wherever that ran (GUIDE §4); the
+            # windows are cut so that it runs in them, which ``busy`` measures
+            launched[d] = launched_busy(trace.ts[ops], trace.end_of(ops), ev_step[ops],
+                                        steps.ids.shape[0])
+        if wb.size and lo - int(wb[0]) >= threshold_ps:
+            # the first window's idle before the device's first op (step 0 compiling,
+            # loading data) is idle of that step too: split like a gap
+            first = ops[np.argmin(trace.ts[ops])][None]
+            a, b = wb[:1].astype(np.int64), np.array([lo], np.int64)
+            lead_in[d] = split(trace, a, b, first,
+                               _issuer(trace, origin, root, first, users, executors),
+                               ops, us, ue, ctx, users).shares[0]
         if len(gt):
             dev_idle[d] = gt.shares.sum(axis=0)
         dev_busy[d], dev_lo[d], dev_hi[d], dev_ops_n[d] = int((ue - us).sum()), lo, hi, ops.size
@@ -192,14 +208,8 @@ def _diagnose(trace: Trace, opt: Options, progress):
 
     # ---- steps ----
     progress.within(0.8, "per-step numbers")
-    # outermost compilations only (HLO passes inside one are part of it)
-    compile_ev = np.flatnonzero(trace.kind == K.COMPILE)
-    par = trace.parent[compile_ev]
-    compile_ev = compile_ev[(par < 0) | (ctx.buckets[np.maximum(par, 0)] != B_COMPILE)]
-    if steps.thread >= 0 and (trace.track[compile_ev] == steps.thread).any():
-        # the user's thread asks for compilations; worker threads run their pieces
-        compile_ev = compile_ev[trace.track[compile_ev] == steps.thread]
-    compile_step = step_of_time(steps, trace.ts[compile_ev]) if compile_ev.size else compile_ev
+    # the compilation table is the one count: per step, in findings and in the JSON
+    compile_ev, compile_step = compilations.event, compilations.step.astype(np.int64)
     n_steps = steps.ids.shape[0]
     c_count = np.bincount(compile_step[compile_step >= 0], minlength=n_steps) \
         if compile_ev.size else np.zeros(n_steps, np.int64)
@@ -210,12 +220,17 @@ def _diagnose(trace: Trace, opt: Options, progress):
     shape = (n_steps, n_dev)
     win_s, win_e = np.full(shape, -1, np.int64), np.full(shape, -1, np.int64)
     s_busy = np.zeros(shape, np.int64)
+    s_launched = np.full(shape, -1, np.int64)
     s_idle = np.zeros((n_steps, n_dev, n_causes), np.int64)
     s_small_n, s_small_t = np.zeros(shape, np.int64), np.zeros(shape, np.int64)
     for d, sd in enumerate(steps_dev):
         if sd is None:
             continue
         wb, we, busy, by_cause, sm_n, sm_t = _window_numbers(sd, small_by_dev[d], n_causes)
+        if d in lead_in:
+            by_cause[0] += lead_in[d]
+        if d in launched:
+            s_launched[:, d] = launched[d]
         win_s[:, d], win_e[:, d], s_busy[:, d] = wb, we, busy
         s_idle[:, d, :], s_small_n[:, d], s_small_t[:, d] = by_cause, sm_n, sm_t
     host_ns = _ns_round(steps.host_end) - _ns_round(steps.host_start)
@@ -225,7 +240,8 @@ def _diagnose(trace: Trace, opt: Options, progress):
         outlier = np.zeros(n_steps, bool)
     step_numbers = StepNumbers(steps.ids, steps.host_start, steps.host_end, steps.source,
                                dev_ops_n > 0, win_s, win_e, s_busy, s_idle, s_small_n,
-                               s_small_t, c_count.astype(np.int64), c_total, outlier)
+                               s_small_t, c_count.astype(np.int64), c_total, outlier,
+                               s_launched)
 
     # ---- gaps, largest first ----
     # a gap belongs to the step of the op it waited for (that step's host work kept the
@@ -240,18 +256,19 @@ def _diagnose(trace: Trace, opt: Options, progress):
     small_total = int(sum(int((se - ss).sum()) for ss, se in small_by_dev.values()))
     source = {"path": trace.path, "format": trace.format, "events": trace.n_events,
               "devices": [d.name for d in trace.devices], "origin_ps": trace.origin_ps,
-              "hostnames": trace.metadata.get("hostnames", [])}
+              "hostnames": trace.metadata.get("hostnames", []),
+              "framework": framework(trace)}
     if not trace.devices or not (dev_ops_n > 0).any():
         warnings.append("no device activity in this trace: it shows host work only "
                         "(a CPU-only run, or the device was not profiled)")
     diag = Diagnosis(source, opt.threshold_us, opt.kernels_only, devices, step_numbers, gaps,
                      detail, annotations, [], small_total, warnings, None,
-                     list(trace.track_label))
+                     list(trace.track_label), compilations, transfers)
     diag.findings, cited = find_mod.findings(trace, diag, steps, compile_ev, compile_step, ctx)
     sync_events = [e for per_gap in detail.syncs for _, e in per_gap]
     diag.refs = event_refs(trace, [gaps.prev_op, gaps.next_op, gaps.waited_for, gaps.blocking,
                                    gaps.culprit, detail.event, np.array(sync_events, np.int64),
-                                   cited])
+                                   cited, compilations.event, transfers.event])
     return diag, ctx
 
 
@@ -269,15 +286,21 @@ class _DeviceGaps:
         return int(self.start.shape[0])
 
 
-def _issuer(trace: Trace, origin, root, nxt, users) -> np.ndarray:
+def _issuer(trace: Trace, origin, root, nxt, users, executors=()) -> np.ndarray:
     """The host call that issued each op: its direct origin (a launch), or, when that is
-    on a runtime thread (an XLA executor), the user's dispatch it traces back to."""
+    on a runtime thread (an XLA executor), the user's dispatch it traces back to.
+    ``executors``: the host threads that run XLA thread-pool regions."""
     wf = origin[nxt].astype(np.int64)
     r = root[nxt].astype(np.int64)
     if users:
         on_user = np.isin(trace.track[np.maximum(r, 0)], users) & (r >= 0)
         direct_user = np.isin(trace.track[np.maximum(wf, 0)], users) & (wf >= 0)
-        wf = np.where(on_user & ~direct_user, r, wf)
+        # a kernel launch on an XLA executor thread (one that runs thread-pool regions)
+        # issued the op itself: the user's dispatch only queued the program
+        w = np.maximum(wf, 0)
+        executor = (wf >= 0) & (trace.kind[w] == K.LAUNCH) & \
+            np.isin(trace.track[w], executors)
+        wf = np.where(on_user & ~direct_user & ~executor, r, wf)
     return wf
 
 
@@ -299,10 +322,7 @@ def _gap_table(trace, steps, gaps_all, steps_dev, ev_step, via, ctx) -> GapTable
     nxt = col("next_op").astype(np.int64)
     start, end = start[order], end[order]
     blocking = col("blocking").astype(np.int64)
-    # gaps whose own thread shows no blocking call: the one in flight on any thread
-    any_ev, any_track = blocking_calls(ctx.lines, ctx.block_anc, start)
-    b_track = np.where(blocking >= 0, trace.track[np.maximum(blocking, 0)], any_track)
-    blocking = np.where(blocking >= 0, blocking, any_ev)
+    b_track = trace.track[np.maximum(blocking, 0)]
     return GapTable(
         device=col("device").astype(np.int32), start=start, end=end,
         step=np.concatenate(gap_step)[order], prev_op=col("prev_op").astype(np.int64),
@@ -340,12 +360,18 @@ def host_context(trace: Trace, origin: np.ndarray | None = None,
     if origin is None:
         origin, via = origins(trace)
         origin = _small(origin)
-    # runtime memcpy calls inherit the direction of the copy they issued
+    # runtime memcpy calls inherit the direction of the copy they issued, and whether the
+    # host side was pageable memory
     launch_memcpy = np.zeros(n, np.int8)
     dev_mem = np.flatnonzero((memcpy_of > 0) & (origin >= 0))
     launch_memcpy[origin[dev_mem]] = memcpy_of[dev_mem]
+    launch_pageable = np.zeros(n, bool)
+    if dev_mem.size:
+        u, inv = unique_inverse(trace.name[dev_mem])
+        pg = np.array(["pageable" in trace.strings[x].lower() for x in u.tolist()], bool)
+        launch_pageable[origin[dev_mem]] = pg[inv.reshape(-1)]
     buckets = event_buckets(trace, launch_memcpy)
-    blocking = blocking_mask(trace, launch_memcpy)
+    blocking = blocking_mask(trace, launch_memcpy, launch_pageable)
     lines = build_hostlines(trace, buckets, trace.host_tracks(), blocking)
     return HostContext(trace, origin, via, memcpy_of, launch_memcpy, buckets, lines,
                        blocking_ancestor(trace, blocking))

@@ -1,11 +1,15 @@
-"""Plain-language findings with evidence, time lost per step and a fix.
+"""Plain-language findings with evidence, the time they cost per step, and a fix.
 
-Computed from the typed gap table (every gap, whatever a page shows): a finding cites
-gap rows, and its time lost is the sum of their durations as reported (ns).
+Computed from the typed gap table and its cause shares (every gap, whatever a page
+shows).  A gap finding is one culprit of one cause family: the gaps whose primary cause
+is that family and whose culprit (``culprits.Culprits``) is the same user frame and op
+chain.  Its time is the family's share of those gaps on the device they hit hardest
+(never a sum over devices), so the findings of a family never claim more than that
+device's idle in it; a finding that repeats in most steps says so instead of
+appearing twice.  Fix texts come from ``fixes.py`` for the trace's framework.
 """
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 
 import numpy as np
@@ -14,231 +18,331 @@ from ..trace.build import unique_inverse
 from ..trace.classify import is_collective_kernel
 from ..trace.model import EventKind as K, Trace
 from . import causes as C
-from .detail import host_ops
+from .culprits import PYTORCH, PYTORCH_XLA, SYNC_LABELS, Culprits, clean, framework, sync_kind
+from .fixes import fix_for
 from .result import Finding, FindingKind as FK
 
 MAX_EVIDENCE = 20              # events named in a d2h finding
-TOP_OPS_GAPS = 200             # gaps of a cause whose host ops name the finding's culprits
-MIN_RECURRING_SHARE = 0.01     # a recurring gap worth reporting takes ≥ 1 % of its step
+TOP_SHARE = 0.01               # a top finding costs at least 1 % of a typical step
+RECURRING = 0.8                # in this share of the steps (and 3 or more): it recurs
 
-# culprit op (matched against the sync call's chain, innermost first) → (title, fix)
-SYNC_CULPRITS = [
-    (re.compile(r"aten::nonzero|nonzero", re.I), "torch.nonzero",
-     "torch.nonzero (and torch.where with one argument) must copy the number of results to the "
-     "host. Keep shapes static: use torch.where(mask, x, 0) or multiply by the mask instead of "
-     "selecting indices."),
-    (re.compile(r"aten::unique|_unique", re.I), "torch.unique",
-     "torch.unique waits for the device to size its output. Sort and count on the device "
-     "(torch.bincount with a fixed minlength, or torch.sort + diff) instead."),
-    (re.compile(r"aten::masked_select|aten::index(?!_)|aten::index\b|boolean", re.I),
-     "boolean-mask indexing",
-     "Indexing with a boolean mask (x[mask]) has a data-dependent size and syncs. Use "
-     "torch.where(mask, x, 0), or a loss with ignore_index / reduction over the mask."),
-    (re.compile(r"aten::item|_local_scalar_dense|TransferFromDevice|ToLiteral", re.I),
-     ".item() / device→host read",
-     "Every .item(), float(tensor), print(tensor) or if tensor: copies to the host and waits. "
-     "Keep values on the device (accumulate metrics as tensors) and read them every N steps."),
-    (re.compile(r"synchronize", re.I), "explicit synchronize",
-     "An explicit torch.cuda.synchronize() / stream sync empties the queue; remove it outside "
-     "timing code, or use events to wait only for what you need."),
-    (re.compile(r"aten::to|aten::copy_|Memcpy", re.I), "device→host copy",
-     "A .cpu()/.to('cpu') copy waits for all queued work. Move the copy later, batch several "
-     "copies, or use non_blocking=True with pinned memory."),
-]
+FAMILY = {C.HOST_SYNC: FK.HOST_SYNC, C.COMPILATION: FK.RECOMPILATION,
+          C.DATA_LOADING: FK.INPUT_BOUND, C.H2D_TRANSFER: FK.H2D_TRANSFER,
+          C.LAUNCH_OVERHEAD: FK.LAUNCH_BOUND, C.HOST_COMPUTE: FK.HOST_COMPUTE,
+          C.COLLECTIVE_WAIT: FK.COLLECTIVE_WAIT, C.UNTRACED: FK.UNTRACED,
+          C.DEVICE_WAIT: FK.DEVICE_WAIT, C.ALLOCATOR: FK.ALLOCATOR,
+          C.GRAPH_CAPTURE: FK.GRAPH_CAPTURE, C.RUNTIME_CALL: FK.RUNTIME_CALL}
+PHRASE = {FK.HOST_SYNC: "blocks on the device", FK.INPUT_BOUND: "data loading starves the device",
+          FK.H2D_TRANSFER: "host→device staging starves the device",
+          FK.LAUNCH_BOUND: "kernel launches outpace tiny kernels",
+          FK.HOST_COMPUTE: "host work between launches starves the device",
+          FK.COLLECTIVE_WAIT: "the device waits for its peers",
+          FK.UNTRACED: "the device idles while the host shows no op",
+          FK.DEVICE_WAIT: "the device waits on device-side work",
+          FK.ALLOCATOR: "memory allocation stalls the device",
+          FK.GRAPH_CAPTURE: "CUDA-graph capture (one-time) stalls the device",
+          FK.RUNTIME_CALL: "runtime calls stall the device",
+          FK.RECOMPILATION: "compilation stalls the device",
+          FK.GRAPH_BUILDING: "XLA graph building on the host starves the device"}
+
+
+def _fmt(ns: float) -> str:
+    if ns >= 1e6:
+        return f"{ns / 1e6:.1f} ms"
+    if ns >= 1e3:
+        return f"{ns / 1e3:.0f} µs" if ns >= 1e4 else f"{ns / 1e3:.1f} µs"
+    return f"{ns:.0f} ns"
 
 
 class _Gaps:
     """The gap columns findings read, as reported (ns, step ids)."""
 
-    def __init__(self, trace: Trace, diag):
+    def __init__(self, diag):
         g = diag.gaps
+        self.g = g
         self.n = len(g)
         self.dur_ns = np.rint((g.end - g.start) / 1000).astype(np.int64)
-        self.start_ns = np.rint(g.start / 1000).astype(np.int64)
-        self.end_ns = np.rint(g.end / 1000).astype(np.int64)
+        self.share_ns = np.rint(g.shares / 1000).astype(np.int64)
         ids = diag.steps.ids
         self.step = np.where(g.step >= 0, ids[np.maximum(g.step, 0)] if ids.size else -1, -1)
-        self.cause = g.cause
-        self.device = g.device
-        self.g = g
 
     def steps_hit(self, rows) -> set:
         st = self.step[rows]
         return set(st[st >= 0].tolist())
 
-    def total(self, rows) -> int:
-        return int(self.dur_ns[rows].sum())
+    def on_worst_device(self, rows, cause: int) -> tuple:
+        """(ns of the cause's share on the device these gaps hit hardest, that device)."""
+        rows = np.asarray(rows, np.int64)
+        if rows.size == 0:
+            return 0, -1
+        dev = self.g.device[rows]
+        per = np.bincount(dev, weights=self.share_ns[rows, cause]) if rows.size else []
+        d = int(np.argmax(per))
+        return int(round(per[d])), d
 
 
 def findings(trace: Trace, diag, steps, compile_ev, compile_step, ctx) -> tuple:
     """([Finding], events cited) — most time lost per step first."""
     n_steps = max(len(diag.steps), 1)
-    G = _Gaps(trace, diag)
-    out = []
-    cited = []
-    by_cause = {c: np.flatnonzero(G.cause == i).astype(np.int32) for i, c in enumerate(C.ALL)}
+    G = _Gaps(diag)
+    fw = framework(trace)
+    graphs = bool((trace.kind == K.LAUNCH).any()) and any(
+        "graphlaunch" in trace.strings[int(x)].lower()
+        for x in np.unique(trace.name[trace.kind == K.LAUNCH]).tolist())
+    host_ns = np.rint(diag.steps.host_end / 1000) - np.rint(diag.steps.host_start / 1000)
+    typical_step = float(np.median(host_ns)) if host_ns.size else 0.0
+    out, cited = [], []
 
-    def add(kind, title, rows, fix, detail, confidence=None, total_ns=None, extra=None,
-            steps_hit=None, events=None):
-        total = total_ns if total_ns is not None else G.total(rows)
+    def add(kind, title, rows, fix, detail, total_ns, device=-1, confidence=None, extra=None,
+            steps_hit=None, events=None, ranges=None):
         hit = G.steps_hit(rows) if steps_hit is None else set(steps_hit)
-        conf = confidence or ("high" if len(hit) >= max(0.8 * n_steps, 1) and n_steps > 1
+        conf = confidence or ("high" if len(hit) >= max(RECURRING * n_steps, 1) and n_steps > 1
                               else "medium")
-        f = Finding(kind, title, detail, fix, conf, int(total), int(total / n_steps),
-                    sorted(hit), np.asarray(rows, np.int32), extra=extra or {})
+        per_step = int(total_ns / n_steps)
+        f = Finding(kind, title, detail, fix, conf, int(total_ns), per_step, sorted(hit),
+                    np.asarray(rows, np.int32), extra=dict(extra or {}))
+        f.extra["share_of_step"] = per_step / typical_step if typical_step else None
+        f.extra["top"] = bool(per_step > 0 and (not typical_step or
+                                                per_step >= TOP_SHARE * typical_step))
+        if device >= 0:
+            f.extra["device"] = diag.devices.name[device]
+        if ranges:
+            f.ranges = ranges
         if events is not None:
             f.events = np.asarray(events, np.int64)
             cited.append(f.events)
         out.append(f)
+        return f
 
-    # host sync points, one finding per culprit call chain
-    chains: dict = {}
+    _gap_families(trace, diag, G, ctx, fw, graphs, n_steps, typical_step, add)
 
-    def chain_of(e: int) -> tuple:
-        c = chains.get(e)
-        if c is None:
-            c = chains[e] = tuple(_chain(trace, e)) if e >= 0 else ()
-        return c
+    _compile_summary(trace, diag, steps, compile_ev, compile_step, out, fw)
+    _transfers(trace, diag, G, steps, fw, add, out)
+    _memcpy_share(trace, diag, fw, add)
 
-    sync_groups = defaultdict(list)
-    fixes = {}
-    for r in by_cause[C.HOST_SYNC].tolist():
-        b, w = int(G.g.blocking[r]), int(G.g.waited_for[r])
-        chain = chain_of(b) if b >= 0 else chain_of(w)
-        label, fix = "a host–device sync", SYNC_CULPRITS[4][2]
-        for rx, name, fx in SYNC_CULPRITS:
-            if any(rx.search(c) for c in chain):
-                label, fix = name, fx
-                break
-        key = (label, " › ".join(c for c in chain if not c.startswith("ProfilerStep#")))
-        sync_groups[key].append(r)
-        fixes[key] = fix
-    for (label, chain), rows in sorted(sync_groups.items(), key=lambda kv: -G.total(kv[1])):
-        add(FK.HOST_SYNC, f"Host–device sync at {label}", rows, fixes[(label, chain)],
-            f"The device drained its queue and idled while the host waited at: {chain or label}. "
-            f"{len(rows)} gap(s).", extra={"chain": chain.split(" › ") if chain else []})
-
-    # recompilation
-    if compile_ev.size:
-        per_step = defaultdict(lambda: [0, 0])
-        outside = 0
-        for e, s in zip(compile_ev.tolist(), compile_step.tolist()):
-            if s < 0:
-                outside += 1
-                continue
-            per_step[int(steps.ids[s])][0] += 1
-            per_step[int(steps.ids[s])][1] += int(trace.dur[e])
-        compiled_steps = sorted(per_step)
-        first_id = int(diag.steps.ids[0]) if len(diag.steps) else None
-        after_first = [s for s in compiled_steps if first_id is not None and s > first_id]
-        total = int(trace.dur[compile_ev].sum() // 1000)
-        grows = len(after_first) >= 1
-        add(FK.RECOMPILATION,
-            f"Recompilation in {len(compiled_steps)} step(s)" if grows else "Compilation",
-            by_cause[C.COMPILATION],
-            "Each new input shape compiles a new graph. Keep shapes static: pad or bucket "
-            "batch/sequence sizes, drop the last partial batch (drop_last=True), and keep "
-            "Python scalars out of the graph (torch_xla: check the CompileTime metric; "
-            "JAX: avoid re-jitting on new shapes).",
-            f"{len(compile_ev)} compilation(s) taking {total / 1e6:.1f} ms in total, in steps "
-            f"{compiled_steps}" + (f" and {outside} outside any step" if outside else "")
-            + (". Compilations after the first step mean the graph changes between steps "
-               "(dynamic shapes)." if grows else "."),
-            confidence="high", total_ns=total,
-            extra={"compile_steps": compiled_steps,
-                   "per_step": {str(k): {"count": v[0], "total_ns": v[1] // 1000}
-                                for k, v in per_step.items()},
-                   "grows_with_steps": grows})
-
-    # device→host transfers (count even when they do not open a gap)
-    d2h = np.flatnonzero(trace.kind == K.TRANSFER_D2H)
-    d2h = d2h[~np.isin(trace.parent[d2h], d2h)] if d2h.size else d2h
-    if d2h.size:
-        from .steps import step_of_time
-        st = step_of_time(steps, trace.ts[d2h])
-        names = sorted({trace.event_name(e) for e in d2h.tolist()})
-        hit_steps = sorted({int(steps.ids[s]) for s in st.tolist() if s >= 0})
-        total = int(trace.dur[d2h].sum() // 1000)
-        chains_txt = {" › ".join(_chain(trace, e)) for e in d2h[:50].tolist()}
-        add(FK.D2H_TRANSFER, f"{d2h.size} device→host transfer(s) ({', '.join(names[:3])})",
-            np.zeros(0, np.int32), SYNC_CULPRITS[3][2],
-            f"Transfers in steps {hit_steps}: each one waits for the device. Call chains: "
-            + "; ".join(sorted(chains_txt)[:3]),
-            total_ns=total, confidence="high", steps_hit=hit_steps,
-            events=d2h[:MAX_EVIDENCE])
-
-    simple = {
-        C.DATA_LOADING: ("input_bound", "Input-bound: the device waits for data loading",
-                         "Load data in the background: DataLoader(num_workers>0, pin_memory=True, "
-                         "persistent_workers=True, prefetch_factor), or a prefetching input "
-                         "pipeline (tf.data prefetch, torch_xla MpDeviceLoader)."),
-        C.H2D_TRANSFER: ("h2d_transfer", "Host→device copies not overlapped with compute",
-                         "Copy from pinned memory with non_blocking=True on a side stream, or "
-                         "prefetch the next batch to the device while this one computes "
-                         "(torch_xla: MpDeviceLoader)."),
-        C.LAUNCH_OVERHEAD: ("launch_bound", "Launch-bound: kernels shorter than their launch",
-                            "Fuse small ops (torch.compile, CUDA graphs via "
-                            "torch.cuda.graphs / mode='reduce-overhead'), use larger batches, or "
-                            "foreach/fused optimizers."),
-        C.HOST_COMPUTE: ("host_compute", "Host compute between launches starves the device",
-                         "Move Python work out of the step (precompute, vectorise), avoid "
-                         "per-element Python loops, and check the host ops listed in the gaps."),
-        C.COLLECTIVE_WAIT: ("collective_wait", "Devices wait for each other at collectives",
-                            "Balance work across devices (uneven shards or batch sizes), overlap "
-                            "communication with compute (bucketed DDP/FSDP), and check for a "
-                            "straggler."),
-        C.UNTRACED: ("untraced", "Device idle while the host shows nothing",
-                     "The host was idle or not profiled during these gaps: profile with Python "
-                     "stacks and all threads, and check for sleeps, I/O or other processes."),
-    }
-    for cause, (kind, title, fix) in simple.items():
-        rows = by_cause[cause]
-        if not rows.size:
-            continue
-        total = G.total(rows)
-        top = rows[:TOP_OPS_GAPS]
-        ho = host_ops(trace, ctx.lines, ctx.block_anc, top, G.g.start[top], G.g.end[top])
-        top_ops = defaultdict(int)
-        at = np.searchsorted(ho.gap, top) if ho.gap.size else np.zeros(0, np.int64)
-        # per gap its three ops with most self time (all threads)
-        for r, k in zip(top.tolist(), at.tolist()):
-            j = k
-            while j < ho.gap.shape[0] and ho.gap[j] == r and j < k + 3:
-                top_ops[trace.event_name(int(ho.event[j]))] += int(round(int(ho.self_time[j])
-                                                                         / 1000))
-                j += 1
-        tops = ", ".join(n for n, _ in sorted(top_ops.items(), key=lambda kv: -kv[1])[:4])
-        add(FK(kind), title, rows, fix,
-            f"{rows.size} gap(s), {total / 1e6:.2f} ms in total." +
-            (f" Host ops filling them: {tops}." if tops else ""))
-
-    # excessive memcpy
-    mem = np.flatnonzero(trace.kind == K.MEMCPY)
-    busy_total = int(np.rint(diag.devices.busy / 1000).sum())
-    if mem.size and busy_total:
-        mem_ns = int(trace.dur[mem].sum() // 1000)
-        if mem_ns > 0.15 * busy_total:
-            add(FK.EXCESSIVE_MEMCPY, "Memory copies take a large share of device time",
-                np.zeros(0, np.int32),
-                "Avoid repeated .to(device)/.cpu() round trips, keep tensors on the device, and "
-                "use pinned memory for the copies that remain.",
-                f"{mem.size} memcpy events take {mem_ns / 1e6:.2f} ms, "
-                f"{100 * mem_ns / busy_total:.0f}% of device busy time.",
-                total_ns=mem_ns, confidence="medium")
-
-    out.extend(_multi_device(trace, diag, n_steps))
-    out.extend(_recurring(trace, diag, G, n_steps, list(out)))
-    out.sort(key=lambda f: (-f.time_lost_ns_per_step, f.kind.value))
+    for f in _multi_device(trace, diag, n_steps, fw):
+        f.extra["share_of_step"] = f.time_lost_ns_per_step / typical_step if typical_step \
+            else None
+        f.extra["top"] = bool(f.time_lost_ns_per_step > 0 and (
+            not typical_step or f.time_lost_ns_per_step >= TOP_SHARE * typical_step))
+        out.append(f)
+    _unique_titles(out)
+    out.sort(key=lambda f: (-f.time_lost_ns_per_step, f.kind.value, f.title))
     return out, (np.concatenate(cited) if cited else np.zeros(0, np.int64))
+
+
+def _gap_families(trace, diag, G, ctx, fw, graphs, n_steps, typical_step, add) -> None:
+    """Per cause family: one finding per culprit that costs at least 1 % of a step; the
+    family's other culprits fold into one finding that names the largest of them."""
+    if G.n == 0:
+        return
+    cul = Culprits(trace)
+    g = G.g
+    floor = TOP_SHARE * typical_step * n_steps
+    for ci, cause in enumerate(C.ALL):
+        rows = np.flatnonzero(g.cause == ci)
+        if cause == C.HOST_SYNC:
+            # every gap a sync took a share of, by the blocking call that took it
+            rows = np.flatnonzero((G.share_ns[:, ci] > 0) & (g.blocking >= 0))
+        if rows.size == 0:
+            continue
+        kind = FAMILY[cause]
+        groups, first, sig_of = defaultdict(list), {}, {}
+        for r in rows.tolist():
+            if cause == C.HOST_SYNC:
+                ev = int(g.blocking[r])
+            elif cause in C.DEVICE_SIDE:
+                ev = int(g.waited_for[r])
+            else:
+                ev = int(g.culprit[r])
+            sig = sig_of.get(ev)
+            if sig is None:
+                sig = sig_of[ev] = _signature(trace, ctx, cul, cause, ev, g, r, fw)
+            key = sig[:4]                      # kind override, where, ops, label
+            groups[key].append(r)
+            first.setdefault(key, sig)
+        ranked = sorted(groups.items(), key=lambda kv: -G.on_worst_device(kv[1], ci)[0])
+        big = [(k, rs) for k, rs in ranked if G.on_worst_device(rs, ci)[0] >= floor] \
+            or ranked[:1]
+        rest = [rs for k, rs in ranked if (k, rs) not in big]
+        for key, rs in big:
+            _family_finding(trace, diag, G, ci, cause, kind, first[key], rs, fw, graphs,
+                            n_steps, add)
+        if rest:
+            rs = sorted(r for x in rest for r in x)
+            names = [first[k][1] or " › ".join(first[k][2][-2:]) for k, x in ranked
+                     if (k, x) not in big][:3]
+            _family_finding(trace, diag, G, ci, cause, kind, ("", None, (), "", (), -1), rs,
+                            fw, graphs, n_steps, add, others=(len(rest), names))
+
+
+def _family_finding(trace, diag, G, ci, cause, kind, sig, rs, fw, graphs, n_steps, add,
+                    others=None) -> None:
+    sub_kind, where, ops, label, chain, example = sig
+    k = FK(sub_kind) if sub_kind else kind
+    total, dev = G.on_worst_device(rs, ci)
+    if total <= 0:
+        return
+    hit = G.steps_hit(rs)
+    if others:
+        subject = f"{C.LABELS[cause]} in {others[0]} other place(s)"
+        what = "largest: " + "; ".join(n for n in others[1] if n)
+    else:
+        subject = where or (" › ".join(ops[-2:]) if ops else C.LABELS[cause])
+        what = " › ".join(ops) if ops and where else ""
+    if label:
+        what = f"{what} ({label})" if what else label
+    recur = (f" in {len(hit)} of {n_steps} steps"
+             if n_steps >= 3 and len(hit) >= max(3, RECURRING * n_steps) else "")
+    title = (f"{subject}: {what + ' — ' if what else ''}"
+             f"{PHRASE.get(k, C.LABELS[cause].lower())} {_fmt(total / n_steps)} per step{recur}")
+    fix = fix_for(k.value, _fix_culprit(k, label, example, graphs), fw)
+    add(k, title, rs, fix, _detail(cause, rs, G, chain, ci), total, dev,
+        extra={"cause": cause, "culprit": {"where": where, "ops": list(ops),
+                                           "chain": list(chain)},
+               "chain": list(chain), "sync": label or None})
+
+
+def _signature(trace, ctx, cul, cause, ev, g, r, fw) -> tuple:
+    """(finding kind override, where, ops, label, chain, example) of one culprit event."""
+    if ev < 0:
+        if cause in C.DEVICE_SIDE:
+            return ("", None, (), "no launch in the trace: the device ran behind the host",
+                    (), -1)
+        return ("", None, (), "", (), -1)
+    where, ops, chain = cul.describe(ev)
+    label, sub = "", ""
+    if cause == C.HOST_SYNC:
+        label = SYNC_LABELS.get(sync_kind(trace, ctx, trace.chain(ev)), "")
+    elif cause in C.DEVICE_SIDE:
+        nxt = clean(trace.event_name(int(g.next_op[r])))
+        label = f"waiting to run {nxt}"
+    elif cause == C.HOST_COMPUTE and fw == PYTORCH_XLA and any(
+            n in ("StepMarker", "SyncTensorsGraph", "SyncLiveTensorsGraph") for n in chain):
+        sub = FK.GRAPH_BUILDING.value
+    elif cause == C.UNTRACED and (ops[-1:] or (where,))[-1] in ("ProfilerStep",) or (
+            cause == C.UNTRACED and chain and chain[-1] == "ProfilerStep"):
+        label = "self time of the step annotation: profile with Python stacks"
+    elif cause == C.DATA_LOADING and any("SingleProcessDataLoaderIter" in n for n in chain):
+        label = "DataLoader on the main thread"
+    return (sub, where, ops, label, chain, ev)
+
+
+def _fix_culprit(kind, label, ev, graphs) -> str:
+    if kind == FK.HOST_SYNC:
+        for k, v in SYNC_LABELS.items():
+            if v == label:
+                return k
+        return "*"
+    if kind == FK.INPUT_BOUND and label == "DataLoader on the main thread":
+        return "main_thread"
+    if kind in (FK.LAUNCH_BOUND, FK.HOST_COMPUTE) and graphs:
+        return "graphs"
+    return "*"
+
+
+def _detail(cause, rows, G, chain, ci) -> str:
+    n = len(rows)
+    all_ns = int(G.share_ns[rows, ci].sum())
+    full = " › ".join(chain[-6:])
+    return (f"{n} gap(s); {C.LABELS[cause].lower()} takes {_fmt(all_ns)} of them in total"
+            + (f". Call chain: {full}." if full else "."))
+
+
+def _unique_titles(out: list) -> None:
+    seen = defaultdict(int)
+    for f in out:
+        seen[f.title] += 1
+    dup = {t for t, k in seen.items() if k > 1}
+    for f in out:
+        if f.title in dup:
+            ch = f.extra.get("chain") or []
+            f.title = f"{f.title} [{' › '.join(ch[-2:]) or f.kind.value}]"
+    counts = defaultdict(int)
+    for f in out:
+        counts[f.title] += 1
+        if counts[f.title] > 1:
+            f.title = f"{f.title} #{counts[f.title]}"
 
 
 def _chain(trace: Trace, e: int) -> list:
     return [trace.event_name(i) for i in trace.chain(e)]
 
 
-def _multi_device(trace: Trace, diag, n_steps: int) -> list:
+def _compile_summary(trace, diag, steps, compile_ev, compile_step, out, fw) -> None:
+    """Say on the compilation findings how many compiles ran in which steps; compiles in
+    later steps than the first are recompilations (new shapes), the first is one-time."""
+    comp = [f for f in out if f.extra.get("cause") == C.COMPILATION]
+    per_step = defaultdict(lambda: [0, 0])
+    for e, s in zip(compile_ev.tolist(), compile_step.tolist()):
+        if s >= 0:
+            per_step[int(steps.ids[s])][0] += 1
+            per_step[int(steps.ids[s])][1] += int(trace.dur[e])
+    compiled = sorted(per_step)
+    first = int(diag.steps.ids[0]) if len(diag.steps) else None
+    grows = any(first is not None and s > first for s in compiled)
+    for f in comp:
+        f.kind = FK.RECOMPILATION if grows else FK.COMPILATION
+        f.title = f.title.replace(PHRASE[FK.RECOMPILATION], "recompilation (new input shapes) "
+                                  "stalls the device" if grows else
+                                  "one-time compilation stalls the device")
+        f.fix = fix_for(f.kind.value, "*", fw)
+        f.detail += (f" {compile_ev.size} compilation(s) in steps {compiled}"
+                     + (" — compiles after the first step mean the program changes between "
+                        "steps (new shapes)." if grows else " — a one-time cost."))
+        f.extra.update(compile_steps=compiled, grows_with_steps=grows,
+                       per_step={str(k): {"count": v[0], "total_ns": v[1] // 1000}
+                                 for k, v in per_step.items()})
+
+
+def _transfers(trace, diag, G, steps, fw, add, out) -> None:
+    """Device→host reads the user's code makes (counted even when they open no gap);
+    their time is the host-sync share of the gaps they exposed."""
+    d2h = np.flatnonzero(trace.kind == K.TRANSFER_D2H)
+    d2h = d2h[~np.isin(trace.parent[d2h], d2h)] if d2h.size else d2h
+    if not d2h.size:
+        return
+    from .steps import step_of_time
+    st = step_of_time(steps, trace.ts[d2h])
+    names = sorted({clean(trace.event_name(e)) for e in d2h.tolist()})
+    hit_steps = sorted({int(steps.ids[s]) for s in st.tolist() if s >= 0})
+    g = G.g
+    hs = C.ALL.index(C.HOST_SYNC)
+    exposed = np.flatnonzero(np.isin(g.blocking, d2h) & (G.share_ns[:, hs] > 0))
+    total, dev = G.on_worst_device(exposed, hs)
+    blocked = int(trace.dur[d2h].sum() // 1000)
+    add(FK.D2H_TRANSFER,
+        f"{d2h.size} device→host read(s) ({', '.join(names[:3])}) in {len(hit_steps)} step(s)",
+        exposed, fix_for("d2h_transfer", "*", fw),
+        f"The host waited {_fmt(blocked)} in them in total; they exposed {_fmt(total)} of "
+        "device idle.", total, dev, confidence="high", steps_hit=hit_steps,
+        events=d2h[:MAX_EVIDENCE])
+
+
+def _memcpy_share(trace, diag, fw, add) -> None:
+    """Copies taking a large share of one device's busy time."""
     D = diag.devices
-    devs = np.flatnonzero(D.ops > 0).tolist()
+    for d in np.flatnonzero(D.ops > 0).tolist():
+        lo, hi = D.lo[d], D.hi[d]
+        ev = np.flatnonzero((trace.kind == K.MEMCPY) & (trace.track_device[trace.track] == d))
+        busy = int(round(int(D.busy[d]) / 1000))
+        if not ev.size or not busy:
+            continue
+        mem_ns = int(trace.dur[ev].sum() // 1000)
+        if mem_ns > 0.15 * busy and mem_ns < 0.95 * busy:     # a copy-only device is not this
+            add(FK.EXCESSIVE_MEMCPY, f"Memory copies take {100 * mem_ns / busy:.0f}% of "
+                f"{D.name[d]}'s busy time", np.zeros(0, np.int32),
+                fix_for("excessive_memcpy", "*", fw),
+                f"{ev.size} copies take {_fmt(mem_ns)} of {_fmt(busy)} busy.",
+                mem_ns, d, confidence="medium")
+
+
+def _multi_device(trace: Trace, diag, n_steps: int, fw: str) -> list:
+    D = diag.devices
+    # devices that compute: a copy-only device is not "skewed" against a compute one
+    kern = np.bincount(trace.track_device[trace.track[trace.kind == K.KERNEL]] + 1,
+                       minlength=len(D) + 1)[1:]
+    devs = [d for d in np.flatnonzero(D.ops > 0).tolist() if kern[d] > 0]
     if len(devs) < 2:
         return []
     out = []
@@ -262,8 +366,7 @@ def _multi_device(trace: Trace, diag, n_steps: int) -> list:
     none = np.zeros(0, np.int32)
     if busy.max() > 0 and skew / busy.max() > 0.05:
         out.append(Finding(FK.DEVICE_SKEW, f"Device skew: {slow} does more work", detail,
-                           "Balance the work per device (shard sizes, padding, data split); "
-                           "the others wait for the busiest one at every collective.",
+                           fix_for("device_skew", "*", fw),
                            "medium", int(skew), int(skew / n_steps), [], none,
                            extra={"per_device_busy_ns": {D.name[d]: int(busy_ns[d])
                                                          for d in devs},
@@ -280,74 +383,9 @@ def _multi_device(trace: Trace, diag, n_steps: int) -> list:
         lost = sum(e - s for s, e in spans) - longest
         out.append(Finding(FK.SERIALIZED_DEVICES, "Devices run in turn, not together",
                            "The devices' active spans barely overlap.",
-                           "Launch work on all devices before waiting on any (no per-device "
-                           "sync in a loop); use one process per device or async dispatch.",
+                           fix_for("serialized_devices", "*", fw),
                            "medium", int(lost), int(lost / n_steps), [], none,
                            ranges=[list(x) for x in spans]))
     return out
 
 
-CAUSE_FINDING = {C.HOST_SYNC: FK.HOST_SYNC, C.COMPILATION: FK.RECOMPILATION,
-                 C.DATA_LOADING: FK.INPUT_BOUND, C.H2D_TRANSFER: FK.H2D_TRANSFER,
-                 C.LAUNCH_OVERHEAD: FK.LAUNCH_BOUND, C.HOST_COMPUTE: FK.HOST_COMPUTE,
-                 C.COLLECTIVE_WAIT: FK.COLLECTIVE_WAIT, C.UNTRACED: FK.UNTRACED}
-
-
-def _recurring(trace: Trace, diag, G: _Gaps, n_steps: int, others: list) -> list:
-    """The same gap (device, cause, waited-for op) in most steps."""
-    if n_steps < 3:
-        return []
-    # the waited-for op by name: ops of the same name are the same call in each step
-    by_name = defaultdict(list)
-    wf = G.g.waited_for
-    names = {}
-    for r in np.flatnonzero(G.step >= 0).tolist():
-        w = int(wf[r])
-        if w not in names:
-            names[w] = trace.event_name(w) if w >= 0 else ""
-        by_name[(int(G.device[r]), int(G.cause[r]), names[w])].append(r)
-    out = []
-    S = diag.steps
-    host_ns = np.rint(S.host_end / 1000).astype(np.int64) - np.rint(S.host_start / 1000).astype(
-        np.int64)
-    step_len = {int(i): max(int(x), 1) for i, x in zip(S.ids.tolist(), host_ns.tolist())}
-    for (dev, cause, wname), rows in by_name.items():
-        steps_hit = {int(G.step[r]) for r in rows}
-        if len(steps_hit) < max(3, 0.8 * n_steps):
-            continue
-        # one representative per step: the largest
-        best = {}
-        for r in rows:
-            s = int(G.step[r])
-            if s not in best or G.dur_ns[r] > G.dur_ns[best[s]]:
-                best[s] = r
-        reps = [best[s] for s in sorted(best)]
-        durs = G.dur_ns[reps]
-        per_step = int(np.median(durs))
-        share = float(np.median([int(G.dur_ns[r]) / step_len.get(int(G.step[r]), 1)
-                                 for r in reps]))
-        if share < MIN_RECURRING_SHARE:
-            continue              # repeats, but costs too little of the step to lead with
-        cname = C.ALL[cause]
-        out.append(Finding(
-            FK.RECURRING_GAP,
-            f"Recurring {C.LABELS[cname].lower()} gap on {diag.devices.name[dev]} in "
-            f"{len(steps_hit)} of {n_steps} steps",
-            f"About {per_step / 1e3:.0f} µs ({100 * share:.1f}% of the step) idle every step "
-            f"before {wname or 'the next op'}. Because it repeats, removing it saves that much "
-            "in every step.",
-            _matching_fix(others, cname, set(reps)), "high", per_step * len(reps), per_step,
-            sorted(steps_hit), np.array(reps, np.int32),
-            extra={"cause": cname, "share_of_step": share}))
-    return out
-
-
-def _matching_fix(others: list, cause: str, rows: set) -> str:
-    """The fix of the finding that explains these gaps (the one citing most of them)."""
-    kind = CAUSE_FINDING.get(cause)
-    best = max((f for f in others if f.kind == kind),
-               key=lambda f: len(rows & set(f.gaps.tolist())), default=None)
-    if best is None:
-        return "Remove what the host does in this gap (see its host ops); because it repeats " \
-               "every step, that saves its time in every step."
-    return f"{best.fix} (same cause as “{best.title}”)"

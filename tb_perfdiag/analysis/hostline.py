@@ -18,13 +18,13 @@ from . import causes as C
 # time goes to (BUCKET_CAUSE).  Annotation self time is untraced, but it is not idle: the
 # thread was inside user code the profiler did not break down.
 BUCKETS = ("sync", "compile", "h2d", "data", "compute", "launch", "idle", "alloc",
-           "capture", "runtime", "annotation")
+           "capture", "runtime", "annotation", "wait")
 (B_SYNC, B_COMPILE, B_H2D, B_DATA, B_COMPUTE, B_LAUNCH, B_IDLE, B_ALLOC, B_CAPTURE,
- B_RUNTIME, B_ANNOT) = range(len(BUCKETS))
+ B_RUNTIME, B_ANNOT, B_WAIT) = range(len(BUCKETS))
 BUCKET_CAUSE = {B_SYNC: C.HOST_SYNC, B_COMPILE: C.COMPILATION, B_H2D: C.H2D_TRANSFER,
                 B_DATA: C.DATA_LOADING, B_COMPUTE: C.HOST_COMPUTE, B_LAUNCH: C.LAUNCH_OVERHEAD,
                 B_IDLE: C.UNTRACED, B_ALLOC: C.ALLOCATOR, B_CAPTURE: C.GRAPH_CAPTURE,
-                B_RUNTIME: C.RUNTIME_CALL, B_ANNOT: C.UNTRACED}
+                B_RUNTIME: C.RUNTIME_CALL, B_ANNOT: C.UNTRACED, B_WAIT: C.UNTRACED}
 # buckets an op passes to the ops it encloses (HLO passes under Compile are compile time,
 # aten ops under the data loader are data loading, anything inside a graph capture is
 # capture, event queries inside an allocation are the caching allocator's)
@@ -45,6 +45,7 @@ def event_buckets(trace: Trace, launch_memcpy: np.ndarray) -> np.ndarray:
     b[k == K.ALLOC] = B_ALLOC
     b[k == K.GRAPH_CAPTURE] = B_CAPTURE
     b[np.isin(k, (K.ANNOTATION, K.STEP))] = B_ANNOT
+    b[k == K.WAIT] = B_WAIT
     # a memcpy call blocks like a sync when it copies to the host, and stages host data
     # when it copies to the device
     b[launch_memcpy == 1] = B_H2D
@@ -79,11 +80,15 @@ def _capture_regions(trace: Trace, b: np.ndarray) -> None:
         b[inside] = B_CAPTURE
 
 
-def blocking_mask(trace: Trace, launch_memcpy: np.ndarray) -> np.ndarray:
+def blocking_mask(trace: Trace, launch_memcpy: np.ndarray,
+                  launch_pageable: np.ndarray | None = None) -> np.ndarray:
     """Host calls that block until the device catches up: syncs, device→host transfers
-    and copies (a copy staging host data to the device is a transfer, not a sync)."""
-    return np.isin(trace.kind, (K.SYNC, K.TRANSFER_D2H)) | \
+    and copies, and copies from or to pageable memory (the host stages them itself)."""
+    out = np.isin(trace.kind, (K.SYNC, K.TRANSFER_D2H)) | \
         ((trace.kind == K.LAUNCH) & (launch_memcpy == 2))
+    if launch_pageable is not None:
+        out |= (trace.kind == K.LAUNCH) & launch_pageable
+    return out
 
 
 @dataclass

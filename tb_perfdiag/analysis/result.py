@@ -44,6 +44,12 @@ assert [c.key for c in Cause] == list(C.ALL)
 class FindingKind(str, enum.Enum):
     HOST_SYNC = "host_sync"
     RECOMPILATION = "recompilation"
+    COMPILATION = "compilation"
+    DEVICE_WAIT = "device_wait"
+    ALLOCATOR = "allocator"
+    GRAPH_CAPTURE = "graph_capture"
+    RUNTIME_CALL = "runtime_call"
+    GRAPH_BUILDING = "graph_building"
     D2H_TRANSFER = "d2h_transfer"
     INPUT_BOUND = "input_bound"
     H2D_TRANSFER = "h2d_transfer"
@@ -193,6 +199,9 @@ class StepNumbers:
     compile_count: np.ndarray  # (n_steps,)
     compile_total: np.ndarray  # ps
     outlier: np.ndarray        # bool
+    # (n_steps, n_dev) int64 ps: union of the device ops each step launched, wherever they
+    # ran (−1 where steps are device-side or the whole trace); None in old results
+    launched: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.ids.shape[0])
@@ -211,9 +220,69 @@ class AnnotationTable:
     interleaved_with: list     # per row: sorted list of path strings
     per_step_inclusive: np.ndarray   # (n_rows, n_steps) int64 ps
     per_step_exclusive: np.ndarray
+    # device ops under no user scope (torch_xla's backward ops, CUDA kernels launched
+    # outside every annotation)
+    unscoped: int = 0                # ps, summed over devices like the rows
+    unscoped_ops: int = 0
+    unscoped_per_step: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    # per row: the user's scope its last name stands for (JAX: transpose(jvp(forward)) →
+    # forward); totals per such scope over the whole tree, each op counted once
+    user_scope: list = field(default_factory=list)
+    scope_names: list = field(default_factory=list)
+    scope_inclusive: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    scope_ops: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     def __len__(self) -> int:
         return len(self.paths)
+
+
+@dataclass
+class CompilationTable:
+    """One row per outermost graph compilation with a duration (``XLAGraphExecutor::
+    Compile``, ``backend_compile_and_load``…; the passes and worker-thread pieces inside
+    one are part of it), in time order.  A recompilation is the same function compiled
+    again; the first compile of each function is a one-time cost."""
+
+    event: np.ndarray          # int64 trace event
+    step: np.ndarray           # int32 index into Diagnosis.steps (−1: before any step)
+    start: np.ndarray          # int64 ps
+    duration: np.ndarray       # int64 ps
+    function: list             # the program compiled ("jit_train_step", a graph), "" unknown
+    recompile: np.ndarray      # bool
+
+    def __len__(self) -> int:
+        return int(self.event.shape[0])
+
+    @staticmethod
+    def empty() -> "CompilationTable":
+        z = np.zeros(0, np.int64)
+        return CompilationTable(z, z.astype(np.int32), z, z, [], z.astype(bool))
+
+
+class Direction(enum.IntEnum):
+    H2D = 1
+    D2H = 2
+
+
+@dataclass
+class TransferTable:
+    """One row per user-level host↔device transfer call on the user's threads
+    (``.item()``'s ``TransferFromDevice``, JAX's ``np.asarray(jax.Array)``), counted
+    once however many runtime threads carry it, in time order."""
+
+    event: np.ndarray          # int64 trace event
+    step: np.ndarray           # int32 index into Diagnosis.steps (−1: before any step)
+    start: np.ndarray          # int64 ps
+    duration: np.ndarray       # int64 ps
+    direction: np.ndarray      # int8 Direction
+
+    def __len__(self) -> int:
+        return int(self.event.shape[0])
+
+    @staticmethod
+    def empty() -> "TransferTable":
+        z = np.zeros(0, np.int64)
+        return TransferTable(z, z.astype(np.int32), z, z, z.astype(np.int8))
 
 
 @dataclass
@@ -247,6 +316,9 @@ class Diagnosis:
     warnings: list
     refs: EventRefs
     track_labels: list         # label of every trace track
+    # None only in results made before these tables existed (disk cache)
+    compilations: CompilationTable | None = None
+    transfers: TransferTable | None = None
 
     def nbytes(self) -> int:
         return _nbytes(self)

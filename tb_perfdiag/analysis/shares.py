@@ -17,8 +17,9 @@ flow or program run).  Its length is split into shares that add up to it:
 3. What the issuing thread did.  The remainder is split by the cause bucket of the
    innermost op of that thread over the rest (without its blocking time), scaled to the
    remainder; L's own time in the rest is ``launch_overhead`` (``h2d_transfer`` for a
-   host→device copy).  Where the issuing thread has no event, the split follows the
-   user's main thread (the thread that was doing the work meanwhile).
+   host→device copy).  Where the issuing thread has no event or waits for another
+   thread (run_backward), the split follows the thread doing the work meanwhile: the
+   user's main thread for a helper thread, the busiest other thread for the main one.
 
 The primary cause is the largest share.  Everything here is vectorised per thread.
 """
@@ -32,9 +33,9 @@ from ..trace.build import unique_inverse
 from ..trace.classify import is_collective_kernel
 from ..trace.model import EventKind as K, Trace
 from . import causes as C
-from .hostline import (B_ANNOT, B_H2D, B_IDLE, B_LAUNCH, B_SYNC, BUCKET_CAUSE, BUCKETS,
-                       HostLine)
-from .intervals import covered
+from .hostline import (B_ANNOT, B_H2D, B_IDLE, B_LAUNCH, B_SYNC, B_WAIT, BUCKET_CAUSE,
+                       BUCKETS, HostLine)
+from .intervals import covered, union
 
 LAUNCH_LATENCY_PS = 10_000_000      # ≈10 µs from a launch call's return to the device start
 PROBE_PS = 1_000_000                # a blocking call that returned within 1 µs of gs
@@ -45,6 +46,7 @@ _BUCKET_TO_CAUSE = np.array([_CAUSE_INDEX[BUCKET_CAUSE[b]] for b in range(len(BU
 DEVICE_WAIT = _CAUSE_INDEX[C.DEVICE_WAIT]
 COLLECTIVE_WAIT = _CAUSE_INDEX[C.COLLECTIVE_WAIT]
 HOST_SYNC = _CAUSE_INDEX[C.HOST_SYNC]
+H2D_TRANSFER = _CAUSE_INDEX[C.H2D_TRANSFER]
 UNTRACED = _CAUSE_INDEX[C.UNTRACED]
 
 
@@ -75,8 +77,10 @@ def device_behind(trace: Trace, device_ops: np.ndarray, origin: np.ndarray,
     return (k >= 0) & (op_start[np.maximum(k, 0)] >= ge)
 
 
-def _top_op(line: HostLine, a: np.ndarray, b: np.ndarray, bucket: np.ndarray) -> np.ndarray:
-    """Per window [a, b): the op with most self time in segments of ``bucket`` (−1)."""
+def _top_op(line: HostLine, names: np.ndarray, a: np.ndarray, b: np.ndarray,
+            bucket: np.ndarray) -> np.ndarray:
+    """Per window [a, b): the op whose name has most self time in segments of ``bucket``
+    (an op called many times counts all its calls), as its longest call there (−1)."""
     n = a.shape[0]
     out = np.full(n, -1, np.int64)
     starts, inner = line.seg_start, line.seg_inner
@@ -95,10 +99,11 @@ def _top_op(line: HostLine, a: np.ndarray, b: np.ndarray, bucket: np.ndarray) ->
     gi, ev, ln = gi[keep], inner[k][keep].astype(np.int64), (e - s)[keep]
     if gi.size == 0:
         return out
-    o = np.lexsort((ev, gi))
-    gi, ev, ln = gi[o], ev[o], ln[o]
+    nm = names[ev].astype(np.int64)
+    o = np.lexsort((-ln, nm, gi))               # per (gap, name): its longest segment first
+    gi, ev, ln, nm = gi[o], ev[o], ln[o], nm[o]
     first = np.ones(gi.shape[0], bool)
-    first[1:] = (gi[1:] != gi[:-1]) | (ev[1:] != ev[:-1])
+    first[1:] = (gi[1:] != gi[:-1]) | (nm[1:] != nm[:-1])
     at = np.flatnonzero(first)
     g_u, e_u, t_u = gi[at], ev[at], np.add.reduceat(ln, at)
     o = np.lexsort((e_u, -t_u, g_u))          # per gap: most time first, earlier op at ties
@@ -107,6 +112,63 @@ def _top_op(line: HostLine, a: np.ndarray, b: np.ndarray, bucket: np.ndarray) ->
     lead[1:] = g_u[1:] != g_u[:-1]
     out[g_u[lead]] = e_u[lead]
     return out
+
+
+def _idle_intervals(line: HostLine, a: np.ndarray, b: np.ndarray):
+    """(window index, start, end) of the stretches of each window [a, b) in which the
+    thread had nothing to do or waited for another thread."""
+    starts = line.seg_start
+    n_seg = starts.shape[0]
+    lo = np.maximum(np.searchsorted(starts, a, side="right") - 1, 0)
+    hi = np.searchsorted(starts, b, side="left")
+    cnt = np.maximum(hi - lo, 0)
+    gi = np.repeat(np.arange(a.shape[0]), cnt)
+    k = lo[gi] + (np.arange(gi.shape[0]) - np.repeat(np.cumsum(cnt) - cnt, cnt))
+    s = np.maximum(starts[k], a[gi])
+    e = np.where(k + 1 < n_seg, starts[np.minimum(k + 1, n_seg - 1)], np.iinfo(np.int64).max)
+    e = np.minimum(e, b[gi])
+    keep = (e > s) & np.isin(line.seg_bucket[k], (B_IDLE, B_WAIT))
+    gi, s, e = gi[keep], s[keep], e[keep]
+    # before the thread's first event
+    pre = np.flatnonzero(a < (starts[0] if n_seg else np.iinfo(np.int64).max))
+    if pre.size:
+        pe = np.minimum(b[pre], starts[0]) if n_seg else b[pre]
+        gi, s, e = (np.concatenate((gi, pre)), np.concatenate((s, a[pre])),
+                    np.concatenate((e, pe)))
+    return gi, s, e
+
+
+def _busiest_other(lines: dict, t: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per window: the other thread with the most work in it (−1 if none worked)."""
+    best = np.zeros(a.shape[0], np.int64)
+    who = np.full(a.shape[0], -1, np.int64)
+    for u, line in lines.items():
+        if u == t:
+            continue
+        bt = line.time_by_bucket(a, b)
+        work = bt.sum(axis=1) - bt[:, B_IDLE] - bt[:, B_WAIT] - bt[:, B_SYNC]
+        better = work > best
+        best = np.where(better, work, best)
+        who = np.where(better, u, who)
+    return who
+
+
+def _handed_off(trace: Trace, origin: np.ndarray, nxt: np.ndarray, wf: np.ndarray,
+                ok: np.ndarray) -> np.ndarray:
+    """Per gap: L (on a host thread) handed E's program to runtime threads that enqueued
+    it (XLA's executors and TPU queues), rather than launching it itself."""
+    o = origin[nxt].astype(np.int64)
+    oo, w = np.maximum(o, 0), np.maximum(wf, 0)
+    return ok & (o >= 0) & (trace.track[oo] != trace.track[w]) & (trace.kind[oo] != K.LAUNCH) \
+        & (trace.track_kind[trace.track[oo]] == 0)
+
+
+def _runtime_h2d(trace: Trace, user_threads: list):
+    """Union of the host→device transfers runtime threads ran (the user's own transfer
+    calls are judged on their thread)."""
+    ev = np.flatnonzero(trace.kind == K.TRANSFER_H2D)
+    ev = ev[(trace.track_kind[trace.track[ev]] == 0) & ~np.isin(trace.track[ev], user_threads)]
+    return union(trace.ts[ev], trace.end_of(ev))
 
 
 def split(trace: Trace, gs: np.ndarray, ge: np.ndarray, nxt: np.ndarray, wf: np.ndarray,
@@ -137,10 +199,20 @@ def split(trace: Trace, gs: np.ndarray, ge: np.ndarray, nxt: np.ndarray, wf: np.
     rest_end = np.where(ok, np.clip(l_end + LAUNCH_LATENCY_PS, gs, ge), ge)
     behind = ~ok & device_behind(trace, device_ops, ctx.origin, ge)
     rest_end[behind] = gs[behind]
+    # XLA: L handed the program to runtime threads, which enqueued it (E's direct origin
+    # is on another thread and is no launch call): from L's start the runtime had the
+    # work.  Its threads staging inputs to the device is h2d_transfer, the rest device-side
+    handoff = _handed_off(trace, ctx.origin, nxt, wf, ok)
+    rest_end = np.where(handoff, np.clip(l_start, gs, ge), rest_end)
+    staged = np.zeros(n, np.int64)
+    if handoff.any():
+        hs, he = _runtime_h2d(trace, fallback_threads)
+        staged[handoff] = covered(hs, he, rest_end[handoff], ge[handoff])
+    shares[:, H2D_TRANSFER] += staged
     u, inv = unique_inverse(trace.name[nxt])
     coll = np.array([is_collective_kernel(trace.strings[x]) for x in u.tolist()],
                     bool)[inv.reshape(-1)]
-    wait = ge - rest_end
+    wait = ge - rest_end - staged
     shares[:, DEVICE_WAIT] = np.where(coll, 0, wait)
     shares[:, COLLECTIVE_WAIT] = np.where(coll, wait, 0)
     rest = rest_end - gs
@@ -192,22 +264,32 @@ def split(trace: Trace, gs: np.ndarray, ge: np.ndarray, nxt: np.ndarray, wf: np.
         fi = np.minimum(first_in, bs.shape[0] - 1)
         later = (first_in < bs.shape[0]) & (bs[fi] < b) & (bev[fi] >= 0)
         blocking[rows] = np.where(live, bev[kk], np.where(later, bev[fi], -1))
-        # 3. the rest of the host side, by what the thread did (idle: followed to main)
+        # 3. the rest of the host side, by what the thread did.  Where it had nothing to
+        # do or waited for another thread (run_backward), follow the thread doing the
+        # work: the main thread for a helper thread, the busiest other thread for main
         bt[:, B_SYNC] = 0
-        if main is not None and main != t:
-            idle = bt[:, B_IDLE].copy()
-            has_idle = idle > 0
-            if has_idle.any():
-                mt = lines[main].time_by_bucket(a, b)
-                mt[:, B_IDLE] += mt[:, B_SYNC]      # the main thread waiting: nothing to do
-                mt[:, B_SYNC] = 0
-                tot = mt.sum(axis=1)
-                frac = np.where(tot[:, None] > 0, mt / np.maximum(tot, 1)[:, None], 0.0)
-                frac[tot == 0, B_IDLE] = 1.0
-                moved = np.rint(idle[:, None] * frac).astype(np.int64)
-                bt[:, B_IDLE] = 0
-                bt += moved
-                followed[rows[has_idle]] = main
+        idle = bt[:, B_IDLE] + bt[:, B_WAIT]
+        has_idle = idle > 0
+        if has_idle.any():
+            if main is not None and main != t:
+                target = np.full(rows.shape[0], main, np.int64)
+            else:
+                target = _busiest_other(lines, t, a, b)
+            gi, ia, ib = _idle_intervals(line, a, b)
+            for f in np.unique(target[has_idle & (target >= 0)]).tolist():
+                sel = np.flatnonzero(has_idle & (target == f))
+                pick = np.isin(gi, sel)
+                # what the followed thread did exactly while this one had nothing to do
+                mt = np.zeros((rows.shape[0], len(BUCKETS)), np.int64)
+                np.add.at(mt, gi[pick], lines[f].time_by_bucket(ia[pick], ib[pick]))
+                mt = mt[sel]
+                # the followed thread waiting (a sync, another thread): nothing to see
+                mt[:, B_IDLE] += mt[:, B_SYNC] + mt[:, B_WAIT]
+                mt[:, B_SYNC] = mt[:, B_WAIT] = 0
+                bt[sel, B_IDLE] = 0
+                bt[sel, B_WAIT] = 0
+                bt[sel] += mt
+                followed[rows[sel]] = f
         remainder = rest[rows] - sync
         other = bt.sum(axis=1)
         scaled = np.where(other[:, None] > 0,
@@ -236,12 +318,16 @@ def split(trace: Trace, gs: np.ndarray, ge: np.ndarray, nxt: np.ndarray, wf: np.
         sel = pb >= 0
         if sel.any():
             r = rows[sel]
-            culprit[r] = _top_op(lines[t], gs[r], np.maximum(rest_end[r], gs[r] + 1), pb[sel])
-            # idle time followed to the main thread: the op may be there
-            f = r[(culprit[r] < 0) & (followed[r] >= 0)]
-            if f.size:
+            culprit[r] = _top_op(lines[t], trace.name, gs[r],
+                                 np.maximum(rest_end[r], gs[r] + 1), pb[sel])
+            # idle time followed to the thread doing the work: the op may be there
+            f_all = r[(culprit[r] < 0) & (followed[r] >= 0)]
+            for ft in np.unique(followed[f_all]).tolist():
+                f = f_all[followed[f_all] == ft]
                 pbf = pb[sel][np.searchsorted(r, f)]
-                culprit[f] = _top_op(lines[main], gs[f], np.maximum(rest_end[f], gs[f] + 1), pbf)
+                culprit[f] = _top_op(lines[ft], trace.name, gs[f],
+                                     np.maximum(rest_end[f], gs[f] + 1), pbf)
+    blocking[shares[:, HOST_SYNC] == 0] = -1       # named only where it earned a share
     sync_rows = (primary == HOST_SYNC) & (blocking >= 0)
     culprit[sync_rows] = blocking[sync_rows]
     wait_rows = np.isin(primary, (DEVICE_WAIT, COLLECTIVE_WAIT))

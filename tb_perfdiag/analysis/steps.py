@@ -1,23 +1,27 @@
 """Step windows, host and per device.
 
 Source, in order: a device ``Steps`` line; step annotations on the host
-(``ProfilerStep#N``, events with ``step_num``); module executions (device ``XLA
-Modules`` lines); else the whole trace.  Device work runs late, so each device's
+(``ProfilerStep#N``, events with ``step_num``); repeated runs of one program (device
+``XLA Modules`` lines: the k-th run of the dominant program is step k, one-off setup
+programs are no steps); else the whole trace.  Device work runs late, so each device's
 windows are cut where the device could start the step's work:
 ``b_k = max(host start of step k, end of the last device op launched by step k−1)``;
 window k = [b_k, b_{k+1}), the last one ending at the later of its device work and
-its host end.
+its host end.  With program runs, window k of a device is [start of its k-th run,
+start of the next), the last one ending with the run.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..trace.model import EventKind as K, TrackKind, Trace
+from .attribution import run_dispatch
 
 DEFINITION = ("Step windows come from, in order: a device Steps line, host step annotations "
-              "(ProfilerStep#N, step_num), module executions, else the whole trace. Device "
+              "(ProfilerStep#N, step_num), the repeated runs of the dominant program (run k "
+              "is step k; one-off setup programs are no steps), else the whole trace. Device "
               "ops belong to the step whose host code launched them (correlation ids, flows, "
               "program runs). On each device, step k's window starts when both the host has "
               "started step k and the device finished the work launched by step k-1, and "
@@ -32,6 +36,7 @@ class StepTable:
     source: str                # "device_steps" | "host_annotations" | "modules" | "whole_trace"
     thread: int                # host track holding the step annotations (-1 if none)
     events: np.ndarray         # the step events (-1 for synthetic windows)
+    runs: dict = field(default_factory=dict)   # "modules": device → its runs, in order
 
 
 def find_steps(trace: Trace) -> StepTable:
@@ -50,20 +55,58 @@ def find_steps(trace: Trace) -> StepTable:
         ev = steps[trace.track[steps] == t]
         ev = ev[~np.isin(trace.parent[ev], ev)]
         return _table(trace, ev, "host_annotations", t)
-    mods = np.flatnonzero((trace.kind == K.DEVICE_OTHER) & ~host)
-    if mods.size:
-        names = np.array([trace.track_name[t] for t in trace.track[mods]])
-        mods = mods[names == "XLA Modules"]
-        if mods.size:
-            first_track = trace.track[mods[0]]
-            ev = mods[trace.track[mods] == first_track]
-            return _table(trace, ev, "modules", -1, numbered=True)
+    runs = program_runs(trace)
+    if runs:
+        first = runs[min(runs)]
+        t = _table(trace, first, "modules", -1, numbered=True)
+        # a run's step lasts until the next run starts
+        t.host_end[:-1] = np.maximum(t.host_start[1:], t.host_start[:-1])
+        t.runs = runs
+        return t
     if trace.n_events:
         lo, hi = int(trace.ts.min()), int(trace.end.max())
     else:
         lo = hi = 0
     return StepTable(np.array([0]), np.array([lo]), np.array([hi]), "whole_trace", -1,
                      np.array([-1]))
+
+
+def program_runs(trace: Trace) -> dict:
+    """device → its runs of the dominant program (``XLA Modules`` events of the name run
+    most often on the first device with modules, ties: most time), in time order; empty
+    when no program ran twice.  Devices whose run count differs are left out (their
+    windows follow the first device)."""
+    mod_tracks = [t for t in np.flatnonzero(trace.track_kind == TrackKind.DEVICE).tolist()
+                  if trace.track_name[t] == "XLA Modules"]
+    per_dev = {}
+    for t in mod_tracks:
+        lo, hi = np.searchsorted(trace.track, [t, t + 1])
+        if hi > lo:
+            per_dev.setdefault(int(trace.track_device[t]), np.arange(lo, hi))
+    if not per_dev:
+        return {}
+    ev = per_dev[min(per_dev)]
+    names, inv, cnt = np.unique(trace.name[ev], return_inverse=True, return_counts=True)
+    total = np.bincount(inv.reshape(-1), weights=trace.dur[ev].astype(np.float64))
+    best = int(np.lexsort((-total, -cnt))[0])
+    if cnt[best] < 2:
+        return {}
+    name = names[best]
+    out = {}
+    for d, e in per_dev.items():
+        e = e[trace.name[e] == name]
+        if e.shape[0] == cnt[best]:
+            out[d] = e[np.argsort(trace.ts[e], kind="stable")]
+    return out
+
+
+def run_of_op(trace: Trace, runs: np.ndarray, ops: np.ndarray) -> np.ndarray:
+    """Index of the run (events sorted by start, one device) each op ran inside (−1)."""
+    k = np.searchsorted(trace.ts[runs], trace.ts[ops], side="right") - 1
+    kk = np.maximum(k, 0)
+    inside = (k >= 0) & (trace.ts[ops] < trace.end_of(runs[kk])) if runs.size else \
+        np.zeros(ops.shape[0], bool)
+    return np.where(inside, k, -1)
 
 
 def _table(trace, ev, source, thread, numbered=False) -> StepTable:
@@ -80,6 +123,57 @@ def _table(trace, ev, source, thread, numbered=False) -> StepTable:
     return StepTable(num.astype(np.int64), trace.ts[ev], trace.end_of(ev), source, thread, ev)
 
 
+def launching_steps(trace: Trace, steps: StepTable, root: np.ndarray) -> np.ndarray:
+    """Step index of every event (−1 none): device work belongs to the step whose host
+    code dispatched it, never to the one it happens to run in.  The dispatch is the k-th
+    call of a JAX program's function for its k-th run, else the user-thread origin found
+    through links (``root``); with program-run steps, a device op belongs to the run it
+    ran in (ops of setup programs to no step); with a device Steps line, to the step it
+    ran in."""
+    if steps.source == "device_steps":
+        return step_of_time(steps, trace.ts)
+    who = root.astype(np.int64)
+    ev, disp = run_dispatch(trace, steps.thread)
+    if ev.size:
+        who = who.copy()
+        who[ev] = disp
+    out = step_of_time(steps, np.where(who >= 0, trace.ts[np.maximum(who, 0)], trace.ts))
+    del who
+    if steps.source == "modules":
+        dev = trace.track_device[trace.track]
+        for d, runs in steps.runs.items():
+            ops = np.flatnonzero((dev == d) & trace.is_device_activity())
+            out[ops] = run_of_op(trace, runs, ops)
+        other = np.flatnonzero((dev >= 0) & ~np.isin(dev, list(steps.runs)))
+        out[other] = step_of_time(steps, trace.ts[other])
+    return out
+
+
+def launched_busy(start: np.ndarray, end: np.ndarray, step: np.ndarray,
+                  n_steps: int) -> np.ndarray:
+    """Per step: the union length of the device ops it launched (one device's ops with
+    their step index, −1 none) — the device time a step launched, wherever it ran."""
+    out = np.zeros(n_steps, np.int64)
+    ok = step >= 0
+    if not ok.any():
+        return out
+    s, e, k = start[ok], end[ok], step[ok].astype(np.int64)
+    o = np.lexsort((s, k))
+    s, e, k = s[o], e[o], k[o]
+    # running end within each step: a running max of the (step, end) rank never carries
+    # one step's end into the next, since every later step ranks higher
+    by_rank = np.lexsort((e, k))
+    rank = np.empty(by_rank.shape[0], np.int64)
+    rank[by_rank] = np.arange(by_rank.shape[0])
+    run_end = e[by_rank[np.maximum.accumulate(rank)]]
+    new = np.ones(s.shape[0], bool)
+    new[1:] = (k[1:] != k[:-1]) | (s[1:] > run_end[:-1])
+    first = np.flatnonzero(new)
+    last = np.concatenate((first[1:], [s.shape[0]])) - 1
+    np.add.at(out, k[first], run_end[last] - s[first])
+    return out
+
+
 def step_of_time(steps: StepTable, t: np.ndarray) -> np.ndarray:
     """Index of the host step window containing each time, else the latest one before it
     (−1 before the first step)."""
@@ -92,8 +186,19 @@ def device_windows(steps: StepTable, op_step: np.ndarray, op_end: np.ndarray,
                    trace: Trace | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Per-device window bounds (len n_steps) given the step index of each device op.
 
-    With a device Steps line, each device's windows are its own Steps events."""
+    With a device Steps line, each device's windows are its own Steps events; with
+    program runs, [start of its run k, start of run k+1)."""
     n = steps.ids.shape[0]
+    if steps.source == "modules":
+        # ``own_steps``: this device's runs of the program
+        if own_steps is None or own_steps.shape[0] != n or trace is None:
+            return steps.host_start.copy(), steps.host_end.copy()
+        own = own_steps
+        b = trace.ts[own].copy()
+        e = np.empty(n, np.int64)
+        e[:-1] = b[1:]
+        e[-1] = trace.end_of(own[-1:])[0]
+        return b, np.maximum(e, b)
     if steps.source == "device_steps":
         if own_steps is not None and own_steps.shape[0] == n and trace is not None:
             o = np.argsort(trace.ts[own_steps], kind="stable")

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..analysis import causes as C
 from ..analysis.attribution import VIA_NAMES
-from ..analysis.result import Diagnosis, EventRefs, Finding, FindingKind, HostOps
+from ..analysis.result import Diagnosis, Direction, EventRefs, Finding, FindingKind, HostOps
 from ..analysis.steps import DEFINITION as STEP_DEFINITION
 from ..trace.model import EventKind as K
 
@@ -272,8 +272,10 @@ def steps_json(diag: Diagnosis) -> list:
             a, b = int(S.win_start[s, d]), int(S.win_end[s, d])
             w = max(b - a, 0)
             bz = int(S.busy[s, d])
+            lau = int(S.launched[s, d]) if S.launched is not None else -1
             per_dev[str(d)] = {"duty_cycle": bz / w if w else None, "start_ns": ns(a),
                                "end_ns": ns(b), "busy_ns": ns(bz), "idle_ns": ns(w - bz),
+                               "launched_ns": ns(lau) if lau >= 0 else None,
                                "idle_by_cause_ns": _by_cause(S.idle_by_cause[s, d]),
                                "small_gaps": {"count": int(S.small_count[s, d]),
                                               "total_ns": ns(S.small_total[s, d])}}
@@ -298,11 +300,58 @@ def annotations_json(diag: Diagnosis) -> list:
             "ops": int(A.ops[a]), "device_runs": int(A.device_runs[a]),
             "scattered": bool(A.scattered[a]),
             "interleaved_with": list(A.interleaved_with[a]),
+            "user_scope": A.user_scope[a] if a < len(A.user_scope) else path[-1],
             "per_step": {str(int(ids[s])): {"inclusive_ns": int(inc[s] // 1000),
                                             "exclusive_ns": int(exc[s] // 1000)}
                          for s in np.flatnonzero(inc > 0).tolist()},
         })
     return out
+
+
+def unscoped_json(diag: Diagnosis) -> dict:
+    """Device time of the ops under no user scope (summed over devices, as the rows)."""
+    A = diag.annotations
+    ids = diag.steps.ids.tolist()
+    per = np.asarray(A.unscoped_per_step)
+    return {"device_ns": int(A.unscoped // 1000), "ops": int(A.unscoped_ops),
+            "per_step": {str(int(ids[s])): int(per[s] // 1000)
+                         for s in np.flatnonzero(per > 0).tolist() if s < len(ids)}}
+
+
+def user_scopes_json(diag: Diagnosis) -> list:
+    """Device time per user scope name over the whole tree (JAX's ``jvp(forward)`` and
+    ``transpose(jvp(forward))`` count as ``forward``), largest first."""
+    A = diag.annotations
+    rows = [{"name": nm, "device_ns": int(A.scope_inclusive[i] // 1000),
+             "ops": int(A.scope_ops[i])} for i, nm in enumerate(A.scope_names)]
+    return sorted(rows, key=lambda r: (-r["device_ns"], r["name"]))
+
+
+def _step_id(diag: Diagnosis, k: int):
+    return int(diag.steps.ids[k]) if k >= 0 else None
+
+
+def compilations_json(diag: Diagnosis) -> list:
+    """One record per outermost compilation; ``recompile`` only when the same function
+    was compiled before (a first compile is a one-time cost)."""
+    T = diag.compilations
+    if T is None:
+        return []
+    return [{"step": _step_id(diag, int(T.step[i])), "start_ns": ns(T.start[i]),
+             "duration_ns": ns(T.duration[i]), "function": T.function[i] or None,
+             "recompile": bool(T.recompile[i]),
+             "event": diag.refs.name_of(int(T.event[i])) or None} for i in range(len(T))]
+
+
+def transfers_json(diag: Diagnosis) -> list:
+    """One record per user-level host↔device transfer call."""
+    T = diag.transfers
+    if T is None:
+        return []
+    return [{"step": _step_id(diag, int(T.step[i])), "start_ns": ns(T.start[i]),
+             "duration_ns": ns(T.duration[i]),
+             "direction": "d2h" if int(T.direction[i]) == Direction.D2H else "h2d",
+             "event": diag.refs.name_of(int(T.event[i])) or None} for i in range(len(T))]
 
 
 def finding_json(diag: Diagnosis, f: Finding) -> dict:
@@ -356,6 +405,8 @@ def diagnosis_json(diag: Diagnosis, gaps_offset: int = 0, gaps_limit: int | None
         "definitions": DEFINITIONS, "step_source": diag.steps.source,
         "devices": devices_json(diag), "steps": steps_json(diag),
         "gaps": gap_records(diag, page), "annotations": annotations_json(diag),
+        "unscoped": unscoped_json(diag), "user_scopes": user_scopes_json(diag),
+        "compilations": compilations_json(diag), "transfers": transfers_json(diag),
         "findings": [finding_json(diag, f) for f in diag.findings], "hta": hta_json(diag),
         "warnings": list(diag.warnings),
     }

@@ -29,6 +29,8 @@ _DATA_FRAME = re.compile(r"(torch/utils/data/|tensorflow/python/data/|tf\.data|"
 _FRAMEWORK_ANNOTATION = re.compile(r"^(Optimizer\.\w+#|[A-Za-z_][\w.]*#[\w.]+$|## .* ##$)")
 # allocation ops: their own time is the caching allocator getting memory
 _ALLOC_OP = re.compile(r"^aten::(empty|empty_strided|empty_like|new_empty|new_empty_strided)$")
+# a thread waiting while another thread does the work (autograd's engine threads)
+_THREAD_WAIT = re.compile(r"run_backward|Engine::execute\b|engine_run_backward")
 # host ops that block until the device hands back a value (.item(), float(tensor))
 _BLOCKING_OP = re.compile(r"^aten::(_local_scalar_dense|is_nonzero)$")
 _LAUNCH = re.compile(r"^(cu|cuda|hip|mtia)\w*(Launch|Memcpy|Memset|GraphLaunch)", re.I)
@@ -37,10 +39,13 @@ _DATA = re.compile(r"(enumerate\(DataLoader\)|DataLoader|data_?load|dataloader|"
 _COLLECTIVE_HOST = re.compile(r"^(c10d::|nccl:|record_param_comms|ProcessGroup)", re.I)
 _COMPILE = re.compile(r"(Compile|backend_compile|jit_compile|XlaCompile|compile_and_load|"
                       r"RunHloPasses|RunBackend)", re.I)
+# "H2D Dispatch": the TPU runtime staging a program's inputs on its worker threads
 _H2D = re.compile(r"(TransferToDevice|TransferToServer|BufferFromHost|device_put|"
-                  r"TransferLiteralToDevice|CopyToDevice)", re.I)
+                  r"TransferLiteralToDevice|CopyToDevice|^H2D Dispatch$)", re.I)
+# JAX's np.asarray(jax.Array) (also under float(x)) is the user's blocking read
 _D2H = re.compile(r"(TransferFromDevice|TransferFromServer|ToLiteral|_local_scalar_dense|"
-                  r"CopyToHost|TransferLiteralFromDevice|device_get)", re.I)
+                  r"CopyToHost|TransferLiteralFromDevice|device_get|"
+                  r"^np\.asarray\(jax\.Array\)$)", re.I)
 _EXECUTE = re.compile(r"(ExecuteComputation|ExecuteReplicated|PjRtLoadedExecutable::Execute|"
                       r"ThunkExecutor::Execute|ExecuteHelper|PjRtStreamExecutorLoadedExecutable|"
                       r"TpuExecutable|ExecuteSharded|ExecuteOnLocalDevices)", re.I)
@@ -61,6 +66,8 @@ def host_kind(name: str, category: str = "") -> K:
     if cat in ("python_function", "python"):
         # frames of the input pipeline before anything else: their callees (decode,
         # resize, collate) are data loading too
+        if _THREAD_WAIT.search(name):
+            return K.WAIT
         return K.DATA if _DATA_FRAME.search(name) else K.PYTHON
     if cat in ("cuda_runtime", "cuda_driver", "runtime", "mtia_runtime", "hip_runtime") or \
             (not cat and _RUNTIME_API.match(name)):
@@ -80,6 +87,8 @@ def host_kind(name: str, category: str = "") -> K:
     if _COLLECTIVE_HOST.search(name):
         return K.COLLECTIVE
     if cat in ("cpu_op", "operator"):
+        if _THREAD_WAIT.search(name):
+            return K.WAIT
         if _BLOCKING_OP.match(name):
             return K.TRANSFER_D2H
         if _ALLOC_OP.match(name):
@@ -110,7 +119,7 @@ def memcpy_kind(name: str) -> str:
         return "h2d"
     if "dtoh" in n or "d2h" in n or "device_to_host" in n or "devicetohost" in n:
         return "d2h"
-    if "dtod" in n or "d2d" in n:
+    if "dtod" in n or "d2d" in n or "devicetodevice" in n:
         return "d2d"
     if "ptop" in n or "p2p" in n or "peer" in n:
         return "p2p"

@@ -46,6 +46,7 @@ class EventKind(enum.IntEnum):
     IDLE = 23           # markers a worker thread records while it has nothing to do
     ALLOC = 24          # device/pinned memory allocation or release (cudaMalloc, hipFree…)
     GRAPH_CAPTURE = 25  # CUDA/HIP graph capture or instantiation (a one-time cost)
+    WAIT = 26           # a thread waiting for another thread's work (run_backward)
 
 
 DEVICE_ACTIVITY = (EventKind.KERNEL, EventKind.MEMCPY, EventKind.MEMSET)

@@ -36,6 +36,13 @@ INT_STATS = ("step_num", "program_id", "run_id", "correlation_id", "device_ordin
 STR_STATS = ("hlo_op", "hlo_module", "tf_op", "memcpy_details", "hlo_category", "graph_hash",
              "shape", "source")
 FLOW_STATS = ("_p", "_pt", "_c", "_ct", "flow")
+# what an event's metadata may say about every event of that metadata (TPU ops keep their
+# program id and scope there); per-event facts (correlation, flows, steps) never come from it
+MD_INT_STATS = ("program_id",)
+MD_STR_STATS = ("hlo_op", "hlo_module", "tf_op", "hlo_category", "source", "shape",
+                "graph_hash")
+# an HLO instruction's metadata name: "%fusion.3 = f32[8]{0} fusion(…)"
+_HLO_TEXT = re.compile(r"^%([^\s=]+) = ")
 _LUT_MAX = 1 << 22
 
 
@@ -149,9 +156,12 @@ class _PlaneMeta:
             ids = np.fromiter((k for k, _ in items), np.int64, len(items))
             raw = [m.name for _, m in items]
             shown = [m.display_name or r for (_, m), r in zip(items, raw)]
+            self.md_stat_ids = [k for k, m in items if len(m.stats)]
         else:
-            id_bytes, raw, shown, self.stat_name = tables
+            id_bytes, raw, shown, self.stat_name, *more = tables
             ids = np.frombuffer(id_bytes, np.int64)
+            # scanners that do not say which entries have stats: look at every entry
+            self.md_stat_ids = np.frombuffer(more[0], np.int64).tolist() if more else None
         o = np.argsort(ids, kind="stable")
         ids = ids[o]
         if ids.shape[0] > 1 and (ids[1:] == ids[:-1]).any():
@@ -177,6 +187,48 @@ class _PlaneMeta:
 
     def stat_id(self, name: str):
         return [k for k, v in self.stat_name.items() if v == name]
+
+    def op_stats(self, device: bool):
+        """The stats event metadata entries carry for all their events: (sorted metadata
+        ids, {stat: (rows into those ids, values, is_string)}).  On a device plane an
+        entry named by its HLO text (``%name = …``, TPU ops) also gives the ``hlo_op``."""
+        ids = self.md_stat_ids
+        meta = self.msg.event_metadata
+        if ids is None:
+            ids = [k for k, m in meta.items() if len(m.stats)]
+        if not ids:
+            return np.zeros(0, np.int64), {}
+        ids = sorted(set(ids))
+        cols: dict = {}
+        for row, k in enumerate(ids):
+            md = meta[k]
+            got = {}
+            for st in md.stats:
+                sname = self.stat_name.get(st.metadata_id)
+                if sname in MD_INT_STATS:
+                    which = st.WhichOneof("value")
+                    v = getattr(st, which) if which in ("int64_value", "uint64_value") else None
+                    if which == "double_value":
+                        v = int(st.double_value)
+                    if v is not None:
+                        got[sname] = v - 2**64 if v >= 2**63 else v
+                elif sname in MD_STR_STATS:
+                    which = st.WhichOneof("value")
+                    if which == "str_value":
+                        got[sname] = st.str_value
+                    elif which == "ref_value":
+                        got[sname] = self.stat_name.get(st.ref_value, "")
+            if device and "hlo_op" not in got:
+                m = _HLO_TEXT.match(md.name)
+                if m:
+                    got["hlo_op"] = m.group(1)
+            for sname, v in got.items():
+                rows, vals = cols.setdefault(sname, ([], []))
+                rows.append(row)
+                vals.append(v)
+        out = {sname: (np.asarray(rows, np.int64), vals, sname in MD_STR_STATS)
+               for sname, (rows, vals) in cols.items()}
+        return np.asarray(ids, np.int64), out
 
     def names_of(self, meta_ids: np.ndarray, strings: StringTable) -> np.ndarray:
         unknown = strings.intern("<unknown>")
@@ -242,10 +294,16 @@ def build(path: str, scan: dict, progress=NULL):
     # contiguous slice; any other order falls back to index arrays
     ev_rows = _group(ev_plane, len(planes))
     name = np.empty(n, np.int32)
-    for pi, (_, _, pm) in enumerate(planes):
+    md_stats = []           # (events, their row in the metadata's stats, those stats)
+    for pi, (_, pname, pm) in enumerate(planes):
         sel = ev_rows[pi]
         if _size(sel):
             name[sel] = pm.names_of(ev_meta[sel], strings)
+            md_ids, cols = pm.op_stats(bool(_DEVICE_PLANE.match(pname)))
+            if cols:
+                evs, rows = _events_of_metadata(sel, ev_meta[sel], md_ids)
+                if evs.size:
+                    md_stats.append((evs, rows, cols))
     del ev_meta
 
     # ---- stats: resolve plane-local stat ids to names, per plane ----
@@ -324,6 +382,9 @@ def build(path: str, scan: dict, progress=NULL):
                 vals[dbl] = dbl_vals[np.searchsorted(dbl_rows, sel[dbl])]
             stats[sname] = (evs, vals, False)
     del st_event, stat_name_of, st_kind, st_int, dbl_rows, dbl_vals
+    for evs, rows, cols in md_stats:
+        _merge_metadata_stats(stats, evs, rows, cols, strings)
+    del md_stats
 
     # ---- tracks and kinds ----
     progress.within(0.4, "lines and devices")
@@ -332,10 +393,17 @@ def build(path: str, scan: dict, progress=NULL):
     kind = np.zeros(n, np.int8)
     track = np.empty(n, np.int32)
     name_kind = _name_kinds(strings)
-    hlo_op = np.zeros(n, bool)
-    if "hlo_op" in stats:
-        hlo_op[stats["hlo_op"][0]] = True
     line_events = _group(ev_line, len(lines))
+    # XLA:CPU runs HLO ops on host threads: they form a "CPU (XLA)" device only when no
+    # device plane has activity.  Elsewhere HLO stats on a host event mark the runtime
+    # call that launched the op (JAX on GPU/ROCm), never device work
+    active = any(_size(line_events[li]) and _line_has_activity(planes[ln[0]][1], ln[3])
+                 for li, ln in enumerate(lines))
+    hlo_op = np.zeros(n, bool)
+    if "hlo_op" in stats and not active:
+        hlo_op[stats["hlo_op"][0]] = True
+        if "correlation_id" in stats:
+            hlo_op[stats["correlation_id"][0]] = False
     cpu_device = -1
     for li, (pi, lid, _disp_id, lname, ldisp, _ts, _dur) in enumerate(lines):
         evs = line_events[li]
@@ -356,6 +424,8 @@ def build(path: str, scan: dict, progress=NULL):
             kind[evs] = name_kind[name[evs]]
             ops = _where(evs, hlo_op)
             if ops.size:
+                ops = ops[~np.isin(kind[ops], _RUNTIME_KINDS)]
+            if ops.size:
                 if cpu_device < 0:
                     cpu_device = len(devices)
                     devices.append(Device(cpu_device, "CPU (XLA)", "cpu", "host"))
@@ -363,6 +433,12 @@ def build(path: str, scan: dict, progress=NULL):
                                 f"CPU (XLA) · {label}", pname)
                 track[ops] = dt
                 kind[ops] = K.KERNEL
+    corr = stats.get("correlation_id")
+    if corr is not None:
+        # a host event the device answers to by correlation id is a launch, whatever its name
+        e = np.asarray(corr[0])
+        e = e[kind[e] == K.OTHER]
+        kind[e[np.asarray(tracks.kind, np.int8)[track[e]] == TrackKind.HOST]] = K.LAUNCH
     step_num = stats.get("step_num")
     if step_num is not None:
         host = np.asarray(tracks.kind, np.int8)[track[step_num[0]]] == TrackKind.HOST
@@ -391,6 +467,47 @@ def build(path: str, scan: dict, progress=NULL):
     trace = assemble(path, "xspace", strings, tracks, devices, events, stats, links, metadata,
                      warnings)
     return trace
+
+
+def _events_of_metadata(sel, meta_ids: np.ndarray, md_ids: np.ndarray):
+    """(events of a plane whose metadata id is one of ``md_ids`` (sorted), the row of
+    their id in ``md_ids``)."""
+    k = np.minimum(np.searchsorted(md_ids, meta_ids), md_ids.shape[0] - 1)
+    hit = md_ids[k] == meta_ids
+    evs = sel.start + np.flatnonzero(hit) if isinstance(sel, slice) else sel[hit]
+    return evs, k[hit]
+
+
+def _merge_metadata_stats(stats: dict, evs: np.ndarray, rows: np.ndarray, cols: dict,
+                          strings: StringTable) -> None:
+    """Adds what the events' metadata says to ``stats``; a stat the event carries itself
+    wins over its metadata's."""
+    for sname, (md_rows, vals, is_string) in cols.items():
+        if is_string:
+            vals = strings.intern_many(vals)
+        else:
+            vals = np.asarray(vals, np.int64)
+        # the value of each event: the stat's entry for its metadata row, if any
+        at = np.full(max(int(rows.max()), int(md_rows.max())) + 1, -1, np.int64)
+        at[md_rows] = np.arange(md_rows.shape[0])
+        pos = at[rows]
+        e, pos = evs[pos >= 0], pos[pos >= 0]
+        if not e.size:
+            continue
+        v = vals[pos]
+        cur = stats.get(sname)
+        if cur is not None:
+            e0, v0, _ = cur
+            e0 = np.asarray(e0)
+            if e0.size:
+                k = np.minimum(np.searchsorted(e0, e), e0.shape[0] - 1)
+                own = e0[k] == e
+                e, v = e[~own], v[~own]
+            e = np.concatenate([e0, e])
+            v = np.concatenate([np.asarray(v0), v.astype(np.asarray(v0).dtype)])
+            o = np.argsort(e, kind="stable")
+            e, v = e[o], v[o]
+        stats[sname] = (e, v, is_string)
 
 
 def _group(keys: np.ndarray, n_groups: int) -> list:
@@ -428,6 +545,22 @@ def _device_for(devices: list, pname: str, m) -> int:
 
 _ACTIVITY_LINES = {"XLA Ops"}
 _STEP_LINES = {"Steps"}
+# host kinds of runtime API calls: launches and their kin, never device ops
+_RUNTIME_KINDS = (K.LAUNCH, K.RUNTIME, K.SYNC, K.ALLOC, K.GRAPH_CAPTURE)
+# device copies and fills by name: CUPTI's "MemcpyD2H"/"Memset", ROCm's "CopyDeviceToHost",
+# "CopyDeviceToDevice", "FillBuffer"
+_COPY = re.compile(r"memcpy|^copy(host|device|peer)to(host|device|peer)", re.I)
+_FILL = re.compile(r"memset|^fillbuffer", re.I)
+
+
+def _line_has_activity(pname: str, lname: str) -> bool:
+    """Whether a line holds kernels/copies (``_device_line_kind``'s rule, by name)."""
+    m = _DEVICE_PLANE.match(pname)
+    if not m or lname in _STEP_LINES:
+        return False
+    if m.group(1).upper() == "GPU":
+        return lname.startswith("Stream")
+    return lname in _ACTIVITY_LINES
 
 
 def _device_line_kind(dev_kind: str, lname: str, names: np.ndarray, strings) -> np.ndarray:
@@ -439,8 +572,8 @@ def _device_line_kind(dev_kind: str, lname: str, names: np.ndarray, strings) -> 
         u, inv = unique_inverse(names)
         ks = []
         for x in u.tolist():
-            s = strings.strings[x].lower()
-            ks.append(K.MEMCPY if "memcpy" in s else K.MEMSET if "memset" in s else K.KERNEL)
+            s = strings.strings[x]
+            ks.append(K.MEMCPY if _COPY.search(s) else K.MEMSET if _FILL.search(s) else K.KERNEL)
         return np.asarray(ks, np.int8)[inv]
     if lname in _ACTIVITY_LINES:
         return np.full(names.shape, K.KERNEL, np.int8)
@@ -482,6 +615,8 @@ def _join_hlo_metadata(planes, stats, strings, n, warnings):
                         warnings.append(f"unreadable Hlo Proto for {md.name}: {e}")
     if not table:
         return
+    # TPU ops name no module: their program id and instruction name find it
+    by_program = {(p, o): v for (_, p, o), v in table.items() if p is not None}
     evs, op_ids, _ = stats["hlo_op"]
     mod = stats.get("hlo_module")
     prog = stats.get("program_id")
@@ -506,13 +641,24 @@ def _join_hlo_metadata(planes, stats, strings, n, warnings):
     names = strings.strings
     get = table.get
     none = ("",) * len(HLO_FIELDS)
-    hits = [get((names[m_id] if m_id >= 0 else "", p_id, names[o_id]))
-            or get((names[m_id] if m_id >= 0 else "", None, names[o_id])) or none
-            for m_id, p_id, o_id in u.tolist()]
+    hits = []
+    for m_id, p_id, o_id in u.tolist():
+        m, o = names[m_id] if m_id >= 0 else "", names[o_id]
+        p = p_id % (1 << 64)           # program ids are uint64; stat columns hold int64
+        hits.append(get((m, p, o)) or get((m, None, o)) or by_program.get((p, o)) or none)
     for c in ("op_name", "op_type", "source"):
         k = HLO_FIELDS.index(c)
         v = strings.intern_many([h[k] for h in hits])[inv]
         keep = v != empty
+        if c in stats:
+            # an event's own stat (``source`` on TPU ops' metadata) wins over the join
+            e0, v0 = np.asarray(stats[c][0]), np.asarray(stats[c][1])
+            keep &= ~np.isin(evs, e0)
+            if keep.any():
+                e = np.concatenate([e0, np.asarray(evs)[keep]])
+                o = np.argsort(e, kind="stable")
+                stats[c] = (e[o], np.concatenate([v0, v[keep]])[o], True)
+            continue
         if keep.all():
             stats[c] = (evs, v, True)          # the hlo_op events themselves: shared later
         elif keep.any():

@@ -1,0 +1,173 @@
+"""Who to blame, in the user's terms: the trace's framework, the innermost frame of the
+user's own code above an op, the op chain below it, and what kind of sync a blocking
+call is.  Names are normalised so that one culprit is one finding (no object
+addresses, no step numbers, no recursion)."""
+from __future__ import annotations
+
+import re
+import sys
+
+import numpy as np
+
+from ..trace.model import EventKind as K, Trace
+
+PYTORCH, PYTORCH_XLA, JAX, TENSORFLOW, XLA = "pytorch", "pytorch_xla", "jax", "tensorflow", "xla"
+
+_TORCH_XLA = re.compile(r"XLAGraphExecutor|StepMarker|PjRtComputationClient|SyncTensorsGraph|"
+                        r"^aten__|torch_xla|tf_pytorchxla")
+_JAX = re.compile(r"^PjitFunction|backend_compile|pxla|^jit\(|jax\.|\$api\.py|jaxlib")
+_TF = re.compile(r"^__inference_|EagerKernelExecute|EagerExecute|tf_Compute|"
+                 r"ExecutorState::Process|FunctionRun|tf\.data|Iterator::")
+
+
+def framework(trace: Trace) -> str:
+    """The framework that wrote the trace, from its format and names."""
+    if trace.format == "kineto":
+        return PYTORCH
+    names = trace.strings[:200_000] + list(trace.track_name)
+    for rx, fw in ((_TORCH_XLA, PYTORCH_XLA), (_JAX, JAX), (_TF, TENSORFLOW)):
+        if any(rx.search(n) for n in names):
+            return fw
+    return XLA
+
+
+# ---- user frames ----
+_KINETO_FRAME = re.compile(r"^(?P<file>.+?\.py)\((?P<line>\d+)\): (?P<func>.+)$")
+_JAX_FRAME = re.compile(r"^\$(?P<file>[^ :]+\.py):(?P<line>\d+) (?P<func>.+)$")
+_LIBRARY = re.compile(r"site-packages|dist-packages|/lib/python\d|^<|^(torch|torchvision|"
+                      r"torch_xla|torchaudio|numpy|jax|jaxlib|flax|optax|tensorflow|keras|"
+                      r"tqdm|transformers|accelerate|lightning|pytorch_lightning)/")
+# JAX's python tracer writes bare file names: its own modules are known by name
+_JAX_MODULES = {"api", "pjit", "pxla", "dispatch", "compiler", "core", "linear_util",
+                "traceback_util", "api_util", "tree_util", "xla_bridge", "mlir", "lax",
+                "ad", "partial_eval", "batching", "config", "util", "sharding_impls",
+                "source_info_util", "dtypes", "array", "profiler", "_linalg", "fromnumeric",
+                "numeric", "shape_base", "lax_numpy", "ufuncs", "reductions", "interpreters",
+                "xla", "jax_jit", "random", "prng", "stages", "monitoring", "pickle_util",
+                "op_shardings", "layout", "sharding", "mesh", "utils", "functions"}
+_STDLIB = set(getattr(sys, "stdlib_module_names", ()))
+_ADDRESS = re.compile(r" (object )?at 0x[0-9a-fA-F]+")
+_STEP_NUM = re.compile(r"^(ProfilerStep)#\d+$")
+
+
+def clean(name: str) -> str:
+    """A name as a finding shows it: no object address, no step number."""
+    return _STEP_NUM.sub(r"\1", _ADDRESS.sub("", name))
+
+
+def user_frame(name: str) -> str | None:
+    """'file.py:line func' when ``name`` is a Python frame of the user's own code."""
+    m = _KINETO_FRAME.match(name) or _JAX_FRAME.match(name)
+    if not m:
+        return None
+    path = m.group("file")
+    if _LIBRARY.search(path):
+        return None
+    top = path.split("/", 1)[0]
+    base = path.rsplit("/", 1)[-1][:-3]
+    if top[:-3] in _STDLIB or top in _STDLIB or (base in _STDLIB and "/" not in path):
+        return None
+    if name.startswith("$") and base in _JAX_MODULES:
+        return None
+    return f"{path}:{m.group('line')} {m.group('func')}"
+
+
+_FRAME_KINDS = (int(K.PYTHON), int(K.DATA))
+_ANNOTATION_KINDS = (int(K.ANNOTATION), int(K.DATA))
+
+
+class Culprits:
+    """Per culprit event: where it sits in the user's code and the op chain below."""
+
+    def __init__(self, trace: Trace):
+        self.t = trace
+        self._memo: dict = {}
+
+    def describe(self, e: int) -> tuple:
+        """(where, ops, chain) of event ``e``: the innermost user frame (else the innermost
+        user annotation) above it, the op names from there down to ``e`` (recursion
+        collapsed), and the whole cleaned chain."""
+        got = self._memo.get(e)
+        if got is not None:
+            return got
+        t = self.t
+        chain = t.chain(e) if e >= 0 else []
+        names = [clean(t.strings[int(t.name[i])]) for i in chain]
+        kinds = [int(t.kind[i]) for i in chain]
+        where, cut = None, -1
+        for j in range(len(chain) - 1, -1, -1):
+            if kinds[j] in _FRAME_KINDS:
+                uf = user_frame(names[j])
+                if uf:
+                    where, cut = uf, j
+                    break
+        if where is None:
+            for j in range(len(chain) - 1, -1, -1):
+                if kinds[j] in _ANNOTATION_KINDS or (kinds[j] == int(K.STEP) and j == len(chain) - 1):
+                    where, cut = names[j], j
+                    break
+        ops = []
+        for j in range(cut + 1, len(chain)):
+            if kinds[j] == int(K.PYTHON) or (ops and ops[-1] == names[j]):
+                continue
+            ops.append(names[j])
+        got = self._memo[e] = (where, tuple(ops[-4:]), tuple(
+            n for k, n in enumerate(names) if not (k and names[k - 1] == n)))
+        return got
+
+
+# ---- what a blocking call is ----
+SYNC_KINDS = (
+    ("nonzero", re.compile(r"^aten::nonzero")),
+    ("unique", re.compile(r"^aten::(_unique|unique)")),
+    ("mask", re.compile(r"^aten::(masked_select|index)$")),
+    ("is_nonzero", re.compile(r"^aten::is_nonzero$")),
+    ("item", re.compile(r"^aten::(item|_local_scalar_dense)$")),
+    ("xla_transfer", re.compile(r"TransferFromDevice|ToLiteral|TransferLiteralFromDevice")),
+    ("jax_transfer", re.compile(r"PjRtBuffer::Await|np\.asarray|device_get|CopyToHost")),
+    ("block_until_ready", re.compile(r"BlockHostUntilReady|block_until_ready|AwaitBuffersReady",
+                                     re.I)),
+    ("copy", re.compile(r"^aten::(to|_to_copy|copy_)$")),
+    ("event_sync", re.compile(r"EventSynchronize", re.I)),
+    ("stream_sync", re.compile(r"(Stream|Device|Ctx)Synchronize|Synchronize", re.I)),
+    ("memcpy", re.compile(r"[Mm]emcpy")),
+)
+SYNC_LABELS = {"nonzero": "torch.nonzero", "unique": "torch.unique",
+               "mask": "boolean-mask indexing", "is_nonzero": "`if tensor:` (is_nonzero)",
+               "item": ".item() device→host read", "xla_transfer": "device→host transfer",
+               "jax_transfer": "device→host read of a jax.Array",
+               "block_until_ready": "block_until_ready", "event_sync": "event synchronize",
+               "stream_sync": "explicit synchronize", "d2h_copy": "device→host copy",
+               "pageable_d2h": "device→host copy to pageable memory",
+               "pageable_h2d": "host→device copy from pageable memory",
+               "memcpy": "synchronous copy", "": "a host–device sync"}
+
+
+def sync_kind(trace: Trace, ctx, chain_events: list) -> str:
+    """What a blocking call (its chain, outermost first) is: the most specific op wins;
+    a copy is named by its direction and whether the host memory was pageable."""
+    names = [trace.strings[int(trace.name[i])] for i in chain_events]
+    for kind, rx in SYNC_KINDS:
+        hit = [i for i, n in zip(chain_events, names) if rx.search(n)]
+        if not hit:
+            continue
+        if kind == "copy":
+            return _copy_kind(trace, ctx, hit[-1])
+        return kind
+    return ""
+
+
+def _copy_kind(trace: Trace, ctx, op: int) -> str:
+    """d2h_copy / pageable_d2h / pageable_h2d from the memcpy the copy op issued."""
+    lo, hi = np.searchsorted(trace.track, [trace.track[op], trace.track[op] + 1])
+    end = trace.end_of(op)
+    sub = lo + np.flatnonzero((trace.ts[lo:hi] >= trace.ts[op]) & (trace.ts[lo:hi] < end))
+    launches = sub[ctx.launch_memcpy[sub] > 0]
+    if launches.size == 0:
+        return "d2h_copy"
+    direction = int(ctx.launch_memcpy[launches[0]])
+    dev = np.flatnonzero(np.isin(ctx.origin, launches) & (ctx.memcpy_of > 0))
+    pageable = any("pageable" in trace.strings[int(trace.name[d])].lower() for d in dev[:4])
+    if direction == 1:
+        return "pageable_h2d" if pageable else "h2d_copy"
+    return "pageable_d2h" if pageable else "d2h_copy"

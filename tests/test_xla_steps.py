@@ -1,0 +1,338 @@
+"""XLA steps, attribution, compilations and transfers on XSpaces built in memory (GUIDE §4
+"Window", "Launching step"): one test per rule, each on a timeline a real capture shows.
+
+Times are µs; the builder's XSpace keeps picoseconds."""
+from __future__ import annotations
+
+import numpy as np
+
+import tb_perfdiag
+from tb_perfdiag.analysis.attribution import VIA_REGION, origins, root_origin, run_dispatch
+from tb_perfdiag.analysis.steps import find_steps, launched_busy, launching_steps
+from tb_perfdiag.testing import TraceBuilder
+
+US = 1_000_000      # ps
+MS = 1000.0         # µs
+
+
+def _steps_json(trace):
+    return tb_perfdiag.diagnose(trace).to_json()
+
+
+def _launched(j, step_id, dev="0"):
+    s = next(s for s in j["steps"] if s["id"] == step_id)
+    return s["devices"][dev]["busy_ns"], s["devices"][dev]["launched_ns"]
+
+
+# ---- launching step: flows into worker-thread regions -----------------------------------
+
+def _torch_xla_like():
+    """Two torch_xla steps.  Step 0 compiles, then StepMarker's Record hands the graph to
+    tf_pytorchxla, whose ExecuteComputation hands it to the PjRt client thread; that
+    thread's Record opens a region on an Eigen worker.  The flows end at StartRegion
+    markers, *siblings* of the executors that run the ops, and the ops run while the host
+    is already in step 1."""
+    b = TraceBuilder("xspace")
+    py, px = b.thread("python"), b.thread("tf_pytorchxla")
+    pj, eig = b.thread("tf_XLAPjRtCpuClient"), b.thread("tf_XLAEigen")
+    b.step(py, 0, 0, 100)
+    with b.op(py, "StepMarker", 10, 88):
+        b.op(py, "XLAGraphExecutor::Compile", 11, 60)
+        rec0 = b.op(py, "ThreadpoolListener::Record", 90, 0)
+    b.step(py, 1, 100, 100)
+    with b.op(py, "StepMarker", 180, 15):
+        rec1 = b.op(py, "ThreadpoolListener::Record", 190, 0)
+    # step 0's graph: tf_pytorchxla → PjRt client → Eigen worker, all late
+    s0 = b.op(px, "ThreadpoolListener::StartRegion", 95, 0)
+    b.flow(rec0, s0, type=15)
+    with b.op(px, "PjRtComputationClient::ExecuteComputation", 96, 4):
+        r_px = b.op(px, "ThreadpoolListener::Record", 97, 0)
+    b.op(px, "ThreadpoolListener::StopRegion", 101, 0)
+    s1 = b.op(pj, "ThreadpoolListener::StartRegion", 110, 0)
+    b.flow(r_px, s1, type=15)
+    with b.op(pj, "ThunkExecutor::Execute", 111, 60):
+        op_a = b.op(pj, "fusion.1", 112, 20, stats={"hlo_op": "fusion.1",
+                                                     "hlo_module": "SyncTensorsGraph.7"})
+        r_pj = b.op(pj, "ThreadpoolListener::Record", 133, 0)
+    b.op(pj, "ThreadpoolListener::StopRegion", 172, 0)
+    s2 = b.op(eig, "ThreadpoolListener::StartRegion", 135, 0)
+    b.flow(r_pj, s2, type=15)
+    with b.op(eig, "ThunkExecutor::Execute", 136, 30):
+        op_b = b.op(eig, "dot.2", 137, 25, stats={"hlo_op": "dot.2",
+                                                  "hlo_module": "SyncTensorsGraph.7"})
+    # an op on the worker outside any executor, still inside the region
+    op_c = b.op(eig, "copy.3", 167, 3, stats={"hlo_op": "copy.3",
+                                               "hlo_module": "SyncTensorsGraph.7"})
+    b.op(eig, "ThreadpoolListener::StopRegion", 171, 0)
+    # step 1's graph runs right away on the PjRt client thread
+    s3 = b.op(pj, "ThreadpoolListener::StartRegion", 191, 0)
+    b.flow(rec1, s3, type=15)
+    with b.op(pj, "ThunkExecutor::Execute", 192, 5):
+        op_d = b.op(pj, "fusion.1", 193, 3, stats={"hlo_op": "fusion.1",
+                                                    "hlo_module": "SyncTensorsGraph.7"})
+    return b, (rec0, rec1), (op_a, op_b, op_c, op_d)
+
+
+def test_start_region_flow_reaches_the_dispatching_record():
+    b, (rec0, rec1), ops = _torch_xla_like()
+    t = b.build()
+    origin, via = origins(t)
+    root = root_origin(t, origin)
+    idx = [o.index for o in ops]
+    assert (via[idx] == VIA_REGION).all()
+    assert root[idx].tolist() == [rec0.index] * 3 + [rec1.index]
+
+
+def test_work_is_charged_to_the_step_that_launched_it():
+    b, _, (op_a, op_b, op_c, op_d) = _torch_xla_like()
+    t = b.build()
+    steps = find_steps(t)
+    st = launching_steps(t, steps, root_origin(t, origins(t)[0]))
+    assert st[[op_a.index, op_b.index, op_c.index, op_d.index]].tolist() == [0, 0, 0, 1]
+    j = _steps_json(t)
+    # step 0 launched fusion.1, dot.2 and copy.3 (112–132, 137–162, 167–170 µs) though
+    # they ran during step 1's host window
+    assert _launched(j, 0) == (48_000, 48_000)
+    assert _launched(j, 1) == (3_000, 3_000)
+
+
+def test_step0_idle_before_the_first_op_has_a_cause():
+    b, _, _ = _torch_xla_like()
+    j = _steps_json(b.build())
+    s0 = j["steps"][0]["devices"]["0"]
+    # 112 µs before fusion.1: 60 µs compiling; the rest of the wait is explained too
+    assert s0["idle_by_cause_ns"]["compilation"] == 60_000
+    assert sum(s0["idle_by_cause_ns"].values()) >= 112_000
+
+
+# ---- launching step: JAX run order -----------------------------------------------------
+
+def test_queued_jax_runs_pair_with_dispatches_by_order():
+    """JAX dispatches asynchronously: each step's PjitFunction(train_step) returns at
+    once, its run waits for the previous one, so run k executes during step k+1 (and run
+    2 after the last step).  There are no flows: the k-th run (ops by run_id, in start
+    order) is the k-th call."""
+    b = TraceBuilder("xspace")
+    py, pj = b.thread("python"), b.thread("tf_XLAPjRtCpuClient")
+    calls = []
+    for k in range(3):
+        b.step(py, k, k * 100, 100, name="train")
+        with b.op(py, "PjitFunction(train_step)", k * 100 + 50, 5) as c:
+            b.op(py, "PjitFunction(train_step)", k * 100 + 50, 5)
+        calls.append(c)
+    ops = []
+    for k in range(3):
+        t0 = 60 + k * 100 + 50          # 50 µs behind its dispatch: in the next step
+        with b.op(pj, "ThunkExecutor::Execute", t0, 40 + k):
+            ops.append([b.op(pj, f"fusion.{i}", t0 + 1 + 10 * i, 8 + (k == 0) * i,
+                             stats={"hlo_op": f"fusion.{i}", "hlo_module": "jit_train_step",
+                                    "run_id": 1000 - 7 * k, "program_id": 3})
+                        for i in range(3)])
+    t = b.build()
+    ev, who = run_dispatch(t, find_steps(t).thread)
+    got = dict(zip(ev.tolist(), who.tolist()))
+    for k in range(3):
+        assert {got[o.index] for o in ops[k]} == {calls[k].index}
+    j = _steps_json(t)
+    # step 0 launched 8 + 9 + 10 µs although nothing ran in its host window
+    assert [_launched(j, k)[1] for k in range(3)] == [27_000, 24_000, 24_000]
+
+
+# ---- steps from repeated program runs (TPU, no Steps line, no step annotations) ----------
+
+def test_hundred_runs_after_setup_modules_are_hundred_steps():
+    b = TraceBuilder("xspace")
+    main = b.thread("main")
+    mods, xops = b.line("/device:TPU:0", "XLA Modules"), b.line("/device:TPU:0", "XLA Ops")
+    t = 0.0
+    setup = [("jit_convert_element_type(11)", 5), ("jit_broadcast_in_dim(12)", 40)] + \
+        [("jit__psum(13)", 300)] * 3
+    for name, dur in setup:
+        b.op(mods, name, t, dur)
+        b.op(xops, "%all-reduce.1 = f32[8]{0} all-reduce(...)", t + 1, dur - 2,
+             stats={"hlo_op": "all-reduce.1"})
+        t += dur + 1000
+    b.op(main, "backend_compile", t - 900, 500)
+    runs = []
+    for k in range(100):
+        runs.append(b.op(mods, "jit_f(99)", t, 700))
+        b.op(xops, "%fusion.2 = f32[8]{0} fusion(...)", t + 1, 650, stats={"hlo_op": "fusion.2"})
+        t += 700 + (30 if k % 10 else 200)
+    trace = b.build()
+    j = _steps_json(trace)
+    assert j["step_source"] == "modules"
+    assert [s["id"] for s in j["steps"]] == list(range(100))
+    # run k's window lasts until run k+1 starts; its device time is its own run's
+    s3 = j["steps"][3]["devices"]["0"]
+    assert (s3["start_ns"], s3["end_ns"]) == (trace.ts[runs[3].index] // 1000,
+                                               trace.ts[runs[4].index] // 1000)
+    assert s3["busy_ns"] == s3["launched_ns"] == 650_000
+    # the compile before the first run belongs to no step, and is no recompilation
+    assert [(c["step"], c["recompile"]) for c in j["compilations"]] == [(None, False)]
+
+
+def test_one_program_run_once_is_no_step_table():
+    b = TraceBuilder("xspace")
+    mods, xops = b.line("/device:TPU:0", "XLA Modules"), b.line("/device:TPU:0", "XLA Ops")
+    b.op(mods, "jit_a(1)", 0, 100)
+    b.op(xops, "fusion.1", 1, 90, stats={"hlo_op": "fusion.1"})
+    b.op(mods, "jit_b(2)", 200, 100)
+    b.op(xops, "fusion.2", 201, 90, stats={"hlo_op": "fusion.2"})
+    assert find_steps(b.build()).source == "whole_trace"
+
+
+# ---- compilations ----------------------------------------------------------------------
+
+def test_new_function_is_a_first_compile_and_the_same_one_again_a_recompile():
+    b = TraceBuilder("xspace")
+    py, pool = b.thread("python"), b.thread("tf_PjRtCompilerThreadPool")
+    cpu = b.thread("tf_XLAPjRtCpuClient")
+
+    def step(k, fn, compile_us, run_id):
+        t0 = k * 10 * MS
+        b.step(py, k, t0, 10 * MS, name="train")
+        with b.op(py, f"PjitFunction({fn})", t0 + 100, 8 * MS):
+            if compile_us:
+                with b.op(py, "$pxla.py:1209 compile", t0 + 200, compile_us + 20):
+                    with b.op(py, "backend_compile_and_load", t0 + 210, compile_us) as c:
+                        b.op(py, "RunHloPasses", t0 + 220, 0)     # a zero-length pass
+                        rec = b.op(py, "ThreadpoolListener::Record", t0 + 230, 0)
+                start = b.op(pool, "ThreadpoolListener::StartRegion", t0 + 240, 0)
+                b.flow(rec, start, type=15)
+                b.op(pool, "PjRtCpuClient::Compile", t0 + 250, compile_us - 100)
+        with b.op(cpu, "ThunkExecutor::Execute", t0 + 9 * MS, 50):
+            b.op(cpu, "fusion.1", t0 + 9 * MS + 1, 40,
+                 stats={"hlo_op": "fusion.1", "hlo_module": f"jit_{fn}", "run_id": run_id})
+        return c if compile_us else None
+
+    c0 = step(0, "train_step", 3000, 1)
+    step(1, "train_step", 0, 2)
+    c2 = step(2, "eval_step", 2000, 3)      # a new function: a first compile
+    c3 = step(3, "train_step", 2500, 4)     # new shapes for train_step: a recompile
+    b.op(py, "$<frozen importlib._bootstrap_external>:727 _compile_bytecode", 45 * MS, 500)
+    t = b.build()
+    j = _steps_json(t)
+    got = [(c["step"], c["function"], c["recompile"], c["duration_ns"]) for c in j["compilations"]]
+    assert got == [(0, "jit_train_step", False, 3_000_000), (2, "jit_eval_step", False, 2_000_000),
+                   (3, "jit_train_step", True, 2_500_000)]
+    # the outermost compile itself: not the Python frame around it, not the pool's piece
+    assert [(c["event"], c["start_ns"]) for c in j["compilations"]] == \
+        [("backend_compile_and_load", t.ts[c.index] // 1000) for c in (c0, c2, c3)]
+    assert [s["compile"]["count"] for s in j["steps"]] == [1, 0, 1, 1]
+
+
+def test_a_capture_after_warmup_knows_a_recompile_by_earlier_runs():
+    """The capture starts after the first compile: the function ran before the compile
+    in step 1, so that compile is a recompilation."""
+    b = TraceBuilder("xspace")
+    py, cpu = b.thread("python"), b.thread("tf_XLAPjRtCpuClient")
+    for k in range(2):
+        t0 = k * 10 * MS
+        b.step(py, k, t0, 10 * MS)
+        if k:
+            b.op(py, "XLAGraphExecutor::Compile", t0 + 100, 5 * MS)
+        with b.op(py, "StepMarker", t0 + 6 * MS, 10):
+            rec = b.op(py, "ThreadpoolListener::Record", t0 + 6 * MS + 1, 0)
+        start = b.op(cpu, "ThreadpoolListener::StartRegion", t0 + 6 * MS + 5, 0)
+        b.flow(rec, start, type=15)
+        with b.op(cpu, "ThunkExecutor::Execute", t0 + 6 * MS + 10, 50):
+            b.op(cpu, "fusion.1", t0 + 6 * MS + 11, 40,
+                 stats={"hlo_op": "fusion.1", "hlo_module": "SyncTensorsGraph.9"})
+    j = _steps_json(b.build())
+    assert [(c["step"], c["function"], c["recompile"]) for c in j["compilations"]] == \
+        [(1, "SyncTensorsGraph.9", True)]
+
+
+# ---- transfers -------------------------------------------------------------------------
+
+def test_a_device_to_host_read_seen_on_three_threads_counts_once():
+    """The TPU runtime shows one read on the user's thread (np.asarray › ToLiteral), a
+    worker (TransferFromDevice) and an event thread (…=>IssueEvent=>Done).  The user's
+    thread is the one the programs were launched from."""
+    b = TraceBuilder("xspace")
+    main, tasks = b.thread("main"), b.thread("pjrt-tpu-tasks")
+    fd = b.thread("EventFDAsyncWorker")
+    mods, ops = b.line("/device:TPU:0", "XLA Modules"), b.line("/device:TPU:0", "XLA Ops")
+    ex = b.op(main, "TfrtTpuLoadedExecutable::Execute", 0, 1)
+    b.flow(ex, b.op(mods, "jit_f(1)", 0, 50), type=12)
+    b.op(ops, "fusion.1", 0, 50, stats={"hlo_op": "fusion.1"})
+    with b.op(main, "np.asarray(jax.Array)", 60, 400):
+        b.op(main, "TfrtTpuBuffer::ToLiteral", 61, 398)
+    b.op(tasks, "tpu::System::TransferFromDevice", 70, 300)
+    b.op(fd, "tpu::System::TransferFromDevice=>IssueEvent=>Done", 380, 10)
+    # a prefetch starts a copy but blocks nobody
+    with b.op(main, "ArrayImpl.copy_to_host_async", 500, 30):
+        b.op(main, "TfrtTpuBuffer::ToLiteral", 501, 28)
+    with b.op(main, "np.asarray(jax.Array)", 540, 3):          # already on the host
+        pass
+    b.op(main, "TfrtTpuClient::BufferFromHostBuffer::TfrtTpuBuffer", 600, 20)
+    b.op(ops, "fusion.2", 700, 50, stats={"hlo_op": "fusion.2"})
+    j = _steps_json(b.build())
+    got = [(x["direction"], x["start_ns"], x["duration_ns"]) for x in j["transfers"]]
+    assert got == [("d2h", 60_000, 400_000), ("d2h", 540_000, 3_000), ("h2d", 600_000, 20_000)]
+
+
+# ---- the cause of a gap when the runtime enqueues the program ----------------------------
+
+def test_launch_to_enqueue_is_runtime_time_staging_inputs_then_device_wait():
+    """TPU: the user's TfrtTpuLoadedExecutable::Execute returns only once the runtime has
+    prepared the program (loading it, staging inputs on its worker threads) and a queue
+    thread enqueued it.  That time is not launch overhead: the part a worker spends in
+    H2D Dispatch is h2d_transfer, the rest device-side."""
+    b = TraceBuilder("xspace")
+    main, tasks, queue = b.thread("main"), b.thread("pjrt-tpu-tasks"), b.thread("tfrt-queue")
+    mods, xops = b.line("/device:TPU:0", "XLA Modules"), b.line("/device:TPU:0", "XLA Ops")
+    b.op(mods, "jit_g(1)", 0, 100)
+    b.op(xops, "fusion.0", 1, 98, stats={"hlo_op": "fusion.0"})
+    with b.op(main, "PjitFunction(f)", 300, 5000):
+        b.op(main, "backend_compile", 310, 1000)
+        ex = b.op(main, "TfrtTpuLoadedExecutable::Execute", 2000, 3200)
+    b.op(tasks, "H2D Dispatch", 2100, 800)
+    enq = b.op(queue, "DoEnqueueProgram", 5190, 5)
+    b.flow(ex, enq, type=5)
+    mod = b.op(mods, "jit_f(2)", 5200, 100)
+    b.flow(enq, mod, type=12)
+    b.op(xops, "fusion.1", 5201, 90, stats={"hlo_op": "fusion.1"})
+    t = b.build()
+    r = tb_perfdiag.diagnose(t)
+    g = next(g for g in r.to_json()["gaps"] if g["start_ns"] == 99_000)
+    assert g["cause"] == "device_wait"
+    assert g["shares_ns"]["h2d_transfer"] == 800_000
+    assert g["shares_ns"]["device_wait"] == 5201_000 - 2000_000 - 800_000
+    assert g["shares_ns"]["compilation"] == 1_000_000
+    assert "launch_overhead" not in g["shares_ns"]
+
+
+# ---- helpers ---------------------------------------------------------------------------
+
+def test_launched_busy_is_a_union_per_step():
+    s = np.array([0, 5, 20, 3, 4, 100], np.int64)
+    e = np.array([10, 12, 30, 8, 9, 101], np.int64)
+    k = np.array([1, 1, 1, 0, 0, -1])
+    # step 0: [3, 9) = 6; step 1: [0, 12) + [20, 30) = 22; the op of no step is dropped
+    assert launched_busy(s, e, k, 3).tolist() == [6, 22, 0]
+
+
+def test_a_kernel_launch_on_an_executor_thread_stays_the_issuing_call():
+    """JAX on GPU: the python Record only queues the program; the executor thread (which
+    runs thread-pool regions) launches each kernel.  A gap the executor spent working
+    before its launch is host time, not a device-side wait after the Record — though the
+    Record still decides the step."""
+    b = TraceBuilder("xspace")
+    py, ex = b.thread("python"), b.thread("tf_XLAPjRtGpuClient")
+    s7 = b.stream(gpu=0, stream=7)
+    b.step(py, 0, 0, 400)
+    rec = b.op(py, "ThreadpoolListener::Record", 10, 0)
+    start = b.op(ex, "ThreadpoolListener::StartRegion", 12, 0)
+    b.flow(rec, start, type=15)
+    with b.op(ex, "ThunkExecutor::Execute", 13, 300):
+        k1 = b.launch(ex, "cuLaunchKernel", 14, 2, kernel=b.kernel(s7, "fusion_1", 18, 2))
+        b.op(ex, "BuildCommandBuffer", 20, 250)
+        k2 = b.launch(ex, "cuLaunchKernel", 290, 4, kernel=b.kernel(s7, "fusion_2", 300, 20))
+    t = b.build()
+    j = _steps_json(t)
+    g = next(g for g in j["gaps"] if g["start_ns"] == 20_000)
+    assert g["waited_for"]["name"] == "cuLaunchKernel"
+    assert g["cause"] == "host_compute" and g["shares_ns"].get("device_wait", 0) < 10_000
+    root = root_origin(t, origins(t)[0])
+    assert root[k2.kernel.index] == rec.index and root[k1.kernel.index] == rec.index
