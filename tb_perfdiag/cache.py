@@ -32,7 +32,9 @@ class DiagnosisCache:
                  version: str = ""):
         self.memory_bytes = memory_bytes
         self.disk_dir = default_cache_dir() if disk_dir == "" else disk_dir
-        self.version = version
+        # a pickled diagnosis is only as good as the code that made it: any change to the
+        # package's source is another version
+        self.version = (version, code_fingerprint())
         self._mem: OrderedDict = OrderedDict()
         self._size = 0
         self._lock = threading.Lock()
@@ -152,3 +154,21 @@ def _private(folder: str) -> bool:
     if not hasattr(os, "getuid"):
         return True
     return st.st_uid == os.getuid() and not (st.st_mode & 0o022)
+
+
+_FINGERPRINT = []
+
+
+def code_fingerprint() -> str:
+    """A hash of the package's Python sources (computed once per process)."""
+    if not _FINGERPRINT:
+        h = hashlib.sha256()
+        root = os.path.dirname(os.path.abspath(__file__))
+        for dirpath, dirs, files in sorted(os.walk(root)):
+            dirs.sort()
+            for f in sorted(files):
+                if f.endswith(".py"):
+                    with open(os.path.join(dirpath, f), "rb") as fh:
+                        h.update(f.encode() + b"\0" + fh.read())
+        _FINGERPRINT.append(h.hexdigest()[:16])
+    return _FINGERPRINT[0]
