@@ -336,3 +336,25 @@ def test_a_kernel_launch_on_an_executor_thread_stays_the_issuing_call():
     assert g["cause"] == "host_compute" and g["shares_ns"].get("device_wait", 0) < 10_000
     root = root_origin(t, origins(t)[0])
     assert root[k2.kernel.index] == rec.index and root[k1.kernel.index] == rec.index
+
+
+# ---- totals are per device -------------------------------------------------------------
+
+def test_idle_totals_are_per_device_not_summed_over_devices():
+    """Four TPUs idle together for the same 1 ms: the trace lost 1 ms per device, not 4."""
+    from tb_perfdiag.render.pod import summary_row
+    b = TraceBuilder("xspace")
+    main = b.thread("main")
+    b.op(main, "data_loading", 120, 950)
+    for d in range(4):
+        mods = b.line(f"/device:TPU:{d}", "XLA Modules")
+        xops = b.line(f"/device:TPU:{d}", "XLA Ops")
+        for k in range(2):
+            b.op(mods, "jit_f(1)", k * 1100, 100)
+            b.op(xops, "fusion.1", k * 1100, 100, stats={"hlo_op": "fusion.1"})
+    r = tb_perfdiag.diagnose(b.build())
+    j = r.to_json()
+    assert len(j["devices"]) == 4 and len(j["gaps"]) == 4
+    assert sum(j["hta"].values()) == 1_000_000
+    row = summary_row("h", "", r.diagnosis)
+    assert sum(row["step_idle_ns"].values()) == 1_000_000

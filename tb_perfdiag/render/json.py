@@ -377,13 +377,16 @@ def finding_json(diag: Diagnosis, f: Finding) -> dict:
 
 
 def hta_json(diag: Diagnosis) -> dict:
+    """Idle time in HTA's categories per device (the mean over the devices with activity:
+    idle summed over devices would outgrow the trace)."""
     out = {"host_wait_ns": 0, "kernel_wait_ns": 0, "other_ns": 0}
     dur = np.asarray(ns_list(diag.gaps.end - diag.gaps.start), np.int64)
     for i, c in enumerate(C.ALL):
         out[C.HTA[c] + "_ns"] += int(dur[diag.gaps.cause == i].sum())
-    for d in np.flatnonzero(diag.devices.ops > 0).tolist():
+    active = np.flatnonzero(diag.devices.ops > 0).tolist()
+    for d in active:
         out["kernel_wait_ns"] += ns(diag.devices.small_total[d])
-    return out
+    return {k: int(round(v / max(len(active), 1))) for k, v in out.items()}
 
 
 def diagnosis_json(diag: Diagnosis, gaps_offset: int = 0, gaps_limit: int | None = None,

@@ -17,8 +17,11 @@ def summary_row(host: str, span: str, diag: Diagnosis) -> dict:
     S, D, g = diag.steps, diag.devices, diag.gaps
     steps = (np.asarray(ns_list(S.host_end)) - np.asarray(ns_list(S.host_start))).tolist()
     # idle time of a typical step by cause: the median over steps, so a one-off (the
-    # first step's compilation) does not hide what every step loses
-    cells = np.rint(S.idle_by_cause[:, S.has_device, :] / 1000).astype(np.int64).sum(axis=1)
+    # first step's compilation) does not hide what every step loses; per device (the
+    # mean over devices), never summed over them
+    n_dev = max(int(S.has_device.sum()), 1)
+    cells = np.rint(S.idle_by_cause[:, S.has_device, :].sum(axis=1) / 1000 / n_dev
+                    ).astype(np.int64)
     per_step = {c: cells[:, i].tolist() for i, c in enumerate(C.ALL) if cells[:, i].any()}
     duty_of = [(int(D.busy[d]) / (int(D.hi[d]) - int(D.lo[d])) if D.hi[d] > D.lo[d] else 1.0)
                if D.ops[d] else None for d in range(len(D))]
