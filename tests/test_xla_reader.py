@@ -179,7 +179,7 @@ def test_scattered_only_when_a_sibling_interleaves_within_a_step():
         b.op(main, f"ProfilerStep#{step}", t0, 1000, cat="user_annotation")
         b.op(main, "forward", t0 + 10, 500, cat="user_annotation")
         # layer "a" runs twice with "b" between them: a's kernels interleave with b's
-        for i, (name, at) in enumerate((("a", 20), ("b", 120), ("a", 220))):
+        for name, at in (("a", 20), ("b", 120), ("a", 220)):
             b.op(main, name, t0 + at, 90, cat="user_annotation")
             b.launch(main, "cudaLaunchKernel", t0 + at + 10, 5,
                      kernel=b.kernel(s, f"k_{name}", t0 + at + 20, 30))

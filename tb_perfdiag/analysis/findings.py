@@ -212,6 +212,14 @@ def _signature(trace, ctx, cul, cause, ev, g, r, fw) -> tuple:
         return ("", None, (), "", (), -1)
     where, ops, chain = cul.describe(ev)
     label, sub = "", ""
+    if cause == C.COMPILATION:
+        # name the compilation by its outermost compile call (and what asked for it), not
+        # by the compiler pass that happened to take longest
+        ch = trace.chain(ev)
+        outer = next((i for i, e in enumerate(ch) if trace.kind[e] == K.COMPILE), None)
+        if outer is not None:
+            names = [clean(trace.event_name(e)) for e in ch[max(outer - 1, 0):outer + 1]]
+            ops = tuple(n for n in names if n not in (where,))
     if cause == C.HOST_SYNC:
         label = SYNC_LABELS.get(sync_kind(trace, ctx, trace.chain(ev)), "")
     elif cause in C.DEVICE_SIDE:
@@ -270,53 +278,80 @@ def _chain(trace: Trace, e: int) -> list:
 
 
 def _compile_summary(trace, diag, steps, compile_ev, compile_step, out, fw) -> None:
-    """Say on the compilation findings how many compiles ran in which steps; compiles in
-    later steps than the first are recompilations (new shapes), the first is one-time."""
+    """Say on the compilation findings how many compiles ran in which steps.  Only the
+    same function compiled again is a recompilation (new shapes); the first compile of
+    each function is a one-time cost."""
     comp = [f for f in out if f.extra.get("cause") == C.COMPILATION]
+    T = diag.compilations
+    if T is None or not len(T):
+        return
+    ids = diag.steps.ids
+    sid = [int(ids[s]) if s >= 0 and ids.size else None for s in T.step.tolist()]
     per_step = defaultdict(lambda: [0, 0])
-    for e, s in zip(compile_ev.tolist(), compile_step.tolist()):
-        if s >= 0:
-            per_step[int(steps.ids[s])][0] += 1
-            per_step[int(steps.ids[s])][1] += int(trace.dur[e])
-    compiled = sorted(per_step)
-    first = int(diag.steps.ids[0]) if len(diag.steps) else None
-    grows = any(first is not None and s > first for s in compiled)
+    for s, d in zip(sid, T.duration.tolist()):
+        if s is not None:
+            per_step[s][0] += 1
+            per_step[s][1] += int(d)
+    again = sorted({s for s, r in zip(sid, T.recompile.tolist()) if r and s is not None})
+    grows = bool(T.recompile.any())
+    funcs = sorted({f for f in T.function if f})
     for f in comp:
         f.kind = FK.RECOMPILATION if grows else FK.COMPILATION
         f.title = f.title.replace(PHRASE[FK.RECOMPILATION], "recompilation (new input shapes) "
                                   "stalls the device" if grows else
                                   "one-time compilation stalls the device")
         f.fix = fix_for(f.kind.value, "*", fw)
-        f.detail += (f" {compile_ev.size} compilation(s) in steps {compiled}"
-                     + (" — compiles after the first step mean the program changes between "
-                        "steps (new shapes)." if grows else " — a one-time cost."))
-        f.extra.update(compile_steps=compiled, grows_with_steps=grows,
+        f.detail += (f" {len(T)} compilation(s) of {len(funcs) or 'unnamed'} function(s) in "
+                     f"steps {sorted(per_step)}"
+                     + (f"; compiled again in steps {again}: the program changes between "
+                        "steps (new shapes)." if grows else ": first compiles, a one-time cost."))
+        f.extra.update(compile_steps=sorted(per_step), recompile_steps=again,
+                       grows_with_steps=grows,
                        per_step={str(k): {"count": v[0], "total_ns": v[1] // 1000}
                                  for k, v in per_step.items()})
 
 
 def _transfers(trace, diag, G, steps, fw, add, out) -> None:
-    """Device→host reads the user's code makes (counted even when they open no gap);
-    their time is the host-sync share of the gaps they exposed."""
-    d2h = np.flatnonzero(trace.kind == K.TRANSFER_D2H)
-    d2h = d2h[~np.isin(trace.parent[d2h], d2h)] if d2h.size else d2h
-    if not d2h.size:
+    """Device→host reads the user's code makes (counted once per call, even when they
+    open no gap).  The sync findings that cite the gaps they exposed say so; reads that
+    exposed none get a finding of their own that costs nothing."""
+    T = diag.transfers
+    if T is None or not len(T):
         return
-    from .steps import step_of_time
-    st = step_of_time(steps, trace.ts[d2h])
-    names = sorted({clean(trace.event_name(e)) for e in d2h.tolist()})
-    hit_steps = sorted({int(steps.ids[s]) for s in st.tolist() if s >= 0})
+    from .result import Direction
+    sel = np.flatnonzero(T.direction == Direction.D2H)
+    if not sel.size:
+        return
+    ev = T.event[sel]
+    names = sorted({clean(trace.event_name(e)) for e in ev.tolist()})
+    ids = diag.steps.ids
+    hit_steps = sorted({int(ids[s]) for s in T.step[sel].tolist() if s >= 0})
     g = G.g
     hs = C.ALL.index(C.HOST_SYNC)
-    exposed = np.flatnonzero(np.isin(g.blocking, d2h) & (G.share_ns[:, hs] > 0))
-    total, dev = G.on_worst_device(exposed, hs)
-    blocked = int(trace.dur[d2h].sum() // 1000)
-    add(FK.D2H_TRANSFER,
-        f"{d2h.size} device→host read(s) ({', '.join(names[:3])}) in {len(hit_steps)} step(s)",
-        exposed, fix_for("d2h_transfer", "*", fw),
-        f"The host waited {_fmt(blocked)} in them in total; they exposed {_fmt(total)} of "
-        "device idle.", total, dev, confidence="high", steps_hit=hit_steps,
-        events=d2h[:MAX_EVIDENCE])
+    # a gap a read exposed: its blocking call ran inside the read, on the same thread
+    b = g.blocking
+    rows = np.flatnonzero((b >= 0) & (G.share_ns[:, hs] > 0))
+    o = np.argsort(T.start[sel], kind="stable")
+    ts, te, tt = T.start[sel][o], (T.start + T.duration)[sel][o], trace.track[ev[o]]
+    k = np.searchsorted(ts, trace.ts[b[rows]], side="right") - 1
+    inside = (k >= 0) & (trace.ts[b[rows]] < te[np.maximum(k, 0)]) & \
+        (tt[np.maximum(k, 0)] == trace.track[b[rows]])
+    exposed = rows[inside]
+    blocked = int(T.duration[sel].sum() // 1000)
+    said = (f"{sel.size} device→host read(s) ({', '.join(names[:3])}) in {len(hit_steps)} "
+            f"step(s); the host waited {_fmt(blocked)} in them in total.")
+    owners = [f for f in out if f.kind == FK.HOST_SYNC and exposed.size
+              and np.isin(f.gaps, exposed).any()]
+    for f in owners:
+        f.detail += " " + said
+        f.extra["transfer_steps"] = hit_steps
+    if owners:
+        return
+    add(FK.D2H_TRANSFER, f"{sel.size} device→host read(s) ({', '.join(names[:3])}) in "
+        f"{len(hit_steps)} step(s), none exposing device idle", np.zeros(0, np.int32),
+        fix_for("d2h_transfer", "*", fw), said + " The device had other work meanwhile, so "
+        "they cost no idle here.", 0, -1, confidence="high", steps_hit=hit_steps,
+        events=ev[:MAX_EVIDENCE])
 
 
 def _memcpy_share(trace, diag, fw, add) -> None:

@@ -193,8 +193,10 @@ def scenario_xla_gpu_recompile():
                               line="Stream #21(MemcpyH2D)", label="Stream #21(MemcpyH2D)",
                               order=2))
     streams = {7: s7, 14: s14}
+    # a new input shape compiles the same graph again under a new program id (real
+    # torch_xla captures keep the graph's name, SyncTensorsGraph.N, across shapes)
     programs = {1: ("SyncTensorsGraph.412", gpu_program(1.0)),
-                2: ("SyncTensorsGraph.418", gpu_program(1.18))}
+                2: ("SyncTensorsGraph.412", gpu_program(1.18))}
     compile_ms = {0: 300, 3: 250}
     hashes = {1: "9c1e5b07a3d24f6e81b2c4d5e6f70812", 2: "4a7d93e0c1b25f68d9e0a1b2c3d4e5f6"}
     for k in range(6):
@@ -243,7 +245,8 @@ def scenario_xla_gpu_recompile():
     desc = ("PyTorch/XLA on one GPU, 6 steps (train_step step_num 0-5, _r=1) with xp.Trace "
             "blocks data_loading/forward/backward/optimizer. StepMarker › … › "
             "XLAGraphExecutor::Compile › PjRtComputationClient::Compile runs on steps 0 "
-            "(300 ms) and 3 (250 ms, a new input shape → module SyncTensorsGraph.418); the GPU "
+            "(300 ms) and 3 (250 ms: a new input shape compiles SyncTensorsGraph.412 again as "
+            "program 2); the GPU "
             "idles until the tf_pytorchxla thread's first cuLaunchKernel after the compile. "
             "Step 0's gap starts after the input MemcpyH2D (the first device activity). "
             "Kernels carry correlation_id (= their cuLaunchKernel's), hlo_op, hlo_module, "
