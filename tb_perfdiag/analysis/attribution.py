@@ -133,16 +133,20 @@ def root_origin(trace: Trace, origin: np.ndarray, max_hops: int = 32) -> np.ndar
     live = host[cur]
     linked = incoming_host_link(trace)
     regions = thread_regions(trace, linked)
-    for _ in range(max_hops):
+    for hop in range(max_hops):
         sel = np.flatnonzero(live)
         if sel.size == 0:
             break
-        # many ops share an origin (a run's ops, its dispatch): one walk per origin
-        u, inv = np.unique(cur[sel], return_inverse=True)
-        nxt = entry_of(trace, linked, regions, u)
-        # sources start no later than what they enter: a step back in time or stop
-        moved = ((nxt >= 0) & (nxt != u))[inv]
-        cur[sel[moved]] = nxt[inv][moved]
+        if hop:
+            # past the first hop the ops share few sources (a run's dispatch): one walk
+            # per source
+            u, inv = np.unique(cur[sel], return_inverse=True)
+            nxt = entry_of(trace, linked, regions, u)[inv]
+            moved = (nxt >= 0) & (nxt != u[inv])
+        else:
+            nxt = entry_of(trace, linked, regions, cur[sel])
+            moved = (nxt >= 0) & (nxt != cur[sel])
+        cur[sel[moved]] = nxt[moved]
         live[sel[~moved]] = False
     out[idx] = cur
     return out
@@ -193,9 +197,9 @@ def thread_regions(trace: Trace, linked: np.ndarray) -> dict:
 def region_source(regions: dict, tracks: np.ndarray, times: np.ndarray) -> np.ndarray:
     """The flow source of the region open on each track at each time (−1 none)."""
     out = np.full(times.shape[0], -1, np.int64)
-    for t in np.unique(tracks).tolist():
-        reg = regions.get(int(t))
-        if reg is None:
+    present = np.bincount(tracks, minlength=max(regions) + 1) if tracks.size else tracks
+    for t, reg in regions.items():
+        if t >= present.shape[0] or not present[t]:
             continue
         rows = np.flatnonzero(tracks == t)
         k = np.searchsorted(reg[0], times[rows], side="right") - 1
