@@ -28,6 +28,14 @@ DEFINITIONS = {
     "steps": STEP_DEFINITION,
     "device_time": "Annotation device time is the sum of the durations of the device ops the "
                    "annotation caused (streams may overlap).",
+    "compilation": "One per outermost graph compilation with a duration on the user's threads "
+                   "(XLAGraphExecutor::Compile, backend_compile_and_load…; passes and compiler "
+                   "threads' pieces are part of it). A recompilation is the same function "
+                   "compiled again (or compiled after it already ran); a first compile is a "
+                   "one-time cost.",
+    "transfer": "One per user-level host↔device transfer call on the user's threads (.item()'s "
+                "TransferFromDevice, JAX's np.asarray(jax.Array)), however many runtime "
+                "threads carry the copy.",
     "waited_for": "The host op that issued the device op ending the gap (launch, transfer, "
                   "execute), found through correlation ids, flows or program runs.",
     "causes": "Each gap is split into what would have to change to close it: device-side "
