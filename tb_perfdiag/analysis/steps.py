@@ -132,10 +132,10 @@ def launching_steps(trace: Trace, steps: StepTable, root: np.ndarray) -> np.ndar
     ran in."""
     if steps.source == "device_steps":
         return step_of_time(steps, trace.ts)
-    who = root.astype(np.int64)
+    who = root                        # int32 on large traces: no int64 copy of it
     ev, disp = run_dispatch(trace, steps.thread)
     if ev.size:
-        who = who.copy()
+        who = root.copy()
         who[ev] = disp
     out = step_of_time(steps, np.where(who >= 0, trace.ts[np.maximum(who, 0)], trace.ts))
     del who
