@@ -542,12 +542,6 @@ def test_compile_again_in_step_2_is_recompilation():
     assert "jax.jit" in f["fix"] and not FOREIGN["jax"].search(f["fix"])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the recompilation finding charges the first, one-time compile of step 0 too: "
-    "compiles of 5 ms in steps 0 and 2 give 'recompilation … 3.3 ms per step', "
-    "time_lost_ns 10 000 000 citing both gaps, where only step 2's compile (5 000 000 ns, "
-    "1.7 ms per step) is a recompilation (GUIDE §4: the first compile of each function is "
-    "a one-time cost)"))
 def test_recompilation_costs_only_the_compiles_after_the_first():
     d = diagnose(compile_trace((0, 2)))
     f = only(d, "recompilation")
@@ -626,13 +620,6 @@ def test_time_lost_is_per_device_not_summed_over_devices():
 
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "two culprits whose chains differ above their last two ops get the same title: both "
-    "read 'aten::convolution › aten::_convolution: host work between launches starves the "
-    "device 1.9 ms per step in 3 of 3 steps [aten::convolution › aten::_convolution]', the "
-    "second with ' #2' (5 685 000 ns each); the op that tells them apart (aten::conv2d vs "
-    "aten::conv_transpose2d) is only in culprit.ops, and the de-duplication appends the "
-    "same last two ops that the title already shows"))
 def test_twin_culprits_get_titles_that_tell_them_apart():
     d = diagnose(twin_culprits_trace())
     fs = of_kind(d, "host_compute")
@@ -677,12 +664,6 @@ def test_xla_frameworks_get_their_own_fixes(names, fw):
         assert "tf.data" in only(d, "input_bound")["fix"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "JAX's Python-tracer frames ('$train.py:20 log_loss') are read as ops, not Python "
-    "frames, so findings on a JAX trace never name the user's code: the host_sync title "
-    "reads '$train.py:20 log_loss › np.asarray(jax.Array): …' with culprit.where None, the "
-    "host_compute one 'train › $train.py:22 summarize: …' (only a frame whose name looks "
-    "like data loading, '$train.py:40 get_batch', is taken as the user's)"))
 def test_jax_findings_name_the_users_python_frame():
     d = diagnose(framework_trace(JAX_NAMES))
     s = only(d, "host_sync")

@@ -42,7 +42,9 @@ PHRASE = {FK.HOST_SYNC: "blocks on the device", FK.INPUT_BOUND: "data loading st
           FK.ALLOCATOR: "memory allocation stalls the device",
           FK.GRAPH_CAPTURE: "CUDA-graph capture (one-time) stalls the device",
           FK.RUNTIME_CALL: "runtime calls stall the device",
-          FK.RECOMPILATION: "compilation stalls the device",
+          FK.RECOMPILATION: "recompilation (a function compiled again for new shapes) stalls "
+                            "the device",
+          FK.COMPILATION: "one-time compilation stalls the device",
           FK.GRAPH_BUILDING: "XLA graph building on the host starves the device"}
 
 
@@ -155,9 +157,10 @@ def _gap_families(trace, diag, G, ctx, fw, graphs, n_steps, typical_step, add) -
                 ev = int(g.waited_for[r])
             else:
                 ev = int(g.culprit[r])
-            sig = sig_of.get(ev)
+            sig = sig_of.get((ev, r) if cause == C.COMPILATION else ev)
             if sig is None:
-                sig = sig_of[ev] = _signature(trace, ctx, cul, cause, ev, g, r, fw)
+                sig = sig_of[(ev, r) if cause == C.COMPILATION else ev] = \
+                    _signature(trace, diag, ctx, cul, cause, ev, g, r, fw)
             key = sig[:4]                      # kind override, where, ops, label
             groups[key].append(r)
             first.setdefault(key, sig)
@@ -197,13 +200,28 @@ def _family_finding(trace, diag, G, ci, cause, kind, sig, rs, fw, graphs, n_step
     title = (f"{subject}: {what + ' — ' if what else ''}"
              f"{PHRASE.get(k, C.LABELS[cause].lower())} {_fmt(total / n_steps)} per step{recur}")
     fix = fix_for(k.value, _fix_culprit(k, label, example, graphs), fw)
-    add(k, title, rs, fix, _detail(cause, rs, G, chain, ci), total, dev,
-        extra={"cause": cause, "culprit": {"where": where, "ops": list(ops),
-                                           "chain": list(chain)},
-               "chain": list(chain), "sync": label or None})
+    f = add(k, title, rs, fix, _detail(cause, rs, G, chain, ci), total, dev,
+            extra={"cause": cause, "culprit": {"where": where, "ops": list(ops),
+                                               "chain": list(chain)},
+                   "chain": list(chain), "sync": label or None})
+    _SUBJECT[id(f)] = subject
 
 
-def _signature(trace, ctx, cul, cause, ev, g, r, fw) -> tuple:
+def _compile_kind(trace, diag, ev, g, r) -> str:
+    """recompilation when the compile the gap waited on compiled a function again (the
+    compile containing the culprit, else any compile of the gap's step)."""
+    T = diag.compilations
+    if T is None or not len(T):
+        return FK.COMPILATION.value
+    k = int(np.searchsorted(T.start, trace.ts[ev], side="right")) - 1
+    if k >= 0 and trace.ts[ev] < T.start[k] + T.duration[k]:
+        again = bool(T.recompile[k])
+    else:
+        again = bool(T.recompile[T.step == g.step[r]].any())
+    return (FK.RECOMPILATION if again else FK.COMPILATION).value
+
+
+def _signature(trace, diag, ctx, cul, cause, ev, g, r, fw) -> tuple:
     """(finding kind override, where, ops, label, chain, example) of one culprit event."""
     if ev < 0:
         if cause in C.DEVICE_SIDE:
@@ -213,6 +231,7 @@ def _signature(trace, ctx, cul, cause, ev, g, r, fw) -> tuple:
     where, ops, chain = cul.describe(ev)
     label, sub = "", ""
     if cause == C.COMPILATION:
+        sub = _compile_kind(trace, diag, ev, g, r)
         # name the compilation by its outermost compile call (and what asked for it), not
         # by the compiler pass that happened to take longest
         ch = trace.chain(ev)
@@ -257,20 +276,32 @@ def _detail(cause, rows, G, chain, ci) -> str:
             + (f". Call chain: {full}." if full else "."))
 
 
+_SUBJECT: dict = {}       # id(finding) → the subject its title starts with
+
+
 def _unique_titles(out: list) -> None:
-    seen = defaultdict(int)
+    """Findings whose titles collide name more of their call chain, until they differ."""
+    groups = defaultdict(list)
     for f in out:
-        seen[f.title] += 1
-    dup = {t for t, k in seen.items() if k > 1}
-    for f in out:
-        if f.title in dup:
-            ch = f.extra.get("chain") or []
-            f.title = f"{f.title} [{' › '.join(ch[-2:]) or f.kind.value}]"
+        groups[f.title].append(f)
+    for title, fs in groups.items():
+        if len(fs) < 2:
+            continue
+        for k in range(3, 12):
+            names = [" › ".join([c for c in (f.extra.get("chain") or [])
+                                 if c != "ProfilerStep"][-k:]) for f in fs]
+            if len(set(names)) == len(names):
+                break
+        for f, n in zip(fs, names):
+            subj = _SUBJECT.get(id(f))
+            if subj and n and n != subj:
+                f.title = f.title.replace(subj, n, 1)
     counts = defaultdict(int)
     for f in out:
         counts[f.title] += 1
         if counts[f.title] > 1:
-            f.title = f"{f.title} #{counts[f.title]}"
+            f.title = f"{f.title} ({counts[f.title]})"
+    _SUBJECT.clear()
 
 
 def _chain(trace: Trace, e: int) -> list:
@@ -296,10 +327,6 @@ def _compile_summary(trace, diag, steps, compile_ev, compile_step, out, fw) -> N
     grows = bool(T.recompile.any())
     funcs = sorted({f for f in T.function if f})
     for f in comp:
-        f.kind = FK.RECOMPILATION if grows else FK.COMPILATION
-        f.title = f.title.replace(PHRASE[FK.RECOMPILATION], "recompilation (new input shapes) "
-                                  "stalls the device" if grows else
-                                  "one-time compilation stalls the device")
         f.fix = fix_for(f.kind.value, "*", fw)
         f.detail += (f" {len(T)} compilation(s) of {len(funcs) or 'unnamed'} function(s) in "
                      f"steps {sorted(per_step)}"

@@ -56,8 +56,14 @@ _RUNTIME_API = re.compile(r"^(cu|cuda|hip|hipExt)[A-Z]\w*$")
 _IDLE = re.compile(r"^ThreadpoolListener::(StartRegion|StopRegion|Record)$")
 
 
+# a Python frame of JAX's / TensorFlow's python tracer: "$file.py:123 func"
+_TRACER_FRAME = re.compile(r"^\$[^ :]+\.py:\d+ ")
+
+
 def host_kind(name: str, category: str = "") -> K:
     """Kind of a host-side event from its name and (Kineto) category."""
+    if not category and _TRACER_FRAME.match(name):
+        category = "python_function"
     if STEP_NAME.match(name):
         return K.STEP
     if _IDLE.match(name):
@@ -68,7 +74,7 @@ def host_kind(name: str, category: str = "") -> K:
         # resize, collate) are data loading too
         if _THREAD_WAIT.search(name):
             return K.WAIT
-        return K.DATA if _DATA_FRAME.search(name) else K.PYTHON
+        return K.DATA if _DATA_FRAME.search(name) or _DATA.search(name) else K.PYTHON
     if cat in ("cuda_runtime", "cuda_driver", "runtime", "mtia_runtime", "hip_runtime") or \
             (not cat and _RUNTIME_API.match(name)):
         if _SYNC.search(name):
