@@ -113,7 +113,7 @@ def main():
                                   "diagnose+to_json": [t2 - t, peak_mb(), c2 - c]}
             rep["events"] = d.source.get("events")
             rep["gaps"] = len(j["gaps"])
-            rep["hta_compat_ns"] = d.hta
+            rep["hta_compat_ns"] = j["hta"]
         rep["native"] = native()
     elif what == "pod":
         # PATH is a logdir holding one pod run; the per-host summary as the /hosts route

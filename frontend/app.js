@@ -328,8 +328,8 @@ export class App {
             onclick: (ev) => { ev.preventDefault(); this.selectGap(id); } }, id + " "))) : null,
         (f.chain || []).length ? h("details", { class: "pd-small" }, h("summary", {}, "Call chain"),
           f.chain.join(" › ")) : null))),
-      findings.some((f) => f.top === false) ? h("div", { class: "pd-small pd-muted" },
-        `${findings.filter((f) => f.top === false).length} more finding(s) under 1 % of a step not shown.`) : null);
+      h("div", { class: "pd-small pd-muted" }, findings.some((f) => f.top === false) ?
+        `${findings.filter((f) => f.top === false).length} more finding(s) under 1 % of a step not shown.` : ""));
     if ((d.warnings || []).length) el.append(h("ul", { class: "pd-warnings" }, d.warnings.map((w) => h("li", {}, String(w)))));
   }
 

@@ -40,7 +40,12 @@ export function nameColor(name, kind) {
  * Lane layout: one gap strip per device, then the device's lanes, host lanes, annotation
  * lanes (annotations placed right after their device's lanes). Pure: returns rows with y/h.
  */
-export function layoutLanes(data, devices, gapsByDevice) {
+/** The thread pool a host lane belongs to: its label without thread ids and numbers. */
+export function poolOf(label) {
+  return String(label || "").replace(/[\s/_#:-]*\d+/g, "").replace(/\s+/g, " ").trim() || String(label);
+}
+
+export function layoutLanes(data, devices, gapsByDevice, expanded) {
   const rows = [];
   let y = AXIS;
   const lanes = (data && data.lanes) || [];
@@ -57,9 +62,25 @@ export function layoutLanes(data, devices, gapsByDevice) {
       push({ kind: "annotation", lane: l, device: d, label: l.label, h: DEV_ROW });
     }
   }
-  for (const l of lanes.filter((x) => x.kind === "host")) {
+  const hostLane = (l) => {
     const depth = l.events ? Math.min(MAX_DEPTH_ROWS, 1 + Math.max(0, ...l.events.map((e) => e[3]))) : 1;
     push({ kind: "host", lane: l, label: l.label, h: l.bins ? BIN_ROW : depth * ROW, depthRows: depth });
+  };
+  // threads of one pool (3 or more) fold into one row, opened by a click on it
+  const pools = new Map();
+  for (const l of lanes.filter((x) => x.kind === "host")) {
+    const k = poolOf(l.label);
+    if (!pools.has(k)) pools.set(k, []);
+    pools.get(k).push(l);
+  }
+  for (const [key, members] of pools) {
+    if (members.length < 3) { members.forEach(hostLane); continue; }
+    const open = !!(expanded && expanded.has(key));
+    const events = [];
+    for (const l of members) for (const e of (l.events || [])) if (e[3] === 0) events.push(e);
+    push({ kind: "hostgroup", key, label: `${open ? "▾" : "▸"} ${key} · ${members.length} threads`,
+      lane: { events, label: key }, h: ROW + 2 });
+    if (open) members.forEach(hostLane);
   }
   return { rows, height: y + 18 };
 }
@@ -67,6 +88,7 @@ export function layoutLanes(data, devices, gapsByDevice) {
 export class Timeline {
   constructor(container, { onZoom, onSelectGap, fetchLanes, devices } = {}) {
     this.container = container;
+    this.expanded = new Set();        // thread pools shown thread by thread
     this.onZoom = onZoom || (() => {});
     this.onSelectGap = onSelectGap || (() => {});
     this.fetchLanes = fetchLanes || null;
@@ -148,7 +170,7 @@ export class Timeline {
 
   draw() {
     const c = this.canvas;
-    const layout = layoutLanes(this.data, this.devices, this.gapsByDevice);
+    const layout = layoutLanes(this.data, this.devices, this.gapsByDevice, this.expanded);
     this.rows = layout.rows;
     const W = Math.max(400, this.container.clientWidth || 900), H = layout.height, w = W - GUTTER;
     const dpr = window.devicePixelRatio || 1;
@@ -173,7 +195,7 @@ export class Timeline {
       else this._drawEvents(ctx, row, w, names);
       if (row.kind === "device") this._drawGaps(ctx, row, w, false);
       ctx.restore();
-      ctx.fillStyle = row.kind === "host" ? muted : fg;
+      ctx.fillStyle = row.kind === "host" || row.kind === "hostgroup" ? muted : fg;
       ctx.save(); ctx.beginPath(); ctx.rect(0, row.y, GUTTER - 6, row.h); ctx.clip();
       ctx.fillText(row.label, 4, row.y + Math.min(row.h, DEV_ROW) / 2);
       ctx.restore();
@@ -338,8 +360,15 @@ export class Timeline {
       if (drag && drag.moved) this.setView(this.view);
       else if (drag && e.target === c) {
         const r = c.getBoundingClientRect();
-        const hit = this.hit(e.clientX - r.left, e.clientY - r.top);
-        if (hit && hit.gap) this.onSelectGap(hit.gap.id);
+        const x = e.clientX - r.left, y = e.clientY - r.top;
+        const row = (this.rows || []).find((q) => y >= q.y && y < q.y + q.h);
+        if (row && row.kind === "hostgroup") {
+          if (this.expanded.has(row.key)) this.expanded.delete(row.key); else this.expanded.add(row.key);
+          this.draw();
+        } else {
+          const hit = this.hit(x, y);
+          if (hit && hit.gap) this.onSelectGap(hit.gap.id);
+        }
       }
       drag = null;
     };

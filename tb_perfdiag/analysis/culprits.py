@@ -81,39 +81,51 @@ class Culprits:
 
     def __init__(self, trace: Trace):
         self.t = trace
-        self._memo: dict = {}
+        self._memo: dict = {}          # (name ids, kinds) of a chain → description
+        self._clean: dict = {}
+
+    def _name(self, i: int) -> str:
+        got = self._clean.get(i)
+        if got is None:
+            got = self._clean[i] = clean(self.t.strings[i])
+        return got
 
     def describe(self, e: int) -> tuple:
         """(where, ops, chain) of event ``e``: the innermost user frame (else the innermost
         user annotation) above it, the op names from there down to ``e`` (recursion
-        collapsed), and the whole cleaned chain."""
-        got = self._memo.get(e)
-        if got is not None:
-            return got
+        collapsed), and the whole cleaned chain.  Chains repeat from step to step: each
+        distinct one is worked out once."""
         t = self.t
         chain = t.chain(e) if e >= 0 else []
-        names = [clean(t.strings[int(t.name[i])]) for i in chain]
-        kinds = [int(t.kind[i]) for i in chain]
+        key = (tuple(t.name[chain].tolist()), tuple(t.kind[chain].tolist())) if chain else ((), ())
+        got = self._memo.get(key)
+        if got is None:
+            got = self._memo[key] = self._describe([self._name(i) for i in key[0]],
+                                                   list(key[1]))
+        return got
+
+    @staticmethod
+    def _describe(names: list, kinds: list) -> tuple:
         where, cut = None, -1
-        for j in range(len(chain) - 1, -1, -1):
+        for j in range(len(names) - 1, -1, -1):
             if kinds[j] in _FRAME_KINDS:
                 uf = user_frame(names[j])
                 if uf:
                     where, cut = uf, j
                     break
         if where is None:
-            for j in range(len(chain) - 1, -1, -1):
-                if kinds[j] in _ANNOTATION_KINDS or (kinds[j] == int(K.STEP) and j == len(chain) - 1):
+            for j in range(len(names) - 1, -1, -1):
+                if kinds[j] in _ANNOTATION_KINDS or (kinds[j] == int(K.STEP)
+                                                     and j == len(names) - 1):
                     where, cut = names[j], j
                     break
         ops = []
-        for j in range(cut + 1, len(chain)):
+        for j in range(cut + 1, len(names)):
             if kinds[j] == int(K.PYTHON) or (ops and ops[-1] == names[j]):
                 continue
             ops.append(names[j])
-        got = self._memo[e] = (where, tuple(ops[-4:]), tuple(
+        return (where, tuple(ops[-4:]), tuple(
             n for k, n in enumerate(names) if not (k and names[k - 1] == n)))
-        return got
 
 
 # ---- what a blocking call is ----

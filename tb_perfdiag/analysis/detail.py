@@ -12,49 +12,18 @@ HOST_OPS_PER_THREAD = 8
 PROBE_BEFORE_PS = 1000               # a blocking call that returned just before the gap
 
 
-def blocking_ancestor(trace: Trace, blocking: np.ndarray) -> np.ndarray:
-    """For every event, the innermost enclosing event (itself included) that blocks the
-    host on the device (``hostline.blocking_mask``)."""
-    out = np.where(blocking, np.arange(trace.n_events), -1)
-    for idx, p in trace.nested_levels():
-        take = out[idx] < 0
-        out[idx[take]] = out[p[take]]
-    return out
+def _on_line(line, a: np.ndarray) -> np.ndarray:
+    """Per time: the thread's blocking call in flight then, or one that returned within
+    ``PROBE_BEFORE_PS`` before it (−1)."""
+    bs, be, bev = line.blocking
+    if bs.size == 0:
+        return np.full(a.shape[0], -1, np.int64)
+    k = np.searchsorted(bs, a, side="right") - 1
+    kk = np.maximum(k, 0)
+    return np.where((k >= 0) & (be[kk] > a - PROBE_BEFORE_PS), bev[kk], -1)
 
 
-def _inner_at(line, t: np.ndarray) -> np.ndarray:
-    k = np.searchsorted(line.seg_start, t, side="right") - 1
-    return np.where(k >= 0, line.seg_inner[np.maximum(k, 0)], -1)
-
-
-def blocking_calls(lines: dict, block_anc: np.ndarray, starts: np.ndarray):
-    """Per gap start: the blocking call in flight on the first host thread (in track
-    order) that had one at the start or just before it; (event, track), −1 where none."""
-    n = starts.shape[0]
-    ev = np.full(n, -1, np.int64)
-    tr = np.full(n, -1, np.int32)
-    for t, line in lines.items():
-        todo = np.flatnonzero(ev < 0)
-        if todo.size == 0:
-            break
-        a = starts[todo]
-        got = _on_line(line, block_anc, a)
-        hit = got >= 0
-        ev[todo[hit]] = got[hit]
-        tr[todo[hit]] = t
-    return ev, tr
-
-
-def _on_line(line, block_anc: np.ndarray, a: np.ndarray) -> np.ndarray:
-    got = np.full(a.shape[0], -1, np.int64)
-    for t0 in (a, a - PROBE_BEFORE_PS):
-        inner = _inner_at(line, t0)
-        b = np.where(inner >= 0, block_anc[np.maximum(inner, 0)], -1)
-        got = np.where(got >= 0, got, b)
-    return got
-
-
-def host_ops(trace: Trace, lines: dict, block_anc: np.ndarray, rows: np.ndarray,
+def host_ops(trace: Trace, lines: dict, rows: np.ndarray,
              a: np.ndarray, b: np.ndarray) -> HostOps:
     """Per gap row in ``rows`` (window [a, b)): each thread's ops by self time inside the
     window (the largest few per thread) and the blocking calls in flight at its start."""
@@ -92,7 +61,7 @@ def host_ops(trace: Trace, lines: dict, block_anc: np.ndarray, rows: np.ndarray,
             parts_e.append(op_u[top].astype(np.int64))
             parts_s.append(self_u[top])
             parts_t.append(np.full(int(top.sum()), t, np.int32))
-        got = _on_line(line, block_anc, a)
+        got = _on_line(line, a)
         for gg in np.flatnonzero(got >= 0).tolist():
             syncs[gg].append((int(t), int(got[gg])))
     cat = (lambda p, dt: np.concatenate(p).astype(dt) if p else np.zeros(0, dt))

@@ -20,7 +20,7 @@ from . import causes as C
 from . import findings as find_mod
 from . import usercalls
 from .attribution import dispatch_threads, origins, region_threads, root_origin
-from .detail import blocking_ancestor, host_ops
+from .detail import host_ops
 from .gaps import device_busy, find_gaps, user_threads
 from .hostline import blocking_mask, build_hostlines, event_buckets
 from .intervals import covered
@@ -56,7 +56,6 @@ class HostContext:
     launch_memcpy: np.ndarray
     buckets: np.ndarray
     lines: dict
-    block_anc: np.ndarray
 
     def nbytes(self) -> int:
         t = self.trace
@@ -65,7 +64,7 @@ class HostContext:
         n += sum(s.events.nbytes + s.values.nbytes for s in t.stats.values())
         n += sum(len(x) + 50 for x in t.strings)
         n += sum(a.nbytes for a in (self.origin, self.via, self.memcpy_of, self.buckets,
-                                    self.block_anc, self.launch_memcpy))
+                                    self.launch_memcpy))
         n += sum(ln.seg_start.nbytes * 2 + ln.seg_inner.nbytes for ln in self.lines.values())
         return int(n)
 
@@ -250,7 +249,7 @@ def _diagnose(trace: Trace, opt: Options, progress):
     gaps = _gap_table(trace, steps, gaps_all, steps_dev, ev_step, via, ctx)
     m = min(max(int(opt.detail_limit), 0), len(gaps))
     rows = np.arange(m, dtype=np.int32)
-    detail = host_ops(trace, ctx.lines, ctx.block_anc, rows, gaps.start[:m], gaps.end[:m])
+    detail = host_ops(trace, ctx.lines, rows, gaps.start[:m], gaps.end[:m])
 
     progress.within(0.97, "findings")
     small_total = int(sum(int((se - ss).sum()) for ss, se in small_by_dev.values()))
@@ -365,21 +364,21 @@ def host_context(trace: Trace, origin: np.ndarray | None = None,
     launch_memcpy = np.zeros(n, np.int8)
     dev_mem = np.flatnonzero((memcpy_of > 0) & (origin >= 0))
     launch_memcpy[origin[dev_mem]] = memcpy_of[dev_mem]
-    launch_pageable = np.zeros(n, bool)
+    pageable = np.zeros(0, np.int64)          # the calls of copies from/to pageable memory
     if dev_mem.size:
         u, inv = unique_inverse(trace.name[dev_mem])
         pg = np.array(["pageable" in trace.strings[x].lower() for x in u.tolist()], bool)
-        launch_pageable[origin[dev_mem]] = pg[inv.reshape(-1)]
+        pageable = origin[dev_mem][pg[inv.reshape(-1)]].astype(np.int64)
     buckets = event_buckets(trace, launch_memcpy)
-    blocking = blocking_mask(trace, launch_memcpy, launch_pageable)
+    blocking = blocking_mask(trace, launch_memcpy, pageable)
     lines = build_hostlines(trace, buckets, trace.host_tracks(), blocking)
-    return HostContext(trace, origin, via, memcpy_of, launch_memcpy, buckets, lines,
-                       blocking_ancestor(trace, blocking))
+    del blocking
+    return HostContext(trace, origin, via, memcpy_of, launch_memcpy, buckets, lines)
 
 
 def gap_detail(ctx: HostContext, diag: Diagnosis, row: int) -> tuple:
     """Host-op detail of one gap row, with the refs that name its events."""
     r = np.array([row], np.int32)
-    d = host_ops(ctx.trace, ctx.lines, ctx.block_anc, r, diag.gaps.start[r], diag.gaps.end[r])
+    d = host_ops(ctx.trace, ctx.lines, r, diag.gaps.start[r], diag.gaps.end[r])
     refs = event_refs(ctx.trace, [d.event, np.array([e for _, e in d.syncs[0]], np.int64)])
     return d, refs

@@ -81,13 +81,13 @@ def _capture_regions(trace: Trace, b: np.ndarray) -> None:
 
 
 def blocking_mask(trace: Trace, launch_memcpy: np.ndarray,
-                  launch_pageable: np.ndarray | None = None) -> np.ndarray:
+                  pageable: np.ndarray | None = None) -> np.ndarray:
     """Host calls that block until the device catches up: syncs, device→host transfers
     and copies, and copies from or to pageable memory (the host stages them itself)."""
     out = np.isin(trace.kind, (K.SYNC, K.TRANSFER_D2H)) | \
         ((trace.kind == K.LAUNCH) & (launch_memcpy == 2))
-    if launch_pageable is not None:
-        out |= (trace.kind == K.LAUNCH) & launch_pageable
+    if pageable is not None and pageable.size:
+        out[pageable[trace.kind[pageable] == K.LAUNCH]] = True
     return out
 
 

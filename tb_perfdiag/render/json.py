@@ -5,6 +5,9 @@ comes from the diagnosis (the largest gaps) or from ``extra_detail`` (computed o
 demand for one gap by the server)."""
 from __future__ import annotations
 
+import gc
+from contextlib import contextmanager
+
 import numpy as np
 
 from ..analysis import causes as C
@@ -83,110 +86,132 @@ def _dur(ps: float) -> str:
     return f"{ns_:.0f} ns"
 
 
-def _short_chain(refs: EventRefs, e: int, frames: int = 3) -> str:
-    chain = refs.chain_of(e)
+def _short_chain(chain: list, frames: int = 3) -> str:
     chain = [c for c in chain if not c.startswith("ProfilerStep#")] or chain
     return " › ".join(chain[-frames:])
 
 
-def evidence_text(diag: Diagnosis, r: int) -> str:
-    """The gap's split in words, largest share first: '48.0 ms data loading
-    (DataLoader › aten::div), 12 µs exposed by cudaStreamSynchronize'."""
-    g, refs = diag.gaps, diag.refs
-    sh = g.shares[r]
-    total = max(int(g.end[r] - g.start[r]), 1)
-    order = [int(i) for i in np.argsort(-sh, kind="stable") if sh[i] > 0]
+_SYNC_I = C.ALL.index(C.HOST_SYNC)
+_DEVICE_I = tuple(C.ALL.index(c) for c in C.DEVICE_SIDE)
+_COLL_I = C.ALL.index(C.COLLECTIVE_WAIT)
+_LOWER = [C.LABELS[c].lower() for c in C.ALL]
+
+
+def _evidence(sh: list, total: int, cause: int, names: tuple, idle_first: bool) -> str:
+    """The gap's split in words, largest share first (``sh`` in ns; ``names``: next op,
+    issuing call, blocking call, culprit chain, with None where there is none)."""
+    nxt, wf, blk, cul = names
+    order = sorted((i for i, v in enumerate(sh) if v > 0), key=lambda i: -sh[i])
     keep = [i for i in order if sh[i] >= 0.01 * total][:4] or order[:1]
     parts = []
     for i in keep:
-        c, t = C.ALL[i], _dur(float(sh[i]))
-        if c == C.HOST_SYNC:
-            b = int(g.blocking[r])
-            parts.append(f"{t} exposed by {refs.name_of(b)}" if b >= 0 else f"{t} host sync")
-        elif c in C.DEVICE_SIDE:
-            nxt = refs.name_of(int(g.next_op[r]))
-            w = int(g.waited_for[r])
-            what = "waiting for peers at" if c == C.COLLECTIVE_WAIT else "device-side wait for"
-            if w >= 0:
-                rr = int(refs.row([w])[0])
-                ret = int(refs.ts[rr]) + int(refs.dur[rr])
-                how = f", issued by {refs.name_of(w)} {_dur(float(g.end[r] - ret))} before"
-            else:
+        t = _dur(sh[i] * 1000.0)
+        if i == _SYNC_I:
+            parts.append(f"{t} exposed by {blk}" if blk else f"{t} host sync")
+        elif i in _DEVICE_I:
+            what = "waiting for peers at" if i == _COLL_I else "device-side wait for"
+            if wf is None:
                 how = " (no launch in the trace: the device was running behind the host)"
+            elif idle_first:
+                how = f", issued by {wf} before the device went idle"
+            else:
+                how = f", issued by {wf}"
             parts.append(f"{t} {what} {nxt!r}{how}")
         else:
-            label = C.LABELS[c].lower()
-            cul = int(g.culprit[r]) if i == int(g.cause[r]) else -1
-            parts.append(f"{t} {label}" + (f" ({_short_chain(refs, cul)})" if cul >= 0 else ""))
+            parts.append(f"{t} {_LOWER[i]}" + (f" ({cul})" if cul and i == cause else ""))
     return ", ".join(parts)
 
 
-def tracelens(diag: Diagnosis, r: int) -> dict:
+def evidence_text(diag: Diagnosis, r: int) -> str:
+    """Gap ``r``'s split in words: '48.0 ms data loading (DataLoader › aten::div), 12 µs
+    exposed by cudaStreamSynchronize'."""
+    return gap_records(diag, [r], evidence_only=True)[0]
+
+
+def _tracelens(sh: list, total: int, drained: bool) -> dict:
     """TraceLens' two axes: how the queue ran dry, and what the CPU did meanwhile."""
+    dev = sum(sh[i] for i in _DEVICE_I)
+    idle = C.DEVICE_SIDE_WAIT if dev * 2 > total else (C.SYNC_DRAIN if drained else C.STARVED)
+    host = [(v, i) for i, v in enumerate(sh) if i not in _DEVICE_I and i != _SYNC_I and v > 0]
+    return {"idle_type": idle, "cpu": C.ALL[max(host)[1]] if host else C.UNTRACED}
+
+
+def tracelens(diag: Diagnosis, r: int) -> dict:
     g = diag.gaps
-    sh = g.shares[r]
-    dev = sum(int(sh[C.ALL.index(c)]) for c in C.DEVICE_SIDE)
-    host = {c: int(sh[i]) for i, c in enumerate(C.ALL)
-            if c not in C.DEVICE_SIDE and c != C.HOST_SYNC}
-    if dev * 2 > int(g.end[r] - g.start[r]):
-        idle = C.DEVICE_SIDE_WAIT
-    else:
-        idle = C.SYNC_DRAIN if bool(g.drained[r]) else C.STARVED
-    cpu = max(host, key=host.get) if any(host.values()) else C.UNTRACED
-    return {"idle_type": idle, "cpu": cpu}
+    return _tracelens(ns_list(g.shares[r]), ns(g.end[r] - g.start[r]), bool(g.drained[r]))
 
 
 class _Events:
-    """Records of cited events, memoised (a device op ends one gap and starts the next)."""
+    """Records of cited events, memoised (a device op ends one gap and starts the next);
+    the refs' columns are read as Python lists once."""
 
     def __init__(self, refs: EventRefs, labels: list):
-        self.refs, self.labels = refs, labels
+        self.labels = labels
         self._memo: dict = {}
+        self._tables: dict = {}
+        self._chains: dict = {}
+        self.refs = refs
 
-    def chain(self, r: int) -> list:
-        return [self.refs.strings[i] for i in self.refs.chain[r]]
+    def _table(self, R: EventRefs):
+        t = self._tables.get(id(R))
+        if t is None:
+            t = self._tables[id(R)] = (
+                dict(zip(R.event.tolist(), range(R.event.shape[0]))),
+                [R.strings[i] for i in R.name.tolist()], ns_list(R.ts), ns_list(R.dur),
+                ns_list(R.ts + R.dur), R.track.tolist(), R.hlo_op.tolist(),
+                R.annotation.tolist(), R.kind.tolist(), R)
+        return t
+
+    def _chain(self, T, r):
+        """The chain's names; events with one chain share one (read-only) list."""
+        R = T[-1]
+        key = R.chain[r]
+        got = self._chains.get(key)
+        if got is None:
+            got = self._chains[key] = [R.strings[i] for i in key]
+        return got
 
     def op(self, e: int):
         if e < 0:
             return None
-        got = self._memo.get(e)
+        got = self._memo.get(("op", e))
         if got is None:
-            R = self.refs
-            r = int(R.row([e])[0])
-            got = self._memo[e] = {
-                "name": R.strings[int(R.name[r])], "start_ns": ns(R.ts[r]),
-                "duration_ns": ns(R.dur[r]),
-                "hlo_op": R.strings[int(R.hlo_op[r])] if R.hlo_op[r] >= 0 else None,
-                "annotation": R.strings[int(R.annotation[r])] if R.annotation[r] >= 0 else None,
-                "track": self.labels[int(R.track[r])]}
+            T = self._table(self.refs)
+            r = T[0][e]
+            hlo, ann, R = T[6][r], T[7][r], T[-1]
+            got = self._memo[("op", e)] = {
+                "name": T[1][r], "start_ns": T[2][r], "duration_ns": T[3][r],
+                "hlo_op": R.strings[hlo] if hlo >= 0 else None,
+                "annotation": R.strings[ann] if ann >= 0 else None,
+                "track": self.labels[T[5][r]]}
         return got
 
     def waited(self, e: int, via: int):
         if e < 0:
             return None
-        R = self.refs
-        r = int(R.row([e])[0])
-        return {"name": R.strings[int(R.name[r])], "chain": self.chain(r),
-                "thread": self.labels[int(R.track[r])], "start_ns": ns(R.ts[r]),
-                "duration_ns": ns(R.dur[r]), "found_via": VIA_NAMES.get(via, "link")} \
-            if via >= 0 else {"name": R.strings[int(R.name[r])], "chain": self.chain(r),
-                              "thread": self.labels[int(R.track[r])], "start_ns": ns(R.ts[r]),
-                              "duration_ns": ns(R.dur[r])}
+        got = self._memo.get(("w", e, via))
+        if got is None:
+            T = self._table(self.refs)
+            r = T[0][e]
+            got = {"name": T[1][r], "chain": self._chain(T, r), "thread": self.labels[T[5][r]],
+                   "start_ns": T[2][r], "duration_ns": T[3][r]}
+            if via >= 0:
+                got["found_via"] = VIA_NAMES.get(via, "link")
+            self._memo[("w", e, via)] = got
+        return got
 
     def host_op(self, t: int, e: int, self_ps: int, refs: EventRefs | None = None) -> dict:
-        R = refs or self.refs
-        r = int(R.row([e])[0])
-        return {"thread": self.labels[t], "name": R.strings[int(R.name[r])],
-                "chain": [R.strings[i] for i in R.chain[r]], "self_ns": ns(self_ps),
-                "start_ns": ns(R.ts[r]), "duration_ns": ns(R.dur[r]),
-                "kind": _KIND_NAMES.get(int(R.kind[r]), "other")}
+        T = self._table(refs or self.refs)
+        r = T[0][e]
+        return {"thread": self.labels[t], "name": T[1][r], "chain": self._chain(T, r),
+                "self_ns": ns(self_ps), "start_ns": T[2][r], "duration_ns": T[3][r],
+                "kind": _KIND_NAMES.get(T[8][r], "other")}
 
     def sync(self, t: int, e: int, refs: EventRefs | None = None) -> dict:
-        R = refs or self.refs
-        r = int(R.row([e])[0])
-        return {"thread": self.labels[t], "name": R.strings[int(R.name[r])],
-                "chain": [R.strings[i] for i in R.chain[r]], "start_ns": ns(R.ts[r]),
-                "end_ns": ns(int(R.ts[r]) + int(R.dur[r]))}
+        T = self._table(refs or self.refs)
+        r = T[0][e]
+        return {"thread": self.labels[t], "name": T[1][r], "chain": self._chain(T, r),
+                "start_ns": T[2][r], "end_ns": T[4][r]}
 
 
 def _detail_of(diag: Diagnosis, detail: HostOps, refs: EventRefs, ev: _Events) -> dict:
@@ -205,41 +230,102 @@ def _detail_of(diag: Diagnosis, detail: HostOps, refs: EventRefs, ev: _Events) -
     return out
 
 
-def gap_records(diag: Diagnosis, rows, extra_detail=None) -> list:
+def gap_records(diag: Diagnosis, rows, extra_detail=None, evidence_only: bool = False) -> list:
     """One JSON record per gap row; ``extra_detail`` = (HostOps, EventRefs) of rows whose
-    detail was computed on demand."""
+    detail was computed on demand.  Columns are converted once for the whole page (a page
+    can hold every gap of a trace: no numpy scalar per field)."""
+    with _no_cyclic_gc():
+        return _gap_records(diag, rows, extra_detail, evidence_only)
+
+
+@contextmanager
+def _no_cyclic_gc():
+    """Records are many small acyclic dicts: the cyclic collector would rescan them again
+    and again while they are being made."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _gap_records(diag: Diagnosis, rows, extra_detail, evidence_only: bool) -> list:
     g = diag.gaps
     rows = np.asarray(rows, np.int64)
-    ev = _Events(diag.refs, diag.track_labels)
-    # the diagnosis' own detail covers a prefix of rows (the largest gaps)
-    own = _detail_of(diag, diag.detail, diag.refs, ev) if diag.detail.rows.size else {}
+    if rows.size == 0:
+        return []
+    R, labels = diag.refs, diag.track_labels
+    strings = R.strings
+    ev = _Events(R, labels)
+    start, end = g.start[rows], g.end[rows]
+    dur = ns_list(end - start)
+    shares = np.rint(g.shares[rows] / 1000).astype(np.int64).tolist()
+    cause = g.cause[rows].tolist()
+    idle_first = (g.rest_end[rows] <= start).tolist()
+    # names of the cited events, looked up once per column
+    cols = {}
+    for key in ("next_op", "waited_for", "blocking", "culprit", "prev_op"):
+        rr = R.row(getattr(g, key)[rows])
+        cols[key] = rr.tolist()
+    name = lambda r: strings[int(R.name[r])] if r >= 0 else None  # noqa: E731
+    chain_memo: dict = {}
+
+    def short(r):
+        if r < 0:
+            return None
+        c = chain_memo.get(r)
+        if c is None:
+            c = chain_memo[r] = _short_chain([strings[i] for i in R.chain[r]])
+        return c
+
+    evid = [_evidence(sh, d, c, (name(nx), name(wf), name(bk), short(cu)), fi)
+            for sh, d, c, nx, wf, bk, cu, fi in zip(
+                shares, dur, cause, cols["next_op"], cols["waited_for"], cols["blocking"],
+                cols["culprit"], idle_first)]
+    # TraceLens' axes for the page at once
+    sh_np = g.shares[rows]
+    dev_side = sh_np[:, list(_DEVICE_I)].sum(axis=1)
+    host_cols = [i for i in range(len(C.ALL)) if i not in _DEVICE_I and i != _SYNC_I]
+    host = sh_np[:, host_cols]
+    cpu = np.where(host.max(axis=1) > 0, np.array(host_cols)[np.argmax(host, axis=1)],
+                   C.ALL.index(C.UNTRACED)).tolist()
+    idle_type = np.where(dev_side * 2 > (end - start), 2, np.where(g.drained[rows], 0, 1)).tolist()
+    kinds = (C.SYNC_DRAIN, C.STARVED, C.DEVICE_SIDE_WAIT)
+    if evidence_only:
+        return evid
+    own = _detail_of(diag, diag.detail, R, ev) if diag.detail.rows.size else {}
     if extra_detail is not None:
         own.update(_detail_of(diag, extra_detail[0], extra_detail[1], ev))
-    step_ids = diag.steps.ids
+    ids = diag.steps.ids
+    st = g.step[rows]
+    steps = np.where(st >= 0, ids[np.maximum(st, 0)] if ids.size else -1, -1).tolist()
+    dev = g.device[rows].tolist()
+    s0, e0 = ns_list(start), ns_list(end)
+    thread, followed = g.thread[rows].tolist(), g.followed[rows].tolist()
+    via = g.found_via[rows].tolist()
+    raw = {k: getattr(g, k)[rows].tolist() for k in ("prev_op", "next_op", "waited_for",
+                                                     "blocking", "culprit")}
     out = []
-    for r in rows.tolist():
-        d, c = int(g.device[r]), C.ALL[int(g.cause[r])]
-        s0, e0 = ns(g.start[r]), ns(g.end[r])
-        st = int(g.step[r])
+    for j, r in enumerate(rows.tolist()):
+        c = C.ALL[cause[j]]
+        sh = shares[j]
         det = own.get(r)
-        t = int(g.thread[r])
         out.append({
-            "id": f"{d}-{s0}", "rank": r, "device": d,
-            "step": int(step_ids[st]) if st >= 0 else None,
-            "start_ns": s0, "end_ns": e0, "duration_ns": ns(g.end[r] - g.start[r]),
+            "id": f"{dev[j]}-{s0[j]}", "rank": r, "device": dev[j],
+            "step": steps[j] if steps[j] >= 0 else None,
+            "start_ns": s0[j], "end_ns": e0[j], "duration_ns": dur[j],
             "cause": c, "cause_label": C.LABELS[c], "hta_category": C.HTA[c],
-            "evidence": evidence_text(diag, r),
-            "shares_ns": {c: v for c, v in zip(C.ALL, ns_list(g.shares[r])) if v > 0},
-            "host_time_by_cause_ns": {c: v for c, v in zip(C.ALL, ns_list(g.shares[r]))
-                                      if v > 0 and c not in C.DEVICE_SIDE},
-            "tracelens": tracelens(diag, r),
-            "blocking": ev.waited(int(g.blocking[r]), -1) if g.blocking[r] >= 0 else None,
-            "culprit": ev.waited(int(g.culprit[r]), -1) if g.culprit[r] >= 0 else None,
-            "analysed_thread": diag.track_labels[t] if t >= 0 else None,
-            "followed_thread": diag.track_labels[int(g.followed[r])] if g.followed[r] >= 0
-            else None,
-            "prev_op": ev.op(int(g.prev_op[r])), "next_op": ev.op(int(g.next_op[r])),
-            "waited_for": ev.waited(int(g.waited_for[r]), int(g.found_via[r])),
+            "evidence": evid[j],
+            "shares_ns": {C.ALL[i]: v for i, v in enumerate(sh) if v},
+            "tracelens": {"idle_type": kinds[idle_type[j]], "cpu": C.ALL[cpu[j]]},
+            "blocking": ev.waited(raw["blocking"][j], -1) if raw["blocking"][j] >= 0 else None,
+            "culprit": ev.waited(raw["culprit"][j], -1) if raw["culprit"][j] >= 0 else None,
+            "analysed_thread": labels[thread[j]] if thread[j] >= 0 else None,
+            "followed_thread": labels[followed[j]] if followed[j] >= 0 else None,
+            "prev_op": ev.op(raw["prev_op"][j]), "next_op": ev.op(raw["next_op"][j]),
+            "waited_for": ev.waited(raw["waited_for"][j], via[j]),
             "host_ops": det[0] if det else [], "syncs": det[1] if det else [],
             "detail": det is not None,
         })
