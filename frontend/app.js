@@ -366,7 +366,7 @@ export class App {
       h("span", { class: "chip", style: { background: causeColor(g.cause) } }),
       h("span", { class: "gap-dur" }, formatNs(g.duration_ns)),
       h("span", { class: "gap-cause" }, g.cause_label || causeLabel(g.cause)),
-      h("span", { class: "gap-step" }, `step ${g.step}`),
+      h("span", { class: "gap-step" }, g.step === null || g.step === undefined ? "no step" : `step ${g.step}`),
       h("span", { class: "gap-chain" }, chain ? `waited for ${chain}` : "")));
     }
     if (d.gaps_total > this.gaps.length) {
@@ -493,7 +493,7 @@ export class App {
       h("div", { class: "pd-detail-head" },
         h("span", { class: "chip", style: { background: causeColor(g.cause) } }),
         h("b", { class: "pd-detail-cause" }, g.cause_label || causeLabel(g.cause)),
-        ` · ${formatNs(g.duration_ns)} · step ${g.step}`),
+        ` · ${formatNs(g.duration_ns)} · ${g.step === null || g.step === undefined ? "before the first step" : "step " + g.step}`),
       h("p", { class: "pd-evidence" }, g.evidence),
       this.renderShares(g),
       h("div", { class: "pd-actions" },
