@@ -82,6 +82,7 @@ class Culprits:
     def __init__(self, trace: Trace):
         self.t = trace
         self._memo: dict = {}          # (name ids, kinds) of a chain → description
+        self._by_event: dict = {}
         self._clean: dict = {}
 
     def _name(self, i: int) -> str:
@@ -90,11 +91,42 @@ class Culprits:
             got = self._clean[i] = clean(self.t.strings[i])
         return got
 
+    def prime(self, events) -> None:
+        """Describe many events at once: their chains as rows of a matrix, each distinct
+        chain worked out once (100 k culprits on a 2 M-event trace share a few hundred)."""
+        t = self.t
+        ev = np.unique(np.asarray(events, np.int64))
+        ev = ev[ev >= 0]
+        if ev.size == 0:
+            return
+        cols, cur = [], ev
+        while (cur >= 0).any():
+            ok = cur >= 0
+            c = np.maximum(cur, 0)
+            cols.append(np.where(ok, t.name[c].astype(np.int64) * 64 + t.kind[c], -1))
+            cur = np.where(ok, t.parent[c], -1)
+        rows = np.stack(cols[::-1], axis=1)                 # outermost first, −1 padded
+        from ..trace.build import unique_rows
+        u, inv = unique_rows(rows)
+        made = []
+        for r in u.tolist():
+            code = [x for x in r if x >= 0]
+            key = (tuple(x // 64 for x in code), tuple(x % 64 for x in code))
+            got = self._memo.get(key)
+            if got is None:
+                got = self._memo[key] = self._describe([self._name(i) for i in key[0]],
+                                                       list(key[1]))
+            made.append(got)
+        self._by_event.update(zip(ev.tolist(), (made[i] for i in inv.reshape(-1).tolist())))
+
     def describe(self, e: int) -> tuple:
         """(where, ops, chain) of event ``e``: the innermost user frame (else the innermost
         user annotation) above it, the op names from there down to ``e`` (recursion
         collapsed), and the whole cleaned chain.  Chains repeat from step to step: each
         distinct one is worked out once."""
+        got = self._by_event.get(e)
+        if got is not None:
+            return got
         t = self.t
         chain = t.chain(e) if e >= 0 else []
         key = (tuple(t.name[chain].tolist()), tuple(t.kind[chain].tolist())) if chain else ((), ())

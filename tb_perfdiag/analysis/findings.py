@@ -140,6 +140,7 @@ def _gap_families(trace, diag, G, ctx, fw, graphs, n_steps, typical_step, add) -
         return
     cul = Culprits(trace)
     g = G.g
+    cul.prime(np.concatenate((g.culprit, g.blocking, g.waited_for)))
     floor = TOP_SHARE * typical_step * n_steps
     for ci, cause in enumerate(C.ALL):
         rows = np.flatnonzero(g.cause == ci)
