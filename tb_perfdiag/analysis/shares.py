@@ -197,7 +197,9 @@ def split(trace: Trace, gs: np.ndarray, ge: np.ndarray, nxt: np.ndarray, wf: np.
 
     # 1. device-side wait
     rest_end = np.where(ok, np.clip(l_end + LAUNCH_LATENCY_PS, gs, ge), ge)
-    behind = ~ok & device_behind(trace, device_ops, ctx.origin, ge)
+    behind = np.zeros(n, bool)
+    if not ok.all():        # only gaps whose op has no launch need it (its temporaries are big)
+        behind[~ok] = device_behind(trace, device_ops, ctx.origin, ge[~ok])
     rest_end[behind] = gs[behind]
     # XLA: L handed the program to runtime threads, which enqueued it (E's direct origin
     # is on another thread and is no launch call): from L's start the runtime had the

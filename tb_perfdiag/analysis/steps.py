@@ -157,7 +157,26 @@ def launched_busy(start: np.ndarray, end: np.ndarray, step: np.ndarray,
     ok = step >= 0
     if not ok.any():
         return out
-    s, e, k = start[ok], end[ok], step[ok].astype(np.int64)
+    k = step[ok].astype(np.int64)
+    span = int(max(end[ok].max(), 0)) + 1 if ok.any() else 1
+    if span * (n_steps + 1) < 2**62:
+        # one sort: each step's ops shifted past the previous step's, so a running max of
+        # the ends never carries one step's end into the next (a fraction of the memory
+        # of the two-sort path on 40 M events)
+        s = k * span + start[ok]
+        o = np.argsort(s, kind="stable")
+        s = s[o]
+        e = (k * span + end[ok])[o]
+        k = k[o]
+        del o
+        np.maximum.accumulate(e, out=e)
+        new = np.ones(s.shape[0], bool)
+        new[1:] = s[1:] > e[:-1]
+        first = np.flatnonzero(new)
+        last = np.concatenate((first[1:], [s.shape[0]])) - 1
+        np.add.at(out, k[first], e[last] - s[first])
+        return out
+    s, e = start[ok], end[ok]
     o = np.lexsort((s, k))
     s, e, k = s[o], e[o], k[o]
     # running end within each step: a running max of the (step, end) rank never carries
