@@ -183,13 +183,15 @@ def _diagnose(trace: Trace, opt: Options, progress):
         small_by_dev[d] = (ss, se)
         own = steps.runs.get(d) if steps.source == "modules" else \
             np.flatnonzero((trace.kind == K.STEP) & (trace.track_device[trace.track] == d))
-        wb, we = device_windows(steps, ev_step[ops], trace.end_of(ops), hi, own, trace)
+        # one copy of the ops' steps and ends for both uses (20 M ops: 240 MB each)
+        op_step, op_end = ev_step[ops], trace.end_of(ops)
+        wb, we = device_windows(steps, op_step, op_end, hi, own, trace)
         steps_dev.append((wb, we, us, ue, gt))
         if steps.source in ("host_annotations", "modules"):
             # per step, the device time it launched, wherever that ran (GUIDE §4); the
             # windows are cut so that it runs in them, which ``busy`` measures
-            launched[d] = launched_busy(trace.ts[ops], trace.end_of(ops), ev_step[ops],
-                                        steps.ids.shape[0])
+            launched[d] = launched_busy(trace.ts[ops], op_end, op_step, steps.ids.shape[0])
+        del op_step, op_end
         if wb.size and lo - int(wb[0]) >= threshold_ps:
             # the first window's idle before the device's first op (step 0 compiling,
             # loading data) is idle of that step too: split like a gap
