@@ -38,13 +38,19 @@ def _name_id(trace: Trace, name: str) -> int:
         return -1
 
 
+def _index_dtype(trace: Trace):
+    """Event-index columns over all events are int32 while they fit (40 M events: 160 MB
+    instead of 320 MB each)."""
+    return np.int32 if trace.n_events < 2**31 - 1 else np.int64
+
+
 def host_side(trace: Trace) -> np.ndarray:
     return trace.track_kind[trace.track] == TrackKind.HOST
 
 
 def incoming_host_link(trace: Trace) -> np.ndarray:
     """For each event, the host event linking into it (latest-starting if several)."""
-    src_of = np.full(trace.n_events, -1, np.int64)
+    src_of = np.full(trace.n_events, -1, _index_dtype(trace))
     if trace.link_src.size == 0:
         return src_of
     host = host_side(trace)
@@ -113,7 +119,7 @@ def origins(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
 
 def incoming_host_link_any(trace: Trace) -> np.ndarray:
     """Host→host flows too (XLA: python Record → executor thread)."""
-    src_of = np.full(trace.n_events, -1, np.int64)
+    src_of = np.full(trace.n_events, -1, _index_dtype(trace))
     if trace.link_src.size:
         o = np.argsort(trace.ts[trace.link_src], kind="stable")
         src_of[trace.link_dst[o]] = trace.link_src[o]
