@@ -17,7 +17,7 @@ import re
 
 import numpy as np
 
-from ..trace.build import unique_inverse, unique_rows
+from ..trace.build import distinct, unique_inverse, unique_rows
 from ..trace.model import EventKind as K, Trace, TrackKind
 from .result import AnnotationTable
 
@@ -246,7 +246,7 @@ def _scattering(paths: list, prefix_index: dict, n_ann: int, pid: np.ndarray,
         start[1:] = (key[1:] != key[:-1]) | (child[1:] != child[:-1])
         real = child < n_ann
         runs += np.bincount(child[start & real], minlength=n_ann + 1)[:n_ann]
-        kc = np.unique(key[real] * (n_ann + 1) + child[real])
+        kc = distinct(key[real] * (n_ann + 1) + child[real])
         blocks += np.bincount(kc % (n_ann + 1), minlength=n_ann + 1)[:n_ann]
         # siblings between two runs of a child: at a boundary inside a block, the run
         # before it is interleaved with the next one unless it was its child's last run

@@ -17,6 +17,7 @@ import re
 
 import numpy as np
 
+from ..trace.build import distinct
 from ..trace.model import EventKind as K, TrackKind, Trace
 
 VIA_NONE, VIA_LINK, VIA_ANCESTOR_LINK, VIA_EXECUTE, VIA_REGION = range(5)
@@ -177,7 +178,7 @@ def region_threads(trace: Trace) -> list:
     sid = _name_id(trace, START_REGION)
     if sid < 0:
         return []
-    return np.unique(trace.track[trace.name == sid]).astype(int).tolist()
+    return distinct(trace.track[trace.name == sid]).astype(int).tolist()
 
 
 def thread_regions(trace: Trace, linked: np.ndarray) -> dict:
@@ -374,7 +375,7 @@ def _dispatch_calls(trace: Trace, modules: set, thread: int) -> dict:
     p = trace.parent[ev]
     ev = ev[(p < 0) | (trace.name[np.maximum(p, 0)] != trace.name[ev])]
     out = {}
-    for nid in np.unique(trace.name[ev]).tolist():
+    for nid in distinct(trace.name[ev]).tolist():
         e = ev[trace.name[ev] == nid]
         tr, cnt = np.unique(trace.track[e], return_counts=True)
         t = thread if thread in tr.tolist() else int(tr[np.argmax(cnt)])

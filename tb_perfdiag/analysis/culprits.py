@@ -9,6 +9,7 @@ import sys
 
 import numpy as np
 
+from ..trace.build import distinct
 from ..trace.model import EventKind as K, Trace
 
 PYTORCH, PYTORCH_XLA, JAX, TENSORFLOW, XLA = "pytorch", "pytorch_xla", "jax", "tensorflow", "xla"
@@ -84,6 +85,10 @@ class Culprits:
         self._memo: dict = {}          # (name ids, kinds) of a chain → description
         self._by_event: dict = {}
         self._clean: dict = {}
+        # primed events (sorted) and the distinct chain (name, kind per frame) of each
+        self._ev = np.zeros(0, np.int64)
+        self._chain_id = np.zeros(0, np.int64)
+        self._chain_names: list = []
 
     def _name(self, i: int) -> str:
         got = self._clean.get(i)
@@ -95,7 +100,7 @@ class Culprits:
         """Describe many events at once: their chains as rows of a matrix, each distinct
         chain worked out once (100 k culprits on a 2 M-event trace share a few hundred)."""
         t = self.t
-        ev = np.unique(np.asarray(events, np.int64))
+        ev = distinct(np.asarray(events, np.int64))
         ev = ev[ev >= 0]
         if ev.size == 0:
             return
@@ -118,6 +123,24 @@ class Culprits:
                                                        list(key[1]))
             made.append(got)
         self._by_event.update(zip(ev.tolist(), (made[i] for i in inv.reshape(-1).tolist())))
+        self._ev, self._chain_id = ev, inv.reshape(-1) + len(self._chain_names)
+        self._chain_names += [[t.strings[x // 64] for x in r if x >= 0] for r in u.tolist()]
+
+    def chain_ids(self, events) -> np.ndarray:
+        """Per event of the last ``prime``: the id of its distinct chain (events with one
+        id have one description); −1 for −1, and a distinct negative id (below −1) for
+        an event that was not primed."""
+        e = np.asarray(events, np.int64)
+        k = np.minimum(np.searchsorted(self._ev, e), max(self._ev.shape[0] - 1, 0))
+        hit = (e >= 0) & (self._ev.shape[0] > 0)
+        if self._ev.shape[0]:
+            hit &= self._ev[k] == e
+        return np.where(hit, self._chain_id[k] if self._ev.shape[0] else 0,
+                        np.where(e >= 0, -2 - e, -1))
+
+    def chain_names(self, chain_id: int) -> list:
+        """The names of a primed chain as the trace writes them, outermost first."""
+        return self._chain_names[chain_id]
 
     def describe(self, e: int) -> tuple:
         """(where, ops, chain) of event ``e``: the innermost user frame (else the innermost
@@ -191,14 +214,18 @@ def sync_kind(trace: Trace, ctx, chain_events: list) -> str:
     """What a blocking call (its chain, outermost first) is: the most specific op wins;
     a copy is named by its direction and whether the host memory was pageable."""
     names = [trace.strings[int(trace.name[i])] for i in chain_events]
+    kind, at = chain_sync_kind(names)
+    return _copy_kind(trace, ctx, chain_events[at]) if kind == "copy" else kind
+
+
+def chain_sync_kind(names: list) -> tuple:
+    """(kind, index of the innermost frame that names it) from a chain's names alone;
+    kind "copy" still needs the copy's own launches to say which copy it is."""
     for kind, rx in SYNC_KINDS:
-        hit = [i for i, n in zip(chain_events, names) if rx.search(n)]
-        if not hit:
-            continue
-        if kind == "copy":
-            return _copy_kind(trace, ctx, hit[-1])
-        return kind
-    return ""
+        hit = [i for i, n in enumerate(names) if rx.search(n)]
+        if hit:
+            return kind, hit[-1]
+    return "", -1
 
 
 def _copy_kind(trace: Trace, ctx, op: int) -> str:

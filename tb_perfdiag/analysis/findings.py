@@ -14,11 +14,12 @@ from collections import defaultdict
 
 import numpy as np
 
-from ..trace.build import unique_inverse
+from ..trace.build import distinct, unique_inverse, unique_rows
 from ..trace.classify import is_collective_kernel
 from ..trace.model import EventKind as K, Trace
 from . import causes as C
-from .culprits import PYTORCH, PYTORCH_XLA, SYNC_LABELS, Culprits, clean, framework, sync_kind
+from .culprits import (PYTORCH, PYTORCH_XLA, SYNC_LABELS, Culprits, chain_sync_kind, clean,
+                       framework, sync_kind)
 from .fixes import fix_for
 from .result import Finding, FindingKind as FK
 
@@ -90,7 +91,7 @@ def findings(trace: Trace, diag, steps, compile_ev, compile_step, ctx) -> tuple:
     fw = framework(trace)
     graphs = bool((trace.kind == K.LAUNCH).any()) and any(
         "graphlaunch" in trace.strings[int(x)].lower()
-        for x in np.unique(trace.name[trace.kind == K.LAUNCH]).tolist())
+        for x in distinct(trace.name[trace.kind == K.LAUNCH]).tolist())
     host_ns = np.rint(diag.steps.host_end / 1000) - np.rint(diag.steps.host_start / 1000)
     typical_step = float(np.median(host_ns)) if host_ns.size else 0.0
     out, cited = [], []
@@ -150,21 +151,15 @@ def _gap_families(trace, diag, G, ctx, fw, graphs, n_steps, typical_step, add) -
         if rows.size == 0:
             continue
         kind = FAMILY[cause]
-        groups, first, sig_of = defaultdict(list), {}, {}
-        for r in rows.tolist():
-            if cause == C.HOST_SYNC:
-                ev = int(g.blocking[r])
-            elif cause in C.DEVICE_SIDE:
-                ev = int(g.waited_for[r])
-            else:
-                ev = int(g.culprit[r])
-            sig = sig_of.get((ev, r) if cause == C.COMPILATION else ev)
-            if sig is None:
-                sig = sig_of[(ev, r) if cause == C.COMPILATION else ev] = \
-                    _signature(trace, diag, ctx, cul, cause, ev, g, r, fw)
-            key = sig[:4]                      # kind override, where, ops, label
-            groups[key].append(r)
-            first.setdefault(key, sig)
+        if cause == C.HOST_SYNC:
+            evs = g.blocking[rows]
+        elif cause in C.DEVICE_SIDE:
+            evs = g.waited_for[rows]
+        else:
+            evs = g.culprit[rows]
+        groups, first = _group_by_signature(
+            rows, evs.astype(np.int64), _signature_key(trace, g, cul, cause, rows, evs),
+            lambda ev, r: _signature(trace, diag, ctx, cul, cause, ev, g, r, fw))
         ranked = sorted(groups.items(), key=lambda kv: -G.on_worst_device(kv[1], ci)[0])
         big = [(k, rs) for k, rs in ranked if G.on_worst_device(rs, ci)[0] >= floor] \
             or ranked[:1]
@@ -178,6 +173,56 @@ def _gap_families(trace, diag, G, ctx, fw, graphs, n_steps, typical_step, add) -
                      if (k, x) not in big][:3]
             _family_finding(trace, diag, G, ci, cause, kind, ("", None, (), "", (), -1), rs,
                             fw, graphs, n_steps, add, others=(len(rest), names))
+
+
+def _signature_key(trace, g, cul, cause, rows, evs) -> np.ndarray:
+    """Per gap row, a number that is equal for two rows only when ``_signature`` gives
+    them the same result: the culprit's chain (names and kinds), plus what else the
+    signature reads — the next op's name for a device-side wait (of the launch's first
+    gap), the event itself for a copy (its direction comes from its launches) or a compilation (which compile)."""
+    cid = cul.chain_ids(evs)
+    if cause == C.COMPILATION:
+        return rows.astype(np.int64)
+    extra = np.zeros(rows.shape[0], np.int64)
+    if cause in C.DEVICE_SIDE:
+        # the label names the op the first gap of this waited-for launch was waiting to
+        # run; later gaps of the same launch share it
+        _, at, inv = np.unique(evs, return_index=True, return_inverse=True)
+        nxt = g.next_op[rows[at]].astype(np.int64)[inv.reshape(-1)]
+        extra = np.where(nxt >= 0, trace.name[np.maximum(nxt, 0)].astype(np.int64) + 1, 0)
+    elif cause == C.HOST_SYNC:
+        copy = np.zeros(0, np.int64)
+        known = distinct(cid[cid >= 0])
+        if known.size:
+            copy = known[np.array([chain_sync_kind(cul.chain_names(c))[0] == "copy"
+                                   for c in known.tolist()], bool)]
+        extra = np.where(np.isin(cid, copy), evs.astype(np.int64) + 1, 0)
+    # unprimed events (cid < −1) are keyed by the event itself through their cid
+    key = np.stack((cid, extra), axis=1)
+    return unique_rows(key)[1]
+
+
+def _group_by_signature(rows, evs, key, signature) -> tuple:
+    """{signature[:4]: sorted rows}, {signature[:4]: signature of its earliest row}:
+    ``signature`` is worked out once per distinct ``key``, in the order of each key's
+    earliest row (so the earliest row of a group names it, as a row-by-row pass would)."""
+    order = np.argsort(key, kind="stable")
+    k = key[order]
+    new = np.ones(k.shape[0], bool)
+    new[1:] = k[1:] != k[:-1]
+    starts = np.flatnonzero(new)
+    ends = np.append(starts[1:], k.shape[0])
+    firsts = order[starts]                        # earliest position of each key
+    groups, first, parts = {}, {}, {}
+    for j in np.argsort(firsts, kind="stable").tolist():
+        i0 = int(firsts[j])
+        sig = signature(int(evs[i0]), int(rows[i0]))
+        gk = sig[:4]                              # kind override, where, ops, label
+        first.setdefault(gk, sig)
+        parts.setdefault(gk, []).append(order[starts[j]:ends[j]])
+    for gk, ps in parts.items():
+        groups[gk] = np.sort(rows[np.concatenate(ps)]).tolist()
+    return groups, first
 
 
 def _family_finding(trace, diag, G, ci, cause, kind, sig, rs, fw, graphs, n_steps, add,

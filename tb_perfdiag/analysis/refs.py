@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..trace.build import unique_rows
+from ..trace.build import distinct, unique_rows
 from ..trace.model import Trace
 from .result import EventRefs
 
@@ -17,38 +17,36 @@ def _stat_ids(trace: Trace, key: str, events: np.ndarray) -> np.ndarray:
 
 
 def event_refs(trace: Trace, events) -> EventRefs:
-    ev = np.unique(np.concatenate([np.asarray(e, np.int64).reshape(-1) for e in events])
-                   if events else np.zeros(0, np.int64))
+    ev = distinct(np.concatenate([np.asarray(e, np.int64).reshape(-1) for e in events])
+                  if events else np.zeros(0, np.int64))
     ev = ev[ev >= 0]
     # the ancestors' names as rows of a matrix: one chain per distinct row
     cols, cur = [], ev
     while cur.size and (cur >= 0).any():
         cols.append(np.where(cur >= 0, trace.name[np.maximum(cur, 0)], -1))
         cur = np.where(cur >= 0, trace.parent[np.maximum(cur, 0)], -1)
-    local: dict = {}
-    strings: list = []
+    name = trace.name[ev].astype(np.int64)
+    hlo = _stat_ids(trace, "hlo_op", ev)
+    op_name = _stat_ids(trace, "op_name", ev)
+    ann = np.where(op_name >= 0, op_name, _stat_ids(trace, "tf_op", ev))
+    rows = np.stack(cols[::-1], axis=1).astype(np.int64) if cols \
+        else np.zeros((0, 0), np.int64)
+    u, inv = unique_rows(rows) if rows.size else (rows, np.zeros(0, np.int64))
+    # the trace's string ids these events need, renumbered densely: the refs keep only
+    # the strings they cite
+    used = distinct(np.concatenate((u.reshape(-1), name, hlo, ann)))
+    used = used[used >= 0]
+    strings = [trace.strings[x] for x in used.tolist()]
 
-    def sid(x: int) -> int:
-        i = local.get(x)
-        if i is None:
-            i = local[x] = len(strings)
-            strings.append(trace.strings[x])
-        return i
+    def remap(a: np.ndarray) -> np.ndarray:
+        k = np.searchsorted(used, a)
+        return np.where(a >= 0, k, -1).astype(np.int32)
 
-    if cols:
-        rows = np.stack(cols[::-1], axis=1).astype(np.int64)
-        u, inv = unique_rows(rows)
-        made = [tuple(sid(x) for x in r if x >= 0) for r in u.tolist()]
-        chain = [made[i] for i in inv.reshape(-1).tolist()]
-    else:
-        chain = []
-    remap = (lambda a: np.array([sid(x) if x >= 0 else -1 for x in a.tolist()], np.int32))
+    made = [tuple(x for x in r if x >= 0) for r in remap(u).tolist()]
+    chain = [made[i] for i in inv.reshape(-1).tolist()]
     return EventRefs(
-        event=ev, name=remap(trace.name[ev].astype(np.int64)),
+        event=ev, name=remap(name),
         track=trace.track[ev].astype(np.int32), ts=trace.ts[ev].copy(),
         dur=trace.dur[ev].copy(), kind=trace.kind[ev].copy(),
-        hlo_op=remap(_stat_ids(trace, "hlo_op", ev)),
-        annotation=remap(np.where(_stat_ids(trace, "op_name", ev) >= 0,
-                                  _stat_ids(trace, "op_name", ev),
-                                  _stat_ids(trace, "tf_op", ev))),
+        hlo_op=remap(hlo), annotation=remap(ann),
         chain=chain, strings=strings)

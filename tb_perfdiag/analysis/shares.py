@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..trace.build import unique_inverse
+from ..trace.build import distinct, unique_inverse
 from ..trace.classify import is_collective_kernel
 from ..trace.model import EventKind as K, Trace
 from . import causes as C
@@ -232,7 +232,7 @@ def split(trace: Trace, gs: np.ndarray, ge: np.ndarray, nxt: np.ndarray, wf: np.
     l_in = np.where(ok, np.maximum(np.minimum(l_end, rest_end) - np.maximum(l_start, gs), 0), 0)
     l_bucket = np.where(ctx.launch_memcpy[w] == 1, B_H2D, B_LAUNCH)
 
-    for t in np.unique(thread[(thread >= 0) & (rest > 0)]).tolist():
+    for t in distinct(thread[(thread >= 0) & (rest > 0)]).tolist():
         line = lines[t]
         rows = np.flatnonzero((thread == t) & (rest > 0))
         a, b = gs[rows], rest_end[rows]
@@ -278,7 +278,7 @@ def split(trace: Trace, gs: np.ndarray, ge: np.ndarray, nxt: np.ndarray, wf: np.
             else:
                 target = _busiest_other(lines, t, a, b)
             gi, ia, ib = _idle_intervals(line, a, b)
-            for f in np.unique(target[has_idle & (target >= 0)]).tolist():
+            for f in distinct(target[has_idle & (target >= 0)]).tolist():
                 sel = np.flatnonzero(has_idle & (target == f))
                 pick = np.isin(gi, sel)
                 # what the followed thread did exactly while this one had nothing to do
@@ -312,7 +312,7 @@ def split(trace: Trace, gs: np.ndarray, ge: np.ndarray, nxt: np.ndarray, wf: np.
     # the op behind the primary share: most self time in its bucket on the thread
     cause_bucket = {_CAUSE_INDEX[BUCKET_CAUSE[b]]: b for b in range(len(BUCKETS))
                     if b not in (B_IDLE,)}
-    for t in np.unique(thread[thread >= 0]).tolist():
+    for t in distinct(thread[thread >= 0]).tolist():
         rows = np.flatnonzero(thread == t)
         pb = np.array([cause_bucket.get(int(c), -1) for c in primary[rows].tolist()], np.int64)
         pb[primary[rows] == HOST_SYNC] = B_SYNC
@@ -324,7 +324,7 @@ def split(trace: Trace, gs: np.ndarray, ge: np.ndarray, nxt: np.ndarray, wf: np.
                                  np.maximum(rest_end[r], gs[r] + 1), pb[sel])
             # idle time followed to the thread doing the work: the op may be there
             f_all = r[(culprit[r] < 0) & (followed[r] >= 0)]
-            for ft in np.unique(followed[f_all]).tolist():
+            for ft in distinct(followed[f_all]).tolist():
                 f = f_all[followed[f_all] == ft]
                 pbf = pb[sel][np.searchsorted(r, f)]
                 culprit[f] = _top_op(lines[ft], trace.name, gs[f],

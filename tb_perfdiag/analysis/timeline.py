@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..trace.build import distinct
 from ..trace.model import Trace, TrackKind
 from . import annotations as ann_mod
 from .intervals import union
@@ -86,7 +87,7 @@ def _annotation_lanes(trace: Trace, lo_ps: int, hi_ps: int, origin: np.ndarray,
         return []
     pid, paths = ann_mod.op_paths(trace, ops, origin)
     out = []
-    for d in np.unique(trace.track_device[trace.track[ops]]).tolist():
+    for d in distinct(trace.track_device[trace.track[ops]]).tolist():
         sel = ops[trace.track_device[trace.track[ops]] == d]
         p = pid[trace.track_device[trace.track[ops]] == d]
         o = np.argsort(trace.ts[sel], kind="stable")

@@ -32,6 +32,21 @@ def unique_inverse(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return u, inv.reshape(-1)
 
 
+def distinct(x) -> np.ndarray:
+    """``np.unique(x)`` (sorted distinct values) for integer columns.  numpy 2's plain
+    ``np.unique`` hashes integers and is ~100× slower than a sort on 350 k int64 ids."""
+    x = np.asarray(x).reshape(-1)
+    if x.size == 0:
+        return x.copy()
+    if x.dtype.kind not in "iu":
+        return np.unique(x)
+    s = np.sort(x)
+    keep = np.empty(s.shape[0], bool)
+    keep[0] = True
+    np.not_equal(s[1:], s[:-1], out=keep[1:])
+    return s[keep]
+
+
 class StringTable:
     """Interns strings so names and string stats are int32 columns."""
 

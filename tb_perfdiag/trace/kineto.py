@@ -17,7 +17,7 @@ import orjson
 from ..progress import NULL
 from ..storage import is_blank, read_bytes
 from . import classify
-from .build import StringTable, Tracks, assemble, correlation_links, unique_inverse
+from .build import StringTable, Tracks, assemble, correlation_links, distinct, unique_inverse
 from .chrome_meta import METADATA_KEYS, metadata_event
 from .model import Device, EventKind as K, TraceError, TrackKind
 
@@ -367,7 +367,7 @@ def build(path: str, scan: dict, progress=NULL):
     step_idx = np.flatnonzero(kind == K.STEP)
     if step_idx.size:
         step_names = {int(u): int(classify.STEP_NAME.match(names[u]).group(1))
-                      for u in np.unique(name_ids[step_idx]).tolist()}
+                      for u in distinct(name_ids[step_idx]).tolist()}
         nums = np.array([step_names[int(u)] for u in name_ids[step_idx].tolist()], np.int64)
         stats["step_num"] = (step_idx, nums, False)
     mk_idx = np.flatnonzero(kind == K.MEMCPY)
