@@ -17,7 +17,7 @@ import re
 
 import numpy as np
 
-from ..trace.build import distinct
+from ..trace.build import distinct, unique_inverse
 from ..trace.model import EventKind as K, TrackKind, Trace
 
 VIA_NONE, VIA_LINK, VIA_ANCESTOR_LINK, VIA_EXECUTE, VIA_REGION = range(5)
@@ -147,7 +147,7 @@ def root_origin(trace: Trace, origin: np.ndarray, max_hops: int = 32) -> np.ndar
         if hop:
             # past the first hop the ops share few sources (a run's dispatch): one walk
             # per source
-            u, inv = np.unique(cur[sel], return_inverse=True)
+            u, inv = unique_inverse(cur[sel])
             nxt = entry_of(trace, linked, regions, u)[inv]
             moved = (nxt >= 0) & (nxt != u[inv])
         else:
@@ -204,39 +204,46 @@ def thread_regions(trace: Trace, linked: np.ndarray) -> dict:
 def region_source(regions: dict, tracks: np.ndarray, times: np.ndarray) -> np.ndarray:
     """The flow source of the region open on each track at each time (−1 none)."""
     out = np.full(times.shape[0], -1, np.int64)
-    present = np.bincount(tracks, minlength=max(regions) + 1) if tracks.size else tracks
+    if tracks.size == 0:
+        return out
+    # rows grouped by track once (a mask per track would scan every row per track)
+    order = np.argsort(tracks, kind="stable")
+    st = tracks[order]
     for t, reg in regions.items():
-        if t >= present.shape[0] or not present[t]:
+        lo, hi = np.searchsorted(st, [t, t + 1])
+        if hi == lo:
             continue
-        rows = np.flatnonzero(tracks == t)
+        rows = order[lo:hi]
         k = np.searchsorted(reg[0], times[rows], side="right") - 1
         out[rows] = np.where(k >= 0, reg[1][np.maximum(k, 0)], -1)
     return out
 
 
-def entry_of(trace: Trace, linked: np.ndarray, regions: dict, ev: np.ndarray) -> np.ndarray:
+def entry_of(trace: Trace, linked: np.ndarray, regions: dict, ev: np.ndarray,
+             depth: int = 0) -> np.ndarray:
     """For host events: the host event whose flow entered the work they belong to: the
     flow into the nearest ancestor-or-self, else into the region their outermost
     ancestor ran in on their thread (−1 none)."""
+    ev = np.asarray(ev, np.int64)
     out = np.full(ev.shape[0], -1, np.int64)
-    cur = ev.astype(np.int64).copy()
-    top = cur.copy()                       # the outermost ancestor reached
-    live = np.flatnonzero(cur >= 0)
-    for _ in range(_MAX_DEPTH):
-        if live.size == 0:
-            break
-        src = linked[cur[live]]
-        hit = src >= 0
-        out[live[hit]] = src[hit]
-        live = live[~hit]
-        top[live] = cur[live]
-        up = trace.parent[cur[live]]
-        cur[live] = up
-        live = live[up >= 0]
-    need = np.flatnonzero((out < 0) & (ev >= 0))
-    if need.size and regions:
-        t0 = top[need]
-        out[need] = region_source(regions, trace.track[t0], trace.ts[t0])
+    live = np.flatnonzero(ev >= 0)
+    if live.size == 0:
+        return out
+    cur = ev[live]
+    src = linked[cur]
+    out[live] = src
+    miss = src < 0
+    live, cur = live[miss], cur[miss]
+    par = trace.parent[cur]
+    top = par < 0
+    if top.any() and regions:
+        out[live[top]] = region_source(regions, trace.track[cur[top]], trace.ts[cur[top]])
+    up = ~top
+    if up.any() and depth < _MAX_DEPTH:
+        # siblings share their ancestors' answer: one walk per distinct parent (a million
+        # launches of a run hang under a hundred-odd thunks)
+        u, inv = unique_inverse(par[up].astype(np.int64))
+        out[live[up]] = entry_of(trace, linked, regions, u, depth + 1)[inv]
     return out
 
 
