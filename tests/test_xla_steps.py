@@ -358,3 +358,29 @@ def test_idle_totals_are_per_device_not_summed_over_devices():
     assert sum(j["hta"].values()) == 1_000_000
     row = summary_row("h", "", r.diagnosis)
     assert sum(row["step_idle_ns"].values()) == 1_000_000
+
+
+def test_an_event_with_two_incoming_flows_takes_the_latest_starting_source():
+    from tb_perfdiag.analysis.attribution import incoming_host_link, incoming_host_link_any
+    from tb_perfdiag.testing import TraceBuilder
+    b = TraceBuilder("xspace")
+    py, other, ex = b.thread("python"), b.thread("other"), b.thread("executor")
+    late = b.op(py, "Record", 5, 1)
+    early = b.op(other, "Record", 0, 1)
+    both = b.op(ex, "StartRegion", 10, 0)
+    one = b.op(ex, "StartRegion", 20, 0)
+    b.flow(late, both)                    # written first, starts later: it wins
+    b.flow(early, both)
+    b.flow(early, one)
+    t = b.build()
+    for linked in (incoming_host_link(t), incoming_host_link_any(t)):
+        assert int(linked[both.index]) == late.index
+        assert int(linked[one.index]) == early.index
+        assert int(linked[late.index]) == -1
+    # one flow per event: the same answer without the sort
+    b = TraceBuilder("xspace")
+    py, ex = b.thread("python"), b.thread("executor")
+    src, dst = b.op(py, "Record", 5, 1), b.op(ex, "StartRegion", 10, 0)
+    b.flow(src, dst)
+    t = b.build()
+    assert int(incoming_host_link(t)[dst.index]) == src.index

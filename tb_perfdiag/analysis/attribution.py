@@ -46,7 +46,9 @@ def _index_dtype(trace: Trace):
 
 
 def host_side(trace: Trace) -> np.ndarray:
-    return trace.track_kind[trace.track] == TrackKind.HOST
+    # events are sorted by track: one run per track (a gather per event costs 4× more)
+    bounds = np.searchsorted(trace.track, np.arange(len(trace.track_kind) + 1))
+    return np.repeat(np.asarray(trace.track_kind) == TrackKind.HOST, np.diff(bounds))
 
 
 def incoming_host_link(trace: Trace) -> np.ndarray:
@@ -57,13 +59,28 @@ def incoming_host_link(trace: Trace) -> np.ndarray:
     host = host_side(trace)
     ok = host[trace.link_src]
     src, dst = trace.link_src[ok], trace.link_dst[ok]
+    return _last_by_start(trace, src_of, src, dst)
+
+
+def _last_by_start(trace: Trace, src_of: np.ndarray, src: np.ndarray,
+                   dst: np.ndarray) -> np.ndarray:
+    """``src_of[dst] = src``, the latest-starting source winning where one event has
+    several; the sort by start is skipped when no event has two (the usual case: one
+    launch per kernel), which a write of positions and a read back tells."""
+    pos = np.arange(dst.shape[0], dtype=src_of.dtype)
+    src_of[dst] = pos
+    if (src_of[dst] == pos).all():
+        src_of[dst] = src
+        return src_of
+    src_of[dst] = -1
     o = np.argsort(trace.ts[src], kind="stable")
     src_of[dst[o]] = src[o]
     return src_of
 
 
-def origins(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
-    origin = incoming_host_link(trace)
+def origins(trace: Trace, linked: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(origin, via) per event; ``linked``: ``incoming_host_link(trace)`` when at hand."""
+    origin = incoming_host_link(trace) if linked is None else linked.copy()
     via = np.where(origin >= 0, VIA_LINK, VIA_NONE).astype(np.int8)
     device_ev = ~host_side(trace)
     # XLA:CPU ops sit on the same thread as the executor that received the flow
@@ -122,15 +139,16 @@ def incoming_host_link_any(trace: Trace) -> np.ndarray:
     """Host→host flows too (XLA: python Record → executor thread)."""
     src_of = np.full(trace.n_events, -1, _index_dtype(trace))
     if trace.link_src.size:
-        o = np.argsort(trace.ts[trace.link_src], kind="stable")
-        src_of[trace.link_dst[o]] = trace.link_src[o]
+        _last_by_start(trace, src_of, trace.link_src, trace.link_dst)
     return src_of
 
 
-def root_origin(trace: Trace, origin: np.ndarray, max_hops: int = 32) -> np.ndarray:
+def root_origin(trace: Trace, origin: np.ndarray, max_hops: int = 32,
+                linked: np.ndarray | None = None) -> np.ndarray:
     """Follow origins back across threads (executor → the thread that asked for it):
     from each host event, the flow into its nearest ancestor-or-self, else into the
-    thread region it ran in, until no flow leads further."""
+    thread region it ran in, until no flow leads further.  (``linked``:
+    ``incoming_host_link(trace)`` when at hand.)"""
     out = origin.copy()
     idx = np.flatnonzero(out >= 0)
     if idx.size == 0 or trace.link_src.size == 0:
@@ -138,24 +156,30 @@ def root_origin(trace: Trace, origin: np.ndarray, max_hops: int = 32) -> np.ndar
     host = host_side(trace)
     cur = out[idx].astype(np.int64)
     live = host[cur]
-    linked = incoming_host_link(trace)
+    del host
+    if linked is None:
+        linked = incoming_host_link(trace)
     regions = thread_regions(trace, linked)
-    for hop in range(max_hops):
-        sel = np.flatnonzero(live)
+    sel = np.flatnonzero(live)
+    nxt = entry_of(trace, linked, regions, cur[sel])
+    moved = (nxt >= 0) & (nxt != cur[sel])
+    cur[sel[moved]] = nxt[moved]
+    live[sel[~moved]] = False
+    del sel, nxt, moved
+    # past the first hop the ops share few sources (a run's dispatch): the rest of the
+    # walk is one per distinct source; where a source leads depends on it alone
+    u, inv = unique_inverse(cur)
+    ulive = np.zeros(u.shape[0], bool)
+    ulive[inv[live]] = True
+    for _ in range(1, max_hops):
+        sel = np.flatnonzero(ulive)
         if sel.size == 0:
             break
-        if hop:
-            # past the first hop the ops share few sources (a run's dispatch): one walk
-            # per source
-            u, inv = unique_inverse(cur[sel])
-            nxt = entry_of(trace, linked, regions, u)[inv]
-            moved = (nxt >= 0) & (nxt != u[inv])
-        else:
-            nxt = entry_of(trace, linked, regions, cur[sel])
-            moved = (nxt >= 0) & (nxt != cur[sel])
-        cur[sel[moved]] = nxt[moved]
-        live[sel[~moved]] = False
-    out[idx] = cur
+        nxt = entry_of(trace, linked, regions, u[sel])
+        moved = (nxt >= 0) & (nxt != u[sel])
+        u[sel[moved]] = nxt[moved]
+        ulive[sel[~moved]] = False
+    out[idx] = u[inv]
     return out
 
 

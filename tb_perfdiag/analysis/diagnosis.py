@@ -19,7 +19,8 @@ from . import annotations as ann_mod
 from . import causes as C
 from . import findings as find_mod
 from . import usercalls
-from .attribution import dispatch_threads, origins, region_threads, root_origin
+from .attribution import (dispatch_threads, incoming_host_link, origins, region_threads,
+                          root_origin)
 from .detail import host_ops
 from .gaps import device_busy, find_gaps, user_threads
 from .hostline import blocking_mask, build_hostlines, event_buckets
@@ -136,13 +137,15 @@ def _diagnose(trace: Trace, opt: Options, progress):
     n_causes = len(C.ALL)
     warnings = list(trace.warnings)
 
-    origin, via = origins(trace)
+    linked = incoming_host_link(trace)
+    origin, via = origins(trace, linked)
     origin = _small(origin)
     progress.within(0.08, "steps")
     steps = find_steps(trace)
     # per-event columns held through the analysis are int32 (event and step indices):
     # on a 40 M-event trace each int64 column would cost 320 MB
-    root = _small(root_origin(trace, origin))
+    root = _small(root_origin(trace, origin, linked=linked))
+    del linked
     ev_step = _small(launching_steps(trace, steps, root))
     # device time per annotation first: its temporaries are the largest of the analysis,
     # and the host timelines built next are not needed for it
