@@ -35,28 +35,32 @@ def event_buckets(trace: Trace, launch_memcpy: np.ndarray) -> np.ndarray:
     """Cause bucket of every event (host events meaningful; device ones unused).
     ``launch_memcpy``: per host call, the direction of the copy it issued (1 h2d, 2 d2h)."""
     k = trace.kind
-    b = np.full(trace.n_events, B_COMPUTE, np.int8)
-    b[np.isin(k, (K.SYNC, K.TRANSFER_D2H))] = B_SYNC
-    b[k == K.COMPILE] = B_COMPILE
-    b[k == K.TRANSFER_H2D] = B_H2D
-    b[k == K.DATA] = B_DATA
-    b[k == K.LAUNCH] = B_LAUNCH
-    b[k == K.RUNTIME] = B_RUNTIME
-    b[k == K.ALLOC] = B_ALLOC
-    b[k == K.GRAPH_CAPTURE] = B_CAPTURE
-    b[np.isin(k, (K.ANNOTATION, K.STEP))] = B_ANNOT
-    b[k == K.WAIT] = B_WAIT
+    # one table lookup per event instead of a pass over all events per kind
+    by_kind = np.full(256, B_COMPUTE, np.int8)
+    for kinds, bucket in (((K.SYNC, K.TRANSFER_D2H), B_SYNC), ((K.COMPILE,), B_COMPILE),
+                          ((K.TRANSFER_H2D,), B_H2D), ((K.DATA,), B_DATA),
+                          ((K.LAUNCH,), B_LAUNCH), ((K.RUNTIME,), B_RUNTIME),
+                          ((K.ALLOC,), B_ALLOC), ((K.GRAPH_CAPTURE,), B_CAPTURE),
+                          ((K.ANNOTATION, K.STEP), B_ANNOT), ((K.WAIT,), B_WAIT),
+                          ((K.IDLE,), B_IDLE)):
+        by_kind[[int(x) for x in kinds]] = bucket
+    b = by_kind[k.view(np.uint8)]
     # a memcpy call blocks like a sync when it copies to the host, and stages host data
     # when it copies to the device
-    b[launch_memcpy == 1] = B_H2D
-    b[launch_memcpy == 2] = B_SYNC
-    b[k == K.IDLE] = B_IDLE
+    copy = np.flatnonzero(launch_memcpy)
+    way = launch_memcpy[copy]
+    keep = (k[copy] != K.IDLE) & ((way == 1) | (way == 2))
+    b[copy[keep]] = np.where(way[keep] == 1, B_H2D, B_SYNC)
     _capture_regions(trace, b)
     # idle markers are idle only at the top of a thread; nested ones are transparent.  An
     # allocation passes its bucket down but takes its parent's (data loading, compile)
-    specific = np.isin(b, _INHERITED) & (b != B_ALLOC) | ((b == B_IDLE) & (trace.parent < 0))
+    inherited = np.zeros(256, bool)
+    inherited[list(_INHERITED)] = True
+    inherited_by = inherited.copy()
+    inherited_by[B_ALLOC] = False
+    specific = inherited_by[b.view(np.uint8)] | ((b == B_IDLE) & (trace.parent < 0))
     for idx, p in trace.nested_levels():
-        inherit = ~specific[idx] & (np.isin(b[p], _INHERITED) | (b[idx] == B_IDLE))
+        inherit = ~specific[idx] & (inherited[b[p].view(np.uint8)] | (b[idx] == B_IDLE))
         b[idx[inherit]] = b[p[inherit]]
         specific[idx[inherit]] = True
     return b
