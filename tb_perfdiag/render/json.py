@@ -97,12 +97,27 @@ _COLL_I = C.ALL.index(C.COLLECTIVE_WAIT)
 _LOWER = [C.LABELS[c].lower() for c in C.ALL]
 
 
-def _evidence(sh: list, total: int, cause: int, names: tuple, idle_first: bool) -> str:
-    """The gap's split in words, largest share first (``sh`` in ns; ``names``: next op,
-    issuing call, blocking call, culprit chain, with None where there is none)."""
+def _evidence_parts(shares: np.ndarray, total: np.ndarray) -> list:
+    """Per gap (rows of ``shares``, ns): the share columns its evidence names, largest
+    first — those of at least 1 % of the gap, four at most, else the largest one."""
+    n, m = shares.shape
+    if n == 0:
+        return []
+    order = np.argsort(-shares, axis=1, kind="stable")        # ties: lower column first
+    sh = np.take_along_axis(shares, order, axis=1)
+    big = (sh > 0) & (sh >= 0.01 * np.asarray(total, np.float64)[:, None])
+    big[:, 4:] = False
+    # nothing big enough: the largest share alone
+    lone = ~big.any(axis=1) & (sh[:, 0] > 0)
+    big[lone, 0] = True
+    cols = np.where(big, order, -1)
+    return [[c for c in row if c >= 0] for row in cols[:, :4].tolist()]
+
+
+def _evidence(sh: list, keep: list, cause: int, names: tuple, idle_first: bool) -> str:
+    """The gap's split in words (``sh`` in ns, ``keep`` the columns to name; ``names``:
+    next op, issuing call, blocking call, culprit chain, with None where there is none)."""
     nxt, wf, blk, cul = names
-    order = sorted((i for i, v in enumerate(sh) if v > 0), key=lambda i: -sh[i])
-    keep = [i for i in order if sh[i] >= 0.01 * total][:4] or order[:1]
     parts = []
     for i in keep:
         t = _dur(sh[i] * 1000.0)
@@ -147,7 +162,9 @@ class _Events:
 
     def __init__(self, refs: EventRefs, labels: list):
         self.labels = labels
-        self._memo: dict = {}
+        self._ops: dict = {}
+        self._waited: dict = {}
+        self._T = None
         self._tables: dict = {}
         self._chains: dict = {}
         self.refs = refs
@@ -174,12 +191,12 @@ class _Events:
     def op(self, e: int):
         if e < 0:
             return None
-        got = self._memo.get(("op", e))
+        got = self._ops.get(e)
         if got is None:
-            T = self._table(self.refs)
+            T = self._own()
             r = T[0][e]
             hlo, ann, R = T[6][r], T[7][r], T[-1]
-            got = self._memo[("op", e)] = {
+            got = self._ops[e] = {
                 "name": T[1][r], "start_ns": T[2][r], "duration_ns": T[3][r],
                 "hlo_op": R.strings[hlo] if hlo >= 0 else None,
                 "annotation": R.strings[ann] if ann >= 0 else None,
@@ -189,16 +206,22 @@ class _Events:
     def waited(self, e: int, via: int):
         if e < 0:
             return None
-        got = self._memo.get(("w", e, via))
+        key = e * 64 + via + 1                     # via: a small code, −1 none
+        got = self._waited.get(key)
         if got is None:
-            T = self._table(self.refs)
+            T = self._own()
             r = T[0][e]
             got = {"name": T[1][r], "chain": self._chain(T, r), "thread": self.labels[T[5][r]],
                    "start_ns": T[2][r], "duration_ns": T[3][r]}
             if via >= 0:
                 got["found_via"] = VIA_NAMES.get(via, "link")
-            self._memo[("w", e, via)] = got
+            self._waited[key] = got
         return got
+
+    def _own(self):
+        if self._T is None:
+            self._T = self._table(self.refs)
+        return self._T
 
     def host_op(self, t: int, e: int, self_ps: int, refs: EventRefs | None = None) -> dict:
         T = self._table(refs or self.refs)
@@ -261,7 +284,8 @@ def _gap_records(diag: Diagnosis, rows, extra_detail, evidence_only: bool) -> li
     ev = _Events(R, labels)
     start, end = g.start[rows], g.end[rows]
     dur = ns_list(end - start)
-    shares = np.rint(g.shares[rows] / 1000).astype(np.int64).tolist()
+    sh_ns = np.rint(g.shares[rows] / 1000).astype(np.int64)
+    shares = sh_ns.tolist()
     cause = g.cause[rows].tolist()
     idle_first = (g.rest_end[rows] <= start).tolist()
     # names of the cited events, looked up once per column
@@ -280,9 +304,10 @@ def _gap_records(diag: Diagnosis, rows, extra_detail, evidence_only: bool) -> li
             c = chain_memo[r] = _short_chain([strings[i] for i in R.chain[r]])
         return c
 
-    evid = [_evidence(sh, d, c, (name(nx), name(wf), name(bk), short(cu)), fi)
-            for sh, d, c, nx, wf, bk, cu, fi in zip(
-                shares, dur, cause, cols["next_op"], cols["waited_for"], cols["blocking"],
+    keep = _evidence_parts(sh_ns, np.asarray(dur, np.int64))
+    evid = [_evidence(sh, kp, c, (name(nx), name(wf), name(bk), short(cu)), fi)
+            for sh, kp, c, nx, wf, bk, cu, fi in zip(
+                shares, keep, cause, cols["next_op"], cols["waited_for"], cols["blocking"],
                 cols["culprit"], idle_first)]
     # TraceLens' axes for the page at once
     sh_np = g.shares[rows]
@@ -307,29 +332,40 @@ def _gap_records(diag: Diagnosis, rows, extra_detail, evidence_only: bool) -> li
     via = g.found_via[rows].tolist()
     raw = {k: getattr(g, k)[rows].tolist() for k in ("prev_op", "next_op", "waited_for",
                                                      "blocking", "culprit")}
-    out = []
-    for j, r in enumerate(rows.tolist()):
-        c = C.ALL[cause[j]]
-        sh = shares[j]
-        det = own.get(r)
-        out.append({
-            "id": f"{dev[j]}-{s0[j]}", "rank": r, "device": dev[j],
-            "step": steps[j] if steps[j] >= 0 else None,
-            "start_ns": s0[j], "end_ns": e0[j], "duration_ns": dur[j],
-            "cause": c, "cause_label": C.LABELS[c], "hta_category": C.HTA[c],
-            "evidence": evid[j],
-            "shares_ns": {C.ALL[i]: v for i, v in enumerate(sh) if v},
-            "tracelens": {"idle_type": kinds[idle_type[j]], "cpu": C.ALL[cpu[j]]},
-            "blocking": ev.waited(raw["blocking"][j], -1) if raw["blocking"][j] >= 0 else None,
-            "culprit": ev.waited(raw["culprit"][j], -1) if raw["culprit"][j] >= 0 else None,
-            "analysed_thread": labels[thread[j]] if thread[j] >= 0 else None,
-            "followed_thread": labels[followed[j]] if followed[j] >= 0 else None,
-            "prev_op": ev.op(raw["prev_op"][j]), "next_op": ev.op(raw["next_op"][j]),
-            "waited_for": ev.waited(raw["waited_for"][j], via[j]),
-            "host_ops": det[0] if det else [], "syncs": det[1] if det else [],
-            "detail": det is not None,
-        })
-    return out
+    # every field as a column first; the records are made in one comprehension
+    label = [C.LABELS[c] for c in C.ALL]
+    hta = [C.HTA[c] for c in C.ALL]
+    tl_memo: dict = {}
+
+    def tracelens_of(it: int, cp: int) -> dict:
+        got = tl_memo.get((it, cp))
+        if got is None:
+            got = tl_memo[(it, cp)] = {"idle_type": kinds[it], "cpu": C.ALL[cp]}
+        return got
+
+    rl = rows.tolist()
+    names = C.ALL
+    cols_out = (
+        [f"{d}-{s}" for d, s in zip(dev, s0)], rl, dev,
+        [x if x >= 0 else None for x in steps], s0, e0, dur, cause, evid,
+        [{names[i]: v for i, v in enumerate(sh) if v} for sh in shares],
+        [tracelens_of(a, b) for a, b in zip(idle_type, cpu)],
+        [ev.waited(b, -1) if b >= 0 else None for b in raw["blocking"]],
+        [ev.waited(b, -1) if b >= 0 else None for b in raw["culprit"]],
+        [labels[t] if t >= 0 else None for t in thread],
+        [labels[t] if t >= 0 else None for t in followed],
+        [ev.op(x) for x in raw["prev_op"]], [ev.op(x) for x in raw["next_op"]],
+        [ev.waited(w, v) for w, v in zip(raw["waited_for"], via)],
+        [own.get(r) for r in rl] if own else [None] * len(rl))
+    return [{
+        "id": i_, "rank": r, "device": d, "step": st_, "start_ns": a, "end_ns": b,
+        "duration_ns": du, "cause": names[c], "cause_label": label[c], "hta_category": hta[c],
+        "evidence": evi, "shares_ns": sh, "tracelens": tl, "blocking": bl, "culprit": cu,
+        "analysed_thread": at, "followed_thread": fo, "prev_op": po, "next_op": no,
+        "waited_for": wf, "host_ops": det[0] if det else [], "syncs": det[1] if det else [],
+        "detail": det is not None,
+    } for (i_, r, d, st_, a, b, du, c, evi, sh, tl, bl, cu, at, fo, po, no, wf, det)
+        in zip(*cols_out)]
 
 
 def _by_cause(v) -> dict:
