@@ -561,3 +561,29 @@ def test_device_behind_the_host_is_device_wait_for_the_whole_gap():
     assert primary(g) == C.DEVICE_WAIT
     assert share(g, row, C.DEVICE_WAIT) == 980 * US
     assert r.to_json()["gaps"][row]["shares_ns"] == {C.DEVICE_WAIT: 980_000}
+
+
+def test_host_line_innermost_op_skips_instant_events_and_ended_annotations():
+    """The innermost op at each instant of a thread: a zero-length marker owns no time,
+    and an annotation that outlives the frame it started in stays innermost after the
+    frame ends."""
+    from tb_perfdiag.analysis.hostline import build_hostlines, event_buckets
+    b = TraceBuilder()
+    main = b.thread("python main")
+    outer = b.op(main, "outer", 0, 100)
+    b.op(main, "marker", 50, 0)
+    inner = b.op(main, "inner", 60, 10)
+    frame = b.op(main, "frame", 200, 20, cat="python_function")
+    ann = b.op(main, "record_param_comms", 210, 30, cat="user_annotation")
+    t = b.build()
+    line = build_hostlines(t, event_buckets(t, np.zeros(t.n_events, np.int8)),
+                           [int(t.track[outer.index])])[int(t.track[outer.index])]
+    at = lambda us: line.inner_at(int(t.ts[outer.index]) + int(us * 1e6))  # noqa: E731
+    assert at(10) == outer.index
+    assert at(55) == outer.index            # the marker at 50 µs lasts no time
+    assert at(65) == inner.index
+    assert at(75) == outer.index
+    assert at(205) == frame.index
+    assert at(215) == ann.index
+    assert at(230) == ann.index             # the frame ended at 220 µs; the annotation goes on
+    assert at(300) == -1
