@@ -16,7 +16,9 @@ Rows (seconds = only the timed part; see _child.py; imports are never timed):
   ParseFromString+walk        the same, then every event's fields read into Python objects
   tb-perfdiag diagnose        tb_perfdiag.diagnose(path): reading + gunzip + scan + model
                               + analysis → Diagnosis
-  … +to_json                  the same, then Diagnosis.to_json() (what the plugin serves)
+  … +to_json                  the same, then to_json(all_gaps=False): what the plugin's
+                              /diagnosis route serves (gaps come a page at a time)
+  … +to_json every gap        diagnose, then to_json(): every gap's record (CLI --all-gaps)
   HTA idle                    TraceAnalysis(trace_dir=DIR) — HTA parsing the one file in
                               DIR — then get_idle_time_breakdown(ranks=all, visualize=False)
   HTA idle+launch+temporal    then also get_cuda_kernel_launch_stats and
@@ -104,6 +106,11 @@ def measure(label, path, kind, repeat, native, pure, log):
             row(f"tb-perfdiag diagnose+to_json ({name})", cp["diagnose+to_json"][0],
                 cp["diagnose+to_json"][1], cpu_s=cp["diagnose+to_json"][2], native=r["native"],
                 to_json_s=r["parts"]["to_json"], ours=True)
+            if "diagnose+to_json_all" in cp:
+                row(f"tb-perfdiag diagnose+to_json every gap ({name})",
+                    cp["diagnose+to_json_all"][0], cp["diagnose+to_json_all"][1],
+                    cpu_s=cp["diagnose+to_json_all"][2], native=r["native"],
+                    to_json_s=r["parts"]["to_json_all"], ours=True)
     if kind == "kineto":
         if not os.path.exists(C.HTA_PY):
             errors.append(f"{label}: HTA: {C.HTA_PY} missing (see benchmarks/README.md)")
