@@ -31,18 +31,8 @@ def host_ops(trace: Trace, lines: dict, rows: np.ndarray,
     parts_g, parts_t, parts_e, parts_s = [], [], [], []
     syncs = [[] for _ in range(n)]
     for t, line in lines.items():
-        starts, inner_col = line.seg_start, line.seg_inner
-        n_seg = starts.shape[0]
-        lo = np.maximum(np.searchsorted(starts, a, side="right") - 1, 0)
-        hi = np.searchsorted(starts, b, side="left")
-        cnt = np.maximum(hi - lo, 0)
-        gi = np.repeat(np.arange(n), cnt)
-        k = lo[gi] + (np.arange(gi.shape[0]) - np.repeat(np.cumsum(cnt) - cnt, cnt))
-        s = np.maximum(starts[k], a[gi])
-        nxt = np.minimum(k + 1, n_seg - 1)
-        e = np.where(k + 1 < n_seg, starts[nxt], np.iinfo(np.int64).max)
-        e = np.minimum(e, b[gi])
-        inner = inner_col[k]
+        gi, k, s, e = line.pieces(a, b)
+        inner = line.seg_inner[k]
         keep = (e > s) & (inner >= 0)
         gi, inner, ln = gi[keep], inner[keep], (e - s)[keep]
         if gi.size:

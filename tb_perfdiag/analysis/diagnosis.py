@@ -71,9 +71,9 @@ class HostContext:
 
 
 @contextmanager
-def _no_cyclic_gc():
-    """The diagnosis builds many small acyclic objects (gap records); the cyclic
-    collector would rescan them again and again while they are being made."""
+def no_cyclic_gc():
+    """For code that makes many small acyclic objects (culprit descriptions, gap
+    records): the cyclic collector would rescan them again and again meanwhile."""
     was = gc.isenabled()
     gc.disable()
     try:
@@ -122,7 +122,7 @@ def diagnose_trace(trace: Trace, options: Options | None = None, progress=NULL) 
 def analyse(trace: Trace, options: Options | None = None, progress=NULL):
     """(Diagnosis, HostContext): the diagnosis and what later requests on the same trace
     need from the analysis (kept by the server beside the result)."""
-    with _no_cyclic_gc():
+    with no_cyclic_gc():
         return _diagnose(trace, options or Options(), progress)
 
 

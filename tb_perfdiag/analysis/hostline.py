@@ -138,6 +138,21 @@ class HostLine:
         k = int(np.searchsorted(self.seg_start, t, side="right")) - 1
         return int(self.seg_inner[k]) if k >= 0 else -1
 
+    def pieces(self, a: np.ndarray, b: np.ndarray) -> tuple:
+        """(window index, segment index, start, end) of each segment's part inside each
+        window [a, b), for all windows at once; a part may be empty (end ≤ start)."""
+        starts = self.seg_start
+        n_seg = starts.shape[0]
+        lo = np.maximum(np.searchsorted(starts, a, side="right") - 1, 0)
+        hi = np.searchsorted(starts, b, side="left")
+        cnt = np.maximum(hi - lo, 0)
+        gi = np.repeat(np.arange(a.shape[0]), cnt)
+        k = lo[gi] + (np.arange(gi.shape[0]) - np.repeat(np.cumsum(cnt) - cnt, cnt))
+        s = np.maximum(starts[k], a[gi])
+        e = np.where(k + 1 < n_seg, starts[np.minimum(k + 1, n_seg - 1)],
+                     np.iinfo(np.int64).max)
+        return gi, k, s, np.minimum(e, b[gi])
+
     def segments(self, a: int, b: int):
         """(starts, ends, inner) of the segments clipped to [a, b)."""
         lo = max(int(np.searchsorted(self.seg_start, a, side="right")) - 1, 0)

@@ -81,20 +81,11 @@ def _top_op(line: HostLine, names: np.ndarray, a: np.ndarray, b: np.ndarray,
             bucket: np.ndarray) -> np.ndarray:
     """Per window [a, b): the op whose name has most self time in segments of ``bucket``
     (an op called many times counts all its calls), as its longest call there (−1)."""
-    n = a.shape[0]
-    out = np.full(n, -1, np.int64)
-    starts, inner = line.seg_start, line.seg_inner
-    n_seg = starts.shape[0]
-    lo = np.maximum(np.searchsorted(starts, a, side="right") - 1, 0)
-    hi = np.searchsorted(starts, b, side="left")
-    cnt = np.maximum(hi - lo, 0)
-    gi = np.repeat(np.arange(n), cnt)
+    out = np.full(a.shape[0], -1, np.int64)
+    inner = line.seg_inner
+    gi, k, s, e = line.pieces(a, b)
     if gi.size == 0:
         return out
-    k = lo[gi] + (np.arange(gi.shape[0]) - np.repeat(np.cumsum(cnt) - cnt, cnt))
-    s = np.maximum(starts[k], a[gi])
-    e = np.where(k + 1 < n_seg, starts[np.minimum(k + 1, n_seg - 1)], np.iinfo(np.int64).max)
-    e = np.minimum(e, b[gi])
     keep = (e > s) & (inner[k] >= 0) & (line.seg_bucket[k] == bucket[gi])
     gi, ev, ln = gi[keep], inner[k][keep].astype(np.int64), (e - s)[keep]
     if gi.size == 0:
@@ -119,14 +110,7 @@ def _idle_intervals(line: HostLine, a: np.ndarray, b: np.ndarray):
     thread had nothing to do or waited for another thread."""
     starts = line.seg_start
     n_seg = starts.shape[0]
-    lo = np.maximum(np.searchsorted(starts, a, side="right") - 1, 0)
-    hi = np.searchsorted(starts, b, side="left")
-    cnt = np.maximum(hi - lo, 0)
-    gi = np.repeat(np.arange(a.shape[0]), cnt)
-    k = lo[gi] + (np.arange(gi.shape[0]) - np.repeat(np.cumsum(cnt) - cnt, cnt))
-    s = np.maximum(starts[k], a[gi])
-    e = np.where(k + 1 < n_seg, starts[np.minimum(k + 1, n_seg - 1)], np.iinfo(np.int64).max)
-    e = np.minimum(e, b[gi])
+    gi, k, s, e = line.pieces(a, b)
     keep = (e > s) & np.isin(line.seg_bucket[k], (B_IDLE, B_WAIT))
     gi, s, e = gi[keep], s[keep], e[keep]
     # before the thread's first event

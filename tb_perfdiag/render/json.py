@@ -5,13 +5,11 @@ comes from the diagnosis (the largest gaps) or from ``extra_detail`` (computed o
 demand for one gap by the server)."""
 from __future__ import annotations
 
-import gc
-from contextlib import contextmanager
-
 import numpy as np
 
 from ..analysis import causes as C
 from ..analysis.attribution import VIA_NAMES
+from ..analysis.diagnosis import no_cyclic_gc
 from ..analysis.result import Diagnosis, Direction, EventRefs, Finding, FindingKind, HostOps
 from ..analysis.steps import DEFINITION as STEP_DEFINITION
 from ..trace.model import EventKind as K
@@ -257,21 +255,8 @@ def gap_records(diag: Diagnosis, rows, extra_detail=None, evidence_only: bool = 
     """One JSON record per gap row; ``extra_detail`` = (HostOps, EventRefs) of rows whose
     detail was computed on demand.  Columns are converted once for the whole page (a page
     can hold every gap of a trace: no numpy scalar per field)."""
-    with _no_cyclic_gc():
+    with no_cyclic_gc():
         return _gap_records(diag, rows, extra_detail, evidence_only)
-
-
-@contextmanager
-def _no_cyclic_gc():
-    """Records are many small acyclic dicts: the cyclic collector would rescan them again
-    and again while they are being made."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def _gap_records(diag: Diagnosis, rows, extra_detail, evidence_only: bool) -> list:
