@@ -27,6 +27,7 @@ from .hostline import blocking_mask, build_hostlines, event_buckets
 from .intervals import covered
 from .culprits import framework
 from .refs import event_refs
+from .ops import op_table
 from .shares import split
 from .result import DeviceTable, Diagnosis, GapTable, StepNumbers
 from .steps import device_windows, find_steps, launched_busy, launching_steps
@@ -246,6 +247,8 @@ def _diagnose(trace: Trace, opt: Options, progress):
                                dev_ops_n > 0, win_s, win_e, s_busy, s_idle, s_small_n,
                                s_small_t, c_count.astype(np.int64), c_total, outlier,
                                s_launched)
+    progress.within(0.82, "op counts")
+    ops = op_table(trace, ev_step, step_numbers.typical())
 
     # ---- gaps, largest first ----
     # a gap belongs to the step of the op it waited for (that step's host work kept the
@@ -267,7 +270,7 @@ def _diagnose(trace: Trace, opt: Options, progress):
                         "(a CPU-only run, or the device was not profiled)")
     diag = Diagnosis(source, opt.threshold_us, opt.kernels_only, devices, step_numbers, gaps,
                      detail, annotations, [], small_total, warnings, None,
-                     list(trace.track_label), compilations, transfers)
+                     list(trace.track_label), compilations, transfers, ops)
     diag.findings, cited = find_mod.findings(trace, diag, steps, compile_ev, compile_step, ctx)
     sync_events = [e for per_gap in detail.syncs for _, e in per_gap]
     diag.refs = event_refs(trace, [gaps.prev_op, gaps.next_op, gaps.waited_for, gaps.blocking,

@@ -206,6 +206,12 @@ class StepNumbers:
     def __len__(self) -> int:
         return int(self.ids.shape[0])
 
+    def typical(self) -> np.ndarray:
+        """bool per step: the steps a typical step is averaged over — those not flagged
+        ``outlier`` (compiling, or 1.5× the median step), all of them when every step is."""
+        keep = ~np.asarray(self.outlier, bool)
+        return keep if keep.any() else np.ones(len(self), bool)
+
 
 @dataclass
 class AnnotationTable:
@@ -286,6 +292,30 @@ class TransferTable:
 
 
 @dataclass
+class OpTable:
+    """One row per op name on the host (inclusive time) and on the devices (device time:
+    kernels, copies, sets), with its count and time over the trace, over the steps and
+    over the typical steps (``typical_steps`` of ``steps`` steps: those not flagged
+    ``StepNumbers.outlier``, or all of them when every step is).  Built by
+    ``ops.op_table``."""
+
+    name: list
+    device: np.ndarray         # bool: a device op (else a host op)
+    kind: np.ndarray           # int8 EventKind
+    count: np.ndarray          # int64 events, whole trace
+    time: np.ndarray           # int64 ps
+    step_count: np.ndarray     # int64 events that belong to a step
+    step_time: np.ndarray      # int64 ps
+    typical_count: np.ndarray  # int64 events that belong to a typical step
+    typical_time: np.ndarray   # int64 ps
+    typical_steps: int
+    steps: int
+
+    def __len__(self) -> int:
+        return len(self.name)
+
+
+@dataclass
 class Finding:
     kind: FindingKind
     title: str
@@ -319,6 +349,7 @@ class Diagnosis:
     # None only in results made before these tables existed (disk cache)
     compilations: CompilationTable | None = None
     transfers: TransferTable | None = None
+    ops: OpTable | None = None
 
     def nbytes(self) -> int:
         return _nbytes(self)
