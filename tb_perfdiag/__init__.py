@@ -6,6 +6,6 @@ from ._version import __version__
 
 from .trace import Trace, TraceError, load  # noqa: E402
 from .analysis import Diagnosis, Options  # noqa: E402
-from .api import Report, diagnose  # noqa: E402
+from .api import CompareReport, Report, compare, diagnose  # noqa: E402
 
-__all__ = ["load", "diagnose", "Diagnosis", "Report", "Options", "Trace", "TraceError", "__version__"]
+__all__ = ["load", "diagnose", "compare", "CompareReport", "Diagnosis", "Report", "Options", "Trace", "TraceError", "__version__"]

@@ -4,9 +4,11 @@ from __future__ import annotations
 import os
 
 from .analysis import Diagnosis, Options, analyse
+from .analysis.compare import Comparison, compare as compare_diagnoses
 from .discovery import scan_logdir
 from .params import DEFAULT_GAPS_PAGE
 from .render import chrome, text
+from .render import compare as compare_render
 from .render.json import diagnosis_json
 from .trace import Trace, load
 
@@ -66,3 +68,41 @@ def trace_files(path: str) -> list:
             label = f"{run.name} · {s.host}" + (f" · {s.span}" if s.span else "")
             out.append((label, s.path))
     return out
+
+
+class CompareReport:
+    """A typed before/after ``Comparison`` (``.comparison``; its fields read through:
+    ``.devices``, ``.findings``, ``.highlights``…) with its JSON and text renderers."""
+
+    def __init__(self, comparison: Comparison):
+        self.comparison = comparison
+
+    def __getattr__(self, name):
+        return getattr(self.__dict__["comparison"], name)
+
+    def to_json(self, top: int = compare_render.DEFAULT_TOP, with_steps: bool = True) -> dict:
+        return compare_render.comparison_json(self.comparison, top, with_steps)
+
+    def to_text(self, top: int = 8) -> str:
+        return compare_render.report(self.comparison, top)
+
+
+def _diagnosis_of(x, options: dict) -> tuple:
+    """(Diagnosis, label) of a path, a loaded ``Trace``, a ``Report`` or a ``Diagnosis``."""
+    if isinstance(x, Report):
+        return x.diagnosis, os.path.basename(str(x.diagnosis.source.get("path", ""))) or "trace"
+    if isinstance(x, Diagnosis):
+        return x, os.path.basename(str(x.source.get("path", ""))) or "trace"
+    if isinstance(x, Trace):
+        return diagnose(x, **options).diagnosis, os.path.basename(str(x.path)) or "trace"
+    return diagnose(x, **options).diagnosis, os.path.basename(str(x).rstrip("/"))
+
+
+def compare(before, after, labels=None, **options) -> CompareReport:
+    """Compare two runs: each a trace file, a loaded ``Trace``, a ``Report`` or a
+    ``Diagnosis`` (files and traces are diagnosed with ``options``, as ``diagnose``).
+    Figures per device and typical step, findings new/gone/grew/shrank, ops and
+    annotations whose count or device time changed."""
+    a, la = _diagnosis_of(before, options)
+    b, lb = _diagnosis_of(after, options)
+    return CompareReport(compare_diagnoses(a, b, tuple(labels) if labels else (la, lb)))
