@@ -1,26 +1,238 @@
-"""``tb-perfdiag info PATH`` and ``tb-perfdiag diagnose PATH`` in a terminal."""
+"""``tb-perfdiag info|diagnose|compare|check`` in a terminal, a pipeline or a CI job.
+
+Exit codes (every command):
+  0  done (check: every budget met)
+  1  check: a budget was breached
+  2  usage: an unknown option, a bad value (``--threshold-us nan``), nothing to check
+  3  input: a path that does not exist, holds no profile, or a file that cannot be read
+A closed pipe (``… | head``) ends the command quietly with 141, as SIGPIPE would.
+"""
 from __future__ import annotations
 
 import argparse
-import json
+import math
+import os
 import sys
+import time
+
+import orjson
 
 from ._version import __version__
 from .analysis import Options, diagnose_trace
+from .analysis import causes as C
+from .analysis.budgets import Budgets, check as check_budgets
+from .analysis.compare import compare as compare_diagnoses
+from .api import trace_files
+from .discovery import scan_logdir
+from .params import DEFAULT_GAPS_PAGE, MAX_GAPS_PAGE, PARAMS
+from .render import check as check_render
+from .render import compare as compare_render
 from .render import text
 from .render.json import diagnosis_json
-from .api import trace_files
 from .trace import TraceError, load
 
+OK, BREACH, USAGE, INPUT, PIPE = 0, 1, 2, 3, 141
+DEFAULT_TOP = 8
+
+
+class UsageError(Exception):
+    """A command line that cannot run (exit 2)."""
+
+
+class InputError(Exception):
+    """A path or file that cannot be read (exit 3)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with an error on one line (no usage block) and exit code 2."""
+
+    def error(self, message):
+        self.exit(USAGE, f"{self.prog}: error: {message}\n")
+
+
+# ---- option values ----
+
+def _number(name: str, lo: float, hi: float, integer: bool = False):
+    def conv(s: str):
+        try:
+            x = int(s) if integer else float(s)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{s!r} is not {'an integer' if integer else 'a number'}") from None
+        if not math.isfinite(x):
+            raise argparse.ArgumentTypeError(f"{s!r}: must be a finite number")
+        if not lo <= x <= hi:
+            raise argparse.ArgumentTypeError(f"{s!r}: must be between {lo:g} and {hi:g}")
+        return x
+    conv.__name__ = name
+    return conv
+
+
+def _fraction(s: str) -> float:
+    """'80%' or '0.8' → 0.8."""
+    t = s.strip()
+    pct = t.endswith("%")
+    try:
+        x = float(t[:-1] if pct else t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{s!r} is not a fraction (0.8) or a percentage (80%)") \
+            from None
+    if not math.isfinite(x):
+        raise argparse.ArgumentTypeError(f"{s!r}: must be a finite number")
+    x = x / 100 if pct else x
+    if not 0 <= x <= 1:
+        raise argparse.ArgumentTypeError(f"{s!r}: must be between 0 and 1 (0% and 100%)")
+    return x
+
+
+def _growth(s: str) -> float:
+    """'5%' or '0.05' → 0.05 (may exceed 100 %)."""
+    t = s.strip()
+    pct = t.endswith("%")
+    try:
+        x = float(t[:-1] if pct else t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{s!r} is not a fraction (0.05) or a percentage (5%)") \
+            from None
+    if not math.isfinite(x) or x < 0:
+        raise argparse.ArgumentTypeError(f"{s!r}: must be a finite number ≥ 0")
+    return x / 100 if pct else x
+
+
+def _idle_budget(s: str) -> tuple:
+    """'host_sync=5%' → ('host_sync', 0.05)."""
+    cause, sep, val = s.partition("=")
+    cause = cause.strip()
+    if not sep or cause not in C.ALL:
+        raise argparse.ArgumentTypeError(
+            f"{s!r}: expected CAUSE=P% with CAUSE one of {', '.join(C.ALL)}")
+    return cause, _fraction(val)
+
+
+_T = PARAMS["threshold_us"]
+_threshold = _number("threshold", _T.lo, _T.hi)
+
+
+# ---- resolving paths ----
+
+def _exists(path: str) -> None:
+    if "://" not in path and not os.path.exists(path):
+        raise InputError(f"no such file or folder: {path}")
+
+
+def _profiles(path: str) -> list:
+    """Every profile under ``path`` as (label, file), or raise InputError."""
+    _exists(path)
+    found = trace_files(path)
+    if not found:
+        raise InputError(f"no profiles found under {path} (*.xplane.pb under plugins/profile/, "
+                         f"*.pt.trace.json[.gz])")
+    return found
+
+
+def _latest_per_host(path: str, host: str | None = None) -> list:
+    """[(host, label, file)]: a file as it is; a folder: the newest span of each host (as
+    the tab opens it), only ``host`` when given."""
+    _exists(path)
+    if os.path.isfile(path) or ("://" in path and not path.endswith("/")
+                                and not os.path.isdir(path)):
+        return [(None, os.path.basename(path.rstrip("/")), path)]
+    runs = scan_logdir(path)
+    best = {}
+    for run in runs.values():
+        for s in run.sources:
+            k = (run.name, s.host)
+            if k not in best or (s.span.isdigit() and int(s.span) or 0, s.span) > \
+                    (best[k].span.isdigit() and int(best[k].span) or 0, best[k].span):
+                best[k] = s
+    if not best:
+        raise InputError(f"no profiles found under {path} (*.xplane.pb under plugins/profile/, "
+                         f"*.pt.trace.json[.gz])")
+    out = [(h, f"{run} · {h}" + (f" · {s.span}" if s.span else ""), s.path)
+           for (run, h), s in sorted(best.items())]
+    if host is not None:
+        out = [x for x in out if x[0] == host]
+        if not out:
+            raise UsageError(f"no host {host!r} under {path}; hosts: "
+                             f"{', '.join(sorted({h for _, h in best}))}")
+    return out
+
+
+def _one(path: str, host: str | None, what: str) -> tuple:
+    got = _latest_per_host(path, host)
+    if len(got) > 1:
+        raise UsageError(f"{what} {path} holds {len(got)} profiles "
+                         f"({', '.join(label for _, label, _ in got[:6])}): pass one file, or "
+                         f"a host with --host")
+    return got[0]
+
+
+def _diagnose(path: str, opt: Options):
+    try:
+        return diagnose_trace(load(path), opt)
+    except TraceError as e:
+        raise InputError(f"{path}: {e.reason}") from None
+    except OSError as e:
+        raise InputError(f"{path}: {e.strerror or e}") from None
+
+
+def _options(args) -> Options:
+    return Options(threshold_us=args.threshold_us, kernels_only=args.kernels_only)
+
+
+_INT64 = (-2**63, 2**63 - 1)
+
+
+def _wide(x):
+    """``x`` with integers beyond 64 bits (``origin_ps``: ps since 1970) as JSON fragments:
+    orjson refuses them, the route's encoder writes them as they are."""
+    if isinstance(x, dict):
+        return {k: _wide(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_wide(v) for v in x]
+    if isinstance(x, int) and not isinstance(x, bool) and not _INT64[0] <= x <= _INT64[1]:
+        return orjson.Fragment(str(x).encode())
+    return x
+
+
+def _sources_wide(doc):
+    """The small ``source`` dicts made safe up front, so the large rest is encoded once."""
+    if not isinstance(doc, dict):
+        return doc
+    out = dict(doc)
+    for k, v in doc.items():
+        if k == "source" and isinstance(v, dict):
+            out[k] = _wide(v)
+        elif isinstance(v, dict) and ("source" in v or k in ("before", "after")):
+            out[k] = _sources_wide(v)
+    return out
+
+
+def _dump(doc, args) -> None:
+    """JSON on stdout with orjson: indented for a terminal, compact into a pipe or file
+    (``--pretty``/``--compact`` choose)."""
+    pretty = args.pretty if args.pretty is not None else sys.stdout.isatty()
+    opt = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY | \
+        (orjson.OPT_INDENT_2 if pretty else 0)
+    doc = _sources_wide(doc)
+    try:
+        out = orjson.dumps(doc, option=opt)
+    except TypeError:           # a wide integer elsewhere: look everywhere
+        out = orjson.dumps(_wide(doc), option=opt)
+    sys.stdout.buffer.write(out + b"\n")
+    sys.stdout.flush()
+
+
+# ---- commands ----
 
 def cmd_info(args) -> int:
-    rc = 0
-    for label, path in trace_files(args.path):
+    rc = OK
+    for label, path in _profiles(args.path):
         try:
             tr = load(path)
-        except TraceError as e:
-            print(f"{label}: ERROR {e.reason}")
-            rc = 1
+        except (TraceError, OSError) as e:
+            print(f"{label}: ERROR {getattr(e, 'reason', None) or e}")
+            rc = INPUT
             continue
         s = tr.summary()
         lo, hi = s["span_ps"]
@@ -35,53 +247,213 @@ def cmd_info(args) -> int:
     return rc
 
 
+def _json_doc(diag, args) -> dict:
+    """The route's JSON: one page of gaps (``--gaps``, default the route's page; ``--top``
+    when given; every gap with ``--all-gaps``), findings cut to ``--top`` when given."""
+    if args.all_gaps:
+        limit = None
+    elif args.gaps is not None:
+        limit = args.gaps
+    elif args.top is not None:
+        limit = args.top
+    else:
+        limit = DEFAULT_GAPS_PAGE
+    doc = diagnosis_json(diag, 0, limit, args.step, paged=True)
+    if args.top is not None:
+        doc["findings_total"] = len(doc["findings"])
+        doc["findings"] = doc["findings"][:args.top]
+    return doc
+
+
 def cmd_diagnose(args) -> int:
-    opt = Options(threshold_us=args.threshold_us, kernels_only=args.kernels_only)
-    results, rc = [], 0
-    for label, path in trace_files(args.path):
+    opt = _options(args)
+    results, rc = [], OK
+    for label, path in _profiles(args.path):
         try:
-            diag = diagnose_trace(load(path), opt)
-        except TraceError as e:
-            results.append((label, None, {"error": e.reason, "file": path}))
-            rc = 1
-            continue
-        results.append((label, diag, None))
-    if not results:
-        print(f"no profiles found under {args.path}", file=sys.stderr)
-        return 2
+            results.append((label, _diagnose(path, opt), None))
+        except InputError as e:
+            results.append((label, None, {"error": str(e), "file": path}))
+            rc = INPUT
     if args.json:
-        docs = [(label, err if diag is None else
-                 diagnosis_json(diag, step=args.step, paged=True)) for label, diag, err in results]
-        out = docs[0][1] if len(docs) == 1 else dict(docs)
-        json.dump(out, sys.stdout, indent=None if args.compact else 1)
-        print()
+        docs = [(label, err if diag is None else _json_doc(diag, args))
+                for label, diag, err in results]
+        _dump(docs[0][1] if len(docs) == 1 else dict(docs), args)
         return rc
+    top = DEFAULT_TOP if args.top is None else args.top
     for label, diag, err in results:
         if diag is None:
             print(f"== {label}\n   ERROR {err['error']}")
         else:
-            print(text.report(label, diag, args.top, args.step))
+            print(text.report(label, diag, top, args.step))
     return rc
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="tb-perfdiag", description=__doc__)
+def cmd_compare(args) -> int:
+    opt = _options(args)
+    _, la, pa = _one(args.before, args.host, "BEFORE")
+    _, lb, pb = _one(args.after, args.host, "AFTER")
+    cmp = compare_diagnoses(_diagnose(pa, opt), _diagnose(pb, opt), (la, lb))
+    top = DEFAULT_TOP if args.top is None else args.top
+    if args.json:
+        _dump(compare_render.comparison_json(cmp, top if args.top is not None else
+                                             compare_render.DEFAULT_TOP,
+                                             with_steps=args.steps), args)
+    else:
+        print(compare_render.report(cmp, top))
+    return OK
+
+
+def cmd_check(args) -> int:
+    budgets = Budgets(args.min_duty, dict(args.max_idle_cause or []), args.max_regression)
+    if budgets.empty():
+        raise UsageError("nothing to check: give --min-duty, --max-idle-cause or "
+                         "--baseline with --max-regression")
+    if (args.baseline is None) != (args.max_regression is None):
+        raise UsageError("--baseline and --max-regression go together")
+    opt = _options(args)
+    t0 = time.perf_counter()
+    checked = []
+    try:
+        targets = _latest_per_host(args.path, args.host)
+        base = _latest_per_host(args.baseline, None) if args.baseline else []
+    except InputError as e:          # still reported in every output, JUnit included
+        targets, base = [], []
+        checked.append((args.path, args.path, str(e)))
+    for host, label, path in targets:
+        cmp = None
+        if base:
+            bh = [b for b in base if b[0] == host] or (base if len(base) == 1 else [])
+            if not bh:
+                raise UsageError(f"the baseline {args.baseline} holds several profiles and "
+                                 f"none of host {host!r}: pass one file")
+        try:
+            diag = _diagnose(path, opt)
+            if base:
+                cmp = compare_diagnoses(_diagnose(bh[0][2], opt), diag, (bh[0][1], label))
+            checked.append((label, path, check_budgets(diag, budgets, cmp)))
+        except InputError as e:
+            checked.append((label, path, str(e)))
+    elapsed = time.perf_counter() - t0
+    if args.junit:
+        with open(args.junit, "wb") as f:
+            f.write(check_render.junit(checked, elapsed))
+    if args.json:
+        _dump(check_render.as_json(checked), args)
+    else:
+        print(check_render.text(checked))
+    if args.github:
+        gh = check_render.github(checked)
+        if gh:
+            print(gh)
+    if any(isinstance(res, str) for _, _, res in checked):
+        return INPUT
+    return BREACH if any(not r.ok for _, _, res in checked for r in res) else OK
+
+
+# ---- the parser ----
+
+def _json_layout(p) -> None:
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--compact", dest="pretty", action="store_false", default=None,
+                   help="JSON on one line (the default into a pipe or a file)")
+    g.add_argument("--pretty", dest="pretty", action="store_true",
+                   help="indented JSON (the default on a terminal)")
+
+
+def _analysis_options(p) -> None:
+    p.add_argument("--threshold-us", type=_threshold, default=_T.default,
+                   help=f"smallest listed gap, µs (default {_T.default:g})")
+    p.add_argument("--kernels-only", action="store_true", help="busy = kernels only")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _parser(prog="tb-perfdiag", description=__doc__.split("\n")[0],
+                epilog=__doc__.split("\n", 1)[1])
     p.add_argument("--version", action="version", version=__version__)
-    sub = p.add_subparsers(dest="cmd", required=True)
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
     pi = sub.add_parser("info", help="tracks, event counts, time span and steps of a trace")
     pi.add_argument("path")
     pi.set_defaults(fn=cmd_info)
+
     pd = sub.add_parser("diagnose", help="duty cycle, idle gaps with causes, findings")
     pd.add_argument("path")
     pd.add_argument("--json", action="store_true", help="print the JSON the plugin serves")
-    pd.add_argument("--compact", action="store_true", help="JSON on one line")
-    pd.add_argument("--step", type=int, default=None, help="only this step's gaps")
-    pd.add_argument("--threshold-us", type=float, default=5.0, help="smallest listed gap")
-    pd.add_argument("--kernels-only", action="store_true", help="busy = kernels only")
-    pd.add_argument("--top", type=int, default=8, help="findings and gaps to print")
+    _json_layout(pd)
+    pd.add_argument("--step", type=_number("step", -2**63, 2**63 - 1, True), default=None,
+                    help="only this step's gaps")
+    pd.add_argument("--top", type=_number("top", 0, 10**6, True), default=None,
+                    help=f"findings and gaps to print (default {DEFAULT_TOP}; with --json: "
+                         "findings, and gaps unless --gaps/--all-gaps)")
+    g = pd.add_mutually_exclusive_group()
+    g.add_argument("--gaps", type=_number("gaps", 0, MAX_GAPS_PAGE, True), default=None,
+                   help=f"--json: gaps in the page (default {DEFAULT_GAPS_PAGE}, as the route)")
+    g.add_argument("--all-gaps", action="store_true", help="--json: every gap")
+    _analysis_options(pd)
     pd.set_defaults(fn=cmd_diagnose)
-    args = p.parse_args(argv)
-    return args.fn(args)
+
+    pc = sub.add_parser("compare", help="what changed between two runs (before → after)")
+    pc.add_argument("before", help="a trace file, or a folder with one profile")
+    pc.add_argument("after")
+    pc.add_argument("--host", help="the host to compare when a folder holds several")
+    pc.add_argument("--json", action="store_true", help="print the JSON the compare route serves")
+    _json_layout(pc)
+    pc.add_argument("--no-steps", dest="steps", action="store_false",
+                    help="--json: leave out each run's per-step chart data")
+    pc.add_argument("--top", type=_number("top", 0, 10**6, True), default=None,
+                    help="changes, findings, ops and annotations to list")
+    _analysis_options(pc)
+    pc.set_defaults(fn=cmd_compare)
+
+    pk = sub.add_parser(
+        "check", help="fail a CI job when a run breaks its idle-time budgets",
+        description="Check every host of PATH (its newest span) against budgets, per device "
+                    "and typical step (compiling and outlier steps left out). Exit 0 when "
+                    "every budget is met, 1 on a breach, 2 on a usage error, 3 when a path "
+                    "or file cannot be read.")
+    pk.add_argument("path")
+    pk.add_argument("--min-duty", type=_fraction, metavar="F",
+                    help="least duty cycle per typical step, on every device (0.8 or 80%%)")
+    pk.add_argument("--max-idle-cause", type=_idle_budget, action="append", metavar="CAUSE=P%",
+                    help="most idle of CAUSE per typical step, as a share of the step "
+                         f"(repeatable; causes: {', '.join(C.ALL)})")
+    pk.add_argument("--baseline", metavar="OLD", help="a run to compare with")
+    pk.add_argument("--max-regression", type=_growth, metavar="P%",
+                    help="with --baseline: most the typical step may slow down (5%%)")
+    pk.add_argument("--host", help="check only this host")
+    pk.add_argument("--junit", metavar="FILE", help="also write JUnit XML here")
+    pk.add_argument("--github", action="store_true",
+                    help="also print GitHub Actions ::error annotations for breaches")
+    pk.add_argument("--json", action="store_true", help="print the results as JSON")
+    _json_layout(pk)
+    _analysis_options(pk)
+    pk.set_defaults(fn=cmd_check)
+    return p
+
+
+def _parser(**kw) -> _Parser:
+    return _Parser(formatter_class=argparse.RawDescriptionHelpFormatter, **kw)
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except BrokenPipeError:
+        # the reader went away (… | head): nothing more to say, and no traceback
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except OSError:
+            pass
+        return PIPE
+    except UsageError as e:
+        print(f"tb-perfdiag: error: {e}", file=sys.stderr)
+        return USAGE
+    except InputError as e:
+        print(f"tb-perfdiag: error: {e}", file=sys.stderr)
+        return INPUT
+    except KeyboardInterrupt:
+        return 130
 
 
 if __name__ == "__main__":
