@@ -7,6 +7,7 @@ import { renderStepsChart } from "./steps_chart.js";
 import { Timeline } from "./timeline.js";
 import { renderAnnotations } from "./annotations.js";
 import { CompareHosts } from "./compare.js";
+import { CompareRuns, renderPicker } from "./compare_runs.js";
 
 const PAGE = 200;
 /** Runs with this many hosts or more open on the per-host summary (a pod), not on one host. */
@@ -31,8 +32,9 @@ export class App {
     this.statusEl = h("div", { class: "pd-status", role: "status", "aria-live": "polite" });
     this.body = h("div", { class: "pd-body" });
     this.compareEl = h("div", { class: "pd-compare-slot" });
+    this.pickerEl = h("div", { class: "pd-picker-slot" });
     this.root.append(h("h1", { class: "pd-title" }, "Diagnose: why is the accelerator idle?"),
-      this.header, this.statusEl, this.compareEl, this.body);
+      this.header, this.pickerEl, this.statusEl, this.compareEl, this.body);
     this.compare = new CompareHosts(this.compareEl, {
       params: (host) => ({ run: this.state.run, host, span: undefined }),
       onPick: (host) => {
@@ -86,16 +88,21 @@ export class App {
     };
     this.header.textContent = "";
     this.header.append(sel("pd-run", "Run", this.runs.map((x) => [x.run, x.run]), s.run, (v) => {
-      this.state = { run: v }; this.buildSelectors(); this.show();
+      this.state = { run: v, ...this.baseOf() }; this.buildSelectors(); this.show();
     }));
     const hostOptions = run.hosts.map((x) => [x.name, x.name]);
     if (multi) hostOptions.unshift([ALL_HOSTS, `All ${run.hosts.length} hosts (summary)`]);
     this.header.append(sel("pd-host", "Host", hostOptions, s.host, (v) => {
-      this.state = { run: s.run, host: v }; this.buildSelectors(); this.show();
+      this.state = { run: s.run, host: v, ...(v === ALL_HOSTS ? {} : this.baseOf()) }; this.buildSelectors(); this.show();
     }));
     if (host && host.spans.length > 1) {
       this.header.append(sel("pd-span", "Span", host.spans.map((x) => [x.name, `${x.name} (${x.file})`]),
-        s.span, (v) => { this.state = { run: s.run, host: s.host, span: v }; this.loadDiagnosis(); }));
+        s.span, (v) => { this.state = { run: s.run, host: s.host, span: v, ...this.baseOf() }; this.show(); }));
+    }
+    if (!pod) {
+      this.header.append(h("button", { class: "pd-button", id: "pd-compare-with", "aria-expanded": String(!!this.pickerEl.firstChild),
+        title: "Compare this run with another run, host or span: what changed per step, findings, ops",
+        onclick: (e) => this.togglePicker(e.currentTarget) }, "Compare with…"));
     }
     this.deviceSlot = h("span", { class: "pd-device-slot" });
     this.header.append(this.deviceSlot);
@@ -109,9 +116,72 @@ export class App {
     }
   }
 
-  /** The current selection: the per-host summary of a pod, or one host's diagnosis. */
+  /** The current selection: the per-host summary of a pod, a comparison with another run,
+   * or one host's diagnosis. */
   show() {
-    return this.state.host === ALL_HOSTS ? this.showPod() : this.loadDiagnosis();
+    if (this.state.host === ALL_HOSTS) return this.showPod();
+    return this.state.base_run ? this.showCompare() : this.loadDiagnosis();
+  }
+
+  /** The run being compared with, as state keys (empty when not comparing). */
+  baseOf() {
+    const s = this.state;
+    return s.base_run ? { base_run: s.base_run, base_host: s.base_host, base_span: s.base_span } : {};
+  }
+
+  togglePicker(button) {
+    if (this.pickerEl.firstChild) { this.pickerEl.textContent = ""; button.setAttribute("aria-expanded", "false"); return; }
+    button.setAttribute("aria-expanded", "true");
+    renderPicker(this.pickerEl, this.runs, this.state, {
+      onCompare: (base) => {
+        const s = this.state;
+        this.pickerEl.textContent = "";
+        this.state = { run: s.run, host: s.host, span: s.span, device: s.device, ...base };
+        this.buildSelectors(); this.show();
+      },
+      onCancel: () => { this.pickerEl.textContent = ""; button.setAttribute("aria-expanded", "false"); },
+    });
+  }
+
+  /** Before (base_*) → after (the selection), from /compare; the URL keeps both. */
+  async showCompare() {
+    const token = ++this.token;
+    const s = this.state;
+    delete s.step; delete s.gap; delete s.zoom;
+    writeState(s);
+    delete this.root.dataset.loaded;
+    this.setStatus("");
+    this.diag = null;
+    this.deviceSlot.textContent = "";
+    this.compare.close();
+    this.body.textContent = "";
+    const name = (r, host, span) => `${r} · ${host}${span ? " · " + span : ""}`;
+    const before = h("span", { id: "pd-cmp-before" }, name(s.base_run, s.base_host, s.base_span));
+    const after = h("span", { id: "pd-cmp-after" }, name(s.run, s.host, s.span));
+    this.body.append(h("div", { class: "pd-cmp-bar", role: "group", "aria-label": "Comparison" },
+      h("b", {}, "Before: "), before, h("span", { class: "pd-cmp-arrow", "aria-hidden": "true" }, " → "),
+      h("b", {}, "After: "), after,
+      h("button", { class: "pd-button", id: "pd-compare-swap", title: "Swap before and after", onclick: () => {
+        this.state = { run: s.base_run, host: s.base_host, span: s.base_span, base_run: s.run, base_host: s.host, base_span: s.span };
+        this.buildSelectors(); this.show();
+      } }, "⇄ Swap"),
+      h("button", { class: "pd-link-btn", id: "pd-compare-close", onclick: () => {
+        this.state = { run: s.run, host: s.host, span: s.span, device: s.device };
+        this.buildSelectors(); this.show();
+      } }, "Close comparison")));
+    const slot = h("div", { id: "pd-compare-view" });
+    this.body.append(slot);
+    this.compareRuns = new CompareRuns(slot, {
+      onOpenStep: (x) => { this.state = { run: x.run, host: x.host, span: x.span, step: x.step }; this.buildSelectors(); this.show(); },
+    });
+    const ok = await this.compareRuns.show({ ...this.params(), base_run: s.base_run, base_host: s.base_host, base_span: s.base_span || undefined });
+    if (ok === null || token !== this.token) return null;
+    if (ok) {
+      before.textContent = this.compareRuns.data.before.label;
+      after.textContent = this.compareRuns.data.after.label;
+    }
+    this.root.dataset.loaded = `${s.run}|${s.host}||compare-${ok ? "ok" : "error"}`;
+    return ok;
   }
 
   showPod() {

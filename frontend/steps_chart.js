@@ -34,7 +34,7 @@ export function layoutSteps(steps, deviceKey, width, height, opts = {}) {
   const slot = width / n;
   const gapPx = Math.min(6, slot * 0.2);
   const totals = steps.map((s) => stepSegments(s, deviceKey).reduce((a, x) => a + x.ns, 0));
-  const maxT = Math.max(1, ...totals);
+  const maxT = Math.max(1, opts.maxNs || 0, ...totals);   // maxNs: one scale for charts side by side
   return steps.map((s, i) => {
     const segsIn = stepSegments(s, deviceKey);
     const total = totals[i];
@@ -54,11 +54,11 @@ export function layoutSteps(steps, deviceKey, width, height, opts = {}) {
   });
 }
 
-export function renderStepsChart(container, diag, { deviceKey, selectedStep, onSelect }) {
+export function renderStepsChart(container, diag, { deviceKey, selectedStep, onSelect, maxNs }) {
   container.textContent = "";
   const width = Math.max(320, container.clientWidth || 800);
   const height = 200;
-  const bars = layoutSteps(diag.steps || [], deviceKey, width, height);
+  const bars = layoutSteps(diag.steps || [], deviceKey, width, height, { maxNs });
   const svg = document.createElementNS(SVG, "svg");
   svg.setAttribute("width", String(width));
   svg.setAttribute("height", String(height));

@@ -74,6 +74,10 @@ PARAMS = {p.name: p for p in (
     Param("end_us", "float", 1e15, -1e15, 1e15, doc="overlay events to, µs"),
     Param("wait", "bool", False, doc="hosts: answer once every host is analysed"),
     Param("refresh", "bool", False, doc="runs: list the logdir again now"),
+    Param("base_run", "str", required=True, doc="compare: the run to compare with (before)"),
+    Param("base_host", "str", required=True, doc="compare: its host"),
+    Param("base_span", "str", doc="compare: its span; the latest when absent"),
+    Param("top", "int", 15, 1, 1000, doc="compare: ops, findings and annotations listed"),
 )}
 
 _FILE = ("run", "host", "span", "threshold_us", "kernels_only")   # one file's diagnosis
@@ -85,6 +89,7 @@ ROUTES = {
     "timeline": Route(_FILE + ("start_ns", "end_ns", "width"), ordered=(("start_ns", "end_ns"),)),
     "hosts": Route(("run", "threshold_us", "kernels_only", "wait")),
     "progress": Route(_FILE),
+    "compare": Route(_FILE + ("base_run", "base_host", "base_span", "top")),
     "version": Route(()),
     "status": Route(()),
 }

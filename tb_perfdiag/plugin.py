@@ -81,6 +81,7 @@ class DiagnosePlugin(base_plugin.TBPlugin):
             "/timeline": self._serve_timeline,
             "/hosts": self._serve_hosts,
             "/progress": self._serve_progress,
+            "/compare": self._serve_compare,
             "/version": self._serve_version,
             "/status": self._serve_status,
         }
@@ -140,6 +141,10 @@ class DiagnosePlugin(base_plugin.TBPlugin):
     @wrappers.Request.application
     def _serve_progress(self, request):
         return self._respond(request, "progress", self._service.progress_json)
+
+    @wrappers.Request.application
+    def _serve_compare(self, request):
+        return self._respond(request, "compare", self._service.compare_json)
 
     @wrappers.Request.application
     def _serve_timeline(self, request):

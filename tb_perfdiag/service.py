@@ -12,6 +12,7 @@ import threading
 
 from ._version import __version__
 from .analysis import Options
+from .analysis.compare import compare
 from .analysis.diagnosis import gap_detail, host_context
 from .analysis.timeline import lanes
 from .cache import DiagnosisCache
@@ -20,6 +21,7 @@ from .errors import NotFound, TooLarge, TraceError, trace_error
 from .pod import Failure, PodJob, analyse_file
 from .progress import Progress
 from .render import chrome
+from .render.compare import comparison_json
 from .render.json import diagnosis_json, gap_records, gap_row
 from .storage import file_identity
 from .trace import load
@@ -170,6 +172,26 @@ class DiagnosisService:
     def diagnosis_json(self, params):
         return diagnosis_json(self._diagnosis(params), params.gaps_offset, params.gaps_limit,
                               params.step, paged=True)
+
+    def compare_json(self, params):
+        """Before (``base_run``/``base_host``/``base_span``) → after (``run``/``host``/
+        ``span``), both diagnosed with the same options (and cached as /diagnosis)."""
+        src = self._source(params)
+        after = self._diagnosis(params)
+        base = self.catalog.find(params.base_run, params.base_host, params.base_span)
+        if base is None:
+            raise NotFound("no such base run/host/span in the logdir", base_run=params.base_run,
+                           base_host=params.base_host)
+        try:
+            before = self._diagnose_source(base, self._options(params))
+        except TraceError as e:
+            raise trace_error(e, run=params.base_run, host=params.base_host) from None
+        label = lambda r, s: f"{r} · {s.host}" + (f" · {s.span}" if s.span else "")  # noqa: E731
+        cmp = compare(before, after, (label(params.base_run, base), label(params.run, src)))
+        out = comparison_json(cmp, params.top)
+        out["before"].update(run=params.base_run, host=base.host, span=base.span)
+        out["after"].update(run=params.run, host=src.host, span=src.span)
+        return out
 
     def gap_json(self, params):
         diag = self._diagnosis(params)

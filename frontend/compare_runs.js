@@ -1,0 +1,245 @@
+// "Compare with…": two runs (hosts, spans) side by side from the /compare route — what
+// changed per device and typical step, the findings that are new/gone/grew/shrank, the ops
+// and annotations whose count or device time changed, and the step chart of each run.
+// The page keeps the other run in the URL (p.perfdiag.base_run/base_host/base_span), so a
+// link reopens the comparison.
+import { getJSON } from "./api.js";
+import { h } from "./dom.js";
+import { causeColor, causeLabel, formatNs, formatPct } from "./format.js";
+import { renderStepsChart, stepSegments } from "./steps_chart.js";
+
+/** Is a change good ("better"), bad ("worse") or neither ("")? Step time and idle: lower is
+ * better; duty cycle: higher is better; busy time and counts: neither (more work is not bad). */
+export function verdict(metric, delta) {
+  if (delta === null || delta === undefined || delta === 0 || Number.isNaN(delta)) return "";
+  if (metric === "duty") return delta > 0 ? "better" : "worse";
+  if (metric === "step" || metric === "idle") return delta < 0 ? "better" : "worse";
+  return "";
+}
+
+/** Signed time: +1.20 ms, −350 µs, ±0 ns. */
+export function signedNs(ns) {
+  if (ns === null || ns === undefined) return "–";
+  const s = ns > 0 ? "+" : ns < 0 ? "−" : "±";
+  return s + formatNs(Math.abs(ns));
+}
+
+/** Signed percentage points of a fraction: +13.2 points. */
+export function signedPoints(frac) {
+  if (frac === null || frac === undefined) return "–";
+  return `${frac > 0 ? "+" : frac < 0 ? "−" : "±"}${Math.abs(frac * 100).toFixed(1)} points`;
+}
+
+/** The default run to compare with: another run (the one before the current in the list),
+ * else another host of the same run; its first host and newest span. */
+export function defaultBase(runs, state) {
+  const i = runs.findIndex((r) => r.run === state.run);
+  const others = runs.filter((r) => r.run !== state.run);
+  const prefer = i > 0 ? runs[i - 1] : others[0];
+  if (prefer) {
+    const host = prefer.hosts[0];
+    return { base_run: prefer.run, base_host: host ? host.name : "", base_span: "" };
+  }
+  const run = runs[i >= 0 ? i : 0];
+  const host = run ? (run.hosts.find((x) => x.name !== state.host) || run.hosts[0]) : null;
+  const span = host && host.name === state.host ? (host.spans.find((x) => x.name !== state.span) || {}).name : "";
+  return { base_run: run ? run.run : "", base_host: host ? host.name : "", base_span: span || "" };
+}
+
+/** The picker: run, host and span of the run to compare with. `onCompare(base)`. */
+export function renderPicker(container, runs, state, { onCompare, onCancel }) {
+  container.textContent = "";
+  const start = state.base_run ? { base_run: state.base_run, base_host: state.base_host, base_span: state.base_span || "" }
+    : defaultBase(runs, state);
+  let pick = { ...start };
+  const row = h("div", { class: "pd-picker-row" });
+  const draw = () => {
+    row.textContent = "";
+    const run = runs.find((r) => r.run === pick.base_run) || runs[0];
+    pick.base_run = run.run;
+    const host = run.hosts.find((x) => x.name === pick.base_host) || run.hosts[0];
+    pick.base_host = host ? host.name : "";
+    const spans = host ? host.spans : [];
+    // a concrete span, the one the tab opens for that host (the server's default is the newest)
+    if (!spans.some((x) => x.name === pick.base_span)) pick.base_span = spans.length ? spans[0].name : "";
+    const sel = (id, label, options, value, on) => {
+      const el = h("select", { id, "aria-label": label, onchange: (e) => { on(e.target.value); draw(); } },
+        options.map(([v, t]) => h("option", { value: v, selected: v === value }, t)));
+      el.value = value;
+      return h("label", { class: "pd-field" }, label + " ", el);
+    };
+    row.append(
+      h("span", { class: "pd-muted" }, "Compare with (before): "),
+      sel("pd-base-run", "Run", runs.map((r) => [r.run, r.run]), pick.base_run, (v) => { pick = { base_run: v, base_host: "", base_span: "" }; }),
+      sel("pd-base-host", "Host", run.hosts.map((x) => [x.name, x.name]), pick.base_host, (v) => { pick.base_host = v; pick.base_span = ""; }),
+      spans.length > 1 ? sel("pd-base-span", "Span", spans.map((x) => [x.name, `${x.name} (${x.file})`]),
+        pick.base_span, (v) => { pick.base_span = v; }) : null,
+      h("button", { class: "pd-button", id: "pd-compare-go", onclick: () => onCompare({ ...pick }) }, "Compare"),
+      h("button", { class: "pd-link-btn", onclick: onCancel }, "Cancel"));
+  };
+  draw();
+  container.append(h("div", { class: "pd-card pd-picker", id: "pd-compare-picker", role: "group",
+    "aria-label": "Run to compare with" }, row));
+}
+
+const SHOWN = 8;     // highlights listed before "N more"
+const item = (x) => h("li", { "data-what": x.what },
+  x.what === "idle_cause" ? h("span", { class: "chip", style: { background: causeColor(x.subject) } }) : null, x.text);
+const deltaCell = (text, metric, delta) => h("td", { class: `pd-num pd-delta ${verdict(metric, delta) ? "pd-" + verdict(metric, delta) : ""}` }, text);
+
+/** One device pair's table: step window, duty cycle, busy, idle by cause, short gaps. */
+export function deviceRows(set) {
+  const a = set.before, b = set.after;
+  if (!a || !b) return [];
+  const rows = [
+    { key: "window", label: "Step window", metric: "step", before: a.window_ns, after: b.window_ns, unit: "ns" },
+    { key: "duty", label: "Duty cycle", metric: "duty", before: a.duty_cycle, after: b.duty_cycle, unit: "frac" },
+    { key: "busy", label: "Busy", metric: "busy", before: a.busy_ns, after: b.busy_ns, unit: "ns" },
+  ];
+  for (const c of set.causes || []) {
+    rows.push({ key: c.cause, label: causeLabel(c.cause), metric: "idle", before: c.before_ns, after: c.after_ns, unit: "ns",
+      shareBefore: c.before_share, shareAfter: c.after_share, cause: c.cause });
+  }
+  rows.push({ key: "short", label: "Gaps under the threshold", metric: "idle", before: a.short_gaps_ns, after: b.short_gaps_ns, unit: "ns" });
+  return rows;
+}
+
+export class CompareRuns {
+  constructor(slot, { onOpenStep }) {
+    this.slot = slot; this.onOpenStep = onOpenStep; this.token = 0; this.basis = "typical_step";
+  }
+
+  async show(params) {
+    const token = ++this.token;
+    this.slot.textContent = "";
+    this.slot.append(h("p", { class: "pd-loading" }, h("span", { class: "spinner", "aria-hidden": "true" }),
+      ` Comparing ${params.base_run} / ${params.base_host} with ${params.run} / ${params.host}…`));
+    let r;
+    try { r = await getJSON("compare", params); } catch (e) { r = { ok: false, body: { error: String(e) } }; }
+    if (token !== this.token) return null;
+    this.slot.textContent = "";
+    if (!r.ok) {
+      this.slot.append(h("div", { class: "pd-error", role: "alert" }, h("strong", {}, "These runs cannot be compared"),
+        h("p", { class: "pd-error-msg" }, r.body.error || `HTTP ${r.status}`),
+        r.body.file ? h("p", {}, "File: ", h("code", { class: "pd-error-file" }, r.body.file)) : null));
+      return false;
+    }
+    this.data = r.body;
+    this.render();
+    return true;
+  }
+
+  render() {
+    const d = this.data, el = this.slot;
+    el.textContent = "";
+    const st = d.step_time;
+    const pct = st.delta_pct === null ? "" : ` (${st.delta_pct > 0 ? "+" : "−"}${Math.abs(st.delta_pct * 100).toFixed(1)}%)`;
+    el.append(h("section", { class: "pd-card pd-cmp-summary", id: "pd-cmp-summary", "aria-label": "What changed" },
+      h("div", { class: "pd-stats" },
+        h("div", { class: "pd-stat" }, h("span", { class: "pd-stat-value" }, `${formatNs(st.before_ns)} → ${formatNs(st.after_ns)}`),
+          h("span", { class: `pd-stat-label pd-${verdict("step", st.delta_ns) || "same"}`, id: "pd-cmp-step" },
+            `typical step ${signedNs(st.delta_ns)}${pct}`)),
+        d.devices.filter((p) => p.typical_step.before && p.typical_step.after).map((p) => h("div", { class: "pd-stat" },
+          h("span", { class: "pd-stat-value" }, `${formatPct(p.typical_step.before.duty_cycle)} → ${formatPct(p.typical_step.after.duty_cycle)}`),
+          h("span", { class: `pd-stat-label pd-${verdict("duty", p.typical_step.delta.duty_cycle) || "same"}` },
+            `${p.name} duty cycle per typical step ${signedPoints(p.typical_step.delta.duty_cycle)}`)))),
+      h("h3", {}, "What changed ", h("abbr", { class: "pd-help", title: (d.definitions || {}).typical_step || "" }, "?")),
+      d.highlights.length ? h("ul", { class: "pd-cmp-highlights", id: "pd-cmp-highlights" }, d.highlights.slice(0, SHOWN).map(item))
+        : h("p", { class: "pd-muted" }, "Nothing changed by more than 1 % of a step."),
+      d.highlights.length > SHOWN ? h("details", { class: "pd-small" }, h("summary", {}, `${d.highlights.length - SHOWN} more`),
+        h("ul", { class: "pd-cmp-highlights" }, d.highlights.slice(SHOWN).map(item))) : null,
+      (d.warnings || []).length ? h("ul", { class: "pd-warnings" }, d.warnings.map((w) => h("li", {}, w))) : null));
+
+    const basisSel = h("select", { id: "pd-cmp-basis", "aria-label": "Averaged over", onchange: (e) => { this.basis = e.target.value; this.render(); } },
+      h("option", { value: "typical_step", selected: this.basis === "typical_step" }, "typical step"),
+      h("option", { value: "per_step", selected: this.basis === "per_step" }, "all steps"));
+    basisSel.value = this.basis;
+    for (const p of d.devices) {
+      const set = p[this.basis];
+      const rows = deviceRows(set);
+      const fmt = (v, unit) => unit === "frac" ? formatPct(v) : formatNs(v);
+      el.append(h("section", { class: "pd-card pd-cmp-device", "data-device": p.name, "aria-label": `${p.name}: before and after` },
+        h("div", { class: "pd-row" }, h("h2", {}, `${p.name} `, h("span", { class: "pd-muted pd-small" },
+          p.paired_by === "order" ? "(paired by order: no device of the same name)" : "")),
+        h("label", { class: "pd-field pd-small" }, "Per ", basisSel)),
+        rows.length ? h("table", { class: "pd-cmp-table" },
+          h("thead", {}, h("tr", {}, h("th", { scope: "col" }, ""), h("th", { scope: "col" }, "Before"), h("th", { scope: "col" }, "After"),
+            h("th", { scope: "col" }, "Change"), h("th", { scope: "col" }, "Share of the step"))),
+          h("tbody", {}, rows.map((r) => h("tr", { "data-row": r.key },
+            h("th", { scope: "row" }, r.cause ? h("span", { class: "chip", style: { background: causeColor(r.cause) } }) : null, r.label),
+            h("td", { class: "pd-num" }, fmt(r.before, r.unit)), h("td", { class: "pd-num" }, fmt(r.after, r.unit)),
+            r.unit === "frac" ? deltaCell(signedPoints(r.after - r.before), r.metric, r.after - r.before)
+              : deltaCell(signedNs(r.after - r.before), r.metric, r.after - r.before),
+            h("td", { class: "pd-num pd-muted" }, r.shareBefore !== undefined ? `${formatPct(r.shareBefore)} → ${formatPct(r.shareAfter)}` : "")))))
+          : h("p", { class: "pd-muted" }, `Active in the ${set.before ? "before" : "after"} run only.`)));
+    }
+
+    // the step chart of each run, side by side (click a step: open that run at that step)
+    const charts = h("div", { class: "pd-columns pd-cmp-charts" });
+    el.append(h("section", { class: "pd-card" }, h("h2", {}, "Steps ", h("span", { class: "pd-muted pd-small" },
+      "(before left, after right; click a step to open it)")), charts));
+    const sides = [[d.before, "before"], [d.after, "after"]].map(([side, name]) => {
+      const pair = d.devices.find((p) => p[name]);
+      return [side, name, pair ? (side.devices || []).find((x) => x.name === pair[name]) : null];
+    });
+    // one scale for both: a bar's height means the same time on either side
+    const maxNs = Math.max(1, ...sides.flatMap(([side, , dev]) => (side.step_chart || []).map((s) =>
+      stepSegments(s, dev ? dev.id : 0).reduce((a, x) => a + x.ns, 0))));
+    for (const [side, name, dev] of sides) {
+      const box = h("div", { class: "pd-cmp-chart", id: `pd-cmp-chart-${name}` });
+      charts.append(h("div", {}, h("h3", {}, `${name === "before" ? "Before" : "After"}: ${side.label}`), box));
+      const draw = () => renderStepsChart(box, { steps: side.step_chart || [] }, {
+        deviceKey: dev ? dev.id : 0, selectedStep: null, maxNs,
+        onSelect: (id) => this.onOpenStep({ run: side.run, host: side.host, span: side.span || "", step: id === null ? "" : String(id) }),
+      });
+      requestAnimationFrame(draw);   // after layout: the chart sizes itself to its column
+    }
+
+    el.append(this.findingsCard(d), this.opsCard(d), this.annotationsCard(d));
+  }
+
+  findingsCard(d) {
+    const changed = d.findings.filter((f) => f.change !== "same");
+    const label = { new: "new", gone: "gone", grew: "grew", shrank: "shrank" };
+    return h("section", { class: "pd-card", id: "pd-cmp-findings", "aria-label": "Findings that changed" },
+      h("h2", {}, "Findings ", h("span", { class: "pd-muted pd-small" }, `(${changed.length} changed of ${d.findings.length}; matched by kind and culprit)`)),
+      changed.length ? h("table", { class: "pd-cmp-table" },
+        h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Change"), h("th", { scope: "col" }, "Before /step"),
+          h("th", { scope: "col" }, "After /step"), h("th", { scope: "col" }, "Finding"))),
+        h("tbody", {}, changed.slice(0, 20).map((f) => h("tr", { "data-change": f.change },
+          h("td", {}, h("span", { class: `pd-badge pd-change-${f.change}` }, label[f.change])),
+          h("td", { class: "pd-num" }, formatNs(f.per_step_before_ns)), h("td", { class: "pd-num" }, formatNs(f.per_step_after_ns)),
+          h("td", {}, (f.after || f.before).title)))))
+        : h("p", { class: "pd-muted" }, "No finding changed."));
+  }
+
+  opsCard(d) {
+    const num = (x) => (Math.abs(x) >= 10 || Number.isInteger(x) ? x.toFixed(0) : x.toFixed(1));
+    const table = (rows, byTime) => h("table", { class: "pd-cmp-table pd-cmp-ops" },
+      h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Op"), h("th", { scope: "col" }, byTime ? "Device time before" : "Calls before"),
+        h("th", { scope: "col" }, byTime ? "after" : "after"), h("th", { scope: "col" }, "Change"))),
+      h("tbody", {}, rows.map((o) => h("tr", { "data-op": o.name },
+        h("td", { class: "pd-op-name", title: o.name }, o.name, h("span", { class: "pd-muted pd-small" }, ` ${o.where} · ${o.kind}`)),
+        h("td", { class: "pd-num" }, byTime ? formatNs(o.time_before_ns) : num(o.count_before)),
+        h("td", { class: "pd-num" }, byTime ? formatNs(o.time_after_ns) : num(o.count_after)),
+        h("td", { class: "pd-num" }, byTime ? signedNs(o.time_delta_ns) : `${o.count_delta > 0 ? "+" : "−"}${num(Math.abs(o.count_delta))}`)))));
+    return h("section", { class: "pd-card", id: "pd-cmp-ops", "aria-label": "Ops that changed" },
+      h("h2", {}, "Ops ", h("span", { class: "pd-muted pd-small" }, "(per typical step)")),
+      h("div", { class: "pd-columns" },
+        h("div", {}, h("h3", {}, "Calls"), d.ops.by_count.length ? table(d.ops.by_count, false) : h("p", { class: "pd-muted" }, "No count changed.")),
+        h("div", {}, h("h3", {}, "Device time"), d.ops.by_device_time.length ? table(d.ops.by_device_time, true) : h("p", { class: "pd-muted" }, "No device time changed."))));
+  }
+
+  annotationsCard(d) {
+    return h("section", { class: "pd-card", id: "pd-cmp-annotations", "aria-label": "Annotations that changed" },
+      h("h2", {}, "Device time by annotation ", h("span", { class: "pd-muted pd-small" }, "(per typical step)")),
+      d.annotations.length ? h("table", { class: "pd-cmp-table" },
+        h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Annotation"), h("th", { scope: "col" }, "Before"),
+          h("th", { scope: "col" }, "After"), h("th", { scope: "col" }, "Change"))),
+        h("tbody", {}, d.annotations.map((a) => h("tr", {},
+          h("td", { title: a.path.join(" › ") }, a.path.join(" › ")),
+          h("td", { class: "pd-num" }, formatNs(a.before_ns)), h("td", { class: "pd-num" }, formatNs(a.after_ns)),
+          h("td", { class: "pd-num" }, signedNs(a.delta_ns))))))
+        : h("p", { class: "pd-muted" }, "No annotation's device time changed."));
+  }
+}
