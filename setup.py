@@ -30,7 +30,7 @@ setup(
     ],
     extras_require={
         "test": ["pytest>=8", "hypothesis>=6.100", "playwright>=1.45", "jsonschema>=4.20",
-                 "tensorboard-plugin-profile>=2.19"],
+                 "tensorboard-plugin-profile>=2.19", "xmlschema>=3.0"],
     },
     ext_modules=[Extension("tb_perfdiag._native", ["native/native.c"], optional=True,
                            extra_compile_args=["-O3"])],

@@ -6,6 +6,8 @@
 1. bench_load.py      load into the trace model vs. bare decode (216k Kineto, 2 M XSpace)
 2. bench_diagnose.py  full diagnosis vs. bare decode vs. HTA (216k, 2.16 M tiled Kineto,
                       2 M XSpace)
+   bench_cli.py       `tb-perfdiag diagnose --json` vs the plain command, whole processes
+                      (216k Kineto): time and output size
 3. bench_large.py     (--large only) the large-profile table: 2 M XSpace, 2 M Kineto,
                       40 M XSpace, 20 M Kineto, with xprof and HTA beside the 2 M rows
                       (first run: ~25 min to generate the inputs; then ~6 min)
@@ -36,6 +38,8 @@ def main():
         ("bench_diagnose", [os.path.join(C.HERE, "bench_diagnose.py")]
          + (["--quick"] if quick else [])
          + ["--json", os.path.join(C.TMP, "bench_diagnose.json")]),
+        ("bench_cli", [os.path.join(C.HERE, "bench_cli.py"), "--json",
+                       os.path.join(C.TMP, "bench_cli.json")] + (["--repeat", "3"] if quick else [])),
     ]
     if large:
         steps.append(("bench_large", [os.path.join(C.HERE, "bench_large.py"), "--json",

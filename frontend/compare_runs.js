@@ -17,17 +17,18 @@ export function verdict(metric, delta) {
   return "";
 }
 
-/** Signed time: +1.20 ms, −350 µs, ±0 ns. */
+/** Signed time: +1.20 ms, −350 µs, 0. */
 export function signedNs(ns) {
   if (ns === null || ns === undefined) return "–";
-  const s = ns > 0 ? "+" : ns < 0 ? "−" : "±";
-  return s + formatNs(Math.abs(ns));
+  if (ns === 0) return "0";
+  return (ns > 0 ? "+" : "−") + formatNs(Math.abs(ns));
 }
 
 /** Signed percentage points of a fraction: +13.2 points. */
 export function signedPoints(frac) {
   if (frac === null || frac === undefined) return "–";
-  return `${frac > 0 ? "+" : frac < 0 ? "−" : "±"}${Math.abs(frac * 100).toFixed(1)} points`;
+  if (frac === 0) return "0";
+  return `${frac > 0 ? "+" : "−"}${Math.abs(frac * 100).toFixed(1)} points`;
 }
 
 /** The default run to compare with: another run (the one before the current in the list),

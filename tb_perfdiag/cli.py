@@ -305,11 +305,11 @@ def cmd_compare(args) -> int:
 
 def cmd_check(args) -> int:
     budgets = Budgets(args.min_duty, dict(args.max_idle_cause or []), args.max_regression)
+    if (args.baseline is None) != (args.max_regression is None):
+        raise UsageError("--baseline and --max-regression go together")
     if budgets.empty():
         raise UsageError("nothing to check: give --min-duty, --max-idle-cause or "
                          "--baseline with --max-regression")
-    if (args.baseline is None) != (args.max_regression is None):
-        raise UsageError("--baseline and --max-regression go together")
     opt = _options(args)
     t0 = time.perf_counter()
     checked = []

@@ -1,18 +1,68 @@
-"""The console command prints the same diagnosis the plugin serves."""
+"""The console command: the same diagnosis the plugin serves, a before/after compare, a CI
+gate with documented exit codes, and manners in a pipeline."""
 from __future__ import annotations
 
 import json
 import os
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 
-from conftest import TESTDATA
+import jsonschema
+import pytest
+import xmlschema
+
+from conftest import ROOT, TESTDATA
+
+from test_compare import training
+
+JUNIT = xmlschema.XMLSchema(os.path.join(ROOT, "tests", "junit.xsd"))
+COMPARISON = json.load(open(os.path.join(ROOT, "tb_perfdiag", "schema",
+                                         "comparison.schema.json")))
+OK, BREACH, USAGE, INPUT = 0, 1, 2, 3
 
 
-def _run(*args):
+def _run(*args, **kw):
     return subprocess.run([sys.executable, "-m", "tb_perfdiag.cli", *args], capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=300, **kw)
 
+
+def one_line_error(r, code, *needles):
+    """Exit ``code``, nothing on stdout, one line on stderr holding ``needles``."""
+    assert r.returncode == code, (r.returncode, r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert lines[0].startswith("tb-perfdiag")
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    """Two runs of one training loop as files and folders: 'slow' loads each batch for
+    3 ms on the main thread (GPU 0 about 35 % busy), 'fast' does not (about 97 %)."""
+    root = tmp_path_factory.mktemp("runs")
+    out = {}
+    for name, loader in (("slow", 3000), ("fast", 0), ("slower", 6000)):
+        d = root / name
+        d.mkdir()
+        f = d / "worker0.1700000000000.pt.trace.json"
+        f.write_bytes(training(loader).to_bytes())
+        out[name] = str(f)
+    two = root / "two_hosts"
+    two.mkdir()
+    for host in ("a", "b"):
+        (two / f"{host}.1700000000000.pt.trace.json").write_bytes(training(0).to_bytes())
+    out["two_hosts"] = str(two)
+    bad = root / "bad"
+    bad.mkdir()
+    (bad / "worker0.1.pt.trace.json").write_text("{not json")
+    out["bad"] = str(bad / "worker0.1.pt.trace.json")
+    out["root"] = str(root)
+    return out
+
+
+# ---- info and diagnose ----
 
 def test_info_lists_tracks_and_steps():
     r = _run("info", os.path.join(TESTDATA, "captures", "torch_xla_cpu"))
@@ -34,8 +84,192 @@ def test_diagnose_report_and_json():
     assert {g["step"] for g in json.loads(one.stdout)["gaps"]} <= {5}
 
 
-def test_bad_file_exit_code(tmp_path):
-    p = tmp_path / "bad.pt.trace.json"
-    p.write_text("{not json")
-    r = _run("diagnose", str(p))
-    assert r.returncode == 1 and "ERROR" in r.stdout and "JSON" in r.stdout
+def test_diagnose_json_pages_gaps_and_honours_top():
+    path = os.path.join(TESTDATA, "captures", "torch_xla_cpu")
+    full = json.loads(_run("diagnose", path, "--json", "--all-gaps").stdout)
+    total = full["gaps_total"]
+    assert total > 5 and len(full["gaps"]) == total == full["gaps_limit"]
+    page = json.loads(_run("diagnose", path, "--json").stdout)
+    assert page["gaps_limit"] == 200 and len(page["gaps"]) == min(total, 200)
+    three = json.loads(_run("diagnose", path, "--json", "--gaps", "3").stdout)
+    assert [g["id"] for g in three["gaps"]] == [g["id"] for g in full["gaps"][:3]]
+    assert three["gaps_total"] == total and len(three["findings"]) == len(full["findings"])
+    top = json.loads(_run("diagnose", path, "--json", "--top", "2").stdout)
+    assert len(top["gaps"]) == 2 and len(top["findings"]) == 2
+    assert top["findings_total"] == len(full["findings"]) > 2
+    # --top cuts findings, --gaps still sets the page
+    both = json.loads(_run("diagnose", path, "--json", "--top", "1", "--gaps", "4").stdout)
+    assert len(both["gaps"]) == 4 and len(both["findings"]) == 1
+    # compact into a pipe (one line), indented on request
+    assert _run("diagnose", path, "--json").stdout.count("\n") == 1
+    assert _run("diagnose", path, "--json", "--pretty").stdout.count("\n") > 100
+    one_line_error(_run("diagnose", path, "--json", "--gaps", "3", "--all-gaps"), USAGE,
+                   "not allowed with")
+
+
+def test_bad_file_exit_code(pair):
+    r = _run("diagnose", pair["bad"])
+    assert r.returncode == INPUT and "ERROR" in r.stdout and "JSON" in r.stdout
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e308", "-1", "five"])
+def test_bad_threshold_is_a_one_line_usage_error(value):
+    path = os.path.join(TESTDATA, "captures", "jax_cpu")
+    one_line_error(_run("diagnose", path, "--threshold-us", value), USAGE, "--threshold-us")
+
+
+def test_missing_path_is_an_input_error(tmp_path):
+    for cmd in ("info", "diagnose"):
+        one_line_error(_run(cmd, str(tmp_path / "nope")), INPUT, "no such file or folder")
+    one_line_error(_run("info", str(tmp_path)), INPUT, "no profiles found")
+
+
+def test_closed_pipe_ends_quietly():
+    path = os.path.join(TESTDATA, "captures", "torch_xla_cpu")
+    for args, lines in ((("diagnose", path, "--top", "200"), True),
+                        (("diagnose", path, "--json", "--all-gaps", "--pretty"), False)):
+        p = subprocess.Popen([sys.executable, "-m", "tb_perfdiag.cli", *args],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        got = os.read(p.stdout.fileno(), 64)
+        p.stdout.close()                          # the reader goes away (… | head -c 64)
+        rc = p.wait(120)
+        err = p.stderr.read().decode()
+        assert got and err == "", err             # no traceback, no "Exception ignored"
+        # text is printed line by line: its next write hits the closed pipe (141, as
+        # SIGPIPE); one large JSON write may be taken whole by the pipe before it closes
+        assert rc == 141 if lines else rc in (0, 141)
+
+
+# ---- compare ----
+
+def test_compare_text_and_json(pair):
+    r = _run("compare", pair["slow"], pair["fast"])
+    assert r.returncode == OK, r.stderr
+    assert r.stdout.startswith("== compare: worker0.1700000000000.pt.trace.json")
+    assert "data loading / input idle per typical step 3.00 ms → 0 ns" in r.stdout
+    assert "gone" in r.stdout
+    j = _run("compare", os.path.dirname(pair["slow"]), os.path.dirname(pair["fast"]), "--json")
+    doc = json.loads(j.stdout)
+    jsonschema.validate(doc, COMPARISON)
+    assert doc["before"]["label"] == "slow · worker0 · 1700000000000"
+    assert doc["step_time"]["delta_ns"] == -3_000_000
+    assert "step_chart" not in json.loads(_run("compare", pair["slow"], pair["fast"], "--json",
+                                               "--no-steps").stdout)["before"]
+    top = json.loads(_run("compare", pair["slow"], pair["fast"], "--json", "--top", "1").stdout)
+    assert top["ops"]["limit"] == 1 and len(top["ops"]["by_count"]) <= 1
+
+
+def test_compare_errors(pair, tmp_path):
+    one_line_error(_run("compare", pair["two_hosts"], pair["fast"]), USAGE, "2 profiles",
+                   "--host")
+    r = _run("compare", pair["two_hosts"], pair["two_hosts"], "--host", "b")
+    assert r.returncode == OK and "two_hosts · b" in r.stdout
+    one_line_error(_run("compare", pair["two_hosts"], pair["fast"], "--host", "zz"), USAGE,
+                   "no host 'zz'")
+    one_line_error(_run("compare", pair["slow"], str(tmp_path / "nope")), INPUT,
+                   "no such file or folder")
+    one_line_error(_run("compare", pair["slow"], pair["bad"]), INPUT, "worker0.1.pt.trace.json")
+
+
+# ---- check: the CI gate ----
+
+def junit_of(path) -> ET.Element:
+    JUNIT.validate(str(path))
+    return ET.parse(path).getroot()
+
+
+def test_check_passes_within_budgets(pair, tmp_path):
+    out = tmp_path / "junit.xml"
+    r = _run("check", pair["fast"], "--min-duty", "90%", "--max-idle-cause", "data_loading=1%",
+             "--max-idle-cause", "host_sync=0.5%", "--baseline", pair["slow"],
+             "--max-regression", "5%", "--junit", str(out), "--github")
+    assert r.returncode == OK, r.stdout + r.stderr
+    assert r.stdout.count("PASS") == 4 and "FAIL" not in r.stdout and "::error" not in r.stdout
+    assert r.stdout.rstrip().endswith("0 of 4 budget check(s) failed")
+    root = junit_of(out)
+    assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("4", "0", "0")
+    names = [c.get("name") for c in root.iter("testcase")]
+    assert "GPU 0 duty cycle per typical step ≥ 90.0%" in names
+
+
+def test_check_min_duty_breach(pair, tmp_path):
+    out = tmp_path / "junit.xml"
+    r = _run("check", pair["slow"], "--min-duty", "0.8", "--junit", str(out), "--github")
+    assert r.returncode == BREACH
+    assert "FAIL  GPU 0 duty cycle per typical step 34.1% < 80.0%" in r.stdout
+    gh = [x for x in r.stdout.splitlines() if x.startswith("::error")]
+    assert len(gh) == 1 and f"file={pair['slow']}" in gh[0]
+    assert "title=tb-perfdiag%3A GPU 0 duty cycle per typical step ≥ 80.0%25::" in gh[0]
+    root = junit_of(out)
+    (case,) = root.iter("testcase")
+    fail = case.find("failure")
+    assert fail is not None and fail.get("type") == "min_duty" and "34.1%" in fail.get("message")
+
+
+def test_check_idle_cause_breach(pair, tmp_path):
+    out = tmp_path / "junit.xml"
+    r = _run("check", pair["slow"], "--max-idle-cause", "data_loading=5%",
+             "--max-idle-cause", "host_sync=5%", "--junit", str(out))
+    assert r.returncode == BREACH
+    assert "FAIL  GPU 0 data loading / input idle 3.00 ms per typical step = 64.7% of the " \
+           "step > 5.0%" in r.stdout
+    assert "PASS  GPU 0 host sync / device→host read idle" in r.stdout
+    root = junit_of(out)
+    assert (root.get("tests"), root.get("failures")) == ("2", "1")
+
+
+def test_check_regression_breach_names_what_grew(pair, tmp_path):
+    out = tmp_path / "junit.xml"
+    r = _run("check", pair["slower"], "--baseline", pair["slow"], "--max-regression", "5%",
+             "--junit", str(out), "--json")
+    assert r.returncode == BREACH
+    doc = json.loads(r.stdout)
+    (chk,) = doc["profiles"][0]["checks"]
+    assert chk["budget"] == "max_regression" and not chk["ok"]
+    assert chk["value"] == pytest.approx(3000 / 4640, rel=0.01)     # +3 ms on 4.64 ms
+    assert "grew: data loading / input idle +3.00 ms per step on GPU 0" in chk["message"]
+    assert doc["failed"] == 1 and doc["errors"] == 0
+    junit_of(out)
+
+
+def test_check_unreadable_or_missing_profile(pair, tmp_path):
+    out = tmp_path / "junit.xml"
+    r = _run("check", pair["bad"], "--min-duty", "0.5", "--junit", str(out), "--github")
+    assert r.returncode == INPUT
+    assert "ERROR" in r.stdout and "JSON" in r.stdout
+    assert any(x.startswith("::error") and "unreadable profile" in x for x in r.stdout.splitlines())
+    root = junit_of(out)
+    assert root.get("errors") == "1" and root.find("testsuite/testcase/error") is not None
+    missing = tmp_path / "nope"
+    r = _run("check", str(missing), "--min-duty", "0.5", "--junit", str(out))
+    assert r.returncode == INPUT and "no such file or folder" in r.stdout
+    assert junit_of(out).get("errors") == "1"
+    # one bad host of two: the other is still checked, and the exit code says input error
+    both = tmp_path / "both"
+    both.mkdir()
+    (both / "good.1.pt.trace.json").write_bytes(training(0).to_bytes())
+    (both / "bad.1.pt.trace.json").write_text("{not json")
+    r = _run("check", str(both), "--min-duty", "0.99", "--junit", str(out))
+    assert r.returncode == INPUT and "FAIL" in r.stdout and "ERROR" in r.stdout
+    root = junit_of(out)
+    assert (root.get("failures"), root.get("errors")) == ("1", "1")
+
+
+@pytest.mark.parametrize("args,needle", [
+    ((), "nothing to check"),
+    (("--max-idle-cause", "io=5%"), "CAUSE one of host_sync"),
+    (("--max-idle-cause", "host_sync"), "CAUSE=P%"),
+    (("--min-duty", "120%"), "between 0 and 1"),
+    (("--min-duty", "nan"), "finite"),
+    (("--max-regression", "5%"), "--baseline and --max-regression go together"),
+    (("--baseline", "x"), "--baseline and --max-regression go together"),
+    (("--min-duty", "0.5", "--threshold-us", "inf"), "finite"),
+])
+def test_check_usage_errors(pair, args, needle):
+    one_line_error(_run("check", pair["fast"], *args), USAGE, needle)
+
+
+def test_check_every_host_of_a_folder(pair):
+    r = _run("check", pair["two_hosts"], "--min-duty", "0.5")
+    assert r.returncode == OK and r.stdout.count("PASS") == 2
+    assert "two_hosts · a" in r.stdout and "two_hosts · b" in r.stdout

@@ -32,7 +32,7 @@ def js(tb_demo):
             return pg.evaluate(
                 "async ([base, body, arg]) => {"
                 " const m = {};"
-                " for (const n of ['state', 'format', 'steps_chart', 'timeline', 'api', 'annotations', 'compare'])"
+                " for (const n of ['state', 'format', 'steps_chart', 'timeline', 'api', 'annotations', 'compare', 'compare_runs'])"
                 "   m[n] = await import(base + n + '.js');"
                 " return await (new Function('m', 'arg', body))(m, arg); }",
                 [base, body, arg])
@@ -130,3 +130,31 @@ def test_lane_layout(js):
     assert rows[0][1] == "TPU 0 · idle gaps"
     assert all(b[2] >= a[2] + a[3] for a, b in zip(rows, rows[1:]))   # no overlap
     assert rows[3][3] == 3 * 14   # host lane: depth 0..2 stacked
+
+
+def test_compare_runs_logic(js):
+    # lower step time and idle are better, higher duty is better; more busy time is neither
+    got = js("return [['step', -5], ['step', 5], ['idle', -1], ['duty', 0.1], ['duty', -0.1],"
+             " ['busy', 9], ['idle', 0]].map(([k, d]) => m.compare_runs.verdict(k, d))")
+    assert got == ["better", "worse", "better", "better", "worse", "", ""]
+    assert js("return [1200000, -350000, 0, null].map(m.compare_runs.signedNs)") == \
+        ["+1.20 ms", "−350 µs", "0", "–"]
+    assert js("return [0.132, -0.05, 0].map(m.compare_runs.signedPoints)") == \
+        ["+13.2 points", "−5.0 points", "0"]
+    runs = [{"run": "a", "hosts": [{"name": "h1", "spans": [{"name": "1"}, {"name": "2"}]}]},
+            {"run": "b", "hosts": [{"name": "h2", "spans": [{"name": ""}]}]}]
+    # another run: the one listed before the current, else the first other one
+    assert js("return m.compare_runs.defaultBase(arg, {run: 'b', host: 'h2'})", runs) == \
+        {"base_run": "a", "base_host": "h1", "base_span": ""}
+    assert js("return m.compare_runs.defaultBase(arg, {run: 'a', host: 'h1'})", runs)["base_run"] == "b"
+    # one run only: another span of the same host
+    assert js("return m.compare_runs.defaultBase([arg[0]], {run: 'a', host: 'h1', span: '1'})", runs) == \
+        {"base_run": "a", "base_host": "h1", "base_span": "2"}
+    rows = js("return m.compare_runs.deviceRows(arg).map(r => [r.key, r.metric, r.before, r.after])", {
+        "before": {"window_ns": 10, "duty_cycle": 0.5, "busy_ns": 5, "short_gaps_ns": 1},
+        "after": {"window_ns": 8, "duty_cycle": 0.75, "busy_ns": 6, "short_gaps_ns": 0},
+        "causes": [{"cause": "data_loading", "before_ns": 4, "after_ns": 1,
+                    "before_share": 0.4, "after_share": 0.125}]})
+    assert rows == [["window", "step", 10, 8], ["duty", "duty", 0.5, 0.75], ["busy", "busy", 5, 6],
+                    ["data_loading", "idle", 4, 1], ["short", "idle", 1, 0]]
+    assert js("return m.compare_runs.deviceRows({before: null, after: {}, causes: []})") == []

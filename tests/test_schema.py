@@ -37,12 +37,17 @@ def test_cli_json_equals_plugin_route(tb_demo):
     _, _, runs = tb_demo.get("/data/plugin/perfdiag/runs")
     run = [r for r in runs["runs"] if "jax_cpu" in r["run"]][0]
     q = f"run={run['run']}&host={run['hosts'][0]['name']}"
-    _, _, first = tb_demo.get(f"/data/plugin/perfdiag/diagnosis?{q}&gaps_limit=0")
+    status, _, page = tb_demo.get(f"/data/plugin/perfdiag/diagnosis?{q}")
+    assert status == 200
     status, _, served = tb_demo.get(
-        f"/data/plugin/perfdiag/diagnosis?{q}&gaps_limit={first['gaps_total']}")
+        f"/data/plugin/perfdiag/diagnosis?{q}&gaps_limit={page['gaps_total']}")
     assert status == 200
     jsonschema.validate(served, SCHEMA)
     path = served["source"]["path"]
-    out = subprocess.run([sys.executable, "-m", "tb_perfdiag.cli", "diagnose", path, "--json"],
-                         capture_output=True, text=True, check=True).stdout
-    assert json.loads(out) == served
+
+    def cli(*extra):
+        return json.loads(subprocess.run(
+            [sys.executable, "-m", "tb_perfdiag.cli", "diagnose", path, "--json", *extra],
+            capture_output=True, text=True, check=True).stdout)
+    assert cli() == page                     # the route's default page of gaps
+    assert cli("--all-gaps") == served       # every gap

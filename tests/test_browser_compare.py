@@ -1,0 +1,119 @@
+"""The "Compare with…" view in a real TensorBoard and headless Chromium: pick a run to
+compare with, read what changed, and reopen the same comparison from its URL."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from conftest import TensorBoard
+from test_browser import Console, browser, page, plugin_frame  # noqa: F401 (fixtures)
+from test_compare import training
+
+LOADED = "() => (document.getElementById('perfdiag-root')?.dataset.loaded || '')"
+
+
+def loaded(frame, suffix, timeout=90000):
+    frame.wait_for_function(f"(s) => ({LOADED})().endsWith(s)", arg=suffix, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def tb_pair(tmp_path_factory, artifacts_dir):
+    """Two runs of one training loop: 'slow' fetches each batch for 3 ms on the main
+    thread, 'fast' does not."""
+    logdir = tmp_path_factory.mktemp("pair")
+    for name, loader in (("slow", 3000), ("fast", 0)):
+        d = logdir / name
+        d.mkdir()
+        (d / "worker0.1700000000000.pt.trace.json").write_bytes(training(loader).to_bytes())
+    tb = TensorBoard(logdir)
+    yield tb
+    tb.stop()
+
+
+def compare_state(frame):
+    return frame.evaluate("""() => ({
+        before: document.getElementById('pd-cmp-before').textContent,
+        after: document.getElementById('pd-cmp-after').textContent,
+        highlights: [...document.querySelectorAll('#pd-cmp-highlights li')].map(e => e.textContent),
+        loading: document.querySelector('tr[data-row="data_loading"] .pd-delta')?.className || '',
+        bars: ['before', 'after'].map(s => document.querySelectorAll(`#pd-cmp-chart-${s} .step-bar`).length),
+        changes: [...document.querySelectorAll('#pd-cmp-findings tr[data-change]')].map(e => e.dataset.change),
+    })""")
+
+
+def test_compare_with_picker_and_the_url_that_restores_it(page, browser, tb_pair, artifacts_dir):  # noqa: F811
+    pg = page
+    pg.goto(tb_pair.url + "/#perfdiag&p.perfdiag.run=fast&p.perfdiag.host=worker0")
+    frame = plugin_frame(pg, 60)
+    loaded(frame, "|ok")
+    frame.click("#pd-compare-with")
+    frame.wait_for_selector("#pd-compare-picker")
+    assert frame.eval_on_selector("#pd-base-run", "e => e.value") == "slow"   # another run
+    frame.click("#pd-compare-go")
+    loaded(frame, "|compare-ok")
+    s = compare_state(frame)
+    assert s["before"] == "slow · worker0 · 1700000000000"
+    assert s["after"] == "fast · worker0 · 1700000000000"
+    assert s["highlights"][0].startswith("typical step") and "−" in s["highlights"][0]
+    assert any("data loading / input idle per typical step" in x for x in s["highlights"])
+    assert "pd-better" in s["loading"]                # less data-loading idle: in green
+    assert s["bars"] == [6, 6]                        # both runs' step charts
+    assert "gone" in s["changes"]
+    # one scale for both charts: the slow run's bars are the taller ones
+    heights = frame.evaluate("""() => ['before', 'after'].map(s => Math.max(...[...document
+        .querySelectorAll(`#pd-cmp-chart-${s} .step-bar rect:not(.step-hit)`)].map(r => +r.getAttribute('height'))))""")
+    assert heights[0] > heights[1]
+    url = pg.url
+    assert "p.perfdiag.base_run=slow" in url and "p.perfdiag.base_host=worker0" in url
+    pg.screenshot(path=os.path.join(artifacts_dir, "compare-runs.png"), full_page=True)
+
+    # a teammate's link reopens the same comparison
+    ctx2 = browser.new_context(viewport={"width": 1400, "height": 1100})
+    try:
+        p2 = ctx2.new_page()
+        c2 = Console(p2)
+        p2.goto(url)
+        f2 = plugin_frame(p2, 60)
+        loaded(f2, "|compare-ok")
+        assert compare_state(f2) == s
+        assert f2.eval_on_selector("#pd-run", "e => e.value") == "fast"
+        p2.screenshot(path=os.path.join(artifacts_dir, "compare-runs-restored.png"), full_page=True)
+        assert c2.unexpected() == []
+    finally:
+        ctx2.close()
+
+    # swap: before and after change places, and so does the URL
+    frame.click("#pd-compare-swap")
+    loaded(frame, "|compare-ok")
+    swapped = compare_state(frame)
+    assert (swapped["before"], swapped["after"]) == (s["after"], s["before"])
+    assert "new" in swapped["changes"] and "pd-worse" in swapped["loading"]
+    assert "p.perfdiag.run=slow" in pg.url and "p.perfdiag.base_run=fast" in pg.url
+    # a step of a chart opens that run at that step
+    frame.click('#pd-cmp-chart-after .step-bar[data-step="2"]')
+    loaded(frame, "|2|ok")
+    assert frame.eval_on_selector("#pd-run", "e => e.value") == "slow"
+    assert "base_run" not in pg.url and "p.perfdiag.step=2" in pg.url
+    # back to a comparison, then closed: the diagnosis of the selected run
+    frame.click("#pd-compare-with")
+    frame.select_option("#pd-base-run", "fast")
+    frame.click("#pd-compare-go")
+    loaded(frame, "|compare-ok")
+    frame.click("#pd-compare-close")
+    loaded(frame, "|ok")
+    assert "base_run" not in pg.url and frame.locator(".pd-summary").count() == 1
+    assert pg.console_log.unexpected() == []
+
+
+def test_compare_view_shows_an_unreadable_run(page, tb_pair, tmp_path):  # noqa: F811
+    # the route's 404 for a run that is not there is shown, and the page stays usable
+    pg = page
+    pg.goto(tb_pair.url + "/#perfdiag&p.perfdiag.run=fast&p.perfdiag.host=worker0"
+            "&p.perfdiag.base_run=gone&p.perfdiag.base_host=worker0")
+    frame = plugin_frame(pg, 60)
+    loaded(frame, "|compare-error")
+    assert "no such base run" in frame.inner_text("#pd-compare-view .pd-error")
+    frame.click("#pd-compare-close")
+    loaded(frame, "|ok")
+    assert [e for e in pg.console_log.unexpected() if "status of 404" not in e[1]] == []

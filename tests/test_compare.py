@@ -1,0 +1,390 @@
+"""Before and after: ``tb_perfdiag.compare`` on real before/after pairs names the change an
+engineer would name, and its figures are the two diagnoses subtracted — recomputed here
+from each diagnosis' own JSON (and, for op counts, from the traces themselves)."""
+from __future__ import annotations
+
+import json
+import os
+
+import jsonschema
+import numpy as np
+import pytest
+
+import tb_perfdiag
+from tb_perfdiag.analysis import causes as C
+from tb_perfdiag.analysis.compare import Change, compare as compare_diagnoses, finding_key
+from tb_perfdiag.analysis.result import FindingKind
+from tb_perfdiag.discovery import Catalog
+from tb_perfdiag.service import DiagnosisService
+from tb_perfdiag.testing import TraceBuilder
+from tb_perfdiag.trace.model import LinkKind, TrackKind
+
+from conftest import ROOT, call, shared_path
+
+SCHEMA = json.load(open(os.path.join(ROOT, "tb_perfdiag", "schema", "comparison.schema.json")))
+LOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+SAMPLES = ("public", "kineto", "tb_plugin", "samples")
+
+
+# ---- the pairs ----
+
+def _newest(folder: str) -> str:
+    """The newest span of a PyTorch run folder (as the CLI and the route pick it)."""
+    files = sorted(f for f in os.listdir(folder) if f.endswith(".pt.trace.json.gz"))
+    return os.path.join(folder, max(files, key=lambda f: int(f.split(".")[1])))
+
+
+def _xspace(folder: str) -> str:
+    for dirpath, _, files in os.walk(folder):
+        for f in files:
+            if f.endswith(".xplane.pb"):
+                return os.path.join(dirpath, f)
+    raise AssertionError(f"no XSpace under {folder}")
+
+
+PAIRS = {
+    "num_workers": lambda: (_newest(shared_path(*SAMPLES, "resnet50_num_workers_0")),
+                            _newest(shared_path(*SAMPLES, "resnet50_num_workers_4"))),
+    "trace_diff": lambda: tuple(shared_path("public", "HolisticTraceAnalysis", "tests", "data",
+                                            "trace_diff", x, f"{x}.json.gz")
+                                for x in ("control", "test")),
+    "torch_xla": lambda: (_xspace(shared_path("cpu", "torch_xla", "full_run")),
+                          _xspace(shared_path("cpu", "torch_xla", "steady_state"))),
+}
+_CACHE: dict = {}
+
+
+def pair(name):
+    """(before Report, after Report, CompareReport, its JSON) of a real pair, once."""
+    if name not in _CACHE:
+        a, b = PAIRS[name]()
+        ra, rb = tb_perfdiag.diagnose(a), tb_perfdiag.diagnose(b)
+        cmp = tb_perfdiag.compare(ra, rb)
+        _CACHE[name] = (ra, rb, cmp, cmp.to_json())
+    return _CACHE[name]
+
+
+def highlight(cj, what, subject=None):
+    return [h for h in cj["highlights"] if h["what"] == what
+            and (subject is None or h["subject"] == subject)]
+
+
+# ---- figures recomputed from each diagnosis' JSON ----
+
+def typical_from_json(dj: dict, dev: str) -> dict:
+    """Means over the typical steps (not flagged outlier; all when every step is) of one
+    device's step figures, from the diagnosis JSON alone."""
+    steps = dj["steps"]
+    typ = [s for s in steps if not s["outlier"]] or steps
+    k = len(typ)
+    d = [s["devices"][dev] for s in typ]
+    win = sum(max(x["end_ns"] - x["start_ns"], 0) for x in d)
+    busy = sum(x["busy_ns"] for x in d)
+    return {"step_ns": sum(s["end_ns"] - s["start_ns"] for s in typ) / k,
+            "window_ns": win / k, "busy_ns": busy / k, "duty": busy / win if win else None,
+            "short_ns": sum(x["small_gaps"]["total_ns"] for x in d) / k,
+            "idle": {c: sum(x["idle_by_cause_ns"].get(c, 0) for x in d) / k for c in C.ALL},
+            "ids": [s["id"] for s in typ]}
+
+
+def check_subtraction(ra, rb, cj):
+    """Every figure of the comparison against the two diagnoses' JSON, subtracted."""
+    ja, jb = ra.to_json(all_gaps=False, gaps_limit=0), rb.to_json(all_gaps=False, gaps_limit=0)
+    ns = 3          # each JSON step figure is rounded to the ns: a mean is off by ≤ 1 ns
+    for p in cj["devices"]:
+        ia = next(str(d["id"]) for d in ja["devices"] if d["name"] == p["before"])
+        ib = next(str(d["id"]) for d in jb["devices"] if d["name"] == p["after"])
+        fa, fb = typical_from_json(ja, ia), typical_from_json(jb, ib)
+        t = p["typical_step"]
+        assert t["before"]["steps"] == len(fa["ids"]) and t["after"]["steps"] == len(fb["ids"])
+        for key, mine in (("window_ns", "window_ns"), ("busy_ns", "busy_ns"),
+                          ("short_gaps_ns", "short_ns")):
+            assert t["before"][key] == pytest.approx(fa[mine], abs=ns)
+            assert t["after"][key] == pytest.approx(fb[mine], abs=ns)
+        assert t["delta"]["busy_ns"] == pytest.approx(fb["busy_ns"] - fa["busy_ns"], abs=2 * ns)
+        assert t["delta"]["window_ns"] == pytest.approx(fb["window_ns"] - fa["window_ns"],
+                                                        abs=2 * ns)
+        assert t["before"]["duty_cycle"] == pytest.approx(fa["duty"], abs=1e-6)
+        assert t["delta"]["duty_cycle"] == pytest.approx(fb["duty"] - fa["duty"], abs=2e-6)
+        rows = {r["cause"]: r for r in t["causes"]}
+        for c in C.ALL:
+            want = fb["idle"][c] - fa["idle"][c]
+            if c in rows:
+                assert rows[c]["before_ns"] == pytest.approx(fa["idle"][c], abs=ns)
+                assert rows[c]["after_ns"] == pytest.approx(fb["idle"][c], abs=ns)
+                assert rows[c]["delta_ns"] == pytest.approx(want, abs=2 * ns)
+                if rows[c]["before_share"] is not None:
+                    assert rows[c]["before_share"] == pytest.approx(
+                        fa["idle"][c] / fa["window_ns"], abs=1e-6)
+            else:
+                assert abs(fa["idle"][c]) < 1 and abs(fb["idle"][c]) < 1
+        # whole-trace duty cycle, as each diagnosis states it
+        da = next(d for d in ja["devices"] if d["name"] == p["before"])
+        db = next(d for d in jb["devices"] if d["name"] == p["after"])
+        assert p["duty_cycle"]["before"] == pytest.approx(da["duty_cycle"])
+        assert p["duty_cycle"]["delta"] == pytest.approx(db["duty_cycle"] - da["duty_cycle"])
+    # typical step time
+    dev_a = str(ja["devices"][0]["id"])
+    sa = typical_from_json(ja, dev_a)["step_ns"] if ja["steps"] else 0
+    sb = typical_from_json(jb, str(jb["devices"][0]["id"]))["step_ns"] if jb["steps"] else 0
+    assert cj["step_time"]["before_ns"] == pytest.approx(sa, abs=ns)
+    assert cj["step_time"]["delta_ns"] == pytest.approx(sb - sa, abs=2 * ns)
+    # findings: each finding of either run once, with its own time per step
+    by_title_a = {f["title"]: f for f in ja["findings"]}
+    by_title_b = {f["title"]: f for f in jb["findings"]}
+    seen_a = [f["before"]["title"] for f in cj["findings"] if f["before"]]
+    seen_b = [f["after"]["title"] for f in cj["findings"] if f["after"]]
+    assert sorted(seen_a) == sorted(by_title_a) and sorted(seen_b) == sorted(by_title_b)
+    for f in cj["findings"]:
+        pa = by_title_a[f["before"]["title"]]["time_lost_ns_per_step"] if f["before"] else 0
+        pb = by_title_b[f["after"]["title"]]["time_lost_ns_per_step"] if f["after"] else 0
+        assert (f["per_step_before_ns"], f["per_step_after_ns"], f["delta_ns"]) == (pa, pb, pb - pa)
+        assert f["change"] == ("new" if not f["before"] else "gone" if not f["after"]
+                               else f["change"])
+    # annotations: device time per typical step from each annotation's per-step figures
+    for r in cj["annotations"]:
+        def per(dj):
+            typ = typical_from_json(dj, str(dj["devices"][0]["id"]))["ids"]
+            rows = [a for a in dj["annotations"] if a["path"] == r["path"]]
+            return sum(a["per_step"].get(str(s), {}).get("inclusive_ns", 0)
+                       for a in rows for s in typ) / len(typ)
+        assert r["before_ns"] == pytest.approx(per(ja), abs=ns)
+        assert r["after_ns"] == pytest.approx(per(jb), abs=ns)
+
+
+def op_counts_from_trace(trace, dj, names) -> dict:
+    """Calls per typical step of host ops, straight from the trace: an event belongs to the
+    last step that started at or before it."""
+    steps = dj["steps"]
+    typ = {s["id"] for s in (([s for s in steps if not s["outlier"]]) or steps)}
+    starts = np.array([s["start_ns"] * 1000 for s in steps])
+    ids = [s["id"] for s in steps]
+    host = trace.track_kind[trace.track] == TrackKind.HOST
+    out = {}
+    for name in names:
+        sid = [i for i, x in enumerate(trace.strings) if x == name]
+        idx = np.flatnonzero(np.isin(trace.name, sid) & host)
+        k = np.searchsorted(starts, trace.ts[idx], side="right") - 1
+        out[name] = sum(1 for x in k.tolist() if x >= 0 and ids[x] in typ) / len(typ)
+    return out
+
+
+# ---- real pairs: the change an engineer would name ----
+
+def test_num_workers_data_loading_idle_falls_and_duty_rises():
+    ra, rb, cmp, cj = pair("num_workers")
+    assert jsonschema.validate(cj, SCHEMA) is None
+    (p,) = cj["devices"]
+    assert p["name"] == "GPU 0" and p["paired_by"] == "name"
+    t = p["typical_step"]
+    loading = next(r for r in t["causes"] if r["cause"] == C.DATA_LOADING)
+    # the single-process loader's ~35 ms per step of data-loading idle is gone
+    assert loading["before_ns"] > 20e6 and loading["after_ns"] < 0.1 * loading["before_ns"]
+    assert t["causes"][0]["cause"] == C.DATA_LOADING            # the largest change
+    assert t["delta"]["duty_cycle"] > 0.05                      # duty rises
+    assert cj["step_time"]["delta_ns"] < 0                       # and the step is faster
+    # the summary says so, in this order of weight
+    hl = [h["what"] for h in cj["highlights"]]
+    assert hl[:2] == ["step_time", "duty"]
+    dl = highlight(cj, "idle_cause", C.DATA_LOADING)
+    assert dl and dl[0]["after"] < dl[0]["before"] and "data loading" in dl[0]["text"]
+    gone = [f for f in cj["findings"] if f["change"] == "gone"]
+    assert any(f["kind"] == "input_bound" and "main thread" in f["culprit"] for f in gone)
+    # the preprocessing ops left the main process with the loader
+    by = {o["name"]: o for o in cj["ops"]["by_count"]}
+    assert by["aten::copy_"]["count_after"] < 0.1 * by["aten::copy_"]["count_before"]
+    text = cmp.to_text()
+    assert "data loading / input idle per typical step" in text and "gone" in text
+    check_subtraction(ra, rb, cj)
+
+
+def test_trace_diff_the_device_does_more_work_and_idles_less():
+    ra, rb, cmp, cj = pair("trace_diff")
+    assert jsonschema.validate(cj, SCHEMA) is None
+    (p,) = cj["devices"]
+    assert (p["before"], p["after"], p["paired_by"]) == ("GPU 3", "GPU 1", "order")
+    assert any("GPU 3 (before) is compared with GPU 1 (after)" in w for w in cj["warnings"])
+    t = p["typical_step"]
+    # slower steps, yet busier device: the step grew by device work, not by idle
+    assert cj["step_time"]["delta_ns"] > 0
+    assert t["delta"]["busy_ns"] > 0.8 * cj["step_time"]["delta_ns"]
+    assert t["delta"]["duty_cycle"] > 0.05
+    hc = next(r for r in t["causes"] if r["cause"] == C.HOST_COMPUTE)
+    assert hc["after_ns"] < 0.05 * hc["before_ns"]               # host-bound gaps gone
+    assert [h["what"] for h in cj["highlights"][:3]] == ["step_time", "duty", "busy"]
+    # the copies behind it: device→device copies and their cudaMemcpyAsync calls
+    dt = {o["name"]: o for o in cj["ops"]["by_device_time"]}
+    assert dt["Memcpy DtoD (Device -> Device)"]["time_delta_ns"] > 10e6
+    cnt = {o["name"]: o for o in cj["ops"]["by_count"]}
+    assert cnt["cudaMemcpyAsync"]["count_after"] > 10 * cnt["cudaMemcpyAsync"]["count_before"]
+    assert any(f["change"] == "new" and f["kind"] == "excessive_memcpy" for f in cj["findings"])
+    # the .item() sync points HTA's TraceDiff shows: they stop costing idle
+    syncs = [f for f in cj["findings"] if f["kind"] == "host_sync" and "item" in f["culprit"]]
+    assert syncs and all(f["change"] == "gone" for f in syncs)
+    check_subtraction(ra, rb, cj)
+    counts = op_counts_from_trace(tb_perfdiag.load(PAIRS["trace_diff"]()[0]),
+                                  ra.to_json(all_gaps=False, gaps_limit=0),
+                                  ["cudaMemcpyAsync", "cudaLaunchKernel", "aten::copy_"])
+    for name, v in counts.items():
+        assert cnt[name]["count_before"] == pytest.approx(v)
+
+
+def test_torch_xla_steady_state_drops_the_warm_up_compiles():
+    ra, rb, cmp, cj = pair("torch_xla")
+    assert jsonschema.validate(cj, SCHEMA) is None
+    a, b = cj["before"], cj["after"]
+    # full_run: 4 compiles in 12 steps (2 first compiles, 2 recompiles); steady_state: one
+    # recompile in 10
+    assert (a["compilations"]["count"], b["compilations"]["count"]) == (4, 1)
+    assert b["compilations"]["per_step"] < a["compilations"]["per_step"]
+    assert highlight(cj, "compilations")
+    kinds = {(f["kind"], f["change"]) for f in cj["findings"]}
+    assert ("compilation", "gone") in kinds            # the one-time compile is not captured
+    assert ("recompilation", "shrank") in kinds
+    # the steady steps themselves: the same program, about the same step time
+    assert abs(cj["step_time"]["delta_pct"]) < 0.25
+    (p,) = cj["devices"]
+    assert p["name"] == "CPU (XLA)" and p["paired_by"] == "name"
+    comp = [r for r in p["per_step"]["causes"] if r["cause"] == C.COMPILATION]
+    assert comp and comp[0]["delta_ns"] < 0            # compilation idle per step falls
+    check_subtraction(ra, rb, cj)
+
+
+def test_compare_accepts_paths_traces_reports_and_diagnoses():
+    a, b = PAIRS["num_workers"]()
+    by_path = tb_perfdiag.compare(a, b).to_json(with_steps=False)
+    ra = tb_perfdiag.diagnose(a)
+    by_mix = tb_perfdiag.compare(ra.diagnosis, tb_perfdiag.load(b)).to_json(with_steps=False)
+    assert by_path["devices"] == by_mix["devices"] and by_path["findings"] == by_mix["findings"]
+    assert by_path["before"]["label"] == os.path.basename(a)
+    same = tb_perfdiag.compare(ra, ra)
+    assert same.highlights == [] and all(f.change == Change.SAME for f in same.findings)
+    assert all(r["delta_ns"] == 0 for p in same.to_json()["devices"]
+               for r in p["typical_step"]["causes"])
+
+
+# ---- synthetic: no ../shared needed ----
+
+def training(loader_us: float, steps: int = 6, kernels: int = 8, kernel_us: float = 200,
+             fmt: str = "kineto") -> TraceBuilder:
+    """A training loop: each step fetches a batch for ``loader_us`` on the main thread
+    (nothing for the device to do meanwhile), then launches ``kernels`` back-to-back
+    kernels."""
+    b = TraceBuilder(fmt)
+    main, s7 = b.thread("python main"), b.stream(gpu=0, stream=7)
+    t = 0.0
+    for n in range(steps):
+        length = loader_us + kernels * kernel_us + 40
+        with b.step(main, n, t, length):
+            if loader_us:
+                b.op(main, LOADER, t + 2, loader_us, cat="user_annotation")
+            k0 = t + loader_us + 10
+            for i in range(kernels):
+                ts = k0 + i * kernel_us
+                b.launch(main, "cudaLaunchKernel", ts, 4,
+                         kernel=b.kernel(s7, "gemm", ts + 8, kernel_us - 2))
+        t += length
+    return b
+
+
+def test_removing_a_data_loading_stall_is_named():
+    before = tb_perfdiag.diagnose(training(3000).build())
+    after = tb_perfdiag.diagnose(training(0).build())
+    cmp = tb_perfdiag.compare(before, after, labels=("slow", "fast"))
+    cj = cmp.to_json()
+    assert jsonschema.validate(cj, SCHEMA) is None
+    (p,) = cj["devices"]
+    dl = next(r for r in p["typical_step"]["causes"] if r["cause"] == C.DATA_LOADING)
+    assert dl["before_ns"] == pytest.approx(3000e3, rel=0.02) and dl["after_ns"] == 0
+    assert cj["step_time"]["delta_ns"] == pytest.approx(-3000e3, abs=1)
+    assert p["typical_step"]["delta"]["duty_cycle"] > 0.2
+    gone = [f for f in cmp.findings if f.change == Change.GONE]
+    assert [f.kind for f in gone] == [FindingKind.INPUT_BOUND]
+    assert [h.what for h in cmp.highlights][:3] == ["step_time", "duty", "idle_cause"]
+    assert cmp.highlights[2].subject == C.DATA_LOADING
+    check_subtraction(before, after, cj)
+    # the other way round it is new, and grew is told from shrank
+    back = tb_perfdiag.compare(after, before)
+    assert [f.change for f in back.findings if f.kind == FindingKind.INPUT_BOUND] == [Change.NEW]
+    more = tb_perfdiag.compare(before, tb_perfdiag.diagnose(training(6000).build()))
+    assert [f.change for f in more.findings if f.kind == FindingKind.INPUT_BOUND] == [Change.GREW]
+
+
+def test_ops_counted_per_typical_step_and_outliers_left_out():
+    # 6 steps; the 4th also launches 40 extra kernels for 20 ms: an outlier step
+    b = training(0)
+    main = next(t for t in b.tracks if t.side == "host")
+    s7 = next(t for t in b.tracks if t.side == "device")
+    with b.step(main, 6, 20_000, 30_000):
+        for i in range(40):
+            ts = 20_010 + i * 700
+            b.launch(main, "cudaLaunchKernel", ts, 4, kernel=b.kernel(s7, "big", ts + 8, 690))
+    d = tb_perfdiag.diagnose(b.build()).diagnosis
+    assert d.steps.outlier.tolist() == [False] * 6 + [True]
+    O = d.ops
+    row = {(n, bool(dv)): i for i, (n, dv) in enumerate(zip(O.name, O.device.tolist()))}
+    launch = row[("cudaLaunchKernel", False)]
+    assert (O.count[launch], O.typical_count[launch], O.typical_steps) == (88, 48, 6)
+    gemm = row[("gemm", True)]
+    assert O.typical_time[gemm] == 48 * 198 * 1_000_000       # ps
+    big = row[("big", True)]
+    assert (O.count[big], O.typical_count[big], O.step_count[big]) == (40, 0, 40)
+    cmp = compare_diagnoses(d, tb_perfdiag.diagnose(training(0).build()).diagnosis)
+    op = {(o.name, o.device): o for o in cmp.ops}
+    assert op[("cudaLaunchKernel", False)].count_before == 8.0
+    assert op[("big", True)].count_all_before == pytest.approx(40 / 7)
+    assert op[("big", True)].count_after == 0
+
+
+def test_devices_pair_by_name_then_order_and_finding_keys_drop_line_numbers():
+    from tb_perfdiag.analysis.compare import _norm
+    assert _norm("train.py:88 log_metrics") == _norm("train.py:93 log_metrics")
+    assert _norm("ProfilerStep#12") == _norm("ProfilerStep#3")
+    assert _norm("fusion.12") == "fusion.N" and _norm("aten::conv2d") == "aten::conv2d"
+    # a run moved from GPU 0 to GPU 2 still compares, with a warning
+    b = TraceBuilder()
+    main, s = b.thread("python main"), b.stream(gpu=2, stream=7)
+    with b.step(main, 0, 0, 1000):
+        b.launch(main, "cudaLaunchKernel", 10, 4, kernel=b.kernel(s, "gemm", 20, 500))
+    with b.step(main, 1, 1000, 1000):
+        b.launch(main, "cudaLaunchKernel", 1010, 4, kernel=b.kernel(s, "gemm", 1020, 500))
+    a = tb_perfdiag.diagnose(training(100, steps=2).build()).diagnosis
+    c = compare_diagnoses(a, tb_perfdiag.diagnose(b.build()).diagnosis)
+    (p,) = c.devices
+    assert (p.name_before, p.name_after, p.paired_by) == ("GPU 0", "GPU 2", "order")
+    assert ("paired_by_order", ("GPU 0", "GPU 2")) in c.warnings
+    for f in a.findings:
+        assert finding_key(f)            # every finding has a key to match by
+
+
+# ---- the route ----
+
+def test_compare_route_and_its_errors(tmp_path):
+    for name, loader in (("slow", 3000), ("fast", 0)):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "worker0.1700000000000.pt.trace.json").write_bytes(training(loader).to_bytes())
+    svc = DiagnosisService(Catalog(str(tmp_path)))
+    q = {"run": "fast", "host": "worker0", "base_run": "slow", "base_host": "worker0"}
+    status, body = call(svc, "compare", q)
+    assert status == 200, body
+    assert jsonschema.validate(body, SCHEMA) is None
+    assert (body["before"]["run"], body["after"]["run"]) == ("slow", "fast")
+    assert body["before"]["label"] == "slow · worker0 · 1700000000000"
+    assert len(body["before"]["step_chart"]) == 6 and body["ops"]["limit"] == 15
+    assert body["highlights"][0]["what"] == "step_time"
+    # the same diagnoses as /diagnosis (cached: no second analysis)
+    n = svc.cache.computations
+    status, _ = call(svc, "diagnosis", {"run": "slow", "host": "worker0"})
+    assert status == 200 and svc.cache.computations == n
+    assert call(svc, "compare", {**q, "top": "3"})[1]["ops"]["limit"] == 3
+    status, body = call(svc, "compare", {**q, "base_run": "nope"})
+    assert status == 404 and body["base_run"] == "nope"
+    status, body = call(svc, "compare", {k: v for k, v in q.items() if k != "base_host"})
+    assert status == 400 and "base_host" in body["error"]
+    assert call(svc, "compare", {**q, "top": "0"})[0] == 400
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "worker0.1.pt.trace.json").write_text("{not json")
+    status, body = call(svc, "compare", {**q, "base_run": "bad"})
+    assert status == 422 and body["file"] == "worker0.1.pt.trace.json"
