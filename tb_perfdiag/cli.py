@@ -1,11 +1,11 @@
-"""``tb-perfdiag info|diagnose|compare|check`` in a terminal, a pipeline or a CI job.
+"""tb-perfdiag info|diagnose|compare|check: in a terminal, a pipeline or a CI job.
 
 Exit codes (every command):
   0  done (check: every budget met)
   1  check: a budget was breached
-  2  usage: an unknown option, a bad value (``--threshold-us nan``), nothing to check
+  2  usage: an unknown option, a bad value (--threshold-us nan), nothing to check
   3  input: a path that does not exist, holds no profile, or a file that cannot be read
-A closed pipe (``… | head``) ends the command quietly with 141, as SIGPIPE would.
+A closed pipe (... | head) ends the command quietly with 141, as SIGPIPE would.
 """
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from ..trace.model import DEVICE_ACTIVITY, EventKind as K, Trace, TrackKind
 from .result import OpTable
 
 _NOT_OPS = (K.STEP, K.PYTHON, K.ANNOTATION, K.IDLE, K.DEVICE_OTHER)
-_CHUNK = 1 << 22
+_CHUNK = 1 << 21
 
 
 def op_table(trace: Trace, ev_step: np.ndarray, typical: np.ndarray) -> OpTable:
@@ -47,27 +47,31 @@ def op_table(trace: Trace, ev_step: np.ndarray, typical: np.ndarray) -> OpTable:
     for side in (0, 1):
         dense[side, ids[side]] = np.arange(ids[side].shape[0], dtype=np.int32)
     del used
-    # per side: [count, time ps, count in steps, time in steps, count typical, time
-    # typical]; ps weights are exact in float64 up to 2**53 ps (2.5 h) per name
-    acc = [np.zeros((6, x.shape[0]), np.float64) for x in ids]
+    # per side and name, three cells: outside every step, in a step that is not typical,
+    # in a typical step; one bincount of (name × 3 + cell) for the counts and one for the
+    # times (ps weights are exact in float64 up to 2**53 ps, 2.5 h, per cell)
+    cell_of = np.array([1, 2], np.int8)
+    cnt = [np.zeros(3 * x.shape[0], np.int64) for x in ids]
+    tim = [np.zeros(3 * x.shape[0], np.float64) for x in ids]
     kind_of = [np.zeros(x.shape[0], np.int8) for x in ids]
     for lo, hi, kind, masks in chunks():
         step = ev_step[lo:hi]
-        in_step = step >= 0
-        in_typ = in_step & typical[np.maximum(step, 0)] if typical.size else in_step & False
-        dur = trace.dur[lo:hi].astype(np.float64)
+        cell = np.where(step >= 0, cell_of[typical[np.maximum(step, 0)].astype(np.intp)]
+                        if typical.size else 1, 0)
         for side in (0, 1):
-            m0 = masks[side]
-            if not m0.any():
+            m = masks[side]
+            if not m.any():
                 continue
-            nm = dense[side, trace.name[lo:hi]]
-            k = acc[side].shape[1]
-            for col, m in ((0, m0), (2, m0 & in_step), (4, m0 & in_typ)):
-                acc[side][col] += np.bincount(nm[m], minlength=k)
-                acc[side][col + 1] += np.bincount(nm[m], weights=dur[m], minlength=k)
-            kind_of[side][nm[m0]] = kind[m0]
+            nm = dense[side, trace.name[lo:hi][m]]
+            code = nm.astype(np.int64) * 3 + cell[m]
+            k = cnt[side].shape[0]
+            cnt[side] += np.bincount(code, minlength=k)
+            tim[side] += np.bincount(code, weights=trace.dur[lo:hi][m], minlength=k)
+            kind_of[side][nm] = kind[m]
     names = [trace.strings[i] for side in (0, 1) for i in ids[side].tolist()]
     device = np.concatenate([np.full(x.shape[0], side == 1) for side, x in enumerate(ids)])
-    c = np.rint(np.concatenate(acc, axis=1)).astype(np.int64)
-    return OpTable(names, device, np.concatenate(kind_of), c[0], c[1], c[2], c[3], c[4], c[5],
+    c = np.concatenate(cnt).reshape(-1, 3)
+    t = np.rint(np.concatenate(tim)).astype(np.int64).reshape(-1, 3)
+    return OpTable(names, device, np.concatenate(kind_of), c.sum(axis=1), t.sum(axis=1),
+                   c[:, 1] + c[:, 2], t[:, 1] + t[:, 2], c[:, 2].copy(), t[:, 2].copy(),
                    int(typical.sum()), int(typical.shape[0]))

@@ -154,7 +154,7 @@ def _ms(ps) -> str:
 
 
 def _signed(ps) -> str:
-    return ("+" if ps > 0 else "−" if ps < 0 else "±") + _ms(abs(ps))
+    return "0" if ps == 0 else ("+" if ps > 0 else "−") + _ms(abs(ps))
 
 
 def _pct(x) -> str:
