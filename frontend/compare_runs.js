@@ -216,9 +216,9 @@ export class CompareRuns {
 
   opsCard(d) {
     const num = (x) => (Math.abs(x) >= 10 || Number.isInteger(x) ? x.toFixed(0) : x.toFixed(1));
-    const table = (rows, byTime) => h("table", { class: "pd-cmp-table pd-cmp-ops" },
-      h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Op"), h("th", { scope: "col" }, byTime ? "Device time before" : "Calls before"),
-        h("th", { scope: "col" }, byTime ? "after" : "after"), h("th", { scope: "col" }, "Change"))),
+    const table = (rows, byTime, label) => h("table", { class: "pd-cmp-table pd-cmp-ops" },
+      h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Op"), h("th", { scope: "col" }, label || (byTime ? "Device time before" : "Calls before")),
+        h("th", { scope: "col" }, "after"), h("th", { scope: "col" }, "Change"))),
       h("tbody", {}, rows.map((o) => h("tr", { "data-op": o.name },
         h("td", { class: "pd-op-name", title: o.name }, o.name, h("span", { class: "pd-muted pd-small" }, ` ${o.where} · ${o.kind}`)),
         h("td", { class: "pd-num" }, byTime ? formatNs(o.time_before_ns) : num(o.count_before)),
@@ -228,7 +228,9 @@ export class CompareRuns {
       h("h2", {}, "Ops ", h("span", { class: "pd-muted pd-small" }, "(per typical step)")),
       h("div", { class: "pd-columns" },
         h("div", {}, h("h3", {}, "Calls"), d.ops.by_count.length ? table(d.ops.by_count, false) : h("p", { class: "pd-muted" }, "No count changed.")),
-        h("div", {}, h("h3", {}, "Device time"), d.ops.by_device_time.length ? table(d.ops.by_device_time, true) : h("p", { class: "pd-muted" }, "No device time changed."))));
+        h("div", {}, h("h3", {}, "Device time"), d.ops.by_device_time.length ? table(d.ops.by_device_time, true) : h("p", { class: "pd-muted" }, "No device time changed."),
+          h("h3", {}, "Host time ", h("span", { class: "pd-muted pd-small" }, "(inclusive: a sync point blocking longer shows here)")),
+          (d.ops.by_host_time || []).length ? table(d.ops.by_host_time, true, "Host time before") : h("p", { class: "pd-muted" }, "No host time changed."))));
   }
 
   annotationsCard(d) {

@@ -193,6 +193,8 @@ def test_num_workers_data_loading_idle_falls_and_duty_rises():
     # the preprocessing ops left the main process with the loader
     by = {o["name"]: o for o in cj["ops"]["by_count"]}
     assert by["aten::copy_"]["count_after"] < 0.1 * by["aten::copy_"]["count_before"]
+    (host,) = highlight(cj, "op_host_time")
+    assert host["subject"] == LOADER and host["after"] == 0 and host["before"] > 20e6
     text = cmp.to_text()
     assert "data loading / input idle per typical step" in text and "gone" in text
     check_subtraction(ra, rb, cj)
@@ -221,6 +223,10 @@ def test_trace_diff_the_device_does_more_work_and_idles_less():
     # the .item() sync points HTA's TraceDiff shows: they stop costing idle
     syncs = [f for f in cj["findings"] if f["kind"] == "host_sync" and "item" in f["culprit"]]
     assert syncs and all(f["change"] == "gone" for f in syncs)
+    # …while the host blocks in them longer: the same 5 calls per step, 5× the host time
+    item = {o["name"]: o for o in cj["ops"]["by_host_time"]}["aten::item"]
+    assert item["count_before"] == item["count_after"] == 5
+    assert item["time_after_ns"] > 5 * item["time_before_ns"] > 5e6
     check_subtraction(ra, rb, cj)
     counts = op_counts_from_trace(tb_perfdiag.load(PAIRS["trace_diff"]()[0]),
                                   ra.to_json(all_gaps=False, gaps_limit=0),

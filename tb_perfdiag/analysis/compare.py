@@ -170,7 +170,7 @@ class Highlight:
     before run's typical step) orders them."""
 
     what: str        # step_time, duty, busy, idle_cause, compilations, finding, op_count,
-                     # op_time, annotation
+                     # op_time (device), op_host_time, annotation
     subject: str     # cause key, finding index, op or annotation name ("" for step time)
     device: str | None
     before: float
@@ -474,6 +474,14 @@ def highlights(cmp: Comparison) -> list:
         o = cmp.ops[i]
         if abs(o.time_delta) >= NOTE_SHARE * base:
             out.append(Highlight("op_time", o.name, None, o.time_before, o.time_after,
+                                 abs(o.time_delta) / base, i))
+    # the host op whose time changed most (a sync point blocking longer, a loader gone)
+    host = sorted((i for i, o in enumerate(cmp.ops) if not o.device),
+                  key=lambda i: -abs(cmp.ops[i].time_delta))
+    for i in host[:1]:
+        o = cmp.ops[i]
+        if abs(o.time_delta) >= 2 * NOTE_SHARE * base:
+            out.append(Highlight("op_host_time", o.name, None, o.time_before, o.time_after,
                                  abs(o.time_delta) / base, i))
     for r in cmp.annotations[:2]:
         if abs(r.delta) >= 2 * NOTE_SHARE * base:

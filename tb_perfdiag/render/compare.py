@@ -29,7 +29,8 @@ DEFINITIONS = {
     "ops": "Count and time per typical step of every op name: host ops with their "
            "inclusive time, device ops (kernels, copies, sets) with their device time; "
            "by_count ranks by the change in count, by_device_time device ops by the change "
-           "in device time.",
+           "in device time, by_host_time host ops by the change in host time (a sync "
+           "point blocking longer shows here).",
     "annotations": "Device time per typical step of each annotation path (inclusive).",
 }
 
@@ -126,12 +127,16 @@ def counted_change(o) -> bool:
 
 
 def top_ops(cmp: Comparison, top: int) -> tuple:
-    """(by count change, device ops by device-time change): the ``top`` largest changes."""
+    """(by count change, device ops by device-time change, host ops by host-time change):
+    the ``top`` largest changes of each."""
     by_count = sorted((o for o in cmp.ops if counted_change(o)),
                       key=lambda o: (-abs(o.count_delta), o.name))[:top]
-    by_time = sorted((o for o in cmp.ops if o.device and _ns(o.time_after) != _ns(o.time_before)),
-                     key=lambda o: (-abs(o.time_delta), o.name))[:top]
-    return by_count, by_time
+
+    def by_time(device):
+        return sorted((o for o in cmp.ops if o.device == device
+                       and abs(o.time_delta) >= 1e6),          # 1 µs per step or more
+                      key=lambda o: (-abs(o.time_delta), o.name))[:top]
+    return by_count, by_time(True), by_time(False)
 
 
 def changed_annotations(cmp: Comparison, top: int) -> list:
@@ -205,6 +210,11 @@ def highlight_text(cmp: Comparison, h) -> str:
     if h.what == "op_time":
         return (f"{_short(h.subject)}: device time per typical step {_ms(h.before)} → {_ms(h.after)} "
                 f"({_signed(h.after - h.before)})")
+    if h.what == "op_host_time":
+        o = cmp.ops[h.ref]
+        return (f"{_short(h.subject)}: host time per typical step {_ms(h.before)} → {_ms(h.after)} "
+                f"({_signed(h.after - h.before)}; {_count(o.count_before)} → "
+                f"{_count(o.count_after)} calls)")
     if h.what == "annotation":
         return (f"annotation {h.subject}: device time per typical step {_ms(h.before)} → "
                 f"{_ms(h.after)} ({_signed(h.after - h.before)})")
@@ -234,10 +244,12 @@ def warning_text(w) -> str:
 
 # ---- JSON ----
 
+_UNITLESS = ("duty", "op_count", "compilations")     # highlights not in time
+
 def comparison_json(cmp: Comparison, top: int = DEFAULT_TOP, with_steps: bool = True) -> dict:
     a, b = cmp.sides
     da, db = cmp.diagnoses
-    by_count, by_time = top_ops(cmp, top)
+    by_count, by_time, by_host = top_ops(cmp, top)
     step = {"before_ns": _ns(a.step_time), "after_ns": _ns(b.step_time),
             "delta_ns": _ns(b.step_time) - _ns(a.step_time),
             "delta_pct": (b.step_time - a.step_time) / a.step_time if a.step_time else None,
@@ -247,10 +259,8 @@ def comparison_json(cmp: Comparison, top: int = DEFAULT_TOP, with_steps: bool = 
         "before": _side(a, da, with_steps), "after": _side(b, db, with_steps),
         "step_time": step,
         "highlights": [{"what": h.what, "subject": h.subject, "device": h.device,
-                        "before": h.before if h.what in ("duty", "op_count", "compilations")
-                        else _ns(h.before),
-                        "after": h.after if h.what in ("duty", "op_count", "compilations")
-                        else _ns(h.after),
+                        "before": h.before if h.what in _UNITLESS else _ns(h.before),
+                        "after": h.after if h.what in _UNITLESS else _ns(h.after),
                         "text": highlight_text(cmp, h)} for h in cmp.highlights],
         "devices": [{"before": p.name_before, "after": p.name_after, "name": p.name,
                      "paired_by": p.paired_by or None,
@@ -265,7 +275,8 @@ def comparison_json(cmp: Comparison, top: int = DEFAULT_TOP, with_steps: bool = 
                      for f in cmp.findings],
         "ops": {"compared": len(cmp.ops), "limit": top,
                 "by_count": [_op(o) for o in by_count],
-                "by_device_time": [_op(o) for o in by_time]},
+                "by_device_time": [_op(o) for o in by_time],
+                "by_host_time": [_op(o) for o in by_host]},
         "annotations": [{"path": list(r.path), "name": r.path[-1], "before_ns": _ns(r.before),
                          "after_ns": _ns(r.after), "delta_ns": _ns(r.after) - _ns(r.before)}
                         for r in changed_annotations(cmp, top)],
@@ -312,7 +323,7 @@ def report(cmp: Comparison, top: int = 8) -> str:
             title = (db.findings[f.after] if f.after >= 0 else da.findings[f.before]).title
             L.append(f"   - {f.change.value:6} {_ms(f.per_step_before * 1000):>9} → "
                      f"{_ms(f.per_step_after * 1000):>9}/step  {title}")
-    by_count, by_time = top_ops(cmp, top)
+    by_count, by_time, by_host = top_ops(cmp, top)
     if by_count:
         L.append("   ops, calls per typical step:")
         L += [f"   - {_count(o.count_before):>8} → {_count(o.count_after):>8}  "
@@ -321,6 +332,10 @@ def report(cmp: Comparison, top: int = 8) -> str:
         L.append("   device ops, device time per typical step:")
         L += [f"   - {_ms(o.time_before):>9} → {_ms(o.time_after):>9}  {_signed(o.time_delta):>10}  "
               f"{o.name[:90]}" for o in by_time]
+    if by_host:
+        L.append("   host ops, host time per typical step (inclusive):")
+        L += [f"   - {_ms(o.time_before):>9} → {_ms(o.time_after):>9}  {_signed(o.time_delta):>10}  "
+              f"{o.name[:90]}" for o in by_host]
     ann = changed_annotations(cmp, top)
     if ann:
         L.append("   annotations, device time per typical step:")
