@@ -3,8 +3,10 @@ every layer can raise them.
 
 ``ApiError`` carries an HTTP status, a message and extra JSON fields; ``plugin.py``
 turns it into a response in one place.  ``TraceError`` is a file that is not a readable
-trace: the readers, the CLI and the Python API raise it too, so it is no HTTP error by
-itself; ``as_api_error`` is the one place it becomes one (422, naming the file).
+trace (``TraceTooLarge``: over the size budget; ``FileGone``: deleted since the
+listing): the readers, the CLI and the Python API raise it too, so it is no HTTP error
+by itself; ``trace_error``/``as_api_error`` are the one place it becomes one (422, 413 or
+404, naming the file).
 """
 from __future__ import annotations
 
@@ -18,6 +20,19 @@ class TraceError(Exception):
         super().__init__(f"{path}: {reason}")
         self.path = str(path)
         self.reason = reason
+
+
+class TraceTooLarge(TraceError):
+    """A file over the size budget: on disk, or once decompressed."""
+
+
+class FileGone(TraceError):
+    """A listed file that is no longer there (deleted or renamed since the listing)."""
+
+
+class StorageError(Exception):
+    """A logdir or file that cannot be reached at all: an fsspec URL whose backend
+    package is missing, an unknown protocol.  Its message is one line for a person."""
 
 
 class ApiError(Exception):
@@ -60,18 +75,34 @@ class Unprocessable(_FixedStatus):
     STATUS = 422
 
 
-def trace_error(e: TraceError, **extra) -> Unprocessable:
-    """The 422 of an unreadable file: its reason, and the file by name (never its path)."""
-    return Unprocessable(e.reason, file=os.path.basename(e.path), **extra)
+class Unavailable(_FixedStatus):
+    """Not now: no memory or analysis slot came free in time, memory ran out, or the
+    logdir's storage cannot be reached.  Worth trying again."""
+    STATUS = 503
+
+
+def trace_error(e: TraceError, **extra) -> ApiError:
+    """The answer for a file that cannot be analysed: 413 over the budget, 404 gone since
+    the listing, else 422 unreadable; its reason, and the file by name (never its path)."""
+    cls = TooLarge if isinstance(e, TraceTooLarge) else \
+        NotFound if isinstance(e, FileGone) else Unprocessable
+    return cls(e.reason, file=os.path.basename(e.path), **extra)
 
 
 def as_api_error(e: BaseException) -> ApiError:
-    """Any exception as the ``ApiError`` a route answers with: itself, 422 for a
-    ``TraceError``, else a 500 whose message names only the exception's type (the
-    details belong in the log, not in a response)."""
+    """Any exception as the ``ApiError`` a route answers with: itself; for a
+    ``TraceError`` 413 (over the budget), 404 (gone since the listing) or 422 (not a
+    readable trace), naming the file; 503 for a storage that cannot be reached or memory
+    that ran out; else a 500 whose message names only the exception's type (the details
+    belong in the log, not in a response)."""
     if isinstance(e, ApiError):
         return e
     if isinstance(e, TraceError):
         return trace_error(e)
+    if isinstance(e, StorageError):
+        return Unavailable(str(e))
+    if isinstance(e, MemoryError):
+        return Unavailable("not enough memory for this request now; try again, or lower "
+                           "TB_PERFDIAG_MEMORY_MB so that fewer analyses run at once")
     return ApiError(500, f"internal error ({type(e).__name__}); the TensorBoard log has "
                          f"the details")

@@ -1,8 +1,26 @@
-"""Reading bytes from local paths and fsspec URLs (gs://, s3://, memory://)."""
+"""Every byte read from a trace file, local or behind an fsspec URL (gs://, s3://, memory://).
+
+One guarded path, ``open_file`` (``read_bytes`` on top of it), for the server, the CLI
+and the API:
+
+* Only regular files.  A local file is opened with O_NONBLOCK (a named pipe cannot hold
+  the open) and checked with ``fstat`` on the open descriptor: a pipe, device, socket or
+  folder is refused whatever a listing said about that name.
+* No symbolic links under a ``root`` (the logdir, resolved once per listing): every
+  folder below the root is opened with O_NOFOLLOW relative to the one above it, then the
+  file with O_NOFOLLOW, so a link swapped in after the listing — for the file or for any
+  folder on the way — is refused instead of followed.  Without a root (a path a person
+  typed) links are followed, to a regular file only.
+* Sizes come from the open file, never from a listing: ``max_bytes`` caps the bytes read
+  *and* the bytes out of gzip decompression, so a file grown since it was listed, or a
+  small gzip that expands to gigabytes, is refused when the budget is reached instead of
+  costing the memory.
+"""
 from __future__ import annotations
 
-import gzip
+import errno
 import os
+import stat
 import zlib
 
 try:  # ISA-L's inflate is about 1.6× zlib's; same format, same errors
@@ -10,10 +28,35 @@ try:  # ISA-L's inflate is about 1.6× zlib's; same format, same errors
 except ImportError:  # pragma: no cover - optional speed-up
     _fast_zlib = zlib
 
-from .errors import TraceError
+from .errors import FileGone, StorageError, TraceError, TraceTooLarge
 from .progress import NULL
 
 GZIP_MAGIC = b"\x1f\x8b"
+MAX_FILE_MB_ENV = "TB_PERFDIAG_MAX_FILE_MB"
+
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+_O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_O_BINARY = getattr(os, "O_BINARY", 0)
+# opening each folder relative to the one above needs openat(); elsewhere (Windows) the
+# whole path is opened at once and only the final fstat check holds
+_CONFINED = bool(_O_NOFOLLOW and _O_DIRECTORY) and os.open in os.supports_dir_fd
+
+
+def max_file_bytes() -> int:
+    """The size budget of one file, on disk and decompressed (``TB_PERFDIAG_MAX_FILE_MB``,
+    default 4096 MB)."""
+    try:
+        mb = float(os.environ.get(MAX_FILE_MB_ENV, "4096"))
+    except ValueError:
+        mb = 4096.0
+    return int(mb * 1e6) if mb > 0 and mb == mb and mb != float("inf") else int(4096e6)
+
+
+def over_budget(path: str, what: str, cap: int) -> TraceTooLarge:
+    return TraceTooLarge(path, f"{what} more than the {cap / 1e6:.0f} MB budget for one file; "
+                               f"raise it with the {MAX_FILE_MB_ENV} environment variable")
 
 
 def is_remote(path: str) -> bool:
@@ -21,54 +64,189 @@ def is_remote(path: str) -> bool:
 
 
 def filesystem(path: str):
-    """(fsspec filesystem, path inside it) for a URL, or (None, path) for local paths."""
+    """(fsspec filesystem, path inside it) for a URL, or (None, path) for local paths.
+    A URL whose protocol has no installed backend raises ``StorageError`` (one line:
+    which package to install)."""
     if not is_remote(path):
         p = str(path)
         return None, p[len("file://"):] if p.startswith("file://") else p
-    import fsspec  # only needed for remote logdirs
-    fs, inner = fsspec.core.url_to_fs(str(path))
+    try:
+        import fsspec  # only needed for remote logdirs
+        fs, inner = fsspec.core.url_to_fs(str(path))
+    except ImportError as e:
+        raise StorageError(f"cannot read {_protocol(path)}:// paths: {e}") from None
+    except ValueError as e:      # "Protocol not known: …"
+        raise StorageError(f"cannot read {_protocol(path)}:// paths: {e}") from None
     return fs, inner
 
 
-def read_bytes(path: str, limit: int | None = None, progress=NULL) -> bytes:
-    """Whole file, gunzipped when it is gzip.  ``limit`` caps the decompressed size."""
-    fs, inner = filesystem(path)
+def _protocol(path) -> str:
+    return str(path).split("://", 1)[0]
+
+
+class OpenFile:
+    """A trace file opened through the guard.  ``size``: bytes on disk, from the open
+    file; ``decoded_size_hint()``: what it should decode to (a gzip trailer's figure,
+    which a hostile file can fake: decompression is capped all the same); ``read()``:
+    the decoded bytes within ``max_bytes``."""
+
+    def __init__(self, path: str, f, size: int, max_bytes: int | None):
+        self.path, self._f, self.size, self.max_bytes = str(path), f, int(size), max_bytes
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self) -> None:
+        try:
+            self._f.close()
+        except OSError:
+            pass
+
+    def _pread(self, n: int, at: int) -> bytes:
+        try:
+            self._f.seek(at)
+            return self._f.read(n)
+        except (OSError, ValueError):
+            return b""
+
+    @property
+    def compressed(self) -> bool:
+        return self._pread(2, 0) == GZIP_MAGIC
+
+    def decoded_size_hint(self) -> int:
+        """Bytes after decompression as the file claims them (its size when not gzip)."""
+        if not self.compressed or self.size < 18:
+            return self.size
+        isize = int.from_bytes(self._pread(4, self.size - 4).ljust(4, b"\0"), "little")
+        # the trailer holds the size mod 4 GiB: a figure below the compressed size wrapped
+        return isize if isize >= self.size else isize + (1 << 32)
+
+    def read(self, progress=NULL) -> bytes:
+        """The whole file, gunzipped when it is gzip, within ``max_bytes``."""
+        cap = self.max_bytes
+        try:
+            self._f.seek(0)
+            want = self.size if cap is None else min(self.size, cap)
+            raw = self._f.read(want + 1)         # one allocation of the file's size
+            if len(raw) > want:                  # grown since it was opened
+                if cap is not None and len(raw) > cap:
+                    raise over_budget(self.path, "it holds", cap)
+                rest = self._f.read(-1 if cap is None else cap + 1 - len(raw))
+                raw += rest
+                if cap is not None and len(raw) > cap:
+                    raise over_budget(self.path, "it holds", cap)
+        except OSError as e:
+            raise TraceError(self.path, f"cannot read: {e.strerror or e}") from None
+        if raw[:2] == GZIP_MAGIC:
+            return _gunzip(self.path, raw, cap, progress)
+        if self.path.endswith(".gz"):
+            raise TraceError(self.path, "named .gz but is not gzip-compressed")
+        return raw
+
+
+def _gunzip(path: str, raw: bytes, cap: int | None, progress) -> bytes:
+    progress.phase("decompressing", f"{len(raw) / 1e6:.0f} MB of gzip")
+    # one call with an output cap: ISA-L's decompressor grows its output in place (peak
+    # about the output's size, measured) and stops at cap + 1 bytes
+    d = _fast_zlib.decompressobj(16 + zlib.MAX_WBITS)
     try:
-        if fs is None:
-            with open(inner, "rb") as f:
-                raw = f.read()
-        else:
-            with fs.open(inner, "rb") as f:
-                raw = f.read()
+        out = d.decompress(raw, 0 if cap is None else cap + 1)
+    except (zlib.error, _fast_zlib.error, EOFError, ValueError) as e:
+        raise TraceError(path, f"corrupt gzip data: {e}") from None
+    if cap is not None and len(out) > cap:
+        raise over_budget(path, "it decompresses to", cap)
+    if not d.eof:
+        raise TraceError(path, "truncated gzip stream (file cut short or still being written)")
+    return out
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symbolic link")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _open_fd(path: str, root: str | None) -> int:
+    flags = os.O_RDONLY | _O_NONBLOCK | _O_CLOEXEC | _O_BINARY
+    if not root or not _CONFINED:
+        return os.open(path, flags)
+    rel = os.path.relpath(path, root)
+    parts = rel.split(os.sep)
+    if os.path.isabs(rel) or parts[0] == os.pardir or rel == os.curdir:
+        raise TraceError(path, "outside the logdir: not read")
+    dfd = os.open(root, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
+    try:
+        for part in parts[:-1]:
+            nfd = os.open(part, os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC, dir_fd=dfd)
+            os.close(dfd)
+            dfd = nfd
+        return os.open(parts[-1], flags | _O_NOFOLLOW, dir_fd=dfd)
+    finally:
+        os.close(dfd)
+
+
+def open_file(path: str, root: str | None = None, max_bytes: int | None = None) -> OpenFile:
+    """Open one trace file through the guard (see the module's text); ``root``: the
+    resolved logdir the file was listed under (no link below it is followed);
+    ``max_bytes``: the budget, on disk and decoded.  Raises ``FileGone`` when it is not
+    there, ``TraceTooLarge`` over the budget, ``TraceError`` for anything else that
+    cannot be read, ``StorageError`` for a URL with no backend."""
+    fs, inner = filesystem(path)
+    if fs is not None:
+        return _open_remote(str(path), fs, inner, max_bytes)
+    try:
+        fd = _open_fd(inner, root)
     except FileNotFoundError:
-        raise TraceError(path, "file not found") from None
-    except IsADirectoryError:
-        raise TraceError(path, "is a directory, not a file") from None
+        raise FileGone(path, "file not found (deleted or renamed since it was listed)") from None
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.EMLINK):
+            raise TraceError(path, "is a symbolic link: links in the logdir are not "
+                                   "followed") from None
+        if e.errno == errno.ENOTDIR and root:
+            raise TraceError(path, "a folder on its path is no longer a folder (a link or "
+                                   "a file put in its place): links in the logdir are not "
+                                   "followed") from None
+        raise TraceError(path, f"cannot open: {e.strerror or e}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise TraceError(path, f"is {_kind(st.st_mode)}, not a regular file: not read")
+        if max_bytes is not None and st.st_size > max_bytes:
+            raise over_budget(path, "it holds", max_bytes)
+        f = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    return OpenFile(path, f, st.st_size, max_bytes)
+
+
+def _open_remote(path: str, fs, inner: str, max_bytes: int | None) -> OpenFile:
+    try:
+        info = fs.info(inner)
+        if info.get("type", "file") != "file":
+            raise TraceError(path, f"is a {info.get('type')}, not a file: not read")
+        size = int(info.get("size") or 0)
+        if max_bytes is not None and size > max_bytes:
+            raise over_budget(path, "it holds", max_bytes)
+        f = fs.open(inner, "rb")
+    except FileNotFoundError:
+        raise FileGone(path, "file not found (deleted or renamed since it was listed)") from None
     except OSError as e:
         raise TraceError(path, f"cannot read: {e.strerror or e}") from None
-    if raw[:2] == GZIP_MAGIC:
-        progress.phase("decompressing", f"{len(raw) / 1e6:.0f} MB of gzip")
-        if not limit and len(raw) > 18:
-            # the gzip trailer holds the size (mod 4 GiB): allocate the output once
-            # instead of growing it, which would briefly need far more memory
-            size = int.from_bytes(raw[-4:], "little")
-            try:
-                return _fast_zlib.decompress(raw, 16 + zlib.MAX_WBITS, max(size, 1 << 16))
-            except (zlib.error, _fast_zlib.error):
-                pass      # the incremental path below names the problem
-        try:
-            d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-            out = d.decompress(raw, limit or 0) if limit else d.decompress(raw)
-            if limit and d.unconsumed_tail:
-                raise TraceError(path, f"decompresses to more than {limit} bytes")
-            if not d.eof:
-                raise TraceError(path, "truncated gzip stream (file cut short or still being written)")
-            return out
-        except (zlib.error, gzip.BadGzipFile, EOFError) as e:
-            raise TraceError(path, f"corrupt gzip data: {e}") from None
-    if str(path).endswith(".gz"):
-        raise TraceError(path, "named .gz but is not gzip-compressed")
-    return raw
+    return OpenFile(path, f, size, max_bytes)
+
+
+def read_bytes(path: str, max_bytes: int | None = None, progress=NULL,
+               root: str | None = None) -> bytes:
+    """Whole file through the guard, gunzipped when it is gzip (``open_file``)."""
+    with open_file(path, root, max_bytes) as f:
+        return f.read(progress)
 
 
 def is_blank(raw: bytes) -> bool:

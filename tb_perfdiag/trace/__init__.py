@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 from ..progress import NULL
-from ..storage import is_blank, read_bytes
+from ..storage import OpenFile, is_blank, open_file
 from . import kineto, xspace
 from .model import Device, EventKind, LinkKind, Stat, Trace, TraceError, TrackKind
 
-__all__ = ["load", "Trace", "TraceError", "EventKind", "TrackKind", "LinkKind", "Device", "Stat",
+__all__ = ["load", "load_open", "Trace", "TraceError", "EventKind", "TrackKind", "LinkKind", "Device", "Stat",
            "detect_format"]
 
 
@@ -25,16 +25,33 @@ def detect_format(path: str, head: bytes = b"") -> str | None:
     return None
 
 
-def load(path: str, progress=NULL) -> Trace:
+def load(path: str, progress=NULL, root: str | None = None,
+         max_bytes: int | None = None) -> Trace:
     """Read one trace file (local path or fsspec URL); ``progress`` (a
-    ``tb_perfdiag.progress.Progress``) is moved through the reading phases.
+    ``tb_perfdiag.progress.Progress``) is moved through the reading phases.  ``root``
+    and ``max_bytes``: the guard's (``storage.open_file``): the logdir below which no
+    link is followed, the budget in bytes on disk and decoded.
 
     Raises ``TraceError`` (with ``.path`` and ``.reason``) for anything that is not a
     readable profiler trace; no other exception escapes for bad input.
     """
+    with open_file(path, root, max_bytes) as f:
+        return load_open(f, progress)
+
+
+def load_open(f: OpenFile, progress=NULL) -> Trace:
+    """``load`` of a file already opened through the guard (``storage.open_file``)."""
+    path = f.path
     progress.format(detect_format(path) or "")
     progress.phase("reading")
-    raw = read_bytes(path, progress=progress)
+    held = [f.read(progress)]
+    return _parse(path, held, progress)
+
+
+def _parse(path: str, held: list, progress) -> Trace:
+    """The ``Trace`` in a file's decoded bytes, handed over in a one-item list so that
+    they are freed as soon as they are scanned (no caller's frame keeps them)."""
+    raw = held.pop()
     if is_blank(raw):
         raise TraceError(path, "empty file: the profiler wrote nothing (or is still writing)")
     fmt = detect_format(path, raw[:64])
