@@ -7,17 +7,21 @@ Two layouts (GUIDE §2):
   one worker are several capture windows ("spans").
 
 Requests never name files: they name (run, host, span), which are looked up in the
-listing made here, so no request parameter can reach outside the logdir.
+listing made here, so no request parameter can reach outside the logdir.  The listing
+holds regular files only, never a symbolic link, named pipe or device; each file is
+later read relative to the logdir's resolved root without following any link
+(``storage.open_file``), so a name swapped for a link after the listing is not read.
 """
 from __future__ import annotations
 
 import os
 import re
+import stat
 import threading
 import time
 from dataclasses import dataclass, field
 
-from .storage import filesystem
+from .storage import filesystem, is_remote
 
 XPLANE_SUFFIX = ".xplane.pb"
 PT_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")
@@ -32,6 +36,7 @@ class Source:
     format: str               # "xspace" | "kineto"
     size: int = 0
     mtime: float = 0.0
+    root: str = ""            # the logdir's resolved root it was listed under ("": none)
 
 
 @dataclass
@@ -64,8 +69,18 @@ def _split_pt_name(filename: str) -> tuple[str, str]:
     return base, ""
 
 
+def resolve_root(logdir: str) -> str:
+    """The logdir as listings and reads use it: a local one with its links resolved
+    (a logdir given through a symlink is listed where it really is; below it no link is
+    followed), a URL as it is."""
+    fs, root = filesystem(logdir)
+    return os.path.realpath(root) if fs is None else str(logdir)
+
+
 def _walk(logdir: str):
-    """Yield (relative dir parts, filename, size, mtime) for every file under logdir."""
+    """Yield (relative dir parts, filename, size, mtime) for every regular file under
+    logdir (a local one given resolved: ``resolve_root``).  Links, named pipes and
+    devices are skipped, and folders reached through a link are not entered."""
     fs, root = filesystem(logdir)
     if fs is None:
         root = os.path.abspath(root)
@@ -78,11 +93,10 @@ def _walk(logdir: str):
                     continue
                 full = os.path.join(dirpath, fn)
                 try:
-                    st = os.stat(full)          # follows a file symlink: check it stays inside
-                    real = os.path.realpath(full)
+                    st = os.lstat(full)         # the name itself, never what a link points to
                 except OSError:
                     continue
-                if not (real == root or real.startswith(root.rstrip(os.sep) + os.sep)):
+                if not stat.S_ISREG(st.st_mode):
                     continue
                 yield parts, fn, full, st.st_size, st.st_mtime
         return
@@ -112,7 +126,8 @@ def scan_logdir(logdir: str) -> dict:
     """{run name: Run} for everything under ``logdir``."""
     runs: dict[str, Run] = {}
     root_name = os.path.basename(str(logdir).rstrip("/")) or str(logdir)
-    for parts, fn, full, size, mtime in _walk(logdir):
+    root = resolve_root(logdir)
+    for parts, fn, full, size, mtime in _walk(root):
         if fn.endswith(XPLANE_SUFFIX):
             # …/<tb_run…>/plugins/profile/<run>/<host>.xplane.pb
             if len(parts) < 3 or parts[-3:-1] != ("plugins", "profile"):
@@ -126,27 +141,92 @@ def scan_logdir(logdir: str) -> dict:
             run = runs.setdefault(name, Run(name, "pytorch"))
             worker, span = _split_pt_name(fn)
             run.sources.append(Source(worker, span, full, "kineto", size, mtime))
+    if not is_remote(root):
+        for run in runs.values():
+            for src in run.sources:
+                src.root = root
     return dict(sorted(runs.items()))
 
 
 class Catalog:
-    """The logdir's runs, re-listed at most every ``ttl`` seconds so profiles written
-    while TensorBoard runs appear without a restart."""
+    """The logdir's runs, listed again so that profiles written while TensorBoard runs
+    appear without a restart — without ever making a request wait for a listing, which
+    takes seconds on a large logdir, except the very first.
 
-    def __init__(self, logdir: str, ttl: float = 5.0):
+    * A listing older than ``ttl`` is renewed in the background; requests meanwhile get
+      the one at hand.
+    * ``runs(refresh=True)`` (the page's refresh, or a run name not in the listing: a
+      run written since, a typo, or a flood of made-up names) waits, up to ``wait_s``,
+      for one new listing shared by everyone asking; a new one starts only when the
+      last started at least ``min_interval`` seconds ago, else the last one answers.
+    * Both intervals stretch to four times the last listing's duration, so listing a
+      huge logdir never takes more than a fifth of the time.
+    """
+
+    def __init__(self, logdir: str, ttl: float = 5.0, min_interval: float = 2.0,
+                 wait_s: float = 10.0):
         self.logdir = logdir
-        self.ttl = ttl
-        self._lock = threading.Lock()
+        self.ttl, self.min_interval, self.wait_s = ttl, min_interval, wait_s
+        self._cv = threading.Condition()
         self._runs: dict = {}
-        self._at = -1e18
+        self._listed = False         # a listing has completed
+        self._error = None           # why the last listing failed (None: it did not)
+        self._scanning = False
+        self._started = -1e18        # monotonic start of the newest listing
+        self._duration = 0.0         # how long the last one took
+        self.scans = 0               # listings made (for /status and the tests)
+
+    def _start_locked(self) -> None:
+        self._scanning, self._started = True, time.monotonic()
+        threading.Thread(target=self._scan, name="perfdiag-listing", daemon=True).start()
+
+    def _scan(self) -> None:
+        t0 = time.monotonic()
+        runs, error = None, None
+        try:
+            runs = scan_logdir(self.logdir) if self.logdir else {}
+        except Exception as e:  # noqa: BLE001 - handed to whoever asks for the runs
+            error = e
+        with self._cv:
+            if runs is not None:
+                self._runs, self._listed = runs, True
+            self._error = error
+            self._duration = time.monotonic() - t0
+            self._scanning = False
+            self.scans += 1
+            self._cv.notify_all()
+
+    def _stretch(self, seconds: float) -> float:
+        return max(seconds, 4 * self._duration)
+
+    def _renew_locked(self, interval: float) -> None:
+        """Start a listing unless one is under way or the last started under
+        ``interval`` (stretched) seconds ago."""
+        if not self._scanning and time.monotonic() - self._started >= self._stretch(interval):
+            self._start_locked()
 
     def runs(self, refresh: bool = False) -> dict:
-        with self._lock:
-            now = time.monotonic()
-            if refresh or now - self._at > self.ttl:
-                self._runs = scan_logdir(self.logdir) if self.logdir else {}
-                self._at = now
+        """{run name: Run}; raises what the listing failed with (an unreadable logdir)
+        as long as none has succeeded."""
+        with self._cv:
+            if not self._listed:
+                # the first listing: everyone waits for it (a failed one is retried at
+                # most every min_interval)
+                self._renew_locked(0.0 if self._error is None else self.min_interval)
+                self._cv.wait_for(lambda: not self._scanning, max(self.wait_s, 60.0))
+            elif refresh:
+                self._renew_locked(self.min_interval)
+                self._cv.wait_for(lambda: not self._scanning, self.wait_s)
+            else:
+                self._renew_locked(self.ttl)
+            if not self._listed and self._error is not None:
+                raise self._error
             return self._runs
+
+    def listed(self) -> bool:
+        """Whether a listing is at hand (never waits)."""
+        with self._cv:
+            return self._listed
 
     def find(self, run: str, host: str, span: str | None = None) -> Source | None:
         r = self.runs().get(run)
@@ -160,7 +240,16 @@ class Catalog:
         # newest span by default
         return max(matches, key=lambda s: (s.span.isdigit() and int(s.span) or 0, s.span))
 
-    def has_profiles(self) -> bool:
+    def has_profiles(self, wait_s: float = 0.5) -> bool:
+        """Whether the logdir holds profiles, for TensorBoard's plugin listing: never
+        waits for a listing more than ``wait_s`` (until the first one is done the
+        answer is yes, so the tab shows and says what it finds)."""
+        with self._cv:
+            if not self._listed:
+                self._renew_locked(0.0 if self._error is None else self.min_interval)
+                self._cv.wait_for(lambda: not self._scanning, wait_s)
+                if not self._listed:
+                    return self._error is None
         return bool(self.runs())
 
 
