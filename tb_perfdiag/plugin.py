@@ -16,9 +16,9 @@ from werkzeug import wrappers
 
 from ._version import __version__
 from .discovery import Catalog, runs_json
-from .errors import ApiError, NotFound, as_api_error
+from .errors import ApiError, NotFound, StorageError, Unavailable, as_api_error
 from .params import parse
-from .service import DiagnosisService
+from .service import Body, DiagnosisService
 
 PLUGIN_NAME = "perfdiag"
 logger = logging.getLogger(__name__)
@@ -101,13 +101,24 @@ class DiagnosePlugin(base_plugin.TBPlugin):
     # ---- routes ----
     def _respond(self, request, route, fn):
         status, body = answer(route, fn, request.args)
-        return http_util.Respond(request, body, "application/json", code=status)
+        if isinstance(body, Body):      # built and gzipped once, sent as it is
+            return http_util.Respond(request, body.gz, "application/json", code=status,
+                                     content_encoding="gzip")
+        retry = body.get("retry_after_s") if status == 503 else None
+        return http_util.Respond(request, body, "application/json", code=status,
+                                 headers=[("Retry-After", str(retry))] if retry else None)
+
+    def _large(self, request, route):
+        """A route whose answer can be large: served from the built answers."""
+        return self._respond(request, route, lambda p: self._service.response(route, p))
 
     def _runs(self, params):
         try:
             runs = self._catalog.runs(refresh=params.refresh)
-        except Exception as e:  # unreadable remote logdir and the like
-            raise ApiError(500, f"cannot list the logdir: {e}") from e
+        except StorageError:
+            raise
+        except OSError as e:  # an unreadable remote logdir and the like
+            raise Unavailable(f"cannot list the logdir: {e.strerror or e}") from None
         return {"logdir": self._logdir, "runs": runs_json(runs)}
 
     @wrappers.Request.application
@@ -124,15 +135,15 @@ class DiagnosePlugin(base_plugin.TBPlugin):
 
     @wrappers.Request.application
     def _serve_diagnosis(self, request):
-        return self._respond(request, "diagnosis", self._service.diagnosis_json)
+        return self._large(request, "diagnosis")
 
     @wrappers.Request.application
     def _serve_gap(self, request):
-        return self._respond(request, "gap", self._service.gap_json)
+        return self._large(request, "gap")
 
     @wrappers.Request.application
     def _serve_overlay(self, request):
-        return self._respond(request, "overlay", self._service.overlay_json)
+        return self._large(request, "overlay")
 
     @wrappers.Request.application
     def _serve_hosts(self, request):
@@ -148,7 +159,7 @@ class DiagnosePlugin(base_plugin.TBPlugin):
 
     @wrappers.Request.application
     def _serve_timeline(self, request):
-        return self._respond(request, "timeline", self._service.timeline_json)
+        return self._large(request, "timeline")
 
     @wrappers.Request.application
     def _serve_static(self, request):

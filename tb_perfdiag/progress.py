@@ -18,7 +18,8 @@ WEIGHTS = {
     "kineto": {"reading": 0.02, "decompressing": 0.12, "scanning": 0.36, "building": 0.16,
                "analysing": 0.34},
 }
-LABELS = {"queued": "waiting for another analysis of this file", "reading": "reading the file",
+LABELS = {"queued": "waiting for another analysis of this file",
+          "waiting": "waiting for memory or a free analysis slot", "reading": "reading the file",
           "decompressing": "decompressing", "scanning": "decoding events",
           "building": "building the trace model", "analysing": "analysing", "done": "done"}
 

@@ -1,53 +1,197 @@
-"""Request handling behind the plugin routes: cache, paging, overlay.
+"""Request handling behind the plugin routes: bounded work, answers built once.
 
 Kept apart from ``plugin.py`` so it can be tested without a TensorBoard server.  Each
 route method takes the typed parameters ``params.parse`` made and returns the JSON body
 of a 200; every failure is raised (an ``errors.ApiError``, or a ``TraceError``), and
-``plugin.py`` turns it into a response.
+``plugin.py`` turns it into a response.  ``response(route, params)`` is what the plugin
+serves for the routes whose answers can be large: the same body serialized and gzipped
+once, kept for the next request with the same file identity and parameters.
+
+What one request can cost is bounded (``budget.py``): a file is read and analysed once
+at a time per (file identity, options), its loaded trace is shared by every analysis,
+timeline and export of that file and kept within ``TB_PERFDIAG_TRACES_MB``; reads,
+analyses and large answers are admitted by their estimated peak within
+``TB_PERFDIAG_MEMORY_MB``, at most ``TB_PERFDIAG_ANALYSES`` reads or analyses at once; a
+file found unreadable or over the budget is not read again until it changes.
 """
 from __future__ import annotations
 
+import json
 import os
 import threading
+from collections import OrderedDict
+
+import orjson
 
 from ._version import __version__
-from .analysis import Options
+from .analysis import Options, analyse
 from .analysis.compare import compare
 from .analysis.diagnosis import gap_detail, host_context
 from .analysis.timeline import lanes
+from .budget import MB, Budget, Store, measure
 from .cache import DiagnosisCache
 from .discovery import Catalog
-from .errors import NotFound, TooLarge, TraceError, trace_error
-from .pod import Failure, PodJob, analyse_file
-from .progress import Progress
+from .errors import FileGone, NotFound, TraceError, trace_error
+from .pod import Failure, PodJob
+from .progress import NULL, Progress
 from .render import chrome
 from .render.compare import comparison_json
 from .render.json import diagnosis_json, gap_records, gap_row
-from .storage import file_identity
-from .trace import load
+from .storage import file_identity, open_file
+from .trace import detect_format, load_open
 
-DEFAULT_MAX_FILE_MB = float(os.environ.get("TB_PERFDIAG_MAX_FILE_MB", "4096"))
-# loaded traces kept for the timeline, gap detail and overlay of open runs
-DEFAULT_TRACES_MB = float(os.environ.get("TB_PERFDIAG_TRACES_MB", "1024"))
 
+def _env_float(name: str, default: float) -> float:
+    try:
+        v = float(os.environ.get(name, default))
+    except ValueError:
+        return default
+    return v if v > 0 and v != float("inf") else default
+
+
+DEFAULT_MAX_FILE_MB = _env_float("TB_PERFDIAG_MAX_FILE_MB", 4096)
+# memory of the work under way and of what is kept (traces, built answers)
+DEFAULT_MEMORY_MB = _env_float("TB_PERFDIAG_MEMORY_MB", 4096)
+# loaded traces kept for the timeline, gap detail, overlay and other options of open runs
+DEFAULT_TRACES_MB = _env_float("TB_PERFDIAG_TRACES_MB", 1024)
+# built answers (gzipped JSON) kept for the next identical request
+DEFAULT_RESPONSES_MB = _env_float("TB_PERFDIAG_RESPONSES_MB", 128)
+# reads and analyses at once (each holds a core: they hold the GIL much of the time)
+DEFAULT_ANALYSES = int(_env_float("TB_PERFDIAG_ANALYSES", 2))
+# how long a request waits for memory or a slot before a 503
+DEFAULT_QUEUE_S = _env_float("TB_PERFDIAG_QUEUE_S", 120)
 
 MAX_POD_JOBS = 4      # finished pod summaries kept (their diagnoses stay in the cache)
+MAX_REFUSED = 4096    # files remembered as unreadable or over the budget
+
+# Estimated peaks, measured on the benchmark files (benchmarks/README.md: df_index_resolver
+# ×10, 405 MB of JSON → 594 MB read, trace 77 MB; the 2 M-event XSpace, 74 MB → 297 MB
+# read, trace 133 MB, analysis +27 MB over the trace; a page of 100,000 gaps 535 MB, the
+# overlay of 220,000 gaps 934 MB), rounded up.
+PEAK_PER_JSON_BYTE = 1.6      # reading a Kineto trace, per decoded byte
+PEAK_PER_XSPACE_BYTE = 4.5    # reading an XSpace, per file byte
+PEAK_PER_TRACE_BYTE = 1.0     # an analysis, per byte of the loaded trace
+CONTEXT_PER_TRACE_BYTE = 0.5  # host timelines of a trace loaded without analysis
+PEAK_PER_DIAG_BYTE = 3.5      # rendering a diagnosis page, per byte of the diagnosis
+PEAK_PER_GAP_ROW = 5_000      # …and per gap record in it (or gap slice in an overlay)
+BASE_PEAK = 16 * MB
+
+
+def load_estimate(fmt: str | None, size: int, decoded: int) -> int:
+    if fmt == "xspace":
+        return int(PEAK_PER_XSPACE_BYTE * size + BASE_PEAK)
+    if fmt == "kineto":
+        return int(PEAK_PER_JSON_BYTE * decoded + BASE_PEAK)
+    return int(max(PEAK_PER_XSPACE_BYTE * size, PEAK_PER_JSON_BYTE * decoded) + BASE_PEAK)
+
+
+class Body:
+    """A 200's JSON, serialized and gzipped once (what the plugin sends as is)."""
+
+    __slots__ = ("gz", "raw_size")
+
+    def __init__(self, gz: bytes, raw_size: int):
+        self.gz, self.raw_size = gz, raw_size
+
+    @classmethod
+    def of(cls, doc) -> "Body":
+        raw = _dumps(doc)
+        return cls(_gzip(raw), len(raw))
+
+    def json(self):
+        """The document again (tests, and clients that want a dict)."""
+        import gzip
+        return json.loads(gzip.decompress(self.gz))
+
+
+def _dumps(doc) -> bytes:
+    try:
+        return orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
+    except TypeError:   # an integer past 64 bits (a raw XSpace id): the standard encoder
+        return json.dumps(_finite(doc), separators=(",", ":"), default=_plain).encode()
+
+
+def _finite(o):
+    if isinstance(o, float) and o != o or o in (float("inf"), float("-inf")):
+        return None
+    if isinstance(o, dict):
+        return {str(k): _finite(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_finite(v) for v in o]
+    return o
+
+
+def _plain(o):
+    tolist = getattr(o, "tolist", None)
+    if tolist is not None:
+        return tolist()
+    raise TypeError(f"not JSON: {type(o).__name__}")
+
+
+def _gzip(raw: bytes) -> bytes:
+    try:
+        from isal import igzip
+        return igzip.compress(raw, compresslevel=1, mtime=0)
+    except ImportError:  # pragma: no cover - isal is a dependency
+        import gzip
+        return gzip.compress(raw, compresslevel=3, mtime=0)
+
+
+def _same(doc):
+    return doc
+
+
+class _Loaded:
+    """A loaded trace and, once an analysis or a timeline needed them, its host
+    timelines (``HostContext``); kept in the traces store by file identity, at their
+    measured size."""
+
+    def __init__(self, trace):
+        self.trace = trace
+        self.trace_bytes = measure(trace)
+        self.ctx = None
+        self.nbytes = self.trace_bytes
+        self.lock = threading.Lock()
+        self.building = threading.Lock()     # one host-timelines build at a time
+
+    def attach(self, ctx) -> bool:
+        """Keep ``ctx`` unless one is kept already; whether it was kept."""
+        with self.lock:
+            if self.ctx is not None:
+                return False
+            self.ctx = ctx
+            self.nbytes = measure(ctx)     # the trace's buffers are counted once
+            return True
 
 
 class DiagnosisService:
     def __init__(self, catalog: Catalog, cache: DiagnosisCache | None = None,
-                 max_file_mb: float = DEFAULT_MAX_FILE_MB):
+                 max_file_mb: float = DEFAULT_MAX_FILE_MB, memory_mb: float = DEFAULT_MEMORY_MB,
+                 traces_mb: float = DEFAULT_TRACES_MB, responses_mb: float = DEFAULT_RESPONSES_MB,
+                 analyses: int = DEFAULT_ANALYSES, queue_s: float = DEFAULT_QUEUE_S):
         self.catalog = catalog
         self.cache = cache or DiagnosisCache(version=__version__)
         self.max_file_mb = max_file_mb
-        # (trace, host timelines) per file identity, bounded by their resident bytes
-        self.contexts = DiagnosisCache(int(DEFAULT_TRACES_MB * 1e6), disk_dir=None)
-        self.loads = 0                   # trace files read (analyses and reloads)
+        self.budget = Budget(int(memory_mb * MB), analyses, queue_s)
+        # loaded traces by file identity, within their measured bytes
+        self.traces = Store(int(min(traces_mb, memory_mb) * MB),
+                            sizer=lambda loaded: loaded.nbytes)
+        self.responses = Store(int(min(responses_mb, memory_mb) * MB),
+                               sizer=lambda body: len(body.gz) + 200)
+        self.budget.add_store(self.traces)
+        self.budget.add_store(self.responses)
+        self.loads = 0                   # trace files read
         self._loads_lock = threading.Lock()
+        self._refused: OrderedDict = OrderedDict()   # file identity → its TraceError
+        self._refused_lock = threading.Lock()
         self._pods: dict = {}            # (run, options, file identities) → PodJob
         self._pods_lock = threading.Lock()
         self._progress: dict = {}        # cache key → Progress of the analysis under way
         self._progress_lock = threading.Lock()
+
+    @property
+    def max_file_bytes(self) -> int:
+        return int(self.max_file_mb * 1e6)
 
     # ---- resolving a request to a file ----
     def _source(self, params):
@@ -68,29 +212,69 @@ class DiagnosisService:
         except TraceError as e:
             raise trace_error(e, run=params.run, host=params.host) from None
 
-    def _counted_load(self, path, progress=None):
-        with self._loads_lock:
-            self.loads += 1
-        return load(path, progress) if progress is not None else load(path)
-
     @staticmethod
     def _identity(src):
         try:
             return file_identity(src.path)
         except OSError:
-            raise NotFound("file disappeared", file=os.path.basename(src.path)) from None
+            raise NotFound("file disappeared since the listing; reload",
+                           file=os.path.basename(src.path)) from None
+
+    # ---- files that are not read again until they change ----
+    def _check_refused(self, ident) -> None:
+        with self._refused_lock:
+            err = self._refused.get(ident)
+        if err is not None:
+            raise err
+
+    def _refuse(self, ident, err: TraceError) -> None:
+        if isinstance(err, FileGone):
+            return                      # a later file of that name is another story
+        with self._refused_lock:
+            self._refused[ident] = err
+            while len(self._refused) > MAX_REFUSED:
+                self._refused.popitem(last=False)
+
+    # ---- loading: once per file identity, within the budget ----
+    def _load(self, src, ident, progress=NULL) -> _Loaded:
+        name = os.path.basename(src.path)
+        try:
+            with open_file(src.path, src.root or None, self.max_file_bytes) as f:
+                fmt = detect_format(src.path)
+                est = load_estimate(fmt, f.size, min(f.decoded_size_hint(), self.max_file_bytes))
+                with self.budget.admit(est, slot=True, what=f"reading {name}",
+                                       progress=progress):
+                    with self._loads_lock:
+                        self.loads += 1
+                    return _Loaded(load_open(f, progress))
+        except TraceError as e:
+            self._refuse(ident, e)
+            raise
+
+    def _loaded(self, src, ident, progress=NULL):
+        """The loaded trace of ``src`` (context manager; kept from being dropped while
+        in use): from the traces store, else read once for everyone asking."""
+        self._check_refused(ident)
+        return self.traces.use(ident, lambda: self._load(src, ident, progress))
+
+    def _with_context(self, loaded: _Loaded, ident):
+        """The host timelines of a loaded trace (kept from its analysis, else built once)."""
+        with loaded.building:
+            if loaded.ctx is None:
+                est = CONTEXT_PER_TRACE_BYTE * loaded.trace_bytes + BASE_PEAK
+                with self.budget.admit(est, slot=True, what="host timelines"):
+                    ctx = host_context(loaded.trace)
+                if loaded.attach(ctx):
+                    self.traces.remeasure(ident)
+        return loaded.ctx
 
     def _diagnose_source(self, src, opt: Options, compute_elsewhere=None):
         """The typed diagnosis of one file, from the cache or computed once; by default in
-        this process with progress reported (the loaded trace stays for the requests
-        that need it), else by ``compute_elsewhere()`` (a pod worker).  An unreadable
-        file raises its ``TraceError``."""
-        if src.size > self.max_file_mb * 1e6:
-            raise TooLarge(f"{os.path.basename(src.path)} is {src.size / 1e6:.0f} MB, over "
-                           f"the {self.max_file_mb:.0f} MB budget; raise it with the "
-                           f"TB_PERFDIAG_MAX_FILE_MB environment variable",
-                           file=os.path.basename(src.path))
+        this process (its loaded trace shared with the other options and routes of the
+        file), else by ``compute_elsewhere()`` (a pod worker).  An unreadable file raises
+        its ``TraceError``."""
         ident = self._identity(src)
+        self._check_refused(ident)
         key = (ident, opt.key())
 
         def compute():
@@ -101,10 +285,13 @@ class DiagnosisService:
                 if compute_elsewhere is not None:
                     prog.phase("analysing", "in a worker process")
                     return compute_elsewhere()
-                with self._loads_lock:
-                    self.loads += 1
-                return analyse_file(src.path, opt, prog,
-                                    lambda ctx: self.contexts.put((ident, "trace"), ctx))
+                with self._loaded(src, ident, prog) as loaded:
+                    est = PEAK_PER_TRACE_BYTE * loaded.trace_bytes + BASE_PEAK
+                    with self.budget.admit(est, slot=True, what="analysis", progress=prog):
+                        diag, ctx = analyse(loaded.trace, opt, prog)
+                    if loaded.attach(ctx):
+                        self.traces.remeasure(ident)
+                    return diag
             finally:
                 prog.done()
                 with self._progress_lock:      # the cache answers from now on
@@ -151,10 +338,20 @@ class DiagnosisService:
         return {"analyses": c.computations, "cached": len(c._mem), "cache_bytes": c._size,
                 "cache_limit_bytes": c.memory_bytes, "disk_cache": c.disk_dir or None,
                 "max_file_mb": self.max_file_mb, "trace_loads": self.loads,
-                "traces_in_memory": len(self.contexts._mem),
-                "traces_bytes": self.contexts._size}
+                "traces_in_memory": len(self.traces), "traces_bytes": self.traces.size,
+                "traces_limit_bytes": self.traces.capacity,
+                "responses": self.responses.snapshot(), "memory": self.budget.snapshot(),
+                "refused_files": len(self._refused), "listings": self.catalog.scans}
 
     # ---- routes ----
+    def response(self, route: str, params):
+        """The gzipped body of a 200 of ``route`` (diagnosis, gap, timeline, overlay),
+        built once per (file identity, parameters) and kept while the budget allows."""
+        ident = self._identity(self._source(params))
+        build = getattr(self, f"{route}_json")
+        return self.responses.get_or_make((route, ident, params),
+                                          lambda: build(params, finish=Body.of))
+
     def progress_json(self, params):
         """How far the analysis behind the same /diagnosis parameters is: ``state`` is
         ``running`` (with phase, text, fraction), ``done`` (the next /diagnosis answers
@@ -169,9 +366,13 @@ class DiagnosisService:
             return {"state": "done", "file": os.path.basename(src.path)}
         return {"state": "idle", "file": os.path.basename(src.path)}
 
-    def diagnosis_json(self, params):
-        return diagnosis_json(self._diagnosis(params), params.gaps_offset, params.gaps_limit,
-                              params.step, paged=True)
+    def diagnosis_json(self, params, finish=_same):
+        diag = self._diagnosis(params)
+        rows = max(0, min(params.gaps_limit, len(diag.gaps) - params.gaps_offset))
+        est = PEAK_PER_DIAG_BYTE * diag.nbytes() + PEAK_PER_GAP_ROW * rows + BASE_PEAK
+        with self.budget.admit(est, what="diagnosis page"):
+            return finish(diagnosis_json(diag, params.gaps_offset, params.gaps_limit,
+                                         params.step, paged=True))
 
     def compare_json(self, params):
         """Before (``base_run``/``base_host``/``base_span``) → after (``run``/``host``/
@@ -193,47 +394,59 @@ class DiagnosisService:
         out["after"].update(run=params.run, host=src.host, span=src.span)
         return out
 
-    def gap_json(self, params):
+    def gap_json(self, params, finish=_same):
         diag = self._diagnosis(params)
         row = gap_row(diag, params.id)
         if row < 0:
             raise NotFound(f"no gap {params.id!r} in this diagnosis")
         if row < diag.detail.rows.shape[0]:
-            return gap_records(diag, [row])[0]
+            return finish(gap_records(diag, [row])[0])
         # host-op detail of a gap beyond the largest ones, from the loaded trace (cached)
         src = self._source(params)
-        key = ("detail", self._identity(src), self._options(params).key(), row)
-        extra = self.cache.get_or_compute(key, lambda: _Detail(gap_detail(
-            self._context(src), diag, row)))
-        return gap_records(diag, [row], extra_detail=extra.value)[0]
-
-    def _context(self, src):
-        """The loaded trace and host timelines of a file: kept from its analysis, else
-        loaded once more (a TraceError is the route's 422)."""
         ident = self._identity(src)
-        return self.contexts.get_or_compute(
-            (ident, "trace"), lambda: host_context(self._counted_load(src.path)))
+        key = ("detail", ident, self._options(params).key(), row)
 
-    def timeline_json(self, params):
+        def detail():
+            with self._loaded(src, ident) as loaded:
+                ctx = self._with_context(loaded, ident)
+                with self.budget.admit(BASE_PEAK, what="gap detail"):
+                    return _Detail(gap_detail(ctx, diag, row))
+        extra = self.cache.get_or_compute(key, detail)
+        return finish(gap_records(diag, [row], extra_detail=extra.value)[0])
+
+    def timeline_json(self, params, finish=_same):
         """Lanes of every track in [start_ns, end_ns] for a canvas ``width`` px wide."""
         self._diagnosis(params)
-        ctx = self._context(self._source(params))
-        trace = ctx.trace
-        span_hi = int(trace.end.max()) if trace.n_events else 0
-        lo_ps = int(max(params.start_ns, 0) * 1000)
-        hi_ps = int(min(params.end_ns * 1000, span_hi))
-        return lanes(trace, lo_ps, max(hi_ps, lo_ps + 1000), params.width, ctx.origin)
+        src = self._source(params)
+        ident = self._identity(src)
+        with self._loaded(src, ident) as loaded:
+            ctx = self._with_context(loaded, ident)
+            trace = ctx.trace
+            est = 0.2 * loaded.trace_bytes + BASE_PEAK
+            with self.budget.admit(est, what="timeline"):
+                span_hi = int(trace.end.max()) if trace.n_events else 0
+                lo_ps = int(max(params.start_ns, 0) * 1000)
+                hi_ps = int(min(params.end_ns * 1000, span_hi))
+                return finish(lanes(trace, lo_ps, max(hi_ps, lo_ps + 1000), params.width,
+                                    ctx.origin))
 
-    def overlay_json(self, params):
+    def overlay_json(self, params, finish=_same):
         """Chrome trace JSON: one track per device with a slice per gap, coloured by
         cause, plus the step windows (and the trace's own events in [start_us, end_us])
         — opens in the trace viewer, Perfetto and chrome://tracing."""
         diag = self._diagnosis(params)
-        events = None
-        if params.with_events:
-            ctx = self._context(self._source(params))
-            events = chrome.trace_events(ctx.trace, params.start_us * 1e6, params.end_us * 1e6)
-        return chrome.overlay(diag, events)
+        est = PEAK_PER_GAP_ROW * len(diag.gaps) + BASE_PEAK
+        if not params.with_events:
+            with self.budget.admit(est, what="overlay"):
+                return finish(chrome.overlay(diag))
+        src = self._source(params)
+        ident = self._identity(src)
+        with self._loaded(src, ident) as loaded:
+            trace = loaded.trace
+            est += 0.1 * loaded.trace_bytes + PEAK_PER_GAP_ROW * chrome.MAX_EVENTS
+            with self.budget.admit(est, what="overlay with events"):
+                events = chrome.trace_events(trace, params.start_us * 1e6, params.end_us * 1e6)
+                return finish(chrome.overlay(diag, events))
 
 
 class _Detail:

@@ -13,7 +13,7 @@ from tb_perfdiag.analysis import Options, diagnose_trace
 from tb_perfdiag.cache import DiagnosisCache
 from tb_perfdiag.discovery import Catalog
 from tb_perfdiag.progress import Progress
-from tb_perfdiag import pod as pod_mod
+from tb_perfdiag import service as service_mod
 from tb_perfdiag.service import DiagnosisService
 from tb_perfdiag.trace import load
 
@@ -74,14 +74,14 @@ def test_route_reports_running_then_done_and_the_second_open_is_cached(monkeypat
 
     # hold the analysis at its start so the route is seen mid-flight
     entered, release = threading.Event(), threading.Event()
-    real = pod_mod.analyse
+    real = service_mod.analyse
 
     def gated(trace, opt, progress):
         progress.phase("analysing", "call chains")
         entered.set()
         assert release.wait(30)
         return real(trace, opt, progress)
-    monkeypatch.setattr(pod_mod, "analyse", gated)   # where the service's analysis runs
+    monkeypatch.setattr(service_mod, "analyse", gated)   # where the service's analysis runs
     out = {}
     t = threading.Thread(target=lambda: out.setdefault("r", call(svc, "diagnosis", q)))
     t.start()

@@ -1,0 +1,331 @@
+"""The plugin's memory inside TensorBoard's process: one budget shared by the work under
+way and by what is kept between requests.
+
+TensorBoard answers every request in a thread of one process: memory one request takes,
+another cannot have, and twenty requests that each load, analyse or render a large trace
+at once take the whole server down.  So:
+
+* ``Budget.admit`` lets work in (reading a trace, analysing it, building a large answer)
+  by its estimated peak in bytes, and at most ``slots`` reads and analyses at once.  Work
+  waits — its progress says so — while what is under way plus what is kept would pass
+  the budget, once the kept values nobody is using were dropped, least recently used
+  first, to make room.  Work alone is always let in (one file is bounded by the file
+  budget instead), so nothing waits for ever; a wait longer than ``queue_s`` ends in
+  ``Unavailable`` (503: try again).
+* ``Store`` keeps values (loaded traces, built answers) by key within a capacity, at
+  their measured size (``measure``), never dropping one in use; a value many ask for at
+  once is made once (single flight).  Its bytes count against the budget.
+"""
+from __future__ import annotations
+
+import sys
+import threading
+import time
+import types
+from collections import OrderedDict
+from contextlib import contextmanager
+
+import numpy as np
+
+from .errors import Unavailable
+from .progress import NULL
+
+MB = 1_000_000
+
+_SKIP = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType,
+         types.MethodType)
+
+
+def measure(value) -> int:
+    """Bytes ``value`` holds, measured: every numpy buffer it reaches (through object
+    attributes, dicts, lists and tuples) counted once at its base array's size, plus
+    the Python objects themselves (``sys.getsizeof``: strings, containers)."""
+    seen: set = set()
+    buffers: set = set()
+    total = 0
+    stack = [value]
+    while stack:
+        o = stack.pop()
+        if id(o) in seen or isinstance(o, _SKIP):
+            continue
+        seen.add(id(o))
+        if isinstance(o, np.ndarray):
+            base = o
+            while isinstance(base.base, np.ndarray):
+                base = base.base
+            if id(base) not in buffers:
+                buffers.add(id(base))
+                own = base.base     # a buffer numpy did not allocate (bytes, mmap…)
+                total += base.nbytes if own is None else _buffer_size(own, base.nbytes)
+            if o.dtype == object:
+                stack.extend(o.ravel().tolist())
+            continue
+        total += sys.getsizeof(o)
+        if isinstance(o, (str, bytes, bytearray, int, float, complex, bool)) or o is None:
+            continue
+        if isinstance(o, dict):
+            stack.extend(o.keys())
+            stack.extend(o.values())
+        elif isinstance(o, (list, tuple, set, frozenset)):
+            stack.extend(o)
+        else:
+            d = getattr(o, "__dict__", None)
+            if d is not None:
+                stack.append(d)
+            for cls in type(o).__mro__:
+                for name in getattr(cls, "__slots__", ()):
+                    if hasattr(o, name):
+                        stack.append(getattr(o, name))
+    return int(total)
+
+
+def _buffer_size(obj, fallback: int) -> int:
+    try:
+        return memoryview(obj).nbytes
+    except TypeError:
+        return fallback
+
+
+class Reservation:
+    """Bytes admitted for one piece of work; ``resize`` corrects the estimate once the
+    real figure is known (it does not wait: the work is already in)."""
+
+    def __init__(self, budget, nbytes: int, slot: bool):
+        self._budget, self.nbytes, self.slot = budget, int(nbytes), slot
+
+    def resize(self, nbytes: int) -> None:
+        self._budget._resize(self, int(nbytes))
+
+
+class Budget:
+    def __init__(self, total_bytes: int, slots: int = 2, queue_s: float = 120.0):
+        self.total = int(total_bytes)
+        self.slots = max(1, int(slots))
+        self.queue_s = float(queue_s)
+        self._cv = threading.Condition()
+        self._stores: list = []
+        self._reserved = 0           # bytes admitted for work under way
+        self._running = 0            # slots taken
+        self._waiting = 0
+        # counters for /status and the tests
+        self.admitted = 0
+        self.waited = 0              # admissions that had to wait
+        self.refused = 0             # waits that ran out (503)
+        self.peak_accounted = 0      # most of (reserved + kept) seen
+
+    def add_store(self, store) -> None:
+        with self._cv:
+            self._stores.append(store)
+        store._on_free = self.wake
+
+    def kept(self) -> int:
+        return sum(s.size for s in self._stores)
+
+    def wake(self) -> None:
+        with self._cv:
+            self._cv.notify_all()
+
+    def _fits_locked(self, nbytes: int, slot: bool) -> bool:
+        if slot and self._running >= self.slots:
+            return False
+        if self._reserved == 0:
+            return True               # alone: always let in
+        over = self._reserved + nbytes + self.kept() - self.total
+        if over > 0:
+            for s in self._stores:    # drop kept values nobody is using
+                over -= s.evict(over)
+                if over <= 0:
+                    break
+        return over <= 0
+
+    @contextmanager
+    def admit(self, nbytes: int, slot: bool = False, what: str = "", progress=NULL):
+        """Hold ``nbytes`` (and a slot, for reads and analyses) while the block runs."""
+        nbytes = max(0, int(nbytes))
+        deadline = time.monotonic() + self.queue_s
+        with self._cv:
+            if not self._fits_locked(nbytes, slot):
+                self.waited += 1
+                self._waiting += 1
+                try:
+                    while not self._fits_locked(nbytes, slot):
+                        progress.phase("waiting", f"{self._running} analyses under way, "
+                                       f"{(self._reserved + self.kept()) / MB:.0f} of "
+                                       f"{self.total / MB:.0f} MB in use")
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            self.refused += 1
+                            raise Unavailable(
+                                f"the server is busy ({self._running} analyses under way, "
+                                f"{self._waiting - 1} more waiting, "
+                                f"{(self._reserved + self.kept()) / MB:.0f} of "
+                                f"{self.total / MB:.0f} MB of TB_PERFDIAG_MEMORY_MB in use); "
+                                f"try again in a moment", retry_after_s=5,
+                                **({"waiting_for": what} if what else {}))
+                        self._cv.wait(min(left, 1.0))
+                finally:
+                    self._waiting -= 1
+            r = Reservation(self, nbytes, slot)
+            self._reserved += nbytes
+            self._running += slot
+            self.admitted += 1
+            self._note_peak_locked()
+        try:
+            yield r
+        finally:
+            with self._cv:
+                self._reserved -= r.nbytes
+                self._running -= slot
+                self._cv.notify_all()
+
+    def _resize(self, r: Reservation, nbytes: int) -> None:
+        with self._cv:
+            self._reserved += nbytes - r.nbytes
+            r.nbytes = nbytes
+            self._note_peak_locked()
+
+    def _note_peak_locked(self) -> None:
+        self.peak_accounted = max(self.peak_accounted, self._reserved + self.kept())
+
+    def snapshot(self) -> dict:
+        with self._cv:
+            return {"budget_bytes": self.total, "reserved_bytes": self._reserved,
+                    "kept_bytes": self.kept(), "slots": self.slots, "running": self._running,
+                    "waiting": self._waiting, "admitted": self.admitted,
+                    "waited": self.waited, "refused": self.refused,
+                    "peak_accounted_bytes": self.peak_accounted}
+
+
+class _Entry:
+    __slots__ = ("value", "size", "pins")
+
+    def __init__(self, value, size: int, pins: int):
+        self.value, self.size, self.pins = value, size, pins
+
+
+class _Flight:
+    __slots__ = ("done", "entry", "error", "waiters")
+
+    def __init__(self):
+        self.done = threading.Event()
+        self.entry = None
+        self.error = None
+        self.waiters = 0
+
+
+class Store:
+    """Values by key, kept within ``capacity`` bytes of their measured size (values in
+    use may pass it until they are released); least recently used out first."""
+
+    def __init__(self, capacity: int, sizer=measure):
+        self.capacity = int(capacity)
+        self._sizer = sizer
+        self._lock = threading.Lock()
+        self._entries: OrderedDict = OrderedDict()
+        self._flights: dict = {}
+        self.size = 0
+        self.made = 0                # values made (not found)
+        self._on_free = None
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @contextmanager
+    def use(self, key, make):
+        """The value for ``key``, made by ``make()`` once however many ask at once, and
+        kept from being dropped while the block runs."""
+        entry = self._pin(key, make)
+        try:
+            yield entry.value
+        finally:
+            self._unpin(entry)
+
+    def get_or_make(self, key, make):
+        """The value for ``key`` (made once), not held after the call."""
+        with self.use(key, make) as value:
+            return value
+
+    def _pin(self, key, make) -> _Entry:
+        with self._lock:
+            e = self._entries.get(key)
+            if e is not None:
+                e.pins += 1
+                self._entries.move_to_end(key)
+                return e
+            flight = self._flights.get(key)
+            owner = flight is None
+            if owner:
+                flight = self._flights[key] = _Flight()
+            else:
+                flight.waiters += 1
+        if not owner:
+            flight.done.wait()
+            if flight.error is not None:
+                raise flight.error
+            return flight.entry
+        try:
+            value = make()
+            size = self._sizer(value)
+        except BaseException as err:
+            with self._lock:
+                del self._flights[key]
+                flight.error = err
+            flight.done.set()
+            raise
+        with self._lock:
+            del self._flights[key]
+            e = _Entry(value, size, 1 + flight.waiters)
+            self._entries[key] = e
+            self.size += size
+            self.made += 1
+            flight.entry = e
+        flight.done.set()
+        self._trim()
+        return e
+
+    def _unpin(self, entry: _Entry) -> None:
+        with self._lock:
+            entry.pins -= 1
+        self._trim()
+
+    def remeasure(self, key) -> None:
+        """Measure the value for ``key`` again (it grew)."""
+        with self._lock:
+            e = self._entries.get(key)
+            value = e.value if e is not None else None
+        if value is None:
+            return
+        size = self._sizer(value)
+        with self._lock:
+            if self._entries.get(key) is e:
+                self.size += size - e.size
+                e.size = size
+        self._trim()
+
+    def evict(self, nbytes: int) -> int:
+        """Drop unused values, least recently used first, until ``nbytes`` are freed or
+        none is left; the bytes freed."""
+        freed = 0
+        with self._lock:
+            for key in list(self._entries):
+                if freed >= nbytes:
+                    break
+                e = self._entries[key]
+                if e.pins == 0:
+                    del self._entries[key]
+                    self.size -= e.size
+                    freed += e.size
+        return freed
+
+    def _trim(self) -> None:
+        over = self.size - self.capacity
+        freed = self.evict(over) if over > 0 else 0
+        if self._on_free is not None:
+            self._on_free()     # a release or a drop can let waiting work in
+        return freed
+
+    def snapshot(self) -> dict:
+        with self._lock:
+            return {"entries": len(self._entries), "bytes": self.size,
+                    "capacity_bytes": self.capacity, "made": self.made,
+                    "in_use": sum(e.pins > 0 for e in self._entries.values())}
