@@ -5,6 +5,7 @@ Exit codes (every command):
   1  check: a budget was breached
   2  usage: an unknown option, a bad value (--threshold-us nan), nothing to check
   3  input: a path that does not exist, holds no profile, or a file that cannot be read
+     (or no memory is left to read it), a URL whose fsspec backend is not installed
 A closed pipe (... | head) ends the command quietly with 141, as SIGPIPE would.
 """
 from __future__ import annotations
@@ -24,15 +25,19 @@ from .analysis.budgets import Budgets, check as check_budgets
 from .analysis.compare import compare as compare_diagnoses
 from .api import trace_files
 from .discovery import scan_logdir
+from .errors import StorageError
 from .params import DEFAULT_GAPS_PAGE, MAX_GAPS_PAGE, PARAMS
 from .render import check as check_render
 from .render import compare as compare_render
 from .render import text
 from .render.json import diagnosis_json
+from .render.text import safe, safe_text
 from .trace import TraceError, load
 
 OK, BREACH, USAGE, INPUT, PIPE = 0, 1, 2, 3, 141
 DEFAULT_TOP = 8
+OUT_OF_MEMORY = "not enough memory to read and analyse it (a decompression bomb, or a " \
+                "trace larger than this machine or its memory limit holds)"
 
 
 class UsageError(Exception):
@@ -174,6 +179,8 @@ def _diagnose(path: str, opt: Options):
         raise InputError(f"{path}: {e.reason}") from None
     except OSError as e:
         raise InputError(f"{path}: {e.strerror or e}") from None
+    except MemoryError:
+        raise InputError(f"{path}: {OUT_OF_MEMORY}") from None
 
 
 def _options(args) -> Options:
@@ -231,19 +238,26 @@ def cmd_info(args) -> int:
         try:
             tr = load(path)
         except (TraceError, OSError) as e:
-            print(f"{label}: ERROR {getattr(e, 'reason', None) or e}")
+            print(safe(f"{label}: ERROR {getattr(e, 'reason', None) or e}"))
+            rc = INPUT
+            continue
+        except MemoryError:
+            print(safe(f"{label}: ERROR {OUT_OF_MEMORY}"))
             rc = INPUT
             continue
         s = tr.summary()
         lo, hi = s["span_ps"]
-        print(f"{label}\n  file: {path}\n  format: {s['format']}, {s['events']} events, "
-              f"span {(hi - lo) / 1e9:.3f} ms, devices: {', '.join(s['devices']) or 'none'}")
+        # names from the file (and the file's own name) are shown as text, escapes visible
+        print(safe(label))
+        print(safe(f"  file: {path}"))
+        print(safe(f"  format: {s['format']}, {s['events']} events, span {(hi - lo) / 1e9:.3f} "
+                   f"ms, devices: {', '.join(s['devices']) or 'none'}"))
         steps = s["steps"]
         print(f"  steps: {len(steps)}" + (f" ({steps[0]}..{steps[-1]})" if steps else ""))
         for t in s["tracks"]:
-            print(f"  {t['kind']:6} {t['events']:9d}  {t['label']}")
+            print(safe(f"  {t['kind']:6} {t['events']:9d}  {t['label']}"))
         for w in s["warnings"]:
-            print(f"  warning: {w}")
+            print(safe(f"  warning: {w}"))
     return rc
 
 
@@ -282,7 +296,8 @@ def cmd_diagnose(args) -> int:
     top = DEFAULT_TOP if args.top is None else args.top
     for label, diag, err in results:
         if diag is None:
-            print(f"== {label}\n   ERROR {err['error']}")
+            print(safe(f"== {label}"))
+            print(safe(f"   ERROR {err['error']}"))
         else:
             print(text.report(label, diag, top, args.step))
     return rc
@@ -299,7 +314,7 @@ def cmd_compare(args) -> int:
                                              compare_render.DEFAULT_TOP,
                                              with_steps=args.steps), args)
     else:
-        print(compare_render.report(cmp, top))
+        print(safe_text(compare_render.report(cmp, top)))
     return OK
 
 
@@ -340,11 +355,11 @@ def cmd_check(args) -> int:
     if args.json:
         _dump(check_render.as_json(checked), args)
     else:
-        print(check_render.text(checked))
+        print(safe_text(check_render.text(checked)))
     if args.github:
         gh = check_render.github(checked)
         if gh:
-            print(gh)
+            print(safe_text(gh))
     if any(isinstance(res, str) for _, _, res in checked):
         return INPUT
     return BREACH if any(not r.ok for _, _, res in checked for r in res) else OK
@@ -447,10 +462,16 @@ def main(argv=None) -> int:
             pass
         return PIPE
     except UsageError as e:
-        print(f"tb-perfdiag: error: {e}", file=sys.stderr)
+        print(safe(f"tb-perfdiag: error: {e}"), file=sys.stderr)
         return USAGE
     except InputError as e:
-        print(f"tb-perfdiag: error: {e}", file=sys.stderr)
+        print(safe(f"tb-perfdiag: error: {e}"), file=sys.stderr)
+        return INPUT
+    except StorageError as e:       # an s3:// or gs:// path whose fsspec backend is missing
+        print(safe(f"tb-perfdiag: error: {e}"), file=sys.stderr)
+        return INPUT
+    except MemoryError:
+        print(f"tb-perfdiag: error: {OUT_OF_MEMORY}", file=sys.stderr)
         return INPUT
     except KeyboardInterrupt:
         return 130

@@ -273,3 +273,75 @@ def test_check_every_host_of_a_folder(pair):
     r = _run("check", pair["two_hosts"], "--min-duty", "0.5")
     assert r.returncode == OK and r.stdout.count("PASS") == 2
     assert "two_hosts · a" in r.stdout and "two_hosts · b" in r.stdout
+
+
+# ---- hostile input (issue 19): one line, an exit code, no traceback ----
+
+ESC = "\x1b[2J\x1b]0;pwned\x07\x1b[31m"      # clear screen, retitle, red
+
+
+def _no_traceback(r):
+    assert "Traceback" not in r.stdout + r.stderr, r.stdout + r.stderr
+
+
+def test_gzip_bomb_under_a_memory_limit_is_one_line(tmp_path):
+    import resource
+    from conftest import gzip_bomb
+    bomb = tmp_path / "w0.1.pt.trace.json.gz"
+    gzip_bomb(bomb, 3072)                   # 3 GiB out of 3 MB
+    limit = 1 << 30                         # 1 GiB of address space
+
+    def cap():
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    for cmd in ("diagnose", "info"):
+        r = _run(cmd, str(bomb), preexec_fn=cap)
+        _no_traceback(r)
+        assert r.returncode == INPUT, (r.stdout, r.stderr)
+        errors = [line for line in r.stdout.splitlines() if "ERROR" in line]
+        assert len(errors) == 1 and "not enough memory" in errors[0], r.stdout
+
+
+def test_s3_without_s3fs_is_one_line():
+    try:
+        import s3fs  # noqa: F401
+        pytest.skip("s3fs is installed here")
+    except ImportError:
+        pass
+    for cmd in ("diagnose", "info"):
+        for url in ("s3://bucket/run/w0.1.pt.trace.json", "s3://bucket/logdir/"):
+            r = _run(cmd, url)
+            _no_traceback(r)
+            assert r.stdout == ""
+            one_line_error(r, INPUT, "s3fs", "s3://")
+
+
+def test_escape_sequences_in_trace_names_are_shown_safely(tmp_path):
+    from tb_perfdiag.testing import TraceBuilder
+    b = TraceBuilder()
+    main = b.thread(f"main{ESC}thread")
+    s7 = b.stream(gpu=0, stream=7)
+    with b.step(main, 1, 0, 1000):
+        b.launch(main, "cudaLaunchKernel", 10, 5, kernel=b.kernel(s7, f"gemm{ESC}", 20, 100))
+        b.op(main, f"aten::nonzero{ESC}", 130, 400, cat="cpu_op")
+        b.op(main, "cudaStreamSynchronize", 140, 380, cat="cuda_runtime")
+        b.launch(main, "cudaLaunchKernel", 530, 5, kernel=b.kernel(s7, "relu", 540, 50))
+    run = tmp_path / f"run{ESC}"
+    run.mkdir()
+    f = run / "w0.1.pt.trace.json"
+    f.write_bytes(b.to_bytes())
+    for args in (("diagnose", str(tmp_path)), ("info", str(tmp_path)),
+                 ("compare", str(f), str(f))):
+        r = _run(*args)
+        _no_traceback(r)
+        assert r.returncode == OK, r.stderr
+        assert "\x1b" not in r.stdout and "\x07" not in r.stdout
+        if args[0] != "compare":          # the same file twice: no name is listed
+            assert "\\x1b[2J" in r.stdout and "\\x07" in r.stdout
+    # the names are intact in JSON, where JSON itself escapes them
+    j = _run("diagnose", str(f), "--json")
+    assert "\x1b" not in j.stdout and "\\u001b[2J" in j.stdout
+    assert ESC in json.loads(j.stdout)["gaps"][0]["host_ops"][0]["thread"]
+    # a path with escapes in an error message
+    r = _run("diagnose", str(tmp_path / f"missing{ESC}"))
+    _no_traceback(r)
+    assert "\x1b" not in r.stderr and "\\x1b[2J" in r.stderr and r.returncode == INPUT

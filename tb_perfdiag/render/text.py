@@ -1,9 +1,32 @@
 """Diagnosis → the terminal report of ``tb-perfdiag diagnose``."""
 from __future__ import annotations
 
+import re
+
 from ..analysis import causes as C
 from ..analysis.result import Diagnosis
 from .json import devices_json, finding_json, gap_records, steps_json
+
+# C0 and C1 controls (ESC, CSI, BEL, backspace, carriage return, newline…), DEL, and the
+# invisible and bidirectional format characters that reorder or hide what follows
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
+
+
+def _escape(m) -> str:
+    o = ord(m.group())
+    return f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}"
+
+
+def safe(s) -> str:
+    """``s`` as text a terminal shows as it is: every control character written as an
+    escape (``\\x1b[31m``), so names from a trace file cannot recolour, move the cursor,
+    retitle or rewrite the terminal, or start a line of their own."""
+    return _UNSAFE.sub(_escape, str(s))
+
+
+def safe_text(s) -> str:
+    """``safe`` line by line: a report's own line breaks kept, everything else escaped."""
+    return "\n".join(safe(line) for line in str(s).split("\n"))
 
 
 def _ms(ns) -> str:
@@ -37,7 +60,9 @@ def report(label: str, diag: Diagnosis, top: int, step: int | None = None) -> st
         for f in diag.findings[:top]:
             fj = finding_json(diag, f)
             lines.append(f"   * {fj['title']} — {_ms(fj['time_lost_ns_per_step'])}/step "
-                         f"[{fj['confidence']}]\n       {fj['detail']}\n       fix: {fj['fix']}")
+                         f"[{fj['confidence']}]")
+            lines.append(f"       {fj['detail']}")
+            lines.append(f"       fix: {fj['fix']}")
     rows = list(range(len(diag.gaps)))
     if step is not None:
         ids = diag.steps.ids
@@ -53,4 +78,5 @@ def report(label: str, diag: Diagnosis, top: int, step: int | None = None) -> st
                 lines.append(f"       {h['thread']}: {' › '.join(h['chain'])} ({_ms(h['self_ns'])})")
     for w in diag.warnings:
         lines.append(f"   warning: {w}")
-    return "\n".join(lines)
+    # every line built here holds names read from the trace file
+    return "\n".join(safe(line) for line in lines)
