@@ -6,7 +6,9 @@ another cannot have, and twenty requests that each load, analyse or render a lar
 at once take the whole server down.  So:
 
 * ``Budget.admit`` lets work in (reading a trace, analysing it, building a large answer)
-  by its estimated peak in bytes, and at most ``slots`` reads and analyses at once.  Work
+  by its estimated peak in bytes, and a bounded number at once in each lane (reads and
+  analyses; answers): they hold Python's lock much of the time, and every thread that
+  wants it makes every other one — TensorBoard's own requests included — wait longer.  Work
   waits — its progress says so — while what is under way plus what is kept would pass
   the budget, once the kept values nobody is using were dropped, least recently used
   first, to make room.  Work alone is always let in (one file is bounded by the file
@@ -90,22 +92,23 @@ class Reservation:
     """Bytes admitted for one piece of work; ``resize`` corrects the estimate once the
     real figure is known (it does not wait: the work is already in)."""
 
-    def __init__(self, budget, nbytes: int, slot: bool):
-        self._budget, self.nbytes, self.slot = budget, int(nbytes), slot
+    def __init__(self, budget, nbytes: int, lane: str):
+        self._budget, self.nbytes, self.lane = budget, int(nbytes), lane
 
     def resize(self, nbytes: int) -> None:
         self._budget._resize(self, int(nbytes))
 
 
 class Budget:
-    def __init__(self, total_bytes: int, slots: int = 2, queue_s: float = 120.0):
+    def __init__(self, total_bytes: int, lanes: dict | None = None, queue_s: float = 120.0):
         self.total = int(total_bytes)
-        self.slots = max(1, int(slots))
+        # at most this many at once per lane
+        self.lanes = {k: max(1, int(v)) for k, v in (lanes or {"work": 2, "answer": 2}).items()}
         self.queue_s = float(queue_s)
         self._cv = threading.Condition()
         self._stores: list = []
         self._reserved = 0           # bytes admitted for work under way
-        self._running = 0            # slots taken
+        self._running = dict.fromkeys(self.lanes, 0)
         self._waiting = 0
         # counters for /status and the tests
         self.admitted = 0
@@ -113,61 +116,64 @@ class Budget:
         self.refused = 0             # waits that ran out (503)
         self.peak_accounted = 0      # most of (reserved + kept) seen
 
-    def add_store(self, store) -> None:
+    def add_store(self, store, patience_s: float = 0.0) -> None:
+        """Count ``store``'s bytes as kept; its unused values are dropped for waiting
+        work that has waited ``patience_s`` (values dear to make: a loaded trace is not
+        dropped for work that ends in a moment).  Cheaper stores first."""
         with self._cv:
-            self._stores.append(store)
+            self._stores.append((patience_s, store))
+            self._stores.sort(key=lambda ps: ps[0])
         store._on_free = self.wake
 
     def kept(self) -> int:
-        return sum(s.size for s in self._stores)
+        return sum(s.size for _, s in self._stores)
 
     def wake(self) -> None:
         with self._cv:
             self._cv.notify_all()
 
-    def _fits_locked(self, nbytes: int, slot: bool) -> bool:
-        if slot and self._running >= self.slots:
+    def _fits_locked(self, nbytes: int, lane: str, waited_s: float) -> bool:
+        if self._running[lane] >= self.lanes[lane]:
             return False
-        if self._reserved == 0:
-            return True               # alone: always let in
+        alone = self._reserved == 0
         over = self._reserved + nbytes + self.kept() - self.total
-        if over > 0:
-            for s in self._stores:    # drop kept values nobody is using
-                over -= s.evict(over)
-                if over <= 0:
-                    break
-        return over <= 0
+        for patience, s in self._stores:    # drop kept values nobody is using
+            if over <= 0 or (waited_s < patience and not alone):
+                break
+            over -= s.evict(over)
+        return over <= 0 or alone           # alone: always let in
 
     @contextmanager
-    def admit(self, nbytes: int, slot: bool = False, what: str = "", progress=NULL):
-        """Hold ``nbytes`` (and a slot, for reads and analyses) while the block runs."""
+    def admit(self, nbytes: int, lane: str = "answer", what: str = "", progress=NULL):
+        """Hold ``nbytes`` and a place in ``lane`` while the block runs."""
         nbytes = max(0, int(nbytes))
-        deadline = time.monotonic() + self.queue_s
+        start = time.monotonic()
+        deadline = start + self.queue_s
         with self._cv:
-            if not self._fits_locked(nbytes, slot):
+            if not self._fits_locked(nbytes, lane, 0.0):
                 self.waited += 1
                 self._waiting += 1
                 try:
-                    while not self._fits_locked(nbytes, slot):
-                        progress.phase("waiting", f"{self._running} analyses under way, "
+                    while not self._fits_locked(nbytes, lane, time.monotonic() - start):
+                        progress.phase("waiting", f"{self._running['work']} analyses under way, "
                                        f"{(self._reserved + self.kept()) / MB:.0f} of "
                                        f"{self.total / MB:.0f} MB in use")
                         left = deadline - time.monotonic()
                         if left <= 0:
                             self.refused += 1
                             raise Unavailable(
-                                f"the server is busy ({self._running} analyses under way, "
+                                f"the server is busy ({self._running['work']} analyses under way, "
                                 f"{self._waiting - 1} more waiting, "
                                 f"{(self._reserved + self.kept()) / MB:.0f} of "
                                 f"{self.total / MB:.0f} MB of TB_PERFDIAG_MEMORY_MB in use); "
                                 f"try again in a moment", retry_after_s=5,
                                 **({"waiting_for": what} if what else {}))
-                        self._cv.wait(min(left, 1.0))
+                        self._cv.wait(min(left, 0.25))
                 finally:
                     self._waiting -= 1
-            r = Reservation(self, nbytes, slot)
+            r = Reservation(self, nbytes, lane)
             self._reserved += nbytes
-            self._running += slot
+            self._running[lane] += 1
             self.admitted += 1
             self._note_peak_locked()
         try:
@@ -175,7 +181,7 @@ class Budget:
         finally:
             with self._cv:
                 self._reserved -= r.nbytes
-                self._running -= slot
+                self._running[lane] -= 1
                 self._cv.notify_all()
 
     def _resize(self, r: Reservation, nbytes: int) -> None:
@@ -190,7 +196,8 @@ class Budget:
     def snapshot(self) -> dict:
         with self._cv:
             return {"budget_bytes": self.total, "reserved_bytes": self._reserved,
-                    "kept_bytes": self.kept(), "slots": self.slots, "running": self._running,
+                    "kept_bytes": self.kept(), "lanes": dict(self.lanes),
+                    "running": dict(self._running),
                     "waiting": self._waiting, "admitted": self.admitted,
                     "waited": self.waited, "refused": self.refused,
                     "peak_accounted_bytes": self.peak_accounted}
@@ -215,10 +222,14 @@ class _Flight:
 
 class Store:
     """Values by key, kept within ``capacity`` bytes of their measured size (values in
-    use may pass it until they are released); least recently used out first."""
+    use may pass it until they are released); least recently used out first.  With
+    ``keep_newest`` the most recently used value stays even when it alone passes the
+    capacity (a trace too large to keep beside others is still not read again for each
+    request on it); the budget drops it when work needs the room."""
 
-    def __init__(self, capacity: int, sizer=measure):
+    def __init__(self, capacity: int, sizer=measure, keep_newest: bool = False):
         self.capacity = int(capacity)
+        self.keep_newest = keep_newest
         self._sizer = sizer
         self._lock = threading.Lock()
         self._entries: OrderedDict = OrderedDict()
@@ -302,12 +313,13 @@ class Store:
                 e.size = size
         self._trim()
 
-    def evict(self, nbytes: int) -> int:
+    def evict(self, nbytes: int, keep_newest: bool = False) -> int:
         """Drop unused values, least recently used first, until ``nbytes`` are freed or
-        none is left; the bytes freed."""
+        none is left (but the newest, with ``keep_newest``); the bytes freed."""
         freed = 0
         with self._lock:
-            for key in list(self._entries):
+            keys = list(self._entries)
+            for key in keys[:-1] if keep_newest else keys:
                 if freed >= nbytes:
                     break
                 e = self._entries[key]
@@ -319,7 +331,7 @@ class Store:
 
     def _trim(self) -> None:
         over = self.size - self.capacity
-        freed = self.evict(over) if over > 0 else 0
+        freed = self.evict(over, self.keep_newest) if over > 0 else 0
         if self._on_free is not None:
             self._on_free()     # a release or a drop can let waiting work in
         return freed

@@ -58,6 +58,8 @@ DEFAULT_TRACES_MB = _env_float("TB_PERFDIAG_TRACES_MB", 1024)
 DEFAULT_RESPONSES_MB = _env_float("TB_PERFDIAG_RESPONSES_MB", 128)
 # reads and analyses at once (each holds a core: they hold the GIL much of the time)
 DEFAULT_ANALYSES = int(_env_float("TB_PERFDIAG_ANALYSES", 2))
+# large answers built at once
+DEFAULT_ANSWERS = int(_env_float("TB_PERFDIAG_ANSWERS", 2))
 # how long a request waits for memory or a slot before a 503
 DEFAULT_QUEUE_S = _env_float("TB_PERFDIAG_QUEUE_S", 120)
 
@@ -72,9 +74,13 @@ PEAK_PER_JSON_BYTE = 1.6      # reading a Kineto trace, per decoded byte
 PEAK_PER_XSPACE_BYTE = 4.5    # reading an XSpace, per file byte
 PEAK_PER_TRACE_BYTE = 1.0     # an analysis, per byte of the loaded trace
 CONTEXT_PER_TRACE_BYTE = 0.5  # host timelines of a trace loaded without analysis
-PEAK_PER_DIAG_BYTE = 3.5      # rendering a diagnosis page, per byte of the diagnosis
+PEAK_PER_DIAG_BYTE = 1.5      # rendering a diagnosis page, per byte of the diagnosis
 PEAK_PER_GAP_ROW = 5_000      # …and per gap record in it (or gap slice in an overlay)
-BASE_PEAK = 16 * MB
+PEAK_PER_EVENT = 1_000        # a trace event in an exported overlay
+BASE_PEAK = 16 * MB           # a read or an analysis, beyond the per-byte figure
+RENDER_PEAK = 2 * MB          # an answer, beyond it
+# work waits this long for others to end before loaded traces are dropped for it
+TRACE_PATIENCE_S = 1.0
 
 
 def load_estimate(fmt: str | None, size: int, decoded: int) -> int:
@@ -168,18 +174,19 @@ class DiagnosisService:
     def __init__(self, catalog: Catalog, cache: DiagnosisCache | None = None,
                  max_file_mb: float = DEFAULT_MAX_FILE_MB, memory_mb: float = DEFAULT_MEMORY_MB,
                  traces_mb: float = DEFAULT_TRACES_MB, responses_mb: float = DEFAULT_RESPONSES_MB,
-                 analyses: int = DEFAULT_ANALYSES, queue_s: float = DEFAULT_QUEUE_S):
+                 analyses: int = DEFAULT_ANALYSES, answers: int = DEFAULT_ANSWERS,
+                 queue_s: float = DEFAULT_QUEUE_S):
         self.catalog = catalog
         self.cache = cache or DiagnosisCache(version=__version__)
         self.max_file_mb = max_file_mb
-        self.budget = Budget(int(memory_mb * MB), analyses, queue_s)
+        self.budget = Budget(int(memory_mb * MB), {"work": analyses, "answer": answers}, queue_s)
         # loaded traces by file identity, within their measured bytes
         self.traces = Store(int(min(traces_mb, memory_mb) * MB),
-                            sizer=lambda loaded: loaded.nbytes)
+                            sizer=lambda loaded: loaded.nbytes, keep_newest=True)
         self.responses = Store(int(min(responses_mb, memory_mb) * MB),
                                sizer=lambda body: len(body.gz) + 200)
-        self.budget.add_store(self.traces)
         self.budget.add_store(self.responses)
+        self.budget.add_store(self.traces, patience_s=TRACE_PATIENCE_S)
         self.loads = 0                   # trace files read
         self._loads_lock = threading.Lock()
         self._refused: OrderedDict = OrderedDict()   # file identity → its TraceError
@@ -242,7 +249,7 @@ class DiagnosisService:
             with open_file(src.path, src.root or None, self.max_file_bytes) as f:
                 fmt = detect_format(src.path)
                 est = load_estimate(fmt, f.size, min(f.decoded_size_hint(), self.max_file_bytes))
-                with self.budget.admit(est, slot=True, what=f"reading {name}",
+                with self.budget.admit(est, lane="work", what=f"reading {name}",
                                        progress=progress):
                     with self._loads_lock:
                         self.loads += 1
@@ -262,7 +269,7 @@ class DiagnosisService:
         with loaded.building:
             if loaded.ctx is None:
                 est = CONTEXT_PER_TRACE_BYTE * loaded.trace_bytes + BASE_PEAK
-                with self.budget.admit(est, slot=True, what="host timelines"):
+                with self.budget.admit(est, lane="work", what="host timelines"):
                     ctx = host_context(loaded.trace)
                 if loaded.attach(ctx):
                     self.traces.remeasure(ident)
@@ -287,7 +294,7 @@ class DiagnosisService:
                     return compute_elsewhere()
                 with self._loaded(src, ident, prog) as loaded:
                     est = PEAK_PER_TRACE_BYTE * loaded.trace_bytes + BASE_PEAK
-                    with self.budget.admit(est, slot=True, what="analysis", progress=prog):
+                    with self.budget.admit(est, lane="work", what="analysis", progress=prog):
                         diag, ctx = analyse(loaded.trace, opt, prog)
                     if loaded.attach(ctx):
                         self.traces.remeasure(ident)
@@ -369,7 +376,7 @@ class DiagnosisService:
     def diagnosis_json(self, params, finish=_same):
         diag = self._diagnosis(params)
         rows = max(0, min(params.gaps_limit, len(diag.gaps) - params.gaps_offset))
-        est = PEAK_PER_DIAG_BYTE * diag.nbytes() + PEAK_PER_GAP_ROW * rows + BASE_PEAK
+        est = PEAK_PER_DIAG_BYTE * diag.nbytes() + PEAK_PER_GAP_ROW * rows + RENDER_PEAK
         with self.budget.admit(est, what="diagnosis page"):
             return finish(diagnosis_json(diag, params.gaps_offset, params.gaps_limit,
                                          params.step, paged=True))
@@ -409,7 +416,7 @@ class DiagnosisService:
         def detail():
             with self._loaded(src, ident) as loaded:
                 ctx = self._with_context(loaded, ident)
-                with self.budget.admit(BASE_PEAK, what="gap detail"):
+                with self.budget.admit(RENDER_PEAK, what="gap detail"):
                     return _Detail(gap_detail(ctx, diag, row))
         extra = self.cache.get_or_compute(key, detail)
         return finish(gap_records(diag, [row], extra_detail=extra.value)[0])
@@ -422,7 +429,7 @@ class DiagnosisService:
         with self._loaded(src, ident) as loaded:
             ctx = self._with_context(loaded, ident)
             trace = ctx.trace
-            est = 0.2 * loaded.trace_bytes + BASE_PEAK
+            est = 0.2 * loaded.trace_bytes + RENDER_PEAK
             with self.budget.admit(est, what="timeline"):
                 span_hi = int(trace.end.max()) if trace.n_events else 0
                 lo_ps = int(max(params.start_ns, 0) * 1000)
@@ -435,7 +442,7 @@ class DiagnosisService:
         cause, plus the step windows (and the trace's own events in [start_us, end_us])
         — opens in the trace viewer, Perfetto and chrome://tracing."""
         diag = self._diagnosis(params)
-        est = PEAK_PER_GAP_ROW * len(diag.gaps) + BASE_PEAK
+        est = PEAK_PER_GAP_ROW * len(diag.gaps) + RENDER_PEAK
         if not params.with_events:
             with self.budget.admit(est, what="overlay"):
                 return finish(chrome.overlay(diag))
@@ -443,7 +450,8 @@ class DiagnosisService:
         ident = self._identity(src)
         with self._loaded(src, ident) as loaded:
             trace = loaded.trace
-            est += 0.1 * loaded.trace_bytes + PEAK_PER_GAP_ROW * chrome.MAX_EVENTS
+            est += 0.1 * loaded.trace_bytes + PEAK_PER_EVENT * min(chrome.MAX_EVENTS,
+                                                                    trace.n_events)
             with self.budget.admit(est, what="overlay with events"):
                 events = chrome.trace_events(trace, params.start_us * 1e6, params.end_us * 1e6)
                 return finish(chrome.overlay(diag, events))
