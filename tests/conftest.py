@@ -67,8 +67,16 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _limit_address_space(nbytes: int):
+    """A ``preexec_fn`` that caps the child's address space (RLIMIT_AS)."""
+    def apply():
+        import resource
+        resource.setrlimit(resource.RLIMIT_AS, (nbytes, nbytes))
+    return apply
+
+
 class TensorBoard:
-    def __init__(self, logdir: str, extra_env=None):
+    def __init__(self, logdir: str, extra_env=None, address_space_bytes: int | None = None):
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = dict(os.environ)
@@ -80,7 +88,8 @@ class TensorBoard:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir), "--port",
              str(self.port), "--host", "127.0.0.1", "--reload_interval", "0"],
-            stdout=self.log, stderr=subprocess.STDOUT, env=env)
+            stdout=self.log, stderr=subprocess.STDOUT, env=env,
+            preexec_fn=_limit_address_space(address_space_bytes) if address_space_bytes else None)
         deadline = time.time() + 90
         while time.time() < deadline:
             if self.proc.poll() is not None:
