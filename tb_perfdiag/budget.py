@@ -99,17 +99,36 @@ class Reservation:
         self._budget._resize(self, int(nbytes))
 
 
+class _Waiter:
+    __slots__ = ("lane", "nbytes", "since", "short", "granted", "wake")
+
+    def __init__(self, lane: str, nbytes: int, since: float, lock):
+        self.lane, self.nbytes, self.since = lane, nbytes, since
+        self.short = None            # what it last lacked: "lane" or "memory"
+        self.granted = False
+        self.wake = threading.Condition(lock)   # its own: a release wakes only who it lets in
+
+
 class Budget:
+    """Admission of work by memory and lane.  A waiting request sleeps on a condition of
+    its own and is let in by whoever frees what it needs (a release, a value dropped),
+    oldest first — no thread wakes just to find it still does not fit, so a hundred
+    waiting requests cost nothing while they wait."""
+
+    # work that waited this long goes before later arrivals that would compete with it
+    # (for its lane, or for memory), so large work is not starved by a stream of small
+    FAIR_S = 2.0
+
     def __init__(self, total_bytes: int, lanes: dict | None = None, queue_s: float = 120.0):
         self.total = int(total_bytes)
         # at most this many at once per lane
         self.lanes = {k: max(1, int(v)) for k, v in (lanes or {"work": 2, "answer": 2}).items()}
         self.queue_s = float(queue_s)
-        self._cv = threading.Condition()
+        self._lock = threading.Lock()
         self._stores: list = []
         self._reserved = 0           # bytes admitted for work under way
         self._running = dict.fromkeys(self.lanes, 0)
-        self._waiting = 0
+        self._waiters: list = []     # oldest first
         # counters for /status and the tests
         self.admitted = 0
         self.waited = 0              # admissions that had to wait
@@ -120,7 +139,7 @@ class Budget:
         """Count ``store``'s bytes as kept; its unused values are dropped for waiting
         work that has waited ``patience_s`` (values dear to make: a loaded trace is not
         dropped for work that ends in a moment).  Cheaper stores first."""
-        with self._cv:
+        with self._lock:
             self._stores.append((patience_s, store))
             self._stores.sort(key=lambda ps: ps[0])
         store._on_free = self.wake
@@ -129,76 +148,110 @@ class Budget:
         return sum(s.size for _, s in self._stores)
 
     def wake(self) -> None:
-        with self._cv:
-            self._cv.notify_all()
+        """Something was freed: let in the waiting work that fits now."""
+        with self._lock:
+            self._grant_locked()
 
-    def _fits_locked(self, nbytes: int, lane: str, waited_s: float) -> bool:
-        if self._running[lane] >= self.lanes[lane]:
+    def _fits_locked(self, w: _Waiter, now: float) -> bool:
+        for o in self._waiters:
+            if o is w:
+                break
+            if now - o.since >= self.FAIR_S and (o.short == "memory" or
+                                                 (o.short == "lane" and o.lane == w.lane)):
+                return False                # an older one goes first
+        if self._running[w.lane] >= self.lanes[w.lane]:
+            w.short = "lane"
             return False
         alone = self._reserved == 0
-        over = self._reserved + nbytes + self.kept() - self.total
+        over = self._reserved + w.nbytes + self.kept() - self.total
         for patience, s in self._stores:    # drop kept values nobody is using
-            if over <= 0 or (waited_s < patience and not alone):
+            if over <= 0 or (now - w.since < patience and not alone):
                 break
             over -= s.evict(over)
-        return over <= 0 or alone           # alone: always let in
+        if over <= 0 or alone:              # alone: always let in
+            return True
+        w.short = "memory"
+        return False
+
+    def _take_locked(self, w: _Waiter) -> None:
+        w.granted = True
+        self._reserved += w.nbytes
+        self._running[w.lane] += 1
+        self.admitted += 1
+        self.peak_accounted = max(self.peak_accounted, self._reserved + self.kept())
+
+    def _grant_locked(self) -> None:
+        now = time.monotonic()
+        for w in list(self._waiters):
+            if self._fits_locked(w, now):
+                self._waiters.remove(w)
+                self._take_locked(w)
+                w.wake.notify()
+
+    def _timeout(self, w: _Waiter, now: float, deadline: float) -> float:
+        """How long ``w`` sleeps unless let in: until its deadline, or until it has
+        waited long enough that kept values may be dropped for it."""
+        t = deadline - now
+        for patience, _ in self._stores:
+            if w.short == "memory" and now - w.since < patience:
+                t = min(t, w.since + patience - now + 0.01)
+        return max(t, 0.0)
 
     @contextmanager
     def admit(self, nbytes: int, lane: str = "answer", what: str = "", progress=NULL):
         """Hold ``nbytes`` and a place in ``lane`` while the block runs."""
-        nbytes = max(0, int(nbytes))
-        start = time.monotonic()
-        deadline = start + self.queue_s
-        with self._cv:
-            if not self._fits_locked(nbytes, lane, 0.0):
+        now = time.monotonic()
+        deadline = now + self.queue_s
+        r = Reservation(self, max(0, int(nbytes)), lane)
+        w = _Waiter(lane, r.nbytes, now, self._lock)
+        with self._lock:
+            if self._fits_locked(w, now):
+                self._take_locked(w)
+            else:
                 self.waited += 1
-                self._waiting += 1
+                self._waiters.append(w)
                 try:
-                    while not self._fits_locked(nbytes, lane, time.monotonic() - start):
-                        progress.phase("waiting", f"{self._running['work']} analyses under way, "
-                                       f"{(self._reserved + self.kept()) / MB:.0f} of "
-                                       f"{self.total / MB:.0f} MB in use")
-                        left = deadline - time.monotonic()
-                        if left <= 0:
+                    while not w.granted:
+                        now = time.monotonic()
+                        if now >= deadline:
                             self.refused += 1
                             raise Unavailable(
-                                f"the server is busy ({self._running['work']} analyses under way, "
-                                f"{self._waiting - 1} more waiting, "
+                                f"the server is busy ({self._running['work']} analyses under "
+                                f"way, {len(self._waiters) - 1} more waiting, "
                                 f"{(self._reserved + self.kept()) / MB:.0f} of "
                                 f"{self.total / MB:.0f} MB of TB_PERFDIAG_MEMORY_MB in use); "
                                 f"try again in a moment", retry_after_s=5,
                                 **({"waiting_for": what} if what else {}))
-                        self._cv.wait(min(left, 0.25))
+                        progress.phase("waiting", f"{self._running['work']} analyses under "
+                                       f"way, {(self._reserved + self.kept()) / MB:.0f} of "
+                                       f"{self.total / MB:.0f} MB in use")
+                        w.wake.wait(self._timeout(w, now, deadline))
+                        if not w.granted:
+                            self._grant_locked()     # time passed: patience, deadline
                 finally:
-                    self._waiting -= 1
-            r = Reservation(self, nbytes, lane)
-            self._reserved += nbytes
-            self._running[lane] += 1
-            self.admitted += 1
-            self._note_peak_locked()
+                    if not w.granted:
+                        self._waiters.remove(w)
+                        self._grant_locked()         # those behind it may go now
         try:
             yield r
         finally:
-            with self._cv:
+            with self._lock:
                 self._reserved -= r.nbytes
                 self._running[lane] -= 1
-                self._cv.notify_all()
+                self._grant_locked()
 
     def _resize(self, r: Reservation, nbytes: int) -> None:
-        with self._cv:
+        with self._lock:
             self._reserved += nbytes - r.nbytes
             r.nbytes = nbytes
-            self._note_peak_locked()
-
-    def _note_peak_locked(self) -> None:
-        self.peak_accounted = max(self.peak_accounted, self._reserved + self.kept())
+            self.peak_accounted = max(self.peak_accounted, self._reserved + self.kept())
 
     def snapshot(self) -> dict:
-        with self._cv:
+        with self._lock:
             return {"budget_bytes": self.total, "reserved_bytes": self._reserved,
                     "kept_bytes": self.kept(), "lanes": dict(self.lanes),
                     "running": dict(self._running),
-                    "waiting": self._waiting, "admitted": self.admitted,
+                    "waiting": len(self._waiters), "admitted": self.admitted,
                     "waited": self.waited, "refused": self.refused,
                     "peak_accounted_bytes": self.peak_accounted}
 

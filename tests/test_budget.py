@@ -140,6 +140,31 @@ def test_budget_wait_ends_in_a_clear_503():
     assert e.value.body()["retry_after_s"] > 0 and budget.refused == 1
 
 
+def test_large_work_is_not_starved_by_a_stream_of_small():
+    budget = Budget(10 * MB, {"work": 2, "answer": 4}, queue_s=15)
+    stop = threading.Event()
+
+    def stream(offset):
+        time.sleep(offset)
+        while not stop.is_set():
+            with budget.admit(1 * MB, "answer"):
+                time.sleep(0.1)
+    threads = [threading.Thread(target=stream, args=(i * 0.025,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    time.sleep(0.3)
+    started = time.monotonic()
+    try:
+        with budget.admit(50 * MB, "work"):       # larger than the budget: runs alone
+            waited = time.monotonic() - started
+            assert budget.snapshot()["running"]["answer"] == 0
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(5)
+    assert waited < budget.FAIR_S + 1.5, waited
+
+
 def test_budget_drops_kept_values_for_waiting_work_but_not_values_in_use():
     budget = Budget(10 * MB, {"work": 2, "answer": 2}, queue_s=5)
     cheap, dear = Store(10 * MB, sizer=len), Store(10 * MB, sizer=len)
@@ -166,7 +191,7 @@ def _service(tmp_path, **kw):
     return DiagnosisService(Catalog(str(tmp_path / "ld")), DiagnosisCache(disk_dir=None), **kw)
 
 
-def test_distinct_options_at_once_share_one_read_and_stay_in_their_lane(tmp_path):
+def test_distinct_options_at_once_share_one_read_and_stay_in_their_lane(tmp_path, monkeypatch):
     svc = _service(tmp_path, analyses=2)
     running, peak, lock = [0], [0], threading.Lock()
     import tb_perfdiag.service as service_mod
@@ -182,18 +207,15 @@ def test_distinct_options_at_once_share_one_read_and_stay_in_their_lane(tmp_path
         finally:
             with lock:
                 running[0] -= 1
-    service_mod.analyse = counted
-    try:
-        out = []
-        threads = [threading.Thread(target=lambda i=i: out.append(call(
-            svc, "diagnosis", {"run": "r", "host": "w0", "threshold_us": str(5 + i)})))
-            for i in range(12)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
-    finally:
-        service_mod.analyse = real
+    monkeypatch.setattr(service_mod, "analyse", counted)
+    out = []
+    threads = [threading.Thread(target=lambda i=i: out.append(call(
+        svc, "diagnosis", {"run": "r", "host": "w0", "threshold_us": str(5 + i)})))
+        for i in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
     assert len(out) == 12 and {s for s, _ in out} == {200}
     for status, body in out:
         th = body["options"]["threshold_us"]
