@@ -21,7 +21,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from .storage import filesystem, is_remote
+from .storage import ListedPath, filesystem, is_remote
 
 XPLANE_SUFFIX = ".xplane.pb"
 PT_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")
@@ -36,7 +36,6 @@ class Source:
     format: str               # "xspace" | "kineto"
     size: int = 0
     mtime: float = 0.0
-    root: str = ""            # the logdir's resolved root it was listed under ("": none)
 
 
 @dataclass
@@ -141,10 +140,10 @@ def scan_logdir(logdir: str) -> dict:
             run = runs.setdefault(name, Run(name, "pytorch"))
             worker, span = _split_pt_name(fn)
             run.sources.append(Source(worker, span, full, "kineto", size, mtime))
-    if not is_remote(root):
+    if not is_remote(root):        # read later confined below the root it was listed in
         for run in runs.values():
             for src in run.sources:
-                src.root = root
+                src.path = ListedPath(src.path, root)
     return dict(sorted(runs.items()))
 
 

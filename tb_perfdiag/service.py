@@ -246,7 +246,7 @@ class DiagnosisService:
     def _load(self, src, ident, progress=NULL) -> _Loaded:
         name = os.path.basename(src.path)
         try:
-            with open_file(src.path, src.root or None, self.max_file_bytes) as f:
+            with open_file(src.path, max_bytes=self.max_file_bytes) as f:
                 fmt = detect_format(src.path)
                 est = load_estimate(fmt, f.size, min(f.decoded_size_hint(), self.max_file_bytes))
                 with self.budget.admit(est, lane="work", what=f"reading {name}",

@@ -44,6 +44,23 @@ _O_BINARY = getattr(os, "O_BINARY", 0)
 _CONFINED = bool(_O_NOFOLLOW and _O_DIRECTORY) and os.open in os.supports_dir_fd
 
 
+class ListedPath(str):
+    """A path found by listing a logdir, carrying the logdir's resolved ``root``: read
+    through ``open_file`` it is confined below that root wherever it is handed (a pod's
+    worker process included: it survives pickling), without every caller passing the
+    root along."""
+
+    root: str
+
+    def __new__(cls, path: str, root: str):
+        self = super().__new__(cls, path)
+        self.root = root
+        return self
+
+    def __reduce__(self):
+        return ListedPath, (str(self), self.root)
+
+
 def max_file_bytes() -> int:
     """The size budget of one file, on disk and decompressed (``TB_PERFDIAG_MAX_FILE_MB``,
     default 4096 MB)."""
@@ -193,10 +210,13 @@ def _open_fd(path: str, root: str | None) -> int:
 
 def open_file(path: str, root: str | None = None, max_bytes: int | None = None) -> OpenFile:
     """Open one trace file through the guard (see the module's text); ``root``: the
-    resolved logdir the file was listed under (no link below it is followed);
+    resolved logdir the file was listed under, no link below it is followed (by default
+    the root a ``ListedPath`` carries);
     ``max_bytes``: the budget, on disk and decoded.  Raises ``FileGone`` when it is not
     there, ``TraceTooLarge`` over the budget, ``TraceError`` for anything else that
     cannot be read, ``StorageError`` for a URL with no backend."""
+    if root is None:
+        root = getattr(path, "root", None)
     fs, inner = filesystem(path)
     if fs is not None:
         return _open_remote(str(path), fs, inner, max_bytes)

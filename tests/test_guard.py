@@ -72,7 +72,7 @@ def test_logdir_given_through_a_symlink_shows_its_runs(tmp_path):
     svc = _service(link)
     assert sorted(svc.catalog.runs()) == ["a", "b"]
     src = svc.catalog.find("a", "w0")
-    assert src.root == os.path.realpath(ld)
+    assert src.path.root == os.path.realpath(ld)
     status, body = call(svc, "diagnosis", {"run": "a", "host": "w0"})
     assert status == 200 and body["devices"]
 
@@ -180,7 +180,7 @@ def test_file_deleted_after_the_listing_is_a_clear_404(tmp_path):
         status, body = call(svc, route, {"run": "a", "host": "w0"})
         assert status == 404 and "disappeared" in body["error"], (route, body)
     with pytest.raises(FileGone):
-        storage.read_bytes(src.path, root=src.root)
+        storage.read_bytes(src.path)
 
 
 def test_paths_outside_the_root_are_not_read(tmp_path):
@@ -218,3 +218,31 @@ def test_corrupt_gzip_names_the_problem(tmp_path):
     p.write_bytes(good[:20] + bytes(200))
     with pytest.raises(TraceError, match="corrupt gzip"):
         storage.read_bytes(str(p), max_bytes=10**8)
+
+
+@posix_only
+def test_listed_paths_stay_confined_wherever_they_go(tmp_path):
+    """A pod's hosts are read in worker processes from the listed path alone: the path
+    carries its logdir root there, so a link swapped in after the listing is refused in
+    the worker too."""
+    import glob
+    import pickle
+    xla = glob.glob(os.path.join(TESTDATA, "synthetic", "logdir", "xla_tpu_data_loading",
+                                 "plugins", "profile", "*", "*.xplane.pb"))[0]
+    run = tmp_path / "ld" / "pod" / "plugins" / "profile" / "r1"
+    run.mkdir(parents=True)
+    for h in ("host0", "host1", "host2"):
+        shutil.copy(xla, run / f"{h}.xplane.pb")
+    outside = tmp_path / "outside.xplane.pb"
+    shutil.copy(xla, outside)
+    svc = _service(tmp_path / "ld")
+    src = svc.catalog.find("pod/r1", "host1")
+    again = pickle.loads(pickle.dumps(src.path))
+    assert again == src.path and again.root == src.path.root
+    os.unlink(src.path)
+    os.symlink(outside, src.path)
+    status, body = call(svc, "hosts", {"run": "pod/r1", "wait": "1"})
+    assert status == 200
+    rows = {r["host"]: r for r in body["hosts"]}
+    assert rows["host0"]["status"] == 200 and rows["host2"]["status"] == 200
+    assert rows["host1"]["status"] == 422 and "symbolic link" in rows["host1"]["error"]
