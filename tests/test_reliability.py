@@ -13,12 +13,16 @@ peak memory is within its idle size + the plugin's budget + ``MARGIN_MB``.
 """
 from __future__ import annotations
 
+import gzip
+import json
 import os
 import shutil
 import struct
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 import uuid
 import zlib
 from concurrent.futures import ThreadPoolExecutor
@@ -135,16 +139,20 @@ def hostile(tmp_path_factory, artifacts_dir):
            "TB_PERFDIAG_ANALYSES": "2", "TB_PERFDIAG_ANSWERS": "2",
            "TB_PERFDIAG_QUEUE_S": "90", "MALLOC_ARENA_MAX": "2",
            "TB_PERFDIAG_CACHE_DIR": str(base / "cache"), "TB_PERFDIAG_POD_PROCESSES": "0"}
-    tb = TensorBoard(logdir, extra_env=env, address_space_bytes=ADDRESS_SPACE)
-    idle = _mb(_proc_status(tb.proc.pid)["VmRSS"])
-    watch = Watch(tb)
     import tb_perfdiag
     expected = tb_perfdiag.diagnose(SMALL).to_json(all_gaps=False, gaps_limit=20)
-    ns = type("Hostile", (), {})()
-    ns.tb, ns.real, ns.outside, ns.watch, ns.idle_mb = tb, real, outside, watch, idle
-    ns.expected_small = expected
-    ns.log = []
-    _bystander(ns)                 # its trace is read now, not during the attacks
+    tb = TensorBoard(logdir, extra_env=env, address_space_bytes=ADDRESS_SPACE)
+    try:
+        idle = _mb(_proc_status(tb.proc.pid)["VmRSS"])
+        watch = Watch(tb)
+        ns = type("Hostile", (), {})()
+        ns.tb, ns.real, ns.outside, ns.watch, ns.idle_mb = tb, real, outside, watch, idle
+        ns.expected_small = expected
+        ns.log = []
+        _bystander(ns)                 # its trace is read now, not during the attacks
+    except BaseException:
+        tb.stop()
+        raise
     yield ns
     watch.stop()
     st = _proc_status(tb.proc.pid) if tb.proc.poll() is None else {}
@@ -161,9 +169,17 @@ def hostile(tmp_path_factory, artifacts_dir):
 
 
 def _get(h, path, timeout=120):
+    """(status, JSON body, seconds) of one request, sent as a browser does (gzip welcome)."""
     t0 = time.monotonic()
-    status, _, body = h.tb.get(path, timeout=timeout)
-    return status, body, time.monotonic() - t0
+    req = urllib.request.Request(h.tb.url + path, headers={"Accept-Encoding": "gzip"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            status, raw, enc = r.status, r.read(), r.headers.get("Content-Encoding")
+    except urllib.error.HTTPError as e:
+        status, raw, enc = e.code, e.read(), e.headers.get("Content-Encoding")
+    if enc == "gzip":
+        raw = gzip.decompress(raw)
+    return status, json.loads(raw), time.monotonic() - t0
 
 
 def _many(h, paths, workers=20, timeout=120):
