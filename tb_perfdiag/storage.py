@@ -150,11 +150,11 @@ class OpenFile:
             raw = self._f.read(want + 1)         # one allocation of the file's size
             if len(raw) > want:                  # grown since it was opened
                 if cap is not None and len(raw) > cap:
-                    raise over_budget(self.path, "it holds", cap)
+                    raise over_budget(self.path, "the file holds", cap)
                 rest = self._f.read(-1 if cap is None else cap + 1 - len(raw))
                 raw += rest
                 if cap is not None and len(raw) > cap:
-                    raise over_budget(self.path, "it holds", cap)
+                    raise over_budget(self.path, "the file holds", cap)
         except OSError as e:
             raise TraceError(self.path, f"cannot read: {e.strerror or e}") from None
         if raw[:2] == GZIP_MAGIC:
@@ -174,7 +174,7 @@ def _gunzip(path: str, raw: bytes, cap: int | None, progress) -> bytes:
     except (zlib.error, _fast_zlib.error, EOFError, ValueError) as e:
         raise TraceError(path, f"corrupt gzip data: {e}") from None
     if cap is not None and len(out) > cap:
-        raise over_budget(path, "it decompresses to", cap)
+        raise over_budget(path, "the file decompresses to", cap)
     if not d.eof:
         raise TraceError(path, "truncated gzip stream (file cut short or still being written)")
     return out
@@ -226,8 +226,8 @@ def open_file(path: str, root: str | None = None, max_bytes: int | None = None) 
         raise FileGone(path, "file not found (deleted or renamed since it was listed)") from None
     except OSError as e:
         if e.errno in (errno.ELOOP, errno.EMLINK):
-            raise TraceError(path, "is a symbolic link: links in the logdir are not "
-                                   "followed") from None
+            raise TraceError(path, "the file is a symbolic link: links in the logdir are "
+                                   "not followed") from None
         if e.errno == errno.ENOTDIR and root:
             raise TraceError(path, "a folder on its path is no longer a folder (a link or "
                                    "a file put in its place): links in the logdir are not "
@@ -236,9 +236,10 @@ def open_file(path: str, root: str | None = None, max_bytes: int | None = None) 
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise TraceError(path, f"is {_kind(st.st_mode)}, not a regular file: not read")
+            raise TraceError(path, f"the file is {_kind(st.st_mode)}, not a regular file: "
+                                   f"not read")
         if max_bytes is not None and st.st_size > max_bytes:
-            raise over_budget(path, "it holds", max_bytes)
+            raise over_budget(path, "the file holds", max_bytes)
         f = os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
@@ -250,10 +251,10 @@ def _open_remote(path: str, fs, inner: str, max_bytes: int | None) -> OpenFile:
     try:
         info = fs.info(inner)
         if info.get("type", "file") != "file":
-            raise TraceError(path, f"is a {info.get('type')}, not a file: not read")
+            raise TraceError(path, f"the path is a {info.get('type')}, not a file: not read")
         size = int(info.get("size") or 0)
         if max_bytes is not None and size > max_bytes:
-            raise over_budget(path, "it holds", max_bytes)
+            raise over_budget(path, "the file holds", max_bytes)
         f = fs.open(inner, "rb")
     except FileNotFoundError:
         raise FileGone(path, "file not found (deleted or renamed since it was listed)") from None
