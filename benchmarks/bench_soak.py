@@ -54,7 +54,7 @@ def make_logdir(root: Path) -> Path:
     import large
     sys.path.pop(0)
     sys.path.insert(0, os.path.join(C.ROOT, "tests"))
-    from test_reliability import gzip_bomb
+    from conftest import gzip_bomb
     sys.path.pop(0)
     large.write_large(root / "big_kineto" / "rank0.1700000000000.pt.trace.json.gz", 200_000,
                       "kineto")

@@ -16,7 +16,6 @@ import os
 import sys
 import time
 
-import orjson
 
 from ._version import __version__
 from .analysis import Options, diagnose_trace
@@ -30,7 +29,7 @@ from .params import DEFAULT_GAPS_PAGE, MAX_GAPS_PAGE, PARAMS
 from .render import check as check_render
 from .render import compare as compare_render
 from .render import text
-from .render.json import diagnosis_json
+from .render.json import diagnosis_json, json_bytes
 from .render.text import safe, safe_text
 from .trace import TraceError, load
 
@@ -187,46 +186,11 @@ def _options(args) -> Options:
     return Options(threshold_us=args.threshold_us, kernels_only=args.kernels_only)
 
 
-_INT64 = (-2**63, 2**63 - 1)
-
-
-def _wide(x):
-    """``x`` with integers beyond 64 bits (``origin_ps``: ps since 1970) as JSON fragments:
-    orjson refuses them, the route's encoder writes them as they are."""
-    if isinstance(x, dict):
-        return {k: _wide(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [_wide(v) for v in x]
-    if isinstance(x, int) and not isinstance(x, bool) and not _INT64[0] <= x <= _INT64[1]:
-        return orjson.Fragment(str(x).encode())
-    return x
-
-
-def _sources_wide(doc):
-    """The small ``source`` dicts made safe up front, so the large rest is encoded once."""
-    if not isinstance(doc, dict):
-        return doc
-    out = dict(doc)
-    for k, v in doc.items():
-        if k == "source" and isinstance(v, dict):
-            out[k] = _wide(v)
-        elif isinstance(v, dict) and ("source" in v or k in ("before", "after")):
-            out[k] = _sources_wide(v)
-    return out
-
-
 def _dump(doc, args) -> None:
     """JSON on stdout with orjson: indented for a terminal, compact into a pipe or file
     (``--pretty``/``--compact`` choose)."""
     pretty = args.pretty if args.pretty is not None else sys.stdout.isatty()
-    opt = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY | \
-        (orjson.OPT_INDENT_2 if pretty else 0)
-    doc = _sources_wide(doc)
-    try:
-        out = orjson.dumps(doc, option=opt)
-    except TypeError:           # a wide integer elsewhere: look everywhere
-        out = orjson.dumps(_wide(doc), option=opt)
-    sys.stdout.buffer.write(out + b"\n")
+    sys.stdout.buffer.write(json_bytes(doc, pretty) + b"\n")
     sys.stdout.flush()
 
 

@@ -156,8 +156,8 @@ class Catalog:
       the one at hand.
     * ``runs(refresh=True)`` (the page's refresh, or a run name not in the listing: a
       run written since, a typo, or a flood of made-up names) waits, up to ``wait_s``,
-      for one new listing shared by everyone asking; a new one starts only when the
-      last started at least ``min_interval`` seconds ago, else the last one answers.
+      for a listing that started after it asked, shared by everyone asking; a new one
+      starts at most every ``min_interval`` seconds.
     * Both intervals stretch to four times the last listing's duration, so listing a
       huge logdir never takes more than a fifth of the time.
     """
@@ -204,6 +204,24 @@ class Catalog:
         if not self._scanning and time.monotonic() - self._started >= self._stretch(interval):
             self._start_locked()
 
+    def _fresh_locked(self) -> None:
+        """Wait (up to ``wait_s``) for a listing that started after this call: the next
+        one allowed (``min_interval`` after the last), shared by everyone waiting."""
+        asked = time.monotonic()
+        deadline = asked + self.wait_s
+        while not (self._started >= asked and not self._scanning):
+            now = time.monotonic()
+            if now >= deadline:
+                return
+            if not self._scanning:
+                ready = self._started + self._stretch(self.min_interval)
+                if now >= ready:
+                    self._start_locked()
+                    continue
+                self._cv.wait(min(ready, deadline) - now)
+            else:
+                self._cv.wait(deadline - now)
+
     def runs(self, refresh: bool = False) -> dict:
         """{run name: Run}; raises what the listing failed with (an unreadable logdir)
         as long as none has succeeded."""
@@ -214,8 +232,7 @@ class Catalog:
                 self._renew_locked(0.0 if self._error is None else self.min_interval)
                 self._cv.wait_for(lambda: not self._scanning, max(self.wait_s, 60.0))
             elif refresh:
-                self._renew_locked(self.min_interval)
-                self._cv.wait_for(lambda: not self._scanning, self.wait_s)
+                self._fresh_locked()
             else:
                 self._renew_locked(self.ttl)
             if not self._listed and self._error is not None:

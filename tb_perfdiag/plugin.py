@@ -155,7 +155,7 @@ class DiagnosePlugin(base_plugin.TBPlugin):
 
     @wrappers.Request.application
     def _serve_compare(self, request):
-        return self._respond(request, "compare", self._service.compare_json)
+        return self._large(request, "compare")
 
     @wrappers.Request.application
     def _serve_timeline(self, request):

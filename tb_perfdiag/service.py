@@ -21,8 +21,6 @@ import os
 import threading
 from collections import OrderedDict
 
-import orjson
-
 from ._version import __version__
 from .analysis import Options, analyse
 from .analysis.compare import compare
@@ -36,7 +34,7 @@ from .pod import Failure, PodJob
 from .progress import NULL, Progress
 from .render import chrome
 from .render.compare import comparison_json
-from .render.json import diagnosis_json, gap_records, gap_row
+from .render.json import diagnosis_json, gap_records, gap_row, json_bytes
 from .storage import file_identity, open_file
 from .trace import detect_format, load_open
 
@@ -101,37 +99,13 @@ class Body:
 
     @classmethod
     def of(cls, doc) -> "Body":
-        raw = _dumps(doc)
+        raw = json_bytes(doc)
         return cls(_gzip(raw), len(raw))
 
     def json(self):
         """The document again (tests, and clients that want a dict)."""
         import gzip
         return json.loads(gzip.decompress(self.gz))
-
-
-def _dumps(doc) -> bytes:
-    try:
-        return orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
-    except TypeError:   # an integer past 64 bits (a raw XSpace id): the standard encoder
-        return json.dumps(_finite(doc), separators=(",", ":"), default=_plain).encode()
-
-
-def _finite(o):
-    if isinstance(o, float) and o != o or o in (float("inf"), float("-inf")):
-        return None
-    if isinstance(o, dict):
-        return {str(k): _finite(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)):
-        return [_finite(v) for v in o]
-    return o
-
-
-def _plain(o):
-    tolist = getattr(o, "tolist", None)
-    if tolist is not None:
-        return tolist()
-    raise TypeError(f"not JSON: {type(o).__name__}")
 
 
 def _gzip(raw: bytes) -> bytes:
@@ -352,12 +326,14 @@ class DiagnosisService:
 
     # ---- routes ----
     def response(self, route: str, params):
-        """The gzipped body of a 200 of ``route`` (diagnosis, gap, timeline, overlay),
+        """The gzipped body of a 200 of ``route`` (diagnosis, gap, timeline, overlay,
+        compare),
         built once per (file identity, parameters) and kept while the budget allows."""
-        ident = self._identity(self._source(params))
+        key = (route, self._identity(self._source(params)), params)
+        if route == "compare":        # an answer of two files: either one changing is new
+            key += (self._identity(self._base_source(params)),)
         build = getattr(self, f"{route}_json")
-        return self.responses.get_or_make((route, ident, params),
-                                          lambda: build(params, finish=Body.of))
+        return self.responses.get_or_make(key, lambda: build(params, finish=Body.of))
 
     def progress_json(self, params):
         """How far the analysis behind the same /diagnosis parameters is: ``state`` is
@@ -381,25 +357,31 @@ class DiagnosisService:
             return finish(diagnosis_json(diag, params.gaps_offset, params.gaps_limit,
                                          params.step, paged=True))
 
-    def compare_json(self, params):
-        """Before (``base_run``/``base_host``/``base_span``) → after (``run``/``host``/
-        ``span``), both diagnosed with the same options (and cached as /diagnosis)."""
-        src = self._source(params)
-        after = self._diagnosis(params)
+    def _base_source(self, params):
         base = self.catalog.find(params.base_run, params.base_host, params.base_span)
         if base is None:
             raise NotFound("no such base run/host/span in the logdir", base_run=params.base_run,
                            base_host=params.base_host)
+        return base
+
+    def compare_json(self, params, finish=_same):
+        """Before (``base_run``/``base_host``/``base_span``) → after (``run``/``host``/
+        ``span``), both diagnosed with the same options (and cached as /diagnosis)."""
+        src = self._source(params)
+        after = self._diagnosis(params)
+        base = self._base_source(params)
         try:
             before = self._diagnose_source(base, self._options(params))
         except TraceError as e:
             raise trace_error(e, run=params.base_run, host=params.base_host) from None
         label = lambda r, s: f"{r} · {s.host}" + (f" · {s.span}" if s.span else "")  # noqa: E731
-        cmp = compare(before, after, (label(params.base_run, base), label(params.run, src)))
-        out = comparison_json(cmp, params.top)
-        out["before"].update(run=params.base_run, host=base.host, span=base.span)
-        out["after"].update(run=params.run, host=src.host, span=src.span)
-        return out
+        est = PEAK_PER_DIAG_BYTE * (before.nbytes() + after.nbytes()) + RENDER_PEAK
+        with self.budget.admit(est, what="comparison"):
+            cmp = compare(before, after, (label(params.base_run, base), label(params.run, src)))
+            out = comparison_json(cmp, params.top)
+            out["before"].update(run=params.base_run, host=base.host, span=base.span)
+            out["after"].update(run=params.run, host=src.host, span=src.span)
+            return finish(out)
 
     def gap_json(self, params, finish=_same):
         diag = self._diagnosis(params)

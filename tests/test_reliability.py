@@ -17,20 +17,17 @@ import gzip
 import json
 import os
 import shutil
-import struct
 import sys
 import threading
 import time
 import urllib.error
 import urllib.request
 import uuid
-import zlib
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 
-from conftest import TESTDATA, TensorBoard
+from conftest import TESTDATA, TensorBoard, gzip_bomb
 
 BUDGET_MB = 256          # TB_PERFDIAG_MEMORY_MB: work under way + kept traces and answers
 MAX_FILE_MB = 100        # TB_PERFDIAG_MAX_FILE_MB
@@ -44,23 +41,6 @@ API = "/data/plugin/perfdiag"
 
 SMALL = os.path.join(TESTDATA, "synthetic", "logdir", "kineto_sync_nonzero",
                       "worker0.1795400000000.pt.trace.json")
-
-
-def gzip_bomb(path: Path, out_mb: int) -> None:
-    """A valid gzip of ``out_mb`` MiB of zeros, about 1/1000 of that on disk: one
-    self-contained deflate block of 1 MiB of zeros, repeated, then the trailer."""
-    c = zlib.compressobj(9, zlib.DEFLATED, -15)
-    chunk = bytes(1 << 20)
-    block = c.compress(chunk) + c.flush(zlib.Z_FULL_FLUSH)
-    tail = c.flush(zlib.Z_FINISH)
-    crc = 0
-    for _ in range(out_mb):
-        crc = zlib.crc32(chunk, crc)
-    with open(path, "wb") as f:
-        f.write(b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff")
-        for _ in range(out_mb):
-            f.write(block)
-        f.write(tail + struct.pack("<II", crc, (out_mb << 20) & 0xFFFFFFFF))
 
 
 def _proc_status(pid: int) -> dict:

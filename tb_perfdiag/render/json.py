@@ -6,6 +6,7 @@ demand for one gap by the server)."""
 from __future__ import annotations
 
 import numpy as np
+import orjson
 
 from ..analysis import causes as C
 from ..analysis.attribution import VIA_NAMES
@@ -532,3 +533,42 @@ def diagnosis_json(diag: Diagnosis, gaps_offset: int = 0, gaps_limit: int | None
         out.update(gaps_total=total, gaps_offset=gaps_offset,
                    gaps_limit=gaps_limit if gaps_limit is not None else total)
     return out
+
+
+_INT64 = (-2**63, 2**63 - 1)
+_ORJSON = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
+
+
+def _wide(x):
+    """``x`` with integers beyond 64 bits (``origin_ps``: ps since 1970) as JSON fragments:
+    orjson refuses them, the standard encoder writes them as they are."""
+    if isinstance(x, dict):
+        return {k: _wide(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_wide(v) for v in x]
+    if isinstance(x, int) and not isinstance(x, bool) and not _INT64[0] <= x <= _INT64[1]:
+        return orjson.Fragment(str(x).encode())
+    return x
+
+
+def _sources_wide(doc):
+    """The small ``source`` dicts made safe up front, so the large rest is encoded once."""
+    if not isinstance(doc, dict):
+        return doc
+    out = dict(doc)
+    for k, v in doc.items():
+        if k == "source" and isinstance(v, dict):
+            out[k] = _wide(v)
+        elif isinstance(v, dict) and ("source" in v or k in ("before", "after")):
+            out[k] = _sources_wide(v)
+    return out
+
+
+def json_bytes(doc, pretty: bool = False) -> bytes:
+    """A route's or the CLI's JSON document as UTF-8 bytes (orjson; NaN as null)."""
+    opt = _ORJSON | (orjson.OPT_INDENT_2 if pretty else 0)
+    doc = _sources_wide(doc)
+    try:
+        return orjson.dumps(doc, option=opt)
+    except TypeError:           # a wide integer elsewhere: look everywhere
+        return orjson.dumps(_wide(doc), option=opt)
