@@ -16,6 +16,7 @@ file found unreadable or over the budget is not read again until it changes.
 """
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import threading
@@ -35,7 +36,7 @@ from .progress import NULL, Progress
 from .render import chrome
 from .render.compare import comparison_json
 from .render.json import diagnosis_json, gap_records, gap_row, json_bytes
-from .storage import file_identity, open_file
+from .storage import Underestimated, file_identity, open_file
 from .trace import detect_format, load_open
 
 
@@ -104,7 +105,6 @@ class Body:
 
     def json(self):
         """The document again (tests, and clients that want a dict)."""
-        import gzip
         return json.loads(gzip.decompress(self.gz))
 
 
@@ -113,7 +113,6 @@ def _gzip(raw: bytes) -> bytes:
         from isal import igzip
         return igzip.compress(raw, compresslevel=1, mtime=0)
     except ImportError:  # pragma: no cover - isal is a dependency
-        import gzip
         return gzip.compress(raw, compresslevel=3, mtime=0)
 
 
@@ -222,12 +221,19 @@ class DiagnosisService:
         try:
             with open_file(src.path, max_bytes=self.max_file_bytes) as f:
                 fmt = detect_format(src.path)
-                est = load_estimate(fmt, f.size, min(f.decoded_size_hint(), self.max_file_bytes))
-                with self.budget.admit(est, lane="work", what=f"reading {name}",
-                                       progress=progress):
-                    with self._loads_lock:
-                        self.loads += 1
-                    return _Loaded(load_open(f, progress))
+                # a gzip's own figure, capped; read within it, else again within the budget
+                decoded = min(f.decoded_size_hint(), self.max_file_bytes)
+                expect = decoded if f.compressed else None
+                while True:
+                    with self.budget.admit(load_estimate(fmt, f.size, decoded), lane="work",
+                                           what=f"reading {name}", progress=progress):
+                        with self._loads_lock:
+                            self.loads += 1
+                        try:
+                            return _Loaded(load_open(f, progress, expect))
+                        except Underestimated:
+                            pass
+                    decoded, expect = self.max_file_bytes, None
         except TraceError as e:
             self._refuse(ident, e)
             raise

@@ -76,6 +76,11 @@ def over_budget(path: str, what: str, cap: int) -> TraceTooLarge:
                                f"raise it with the {MAX_FILE_MB_ENV} environment variable")
 
 
+class Underestimated(Exception):
+    """A gzip decompresses to more than the caller expected (and reserved memory for):
+    its trailer lied, or it passes 4 GiB, where the trailer's figure wraps."""
+
+
 def is_remote(path: str) -> bool:
     return "://" in str(path) and not str(path).startswith("file://")
 
@@ -141,8 +146,10 @@ class OpenFile:
         # the trailer holds the size mod 4 GiB: a figure below the compressed size wrapped
         return isize if isize >= self.size else isize + (1 << 32)
 
-    def read(self, progress=NULL) -> bytes:
-        """The whole file, gunzipped when it is gzip, within ``max_bytes``."""
+    def read(self, progress=NULL, expect: int | None = None) -> bytes:
+        """The whole file, gunzipped when it is gzip, within ``max_bytes``; with
+        ``expect`` a gzip that decodes to more raises ``Underestimated`` once that much
+        is out (the caller makes room and reads again)."""
         cap = self.max_bytes
         try:
             self._f.seek(0)
@@ -158,23 +165,26 @@ class OpenFile:
         except OSError as e:
             raise TraceError(self.path, f"cannot read: {e.strerror or e}") from None
         if raw[:2] == GZIP_MAGIC:
-            return _gunzip(self.path, raw, cap, progress)
+            return _gunzip(self.path, raw, cap, progress, expect)
         if self.path.endswith(".gz"):
             raise TraceError(self.path, "named .gz but is not gzip-compressed")
         return raw
 
 
-def _gunzip(path: str, raw: bytes, cap: int | None, progress) -> bytes:
+def _gunzip(path: str, raw: bytes, cap: int | None, progress, expect: int | None) -> bytes:
     progress.phase("decompressing", f"{len(raw) / 1e6:.0f} MB of gzip")
     # one call with an output cap: ISA-L's decompressor grows its output in place (peak
-    # about the output's size, measured) and stops at cap + 1 bytes
+    # about the output's size, measured) and stops at limit + 1 bytes
+    limit = cap if expect is None or (cap is not None and cap <= expect) else expect
     d = _fast_zlib.decompressobj(16 + zlib.MAX_WBITS)
     try:
-        out = d.decompress(raw, 0 if cap is None else cap + 1)
+        out = d.decompress(raw, 0 if limit is None else limit + 1)
     except (zlib.error, _fast_zlib.error, EOFError, ValueError) as e:
         raise TraceError(path, f"corrupt gzip data: {e}") from None
     if cap is not None and len(out) > cap:
         raise over_budget(path, "the file decompresses to", cap)
+    if limit is not None and len(out) > limit:
+        raise Underestimated(path)
     if not d.eof:
         raise TraceError(path, "truncated gzip stream (file cut short or still being written)")
     return out

@@ -246,3 +246,26 @@ def test_listed_paths_stay_confined_wherever_they_go(tmp_path):
     rows = {r["host"]: r for r in body["hosts"]}
     assert rows["host0"]["status"] == 200 and rows["host2"]["status"] == 200
     assert rows["host1"]["status"] == 422 and "symbolic link" in rows["host1"]["error"]
+
+
+def test_a_gzip_trailer_that_lies_is_read_within_what_was_reserved(tmp_path):
+    """The memory reserved for a gzip comes from its trailer's size, which a hostile file
+    can fake (and which wraps past 4 GiB): decompression stops at that figure, and the
+    file is read again only once room for the whole budget was made."""
+    ld = tmp_path / "ld" / "r"
+    ld.mkdir(parents=True)
+    raw = open(KINETO, "rb").read()
+    packed = gzip.compress(raw)
+    claim = len(packed) + 1000                  # plausible: more than the file, less than true
+    lying = packed[:-4] + claim.to_bytes(4, "little")
+    (ld / "w0.1.pt.trace.json.gz").write_bytes(lying)
+    svc = _service(tmp_path / "ld", max_file_mb=10)
+    with storage.open_file(svc.catalog.find("r", "w0").path) as f:
+        with pytest.raises(storage.Underestimated):
+            f.read(expect=f.decoded_size_hint())
+    status, body = call(svc, "diagnosis", {"run": "r", "host": "w0"})
+    assert status == 422 and "corrupt gzip" in body["error"]
+    assert svc.loads == 2                       # stopped at the claim, then the budget's worth
+    (ld / "w0.1.pt.trace.json.gz").write_bytes(gzip.compress(raw))
+    os.utime(ld / "w0.1.pt.trace.json.gz", (time.time() + 10, time.time() + 10))
+    assert call(svc, "diagnosis", {"run": "r", "host": "w0"})[0] == 200 and svc.loads == 3

@@ -39,12 +39,13 @@ def load(path: str, progress=NULL, root: str | None = None,
         return load_open(f, progress)
 
 
-def load_open(f: OpenFile, progress=NULL) -> Trace:
-    """``load`` of a file already opened through the guard (``storage.open_file``)."""
+def load_open(f: OpenFile, progress=NULL, expect: int | None = None) -> Trace:
+    """``load`` of a file already opened through the guard (``storage.open_file``);
+    ``expect``: see ``OpenFile.read``."""
     path = f.path
     progress.format(detect_format(path) or "")
     progress.phase("reading")
-    held = [f.read(progress)]
+    held = [f.read(progress, expect)]
     return _parse(path, held, progress)
 
 
