@@ -272,7 +272,8 @@ def test_runs_route_exact_on_known_layout(tmp_path, artifacts_dir):
 
 def test_an_open_run_reads_its_trace_file_once(tb_demo):
     """Diagnosis, a gap beyond the precomputed ones, the timeline and the overlay with
-    events all come from one read of the file (the trace stays beside the result)."""
+    events all come from one read of the file (the trace stays beside the result, and is
+    shared by every threshold of the run)."""
     _, _, runs = tb_demo.get("/data/plugin/perfdiag/runs")
     run = [r for r in runs["runs"] if "kineto_launch_bound" in r["run"]][0]
     q = f"run={run['run']}&host={run['hosts'][0]['name']}&threshold_us=1"
@@ -289,4 +290,5 @@ def test_an_open_run_reads_its_trace_file_once(tb_demo):
     status, _, ov = tb_demo.get(f"/data/plugin/perfdiag/overlay?{q}&with_events=1")
     assert status == 200 and any(e.get("pid") == 2 for e in ov["traceEvents"])
     after = tb_demo.get("/data/plugin/perfdiag/status")[2]["trace_loads"]
-    assert after - before == 1
+    # one read at most: none when another threshold of this run already had it read
+    assert after - before <= 1
