@@ -190,8 +190,16 @@ def _dump(doc, args) -> None:
     """JSON on stdout with orjson: indented for a terminal, compact into a pipe or file
     (``--pretty``/``--compact`` choose)."""
     pretty = args.pretty if args.pretty is not None else sys.stdout.isatty()
-    sys.stdout.buffer.write(json_bytes(doc, pretty) + b"\n")
     sys.stdout.flush()
+    out, view = sys.stdout.buffer, memoryview(json_bytes(doc, pretty) + b"\n")
+    # a large write into a pipe whose reader left returns short instead of failing:
+    # write the rest until the closed pipe says so (BrokenPipeError → exit 141)
+    while view:
+        n = out.write(view)
+        if not n:
+            raise BrokenPipeError
+        view = view[n:]
+    out.flush()
 
 
 # ---- commands ----
