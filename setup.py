@@ -27,15 +27,21 @@ setup(
         "orjson>=3.9",
         "fsspec>=2023.1",
         "isal>=1.6",
+        # pods: host analyses as Dask tasks (a LocalCluster, or any cluster by address);
+        # cryptography makes the local cluster's TLS key
+        "distributed>=2024.8",
+        "cryptography>=42",
     ],
     extras_require={
         "test": ["pytest>=8", "hypothesis>=6.100", "playwright>=1.45", "jsonschema>=4.20",
-                 "tensorboard-plugin-profile>=2.19", "xmlschema>=3.0"],
+                 "tensorboard-plugin-profile>=2.19", "xmlschema>=3.0",
+                 # an S3-compatible server the result-store tests start (moto's server mode)
+                 "s3fs>=2024.2", "moto[server]>=5"],
     },
     ext_modules=[Extension("tb_perfdiag._native", ["native/native.c"], optional=True,
                            extra_compile_args=["-O3"])],
     entry_points={
-        "tensorboard_plugins": ["perfdiag = tb_perfdiag.plugin:DiagnosePlugin"],
+        "tensorboard_plugins": ["perfdiag = tb_perfdiag.plugin:DiagnoseLoader"],
         "console_scripts": ["tb-perfdiag = tb_perfdiag.cli:main"],
     },
 )

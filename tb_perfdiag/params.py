@@ -17,12 +17,15 @@ from dataclasses import dataclass
 from typing import Optional
 
 from .errors import BadRequest
+from .render.pod import SORT_CHOICES as POD_SORTS
 
 MAX_NAME = 64          # longest parameter name
 MAX_VALUE = 1024       # longest value of a str parameter (or of one a route ignores)
 MAX_NUMBER = 64        # longest value of a number or bool parameter
 MAX_GAPS_PAGE = 100_000
 DEFAULT_GAPS_PAGE = 200
+MAX_HOSTS_PAGE = 10_000
+DEFAULT_HOSTS_PAGE = 1000
 
 _INT = re.compile(r"[+-]?[0-9]+")
 _FLOAT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
@@ -78,6 +81,12 @@ PARAMS = {p.name: p for p in (
     Param("base_host", "str", required=True, doc="compare: its host"),
     Param("base_span", "str", doc="compare: its span; the latest when absent"),
     Param("top", "int", 15, 1, 1000, doc="compare: ops, findings and annotations listed"),
+    Param("hosts_offset", "int", 0, 0, 10**7, doc="hosts: first row of the page"),
+    Param("hosts_limit", "int", DEFAULT_HOSTS_PAGE, 0, MAX_HOSTS_PAGE, doc="hosts: rows in the page"),
+    Param("sort", "choice", "straggler", choices=POD_SORTS,
+          doc="hosts: order of the rows (cause.X: by cause X's share of the idle time)"),
+    Param("order", "choice", None, choices=("asc", "desc"),
+          doc="hosts: direction (each column has its natural default)"),
 )}
 
 _FILE = ("run", "host", "span", "threshold_us", "kernels_only")   # one file's diagnosis
@@ -87,7 +96,8 @@ ROUTES = {
     "gap": Route(_FILE + ("id",)),
     "overlay": Route(_FILE + ("with_events", "start_us", "end_us")),
     "timeline": Route(_FILE + ("start_ns", "end_ns", "width"), ordered=(("start_ns", "end_ns"),)),
-    "hosts": Route(("run", "threshold_us", "kernels_only", "wait")),
+    "hosts": Route(("run", "threshold_us", "kernels_only", "wait", "hosts_offset",
+                    "hosts_limit", "sort", "order")),
     "progress": Route(_FILE),
     "compare": Route(_FILE + ("base_run", "base_host", "base_span", "top")),
     "version": Route(()),

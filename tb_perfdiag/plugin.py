@@ -18,6 +18,8 @@ from ._version import __version__
 from .discovery import Catalog, runs_json
 from .errors import ApiError, NotFound, StorageError, Unavailable, as_api_error
 from .params import parse
+from .cache import DiagnosisCache
+from .pod import Engine
 from .service import Body, DiagnosisService
 
 PLUGIN_NAME = "perfdiag"
@@ -57,7 +59,13 @@ class DiagnosePlugin(base_plugin.TBPlugin):
     def __init__(self, context):
         self._logdir = context.logdir or ""
         self._catalog = Catalog(self._logdir)
-        self._service = DiagnosisService(self._catalog)
+        flags = getattr(context, "flags", None)
+        results = getattr(flags, "perfdiag_results", None)
+        scheduler = getattr(flags, "perfdiag_scheduler", None)
+        self._service = DiagnosisService(
+            self._catalog, DiagnosisCache(version=__version__, **(
+                {"disk_dir": results} if results else {})),
+            engine=Engine(scheduler) if scheduler else None)
         self._static = _frontend_dir()
         self._static_files = self._list_static()
         self._lock = threading.Lock()
@@ -176,3 +184,22 @@ class DiagnosePlugin(base_plugin.TBPlugin):
     @staticmethod
     def _not_found(_):
         raise NotFound("not found")
+
+
+class DiagnoseLoader(base_plugin.TBLoader):
+    """Adds the plugin's own TensorBoard flags (each also an environment variable)."""
+
+    def define_flags(self, parser):
+        group = parser.add_argument_group("perfdiag (Diagnose tab)")
+        group.add_argument(
+            "--perfdiag_scheduler", metavar="ADDRESS", default=None,
+            help="Dask scheduler that analyses pods' hosts (tcp://host:8786); default "
+                 "$TB_PERFDIAG_DASK_SCHEDULER, else a local cluster started on first use")
+        group.add_argument(
+            "--perfdiag_results", metavar="FOLDER_OR_URL", default=None,
+            help="result store shared with other TensorBoards, the CLI and the workers "
+                 "(a folder or an fsspec URL such as gs://bucket/perfdiag); default "
+                 "$TB_PERFDIAG_RESULTS, else the user's cache folder")
+
+    def load(self, context):
+        return DiagnosePlugin(context)

@@ -1,57 +1,52 @@
-"""Pods: one summary row per host of a run, analysed in parallel within a memory budget.
+"""Pods: every host of a run analysed as a Dask task, rows kept in the result store.
 
-A ``PodJob`` runs in the background and is polled: the page shows rows as hosts finish.
-Each host's diagnosis runs in a worker *process* (the analysis holds the GIL for long
-stretches, so threads would not run two hosts at once; a process that runs out of
-memory also cannot take TensorBoard down with it) and lands in the service's cache, so
-drilling into a host afterwards is instant.
+One ``Engine`` per server (whatever the request options) holds a ``dask.distributed``
+client: of a ``LocalCluster`` it starts on first use (worker processes sized by the cores
+and ``TB_PERFDIAG_MEMORY_MB``; TLS on 127.0.0.1 with a key made for this run, so no
+other local user can submit work to it), or of an existing cluster by address
+(``TB_PERFDIAG_DASK_SCHEDULER=tcp://…``: Kubernetes, SLURM, a cloud service).  What a
+hand-made pool would have to get right comes from Dask: each worker's memory limit (its
+nanny stops a worker that goes over it), retrying a task whose worker died on another
+worker (``distributed.scheduler.allowed-failures``), one task per key however many ask
+(a task's key is its result's store digest: file identity, options and code), and
+workers that end with the process that started them.
+
+Each task reads its host's file where it lives (a path or an fsspec URL the workers can
+reach) and writes the typed diagnosis and the host's row to the result store itself when
+it can reach it (an fsspec URL, or a local folder with a local cluster); otherwise the
+encoded result comes back with the row and the server stores it.  A ``PodJob`` reads
+the rows already stored in one batch and submits only the hosts missing.
 """
 from __future__ import annotations
 
-import multiprocessing
+import logging
 import os
 import threading
 import time
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 
-from dataclasses import dataclass
-
-from .analysis import analyse
-from .errors import ApiError, TraceError, as_api_error
+from .analysis import Options, analyse
+from .cache import DiagnosisCache, ResultStore, code_fingerprint, decode_row, encode_row, \
+    row_of
+from .codec import Failure, decode, encode
+from .errors import TraceError
 from .progress import NULL
-from .render.pod import error_row, summary_row
+from .render.pod import error_row, pod_summary
+from .storage import file_identity
 from .trace import load
 
-MEMORY_BUDGET_MB = float(os.environ.get("TB_PERFDIAG_MEMORY_MB", "4096"))
-MAX_WORKERS = int(os.environ.get("TB_PERFDIAG_WORKERS", "4"))
-# 0: analyse hosts in threads of the TensorBoard process instead of worker processes
-USE_PROCESSES = os.environ.get("TB_PERFDIAG_POD_PROCESSES", "1") != "0"
-PEAK_PER_FILE_MB = 8.0      # a diagnosis peaks at about 8× the file's size (benchmarks)
-PROCESS_BASE_MB = 150.0     # interpreter, numpy and tb_perfdiag in a worker
-SLOWER_STEP = 1.10          # straggler: typical (median) step 10 % slower than the median host…
-LOWER_DUTY = 0.05           # …or duty cycle 5 points below it
+logger = logging.getLogger(__name__)
 
+SCHEDULER_ENV = "TB_PERFDIAG_DASK_SCHEDULER"
+MIN_WORKER_MB = 1024.0       # a worker below this could not hold its own imports and a host
+KEY_PREFIX = "perfdiag-host-"
 
-class WorkerDied(RuntimeError):
-    """A worker process ended without an answer (killed for memory, most likely)."""
-
-
-@dataclass
-class Failure:
-    """A file that is not a readable trace, as the cache keeps it."""
-
-    file: str
-    reason: str
-
-    def nbytes(self) -> int:
-        return 100 + len(self.reason)
+__all__ = ["Engine", "Failure", "PodJob", "analyse_file", "analyse_host", "cluster_size"]
 
 
 def analyse_file(path: str, opt, progress=NULL, keep_context=None):
     """Typed diagnosis of one file, or its ``Failure``; in the server's process (with
     progress; ``keep_context(ctx)`` receives the loaded trace and host timelines) or in
-    a pod's worker process (which sends back the diagnosis alone)."""
+    a Dask worker (which keeps the diagnosis alone)."""
     try:
         diag, ctx = analyse(load(path, progress), opt, progress)
     except TraceError as e:
@@ -61,120 +56,341 @@ def analyse_file(path: str, opt, progress=NULL, keep_context=None):
     return diag
 
 
-def workers_for(sizes_bytes, cpus: int | None = None) -> int:
-    """How many hosts at once: no more than the cores, ``MAX_WORKERS``, and what the
-    memory budget holds for the largest file."""
-    biggest = max(sizes_bytes, default=0) / 1e6
-    per = PEAK_PER_FILE_MB * biggest + PROCESS_BASE_MB
-    return max(1, min(cpus or os.cpu_count() or 1, MAX_WORKERS, int(MEMORY_BUDGET_MB // per)))
+# ------------------------------------------------------------------- the task (worker)
+_WORKER_STORES: dict = {}
 
 
-def _median(xs):
-    xs = sorted(x for x in xs if x is not None)
-    return xs[len(xs) // 2] if xs else None
+def _worker_store(location, max_bytes):
+    if not location:
+        return None
+    key = (location, max_bytes)
+    if key not in _WORKER_STORES:
+        _WORKER_STORES[key] = ResultStore(location, max_bytes, evict=False)
+    return _WORKER_STORES[key]
 
 
-def flag_stragglers(rows: list) -> tuple:
-    """Marks rows whose typical (median) step is slow or whose duty cycle is low next to
-    the median host, and names the cause of idle time that grew most; returns (median
-    host's typical step ns, median duty cycle)."""
-    ok = [r for r in rows if r.get("status") == 200]
-    med_step = _median([r["typical_step_ns"] for r in ok if r.get("typical_step_ns")])
-    med_duty = _median([r["duty_cycle"] for r in ok])
-    causes = {c for r in ok for c in r.get("step_idle_ns", {})}
-    med_idle = {c: _median([r.get("step_idle_ns", {}).get(c, 0) for r in ok]) for c in causes}
-    for r in ok:
-        why = []
-        step = r.get("typical_step_ns")
-        if med_step and step and step > SLOWER_STEP * med_step:
-            why.append(f"steps {100 * (step / med_step - 1):.0f}% slower than the median host")
-        if med_duty is not None and r.get("duty_cycle") is not None and \
-                r["duty_cycle"] < med_duty - LOWER_DUTY:
-            why.append(f"duty cycle {100 * (med_duty - r['duty_cycle']):.0f} points below "
-                       "the median host")
-        r["straggler"] = bool(why)
-        # the cause whose idle time per step grew most over the median host's
-        excess = {c: v - med_idle.get(c, 0) for c, v in r.get("step_idle_ns", {}).items()}
-        worst = max(excess, key=excess.get, default=None)
-        if why and worst is not None and excess[worst] > 0:
-            r["straggler_cause"] = worst
-            r["straggler_excess_ns"] = int(excess[worst])
-            why.append(f"{worst.replace('_', ' ')} idle {excess[worst] / 1e6:.1f} ms/step "
-                       "above the median host")
-        r["straggler_reason"] = "; ".join(why)
-    return med_step, med_duty
+def analyse_host(path: str, opt: Options, digest: str, fingerprint: str,
+                 store_location: str | None, store_bytes: int) -> dict:
+    """A Dask task: the row of one host, from the store when another process already
+    analysed it, else analysed here and written to the store (``analysed`` says which;
+    ``blob`` carries the encoded result when the store was out of reach)."""
+    if fingerprint != code_fingerprint():
+        raise RuntimeError("this Dask worker runs other tb-perfdiag code than the server "
+                           f"({code_fingerprint()} ≠ {fingerprint}): install the same "
+                           "version on the workers")
+    store = _worker_store(store_location, store_bytes)
+    if store is not None:
+        row = store.get_rows([digest]).get(digest)
+        if row is not None:
+            return {"row": row, "analysed": False}
+    result = analyse_file(path, opt)
+    row = decode_row(encode_row(row_of(result)))
+    blob = encode(result)
+    if store is not None and store.put(digest, blob, row):
+        return {"row": row, "analysed": True}
+    return {"row": row, "analysed": True, "blob": blob}
 
 
+# ---------------------------------------------------------------------------- engine
+def _total_memory_mb() -> float:
+    try:
+        import psutil
+        return psutil.virtual_memory().total / 1e6
+    except Exception:  # noqa: BLE001 - no psutil here: assume a small machine
+        return 8192.0
+
+
+def cluster_size(cpus: int | None = None, budget_mb: float | None = None,
+                 max_workers: int | None = None) -> tuple[int, int]:
+    """(workers, memory limit of each in bytes) of the local cluster: one single-threaded
+    worker per core (the analysis holds the GIL), at most ``TB_PERFDIAG_WORKERS``, and no
+    more than ``TB_PERFDIAG_MEMORY_MB`` (default: half the machine's memory) holds at
+    ``MIN_WORKER_MB`` each; the budget is split evenly among them."""
+    cpus = cpus or os.cpu_count() or 1
+    if budget_mb is None:
+        env = os.environ.get("TB_PERFDIAG_MEMORY_MB")
+        budget_mb = float(env) if env else _total_memory_mb() / 2
+    if max_workers is None:
+        env = os.environ.get("TB_PERFDIAG_WORKERS")
+        max_workers = int(env) if env else cpus
+    n = max(1, min(cpus, max_workers, int(budget_mb // MIN_WORKER_MB)))
+    return n, int(budget_mb * 1e6 / n)
+
+
+class Engine:
+    """The server's Dask client, started on first use."""
+
+    def __init__(self, address: str | None = None, processes: bool | None = None):
+        self.address = address if address is not None else \
+            (os.environ.get(SCHEDULER_ENV) or None)
+        # 0: a local cluster of threads in this process (no processes allowed here)
+        self.processes = processes if processes is not None else \
+            os.environ.get("TB_PERFDIAG_POD_PROCESSES", "1") != "0"
+        self._client = None
+        self._cluster = None
+        self._lock = threading.Lock()
+        self._inflight: dict = {}      # digest → [future, holders]
+        self._inflight_lock = threading.Lock()
+        self.submitted = 0
+        self.error = None
+
+    @property
+    def started(self) -> bool:
+        return self._client is not None
+
+    @property
+    def local(self) -> bool:
+        return not self.address
+
+    def client(self):
+        with self._lock:
+            if self._client is None:
+                self._client = self._start()
+            return self._client
+
+    def _start(self):
+        import dask
+        from distributed import Client, LocalCluster
+        dlog = logging.getLogger("distributed")
+        if dlog.getEffectiveLevel() < logging.WARNING:   # its INFO lines would flood TB's log
+            dlog.setLevel(logging.WARNING)
+        if self.address:
+            return Client(self.address, set_as_default=False, timeout=30)
+        n, per = cluster_size()
+        # one task per worker thread at a time: a worker that dies takes one host with it
+        with dask.config.set({"distributed.scheduler.worker-saturation": 1.0}):
+            self._cluster = LocalCluster(
+                n_workers=n, threads_per_worker=1, memory_limit=per, processes=self.processes,
+                dashboard_address="127.0.0.1:0", host="127.0.0.1" if self.processes else None,
+                security=self.processes)
+        return Client(self._cluster, set_as_default=False)
+
+    def submit(self, digest: str, *args):
+        """The future of ``analyse_host(*args)`` under the key of ``digest``: the one in
+        flight when there is one (one task per key), else a new task."""
+        with self._inflight_lock:
+            hit = self._inflight.get(digest)
+            if hit is not None:
+                hit[1] += 1
+                return hit[0]
+        fut = self.client().submit(analyse_host, *args, key=KEY_PREFIX + digest, pure=False)
+        with self._inflight_lock:
+            hit = self._inflight.get(digest)
+            if hit is not None:            # another thread submitted it meanwhile
+                hit[1] += 1
+                return hit[0]
+            self._inflight[digest] = [fut, 1]
+            self.submitted += 1
+        return fut
+
+    def release(self, digest: str, cancel: bool = False) -> None:
+        """One holder less; the last one cancels the task when asked (never for other
+        clients of the cluster that want it too)."""
+        with self._inflight_lock:
+            hit = self._inflight.get(digest)
+            if hit is None:
+                return
+            hit[1] -= 1
+            if hit[1] > 0:
+                return
+            del self._inflight[digest]
+        if cancel and not hit[0].done():
+            try:
+                hit[0].cancel()
+            except Exception:  # noqa: BLE001 - a client already closed
+                pass
+
+    def pending(self, digest: str):
+        """The future of ``digest``'s task from its submission until its result is
+        stored, else None."""
+        with self._inflight_lock:
+            hit = self._inflight.get(digest)
+        return hit[0] if hit is not None else None
+
+    def memory_kill(self, worker: str) -> int | None:
+        """The resident bytes at which ``worker``'s nanny stopped it for going over its
+        memory limit, or None when it was not stopped for memory."""
+        try:
+            events = self.client().get_events("worker-restart-memory")
+        except Exception:  # noqa: BLE001 - an old scheduler without events
+            return None
+        for _, ev in reversed(list(events)):
+            if isinstance(ev, dict) and ev.get("worker") == worker:
+                return int(ev.get("rss") or 0)
+        return None
+
+    def describe(self) -> dict:
+        """Where the tasks run (without starting anything)."""
+        out = {"scheduler": self.address or "local", "started": self.started,
+               "tasks_submitted": self.submitted}
+        if self.error:
+            out["error"] = self.error
+        c = self._client
+        if c is None:
+            return out
+        try:
+            info = c.scheduler_info()
+            ws = list(info.get("workers", {}).values())
+            out.update({"address": info.get("address"), "workers": len(ws),
+                        "threads": sum(int(w.get("nthreads") or 0) for w in ws),
+                        "memory_limit_bytes": max((int(w.get("memory_limit") or 0)
+                                                   for w in ws), default=None),
+                        "processes": self.processes if self.local else True})
+        except Exception:  # noqa: BLE001 - a cluster going away
+            pass
+        return out
+
+    def worker_pids(self) -> list:
+        try:
+            return sorted(self.client().run(os.getpid).values())
+        except Exception:  # noqa: BLE001
+            return []
+
+    def close(self) -> None:
+        with self._lock:
+            client, cluster, self._client, self._cluster = self._client, self._cluster, None, None
+        for x in (client, cluster):
+            if x is not None:
+                try:
+                    x.close()
+                except Exception:  # noqa: BLE001 - already gone
+                    pass
+
+
+# ----------------------------------------------------------------------------- a job
 class PodJob:
-    """Summaries of every host of one run, computed in the background.
+    """The rows of every host of one run for one set of options: those in the store
+    at once, the others as their tasks finish (polled by the page)."""
 
-    ``diagnose(source, compute)`` is the service's cached diagnosis JSON of one file
-    (raising an ``ApiError`` or ``TraceError`` when there is none) with
-    ``compute`` replacing the in-process analysis (so a host already analysed, or being
-    analysed for the page, is not analysed twice)."""
-
-    def __init__(self, run: str, sources: list, options, diagnose):
+    def __init__(self, run: str, sources: list, options: Options, cache: DiagnosisCache,
+                 engine: Engine, max_file_bytes: float = float("inf")):
         self.run, self.sources, self.options = run, sources, options
-        self._diagnose = diagnose
-        self.workers = workers_for([s.size for s in sources])
-        self.processes = USE_PROCESSES and self.workers > 1 and len(sources) > 1
+        self.cache, self.engine, self.max_file_bytes = cache, engine, max_file_bytes
         self.rows = {s.host: {"host": s.host, "span": s.span, "status": "pending"}
                      for s in sources}
+        self.analysed = 0            # hosts analysed by workers for this job
+        self.from_store = 0          # hosts answered by stored rows
         self.started = time.monotonic()
         self.elapsed = None
+        self.cancelled = False
+        self._digests: list = []
         self._done = threading.Event()
-        self._pool = None
-        self._pool_lock = threading.Lock()
+        self._version = 0
+        self._snap = None
         threading.Thread(target=self._run, name=f"perfdiag-pod-{run}", daemon=True).start()
 
-    # ---- the work ----
-    def _compute_in_worker(self, src):
-        def compute():
-            fut = self._pool.submit(analyse_file, src.path, self.options)
-            try:
-                return fut.result()
-            except BrokenProcessPool:
-                self._renew_pool()
-                raise WorkerDied(f"the worker analysing {os.path.basename(src.path)} ended "
-                                 "without an answer (out of memory?)") from None
-        return compute
-
-    def _renew_pool(self):
-        with self._pool_lock:
-            old, self._pool = self._pool, self._new_pool()
-        old.shutdown(wait=False, cancel_futures=True)
-
-    def _new_pool(self):
-        # spawn, not fork: TensorBoard's process has many threads
-        return ProcessPoolExecutor(max_workers=self.workers,
-                                   mp_context=multiprocessing.get_context("spawn"))
-
-    def _one(self, src):
-        try:
-            diag = self._diagnose(src, self._compute_in_worker(src)
-                                  if self._pool is not None else None)
-            row = summary_row(src.host, src.span, diag)
-        except (ApiError, TraceError) as e:
-            err = as_api_error(e)
-            row = error_row(src.host, src.span, err.status, err.body().get("error"))
-        except Exception as e:  # noqa: BLE001 - one host's failure is that host's row
-            row = error_row(src.host, src.span, 500, str(e) or type(e).__name__)
-        self.rows[src.host] = row
+    def _set(self, src, row: dict) -> None:
+        self.rows[src.host] = {"host": src.host, "span": src.span, **row}
+        self._version += 1
 
     def _run(self):
         try:
-            if self.processes:
-                try:
-                    self._pool = self._new_pool()
-                except (OSError, ValueError):       # no processes here: threads it is
-                    self._pool, self.processes = None, False
-            with ThreadPoolExecutor(max_workers=self.workers) as feeders:
-                list(feeders.map(self._one, self.sources))
+            self._work()
+        except Exception as e:  # noqa: BLE001 - the job ends with every row said
+            logger.exception("perfdiag pod %s failed", self.run)
+            for s in self.sources:
+                if self.rows[s.host]["status"] == "pending":
+                    self._set(s, error_row(s.host, s.span, 500, f"{type(e).__name__}: {e}"))
         finally:
-            if self._pool is not None:
-                self._pool.shutdown(wait=True)
             self.elapsed = time.monotonic() - self.started
             self._done.set()
+            if self.cache.store is not None and self.analysed:
+                self.cache.store.trim()
+
+    def _work(self):
+        keys = {}
+        for s in self.sources:                      # identities: stat + 128 KiB, or a HEAD
+            if s.size > self.max_file_bytes:
+                self._set(s, error_row(s.host, s.span, 413,
+                                       f"{s.size / 1e6:.0f} MB, over the "
+                                       f"{self.max_file_bytes / 1e6:.0f} MB file budget "
+                                       "(TB_PERFDIAG_MAX_FILE_MB)"))
+                continue
+            try:
+                keys[s.host] = (file_identity(s.path), self.options.key())
+            except TraceError as e:
+                self._set(s, error_row(s.host, s.span, 422, e.reason))
+            except OSError:
+                self._set(s, error_row(s.host, s.span, 404, "file disappeared; reload"))
+        known = self.cache.rows(keys.values())
+        todo = []
+        for s in self.sources:
+            k = keys.get(s.host)
+            if k is None:
+                continue
+            if k in known:
+                self._set(s, known[k])
+                self.from_store += 1
+            else:
+                todo.append(s)
+        if not todo or self.cancelled:
+            return
+        from distributed import as_completed
+        try:
+            client = self.engine.client()
+        except Exception as e:  # noqa: BLE001 - no cluster: every row says why
+            self.engine.error = f"cannot start or reach the Dask cluster: {e}"
+            for s in todo:
+                self._set(s, error_row(s.host, s.span, 503, self.engine.error))
+            return
+        store = self.cache.store
+        reach = store is not None and (store.shared or self.engine.local) and not store.usable()
+        fp = code_fingerprint()
+        futures = {}
+        for s in todo:
+            d = self.cache.digest(keys[s.host])
+            fut = self.engine.submit(d, s.path, self.options, d, fp,
+                                     store.location if reach else None,
+                                     store.max_bytes if store is not None else 0)
+            self._digests.append(d)
+            futures.setdefault(fut.key, []).append((s, d, fut))
+        for fut in as_completed([v[0][2] for v in futures.values()], loop=client.loop):
+            for s, d, _ in futures.pop(fut.key, ()):
+                self._finish(s, d, keys[s.host], fut)
+            del fut                    # released: its result leaves the worker
+            if self.cancelled:
+                break
+
+    def _finish(self, src, digest, key, fut) -> None:
+        from distributed.scheduler import KilledWorker
+        try:
+            res = fut.result()
+        except KilledWorker as e:
+            self.engine.release(digest)
+            self._set(src, self._killed_row(e))
+            return
+        except Exception as e:  # noqa: BLE001 - this host's failure is this host's row
+            self.engine.release(digest)
+            name = type(e).__name__
+            msg = str(e) or name
+            self._set(src, {"status": 500, "error": f"{name}: {msg}"[:500]})
+            return
+        row = decode_row(encode_row(res["row"])) or {"status": 500, "error": "bad row"}
+        if res.get("blob") is not None:
+            self.cache.save_blob(key, res["blob"], row)
+        # released once stored: until then a request for this host waits for the task
+        self.engine.release(digest)
+        if res.get("analysed"):
+            self.analysed += 1
+        else:
+            self.from_store += 1
+        self._set(src, row)
+
+    def _killed_row(self, e) -> dict:
+        ws = e.last_worker
+        limit = int(getattr(ws, "memory_limit", 0) or 0)
+        rss = self.engine.memory_kill(ws.address)
+        tries = e.allowed_failures + 1
+        if rss is not None:
+            return {"status": 413, "reason": "worker_memory",
+                    "error": f"the analysis needs more memory than a worker has: it went over "
+                             f"the {limit / 1e6:.0f} MB worker memory limit ({rss / 1e6:.0f} MB "
+                             f"when stopped) on {tries} worker(s); give the workers more "
+                             "memory (TB_PERFDIAG_MEMORY_MB with fewer TB_PERFDIAG_WORKERS, "
+                             "or the cluster's --memory-limit)"}
+        return {"status": 500, "reason": "worker_died",
+                "error": f"the worker analysing this host died {tries} time(s) without an "
+                         "answer; the Dask worker logs say why"}
 
     # ---- what the route shows ----
     @property
@@ -184,13 +400,25 @@ class PodJob:
     def wait(self, timeout: float | None = None) -> bool:
         return self._done.wait(timeout)
 
-    def snapshot(self) -> dict:
+    def cancel(self) -> None:
+        """Stops waiting and gives up this job's claim on its tasks (those no other job
+        or client wants are cancelled)."""
+        self.cancelled = True
+        for d in self._digests:
+            self.engine.release(d, cancel=True)
+
+    def snapshot(self, sort: str = "straggler", descending: bool | None = None,
+                 offset: int = 0, limit: int | None = None) -> dict:
         rows = [dict(self.rows[s.host]) for s in self.sources]
-        med_step, med_duty = flag_stragglers(rows)
-        done = sum(r["status"] != "pending" for r in rows)
-        return {"run": self.run, "hosts": rows, "done": done, "total": len(rows),
-                "complete": self.complete, "workers": self.workers,
-                "processes": self.processes, "median_step_ns": med_step,
-                "median_duty_cycle": med_duty,
-                "elapsed_s": round(self.elapsed if self.elapsed is not None
-                                   else time.monotonic() - self.started, 2)}
+        out = pod_summary(rows, sort, descending, offset, limit)
+        out.update({"run": self.run, "complete": self.complete,
+                    "analysed": self.analysed, "from_store": self.from_store,
+                    "engine": self.engine.describe(),
+                    "elapsed_s": round(self.elapsed if self.elapsed is not None
+                                       else time.monotonic() - self.started, 2)})
+        return out
+
+
+def decode_result(blob: bytes):
+    """A result a worker sent back encoded."""
+    return decode(blob)

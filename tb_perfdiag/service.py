@@ -31,7 +31,8 @@ from .budget import MB, Budget, Store, measure
 from .cache import DiagnosisCache
 from .discovery import Catalog
 from .errors import FileGone, NotFound, TraceError, trace_error
-from .pod import Failure, PodJob
+from .codec import Failure
+from .pod import Engine, PodJob, decode_result
 from .progress import NULL, Progress
 from .render import chrome
 from .render.compare import comparison_json
@@ -148,9 +149,11 @@ class DiagnosisService:
                  max_file_mb: float = DEFAULT_MAX_FILE_MB, memory_mb: float = DEFAULT_MEMORY_MB,
                  traces_mb: float = DEFAULT_TRACES_MB, responses_mb: float = DEFAULT_RESPONSES_MB,
                  analyses: int = DEFAULT_ANALYSES, answers: int = DEFAULT_ANSWERS,
-                 queue_s: float = DEFAULT_QUEUE_S):
+                 queue_s: float = DEFAULT_QUEUE_S, engine: Engine | None = None):
         self.catalog = catalog
         self.cache = cache or DiagnosisCache(version=__version__)
+        # the Dask client that analyses pods' hosts: one per server, started on first use
+        self.engine = engine or Engine()
         self.max_file_mb = max_file_mb
         self.budget = Budget(int(memory_mb * MB), {"work": analyses, "answer": answers}, queue_s)
         # loaded traces by file identity, within their measured bytes
@@ -164,7 +167,7 @@ class DiagnosisService:
         self._loads_lock = threading.Lock()
         self._refused: OrderedDict = OrderedDict()   # file identity → its TraceError
         self._refused_lock = threading.Lock()
-        self._pods: dict = {}            # (run, options, file identities) → PodJob
+        self._pods: dict = {}            # (run, options, files as listed) → PodJob
         self._pods_lock = threading.Lock()
         self._progress: dict = {}        # cache key → Progress of the analysis under way
         self._progress_lock = threading.Lock()
@@ -255,11 +258,11 @@ class DiagnosisService:
                     self.traces.remeasure(ident)
         return loaded.ctx
 
-    def _diagnose_source(self, src, opt: Options, compute_elsewhere=None):
-        """The typed diagnosis of one file, from the cache or computed once; by default in
-        this process (its loaded trace shared with the other options and routes of the
-        file), else by ``compute_elsewhere()`` (a pod worker).  An unreadable file raises
-        its ``TraceError``."""
+    def _diagnose_source(self, src, opt: Options):
+        """The typed diagnosis of one file, from the cache or the result store, else
+        computed once in this process (its loaded trace shared with the other options
+        and routes of the file); a pod summary's Dask task analysing it right now is
+        waited for instead.  An unreadable file raises its ``TraceError``."""
         ident = self._identity(src)
         self._check_refused(ident)
         key = (ident, opt.key())
@@ -269,9 +272,6 @@ class DiagnosisService:
             with self._progress_lock:
                 self._progress[key] = prog
             try:
-                if compute_elsewhere is not None:
-                    prog.phase("analysing", "in a worker process")
-                    return compute_elsewhere()
                 with self._loaded(src, ident, prog) as loaded:
                     est = PEAK_PER_TRACE_BYTE * loaded.trace_bytes + BASE_PEAK
                     with self.budget.admit(est, lane="work", what="analysis", progress=prog):
@@ -284,46 +284,84 @@ class DiagnosisService:
                 with self._progress_lock:      # the cache answers from now on
                     if self._progress.get(key) is prog:
                         del self._progress[key]
+        self._wait_for_pod_task(key)
         result = self.cache.get_or_compute(key, compute)
         if isinstance(result, Failure):
             raise TraceError(result.file, result.reason)
         return result
 
+    def _wait_for_pod_task(self, key) -> None:
+        """When a pod summary's Dask task is analysing ``key`` right now, waits for it
+        (and keeps what it sent back) instead of analysing the file a second time."""
+        fut = self.engine.pending(self.cache.digest(key))
+        if fut is None or self.cache.peek(key) is not None:
+            return
+        try:
+            res = fut.result()
+        except Exception:  # noqa: BLE001 - the task failed: analysed here, its error said here
+            return
+        if res.get("blob") is not None and self.cache.store is None:
+            self.cache.put(key, decode_result(res["blob"]))
+        elif res.get("blob") is not None:
+            self.cache.save_blob(key, res["blob"], res["row"])
+
     def hosts_json(self, params):
-        """Per-host summary of a run (pods with many hosts): duty cycle, step time, worst
-        gap, top finding, stragglers flagged against the median host.  The hosts are
-        analysed in the background; each call answers with the rows done so far
-        (``complete`` false until all are), or waits for all with ``wait=1``."""
+        """Per-host summary of a run (pods of up to thousands of hosts): duty cycle,
+        typical step, worst gap, top causes, stragglers flagged against the median host;
+        one page of rows in the order asked.  Rows come from the result store when any
+        process analysed the host already; the other hosts are analysed as Dask tasks in
+        the background and each call answers with the rows done so far (``complete``
+        false until all are), or waits for all with ``wait=1``."""
         run = self.catalog.runs().get(params.run)
         if run is None:
             run = self.catalog.runs(refresh=True).get(params.run)
         if run is None:
             raise NotFound("no such run in the logdir", run=params.run)
         opt = self._options(params)
-        sources = [self.catalog.find(run.name, h) for h in sorted({s.host for s in run.sources})]
+        sources = [self.catalog.find(run.name, h) for h in run.hosts()]
         sources = [s for s in sources if s is not None]
-        try:
-            idents = tuple(file_identity(s.path) for s in sources)
-        except OSError:
-            raise NotFound("a file of this run disappeared; reload", run=run.name) from None
-        key = (run.name, opt.key(), idents)
+        # the files as listed (size, mtime) pick the job, so a poll costs no I/O per
+        # host; the job keys each result by the file's full identity
+        key = (run.name, opt.key(), tuple((s.path, s.size, s.mtime) for s in sources))
         with self._pods_lock:
             job = self._pods.pop(key, None)
             if job is None:
-                job = PodJob(run.name, sources, opt,
-                             lambda src, elsewhere: self._diagnose_source(src, opt, elsewhere))
+                job = PodJob(run.name, sources, opt, self.cache, self.engine,
+                             self.max_file_mb * 1e6)
             self._pods[key] = job                # most recent last
             while len(self._pods) > MAX_POD_JOBS:
-                self._pods.pop(next(iter(self._pods)))
+                self._pods.pop(next(iter(self._pods))).cancel()
         if params.wait:
             job.wait()
-        return job.snapshot()
+        desc = None if not params.order else params.order == "desc"
+        return job.snapshot(params.sort or "straggler", desc, params.hosts_offset,
+                            params.hosts_limit)
+
+    def close(self) -> None:
+        """Stops the pod jobs and the local Dask cluster (TensorBoard exiting does the
+        same: the workers end with this process)."""
+        with self._pods_lock:
+            jobs, self._pods = list(self._pods.values()), {}
+        for j in jobs:
+            j.cancel()
+        self.engine.close()
 
     def status(self) -> dict:
         """Counters an operator (or a load test) can watch."""
         c = self.cache
-        return {"analyses": c.computations, "cached": len(c._mem), "cache_bytes": c._size,
+        with self._pods_lock:
+            in_workers = sum(j.analysed for j in self._pods.values())
+        st = c.store
+        return {"analyses": c.computations + in_workers, "analyses_in_process": c.computations,
+                "analyses_in_workers": in_workers,
+                "cached": len(c._mem), "cache_bytes": c._size,
                 "cache_limit_bytes": c.memory_bytes, "disk_cache": c.disk_dir or None,
+                "results": None if st is None else {
+                    "location": st.location, "limit_bytes": st.max_bytes,
+                    "shared": st.shared, "unusable": st.usable() or None,
+                    "reads": st.reads, "writes": st.writes, "dropped_bad": st.dropped,
+                    "evicted": st.evicted},
+                "pod_engine": self.engine.describe(),
                 "max_file_mb": self.max_file_mb, "trace_loads": self.loads,
                 "traces_in_memory": len(self.traces), "traces_bytes": self.traces.size,
                 "traces_limit_bytes": self.traces.capacity,
@@ -351,6 +389,10 @@ class DiagnosisService:
             prog = self._progress.get(key)
         if prog is not None:
             return {"state": "running", "file": prog.label, **prog.snapshot()}
+        if self.engine.pending(self.cache.digest(key)) is not None:
+            return {"state": "running", "file": os.path.basename(src.path),
+                    "phase": "analysing", "text": "analysing on a Dask worker (pod summary)",
+                    "fraction": None, "elapsed_s": None, "done": False}
         if self.cache.has(key):
             return {"state": "done", "file": os.path.basename(src.path)}
         return {"state": "idle", "file": os.path.basename(src.path)}
@@ -406,7 +448,7 @@ class DiagnosisService:
                 ctx = self._with_context(loaded, ident)
                 with self.budget.admit(RENDER_PEAK, what="gap detail"):
                     return _Detail(gap_detail(ctx, diag, row))
-        extra = self.cache.get_or_compute(key, detail)
+        extra = self.cache.get_or_compute(key, detail, persist=False)
         return finish(gap_records(diag, [row], extra_detail=extra.value)[0])
 
     def timeline_json(self, params, finish=_same):

@@ -19,6 +19,7 @@ and the API:
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import stat
 import zlib
@@ -289,12 +290,61 @@ def is_blank(raw: bytes) -> bool:
     return not raw.strip()
 
 
+# Bytes hashed at each end of a file for its identity: a rewrite that keeps size, mtime,
+# inode and ctime (the same clock tick) but changes either end is still caught.
+IDENTITY_EDGE = 64 * 1024
+# What an object store says about an object's content, best first: GCS's generation
+# changes on every overwrite; an ETag or MD5/CRC is a hash of the content.
+_CONTENT_TOKENS = ("generation", "md5Hash", "crc32c", "ETag", "etag", "content_md5",
+                   "VersionId", "version_id")
+
+
+def _edges(f, size: int) -> str:
+    """sha256 of the size and the first and last ``IDENTITY_EDGE`` bytes."""
+    h = hashlib.sha256(str(size).encode())
+    h.update(f.read(IDENTITY_EDGE))
+    if size > 2 * IDENTITY_EDGE:
+        f.seek(size - IDENTITY_EDGE)
+        h.update(f.read(IDENTITY_EDGE))
+    elif size > IDENTITY_EDGE:
+        h.update(f.read())
+    return h.hexdigest()[:32]
+
+
 def file_identity(path: str) -> tuple:
-    """(path, size, mtime) — what a cached result is keyed by."""
+    """What a computed result is keyed by: a tuple that changes whenever the file's
+    content does.
+
+    Local files: (path, size, mtime ns, device, inode, ctime ns, hash of the size and the
+    first and last 64 KiB), read from the opened file itself.  Any write, truncation,
+    ``utime`` or rename-over moves ctime (which no user can set) or the inode, so a file
+    replaced by one of the same size and mtime is another identity; the only change that
+    keeps the tuple is a write of the same length, inside one tick of the filesystem's
+    ctime clock, that leaves both 64 KiB ends alone.  Opened through ``open_file``: a
+    named pipe or a link below the logdir is refused (``TraceError``), never waited on.
+
+    fsspec URLs: (url, size, mtime, the store's content token: GCS generation, MD5/CRC,
+    ETag or version id); without any of these, the hash of both ends is read instead.
+    Raises ``OSError`` when the file is gone, ``TraceError`` when it is not a file."""
     fs, inner = filesystem(path)
     if fs is None:
-        st = os.stat(inner)
-        return (os.path.abspath(inner), st.st_size, st.st_mtime_ns)
+        try:
+            f = open_file(path)        # the guarded open: regular files, no links below root
+        except FileGone:
+            raise FileNotFoundError(path) from None
+        with f:
+            st = os.fstat(f._f.fileno())
+            edges = _edges(f._f, st.st_size)
+        return (os.path.abspath(inner), st.st_size, st.st_mtime_ns, st.st_dev, st.st_ino,
+                st.st_ctime_ns, edges)
     info = fs.info(inner)
-    mtime = info.get("mtime") or info.get("updated") or info.get("LastModified") or info.get("created")
-    return (str(path), int(info.get("size") or 0), str(mtime))
+    if info.get("type", "file") != "file":
+        raise TraceError(path, "is a directory, not a file")
+    size = int(info.get("size") or 0)
+    mtime = info.get("mtime") or info.get("updated") or info.get("LastModified") or \
+        info.get("created")
+    token = next((f"{k}={info[k]}" for k in _CONTENT_TOKENS if info.get(k)), None)
+    if token is None:
+        with fs.open(inner, "rb") as f:
+            token = "edges=" + _edges(f, size)
+    return (str(path), size, str(mtime), token)

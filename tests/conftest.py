@@ -173,3 +173,83 @@ def pod_logdir(tmp_path_factory):
     logdir = tmp_path_factory.mktemp("pod")
     truth = synthetic.write_pod(logdir / "pod", POD_HOSTS, 5000, POD_STRAGGLERS, POD_STALL_US)
     return logdir, truth
+
+
+class DaskCluster:
+    """A real Dask scheduler and worker processes (``dask scheduler`` / ``dask worker``,
+    each worker with its nanny), as an operator would start them; ``address`` is what
+    ``TB_PERFDIAG_DASK_SCHEDULER`` takes."""
+
+    def __init__(self, tmp, workers: int = 2, memory_limit: str = "1GB",
+                 allowed_failures: int = 1):
+        self.tmp = str(tmp)
+        self.file = os.path.join(self.tmp, "scheduler.json")
+        self.memory_limit = memory_limit
+        self.workers = []
+        self.env = dict(os.environ,
+                        DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES=str(allowed_failures),
+                        DASK_DISTRIBUTED__SCHEDULER__WORKER_SATURATION="1.0")
+        dask = os.path.join(os.path.dirname(sys.executable), "dask")
+        self._dask = dask
+        self.log = open(os.path.join(self.tmp, "dask.log"), "a")
+        self.scheduler = subprocess.Popen(
+            [dask, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+             "--scheduler-file", self.file], env=self.env, stdout=self.log,
+            stderr=subprocess.STDOUT)
+        deadline = time.time() + 60
+        while not os.path.exists(self.file):
+            if time.time() > deadline or self.scheduler.poll() is not None:
+                raise RuntimeError("dask scheduler did not start")
+            time.sleep(0.1)
+        import json
+        for _ in range(50):
+            try:
+                with open(self.file) as f:
+                    self.address = json.load(f)["address"]
+                break
+            except (ValueError, KeyError):
+                time.sleep(0.1)
+        for _ in range(workers):
+            self.add_worker()
+        self.wait_for_workers(workers)
+
+    def add_worker(self):
+        p = subprocess.Popen(
+            [self._dask, "worker", "--scheduler-file", self.file, "--nthreads", "1",
+             "--memory-limit", self.memory_limit, "--no-dashboard", "--host", "127.0.0.1"],
+            env=self.env, stdout=self.log, stderr=subprocess.STDOUT)
+        self.workers.append(p)
+        return p
+
+    def client(self):
+        from distributed import Client
+        return Client(self.address, set_as_default=False, timeout=30)
+
+    def wait_for_workers(self, n: int, timeout: float = 90):
+        with self.client() as c:
+            c.wait_for_workers(n, timeout=timeout)
+
+    def processes(self) -> list:
+        """Every process of the cluster (scheduler, nannies, workers)."""
+        import psutil
+        out = []
+        for p in [self.scheduler] + self.workers:
+            try:
+                pp = psutil.Process(p.pid)
+                out += [pp] + pp.children(recursive=True)
+            except psutil.NoSuchProcess:
+                pass
+        return out
+
+    def stop(self):
+        import psutil
+        procs = self.processes()
+        for p in procs:
+            try:
+                p.terminate()
+            except psutil.NoSuchProcess:
+                pass
+        _, alive = psutil.wait_procs(procs, timeout=15)
+        for p in alive:
+            p.kill()
+        self.log.close()

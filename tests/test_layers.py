@@ -23,7 +23,7 @@ LAYERS = {
     "trace model and readers": ["trace", "trace.*"],
     "analyses": ["analysis", "analysis.*"],
     "renderers": ["render", "render.*"],
-    "services": ["budget", "cache", "discovery", "pod", "service", "api", "params"],
+    "services": ["budget", "codec", "cache", "discovery", "pod", "service", "api", "params"],
     "faces": ["plugin", "cli", ""],
     "test support": ["testing", "testing.*"],
 }

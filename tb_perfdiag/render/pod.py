@@ -1,5 +1,9 @@
-"""Diagnosis → one row of a pod's per-host summary table."""
+"""Pods: a diagnosis → one host's summary row; the rows of a run → the pod summary
+(stragglers against the median host, sorted and paged), computed from rows alone so
+that 1,000 stored rows summarise a pod without loading any trace."""
 from __future__ import annotations
+
+import re
 
 import numpy as np
 
@@ -7,13 +11,31 @@ from ..analysis import causes as C
 from ..analysis.result import Diagnosis
 from .json import gap_ids, ns, ns_list
 
+SLOWER_STEP = 1.10          # straggler: typical (median) step 10 % slower than the median host…
+LOWER_DUTY = 0.05           # …or duty cycle 5 points below it
+TOP_CAUSES = 3              # cause shares kept per row
+
+# sort keys of the summary table: (row → value or None, descending by default)
+SORTS = {
+    "straggler": None,
+    "host": None,
+    "duty_cycle": (lambda r: r.get("duty_cycle"), False),
+    "typical_step": (lambda r: r.get("typical_step_ns"), True),
+    "worst_gap": (lambda r: (r.get("worst_gap") or {}).get("duration_ns"), True),
+    "idle": (lambda r: r.get("idle_ns"), True),
+}
+SORT_CHOICES = tuple(SORTS) + tuple(f"cause.{c}" for c in C.ALL)
+
 
 def _median(xs):
     xs = sorted(x for x in xs if x is not None)
     return xs[len(xs) // 2] if xs else None
 
 
-def summary_row(host: str, span: str, diag: Diagnosis) -> dict:
+def host_stats(diag: Diagnosis) -> dict:
+    """One host's row without its name: duty cycle per device and on average, typical
+    (median) step, worst gap, top finding, idle time by cause per typical step and the
+    largest causes' shares of the host's idle time."""
     S, D, g = diag.steps, diag.devices, diag.gaps
     steps = (np.asarray(ns_list(S.host_end)) - np.asarray(ns_list(S.host_start))).tolist()
     # idle time of a typical step by cause: the median over steps, so a one-off (the
@@ -32,16 +54,168 @@ def summary_row(host: str, span: str, diag: Diagnosis) -> dict:
         worst = {"id": gap_ids(diag, [0])[0], "duration_ns": ns(g.end[0] - g.start[0]),
                  "cause": C.ALL[int(g.cause[0])],
                  "step": int(S.ids[st]) if st >= 0 else None}
+    typical = {c: int(_median(v)) for c, v in per_step.items() if _median(v)}
+    if typical:
+        by_cause = np.asarray([typical.get(c, 0) for c in C.ALL], np.float64)
+    else:   # no steps: the whole trace, per device with activity (the mean, never the sum)
+        active = np.asarray([x is not None for x in duty_of], bool)
+        by_cause = D.idle_by_cause[active].sum(axis=0) / 1000 / max(int(active.sum()), 1) \
+            if active.any() else np.zeros(len(C.ALL))
+    idle = float(by_cause.sum())
+    top = np.argsort(-by_cause, kind="stable")[:TOP_CAUSES]
+    shares = {C.ALL[i]: round(float(by_cause[i]) / idle, 4) for i in top
+              if idle > 0 and by_cause[i] > 0}
     return {
-        "host": host, "span": span, "status": 200,
+        "status": 200,
         "devices": [{"name": D.name[d], "duty_cycle": duty_of[d]} for d in range(len(D))],
         "duty_cycle": sum(duty) / len(duty) if duty else None,
         "steps": len(steps), "avg_step_ns": int(sum(steps) / len(steps)) if steps else None,
         "typical_step_ns": int(_median(steps)) if steps else None,
         "worst_gap": worst,
         "top_finding": diag.findings[0].title if diag.findings else None,
-        "step_idle_ns": {c: int(_median(v)) for c, v in per_step.items() if _median(v)}}
+        "step_idle_ns": typical,
+        # idle time of a typical step (of the whole trace without steps) and the largest
+        # causes' shares of it
+        "idle_ns": int(round(idle)),
+        "cause_shares": shares,
+        "top_cause": next(iter(shares), None),
+    }
 
 
-def error_row(host: str, span: str, status: int, error: str) -> dict:
-    return {"host": host, "span": span, "status": status, "error": error}
+def summary_row(host: str, span: str, diag: Diagnosis) -> dict:
+    return {"host": host, "span": span, **host_stats(diag)}
+
+
+def error_row(host: str, span: str, status: int, error: str, **extra) -> dict:
+    return {"host": host, "span": span, "status": status, "error": error, **extra}
+
+
+def flag_stragglers(rows: list) -> tuple:
+    """Marks rows whose typical (median) step is slow or whose duty cycle is low next to
+    the median host, and names the cause of idle time that grew most; returns (median
+    host's typical step ns, median duty cycle)."""
+    ok = [r for r in rows if r.get("status") == 200]
+    med_step = _median([r["typical_step_ns"] for r in ok if r.get("typical_step_ns")])
+    med_duty = _median([r["duty_cycle"] for r in ok])
+    causes = {c for r in ok for c in r.get("step_idle_ns", {})}
+    med_idle = {c: _median([r.get("step_idle_ns", {}).get(c, 0) for r in ok]) for c in causes}
+    for r in rows:
+        if r.get("status") != 200:
+            r["straggler"] = False
+            continue
+        why = []
+        step = r.get("typical_step_ns")
+        if med_step and step and step > SLOWER_STEP * med_step:
+            why.append(f"steps {100 * (step / med_step - 1):.0f}% slower than the median host")
+        if med_duty is not None and r.get("duty_cycle") is not None and \
+                r["duty_cycle"] < med_duty - LOWER_DUTY:
+            why.append(f"duty cycle {100 * (med_duty - r['duty_cycle']):.0f} points below "
+                       "the median host")
+        r["straggler"] = bool(why)
+        # the cause whose idle time per step grew most over the median host's
+        excess = {c: v - med_idle.get(c, 0) for c, v in r.get("step_idle_ns", {}).items()}
+        worst = max(excess, key=excess.get, default=None)
+        if why and worst is not None and excess[worst] > 0:
+            r["straggler_cause"] = worst
+            r["straggler_excess_ns"] = int(excess[worst])
+            why.append(f"{worst.replace('_', ' ')} idle {excess[worst] / 1e6:.1f} ms/step "
+                       "above the median host")
+        r["straggler_reason"] = "; ".join(why)
+    return med_step, med_duty
+
+
+_DIGITS = re.compile(r"(\d+)")
+
+
+def natural(name: str) -> tuple:
+    """host2 before host10."""
+    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p)
+                 for p in _DIGITS.split(name) if p)
+
+
+def sort_rows(rows: list, by: str = "straggler", descending: bool | None = None) -> list:
+    """Rows in table order.  ``straggler``: stragglers first (largest excess first), then
+    the other analysed hosts, then failures and pending ones, each by name; a number
+    column: hosts without a value (failed, pending) last whichever the direction;
+    ``cause.X``: by cause X's share of the host's idle time."""
+    name = lambda r: natural(r["host"])   # noqa: E731
+    if by == "host":
+        return sorted(rows, key=name, reverse=bool(descending))
+    if by == "straggler" or by not in SORTS and not by.startswith("cause."):
+        rank = lambda r: (0 if r.get("straggler") else 1 if r.get("status") == 200  # noqa: E731
+                          else 2 if r.get("status") != "pending" else 3)
+        return sorted(rows, key=lambda r: (rank(r), -(r.get("straggler_excess_ns") or 0),
+                                           name(r)))
+    if by.startswith("cause."):
+        c = by[len("cause."):]
+        value, default_desc = (lambda r: (r.get("cause_shares") or {}).get(c, 0.0)
+                               if r.get("status") == 200 else None), True
+    else:
+        value, default_desc = SORTS[by]
+    desc = default_desc if descending is None else descending
+    have = [r for r in rows if value(r) is not None]
+    rest = sorted((r for r in rows if value(r) is None), key=name)
+    have.sort(key=name)
+    have.sort(key=value, reverse=desc)       # stable: ties stay by name
+    return have + rest
+
+
+def pod_summary(rows: list, sort: str = "straggler", descending: bool | None = None,
+                offset: int = 0, limit: int | None = None) -> dict:
+    """The summary of a run's rows (flagged in place): counts, medians, every straggler
+    with its reason, the pod's idle time by cause, and one page of the sorted rows."""
+    med_step, med_duty = flag_stragglers(rows)
+    ok = [r for r in rows if r.get("status") == 200]
+    stragglers = [{"host": r["host"], "reason": r.get("straggler_reason", ""),
+                   "cause": r.get("straggler_cause"),
+                   "excess_ns": r.get("straggler_excess_ns")}
+                  for r in sort_rows([r for r in ok if r.get("straggler")])]
+    top_counts, step_idle = {}, {}
+    for r in ok:
+        if r.get("top_cause"):
+            top_counts[r["top_cause"]] = top_counts.get(r["top_cause"], 0) + 1
+        for c, v in (r.get("step_idle_ns") or {}).items():
+            step_idle.setdefault(c, []).append(v)
+    by_cause = sorted(({"cause": c, "hosts_top_cause": top_counts.get(c, 0),
+                        # hosts without this cause count as 0
+                        "median_step_idle_ns": int(_median(
+                            step_idle.get(c, []) + [0] * (len(ok) - len(step_idle.get(c, [])))) or 0)}
+                       for c in set(top_counts) | set(step_idle)),
+                      key=lambda x: (-x["hosts_top_cause"], -x["median_step_idle_ns"], x["cause"]))
+    ordered = sort_rows(rows, sort, descending)
+    end = len(ordered) if limit is None else offset + limit
+    return {"hosts": ordered[offset:end], "hosts_offset": offset,
+            "hosts_limit": limit, "sort": sort,
+            "total": len(rows), "done": sum(r.get("status") != "pending" for r in rows),
+            "failed": sum(r.get("status") not in (200, "pending") for r in rows),
+            "median_step_ns": med_step, "median_duty_cycle": med_duty,
+            "stragglers": stragglers, "causes": by_cause}
+
+
+def text_table(summary: dict, top: int = 20) -> str:
+    """The pod summary for a terminal: stragglers named, then the slowest hosts."""
+    out = [f"{summary['done']} of {summary['total']} hosts"
+           + (f", {summary['failed']} failed" if summary.get("failed") else "")
+           + (f"; median host: typical step {summary['median_step_ns'] / 1e6:.2f} ms"
+              if summary.get("median_step_ns") else "")
+           + (f", duty cycle {100 * summary['median_duty_cycle']:.1f}%"
+              if summary.get("median_duty_cycle") is not None else "")]
+    st = summary.get("stragglers") or []
+    out.append(f"{len(st)} straggler(s)" + (":" if st else ""))
+    for s in st:
+        out.append(f"  {s['host']}: {s['reason']}")
+    out.append(f"{'host':<24} {'duty':>6} {'typical step':>13} {'worst gap':>11}  top causes")
+    for r in summary["hosts"][:top]:
+        if r.get("status") != 200:
+            out.append(f"{r['host']:<24} ERROR {r.get('error', r.get('status'))}")
+            continue
+        wg = r.get("worst_gap") or {}
+        shares = ", ".join(f"{c.replace('_', ' ')} {100 * v:.0f}%"
+                           for c, v in (r.get("cause_shares") or {}).items())
+        duty = f"{100 * r['duty_cycle']:.1f}%" if r.get("duty_cycle") is not None else "–"
+        step = f"{r['typical_step_ns'] / 1e6:.2f} ms" if r.get("typical_step_ns") else "–"
+        gap = f"{wg['duration_ns'] / 1e6:.2f} ms" if wg else "–"
+        out.append(f"{r['host']:<24} {duty:>6} {step:>13} {gap:>11}  {shares}")
+    if len(summary["hosts"]) > top:
+        out.append(f"… {len(summary['hosts']) - top} more (--json for all)")
+    return "\n".join(out)
