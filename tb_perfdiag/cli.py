@@ -251,7 +251,34 @@ def _json_doc(diag, args) -> dict:
     return doc
 
 
+def cmd_pod(args) -> int:
+    """``diagnose LOGDIR --scheduler …``: every host a Dask task, rows and diagnoses into
+    the result store; prints each run's pod summary."""
+    from .pod import diagnose_pod
+    from .render.pod import text_table
+    _exists(args.path)
+    opt = _options(args)
+
+    def progress(run, done, total):
+        print(safe(f"\r{run}: {done}/{total} hosts"), end="\n" if done == total else "",
+              file=sys.stderr, flush=True)
+    sched = args.scheduler or os.environ.get("TB_PERFDIAG_DASK_SCHEDULER") or "local"
+    out = diagnose_pod(args.path, opt, sched, args.results, progress)
+    if not out:
+        raise InputError(f"no profiles found under {args.path}")
+    if args.json:
+        _dump(out, args)
+    else:
+        top = DEFAULT_TOP if args.top is None else args.top
+        for run, summary in out.items():
+            print(safe(f"== {run}"))
+            print(text_table(summary, top))
+    return INPUT if any(s["failed"] for s in out.values()) else OK
+
+
 def cmd_diagnose(args) -> int:
+    if args.scheduler or args.results:
+        return cmd_pod(args)
     opt = _options(args)
     results, rc = [], OK
     for label, path in _profiles(args.path):
@@ -376,6 +403,13 @@ def parser() -> argparse.ArgumentParser:
                    help=f"--json: gaps in the page (default {DEFAULT_GAPS_PAGE}, as the route)")
     g.add_argument("--all-gaps", action="store_true", help="--json: every gap")
     _analysis_options(pd)
+    pd.add_argument("--scheduler", metavar="ADDRESS",
+                    help="analyse every host of every run as a Dask task on this cluster "
+                         "(tcp://host:8786, or 'local': one started here) and fill the result "
+                         "store; prints each run's pod summary")
+    pd.add_argument("--results", metavar="FOLDER_OR_URL",
+                    help="the result store to fill (default $TB_PERFDIAG_RESULTS, else the "
+                         "user's cache folder); a TensorBoard on the same store answers from it")
     pd.set_defaults(fn=cmd_diagnose)
 
     pc = sub.add_parser("compare", help="what changed between two runs (before → after)")

@@ -40,7 +40,8 @@ SCHEDULER_ENV = "TB_PERFDIAG_DASK_SCHEDULER"
 MIN_WORKER_MB = 1024.0       # a worker below this could not hold its own imports and a host
 KEY_PREFIX = "perfdiag-host-"
 
-__all__ = ["Engine", "Failure", "PodJob", "analyse_file", "analyse_host", "cluster_size"]
+__all__ = ["Engine", "Failure", "PodJob", "analyse_file", "analyse_host", "cluster_size",
+           "diagnose_pod"]
 
 
 def analyse_file(path: str, opt, progress=NULL, keep_context=None):
@@ -275,6 +276,7 @@ class PodJob:
         self.cancelled = False
         self._digests: list = []
         self._done = threading.Event()
+        self.known = threading.Event()  # set once the stored rows are in (or all are)
         self._version = 0
         self._snap = None
         threading.Thread(target=self._run, name=f"perfdiag-pod-{run}", daemon=True).start()
@@ -294,6 +296,7 @@ class PodJob:
         finally:
             self.elapsed = time.monotonic() - self.started
             self._done.set()
+            self.known.set()
             if self.cache.store is not None and self.analysed:
                 self.cache.store.trim()
 
@@ -325,6 +328,7 @@ class PodJob:
                 todo.append(s)
         if not todo or self.cancelled:
             return
+        self.known.set()
         from distributed import as_completed
         try:
             client = self.engine.client()
@@ -422,3 +426,37 @@ class PodJob:
 def decode_result(blob: bytes):
     """A result a worker sent back encoded."""
     return decode(blob)
+
+
+def diagnose_pod(path: str, options: Options, scheduler: str | None = None,
+                 results: str | None = None, on_progress=None, max_file_mb: float = 4096.0,
+                 engine: Engine | None = None) -> dict:
+    """Every run with several hosts under ``path`` (a logdir, local or fsspec URL)
+    summarised host by host on Dask (``scheduler``: an address, or None for a local
+    cluster), filling the result store at ``results`` (default: the server's) so that a
+    TensorBoard on the same store opens these summaries without analysing anything.
+    Returns {run: summary}; ``on_progress(run, done, total)`` is called as rows come."""
+    from .discovery import scan_logdir
+    cache = DiagnosisCache(disk_dir=results if results else "")
+    own = engine is None
+    engine = engine or Engine("" if scheduler in (None, "local") else scheduler)
+    out = {}
+    try:
+        for name, run in scan_logdir(path).items():
+            sources = []
+            for h in run.hosts():
+                mine = [s for s in run.sources if s.host == h]
+                sources.append(max(mine, key=lambda s: (s.span.isdigit() and int(s.span) or 0,
+                                                        s.span)))
+            job = PodJob(name, sources, options, cache, engine, max_file_mb * 1e6)
+            while not job.wait(1.0):
+                if on_progress is not None:
+                    on_progress(name, sum(r["status"] != "pending" for r in job.rows.values()),
+                                len(sources))
+            out[name] = job.snapshot()
+            if on_progress is not None:
+                on_progress(name, len(sources), len(sources))
+    finally:
+        if own:
+            engine.close()
+    return out

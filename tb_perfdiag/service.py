@@ -64,6 +64,7 @@ DEFAULT_ANSWERS = int(_env_float("TB_PERFDIAG_ANSWERS", 2))
 DEFAULT_QUEUE_S = _env_float("TB_PERFDIAG_QUEUE_S", 120)
 
 MAX_POD_JOBS = 4      # finished pod summaries kept (their diagnoses stay in the cache)
+STORED_ROWS_WAIT_S = 10.0   # a new summary's first answer waits this long for stored rows
 MAX_REFUSED = 4096    # files remembered as unreadable or over the budget
 
 # Estimated peaks, measured on the benchmark files (benchmarks/README.md: df_index_resolver
@@ -333,6 +334,8 @@ class DiagnosisService:
                 self._pods.pop(next(iter(self._pods))).cancel()
         if params.wait:
             job.wait()
+        else:   # a pod already in the store answers whole at the first call
+            job.known.wait(STORED_ROWS_WAIT_S)
         desc = None if not params.order else params.order == "desc"
         return job.snapshot(params.sort or "straggler", desc, params.hosts_offset,
                             params.hosts_limit)

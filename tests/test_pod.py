@@ -272,3 +272,36 @@ def test_no_worker_outlives_tensorboard(pod_logdir, tmp_path, how):
             tb.stop()
     gone, alive = psutil.wait_procs(kids, timeout=20)
     assert not alive, [(p.pid, p.cmdline()[:3]) for p in alive]
+
+
+def test_cli_fills_the_store_from_the_cluster_and_a_server_opens_it_at_once(
+        cluster, pod_logdir, in_process, tmp_path):
+    """``tb-perfdiag diagnose LOGDIR --scheduler ADDRESS --results STORE``, then a
+    server on the same store: the whole summary at the first call, nothing analysed."""
+    import subprocess
+    import sys
+    logdir, truth = pod_logdir
+    run, want = in_process
+    store = tmp_path / "store"
+    cli = os.path.join(os.path.dirname(sys.executable), "tb-perfdiag")
+    p = subprocess.run([cli, "diagnose", str(logdir), "--scheduler", cluster.address,
+                        "--results", str(store), "--json"], capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    out = json.loads(p.stdout)[run]
+    assert out["analysed"] == 64 and [s["host"] for s in out["stragglers"]] == truth["stragglers"]
+    svc = _service(logdir, store)                   # its own (local) engine: never started
+    try:
+        status, body = call(svc, "hosts", {"run": run})
+        assert status == 200 and body["complete"] and body["from_store"] == 64
+        assert body["analysed"] == 0 and not body["engine"]["started"]
+        _same_summary(body, want)
+        status, _ = call(svc, "diagnosis", {"run": run, "host": truth["stragglers"][0]})
+        assert status == 200 and svc.cache.computations == 0
+    finally:
+        svc.close()
+    text = subprocess.run([cli, "diagnose", str(logdir), "--scheduler", cluster.address,
+                           "--results", str(store)], capture_output=True, text=True,
+                          timeout=300)
+    assert text.returncode == 0 and "2 straggler(s)" in text.stdout
+    assert f"  {truth['stragglers'][0]}: steps" in text.stdout

@@ -63,8 +63,8 @@ def host_stats(diag: Diagnosis) -> dict:
             if active.any() else np.zeros(len(C.ALL))
     idle = float(by_cause.sum())
     top = np.argsort(-by_cause, kind="stable")[:TOP_CAUSES]
-    shares = {C.ALL[i]: round(float(by_cause[i]) / idle, 4) for i in top
-              if idle > 0 and by_cause[i] > 0}
+    shares = {C.ALL[i]: round(float(by_cause[i]) / idle, 3) for i in top if idle > 0}
+    shares = {c: v for c, v in shares.items() if v > 0}
     return {
         "status": 200,
         "devices": [{"name": D.name[d], "duty_cycle": duty_of[d]} for d in range(len(D))],
@@ -125,6 +125,12 @@ def flag_stragglers(rows: list) -> tuple:
 
 
 _DIGITS = re.compile(r"(\d+)")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def safe_text(text) -> str:
+    """A name from a file as a terminal shows it: control characters escaped."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
 
 
 def natural(name: str) -> tuple:
@@ -203,11 +209,11 @@ def text_table(summary: dict, top: int = 20) -> str:
     st = summary.get("stragglers") or []
     out.append(f"{len(st)} straggler(s)" + (":" if st else ""))
     for s in st:
-        out.append(f"  {s['host']}: {s['reason']}")
+        out.append(f"  {safe_text(s['host'])}: {s['reason']}")
     out.append(f"{'host':<24} {'duty':>6} {'typical step':>13} {'worst gap':>11}  top causes")
     for r in summary["hosts"][:top]:
         if r.get("status") != 200:
-            out.append(f"{r['host']:<24} ERROR {r.get('error', r.get('status'))}")
+            out.append(f"{safe_text(r['host']):<24} ERROR {safe_text(r.get('error', r.get('status')))}")
             continue
         wg = r.get("worst_gap") or {}
         shares = ", ".join(f"{c.replace('_', ' ')} {100 * v:.0f}%"
@@ -215,7 +221,7 @@ def text_table(summary: dict, top: int = 20) -> str:
         duty = f"{100 * r['duty_cycle']:.1f}%" if r.get("duty_cycle") is not None else "–"
         step = f"{r['typical_step_ns'] / 1e6:.2f} ms" if r.get("typical_step_ns") else "–"
         gap = f"{wg['duration_ns'] / 1e6:.2f} ms" if wg else "–"
-        out.append(f"{r['host']:<24} {duty:>6} {step:>13} {gap:>11}  {shares}")
+        out.append(f"{safe_text(r['host']):<24} {duty:>6} {step:>13} {gap:>11}  {shares}")
     if len(summary["hosts"]) > top:
         out.append(f"… {len(summary['hosts']) - top} more (--json for all)")
     return "\n".join(out)
