@@ -218,11 +218,13 @@ export class App {
   setProgress(label, p) {
     this.statusEl.textContent = "";
     this.statusEl.hidden = false;
+    // fraction null: the analysis runs elsewhere (a pod's Dask task), its bar has no value
+    const known = p.fraction !== null && p.fraction !== undefined;
     const pct = Math.round(100 * (p.fraction || 0));
     this.statusEl.append(h("div", { class: "pd-progress", "data-phase": p.phase },
       h("span", { class: "pd-loading" }, `${label}: ${p.text}`),
-      h("progress", { max: "100", value: String(pct), "aria-label": "Analysis progress" }),
-      h("span", { class: "pd-muted pd-small" }, `${pct} % · ${p.elapsed_s.toFixed(1)} s`)));
+      h("progress", { max: "100", value: known ? String(pct) : null, "aria-label": "Analysis progress" }),
+      known ? h("span", { class: "pd-muted pd-small" }, `${pct} % · ${(p.elapsed_s || 0).toFixed(1)} s`) : null));
   }
 
   params(extra) {

@@ -1,6 +1,9 @@
-// "Compare hosts": the /hosts route summarises every host of the run (analysed in parallel
-// on the server): duty cycle per device, average step time, worst gap, top finding, and
-// stragglers flagged against the median host. Click a row to open that host.
+// "Compare hosts" and a pod's summary: the /hosts route summarises every host of the run
+// (analysed as Dask tasks on the server's cluster, or read from the result store): per
+// host the duty cycle, typical step, worst gap, top causes of idle time and whether it
+// straggles next to the median host. The server sorts and pages (a pod can have
+// thousands of hosts); the page shows one page of rows and every straggler by name.
+// Click a row to open that host.
 import { getJSON } from "./api.js";
 import { h } from "./dom.js";
 import { causeColor, causeLabel, formatNs, formatPct } from "./format.js";
@@ -19,38 +22,31 @@ export function hostSummary(d) {
   };
 }
 
-/** A /hosts route row in the table's shape (null while the host is still analysed). */
-export function fromHostsRow(row) {
-  if (row.status === "pending") return null;
-  if (row.status !== 200) return { ok: false, error: row.error || `HTTP ${row.status}` };
-  return {
-    ok: true, devices: row.devices || [], avg_step_ns: row.avg_step_ns, typical_step_ns: row.typical_step_ns,
-    steps: row.steps, duty_cycle: row.duty_cycle,
-    worst_gap: row.worst_gap ? { ...row.worst_gap, label: causeLabel(row.worst_gap.cause) } : null,
-    top_finding: row.top_finding ? { title: row.top_finding, per_step_ns: null } : null,
-    straggler: !!row.straggler, straggler_reason: row.straggler_reason || "",
-    straggler_cause: row.straggler_cause || null,
-  };
-}
+/** Rows per page of the table. */
+export const HOSTS_PAGE = 50;
+/** Sort keys the server takes, each with its column label. */
+export const SORTS = [["straggler", "Straggler"], ["host", "Host"], ["duty_cycle", "Duty cycle"],
+  ["typical_step", "Typical step"], ["worst_gap", "Worst gap"], ["idle", "Idle / step"]];
+/** Short cause names for the shares column (the full label is the tooltip). */
+const SHORT = { host_sync: "Sync", compilation: "Compile", h2d_transfer: "H→D", data_loading: "Data",
+  host_compute: "Host compute", launch_overhead: "Launch", collective_wait: "Collective", untraced: "Untraced",
+  device_wait: "Device wait", allocator: "Allocator", graph_capture: "Graph capture", runtime_call: "Runtime" };
+/** Each column's first direction (the server's default): worst hosts first. */
+const DEFAULT_DESC = { host: false, duty_cycle: false, typical_step: true, worst_gap: true, idle: true };
+/** At most this many devices get a duty-cycle column each (more: the mean alone). */
+const MAX_DEVICE_COLUMNS = 4;
+const POLL_MS = 700;
 
-/** Hosts in table order: by a column (stragglers first by default), then by name. */
-export function sortHosts(hosts, rows, by) {
-  const key = {
-    straggler: (r) => (r && r.ok ? (r.straggler ? 0 : 1) : 2),
-    step: (r) => (r && r.ok && r.typical_step_ns != null ? -r.typical_step_ns : Infinity),
-    duty: (r) => (r && r.ok && r.duty_cycle != null ? r.duty_cycle : Infinity),
-    host: () => 0,
-  }[by] || (() => 0);
-  return [...hosts].sort((a, b) => (key(rows.get(a)) - key(rows.get(b))) || a.localeCompare(b, undefined, { numeric: true }));
+/** "Hosts 51–100 of 1000". */
+export function pageLabel(offset, count, total) {
+  return count ? `Hosts ${offset + 1}–${offset + count} of ${total}` : `No host of ${total} on this page`;
 }
-
-const POLL_MS = 500;
 
 export class CompareHosts {
   constructor(slot, { params, onPick }) {
     this.slot = slot; this.params = params; this.onPick = onPick;
-    this.open = false; this.run = null; this.hosts = []; this.rows = new Map(); this.token = 0; this.current = "";
-    this.sortBy = "straggler"; this.progress = null;
+    this.open = false; this.run = null; this.hosts = []; this.token = 0; this.current = "";
+    this.sortBy = "straggler"; this.order = ""; this.offset = 0; this.data = null; this.error = null;
   }
 
   toggle(run, hosts, current) {
@@ -61,7 +57,7 @@ export class CompareHosts {
 
   show(run, hosts, current, { pinned = false } = {}) {
     this.open = true; this.pinned = pinned;
-    if (this.run !== run) { this.rows = new Map(); this.run = run; this.progress = null; }
+    if (this.run !== run) { this.data = null; this.error = null; this.run = run; this.offset = 0; }
     this.hosts = hosts; this.current = current;
     this.render();
     this.load();
@@ -78,22 +74,33 @@ export class CompareHosts {
 
   close() { this.open = false; this.pinned = false; this.token++; this.slot.textContent = ""; }
 
-  get complete() { return this.hosts.every((x) => this.rows.get(x)); }
+  get complete() { return !!(this.data && this.data.complete) || !!this.error; }
 
-  /** Polls /hosts (the server analyses the hosts in the background) until every row is in. */
+  /** Another order or page: shown in the header at once, asked of the server. */
+  reorder(sortBy, order) { this.sortBy = sortBy; this.order = order || ""; this.offset = 0; this.render(); this.load(); }
+  turn(offset) { this.offset = Math.max(0, offset); this.load(); }
+
+  /** A column header clicked: sort by it, or (clicked again) the other way. */
+  flip(by) {
+    if (this.sortBy !== by || by === "straggler") { this.reorder(by, ""); return; }
+    const desc = this.order ? this.order === "desc" : !!DEFAULT_DESC[by];
+    this.reorder(by, desc ? "asc" : "desc");
+  }
+
+  /** Polls /hosts (the server analyses the hosts in the background) until the summary is
+   * complete, then once per change of order or page. */
   async load() {
     const token = ++this.token;
     const { run, threshold_us, kernels_only } = this.params(this.hosts[0]);
-    while (!this.complete) {
+    for (;;) {
       let r;
-      try { r = await getJSON("hosts", { run, threshold_us, kernels_only }); } catch (e) { r = { ok: false, body: { error: String(e) } }; }
+      try {
+        r = await getJSON("hosts", { run, threshold_us, kernels_only, sort: this.sortBy, order: this.order || undefined,
+          hosts_offset: this.offset, hosts_limit: HOSTS_PAGE });
+      } catch (e) { r = { ok: false, body: { error: String(e) } }; }
       if (token !== this.token) return;
-      if (!r.ok) {
-        for (const host of this.hosts) this.rows.set(host, { ok: false, error: r.body.error || `HTTP ${r.status}` });
-      } else {
-        this.progress = r.body;
-        for (const row of r.body.hosts) this.rows.set(row.host, fromHostsRow(row));
-      }
+      if (!r.ok) { this.error = r.body.error || `HTTP ${r.status}`; this.data = null; }
+      else { this.error = null; this.data = r.body; }
       this.render();
       if (this.complete) return;
       await new Promise((res) => setTimeout(res, POLL_MS));
@@ -101,54 +108,97 @@ export class CompareHosts {
     }
   }
 
+  sortHeader(label, by) {
+    const on = this.sortBy === by;
+    const desc = this.order ? this.order === "desc" : !!DEFAULT_DESC[by];
+    return h("th", { scope: "col", "aria-sort": on && by !== "straggler" ? (desc ? "descending" : "ascending") : null },
+      h("button", { class: "pd-link-btn pd-sort" + (on ? " on" : ""), "data-sort": by,
+        title: on && by !== "straggler" ? "Click again for the other direction" : `Sort by ${label.toLowerCase()}`,
+        onclick: () => this.flip(by) },
+      label, on && by !== "straggler" ? (desc ? " ▾" : " ▴") : ""));
+  }
+
+  row(r) {
+    const pick = () => this.onPick(r.host);
+    const devNames = this.devNames;
+    const width = devNames.length + 6;
+    let cells;
+    if (r.status === "pending") cells = [h("td", { colspan: String(width), class: "pd-muted" }, "Analysing…")];
+    else if (r.status !== 200) cells = [h("td", { colspan: String(width), class: "pd-error-msg" }, r.error || `HTTP ${r.status}`)];
+    else {
+      const devs = r.devices || [];
+      cells = [
+        h("td", { class: "pd-num", title: devs.map((d) => `${d.name}: ${formatPct(d.duty_cycle)}`).join("\n") }, formatPct(r.duty_cycle)),
+        devNames.map((n) => { const d = devs.find((x) => x.name === n); return h("td", { class: "pd-num" }, d ? formatPct(d.duty_cycle) : "–"); }),
+        h("td", { class: "pd-num", title: `average ${formatNs(r.avg_step_ns)}` }, formatNs(r.typical_step_ns),
+          h("span", { class: "pd-muted pd-small" }, ` (${r.steps} steps)`)),
+        h("td", {}, r.worst_gap ? [h("span", { class: "chip", style: { background: causeColor(r.worst_gap.cause) } }),
+          `${formatNs(r.worst_gap.duration_ns)} ${causeLabel(r.worst_gap.cause)}`] : "none"),
+        h("td", { class: "pd-num" }, formatNs(r.idle_ns)),
+        h("td", { class: "pd-causes" }, Object.entries(r.cause_shares || {}).map(([c, v]) =>
+          h("span", { class: "pd-cause-share", title: causeLabel(c), "data-cause": c },
+            h("span", { class: "chip", style: { background: causeColor(c) } }), `${SHORT[c] || causeLabel(c)} ${formatPct(v)}`))),
+        h("td", {}, r.top_finding || "none"),
+        h("td", { class: r.straggler ? "pd-error-msg" : "pd-muted", title: r.straggler_reason || "" },
+          r.straggler ? `yes: ${r.straggler_reason}` : "no")];
+    }
+    return h("tr", { class: "pd-compare-row" + (r.host === this.current ? " selected" : "") + (r.straggler ? " straggler" : ""),
+      "data-host": r.host, tabindex: "0", role: "button", "aria-label": `Open host ${r.host}`, onclick: pick,
+      onkeydown: (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); pick(); } } },
+    h("th", { scope: "row" }, r.host), cells.flat());
+  }
+
   render() {
     if (!this.open) return;
-    const devNames = [];
-    for (const r of this.rows.values()) for (const d of (r && r.devices) || []) if (!devNames.includes(d.name)) devNames.push(d.name);
-    const sortable = (label, by) => h("th", { scope: "col", "aria-sort": this.sortBy === by ? "descending" : null },
-      h("button", { class: "pd-link-btn pd-sort", "data-sort": by, onclick: () => { this.sortBy = by; this.render(); } }, label));
-    const order = sortHosts(this.hosts, this.rows, this.sortBy);
+    const d = this.data;
+    const rows = d ? d.hosts : [];
+    const names = [];
+    for (const r of rows) for (const x of r.devices || []) if (!names.includes(x.name)) names.push(x.name);
+    // one column per device for a few devices; a pod's 8 chips per host read from the tooltip
+    this.devNames = names.length > 1 && names.length <= MAX_DEVICE_COLUMNS ? names : [];
+    const causeSort = h("select", { class: "pd-cause-sort", "aria-label": "Sort by a cause's share of the idle time",
+      onchange: (e) => { if (e.target.value) this.reorder(e.target.value); } },
+    h("option", { value: "" }, "Sort by a cause…"),
+    (d ? d.causes : []).map((c) => h("option", { value: `cause.${c.cause}`, selected: this.sortBy === `cause.${c.cause}` },
+      `${causeLabel(c.cause)} (top cause of ${c.hosts_top_cause})`)));
     const table = h("table", { class: "pd-compare-table" },
-      h("thead", {}, h("tr", {}, sortable("Host", "host"),
-        devNames.map((n) => h("th", { scope: "col" }, `${n} duty cycle`)),
-        sortable("Typical step", "step"), h("th", { scope: "col" }, "Worst gap"), h("th", { scope: "col" }, "Top finding"),
-        sortable("Straggler", "straggler"))),
-      h("tbody", {}, order.map((host) => {
-        const r = this.rows.get(host);
-        const pick = () => this.onPick(host);
-        const cells = !r ? [h("td", { colspan: String(devNames.length + 4), class: "pd-muted" }, "Analysing…")] :
-          !r.ok ? [h("td", { colspan: String(devNames.length + 4), class: "pd-error-msg" }, r.error)] : [
-            devNames.map((n) => { const d = r.devices.find((x) => x.name === n); return h("td", { class: "pd-num" }, d ? formatPct(d.duty_cycle) : "–"); }),
-            h("td", { class: "pd-num", title: `average ${formatNs(r.avg_step_ns)}` }, formatNs(r.typical_step_ns),
-              h("span", { class: "pd-muted pd-small" }, ` (${r.steps} steps)`)),
-            h("td", {}, r.worst_gap ? [h("span", { class: "chip", style: { background: causeColor(r.worst_gap.cause) } }),
-              `${formatNs(r.worst_gap.duration_ns)} ${r.worst_gap.label}`] : "none"),
-            h("td", {}, r.top_finding ? (r.top_finding.per_step_ns == null ? r.top_finding.title
-              : `${r.top_finding.title} (≈ ${formatNs(r.top_finding.per_step_ns)}/step)`) : "none"),
-            h("td", { class: r.straggler ? "pd-error-msg" : "pd-muted", title: r.straggler_reason || "" },
-              r.straggler ? `yes: ${r.straggler_reason}` : "no")];
-        return h("tr", { class: "pd-compare-row" + (host === this.current ? " selected" : "") + (r && r.straggler ? " straggler" : ""),
-          "data-host": host, tabindex: "0", role: "button", "aria-label": `Open host ${host}`, onclick: pick,
-          onkeydown: (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); pick(); } } },
-        h("th", { scope: "row" }, host), cells.flat());
-      })));
+      h("thead", {}, h("tr", {}, this.sortHeader("Host", "host"), this.sortHeader("Duty cycle", "duty_cycle"),
+        this.devNames.map((n) => h("th", { scope: "col" }, `${n} duty cycle`)),
+        this.sortHeader("Typical step", "typical_step"), this.sortHeader("Worst gap", "worst_gap"),
+        this.sortHeader("Idle / step", "idle"), h("th", { scope: "col" }, "Top causes of idle time"),
+        h("th", { scope: "col" }, "Top finding"), this.sortHeader("Straggler", "straggler"))),
+      h("tbody", {}, rows.map((r) => this.row(r))));
     const done = this.complete;
-    const p = this.progress;
-    const stragglers = this.hosts.filter((x) => this.rows.get(x)?.straggler);
-    const status = !done && p ? h("div", { class: "pd-pod-progress", role: "status" },
-      h("progress", { max: String(p.total), value: String(p.done) }),
-      ` ${p.done} of ${p.total} hosts analysed (${p.workers} at a time${p.processes ? ", in worker processes" : ""}, ${p.elapsed_s.toFixed(1)} s)`) : null;
-    const named = stragglers.flatMap((x, i) => [i ? ", " : "",
-      h("button", { class: "pd-link-btn", onclick: () => this.onPick(x) }, x),
-      this.rows.get(x).straggler_cause ? ` (${causeLabel(this.rows.get(x).straggler_cause)})` : ""]);
-    const callout = !done || this.hosts.length < 2 ? null : stragglers.length
-      ? h("p", { class: "pd-stragglers" }, `${stragglers.length} straggler${stragglers.length > 1 ? "s" : ""}: `, ...named)
-      : h("p", { class: "pd-muted pd-small" }, `No straggler among ${this.hosts.length} hosts (typical step within 10 % and duty cycle within 5 points of the median host).`);
+    let status = null;
+    if (this.error) status = h("p", { class: "pd-error-msg", role: "alert" }, this.error);
+    else if (d && !d.complete) {
+      const e = d.engine || {};
+      const where = e.workers ? ` on ${e.workers} Dask worker${e.workers > 1 ? "s" : ""}${e.memory_limit_bytes ? ` (${(e.memory_limit_bytes / 1e9).toFixed(1)} GB each)` : ""}` : "";
+      status = h("div", { class: "pd-pod-progress", role: "status" },
+        h("progress", { max: String(d.total), value: String(d.done) }),
+        ` ${d.done} of ${d.total} hosts${where}, ${d.from_store} from the result store, ${d.elapsed_s.toFixed(1)} s`);
+    } else if (!d) status = h("p", { class: "pd-muted", role: "status" }, "Loading the host summary…");
+    const st = d ? d.stragglers : [];
+    const shown = st.slice(0, 20);
+    const named = shown.flatMap((x, i) => [i ? ", " : "", h("button", { class: "pd-link-btn", onclick: () => this.onPick(x.host) }, x.host),
+      x.cause ? ` (${causeLabel(x.cause)})` : ""]);
+    const callout = !d || !d.complete || d.total < 2 ? null : st.length
+      ? h("p", { class: "pd-stragglers" }, `${st.length} straggler${st.length > 1 ? "s" : ""}: `, ...named,
+        st.length > shown.length ? ` and ${st.length - shown.length} more (sorted first in the table)` : "")
+      : h("p", { class: "pd-muted pd-small" }, `No straggler among ${d.total} hosts (typical step within 10 % and duty cycle within 5 points of the median host).`);
+    const median = d && d.median_step_ns ? h("p", { class: "pd-muted pd-small pd-pod-median" },
+      `Median host: typical step ${formatNs(d.median_step_ns)}, duty cycle ${formatPct(d.median_duty_cycle)}`,
+      d.failed ? ` · ${d.failed} host${d.failed > 1 ? "s" : ""} could not be analysed` : "") : null;
+    const pager = d && d.total > HOSTS_PAGE ? h("div", { class: "pd-row pd-pager" },
+      h("button", { class: "pd-button", "data-page": "prev", disabled: this.offset === 0, onclick: () => this.turn(this.offset - HOSTS_PAGE) }, "‹ Previous"),
+      h("span", { class: "pd-muted pd-page-label" }, pageLabel(this.offset, rows.length, d.total)),
+      h("button", { class: "pd-button", "data-page": "next", disabled: this.offset + HOSTS_PAGE >= d.total, onclick: () => this.turn(this.offset + HOSTS_PAGE) }, "Next ›"),
+      causeSort) : h("div", { class: "pd-row pd-pager" }, causeSort);
     this.slot.textContent = "";
-    this.slot.append(h("section", { class: "pd-card pd-compare", "aria-label": "Compare hosts", "data-complete": done ? "1" : null },
+    this.slot.append(h("section", { class: "pd-card pd-compare", "aria-label": "Compare hosts", "data-complete": done && d ? "1" : null },
       h("div", { class: "pd-row" }, h("h2", {}, `Hosts of ${this.run}`),
         this.pinned ? null : h("button", { class: "pd-link-btn", onclick: () => { this.close(); document.getElementById("pd-compare")?.setAttribute("aria-expanded", "false"); } }, "Close")),
-      h("p", { class: "pd-muted pd-small" }, "Whole-trace numbers per host; typical step = median step. Click a host to open it."),
-      status, callout, table));
+      h("p", { class: "pd-muted pd-small" }, "Whole-trace numbers per host; typical step = median step; idle / step and the causes' shares are of a typical step. Click a host to open it."),
+      status, callout, median, pager, table));
   }
 }

@@ -419,7 +419,7 @@ def test_compare_hosts(browser, tmp_path, artifacts_dir):
         rows = frame.locator(".pd-compare-row")
         assert rows.evaluate_all("els => els.map(e => e.dataset.host)") == ["hosta", "hostb"]
         text = frame.inner_text(".pd-compare-table")
-        assert "duty cycle" in text and "Typical step" in text and "%" in text
+        assert "duty cycle" in text.lower() and "Typical step" in text and "%" in text
         assert frame.locator(".pd-compare-row.selected").get_attribute("data-host") == "hosta"
         assert "Straggler" in text
         frame.locator(".pd-compare").screenshot(path=os.path.join(artifacts_dir, "compare-hosts.png"))
@@ -457,7 +457,8 @@ def test_dark_mode_follows_tensorboard(page, tb_demo, artifacts_dir):
 def test_pod_opens_on_the_host_summary_and_drills_into_a_straggler(page, pod_logdir, artifacts_dir):
     from conftest import TensorBoard
     logdir, truth = pod_logdir
-    tb = TensorBoard(logdir)
+    tb = TensorBoard(logdir, extra_env={"TB_PERFDIAG_WORKERS": "2", "TB_PERFDIAG_MEMORY_MB": "2048",
+                                        "TB_PERFDIAG_DASK_SCHEDULER": ""})
     try:
         run = runs(tb)[0]["run"]
         frame = open_diagnose(page, tb)
@@ -468,15 +469,24 @@ def test_pod_opens_on_the_host_summary_and_drills_into_a_straggler(page, pod_log
         assert "p.perfdiag.host=*" in page.url or "p.perfdiag.host=%2A" in page.url
         frame.wait_for_selector(".pd-compare[data-complete]", timeout=180000)
         order = frame.locator(".pd-compare-row").evaluate_all("els => els.map(e => e.dataset.host)")
-        assert len(order) == 64 and order[:2] == truth["stragglers"]          # stragglers first
+        assert len(order) == 50 and order[:2] == truth["stragglers"]          # stragglers first, paged
+        assert frame.inner_text(".pd-page-label") == "Hosts 1–50 of 64"
         marked = frame.locator(".pd-compare-row.straggler").evaluate_all("els => els.map(e => e.dataset.host)")
         assert marked == truth["stragglers"]
         callout = frame.inner_text(".pd-stragglers")
         assert callout.startswith("2 stragglers") and all(h in callout for h in truth["stragglers"])
         assert "Data loading" in callout
+        assert "Median host: typical step" in frame.inner_text(".pd-compare")
         page.screenshot(path=os.path.join(artifacts_dir, "pod-64-hosts.png"))
         frame.click('.pd-sort[data-sort="host"]')
-        assert frame.locator(".pd-compare-row").first.get_attribute("data-host") == "host00"
+        frame.wait_for_function("() => document.querySelector('.pd-compare-row')?.dataset.host === 'host00'")
+        frame.click('.pd-pager [data-page="next"]')
+        frame.wait_for_function("() => document.querySelector('.pd-page-label')?.textContent === 'Hosts 51–64 of 64'")
+        assert frame.locator(".pd-compare-row").first.get_attribute("data-host") == "host50"
+        frame.click('.pd-sort[data-sort="typical_step"]')                      # slowest first
+        frame.wait_for_function("(h) => document.querySelector('.pd-compare-row')?.dataset.host === h",
+                                arg=truth["stragglers"][0])
+        assert frame.inner_text(".pd-page-label") == "Hosts 1–50 of 64"
         frame.click(f'.pd-compare-row[data-host="{truth["stragglers"][0]}"]')
         frame.wait_for_function("(h) => (document.getElementById('perfdiag-root')?.dataset.loaded || '').includes('|' + h + '|')",
                                 arg=truth["stragglers"][0], timeout=60000)
@@ -489,6 +499,64 @@ def test_pod_opens_on_the_host_summary_and_drills_into_a_straggler(page, pod_log
         f2.wait_for_function("() => (document.getElementById('perfdiag-root')?.dataset.loaded || '').endsWith('|pod')",
                              timeout=60000)
         f2.wait_for_selector(".pd-compare[data-complete]", timeout=60000)
+        assert page.console_log.unexpected() == []
+    finally:
+        tb.stop()
+
+
+def test_a_thousand_host_pod_from_the_result_store(page, tmp_path, artifacts_dir):
+    """1,000 hosts whose rows are in the result store (one real row, its numbers varied
+    per host, three stragglers): the page opens the whole summary at once, without any
+    analysis, in pages of 50, sortable by any column and by a cause's share."""
+    import json as _json
+    import shutil
+    from conftest import TensorBoard
+    from tb_perfdiag import __version__
+    import tb_perfdiag
+    from tb_perfdiag.analysis import Options
+    from tb_perfdiag.cache import DiagnosisCache, encode_row
+    from tb_perfdiag.render.pod import host_stats
+    from tb_perfdiag.storage import file_identity
+    src = os.path.join(TESTDATA, "synthetic", "logdir", "xla_tpu_data_loading")
+    xp = next(os.path.join(d, f) for d, _, fs in os.walk(src) for f in fs if f.endswith(".xplane.pb"))
+    base = _json.loads(encode_row(host_stats(tb_perfdiag.diagnose(xp).diagnosis)))
+    run = tmp_path / "ld" / "pod" / "plugins" / "profile" / "2026_11_23_10_00_00"
+    run.mkdir(parents=True)
+    store = tmp_path / "store"
+    cache = DiagnosisCache(version=__version__, disk_dir=str(store))
+    slow = {17: 2.0, 400: 1.6, 999: 1.3}
+    for i in range(1000):
+        p = run / f"host{i:04d}.xplane.pb"
+        p.write_bytes(b"\x0a\x00" + i.to_bytes(4, "little"))        # never read: rows are stored
+        row = dict(base, typical_step_ns=int(base["typical_step_ns"] * slow.get(i, 1 + (i % 7) / 100)),
+                   duty_cycle=base["duty_cycle"] * (0.6 if i in slow else 1 - (i % 5) / 100),
+                   step_idle_ns=dict(base["step_idle_ns"], data_loading=base["typical_step_ns"] if i in slow else 0),
+                   cause_shares={"data_loading": 0.99} if i in slow else base["cause_shares"],
+                   top_cause="data_loading" if i in slow else base["top_cause"])
+        cache.store.put_row(cache.digest((file_identity(str(p)), Options().key())), row)
+    tb = TensorBoard(tmp_path / "ld", extra_env={"TB_PERFDIAG_CACHE_DIR": str(store),
+                                                 "TB_PERFDIAG_DASK_SCHEDULER": ""})
+    try:
+        frame = open_diagnose(page, tb)
+        frame.wait_for_selector(".pd-compare[data-complete]", timeout=60000)
+        assert "All 1000 hosts" in frame.inner_text("#pd-host")
+        assert frame.inner_text(".pd-page-label") == "Hosts 1–50 of 1000"
+        order = frame.locator(".pd-compare-row").evaluate_all("els => els.map(e => e.dataset.host)")
+        assert order[:3] == ["host0017", "host0400", "host0999"] and len(order) == 50
+        assert frame.inner_text(".pd-stragglers").startswith("3 stragglers")
+        page.screenshot(path=os.path.join(artifacts_dir, "pod-1000-hosts.png"), full_page=True)
+        frame.click('.pd-sort[data-sort="duty_cycle"]')                        # lowest first
+        frame.wait_for_function("() => document.querySelector('th[aria-sort=ascending] [data-sort=duty_cycle]')")
+        frame.wait_for_function("() => document.querySelector('.pd-compare-row')?.dataset.host === 'host0017'")
+        frame.click('.pd-sort[data-sort="duty_cycle"]')                        # again: highest first
+        frame.wait_for_function("() => document.querySelector('.pd-compare-row')?.dataset.host === 'host0000'")
+        frame.select_option(".pd-cause-sort", "cause.data_loading")
+        frame.wait_for_function("() => ['host0017','host0400','host0999'].includes(document.querySelector('.pd-compare-row')?.dataset.host)")
+        for _ in range(3):
+            frame.click('.pd-pager [data-page="next"]')
+        frame.wait_for_function("() => document.querySelector('.pd-page-label')?.textContent === 'Hosts 151–200 of 1000'")
+        _, _, st = tb.get("/data/plugin/perfdiag/status")
+        assert st["analyses"] == 0 and not st["pod_engine"]["started"]
         assert page.console_log.unexpected() == []
     finally:
         tb.stop()
