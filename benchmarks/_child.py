@@ -17,9 +17,14 @@ WHAT:
                               .to_json(all_gaps=False) (what the /diagnosis route serves:
                               the first page of gaps) and .to_json() (every gap's record)
                               (parts: diagnose, to_json, to_json_all; checkpoints for each)
-  pod                         PATH = a logdir with one pod run: the /hosts summary of every
-                              host (wait=1), as the plugin computes it; worker_peak_mb is the
-                              largest worker process's peak
+  pod-serial                  PATH = a logdir with one pod run: every host diagnosed and
+                              summarised in this one process, one after the other (the anchor)
+  pod-dask                    the same summary with every host a task on a LocalCluster that
+                              this process starts (timed), filling an empty result store; then
+                              again from the filled store; worker_peak_mb is the largest
+                              worker process's peak
+  host-dask                   PATH = one XSpace as a task on a one-worker LocalCluster: seconds
+                              and the worker's peak memory for a host of that size
   gunzip                      read + gunzip of the file into one bytes object (the floor for
                               any reader of a gzipped trace)
   xprof                       the Profile plugin's trace-viewer conversion of an XSpace
@@ -125,28 +130,83 @@ def main():
             rep["gaps"] = len(every["gaps"])
             rep["hta_compat_ns"] = j["hta"]
         rep["native"] = native()
-    elif what == "pod":
-        # PATH is a logdir holding one pod run; the per-host summary as the /hosts route
-        # computes it (TB_PERFDIAG_POD_PROCESSES / TB_PERFDIAG_WORKERS pick how)
-        from tb_perfdiag.cache import DiagnosisCache
-        from tb_perfdiag.discovery import Catalog
-        from tb_perfdiag.params import parse
-        from tb_perfdiag.service import DiagnosisService
-        svc = DiagnosisService(Catalog(path), DiagnosisCache(disk_dir=None))
-        (run,) = svc.catalog.runs(refresh=True)
+    elif what == "pod-serial":
+        # PATH is a logdir holding one pod run: every host diagnosed and summarised one
+        # after the other in this one process (no cluster, no store): the anchor
+        import glob
+        import tb_perfdiag
+        from tb_perfdiag.render.pod import pod_summary, summary_row
+        files = sorted(glob.glob(os.path.join(path, "**", "*.xplane.pb"), recursive=True))
         c, t = cpu(), clock()
-        body = svc.hosts_json(parse("hosts", {"run": run, "wait": "1"}))
-        rep["seconds"] = clock() - t
+        rows = [summary_row(os.path.basename(f)[:-len(".xplane.pb")], "",
+                            tb_perfdiag.diagnose(f).diagnosis) for f in files]
+        body = pod_summary(rows)
+        rep["seconds"], rep["cpu_seconds"] = clock() - t, cpu() - c
+        rep["peak_mb"] = peak_mb()
+        rep["workers"], rep["hosts"] = 1, len(files)
+        pod_report(rep, body)
+    elif what == "pod-dask":
+        # PATH is a logdir holding one pod run: the summary as TensorBoard and the CLI make
+        # it, every host a task on a LocalCluster (TB_PERFDIAG_WORKERS / _MEMORY_MB size it)
+        # filling an empty result store; then the same summary again from the filled store
+        # (a second server: no analysis).  Cluster start-up is timed (TensorBoard pays it
+        # on its first summary).
+        import shutil
+        import tempfile
+        from tb_perfdiag.analysis import Options
+        from tb_perfdiag.pod import Engine, diagnose_pod
+        store = tempfile.mkdtemp(prefix="bench_pod_store_")
+        engine = Engine("")
+        try:
+            c, t = cpu(), clock()
+            (body,) = diagnose_pod(path, Options(), results=store, engine=engine).values()
+            rep["seconds"] = clock() - t
+            rep["workers"] = engine.describe().get("workers")
+            rep["memory_limit_mb"] = (engine.describe().get("memory_limit_bytes") or 0) / 1e6
+            t2 = clock()
+            (again,) = diagnose_pod(path, Options(), results=store, engine=engine).values()
+            rep["from_store_seconds"] = clock() - t2
+            rep["from_store_analysed"] = again["analysed"]
+        finally:
+            engine.close()
+            shutil.rmtree(store, ignore_errors=True)
         kids = resource.getrusage(resource.RUSAGE_CHILDREN)
         rep["cpu_seconds"] = cpu() - c + kids.ru_utime + kids.ru_stime
         rep["peak_mb"] = peak_mb()
         rep["worker_peak_mb"] = kids.ru_maxrss / 1024
-        rep["workers"], rep["processes"] = body["workers"], body["processes"]
         rep["hosts"] = body["total"]
-        rep["failed"] = sum(r["status"] != 200 for r in body["hosts"])
-        rep["stragglers"] = [r["host"] for r in body["hosts"] if r.get("straggler")]
-        rep["straggler_causes"] = sorted({r.get("straggler_cause") for r in body["hosts"]
-                                          if r.get("straggler")})
+        pod_report(rep, body)
+    elif what == "host-dask":
+        # one host as a task on a one-worker LocalCluster (memory limit TB_PERFDIAG_MEMORY_MB):
+        # what a cluster's worker spends on a host of this size, and its peak memory
+        import shutil
+        import tempfile
+        from tb_perfdiag.analysis import Options
+        from tb_perfdiag.pod import Engine, diagnose_pod
+        run = tempfile.mkdtemp(prefix="bench_host_")
+        folder = os.path.join(run, "one", "plugins", "profile", "r")
+        os.makedirs(folder)
+        try:                                         # a hard link: no copy of a large file
+            os.link(os.path.abspath(path), os.path.join(folder, "h0.xplane.pb"))
+        except OSError:
+            shutil.copy(path, os.path.join(folder, "h0.xplane.pb"))
+        engine = Engine("")
+        try:
+            engine.client()                          # start-up not timed here
+            c, t = cpu(), clock()
+            (body,) = diagnose_pod(run, Options(), results=os.path.join(run, "store"),
+                                   engine=engine).values()
+            rep["seconds"] = clock() - t
+        finally:
+            engine.close()
+            shutil.rmtree(run, ignore_errors=True)
+        kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+        rep["cpu_seconds"] = cpu() - c + kids.ru_utime + kids.ru_stime
+        rep["peak_mb"] = peak_mb()
+        rep["worker_peak_mb"] = kids.ru_maxrss / 1024
+        rep["bytes"] = os.path.getsize(path)
+        rep["row_status"] = body["hosts"][0]["status"]
+        rep["row_error"] = body["hosts"][0].get("error")
     elif what == "gunzip":
         rep["import_mb"] = peak_mb()
         t, c = clock(), cpu()
@@ -199,6 +259,12 @@ def main():
     else:
         raise SystemExit(f"unknown WHAT {what!r}")
     print(json.dumps(rep))
+
+
+def pod_report(rep, body):
+    rep["failed"] = sum(r["status"] != 200 for r in body["hosts"])
+    rep["stragglers"] = [x["host"] for x in body["stragglers"]]
+    rep["straggler_causes"] = sorted({x["cause"] for x in body["stragglers"]})
 
 
 def native_probe():

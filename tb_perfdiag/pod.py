@@ -23,6 +23,7 @@ import logging
 import os
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from .analysis import Options, analyse
 from .cache import DiagnosisCache, ResultStore, code_fingerprint, decode_row, encode_row, \
@@ -31,7 +32,7 @@ from .codec import Failure, decode, encode
 from .errors import TraceError
 from .progress import NULL
 from .render.pod import error_row, pod_summary
-from .storage import file_identity
+from .storage import file_identity, is_remote
 from .trace import load
 
 logger = logging.getLogger(__name__)
@@ -39,6 +40,7 @@ logger = logging.getLogger(__name__)
 SCHEDULER_ENV = "TB_PERFDIAG_DASK_SCHEDULER"
 MIN_WORKER_MB = 1024.0       # a worker below this could not hold its own imports and a host
 KEY_PREFIX = "perfdiag-host-"
+IDENTITY_THREADS = 32        # metadata requests in flight for an object store's files
 
 __all__ = ["Engine", "Failure", "PodJob", "analyse_file", "analyse_host", "cluster_size",
            "diagnose_pod"]
@@ -300,21 +302,35 @@ class PodJob:
             if self.cache.store is not None and self.analysed:
                 self.cache.store.trim()
 
+    def _identity(self, s):
+        try:
+            return file_identity(s.path)
+        except (TraceError, OSError) as e:
+            return e
+
     def _work(self):
         keys = {}
-        for s in self.sources:                      # identities: stat + 128 KiB, or a HEAD
+        fit = []
+        for s in self.sources:
             if s.size > self.max_file_bytes:
                 self._set(s, error_row(s.host, s.span, 413,
                                        f"{s.size / 1e6:.0f} MB, over the "
                                        f"{self.max_file_bytes / 1e6:.0f} MB file budget "
                                        "(TB_PERFDIAG_MAX_FILE_MB)"))
-                continue
-            try:
-                keys[s.host] = (file_identity(s.path), self.options.key())
-            except TraceError as e:
-                self._set(s, error_row(s.host, s.span, 422, e.reason))
-            except OSError:
+            else:
+                fit.append(s)
+        # identities: a stat and 128 KiB a local file, a metadata request an object
+        # (those in parallel: a thousand one after the other would be a minute)
+        remote = any(is_remote(s.path) for s in fit)
+        with ThreadPoolExecutor(IDENTITY_THREADS if remote else 1) as pool:
+            idents = list(pool.map(self._identity, fit))
+        for s, ident in zip(fit, idents):
+            if isinstance(ident, TraceError):
+                self._set(s, error_row(s.host, s.span, 422, ident.reason))
+            elif isinstance(ident, OSError):
                 self._set(s, error_row(s.host, s.span, 404, "file disappeared; reload"))
+            else:
+                keys[s.host] = (ident, self.options.key())
         known = self.cache.rows(keys.values())
         todo = []
         for s in self.sources:
