@@ -40,7 +40,8 @@ logger = logging.getLogger(__name__)
 SCHEDULER_ENV = "TB_PERFDIAG_DASK_SCHEDULER"
 MIN_WORKER_MB = 1024.0       # a worker below this could not hold its own imports and a host
 KEY_PREFIX = "perfdiag-host-"
-IDENTITY_THREADS = 32        # metadata requests in flight for an object store's files
+IDENTITY_THREADS = 32
+TRIM_ABOVE = 0.5             # of a worker's memory limit: hand freed memory back past it        # metadata requests in flight for an object store's files
 
 __all__ = ["Engine", "Failure", "PodJob", "analyse_file", "analyse_host", "cluster_size",
            "diagnose_pod"]
@@ -76,8 +77,17 @@ _LIBC = []
 
 
 def _give_memory_back() -> None:
-    """Returns the memory an analysis freed to the OS (glibc's ``malloc_trim``), so the
-    worker's resident size — what Dask's memory limit watches — drops between hosts."""
+    """Returns the memory an analysis freed to the OS (glibc's ``malloc_trim``) once the
+    worker holds over half its memory limit, so its resident size — what Dask's limit
+    watches — drops between large hosts (small ones keep their pages: no faults again)."""
+    try:
+        from distributed import get_worker
+        import psutil
+        limit = get_worker().memory_manager.memory_limit
+        if not limit or psutil.Process().memory_info().rss < TRIM_ABOVE * limit:
+            return
+    except (ImportError, ValueError, AttributeError):
+        pass          # not in a worker (a test calling the task): trim
     if not _LIBC:
         try:
             import ctypes
