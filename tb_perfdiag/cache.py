@@ -193,6 +193,9 @@ class _Folder:
                         if now - st.st_mtime > STALE_TMP_S:
                             self.delete(e.name)
                         continue
+                    if e.name.endswith(".pkl.gz"):   # the old disk cache's pickles:
+                        self.delete(e.name)          # never read, so never kept
+                        continue
                     if e.name.endswith(KINDS):
                         out.append((e.name, st.st_size, st.st_mtime))
         except OSError:

@@ -315,7 +315,8 @@ class PodJob:
         self.started = time.monotonic()
         self.elapsed = None
         self.cancelled = False
-        self._digests: list = []
+        self._held: set = set()          # digests whose task this job still holds
+        self._held_lock = threading.Lock()
         self._done = threading.Event()
         self.known = threading.Event()  # set once the stored rows are in (or all are)
         self._version = 0
@@ -401,7 +402,8 @@ class PodJob:
             fut = self.engine.submit(d, s.path, self.options, d, fp,
                                      store.location if reach else None,
                                      store.max_bytes if store is not None else 0)
-            self._digests.append(d)
+            with self._held_lock:
+                self._held.add(d)
             futures.setdefault(fut.key, []).append((s, d, fut))
         for fut in as_completed([v[0][2] for v in futures.values()], loop=client.loop):
             for s, d, _ in futures.pop(fut.key, ()):
@@ -415,11 +417,11 @@ class PodJob:
         try:
             res = fut.result()
         except KilledWorker as e:
-            self.engine.release(digest)
+            self._release(digest)
             self._set(src, self._killed_row(e))
             return
         except Exception as e:  # noqa: BLE001 - this host's failure is this host's row
-            self.engine.release(digest)
+            self._release(digest)
             name = type(e).__name__
             msg = str(e) or name
             self._set(src, {"status": 500, "error": f"{name}: {msg}"[:500]})
@@ -428,7 +430,7 @@ class PodJob:
         if res.get("blob") is not None:
             self.cache.save_blob(key, res["blob"], row)
         # released once stored: until then a request for this host waits for the task
-        self.engine.release(digest)
+        self._release(digest)
         if res.get("analysed"):
             self.analysed += 1
         else:
@@ -459,12 +461,22 @@ class PodJob:
     def wait(self, timeout: float | None = None) -> bool:
         return self._done.wait(timeout)
 
+    def _release(self, digest: str, cancel: bool = False) -> None:
+        """Gives up this job's claim on a task, once."""
+        with self._held_lock:
+            if digest not in self._held:
+                return
+            self._held.discard(digest)
+        self.engine.release(digest, cancel)
+
     def cancel(self) -> None:
         """Stops waiting and gives up this job's claim on its tasks (those no other job
         or client wants are cancelled)."""
         self.cancelled = True
-        for d in self._digests:
-            self.engine.release(d, cancel=True)
+        with self._held_lock:
+            held = list(self._held)
+        for d in held:
+            self._release(d, cancel=True)
 
     def snapshot(self, sort: str = "straggler", descending: bool | None = None,
                  offset: int = 0, limit: int | None = None) -> dict:

@@ -318,3 +318,18 @@ def test_fsspec_store(tmp_path):
         time.sleep(0.002)
     assert st.trim() <= 50_000 and st.evicted > 0
     assert st.get(f"{39:032d}") is not None and st.get(f"{0:032d}") is None
+
+
+def test_the_old_disk_caches_pickles_are_never_loaded_and_go(tmp_path):
+    """Entries of the former pickle cache in the same folder are not read (a pickle runs
+    code) and are deleted when the store is next listed."""
+    import pickle
+    store = tmp_path / "store"
+    store.mkdir(mode=0o700)
+    with gzip.open(store / ("a" * 32 + ".pkl.gz"), "wb") as f:
+        pickle.dump({"x": 1}, f)
+    ld, _ = _one_host_logdir(tmp_path)
+    svc = DiagnosisService(Catalog(str(ld)), DiagnosisCache(disk_dir=str(store)))
+    assert call(svc, "diagnosis", _query(svc))[0] == 200 and svc.cache.computations == 1
+    svc.cache.store.trim()
+    assert not [f for f in os.listdir(store) if f.endswith(".pkl.gz")]
