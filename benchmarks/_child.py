@@ -147,7 +147,7 @@ def main():
         pod_report(rep, body)
     elif what == "pod-dask":
         # PATH is a logdir holding one pod run: the summary as TensorBoard and the CLI make
-        # it, every host a task on a LocalCluster (TB_PERFDIAG_WORKERS / _MEMORY_MB size it)
+        # it, every host a task on a LocalCluster (TB_PERFDIAG_WORKERS / _WORKER_MEMORY_MB size it)
         # filling an empty result store; then the same summary again from the filled store
         # (a second server: no analysis).  Cluster start-up is timed (TensorBoard pays it
         # on its first summary).
@@ -177,7 +177,7 @@ def main():
         rep["hosts"] = body["total"]
         pod_report(rep, body)
     elif what == "host-dask":
-        # one host as a task on a one-worker LocalCluster (memory limit TB_PERFDIAG_MEMORY_MB):
+        # one host as a task on a one-worker LocalCluster (memory limit TB_PERFDIAG_WORKER_MEMORY_MB):
         # what a cluster's worker spends on a host of this size, and its peak memory
         import shutil
         import tempfile

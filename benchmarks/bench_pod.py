@@ -107,13 +107,13 @@ def main(argv=None):
     variants = [
         ("one process", "pod-serial", logdir, {}),
         (f"local cluster ({cores} workers)", "pod-dask", logdir,
-         {"TB_PERFDIAG_WORKERS": str(cores), "TB_PERFDIAG_MEMORY_MB": str(2048 * cores)}),
+         {"TB_PERFDIAG_WORKERS": str(cores), "TB_PERFDIAG_WORKER_MEMORY_MB": "2048"}),
     ]
     large = a.large or os.path.join(C.TMP, "synthetic_2000k.xplane.pb")
     if os.path.exists(large):
         variants.append(("one large host, 1 worker", "host-dask", large,
                          {"TB_PERFDIAG_WORKERS": "1",
-                          "TB_PERFDIAG_MEMORY_MB": str(a.large_memory_mb)}))
+                          "TB_PERFDIAG_WORKER_MEMORY_MB": str(a.large_memory_mb)}))
     for label, what, path, env in variants:
         log(f"  {label} …")
         try:

@@ -437,7 +437,7 @@ def decode_row(data: bytes):
 def row_of(value) -> dict:
     """The summary row of a stored result (host and span are the caller's)."""
     if isinstance(value, Failure):
-        return {"status": 422, "error": value.reason}
+        return {"status": value.status, "error": value.reason}
     return host_stats(value)
 
 

@@ -47,6 +47,7 @@ class Failure:
 
     file: str
     reason: str
+    status: int = 422          # 413: over the file budget
 
     def nbytes(self) -> int:
         return 100 + len(self.reason)

@@ -2,7 +2,7 @@
 
 One ``Engine`` per server (whatever the request options) holds a ``dask.distributed``
 client: of a ``LocalCluster`` it starts on first use (worker processes sized by the cores
-and ``TB_PERFDIAG_MEMORY_MB``; TLS on 127.0.0.1 with a key made for this run, so no
+and ``TB_PERFDIAG_WORKER_MEMORY_MB``; TLS on 127.0.0.1 with a key made for this run, so no
 other local user can submit work to it), or of an existing cluster by address
 (``TB_PERFDIAG_DASK_SCHEDULER=tcp://…``: Kubernetes, SLURM, a cloud service).  What a
 hand-made pool would have to get right comes from Dask: each worker's memory limit (its
@@ -29,7 +29,7 @@ from .analysis import Options, analyse
 from .cache import DiagnosisCache, ResultStore, code_fingerprint, decode_row, encode_row, \
     row_of
 from .codec import Failure, decode, encode
-from .errors import TraceError
+from .errors import TraceError, TraceTooLarge
 from .progress import NULL
 from .render.pod import error_row, pod_summary
 from .storage import file_identity, is_remote
@@ -47,16 +47,14 @@ __all__ = ["Engine", "Failure", "PodJob", "analyse_file", "analyse_host", "clust
            "diagnose_pod"]
 
 
-def analyse_file(path: str, opt, progress=NULL, keep_context=None):
-    """Typed diagnosis of one file, or its ``Failure``; in the server's process (with
-    progress; ``keep_context(ctx)`` receives the loaded trace and host timelines) or in
-    a Dask worker (which keeps the diagnosis alone)."""
+def analyse_file(path: str, opt, progress=NULL, max_bytes: int | None = None):
+    """Typed diagnosis of one file, or its ``Failure`` (a Dask task's analysis: the
+    file read through the guard within ``max_bytes``, the server's file budget)."""
     try:
-        diag, ctx = analyse(load(path, progress), opt, progress)
+        diag, _ = analyse(load(path, progress, max_bytes=max_bytes), opt, progress)
     except TraceError as e:
-        return Failure(os.path.basename(path), e.reason)
-    if keep_context is not None:
-        keep_context(ctx)
+        return Failure(os.path.basename(path), e.reason,
+                       413 if isinstance(e, TraceTooLarge) else 422)
     return diag
 
 
@@ -99,7 +97,8 @@ def _give_memory_back() -> None:
 
 
 def analyse_host(path: str, opt: Options, digest: str, fingerprint: str,
-                 store_location: str | None, store_bytes: int) -> dict:
+                 store_location: str | None, store_bytes: int,
+                 max_bytes: int | None = None) -> dict:
     """A Dask task: the row of one host, from the store when another process already
     analysed it, else analysed here and written to the store (``analysed`` says which;
     ``blob`` carries the encoded result when the store was out of reach)."""
@@ -113,7 +112,7 @@ def analyse_host(path: str, opt: Options, digest: str, fingerprint: str,
         if row is not None:
             return {"row": row, "analysed": False}
     try:
-        result = analyse_file(path, opt)
+        result = analyse_file(path, opt, max_bytes=max_bytes)
         row = decode_row(encode_row(row_of(result)))
         blob = encode(result)
         del result
@@ -133,21 +132,27 @@ def _total_memory_mb() -> float:
         return 8192.0
 
 
-def cluster_size(cpus: int | None = None, budget_mb: float | None = None,
+def cluster_size(cpus: int | None = None, worker_mb: float | None = None,
                  max_workers: int | None = None) -> tuple[int, int]:
     """(workers, memory limit of each in bytes) of the local cluster: one single-threaded
-    worker per core (the analysis holds the GIL), at most ``TB_PERFDIAG_WORKERS``, and no
-    more than ``TB_PERFDIAG_MEMORY_MB`` (default: half the machine's memory) holds at
-    ``MIN_WORKER_MB`` each; the budget is split evenly among them."""
+    worker per core (the analysis holds the GIL), at most ``TB_PERFDIAG_WORKERS``; each
+    worker's Dask memory limit is ``TB_PERFDIAG_WORKER_MEMORY_MB``, by default half the
+    machine's memory shared among them — with fewer workers when that would leave a
+    worker under ``MIN_WORKER_MB``."""
     cpus = cpus or os.cpu_count() or 1
-    if budget_mb is None:
-        env = os.environ.get("TB_PERFDIAG_MEMORY_MB")
-        budget_mb = float(env) if env else _total_memory_mb() / 2
     if max_workers is None:
         env = os.environ.get("TB_PERFDIAG_WORKERS")
         max_workers = int(env) if env else cpus
-    n = max(1, min(cpus, max_workers, int(budget_mb // MIN_WORKER_MB)))
-    return n, int(budget_mb * 1e6 / n)
+    n = max(1, min(cpus, max_workers))
+    if worker_mb is None:
+        env = os.environ.get("TB_PERFDIAG_WORKER_MEMORY_MB")
+        if env:
+            worker_mb = float(env)
+        else:
+            half = _total_memory_mb() / 2
+            n = max(1, min(n, int(half // MIN_WORKER_MB)))
+            worker_mb = half / n
+    return n, int(worker_mb * 1e6)
 
 
 class Engine:
@@ -401,7 +406,9 @@ class PodJob:
             d = self.cache.digest(keys[s.host])
             fut = self.engine.submit(d, s.path, self.options, d, fp,
                                      store.location if reach else None,
-                                     store.max_bytes if store is not None else 0)
+                                     store.max_bytes if store is not None else 0,
+                                     int(self.max_file_bytes)
+                                     if self.max_file_bytes < float("inf") else None)
             with self._held_lock:
                 self._held.add(d)
             futures.setdefault(fut.key, []).append((s, d, fut))
@@ -447,8 +454,8 @@ class PodJob:
                     "error": f"the analysis needs more memory than a worker has: it went over "
                              f"the {limit / 1e6:.0f} MB worker memory limit ({rss / 1e6:.0f} MB "
                              f"when stopped) on {tries} worker(s); give the workers more "
-                             "memory (TB_PERFDIAG_MEMORY_MB with fewer TB_PERFDIAG_WORKERS, "
-                             "or the cluster's --memory-limit)"}
+                             "memory (TB_PERFDIAG_WORKER_MEMORY_MB here, or the "
+                             "cluster's --memory-limit)"}
         return {"status": 500, "reason": "worker_died",
                 "error": f"the worker analysing this host died {tries} time(s) without an "
                          "answer; the Dask worker logs say why"}

@@ -30,7 +30,7 @@ from .analysis.timeline import lanes
 from .budget import MB, Budget, Store, measure
 from .cache import DiagnosisCache
 from .discovery import Catalog
-from .errors import FileGone, NotFound, TraceError, trace_error
+from .errors import FileGone, NotFound, TraceError, TraceTooLarge, trace_error
 from .codec import Failure
 from .pod import Engine, PodJob, decode_result
 from .progress import NULL, Progress
@@ -287,8 +287,9 @@ class DiagnosisService:
                         del self._progress[key]
         self._wait_for_pod_task(key)
         result = self.cache.get_or_compute(key, compute)
-        if isinstance(result, Failure):
-            raise TraceError(result.file, result.reason)
+        if isinstance(result, Failure):     # a pod task's verdict, kept in the store
+            raise (TraceTooLarge if result.status == 413 else TraceError)(result.file,
+                                                                          result.reason)
         return result
 
     def _wait_for_pod_task(self, key) -> None:
@@ -328,7 +329,7 @@ class DiagnosisService:
             job = self._pods.pop(key, None)
             if job is None:
                 job = PodJob(run.name, sources, opt, self.cache, self.engine,
-                             self.max_file_mb * 1e6)
+                             self.max_file_bytes)
             self._pods[key] = job                # most recent last
             while len(self._pods) > MAX_POD_JOBS:
                 self._pods.pop(next(iter(self._pods))).cancel()

@@ -457,7 +457,7 @@ def test_dark_mode_follows_tensorboard(page, tb_demo, artifacts_dir):
 def test_pod_opens_on_the_host_summary_and_drills_into_a_straggler(page, pod_logdir, artifacts_dir):
     from conftest import TensorBoard
     logdir, truth = pod_logdir
-    tb = TensorBoard(logdir, extra_env={"TB_PERFDIAG_WORKERS": "2", "TB_PERFDIAG_MEMORY_MB": "2048",
+    tb = TensorBoard(logdir, extra_env={"TB_PERFDIAG_WORKERS": "2", "TB_PERFDIAG_WORKER_MEMORY_MB": "1024",
                                         "TB_PERFDIAG_DASK_SCHEDULER": ""})
     try:
         run = runs(tb)[0]["run"]

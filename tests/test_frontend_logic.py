@@ -158,6 +158,8 @@ def test_compare_runs_logic(js):
     assert rows == [["window", "step", 10, 8], ["duty", "duty", 0.5, 0.75], ["busy", "busy", 5, 6],
                     ["data_loading", "idle", 4, 1], ["short", "idle", 1, 0]]
     assert js("return m.compare_runs.deviceRows({before: null, after: {}, causes: []})") == []
+
+
 def test_pod_page_label(js):
     assert js("return [m.compare.pageLabel(0, 50, 1000), m.compare.pageLabel(950, 50, 1000),"
               " m.compare.pageLabel(100, 0, 64)]") == [

@@ -254,7 +254,7 @@ def test_no_worker_outlives_tensorboard(pod_logdir, tmp_path, how):
         shutil.copy(src / f"host{i:02d}.xplane.pb", dst)
     tb = TensorBoard(small, extra_env={"TB_PERFDIAG_CACHE_DIR": str(tmp_path / "store"),
                                        "TB_PERFDIAG_WORKERS": "2",
-                                       "TB_PERFDIAG_MEMORY_MB": "2048",
+                                       "TB_PERFDIAG_WORKER_MEMORY_MB": "1024",
                                        "TB_PERFDIAG_DASK_SCHEDULER": ""})
     try:
         status, _, body = tb.get(f"/data/plugin/perfdiag/hosts?run=pod/{src.name}&wait=1",

@@ -44,7 +44,7 @@ def test_second_server_on_the_same_s3_store_analyses_nothing(s3, pod_logdir, tmp
     env, fs = s3
     logdir, run = _small_pod(pod_logdir, tmp_path)
     env = {**env, "TB_PERFDIAG_RESULTS": "s3://perfdiag-results/team",
-           "TB_PERFDIAG_WORKERS": "2", "TB_PERFDIAG_MEMORY_MB": "2048",
+           "TB_PERFDIAG_WORKERS": "2", "TB_PERFDIAG_WORKER_MEMORY_MB": "1024",
            "TB_PERFDIAG_DASK_SCHEDULER": ""}
     first = TensorBoard(logdir, extra_env=env)
     try:

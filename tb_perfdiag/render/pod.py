@@ -10,6 +10,7 @@ import numpy as np
 from ..analysis import causes as C
 from ..analysis.result import Diagnosis
 from .json import gap_ids, ns, ns_list
+from .text import safe as safe_text
 
 SLOWER_STEP = 1.10          # straggler: typical (median) step 10 % slower than the median host…
 LOWER_DUTY = 0.05           # …or duty cycle 5 points below it
@@ -125,12 +126,6 @@ def flag_stragglers(rows: list) -> tuple:
 
 
 _DIGITS = re.compile(r"(\d+)")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-
-
-def safe_text(text) -> str:
-    """A name from a file as a terminal shows it: control characters escaped."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
 
 
 def natural(name: str) -> tuple:
