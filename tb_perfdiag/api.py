@@ -9,7 +9,8 @@ from .discovery import scan_logdir
 from .params import DEFAULT_GAPS_PAGE
 from .render import chrome, text
 from .render import compare as compare_render
-from .render.json import diagnosis_json
+from .analysis.timeline import annotation_spans
+from .render.json import diagnosis_json, gap_row
 from .trace import Trace, load
 
 
@@ -37,11 +38,23 @@ class Report:
     def to_text(self, label: str = "", top: int = 8) -> str:
         return text.report(label or self.diagnosis.source["path"], self.diagnosis, top)
 
-    def to_chrome_trace(self, with_events: bool = False) -> dict:
-        events = None
-        if with_events and self.context is not None:
-            events = chrome.trace_events(self.context.trace, -float("inf"), float("inf"))
-        return chrome.overlay(self.diagnosis, events)
+    def to_chrome_trace(self, with_events: bool = False, gap: str | None = None) -> dict:
+        """The diagnosis as Chrome trace JSON (Perfetto, chrome://tracing, the Profile
+        plugin's trace viewer); ``with_events`` adds the trace's own events (the longest
+        ``chrome.MAX_EVENTS``), ``gap`` (an id) those of a window around that gap."""
+        ctx = self.context
+        if gap is not None:
+            row = gap_row(self.diagnosis, gap)
+            if row < 0:
+                raise KeyError(f"no gap {gap!r}")
+            window = chrome.gap_window(self.diagnosis, row)[0]
+            if ctx is None:
+                return chrome.overlay(self.diagnosis, window)
+            return chrome.overlay(self.diagnosis, window, ctx.trace, row,
+                                  annotation_spans(ctx.trace, *window, ctx.origin))
+        if with_events and ctx is not None:
+            return chrome.overlay(self.diagnosis, None, ctx.trace)
+        return chrome.overlay(self.diagnosis)
 
 
 def diagnose(path_or_trace, **options) -> Report:

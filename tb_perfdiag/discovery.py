@@ -3,8 +3,15 @@
 Two layouts (GUIDE §2):
 - Profile plugin: ``<logdir>/<tb_run…>/plugins/profile/<run>/<host>.xplane.pb``; the
   run is named ``<run>`` when tb_run is the logdir root, else ``<tb_run>/<run>``.
-- PyTorch: any folder holding ``<worker>.<time>.pt.trace.json[.gz]``; several files of
-  one worker are several capture windows ("spans").
+- PyTorch: any folder holding ``<worker>.<time>.pt.trace.json[.gz]``, or any other
+  ``.json[.gz]`` whose top-level object has a ``traceEvents`` key near its start
+  (``rank-0.json.gz``, ``export_chrome_trace`` output; found by content, each file read
+  once); several files of one worker are several capture windows ("spans").
+
+One span rule everywhere (pod summary, host page, API): a worker is analysed on its
+latest capture unless a span is named — latest by the capture time in the file name
+(``<worker>.<time>``, seconds to nanoseconds since the epoch), else by the file's
+modification time.  Spans are shown by that capture time.
 
 Requests never name files: they name (run, host, span), which are looked up in the
 listing made here, so no request parameter can reach outside the logdir.  The listing
@@ -19,13 +26,20 @@ import re
 import stat
 import threading
 import time
+import zlib
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 
-from .storage import ListedPath, filesystem, is_remote
+from .storage import GZIP_MAGIC, ListedPath, filesystem, is_remote
 
 XPLANE_SUFFIX = ".xplane.pb"
 PT_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")
+JSON_SUFFIXES = (".json", ".json.gz")       # other Kineto names, recognised by content
 _WORKER_SPAN = re.compile(r"^(?P<worker>.+?)\.(?P<span>\d+)$")
+SPAN_RULE = ("A worker with several captures (spans) is analysed on its latest one unless "
+             "a span is chosen: latest by the capture time in the file name, else by the "
+             "file's modification time. The pod summary, the host page and the API all use "
+             "this rule.")
 
 
 @dataclass
@@ -36,6 +50,17 @@ class Source:
     format: str               # "xspace" | "kineto"
     size: int = 0
     mtime: float = 0.0
+
+    @property
+    def captured(self) -> float | None:
+        """Capture time (s since the epoch) the span's name gives, None when it gives none."""
+        return span_time(self.span)
+
+    @property
+    def order_key(self) -> tuple:
+        """What "latest" means (SPAN_RULE): the capture time in the name, else the mtime."""
+        t = self.captured
+        return (t if t is not None else self.mtime or 0.0, self.span)
 
 
 @dataclass
@@ -49,16 +74,49 @@ class Run:
 
     def to_json(self) -> dict:
         hosts = {}
-        for s in sorted(self.sources, key=lambda s: (s.host, s.span)):
+        for s in sorted(self.sources, key=lambda s: (s.host, s.order_key)):
             h = hosts.setdefault(s.host, {"name": s.host, "spans": []})
-            h["spans"].append({"name": s.span, "format": s.format, "size": s.size,
-                               "file": os.path.basename(s.path)})
+            h["spans"].append({"name": s.span, "label": span_label(s), "format": s.format,
+                               "size": s.size, "file": os.path.basename(s.path),
+                               "latest": False})
+        for h in hosts.values():          # chronological; the rule's pick is the last
+            h["spans"][-1]["latest"] = True
         return {"run": self.name, "layout": self.layout, "hosts": list(hosts.values())}
+
+
+def span_time(span: str) -> float | None:
+    """Seconds since the epoch from a span name holding a time in s, ms, µs or ns (a
+    plausible one: 2001–2286); None for other names (a pid, a counter)."""
+    if not span or not span.isdigit() or len(span) > 20:
+        return None
+    v = int(span)
+    for scale in (1e9, 1e6, 1e3, 1.0):
+        t = v / scale
+        if 1e9 <= t < 1e10:
+            return t
+    return None
+
+
+def span_label(src: Source) -> str:
+    """How a span is shown: its capture time (UTC, to the millisecond), else the name and
+    the file's modification time."""
+    t = src.captured
+    if t is not None:
+        return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+    if src.mtime:
+        when = datetime.fromtimestamp(src.mtime, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+        return f"{src.span} (written {when})" if src.span else f"written {when}"
+    return src.span
+
+
+def latest(sources) -> Source | None:
+    """The span SPAN_RULE picks among one worker's sources."""
+    return max(sources, key=lambda s: s.order_key, default=None)
 
 
 def _split_pt_name(filename: str) -> tuple[str, str]:
     base = filename
-    for suf in PT_SUFFIXES:
+    for suf in PT_SUFFIXES + (".json.gz", ".json"):
         if base.endswith(suf):
             base = base[: -len(suf)]
             break
@@ -76,6 +134,60 @@ def resolve_root(logdir: str) -> str:
     return os.path.realpath(root) if fs is None else str(logdir)
 
 
+def _candidate(fn: str) -> bool:
+    return fn.endswith(XPLANE_SUFFIX) or fn.endswith(JSON_SUFFIXES)
+
+
+SNIFF_BYTES = 256 << 10        # compressed bytes read to recognise a Kineto JSON…
+SNIFF_TEXT = 1 << 20           # …and decompressed text searched for its key
+_SNIFF_KEY = b'"traceEvents"'
+_sniffed: dict = {}            # (path, size, mtime) → bool: each file is read once
+_SNIFF_CACHE_MAX = 50_000
+_sniff_lock = threading.Lock()
+
+
+def has_trace_events(path: str, size: int = -1, mtime: float = 0.0) -> bool:
+    """Whether a ``.json[.gz]`` file is a Chrome/Kineto trace: a JSON object with a
+    ``traceEvents`` key within its first megabyte of text.  Reads at most 256 KB of the
+    file, once per (path, size, mtime); anything unreadable is not a trace."""
+    key = (path, size, mtime)
+    with _sniff_lock:
+        got = _sniffed.get(key)
+    if got is not None:
+        return got
+    got = _sniff(path)
+    with _sniff_lock:
+        if len(_sniffed) >= _SNIFF_CACHE_MAX:
+            _sniffed.clear()
+        _sniffed[key] = got
+    return got
+
+
+def _sniff(path: str) -> bool:
+    try:
+        fs, inner = filesystem(path)
+        if fs is None:
+            # never through a link swapped in since the listing, never blocking on a pipe
+            fd = os.open(inner, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) |
+                         getattr(os, "O_NONBLOCK", 0))
+            with os.fdopen(fd, "rb") as f:
+                if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                    return False
+                head = f.read(SNIFF_BYTES)
+        else:
+            with fs.open(inner, "rb") as f:
+                head = f.read(SNIFF_BYTES)
+    except (OSError, ValueError):
+        return False
+    if head[:2] == GZIP_MAGIC:
+        try:
+            head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, SNIFF_TEXT)
+        except zlib.error:
+            return False
+    text = head[:SNIFF_TEXT].lstrip(b"\xef\xbb\xbf \t\r\n")
+    return text[:1] == b"{" and _SNIFF_KEY in text
+
+
 def _walk(logdir: str):
     """Yield (relative dir parts, filename, size, mtime) for every regular file under
     logdir (a local one given resolved: ``resolve_root``).  Links, named pipes and
@@ -88,7 +200,7 @@ def _walk(logdir: str):
             rel = os.path.relpath(dirpath, root)
             parts = () if rel == "." else tuple(rel.split(os.sep))
             for fn in filenames:
-                if not (fn.endswith(XPLANE_SUFFIX) or fn.endswith(PT_SUFFIXES)):
+                if not _candidate(fn):
                     continue
                 full = os.path.join(dirpath, fn)
                 try:
@@ -109,7 +221,7 @@ def _walk(logdir: str):
         rel = p[len(root):].lstrip("/")
         parts = tuple(rel.split("/"))
         fn = parts[-1]
-        if not (fn.endswith(XPLANE_SUFFIX) or fn.endswith(PT_SUFFIXES)):
+        if not _candidate(fn):
             continue
         url = p if "://" in p else f"{proto}://{p}" if not p.startswith("/") or proto != "memory" \
             else f"memory://{p}"
@@ -136,6 +248,12 @@ def scan_logdir(logdir: str) -> dict:
             run = runs.setdefault(name, Run(name, "profile"))
             run.sources.append(Source(fn[: -len(XPLANE_SUFFIX)], "", full, "xspace", size, mtime))
         else:
+            if not fn.endswith(PT_SUFFIXES):
+                # another name: a trace only by content, and never one of the Profile
+                # plugin's folders (JAX's lossy <host>.trace.json.gz, the plugin's caches)
+                if "profile" in parts and "plugins" in parts or \
+                        not has_trace_events(full, size, mtime):
+                    continue
             name = "/".join(parts) if parts else root_name
             run = runs.setdefault(name, Run(name, "pytorch"))
             worker, span = _split_pt_name(fn)
@@ -251,10 +369,7 @@ class Catalog:
         if r is None:
             return None
         matches = [s for s in r.sources if s.host == host and (span is None or s.span == span)]
-        if not matches:
-            return None
-        # newest span by default
-        return max(matches, key=lambda s: (s.span.isdigit() and int(s.span) or 0, s.span))
+        return latest(matches)        # SPAN_RULE when no span is named
 
     def has_profiles(self, wait_s: float = 0.5) -> bool:
         """Whether the logdir holds profiles, for TensorBoard's plugin listing: never
@@ -273,4 +388,5 @@ def runs_json(runs: dict) -> list:
     return [r.to_json() for r in runs.values()]
 
 
-__all__ = ["Catalog", "Run", "Source", "scan_logdir", "runs_json"]
+__all__ = ["Catalog", "Run", "Source", "SPAN_RULE", "has_trace_events", "latest",
+           "scan_logdir", "runs_json", "span_label", "span_time"]

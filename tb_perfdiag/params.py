@@ -73,6 +73,8 @@ PARAMS = {p.name: p for p in (
     Param("end_ns", "float", 1e18, -1e18, 1e18, doc="timeline view end, ns"),
     Param("width", "int", 1200, 16, 4000, doc="timeline canvas width, px"),
     Param("with_events", "bool", False, doc="overlay: add the trace's own events"),
+    Param("gap", "str", max_len=64, doc="overlay: the trace around this gap (its events "
+                                        "and the diagnosis of the window)"),
     Param("start_us", "float", 0.0, -1e15, 1e15, doc="overlay events from, µs"),
     Param("end_us", "float", 1e15, -1e15, 1e15, doc="overlay events to, µs"),
     Param("wait", "bool", False, doc="hosts: answer once every host is analysed"),
@@ -94,7 +96,7 @@ ROUTES = {
     "runs": Route(("refresh",)),
     "diagnosis": Route(_FILE + ("step", "gaps_offset", "gaps_limit")),
     "gap": Route(_FILE + ("id",)),
-    "overlay": Route(_FILE + ("with_events", "start_us", "end_us")),
+    "overlay": Route(_FILE + ("with_events", "start_us", "end_us", "gap")),
     "timeline": Route(_FILE + ("start_ns", "end_ns", "width"), ordered=(("start_ns", "end_ns"),)),
     "hosts": Route(("run", "threshold_us", "kernels_only", "wait", "hosts_offset",
                     "hosts_limit", "sort", "order")),

@@ -15,7 +15,7 @@ from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
 from ._version import __version__
-from .discovery import Catalog, runs_json
+from .discovery import SPAN_RULE, Catalog, runs_json
 from .errors import ApiError, NotFound, StorageError, Unavailable, as_api_error
 from .params import parse
 from .cache import DiagnosisCache
@@ -23,6 +23,7 @@ from .pod import Engine
 from .service import Body, DiagnosisService
 
 PLUGIN_NAME = "perfdiag"
+PROFILE_PLUGIN = "profile"     # tensorboard-plugin-profile: its trace viewer and tab
 logger = logging.getLogger(__name__)
 _FRONTEND_CANDIDATES = (
     os.path.join(os.path.dirname(__file__), "frontend"),                  # installed wheel
@@ -58,6 +59,9 @@ class DiagnosePlugin(base_plugin.TBPlugin):
 
     def __init__(self, context):
         self._logdir = context.logdir or ""
+        # filled by TensorBoard as it loads the plugins: which hand-offs exist
+        plugins = getattr(context, "plugin_name_to_instance", None)
+        self._plugins = plugins if plugins is not None else {}
         self._catalog = Catalog(self._logdir)
         flags = getattr(context, "flags", None)
         results = getattr(flags, "perfdiag_results", None)
@@ -127,7 +131,8 @@ class DiagnosePlugin(base_plugin.TBPlugin):
             raise
         except OSError as e:  # an unreadable remote logdir and the like
             raise Unavailable(f"cannot list the logdir: {e.strerror or e}") from None
-        return {"logdir": self._logdir, "runs": runs_json(runs)}
+        return {"logdir": self._logdir, "runs": runs_json(runs), "span_rule": SPAN_RULE,
+                "profile_plugin": PROFILE_PLUGIN in self._plugins}
 
     @wrappers.Request.application
     def _serve_version(self, request):

@@ -26,7 +26,7 @@ from ._version import __version__
 from .analysis import Options, analyse
 from .analysis.compare import compare
 from .analysis.diagnosis import gap_detail, host_context
-from .analysis.timeline import lanes
+from .analysis.timeline import annotation_spans, lanes
 from .budget import MB, Budget, Store, measure
 from .cache import DiagnosisCache
 from .discovery import Catalog
@@ -441,19 +441,22 @@ class DiagnosisService:
         if row < 0:
             raise NotFound(f"no gap {params.id!r} in this diagnosis")
         if row < diag.detail.rows.shape[0]:
-            return finish(gap_records(diag, [row])[0])
-        # host-op detail of a gap beyond the largest ones, from the loaded trace (cached)
-        src = self._source(params)
-        ident = self._identity(src)
-        key = ("detail", ident, self._options(params).key(), row)
+            rec = gap_records(diag, [row])[0]
+        else:
+            # host-op detail of a gap beyond the largest ones, from the loaded trace (cached)
+            src = self._source(params)
+            ident = self._identity(src)
+            key = ("detail", ident, self._options(params).key(), row)
 
-        def detail():
-            with self._loaded(src, ident) as loaded:
-                ctx = self._with_context(loaded, ident)
-                with self.budget.admit(RENDER_PEAK, what="gap detail"):
-                    return _Detail(gap_detail(ctx, diag, row))
-        extra = self.cache.get_or_compute(key, detail, persist=False)
-        return finish(gap_records(diag, [row], extra_detail=extra.value)[0])
+            def detail():
+                with self._loaded(src, ident) as loaded:
+                    ctx = self._with_context(loaded, ident)
+                    with self.budget.admit(RENDER_PEAK, what="gap detail"):
+                        return _Detail(gap_detail(ctx, diag, row))
+            extra = self.cache.get_or_compute(key, detail, persist=False)
+            rec = gap_records(diag, [row], extra_detail=extra.value)[0]
+        rec["viewer"] = chrome.viewer_json(diag, row)      # where the trace viewers open
+        return finish(rec)
 
     def timeline_json(self, params, finish=_same):
         """Lanes of every track in [start_ns, end_ns] for a canvas ``width`` px wide."""
@@ -472,23 +475,35 @@ class DiagnosisService:
                                     ctx.origin))
 
     def overlay_json(self, params, finish=_same):
-        """Chrome trace JSON: one track per device with a slice per gap, coloured by
-        cause, plus the step windows (and the trace's own events in [start_us, end_us])
-        — opens in the trace viewer, Perfetto and chrome://tracing."""
+        """Chrome trace JSON: the diagnosis' tracks (gaps coloured by cause, steps,
+        blocking calls) — with ``gap``, over the real events of a window around that gap
+        (devices, the host threads that matter, annotations, waited-for arrows); with
+        ``with_events``, over those of [start_us, end_us].  Opens in the Profile
+        plugin's trace viewer, Perfetto and chrome://tracing."""
         diag = self._diagnosis(params)
         est = PEAK_PER_GAP_ROW * len(diag.gaps) + RENDER_PEAK
-        if not params.with_events:
+        if params.gap is None and not params.with_events:
             with self.budget.admit(est, what="overlay"):
                 return finish(chrome.overlay(diag))
+        focus = None
+        if params.gap is not None:
+            focus = gap_row(diag, params.gap)
+            if focus < 0:
+                raise NotFound(f"no gap {params.gap!r} in this diagnosis")
+            window = chrome.gap_window(diag, focus)[0]
+        else:
+            window = (int(max(params.start_us * 1e6, -2**62)),
+                      int(min(params.end_us * 1e6, 2**62)))
         src = self._source(params)
         ident = self._identity(src)
         with self._loaded(src, ident) as loaded:
-            trace = loaded.trace
+            ctx = self._with_context(loaded, ident)
+            trace = ctx.trace
             est += 0.1 * loaded.trace_bytes + PEAK_PER_EVENT * min(chrome.MAX_EVENTS,
                                                                     trace.n_events)
             with self.budget.admit(est, what="overlay with events"):
-                events = chrome.trace_events(trace, params.start_us * 1e6, params.end_us * 1e6)
-                return finish(chrome.overlay(diag, events))
+                spans = annotation_spans(trace, window[0], window[1], ctx.origin)
+                return finish(chrome.overlay(diag, window, trace, focus, spans))
 
 
 class _Detail:
