@@ -1,13 +1,14 @@
 // The Diagnose page: selectors, summary, steps chart, gap list, gap detail, timeline.
 import { getJSON, routeUrl, TB_ROOT } from "./api.js";
 import { h } from "./dom.js";
-import { causeColor, causeLabel, formatNs, formatPct } from "./format.js";
+import { causeColor, causeLabel, cut, formatNs, formatPct, fullTitle, optionText } from "./format.js";
 import { readState, writeState, urlWindow } from "./state.js";
 import { renderStepsChart } from "./steps_chart.js";
-import { Timeline } from "./timeline.js";
+import { Timeline, poolOf } from "./timeline.js";
 import { renderAnnotations } from "./annotations.js";
 import { CompareHosts } from "./compare.js";
 import { CompareRuns, renderPicker } from "./compare_runs.js";
+import { onTensorBoardReload } from "./tb_host.js";
 
 const PAGE = 200;
 /** Runs with this many hosts or more open on the per-host summary (a pod), not on one host. */
@@ -15,6 +16,9 @@ export const POD_HOSTS = 8;
 /** The host selector's value for that summary. */
 export const ALL_HOSTS = "*";
 const PROGRESS_DELAY_MS = 300, PROGRESS_POLL_MS = 400;
+/** The run list is listed again on TensorBoard's reload (button or auto-reload) and, as a
+ *  fallback outside TensorBoard or with its auto-reload off, this often. */
+const RUNS_POLL_MS = 60000;
 
 export class App {
   constructor(root) {
@@ -24,6 +28,10 @@ export class App {
     this.diag = null;
     this.gaps = [];
     this.token = 0;
+    this.runsVersion = 0;
+    this.spanRule = "";
+    this.profilePlugin = false;
+    this.profileRuns = null;       // the Profile plugin's own run list (null: not asked yet)
   }
 
   async start() {
@@ -37,6 +45,7 @@ export class App {
       this.header, this.pickerEl, this.statusEl, this.compareEl, this.body);
     this.compare = new CompareHosts(this.compareEl, {
       params: (host) => ({ run: this.state.run, host, span: undefined }),
+      spanLabel: (host, span) => this.spanLabel(this.state.run, host, span),
       onPick: (host) => {
         // from a pod's summary the host's page takes the screen; "Compare hosts" brings the table back
         if (this.compare.pinned) this.compare.close();
@@ -53,8 +62,52 @@ export class App {
     }
     this.setStatus("");
     if (!r.ok) { this.showError(r.body); return; }
-    this.runs = r.body.runs || [];
+    this.takeRuns(r.body);
+    this.watchRuns();
     if (this.runs.length === 0) { this.showHowTo(r.body.logdir); return; }
+    await this.openFirst();
+  }
+
+  takeRuns(body) {
+    this.runs = body.runs || [];
+    this.spanRule = body.span_rule || "";
+    this.profilePlugin = !!body.profile_plugin;
+    this.profileRuns = null;
+    this.runsSig = JSON.stringify(this.runs);
+    this.runsVersion++;
+    this.root.dataset.runs = String(this.runsVersion);
+  }
+
+  /** New runs and spans show up in an open page: on TensorBoard's reload (its button and
+   *  its auto-reload) and every RUNS_POLL_MS, keeping what is selected and shown. */
+  watchRuns() {
+    if (this.watching) return;
+    this.watching = true;
+    onTensorBoardReload(() => this.refreshRuns(true));
+    const poll = () => {
+      if (document.visibilityState !== "hidden") this.refreshRuns(false);
+      this.pollTimer = setTimeout(poll, RUNS_POLL_MS);
+    };
+    this.pollTimer = setTimeout(poll, RUNS_POLL_MS);
+  }
+
+  async refreshRuns(refresh) {
+    let r;
+    try { r = await getJSON("runs", { refresh: refresh ? 1 : undefined }); } catch (e) { return; }
+    if (!r.ok) return;
+    this.root.dataset.runsChecked = String((+this.root.dataset.runsChecked || 0) + 1);
+    if (JSON.stringify(r.body.runs || []) === this.runsSig) return;
+    const wasEmpty = this.runs.length === 0;
+    this.takeRuns(r.body);
+    if (!this.runs.length) return;
+    if (wasEmpty) { await this.openFirst(); return; }
+    const shown = this.runs.some((x) => x.run === this.state.run);
+    this.buildSelectors();      // the same selection, with the new runs/spans listed
+    if (!shown) { await this.show(); return; }
+    if (this.diag) this.renderDeviceSelect();
+  }
+
+  async openFirst() {
     const deepLinked = !!this.state.run && this.runs.some((x) => x.run === this.state.run);
     this.buildSelectors();
     if (deepLinked) { await this.show(); return; }
@@ -69,6 +122,18 @@ export class App {
     }
   }
 
+  /** The span the server analyses when none is named (discovery's span rule): the latest. */
+  static defaultSpan(host) {
+    return host.spans.find((x) => x.latest) || host.spans[host.spans.length - 1];
+  }
+
+  spanLabel(runName, hostName, spanName) {
+    const run = this.runs.find((x) => x.run === runName);
+    const host = run && run.hosts.find((x) => x.name === hostName);
+    const span = host && host.spans.find((x) => x.name === spanName);
+    return span ? span.label || span.name : spanName || "";
+  }
+
   // ---------- selectors ----------
   buildSelectors() {
     const s = this.state;
@@ -78,11 +143,11 @@ export class App {
     const pod = multi && (s.host === ALL_HOSTS || (!s.host && run.hosts.length >= POD_HOSTS));
     const host = pod ? null : run.hosts.find((x) => x.name === s.host) || run.hosts[0];
     s.host = pod ? ALL_HOSTS : host ? host.name : "";
-    const span = host && (host.spans.find((x) => x.name === s.span) || host.spans[0]);
+    const span = host && (host.spans.find((x) => x.name === s.span) || App.defaultSpan(host));
     s.span = span ? span.name : "";
     const sel = (id, label, options, value, onchange) => {
       const el = h("select", { id, "aria-label": label, onchange: (e) => onchange(e.target.value) },
-        options.map(([v, t]) => h("option", { value: v, selected: v === value }, t)));
+        options.map(([v, t]) => h("option", { value: v, selected: v === value, title: fullTitle(t, 120) }, optionText(t))));
       el.value = value;
       return h("label", { class: "pd-field" }, label + " ", el);
     };
@@ -96,8 +161,16 @@ export class App {
       this.state = { run: s.run, host: v, ...(v === ALL_HOSTS ? {} : this.baseOf()) }; this.buildSelectors(); this.show();
     }));
     if (host && host.spans.length > 1) {
-      this.header.append(sel("pd-span", "Span", host.spans.map((x) => [x.name, `${x.name} (${x.file})`]),
-        s.span, (v) => { this.state = { run: s.run, host: s.host, span: v, ...this.baseOf() }; this.show(); }));
+      this.header.append(sel("pd-span", "Span", host.spans.map((x) => [x.name,
+        `${x.label || x.name}${x.latest ? " (latest)" : ""}`]),
+      s.span, (v) => { this.state = { run: s.run, host: s.host, span: v, ...this.baseOf() }; this.buildSelectors(); this.show(); }));
+    }
+    if (host && span && span.name) {
+      const which = host.spans.length > 1 ? (span.latest ? `latest of ${host.spans.length} captures` :
+        `capture ${host.spans.indexOf(span) + 1} of ${host.spans.length}; the latest is the default`) : "captured";
+      this.header.append(h("span", { class: "pd-span-note pd-muted pd-small", id: "pd-span-note", title: this.spanRule },
+        host.spans.length > 1 ? `${which}` : `captured ${span.label || span.name}`, " ",
+        h("abbr", { class: "pd-help", title: this.spanRule }, "?")));
     }
     if (!pod) {
       this.header.append(h("button", { class: "pd-button", id: "pd-compare-with", "aria-expanded": String(!!this.pickerEl.firstChild),
@@ -254,7 +327,12 @@ export class App {
     const code = (t) => h("pre", { class: "pd-code" }, t);
     this.body.append(h("div", { class: "pd-howto" },
       h("h2", {}, "No profiles found" + (logdir ? ` in ${logdir}` : "")),
-      h("p", {}, "Capture a profile into the logdir, then reload. Diagnose reads PyTorch (Kineto) traces and XLA/JAX XPlane profiles."),
+      h("p", {}, "Capture a profile into the logdir; it appears here on TensorBoard's reload. Diagnose reads PyTorch (Kineto) traces and XLA/JAX XPlane profiles."),
+      h("p", { class: "pd-muted pd-small" }, "What is read: ", h("code", {}, "<run>/plugins/profile/<session>/<host>.xplane.pb"),
+        " (XSpace), and any ", h("code", {}, ".json"), " or ", h("code", {}, ".json.gz"),
+        " whose top-level object has a ", h("code", {}, "traceEvents"), " key near its start — ",
+        h("code", {}, "*.pt.trace.json.gz"), " from tensorboard_trace_handler, ", h("code", {}, "rank-0.json.gz"),
+        ", the output of ", h("code", {}, "prof.export_chrome_trace(path)"), ". Other JSON files are skipped."),
       h("h3", {}, "PyTorch"),
       code(`import torch.profiler as tp\nwith tp.profile(schedule=tp.schedule(wait=1, warmup=1, active=3),\n                on_trace_ready=tp.tensorboard_trace_handler("LOGDIR/run1")) as prof:\n    for batch in loader:\n        train_step(batch)\n        prof.step()`),
       h("h3", {}, "PyTorch/XLA"),
@@ -294,9 +372,8 @@ export class App {
     return true;
   }
 
-  renderAll() {
+  renderDeviceSelect() {
     const d = this.diag;
-    this.body.textContent = "";
     this.deviceSlot.textContent = "";
     if (d.devices.length > 1) {
       const el = h("select", { id: "pd-device", "aria-label": "Device", onchange: (e) => {
@@ -305,6 +382,17 @@ export class App {
       el.value = this.state.device;
       this.deviceSlot.append(h("label", { class: "pd-field" }, "Device ", el));
     }
+  }
+
+  /** Whether any device of the diagnosis ran anything (a CPU-only trace has none). */
+  hasDeviceActivity() {
+    return (this.diag.devices || []).some((x) => x.ops > 0);
+  }
+
+  renderAll() {
+    const d = this.diag;
+    this.body.textContent = "";
+    this.renderDeviceSelect();
     this.summaryEl = h("section", { class: "pd-card pd-summary", "aria-label": "Summary" });
     this.stepsEl = h("div", { id: "pd-steps", class: "pd-steps" });
     this.timelineEl = h("div", { id: "pd-timeline", class: "pd-timeline" });
@@ -325,11 +413,11 @@ export class App {
       h("section", { class: "pd-card" },
         h("h2", {}, "Timeline ", h("span", { class: "pd-muted pd-small" }, "(wheel or +/−: zoom, drag or ←/→: pan, 0 or double-click: reset, click a gap to select it)")),
         this.timelineEl),
-      h("section", { class: "pd-card", "aria-label": "Annotations" },
+      h("section", { class: "pd-card", "aria-label": "Annotations", hidden: !this.hasDeviceActivity() },
         h("h2", {}, "Device time by annotation", h("span", { class: "pd-muted pd-small" },
           this.state.step ? ` (step ${this.state.step}; whole trace in brackets)` : " (whole trace; select a step to see it alone)")),
         this.annEl),
-      h("div", { class: "pd-columns" },
+      h("div", { class: "pd-columns", hidden: !this.hasDeviceActivity() },
         h("section", { class: "pd-card pd-gaps-card" },
           h("div", { class: "pd-row" }, this.gapsTitle,
             h("a", { class: "pd-link", id: "pd-export", href: overlayHref,
@@ -362,7 +450,7 @@ export class App {
   }
 
   legend() {
-    const causes = ["busy", ...Object.keys(this.device().idle_by_cause_ns || {}), "other_idle"];
+    const causes = this.hasDeviceActivity() ? ["busy", ...Object.keys(this.device().idle_by_cause_ns || {}), "other_idle"] : ["host_step"];
     return h("div", { class: "pd-legend" }, causes.map((c) =>
       h("span", { class: "pd-legend-item" }, h("span", { class: "chip", style: { background: causeColor(c) } }), causeLabel(c))));
   }
@@ -376,7 +464,14 @@ export class App {
     const dutyDef = (d.definitions || {}).duty_cycle || "";
     const steps = d.steps || [];
     const avg = steps.length ? steps.reduce((a, s) => a + (s.end_ns - s.start_ns), 0) / steps.length : null;
-    const devRows = d.devices.map((x) => h("div", { class: "pd-stat", title: dutyDef },
+    if (!this.hasDeviceActivity()) {
+      el.append(h("div", { class: "pd-no-device", id: "pd-no-device", role: "note" },
+        h("b", {}, "No device activity in this trace."),
+        ` It holds host work only (${(d.devices || []).length ? "the device was not profiled" : "a CPU-only run, or the device was not profiled"}), so there is no duty cycle and no idle gap to explain. `,
+        "The host timeline below shows what each thread did; to diagnose the accelerator, profile with its activity on (",
+        h("code", {}, "ProfilerActivity.CUDA"), " in PyTorch; a TPU/GPU backend for XLA)."));
+    }
+    const devRows = d.devices.filter((x) => x.ops > 0).map((x) => h("div", { class: "pd-stat", title: dutyDef },
       h("span", { class: "pd-stat-value pd-duty" }, formatPct(x.duty_cycle)),
       h("span", { class: "pd-stat-label" }, `${x.name} duty cycle (whole trace) `, h("abbr", { title: dutyDef, class: "pd-help" }, "?"))));
     const idle = Object.entries(this.device().idle_by_cause_ns || {}).sort((a, b) => b[1] - a[1]);
@@ -388,10 +483,10 @@ export class App {
       h("h3", {}, "Idle time by cause ", h("abbr", { title: (d.definitions || {}).causes || "", class: "pd-help" }, "?")),
       h("ul", { class: "pd-idle" }, idle.length ? idle.map(([c, ns]) => h("li", {},
         h("span", { class: "chip", style: { background: causeColor(c) } }), `${causeLabel(c)}: `, h("b", {}, formatNs(ns)))) :
-        h("li", { class: "pd-muted" }, "No idle gaps above the threshold.")),
+        h("li", { class: "pd-muted" }, this.hasDeviceActivity() ? "No idle gaps above the threshold." : "None: no device activity.")),
       h("h3", {}, "Top findings"),
       h("ol", { class: "pd-findings" }, findings.filter((f) => f.top !== false).slice(0, 6).map((f) => h("li", { class: "pd-finding" },
-        h("div", {}, h("b", {}, f.title), " ", h("span", { class: "pd-badge" }, `≈ ${formatNs(f.time_lost_ns_per_step)} lost per step`),
+        h("div", {}, h("b", { title: fullTitle(f.title, 300) }, cut(f.title, 300)), " ", h("span", { class: "pd-badge" }, `≈ ${formatNs(f.time_lost_ns_per_step)} lost per step`),
           f.confidence ? h("span", { class: "pd-muted pd-small" }, ` · ${f.confidence} confidence`) : null),
         h("div", { class: "pd-small" }, f.detail),
         f.fix ? h("div", { class: "pd-fix" }, h("b", {}, "Fix: "), f.fix) : null,
@@ -399,15 +494,16 @@ export class App {
           f.evidence.gaps.slice(0, 5).map((id) => h("a", { href: "#", class: "pd-gap-link",
             onclick: (ev) => { ev.preventDefault(); this.selectGap(id); } }, id + " "))) : null,
         (f.chain || []).length ? h("details", { class: "pd-small" }, h("summary", {}, "Call chain"),
-          f.chain.join(" › ")) : null))),
+          cut(f.chain.join(" › "), 2000)) : null))),
       h("div", { class: "pd-small pd-muted" }, findings.some((f) => f.top === false) ?
         `${findings.filter((f) => f.top === false).length} more finding(s) under 1 % of a step not shown.` : ""));
-    if ((d.warnings || []).length) el.append(h("ul", { class: "pd-warnings" }, d.warnings.map((w) => h("li", {}, String(w)))));
+    const warnings = (d.warnings || []).filter((w) => this.hasDeviceActivity() || !String(w).startsWith("no device activity"));
+    if (warnings.length) el.append(h("ul", { class: "pd-warnings" }, warnings.map((w) => h("li", {}, cut(w, 500)))));
   }
 
   renderSteps() {
     renderStepsChart(this.stepsEl, this.diag, {
-      deviceKey: this.device().id ?? 0, selectedStep: this.state.step,
+      deviceKey: this.device().id ?? 0, selectedStep: this.state.step, hostOnly: !this.hasDeviceActivity(),
       onSelect: (id) => {
         this.state.step = id === null ? "" : String(id);
         this.state.gap = ""; this.state.zoom = "";
@@ -430,10 +526,10 @@ export class App {
     }
     if (!gaps.length) this.listEl.append(h("p", { class: "pd-muted" }, "No gaps above the threshold here."));
     for (const g of gaps) {
-      const chain = g.waited_for ? g.waited_for.chain.join(" › ") : "";
+      const chain = g.waited_for ? cut(g.waited_for.chain.join(" › "), 400) : "";
       this.listEl.append(h("button", {
         class: "gap-row" + (g.id === s.gap ? " selected" : ""), "data-gap": g.id, role: "listitem",
-        title: g.evidence, onclick: () => this.selectGap(g.id),
+        title: cut(g.evidence, 2000), onclick: () => this.selectGap(g.id),
       },
       h("span", { class: "chip", style: { background: causeColor(g.cause) } }),
       h("span", { class: "gap-dur" }, formatNs(g.duration_ns)),
@@ -457,9 +553,15 @@ export class App {
       const sd = (step.devices || {})[String(dev.id)] || step;
       return { start: Math.min(step.start_ns, sd.start_ns), end: Math.max(step.end_ns, sd.end_ns) };
     }
-    const devs = this.diag.devices || [];
-    if (!devs.length) return { start: dev.start_ns ?? 0, end: dev.end_ns ?? 1 };
-    return { start: Math.min(...devs.map((x) => x.start_ns ?? 0)), end: Math.max(...devs.map((x) => x.end_ns ?? 1)) };
+    const devs = (this.diag.devices || []).filter((x) => x.ops > 0 && x.start_ns !== null && x.end_ns !== null);
+    if (!devs.length) {       // host work only: the whole trace
+      const span = (this.diag.source || {}).span_ns;
+      if (span && span[1] > span[0]) return { start: span[0], end: span[1] };
+      const steps = this.diag.steps || [];
+      if (steps.length) return { start: steps[0].start_ns, end: steps[steps.length - 1].end_ns };
+      return { start: 0, end: 1000 };
+    }
+    return { start: Math.min(...devs.map((x) => x.start_ns)), end: Math.max(...devs.map((x) => x.end_ns)) };
   }
 
   renderTimeline() {
@@ -510,12 +612,29 @@ export class App {
     }
   }
 
+  /** The overlay around gap `g` (diagnosis tracks over the real events of its window). */
+  overlayUrl(g) {
+    return routeUrl("overlay", this.params({ gap: g.id }));
+  }
+
+  /** The Profile plugin's trace viewer on our overlay of gap `g`, opened at the gap. */
   traceViewerUrl(g) {
-    const overlay = routeUrl("overlay", this.params());
-    const pad = Math.max(g.duration_ns * 0.2, 10000);
+    const overlay = this.overlayUrl(g);
+    const v = (g.viewer || {}).view_ms || [(g.start_ns - 10000) / 1e6, (g.end_ns + 10000) / 1e6];
     const u = new URL("data/plugin/profile/trace_viewer_index.html", TB_ROOT);
     u.search = `is_streaming=false&is_oss=true&trace_data_url=${encodeURIComponent(overlay.pathname + overlay.search)}` +
-      `&view_start=${((g.start_ns - pad) / 1e6).toFixed(3)}&view_end=${((g.end_ns + pad) / 1e6).toFixed(3)}`;
+      `&view_start=${v[0].toFixed(6)}&view_end=${v[1].toFixed(6)}`;
+    return u.href;
+  }
+
+  /** The Profile plugin's own (streaming) trace viewer of this XSpace session, at gap `g`. */
+  profileViewerUrl(g) {
+    const data = new URL("data/plugin/profile/data", TB_ROOT);
+    data.search = `run=${encodeURIComponent(this.state.run)}&tag=${encodeURIComponent("trace_viewer@")}&host=${encodeURIComponent(this.state.host)}`;
+    const v = g.viewer.profile_view_ms;
+    const u = new URL("data/plugin/profile/trace_viewer_index.html", TB_ROOT);
+    u.search = `is_streaming=true&is_oss=true&trace_data_url=${encodeURIComponent(data.pathname + data.search)}` +
+      `&view_start=${v[0].toFixed(6)}&view_end=${v[1].toFixed(6)}`;
     return u.href;
   }
 
@@ -524,6 +643,51 @@ export class App {
     u.search = `run=${encodeURIComponent(this.state.run)}&tag=trace_viewer@&host=${encodeURIComponent(this.state.host)}`;
     u.hash = "profile";
     return u.href;
+  }
+
+  /** Whether the Profile plugin is loaded and shows this run itself (an XSpace session it
+   *  lists under the same name); asked once per run list. It never lists PyTorch runs and
+   *  would fall back to another run, so those get no Profile-tab hand-off. */
+  async profileShowsRun() {
+    const run = this.runs.find((x) => x.run === this.state.run);
+    if (!this.profilePlugin || !run || run.layout !== "profile") return false;
+    if (this.profileRuns === null) {
+      this.profileRuns = (async () => {
+        try {
+          const res = await fetch(new URL("data/plugin/profile/runs", TB_ROOT));
+          const body = res.ok ? await res.json() : [];
+          return new Set(Array.isArray(body) ? body.map(String) : []);
+        } catch (e) { return new Set(); }
+      })();
+    }
+    return (await this.profileRuns).has(this.state.run);
+  }
+
+  /** The hand-offs of a gap: the trace viewer on the overlay (or a download of it when the
+   *  Profile plugin is not installed), and for an XSpace session the Profile plugin's own. */
+  renderActions(g) {
+    const el = h("div", { class: "pd-actions", id: "pd-actions" });
+    if (this.profilePlugin) {
+      el.append(h("a", { class: "pd-button", id: "pd-open-trace", href: this.traceViewerUrl(g), target: "_blank", rel: "noopener",
+        title: "The trace viewer on this gap: the real events around it with the diagnosis overlaid (gaps by cause, steps, syncs, the waited-for launch → device op arrow)" },
+      "Open in trace viewer"));
+    }
+    el.append(h("a", { class: this.profilePlugin ? "pd-link" : "pd-button", id: "pd-download-trace", href: this.overlayUrl(g).href,
+      download: `perfdiag-gap-${g.id}.json`, title: "Chrome trace JSON of the same window: opens in Perfetto (ui.perfetto.dev) and chrome://tracing" },
+    this.profilePlugin ? "Download (Perfetto)" : "Download trace around the gap (Perfetto, chrome://tracing)"));
+    const slot = h("span", { class: "pd-profile-slot" });
+    el.append(slot);
+    const token = this.token, id = g.id;
+    this.profileShowsRun().then((ok) => {
+      if (!ok || token !== this.token || this.state.gap !== id || !g.viewer || !g.viewer.profile_view_ms) return;
+      slot.append(
+        h("a", { class: "pd-button", id: "pd-open-profile-viewer", href: this.profileViewerUrl(g), target: "_blank", rel: "noopener",
+          title: "The Profile plugin's own trace viewer of this session, at the gap's time range (no overlay)" }, "Open session at the gap"),
+        h("button", { class: "pd-button", id: "pd-open-profile", title: "The Profile tab on this run and host", onclick: () => {
+          urlWindow().location.href = this.profileTabUrl();
+        } }, "Open in Profile tab"));
+    });
+    return el;
   }
 
   /** The gap split into what would close it: one stacked bar and one line per share. */
@@ -542,18 +706,54 @@ export class App {
         h("span", { class: "chip", style: { background: causeColor(c) } }),
         `${formatNs(v)} ${causeLabel(c).toLowerCase()}`,
         c === g.cause && g.culprit ? h("span", { class: "pd-muted pd-small" },
-          ` · ${g.culprit.chain.slice(-3).join(" › ")}`) : null,
+          ` · ${cut(g.culprit.chain.slice(-3).join(" › "), 300)}`) : null,
         c === "host_sync" && g.blocking ? h("span", { class: "pd-muted pd-small" },
-          ` · exposed by ${g.blocking.name} on ${g.blocking.thread}`) : null))),
+          ` · exposed by ${cut(g.blocking.name, 200)} on ${cut(g.blocking.thread, 120)}`) : null))),
       tl.idle_type ? h("div", { class: "pd-small pd-muted" },
         `TraceLens terms: ${axes[tl.idle_type] || tl.idle_type}; the CPU was in ${causeLabel(tl.cpu).toLowerCase()}.`,
-        g.followed_thread ? ` Idle time of the issuing thread followed to ${g.followed_thread}.` : "") : null);
+        g.followed_thread ? ` Idle time of the issuing thread followed to ${cut(g.followed_thread, 120)}.` : "") : null);
+  }
+
+  /** Host ops during a gap, by thread: the issuing thread and the one its idle time was
+   *  followed to open first, then the busiest; the rest folded by thread pool. */
+  renderHostOps(g, byThread, maxSelf) {
+    const OPEN_THREADS = 3, OPS_SHOWN = 6;
+    const top = (ops) => Math.max(0, ...ops.map((o) => o.self_ns || 0));
+    const order = [...byThread.keys()].sort((a, b) =>
+      (b === g.analysed_thread) - (a === g.analysed_thread) || (b === g.followed_thread) - (a === g.followed_thread) ||
+      top(byThread.get(b)) - top(byThread.get(a)));
+    const opRow = (o) => h("div", { class: "pd-hostop", title: cut(o.chain.join(" › "), 2000) },
+      h("div", { class: "pd-hostop-bar", style: { width: `${Math.max(1, 100 * (o.self_ns || 0) / maxSelf)}%` } }),
+      h("div", { class: "pd-hostop-text" }, h("b", {}, cut(o.name, 200)), ` self ${formatNs(o.self_ns)} of ${formatNs(o.duration_ns)}`,
+        o.kind ? h("span", { class: "pd-badge" }, o.kind) : null),
+      h("div", { class: "pd-small pd-muted pd-hostop-chain" }, cut(o.chain.join(" › "), 600)));
+    const thread = (name) => {
+      const ops = byThread.get(name);
+      return h("div", { class: "pd-thread", "data-thread": cut(name, 200) },
+        h("div", { class: "pd-thread-name", title: fullTitle(name, 120) }, cut(name, 120)),
+        ops.slice(0, OPS_SHOWN).map(opRow),
+        ops.length > OPS_SHOWN ? h("details", { class: "pd-more-ops" },
+          h("summary", { class: "pd-small pd-muted" }, `${ops.length - OPS_SHOWN} more op(s)`),
+          ops.slice(OPS_SHOWN).map(opRow)) : null);
+    };
+    const pools = new Map();
+    for (const name of order.slice(OPEN_THREADS)) {
+      const k = poolOf(name);
+      if (!pools.has(k)) pools.set(k, []);
+      pools.get(k).push(name);
+    }
+    return h("div", { class: "pd-hostops" }, order.slice(0, OPEN_THREADS).map(thread),
+      [...pools.entries()].map(([pool, names]) => h("details", { class: "pd-pool", "data-pool": cut(pool, 200) },
+        h("summary", { class: "pd-thread-name", title: fullTitle(pool, 100) },
+          `${cut(pool, 100)} · ${names.length} thread${names.length > 1 ? "s" : ""} `,
+          h("span", { class: "pd-muted pd-small" }, `(up to ${formatNs(Math.max(...names.map((n) => top(byThread.get(n)))))} self time)`)),
+        names.map(thread))));
   }
 
   renderDetail(g) {
     const el = this.detailEl;
-    const op = (label, o) => o ? h("div", {}, h("b", {}, label + ": "), `${o.name} (${formatNs(o.duration_ns)})`,
-      o.annotation ? h("span", { class: "pd-muted" }, ` · ${o.annotation}`) : null) : h("div", {}, h("b", {}, label + ": "), "none");
+    const op = (label, o) => o ? h("div", {}, h("b", {}, label + ": "), `${cut(o.name, 200)} (${formatNs(o.duration_ns)})`,
+      o.annotation ? h("span", { class: "pd-muted" }, ` · ${cut(o.annotation, 200)}`) : null) : h("div", {}, h("b", {}, label + ": "), "none");
     const byThread = new Map();
     for (const o of g.host_ops || []) {
       if (!byThread.has(o.thread)) byThread.set(o.thread, []);
@@ -566,29 +766,19 @@ export class App {
         h("span", { class: "chip", style: { background: causeColor(g.cause) } }),
         h("b", { class: "pd-detail-cause" }, g.cause_label || causeLabel(g.cause)),
         ` · ${formatNs(g.duration_ns)} · ${g.step === null || g.step === undefined ? "before the first step" : "step " + g.step}`),
-      h("p", { class: "pd-evidence" }, g.evidence),
+      h("p", { class: "pd-evidence" }, cut(g.evidence, 1500)),
       this.renderShares(g),
-      h("div", { class: "pd-actions" },
-        h("a", { class: "pd-button", id: "pd-open-trace", href: this.traceViewerUrl(g), target: "_blank", rel: "noopener" }, "Open in trace viewer"),
-        h("button", { class: "pd-button", id: "pd-open-profile", onclick: () => {
-          const w = urlWindow();
-          w.location.href = this.profileTabUrl();
-        } }, "Open in Profile tab")),
+      this.renderActions(g),
       h("h3", {}, "Waited for"),
-      g.waited_for ? h("div", { class: "pd-chain" }, g.waited_for.chain.join(" › "),
-        h("div", { class: "pd-muted pd-small" }, `on ${g.waited_for.thread} · ${formatNs(g.waited_for.duration_ns)} · found via ${g.waited_for.found_via}`))
+      g.waited_for ? h("div", { class: "pd-chain", title: fullTitle(g.waited_for.chain.join(" › "), 600) }, cut(g.waited_for.chain.join(" › "), 600),
+        h("div", { class: "pd-muted pd-small" }, `on ${cut(g.waited_for.thread, 120)} · ${formatNs(g.waited_for.duration_ns)} · found via ${g.waited_for.found_via}`))
         : h("p", { class: "pd-muted" }, "Nothing identified."),
-      h("h3", {}, "Host ops during the gap", g.analysed_thread ? h("span", { class: "pd-muted pd-small" }, ` (cause from thread ${g.analysed_thread})`) : null),
-      byThread.size ? h("div", { class: "pd-hostops" }, [...byThread.entries()].map(([thread, ops]) => h("div", { class: "pd-thread" },
-        h("div", { class: "pd-thread-name" }, thread),
-        ops.map((o) => h("div", { class: "pd-hostop", title: o.chain.join(" › ") },
-          h("div", { class: "pd-hostop-bar", style: { width: `${Math.max(1, 100 * (o.self_ns || 0) / maxSelf)}%` } }),
-          h("div", { class: "pd-hostop-text" }, h("b", {}, o.name), ` self ${formatNs(o.self_ns)} of ${formatNs(o.duration_ns)}`,
-            o.kind ? h("span", { class: "pd-badge" }, o.kind) : null),
-          h("div", { class: "pd-small pd-muted pd-hostop-chain" }, o.chain.join(" › "))))))) :
+      h("h3", {}, "Host ops during the gap", g.analysed_thread ? h("span", { class: "pd-muted pd-small", title: fullTitle(g.analysed_thread, 120) },
+        ` (cause from the issuing thread, ${cut(g.analysed_thread, 120)})`) : null),
+      byThread.size ? this.renderHostOps(g, byThread, maxSelf) :
         h("p", { class: "pd-muted" }, "No host ops recorded."),
       h("h3", {}, "Syncs"),
-      (g.syncs || []).length ? h("ul", { class: "pd-syncs" }, g.syncs.map((x) => h("li", {}, `${x.name} on ${x.thread}` +
+      (g.syncs || []).length ? h("ul", { class: "pd-syncs" }, g.syncs.map((x) => h("li", {}, `${cut(x.name, 200)} on ${cut(x.thread, 120)}` +
         (x.duration_ns !== undefined ? ` (${formatNs(x.duration_ns)})` : "")))) : h("p", { class: "pd-muted" }, "None."),
       h("h3", {}, "Neighbouring device ops"),
       op("Previous", g.prev_op), op("Next", g.next_op));

@@ -6,7 +6,7 @@
 // Click a row to open that host.
 import { getJSON } from "./api.js";
 import { h } from "./dom.js";
-import { causeColor, causeLabel, formatNs, formatPct } from "./format.js";
+import { causeColor, causeLabel, cut, formatNs, formatPct, fullTitle, squeeze } from "./format.js";
 
 /** One table row's numbers from a diagnosis body. */
 export function hostSummary(d) {
@@ -43,8 +43,9 @@ export function pageLabel(offset, count, total) {
 }
 
 export class CompareHosts {
-  constructor(slot, { params, onPick }) {
+  constructor(slot, { params, onPick, spanLabel }) {
     this.slot = slot; this.params = params; this.onPick = onPick;
+    this.spanLabel = spanLabel || ((host, span) => span);
     this.open = false; this.run = null; this.hosts = []; this.token = 0; this.current = "";
     this.sortBy = "straggler"; this.order = ""; this.offset = 0; this.data = null; this.error = null;
   }
@@ -121,13 +122,15 @@ export class CompareHosts {
   row(r) {
     const pick = () => this.onPick(r.host);
     const devNames = this.devNames;
-    const width = devNames.length + 6;
+    const width = devNames.length + 6 + (this.spans ? 1 : 0);
     let cells;
     if (r.status === "pending") cells = [h("td", { colspan: String(width), class: "pd-muted" }, "Analysing…")];
-    else if (r.status !== 200) cells = [h("td", { colspan: String(width), class: "pd-error-msg" }, r.error || `HTTP ${r.status}`)];
+    else if (r.status !== 200) cells = [h("td", { colspan: String(width), class: "pd-error-msg" }, squeeze(r.error || `HTTP ${r.status}`, 80, 500))];
     else {
       const devs = r.devices || [];
       cells = [
+        // the capture analysed (the span rule: each worker's latest), by its capture time
+        this.spans ? h("td", { class: "pd-capture", "data-span": r.span || "" }, this.spanLabel(r.host, r.span)) : null,
         h("td", { class: "pd-num", title: devs.map((d) => `${d.name}: ${formatPct(d.duty_cycle)}`).join("\n") }, formatPct(r.duty_cycle)),
         devNames.map((n) => { const d = devs.find((x) => x.name === n); return h("td", { class: "pd-num" }, d ? formatPct(d.duty_cycle) : "–"); }),
         h("td", { class: "pd-num", title: `average ${formatNs(r.avg_step_ns)}` }, formatNs(r.typical_step_ns),
@@ -138,14 +141,14 @@ export class CompareHosts {
         h("td", { class: "pd-causes" }, Object.entries(r.cause_shares || {}).map(([c, v]) =>
           h("span", { class: "pd-cause-share", title: causeLabel(c), "data-cause": c },
             h("span", { class: "chip", style: { background: causeColor(c) } }), `${SHORT[c] || causeLabel(c)} ${formatPct(v)}`))),
-        h("td", {}, r.top_finding || "none"),
+        h("td", { title: fullTitle(r.top_finding || "", 200) }, r.top_finding ? squeeze(r.top_finding, 80, 200) : "none"),
         h("td", { class: r.straggler ? "pd-error-msg" : "pd-muted", title: r.straggler_reason || "" },
           r.straggler ? `yes: ${r.straggler_reason}` : "no")];
     }
     return h("tr", { class: "pd-compare-row" + (r.host === this.current ? " selected" : "") + (r.straggler ? " straggler" : ""),
       "data-host": r.host, tabindex: "0", role: "button", "aria-label": `Open host ${r.host}`, onclick: pick,
       onkeydown: (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); pick(); } } },
-    h("th", { scope: "row" }, r.host), cells.flat());
+    h("th", { scope: "row", title: fullTitle(r.host, 80) }, cut(r.host, 80)), cells.flat());
   }
 
   render() {
@@ -156,13 +159,16 @@ export class CompareHosts {
     for (const r of rows) for (const x of r.devices || []) if (!names.includes(x.name)) names.push(x.name);
     // one column per device for a few devices; a pod's 8 chips per host read from the tooltip
     this.devNames = names.length > 1 && names.length <= MAX_DEVICE_COLUMNS ? names : [];
+    this.spans = rows.some((r) => r.span);
     const causeSort = h("select", { class: "pd-cause-sort", "aria-label": "Sort by a cause's share of the idle time",
       onchange: (e) => { if (e.target.value) this.reorder(e.target.value); } },
     h("option", { value: "" }, "Sort by a cause…"),
     (d ? d.causes : []).map((c) => h("option", { value: `cause.${c.cause}`, selected: this.sortBy === `cause.${c.cause}` },
       `${causeLabel(c.cause)} (top cause of ${c.hosts_top_cause})`)));
     const table = h("table", { class: "pd-compare-table" },
-      h("thead", {}, h("tr", {}, this.sortHeader("Host", "host"), this.sortHeader("Duty cycle", "duty_cycle"),
+      h("thead", {}, h("tr", {}, this.sortHeader("Host", "host"),
+        this.spans ? h("th", { scope: "col", title: "The capture analysed: each worker's latest unless one is chosen (the same rule as the host page and the API)" }, "Capture") : null,
+        this.sortHeader("Duty cycle", "duty_cycle"),
         this.devNames.map((n) => h("th", { scope: "col" }, `${n} duty cycle`)),
         this.sortHeader("Typical step", "typical_step"), this.sortHeader("Worst gap", "worst_gap"),
         this.sortHeader("Idle / step", "idle"), h("th", { scope: "col" }, "Top causes of idle time"),

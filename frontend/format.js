@@ -15,6 +15,7 @@ export const CAUSE_LABELS = {
   runtime_call: "Other runtime call",
   other_idle: "Other idle (short gaps / no device activity)",
   busy: "Busy",
+  host_step: "Host step (no device activity)",
 };
 
 export const CAUSE_COLORS = {
@@ -32,6 +33,7 @@ export const CAUSE_COLORS = {
   runtime_call: "#bcbd22",
   other_idle: "#dcdcdc",
   busy: "#2ca02c",
+  host_step: "#9ecae1",
 };
 
 export function causeLabel(cause) {
@@ -66,4 +68,21 @@ export function formatPct(frac) {
   if (frac === null || frac === undefined || Number.isNaN(Number(frac))) return "–";
   const p = Number(frac) * 100;
   return `${p >= 10 || p === 0 ? p.toFixed(0) : p.toFixed(1)}%`;
+}
+
+/** Long text cut to `n` characters with an ellipsis (names can be 100 KB long). */
+export function cut(text, n = 160) {
+  const s = String(text ?? "");
+  return s.length <= n ? s : s.slice(0, n - 1) + "…";
+}
+
+/** Attributes for a cut name: the full name on hover (itself bounded). */
+export function fullTitle(text, n = 160) {
+  const s = String(text ?? "");
+  return s.length <= n ? undefined : cut(s, 4000);
+}
+
+/** A run/host/span name in a <select>: cut, whole in the tooltip. */
+export function optionText(text) {
+  return cut(text, 120);
 }

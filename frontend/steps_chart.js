@@ -2,9 +2,12 @@
 import { causeColor, causeLabel, formatNs, formatPct } from "./format.js";
 
 const SVG = "http://www.w3.org/2000/svg";
+const LABEL_PX = 30;     // room a step number needs
+const FLAG_PX = 60;      // bars narrower than this get a ▲ instead of the word
 
 /** Aggregate one step for one device: [{cause, ns}] busy first, then causes by size. */
-export function stepSegments(step, deviceKey) {
+export function stepSegments(step, deviceKey, hostOnly) {
+  if (hostOnly) return [{ cause: "host_step", ns: Math.max(0, step.end_ns - step.start_ns) }];
   const d = (step.devices || {})[String(deviceKey)];
   if (!d) return [];
   const segs = [];
@@ -33,10 +36,12 @@ export function layoutSteps(steps, deviceKey, width, height, opts = {}) {
   const n = steps.length || 1;
   const slot = width / n;
   const gapPx = Math.min(6, slot * 0.2);
-  const totals = steps.map((s) => stepSegments(s, deviceKey).reduce((a, x) => a + x.ns, 0));
+  const totals = steps.map((s) => stepSegments(s, deviceKey, opts.hostOnly).reduce((a, x) => a + x.ns, 0));
   const maxT = Math.max(1, opts.maxNs || 0, ...totals);   // maxNs: one scale for charts side by side
+  // step numbers at least LABEL_PX apart: every k-th bar is labelled when bars are narrow
+  const every = Math.max(1, Math.ceil(LABEL_PX / slot));
   return steps.map((s, i) => {
-    const segsIn = stepSegments(s, deviceKey);
+    const segsIn = stepSegments(s, deviceKey, opts.hostOnly);
     const total = totals[i];
     const h = total > 0 ? Math.max(3, Math.sqrt(total / maxT) * plotH) : 0;
     let y = top + plotH;
@@ -50,15 +55,16 @@ export function layoutSteps(steps, deviceKey, width, height, opts = {}) {
       id: s.id, x: i * slot + gapPx / 2, w: Math.max(1, slot - gapPx), total_ns: total,
       barTop: top + plotH - h, busy_ns: dev.busy_ns || 0, duty_cycle: dev.duty_cycle,
       recompile: isRecompile(s), outlier: !!s.outlier, segments,
+      labelled: i % every === 0, narrow: slot < FLAG_PX,
     };
   });
 }
 
-export function renderStepsChart(container, diag, { deviceKey, selectedStep, onSelect, maxNs }) {
+export function renderStepsChart(container, diag, { deviceKey, selectedStep, onSelect, maxNs, hostOnly }) {
   container.textContent = "";
   const width = Math.max(320, container.clientWidth || 800);
   const height = 200;
-  const bars = layoutSteps(diag.steps || [], deviceKey, width, height, { maxNs });
+  const bars = layoutSteps(diag.steps || [], deviceKey, width, height, { maxNs, hostOnly });
   const svg = document.createElementNS(SVG, "svg");
   svg.setAttribute("width", String(width));
   svg.setAttribute("height", String(height));
@@ -74,7 +80,7 @@ export function renderStepsChart(container, diag, { deviceKey, selectedStep, onS
     g.setAttribute("tabindex", "0");
     g.setAttribute("role", "button");
     const title = document.createElementNS(SVG, "title");
-    title.textContent = `Step ${b.id}: ${formatNs(b.total_ns)}, duty cycle ${formatPct(b.duty_cycle)}` +
+    title.textContent = `Step ${b.id}: ${formatNs(b.total_ns)}` + (hostOnly ? " (host only: no device activity)" : `, duty cycle ${formatPct(b.duty_cycle)}`) +
       (b.recompile ? " — recompiles" : "") + (b.outlier ? " — outlier" : "") +
       b.segments.map((s) => `\n${causeLabel(s.cause)}: ${formatNs(s.ns)}`).join("");
     g.appendChild(title);
@@ -95,14 +101,15 @@ export function renderStepsChart(container, diag, { deviceKey, selectedStep, onS
       t.setAttribute("x", String(b.x + b.w / 2)); t.setAttribute("y", String(Math.max(10, b.barTop - 4)));
       t.setAttribute("class", "step-flag");
       t.setAttribute("text-anchor", "middle");
-      t.textContent = b.recompile ? "recompiles" : "outlier";
+      t.textContent = b.narrow ? "▲" : b.recompile ? "recompiles" : "outlier";
       g.appendChild(t);
     }
     const lbl = document.createElementNS(SVG, "text");
     lbl.setAttribute("x", String(b.x + b.w / 2)); lbl.setAttribute("y", String(height - 4));
     lbl.setAttribute("text-anchor", "middle"); lbl.setAttribute("class", "step-label");
     lbl.textContent = String(b.id);
-    g.appendChild(lbl);
+    const selected = String(selectedStep) === String(b.id);
+    if (b.labelled || selected) g.appendChild(lbl);
     const pick = () => onSelect(String(selectedStep) === String(b.id) ? null : b.id);
     g.addEventListener("click", pick);
     g.addEventListener("keydown", (e) => {

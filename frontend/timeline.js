@@ -3,7 +3,7 @@
 // top, coloured by cause; host lanes show their ops stacked by depth; annotation lanes show
 // which user annotation the device was running. Wheel / +,- zoom, drag / arrows pan,
 // 0 or double-click resets, hover shows a tooltip, clicking a gap selects it.
-import { causeColor, causeLabel, formatNs } from "./format.js";
+import { causeColor, causeLabel, cut, formatNs } from "./format.js";
 
 /** Zoom `view` ({start,end} ns) by `factor` (<1 zooms in) around time `t`, inside `bounds`. */
 export function zoomView(view, t, factor, bounds) {
@@ -197,7 +197,7 @@ export class Timeline {
       ctx.restore();
       ctx.fillStyle = row.kind === "host" || row.kind === "hostgroup" ? muted : fg;
       ctx.save(); ctx.beginPath(); ctx.rect(0, row.y, GUTTER - 6, row.h); ctx.clip();
-      ctx.fillText(row.label, 4, row.y + Math.min(row.h, DEV_ROW) / 2);
+      ctx.fillText(cut(row.label, 80), 4, row.y + Math.min(row.h, DEV_ROW) / 2);
       ctx.restore();
     }
     // Step boundaries + axis.
@@ -383,12 +383,24 @@ export class Timeline {
         this.draw();
         return;
       }
-      const hit = this.hit(e.clientX - r.left, e.clientY - r.top);
+      const x = e.clientX - r.left, y = e.clientY - r.top;
+      const hit = this.hit(x, y);
+      if (!hit && x < GUTTER) {        // the lane's whole name (labels are cut to the gutter)
+        const row = this.rows.find((q) => y >= q.y && y < q.y + q.h);
+        c.style.cursor = row && row.kind === "hostgroup" ? "pointer" : "";
+        if (row) {
+          this.tip.hidden = false;
+          this.tip.textContent = cut(row.kind === "hostgroup" ? `${row.label} (click to ${row.label.startsWith("▾") ? "fold" : "show each thread"})` : row.label, 300);
+          this.tip.style.left = `${Math.min(x + 12, Math.max(0, r.width - 360))}px`;
+          this.tip.style.top = `${y + 14}px`;
+          return;
+        }
+      }
       if (!hit) { this.tip.hidden = true; c.style.cursor = ""; return; }
       let text;
-      if (hit.gap) text = `${causeLabel(hit.gap.cause)} · ${formatNs(hit.gap.duration_ns)} · step ${hit.gap.step} (click to select)`;
-      else if (hit.bin) text = `${hit.bin.name} · ${Math.round(hit.bin.share * 100)}% busy in this pixel · ${hit.bin.lane}`;
-      else text = `${hit.event.name} · ${formatNs(hit.event.dur)} · ${hit.event.lane}`;
+      if (hit.gap) text = `${causeLabel(hit.gap.cause)} · ${formatNs(hit.gap.duration_ns)} · ${hit.gap.step === null || hit.gap.step === undefined ? "no step" : "step " + hit.gap.step} (click to select)`;
+      else if (hit.bin) text = `${cut(hit.bin.name, 200)} · ${Math.round(hit.bin.share * 100)}% busy in this pixel · ${cut(hit.bin.lane, 100)}`;
+      else text = `${cut(hit.event.name, 200)} · ${formatNs(hit.event.dur)} · ${cut(hit.event.lane, 100)}`;
       c.style.cursor = hit.gap ? "pointer" : "";
       this.tip.hidden = false;
       this.tip.textContent = text;

@@ -5,12 +5,13 @@ import os
 
 from .analysis import Diagnosis, Options, analyse
 from .analysis.compare import Comparison, compare as compare_diagnoses
-from .discovery import scan_logdir
+from .discovery import scan_logdir, span_label
 from .params import DEFAULT_GAPS_PAGE
 from .render import chrome, text
 from .render import compare as compare_render
 from .analysis.timeline import annotation_spans
 from .render.json import diagnosis_json, gap_row
+from .storage import filesystem
 from .trace import Trace, load
 
 
@@ -69,16 +70,24 @@ def diagnose(path_or_trace, **options) -> Report:
 
 
 def trace_files(path: str) -> list:
-    """A file, or every profile file under a folder, as (label, path)."""
-    if os.path.isfile(path) or "://" in str(path) and not str(path).endswith("/"):
-        if os.path.isdir(path):
-            pass
-        else:
-            return [(os.path.basename(str(path)), str(path))]
+    """A file, or every profile file under a folder, as (label, path); ``path`` is anything
+    TensorBoard takes as a logdir: a local path, ``file://…`` or an fsspec URL (``gs://``,
+    ``s3://``…) of a file or a folder."""
+    fs, inner = filesystem(str(path))
+    if fs is None:
+        is_dir = os.path.isdir(inner)
+        path = inner                     # file://…: the local path
+    else:
+        try:
+            is_dir = fs.isdir(inner)
+        except (OSError, ValueError):
+            is_dir = False
+    if not is_dir:
+        return [(os.path.basename(str(path).rstrip("/")), str(path))]
     out = []
-    for run in scan_logdir(path).values():
-        for s in sorted(run.sources, key=lambda s: (s.host, s.span)):
-            label = f"{run.name} · {s.host}" + (f" · {s.span}" if s.span else "")
+    for run in scan_logdir(str(path)).values():
+        for s in sorted(run.sources, key=lambda s: (s.host, s.order_key)):
+            label = f"{run.name} · {s.host}" + (f" · {span_label(s)}" if s.span else "")
             out.append((label, s.path))
     return out
 

@@ -264,7 +264,10 @@ def _diagnose(trace: Trace, opt: Options, progress):
     source = {"path": trace.path, "format": trace.format, "events": trace.n_events,
               "devices": [d.name for d in trace.devices], "origin_ps": trace.origin_ps,
               "hostnames": trace.metadata.get("hostnames", []),
-              "framework": framework(trace)}
+              "framework": framework(trace),
+              # the trace's extent, for pages with no device activity to frame
+              "span_ns": [int(trace.ts.min()) // 1000 if trace.n_events else 0,
+                          int(np.max(trace.ts + trace.dur)) // 1000 if trace.n_events else 0]}
     if not trace.devices or not (dev_ops_n > 0).any():
         warnings.append("no device activity in this trace: it shows host work only "
                         "(a CPU-only run, or the device was not profiled)")

@@ -319,6 +319,14 @@ def _real_events(diag: Diagnosis, trace: Trace, lo, hi, rows: np.ndarray,
     ts, dur = trace.ts[sel].tolist(), trace.dur[sel].tolist()
     trk, kind, name = trace.track[sel].tolist(), trace.kind[sel].tolist(), trace.name[sel].tolist()
     strings = trace.strings
+    # waited-for arrows, host call → the device op that ended the gap, bound to the two
+    # slices themselves (one call can issue the ops ending several gaps: one arrow each)
+    shown = set(sel.tolist())
+    flow_out, flow_in = {}, {}
+    for a, b in flows:
+        if a in shown and b in shown:
+            flow_out.setdefault(a, f"waited_for:{a}")
+            flow_in[b] = flow_out[a]
     for j, e in enumerate(sel.tolist()):
         nm = strings[name[j]]
         args = {"kind": _KIND.get(kind[j], "other")}
@@ -332,6 +340,12 @@ def _real_events(diag: Diagnosis, trace: Trace, lo, hi, rows: np.ndarray,
               "tid": tid_of[trk[j]], "ts": ts[j] / 1e6, "dur": dur[j] / 1e6, "args": args}
         if kind[j] in SYNC_KINDS:
             ev["cname"] = "terrible"
+        if e in flow_out:
+            ev.update(bind_id=flow_out[e], flow_out=True)
+            args["issued the op ending a gap"] = True
+        elif e in flow_in:
+            ev.update(bind_id=flow_in[e], flow_in=True)
+            args["ended a gap"] = True
         out.append(ev)
     # sync calls anywhere on the shown threads: also on the Diagnosis' Syncs track
     syncs = sel[np.isin(trace.kind[sel], SYNC_KINDS)][:MAX_SYNCS]
@@ -343,17 +357,6 @@ def _real_events(diag: Diagnosis, trace: Trace, lo, hi, rows: np.ndarray,
                     "ts": int(trace.ts[e]) / 1e6, "dur": int(trace.dur[e]) / 1e6,
                     "cname": "terrible",
                     "args": {"thread": cut(trace.track_label[int(trace.track[e])])}})
-    # waited-for arrows: the host call → the device op that ended the gap
-    shown = set(sel.tolist())
-    for k, (a, b) in enumerate(flows):
-        if a not in shown or b not in shown:
-            continue
-        ta, tb = int(trace.track[a]), int(trace.track[b])
-        out.append({"ph": "s", "id": k + 1, "cat": "waited_for", "name": "issued the op ending a gap",
-                    "pid": pid_of[ta], "tid": tid_of[ta],
-                    "ts": (int(trace.ts[a]) + int(trace.dur[a]) // 2) / 1e6})
-        out.append({"ph": "f", "bp": "e", "id": k + 1, "cat": "waited_for",
-                    "name": "issued the op ending a gap", "pid": pid_of[tb], "tid": tid_of[tb],
-                    "ts": int(trace.ts[b]) / 1e6})
     return out, {"events_in_window": int(total), "events_shown": int(sel.size),
+                 "waited_for_arrows": len(flow_in),
                  "host_threads_left_out": int(left_out)}
