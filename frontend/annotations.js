@@ -2,7 +2,7 @@
 // tree (role=tree). Scattered annotations (device work split into runs interleaved with
 // other annotations) get a badge whose tooltip lists what they interleave with.
 import { h } from "./dom.js";
-import { formatNs } from "./format.js";
+import { formatNs, squeeze } from "./format.js";
 
 /** Flat annotation list (with `path`) → tree [{key, ann, children}] in input order. */
 export function buildTree(annotations) {
@@ -59,10 +59,10 @@ export function renderAnnotations(container, annotations, { step } = {}) {
       "aria-level": String(level), "data-path": node.key, "data-name": a.name,
       "data-scattered": a.scattered ? "1" : null,
       "aria-expanded": node.children.length ? "true" : null,
-      title: a.path.join(" › "),
+      title: squeeze(a.path.join(" › "), 200, 2000),
     },
     h("span", { class: "ann-name", style: { paddingLeft: `${(level - 1) * 16}px` } }, twisty,
-      h("span", { class: "ann-bar", style: { width: `${Math.max(1, 60 * (t.inclusive_ns || 0) / maxT)}px` } }), a.name, badge),
+      h("span", { class: "ann-bar", style: { width: `${Math.max(1, 60 * (t.inclusive_ns || 0) / maxT)}px` } }), squeeze(a.name, 80, 160), badge),
     h("span", { class: "ann-incl" }, formatNs(t.inclusive_ns), whole),
     h("span", { class: "ann-excl" }, formatNs(t.exclusive_ns)),
     h("span", { class: "ann-ops" }, String(a.ops ?? "")));

@@ -1,7 +1,7 @@
 // The Diagnose page: selectors, summary, steps chart, gap list, gap detail, timeline.
 import { getJSON, routeUrl, TB_ROOT } from "./api.js";
 import { h } from "./dom.js";
-import { causeColor, causeLabel, cut, formatNs, formatPct, fullTitle, optionText } from "./format.js";
+import { causeColor, causeLabel, cut, formatNs, formatPct, fullTitle, optionText, squeeze } from "./format.js";
 import { readState, writeState, urlWindow } from "./state.js";
 import { renderStepsChart } from "./steps_chart.js";
 import { Timeline, poolOf } from "./timeline.js";
@@ -486,19 +486,19 @@ export class App {
         h("li", { class: "pd-muted" }, this.hasDeviceActivity() ? "No idle gaps above the threshold." : "None: no device activity.")),
       h("h3", {}, "Top findings"),
       h("ol", { class: "pd-findings" }, findings.filter((f) => f.top !== false).slice(0, 6).map((f) => h("li", { class: "pd-finding" },
-        h("div", {}, h("b", { title: fullTitle(f.title, 300) }, cut(f.title, 300)), " ", h("span", { class: "pd-badge" }, `≈ ${formatNs(f.time_lost_ns_per_step)} lost per step`),
+        h("div", {}, h("b", { title: fullTitle(f.title, 300) }, squeeze(f.title, 80, 300)), " ", h("span", { class: "pd-badge" }, `≈ ${formatNs(f.time_lost_ns_per_step)} lost per step`),
           f.confidence ? h("span", { class: "pd-muted pd-small" }, ` · ${f.confidence} confidence`) : null),
-        h("div", { class: "pd-small" }, f.detail),
-        f.fix ? h("div", { class: "pd-fix" }, h("b", {}, "Fix: "), f.fix) : null,
+        h("div", { class: "pd-small" }, squeeze(f.detail)),
+        f.fix ? h("div", { class: "pd-fix" }, h("b", {}, "Fix: "), squeeze(f.fix)) : null,
         (f.evidence && f.evidence.gaps || []).length ? h("div", { class: "pd-small" }, "Gaps: ",
           f.evidence.gaps.slice(0, 5).map((id) => h("a", { href: "#", class: "pd-gap-link",
             onclick: (ev) => { ev.preventDefault(); this.selectGap(id); } }, id + " "))) : null,
         (f.chain || []).length ? h("details", { class: "pd-small" }, h("summary", {}, "Call chain"),
-          cut(f.chain.join(" › "), 2000)) : null))),
+          squeeze(f.chain.join(" › "))) : null))),
       h("div", { class: "pd-small pd-muted" }, findings.some((f) => f.top === false) ?
         `${findings.filter((f) => f.top === false).length} more finding(s) under 1 % of a step not shown.` : ""));
     const warnings = (d.warnings || []).filter((w) => this.hasDeviceActivity() || !String(w).startsWith("no device activity"));
-    if (warnings.length) el.append(h("ul", { class: "pd-warnings" }, warnings.map((w) => h("li", {}, cut(w, 500)))));
+    if (warnings.length) el.append(h("ul", { class: "pd-warnings" }, warnings.map((w) => h("li", {}, squeeze(w, 80, 500)))));
   }
 
   renderSteps() {
@@ -526,7 +526,7 @@ export class App {
     }
     if (!gaps.length) this.listEl.append(h("p", { class: "pd-muted" }, "No gaps above the threshold here."));
     for (const g of gaps) {
-      const chain = g.waited_for ? cut(g.waited_for.chain.join(" › "), 400) : "";
+      const chain = g.waited_for ? squeeze(g.waited_for.chain.join(" › "), 80, 400) : "";
       this.listEl.append(h("button", {
         class: "gap-row" + (g.id === s.gap ? " selected" : ""), "data-gap": g.id, role: "listitem",
         title: cut(g.evidence, 2000), onclick: () => this.selectGap(g.id),
@@ -679,7 +679,10 @@ export class App {
     el.append(slot);
     const token = this.token, id = g.id;
     this.profileShowsRun().then((ok) => {
-      if (!ok || token !== this.token || this.state.gap !== id || !g.viewer || !g.viewer.profile_view_ms) return;
+      if (token !== this.token || this.state.gap !== id) return;
+      ok = ok && !!(g.viewer && g.viewer.profile_view_ms);
+      el.dataset.profile = ok ? "shown" : "none";     // settled: tests and screen readers
+      if (!ok) return;
       slot.append(
         h("a", { class: "pd-button", id: "pd-open-profile-viewer", href: this.profileViewerUrl(g), target: "_blank", rel: "noopener",
           title: "The Profile plugin's own trace viewer of this session, at the gap's time range (no overlay)" }, "Open session at the gap"),
@@ -706,12 +709,12 @@ export class App {
         h("span", { class: "chip", style: { background: causeColor(c) } }),
         `${formatNs(v)} ${causeLabel(c).toLowerCase()}`,
         c === g.cause && g.culprit ? h("span", { class: "pd-muted pd-small" },
-          ` · ${cut(g.culprit.chain.slice(-3).join(" › "), 300)}`) : null,
+          ` · ${squeeze(g.culprit.chain.slice(-3).join(" › "), 80, 300)}`) : null,
         c === "host_sync" && g.blocking ? h("span", { class: "pd-muted pd-small" },
-          ` · exposed by ${cut(g.blocking.name, 200)} on ${cut(g.blocking.thread, 120)}`) : null))),
+          ` · exposed by ${squeeze(g.blocking.name, 80, 200)} on ${squeeze(g.blocking.thread, 80, 120)}`) : null))),
       tl.idle_type ? h("div", { class: "pd-small pd-muted" },
         `TraceLens terms: ${axes[tl.idle_type] || tl.idle_type}; the CPU was in ${causeLabel(tl.cpu).toLowerCase()}.`,
-        g.followed_thread ? ` Idle time of the issuing thread followed to ${cut(g.followed_thread, 120)}.` : "") : null);
+        g.followed_thread ? ` Idle time of the issuing thread followed to ${squeeze(g.followed_thread, 80, 120)}.` : "") : null);
   }
 
   /** Host ops during a gap, by thread: the issuing thread and the one its idle time was
@@ -724,13 +727,13 @@ export class App {
       top(byThread.get(b)) - top(byThread.get(a)));
     const opRow = (o) => h("div", { class: "pd-hostop", title: cut(o.chain.join(" › "), 2000) },
       h("div", { class: "pd-hostop-bar", style: { width: `${Math.max(1, 100 * (o.self_ns || 0) / maxSelf)}%` } }),
-      h("div", { class: "pd-hostop-text" }, h("b", {}, cut(o.name, 200)), ` self ${formatNs(o.self_ns)} of ${formatNs(o.duration_ns)}`,
+      h("div", { class: "pd-hostop-text" }, h("b", {}, squeeze(o.name, 80, 200)), ` self ${formatNs(o.self_ns)} of ${formatNs(o.duration_ns)}`,
         o.kind ? h("span", { class: "pd-badge" }, o.kind) : null),
-      h("div", { class: "pd-small pd-muted pd-hostop-chain" }, cut(o.chain.join(" › "), 600)));
+      h("div", { class: "pd-small pd-muted pd-hostop-chain" }, squeeze(o.chain.join(" › "), 80, 600)));
     const thread = (name) => {
       const ops = byThread.get(name);
       return h("div", { class: "pd-thread", "data-thread": cut(name, 200) },
-        h("div", { class: "pd-thread-name", title: fullTitle(name, 120) }, cut(name, 120)),
+        h("div", { class: "pd-thread-name", title: fullTitle(name, 120) }, squeeze(name, 80, 120)),
         ops.slice(0, OPS_SHOWN).map(opRow),
         ops.length > OPS_SHOWN ? h("details", { class: "pd-more-ops" },
           h("summary", { class: "pd-small pd-muted" }, `${ops.length - OPS_SHOWN} more op(s)`),
@@ -745,15 +748,15 @@ export class App {
     return h("div", { class: "pd-hostops" }, order.slice(0, OPEN_THREADS).map(thread),
       [...pools.entries()].map(([pool, names]) => h("details", { class: "pd-pool", "data-pool": cut(pool, 200) },
         h("summary", { class: "pd-thread-name", title: fullTitle(pool, 100) },
-          `${cut(pool, 100)} · ${names.length} thread${names.length > 1 ? "s" : ""} `,
+          `${squeeze(pool, 80, 100)} · ${names.length} thread${names.length > 1 ? "s" : ""} `,
           h("span", { class: "pd-muted pd-small" }, `(up to ${formatNs(Math.max(...names.map((n) => top(byThread.get(n)))))} self time)`)),
         names.map(thread))));
   }
 
   renderDetail(g) {
     const el = this.detailEl;
-    const op = (label, o) => o ? h("div", {}, h("b", {}, label + ": "), `${cut(o.name, 200)} (${formatNs(o.duration_ns)})`,
-      o.annotation ? h("span", { class: "pd-muted" }, ` · ${cut(o.annotation, 200)}`) : null) : h("div", {}, h("b", {}, label + ": "), "none");
+    const op = (label, o) => o ? h("div", {}, h("b", {}, label + ": "), `${squeeze(o.name, 80, 200)} (${formatNs(o.duration_ns)})`,
+      o.annotation ? h("span", { class: "pd-muted" }, ` · ${squeeze(o.annotation, 80, 200)}`) : null) : h("div", {}, h("b", {}, label + ": "), "none");
     const byThread = new Map();
     for (const o of g.host_ops || []) {
       if (!byThread.has(o.thread)) byThread.set(o.thread, []);
@@ -766,19 +769,19 @@ export class App {
         h("span", { class: "chip", style: { background: causeColor(g.cause) } }),
         h("b", { class: "pd-detail-cause" }, g.cause_label || causeLabel(g.cause)),
         ` · ${formatNs(g.duration_ns)} · ${g.step === null || g.step === undefined ? "before the first step" : "step " + g.step}`),
-      h("p", { class: "pd-evidence" }, cut(g.evidence, 1500)),
+      h("p", { class: "pd-evidence" }, squeeze(g.evidence, 80, 1500)),
       this.renderShares(g),
       this.renderActions(g),
       h("h3", {}, "Waited for"),
-      g.waited_for ? h("div", { class: "pd-chain", title: fullTitle(g.waited_for.chain.join(" › "), 600) }, cut(g.waited_for.chain.join(" › "), 600),
-        h("div", { class: "pd-muted pd-small" }, `on ${cut(g.waited_for.thread, 120)} · ${formatNs(g.waited_for.duration_ns)} · found via ${g.waited_for.found_via}`))
+      g.waited_for ? h("div", { class: "pd-chain", title: fullTitle(g.waited_for.chain.join(" › "), 600) }, squeeze(g.waited_for.chain.join(" › "), 80, 600),
+        h("div", { class: "pd-muted pd-small" }, `on ${squeeze(g.waited_for.thread, 80, 120)} · ${formatNs(g.waited_for.duration_ns)} · found via ${g.waited_for.found_via}`))
         : h("p", { class: "pd-muted" }, "Nothing identified."),
       h("h3", {}, "Host ops during the gap", g.analysed_thread ? h("span", { class: "pd-muted pd-small", title: fullTitle(g.analysed_thread, 120) },
-        ` (cause from the issuing thread, ${cut(g.analysed_thread, 120)})`) : null),
+        ` (cause from the issuing thread, ${squeeze(g.analysed_thread, 80, 120)})`) : null),
       byThread.size ? this.renderHostOps(g, byThread, maxSelf) :
         h("p", { class: "pd-muted" }, "No host ops recorded."),
       h("h3", {}, "Syncs"),
-      (g.syncs || []).length ? h("ul", { class: "pd-syncs" }, g.syncs.map((x) => h("li", {}, `${cut(x.name, 200)} on ${cut(x.thread, 120)}` +
+      (g.syncs || []).length ? h("ul", { class: "pd-syncs" }, g.syncs.map((x) => h("li", {}, `${squeeze(x.name, 80, 200)} on ${squeeze(x.thread, 80, 120)}` +
         (x.duration_ns !== undefined ? ` (${formatNs(x.duration_ns)})` : "")))) : h("p", { class: "pd-muted" }, "None."),
       h("h3", {}, "Neighbouring device ops"),
       op("Previous", g.prev_op), op("Next", g.next_op));

@@ -86,3 +86,10 @@ export function fullTitle(text, n = 160) {
 export function optionText(text) {
   return cut(text, 120);
 }
+
+/** Prose that may quote huge names: every run of over `word` characters without a space
+ *  is cut, then the whole to `total` characters. */
+export function squeeze(text, word = 80, total = 2000) {
+  const s = String(text ?? "").replace(new RegExp(`\\S{${word + 1},}`, "g"), (w) => w.slice(0, word - 1) + "…");
+  return cut(s, total);
+}

@@ -189,7 +189,9 @@ def test_largest_gap_detail_and_trace_viewer(page, tb_demo, artifacts_dir):
         viewer.goto(href)
     overlay = resp.value.json()
     gap_slices = [e for e in overlay["traceEvents"] if e.get("cat") == "gap"]
-    assert len(gap_slices) == diag["gaps_total"]
+    lo, hi = overlay["otherData"]["window_ns"]      # the gaps of the window around it
+    assert gap_slices and all(e["ts"] * 1000 < hi and (e["ts"] + e["dur"]) * 1000 > lo
+                              for e in gap_slices)
     assert any(e["args"]["gap"] == largest["id"] for e in gap_slices)
     viewer.wait_for_timeout(3000)
     viewer.screenshot(path=os.path.join(artifacts_dir, "trace-viewer-overlay.png"))
@@ -197,6 +199,8 @@ def test_largest_gap_detail_and_trace_viewer(page, tb_demo, artifacts_dir):
     # The Export link downloads the same overlay.
     export = frame.get_attribute("#pd-export", "href")
     assert "/data/plugin/perfdiag/overlay?" in export
+    whole = tb_demo.get(export.split(tb_demo.url, 1)[-1])[2]["traceEvents"]
+    assert len([e for e in whole if e.get("cat") == "gap"]) == diag["gaps_total"]
     assert page.console_log.unexpected() == []
 
 

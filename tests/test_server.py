@@ -250,11 +250,14 @@ def test_runs_route_exact_on_known_layout(tmp_path, artifacts_dir):
         "pt/run_a/w0.1700000000000.pt.trace.json": pt[0],
         "pt/run_a/w0.1700000000500.pt.trace.json.gz": pt[1],
         "pt/run_a/w1.1700000000001.pt.trace.json": pt[0],
-        "notes/readme.json": pt[0],                                  # not a profile
+        "notes/readme.json": None,               # JSON, but not a trace (no traceEvents)
     }
     for rel, src in layout.items():
         (ld / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(src, ld / rel)
+        if src is None:
+            (ld / rel).write_text('{"title": "notes", "events": []}')
+        else:
+            shutil.copy(src, ld / rel)
     expected = {
         "2026_01_01": {"hostA": [""]},
         "exp1/train/2026_01_02": {"hostA": [""], "hostB": [""]},
@@ -291,7 +294,9 @@ def test_an_open_run_reads_its_trace_file_once(tb_demo):
                                 f"&end_ns={last['end_ns']}&width=800")
     assert status == 200 and tl["lanes"]
     status, _, ov = tb_demo.get(f"/data/plugin/perfdiag/overlay?{q}&with_events=1")
-    assert status == 200 and any(e.get("pid") == 2 for e in ov["traceEvents"])
+    assert status == 200 and any(e.get("cat") == "kernel" for e in ov["traceEvents"])
+    status, _, ov = tb_demo.get(f"/data/plugin/perfdiag/overlay?{q}&gap={last['id']}")
+    assert status == 200 and ov["otherData"]["events_shown"] > 0
     after = tb_demo.get("/data/plugin/perfdiag/status")[2]["trace_loads"]
     # one read at most: none when another threshold of this run already had it read
     assert after - before <= 1

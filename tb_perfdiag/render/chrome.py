@@ -156,7 +156,7 @@ def _diagnosis_tracks(diag: Diagnosis, rows: np.ndarray) -> tuple:
         r = int(R.row([e])[0])
         if r < 0:
             continue
-        out.append({"ph": "X", "cat": "sync", "name": cut(R.strings[int(R.name[r])]),
+        out.append({"ph": "X", "cat": "blocking", "name": cut(R.strings[int(R.name[r])]),
                     "pid": pid, "tid": syncs_tid, "ts": _us(R.ts[r]), "dur": _us(R.dur[r]),
                     "cname": "terrible",
                     "args": {"thread": cut(diag.track_labels[int(R.track[r])]),
@@ -240,8 +240,8 @@ def _host_threads(diag: Diagnosis, trace: Trace, sel: np.ndarray, rows: np.ndarr
     # the rest by busy time in the window (top-level events, clipped)
     top = sel[host & (trace.depth[sel] == 0)] if sel.size else sel
     if top.size:
-        a = np.maximum(trace.ts[top], lo if np.isfinite(lo) else -2**62)
-        b = np.minimum(trace.end_of(top), hi if np.isfinite(hi) else 2**62)
+        a = np.maximum(trace.ts[top], int(max(lo, -2**62)))
+        b = np.minimum(trace.end_of(top), int(min(hi, 2**62)))
         busy = np.bincount(trace.track[top], weights=np.maximum(b - a, 0).astype(np.float64),
                            minlength=len(trace.track_name))
         for t in np.argsort(-busy[present], kind="stable").tolist():
@@ -276,7 +276,9 @@ def _real_events(diag: Diagnosis, trace: Trace, lo, hi, rows: np.ndarray,
     if sel.size > limit:     # the longest events keep the structure (parents outlast children)
         sel = sel[np.argpartition(-trace.dur[sel], limit - 1)[:limit]]
     sel = np.union1d(sel, must)
-    tracks = np.unique(trace.track[sel]).tolist()
+    present = set(np.unique(trace.track[sel]).tolist())
+    tracks = sorted(t for t in present if t not in keep_host) + \
+        [t for t in keep_host if t in present]          # host threads by importance
     out = []
     # processes: one per device, one host process per group of host threads
     pid_of, tid_of = {}, {}
@@ -352,7 +354,7 @@ def _real_events(diag: Diagnosis, trace: Trace, lo, hi, rows: np.ndarray,
     for e in syncs.tolist():
         if e in blocking:             # already there, with the gaps it exposed
             continue
-        out.append({"ph": "X", "cat": "sync", "name": cut(trace.event_name(e)),
+        out.append({"ph": "X", "cat": "blocking", "name": cut(trace.event_name(e)),
                     "pid": PID_DIAGNOSIS, "tid": len(diag.devices) + 2,
                     "ts": int(trace.ts[e]) / 1e6, "dur": int(trace.dur[e]) / 1e6,
                     "cname": "terrible",
