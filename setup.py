@@ -31,10 +31,12 @@ setup(
         # cryptography makes the local cluster's TLS key
         "distributed>=2024.8",
         "cryptography>=42",
+        # the trace viewer the Diagnose tab hands gaps to (its overlay and the Profile tab)
+        "tensorboard-plugin-profile>=2.19",
     ],
     extras_require={
         "test": ["pytest>=8", "hypothesis>=6.100", "playwright>=1.45", "jsonschema>=4.20",
-                 "tensorboard-plugin-profile>=2.19", "xmlschema>=3.0",
+                 "xmlschema>=3.0",
                  # an S3-compatible server the result-store tests start (moto's server mode)
                  "s3fs>=2024.2", "moto[server]>=5"],
     },
