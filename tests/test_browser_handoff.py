@@ -358,3 +358,40 @@ def test_pages_fit_the_window(browser, tb_pages, artifacts_dir, run):
     assert http.errors == []
     assert con.unexpected() == []
     ctx.close()
+
+
+def test_without_the_profile_plugin_the_gap_is_a_download_not_a_dead_link(page, tb_demo, artifacts_dir):
+    """A TensorBoard without the Profile plugin (its runs route says so): no trace-viewer
+    button leads to 'Not found'; the overlay of the gap is offered as a file instead."""
+    def no_profile(route):
+        res = route.fetch()
+        body = res.json()
+        body["profile_plugin"] = False
+        route.fulfill(response=res, body=json.dumps(body))
+    page.route("**/data/plugin/perfdiag/runs*", no_profile)
+    http = Http(page.context)
+    run = run_named(tb_demo, "torch_xla_cpu")
+    gap = _largest_gap(tb_demo, run)
+    frame = open_diagnose(page, tb_demo, f"&p.perfdiag.run={urllib.parse.quote(run['run'])}")
+    wait_loaded(frame, run["run"])
+    _open_gap(frame, gap["id"])
+    assert frame.get_attribute("#pd-actions", "data-profile") == "none"
+    assert frame.locator("#pd-open-trace, #pd-open-profile, #pd-open-profile-viewer").count() == 0
+    href = frame.get_attribute("#pd-download-trace", "href")
+    status, _, ov = tb_demo.get(href.split(tb_demo.url, 1)[-1])
+    assert status == 200 and any(e.get("cat") == "gap" and e["args"]["gap"] == gap["id"]
+                                 for e in ov["traceEvents"])
+    frame.locator("#pd-detail").screenshot(path=os.path.join(artifacts_dir, "no-profile-plugin-download.png"))
+    assert http.errors == [] and page.console_log.unexpected() == []
+
+
+def test_runs_route_says_which_hand_offs_exist(tb_demo):
+    _, _, body = tb_demo.get("/data/plugin/perfdiag/runs")
+    assert body["profile_plugin"] is True            # an install dependency, loaded
+    assert "latest" in body["span_rule"]
+    status, headers, listed = tb_demo.get("/data/plugin/profile/runs")
+    if isinstance(listed, bytes):                    # the Profile plugin gzips its answers
+        import gzip
+        listed = json.loads(gzip.decompress(listed) if listed[:2] == b"\x1f\x8b" else listed)
+    ours = {r["run"] for r in body["runs"] if r["layout"] == "profile" and "broken" not in r["run"]}
+    assert status == 200 and ours <= set(listed)     # the Profile plugin's names are ours

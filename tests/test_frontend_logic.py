@@ -166,3 +166,25 @@ def test_pod_page_label(js):
         "Hosts 1–50 of 1000", "Hosts 951–1000 of 1000", "No host of 64 on this page"]
     assert js("return m.compare.HOSTS_PAGE") == 50
     assert [k for k, _ in js("return m.compare.SORTS")][:2] == ["straggler", "host"]
+
+
+def test_many_steps_get_numbers_that_do_not_overlap(js):
+    steps = [{"id": i, "start_ns": i * 1000, "end_ns": i * 1000 + 900,
+              "devices": {"0": {"busy_ns": 500, "idle_ns": 400, "idle_by_cause_ns": {}}}}
+             for i in range(105)]
+    bars = js("return m.steps_chart.layoutSteps(arg, 0, 1100, 200)", steps)
+    xs = [b["x"] for b in bars if b["labelled"]]
+    assert 20 <= len(xs) < 105 and bars[0]["labelled"]
+    assert min(b - a for a, b in zip(xs, xs[1:])) >= 30        # a step number's room
+    few = js("return m.steps_chart.layoutSteps(arg.slice(0, 5), 0, 1100, 200)", steps)
+    assert all(b["labelled"] and not b["narrow"] for b in few)
+    # host-only steps (no device activity) are bars of their host time, not empty slots
+    host = js("return m.steps_chart.layoutSteps(arg.slice(0, 3), 0, 600, 200, {hostOnly: true})", steps)
+    assert all(b["segments"][0]["cause"] == "host_step" and b["total_ns"] == 900 for b in host)
+
+
+def test_long_names_are_squeezed_word_by_word(js):
+    got = js("return [m.format.squeeze('blocks on ' + 'x'.repeat(100000) + ' per step', 80, 2000),"
+             " m.format.cut('abc', 5), m.format.cut('abcdefgh', 5)]")
+    assert got[0].startswith("blocks on xxx") and got[0].endswith("… per step") and len(got[0]) < 100
+    assert got[1:] == ["abc", "abcd…"]
