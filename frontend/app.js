@@ -411,7 +411,8 @@ export class App {
         h("h2", {}, "Steps ", h("span", { class: "pd-muted pd-small" }, "(bar height ∝ √step time; click a step to filter gaps)")),
         this.legend(), this.stepsEl),
       h("section", { class: "pd-card" },
-        h("h2", {}, "Timeline ", h("span", { class: "pd-muted pd-small" }, "(wheel or +/−: zoom, drag or ←/→: pan, 0 or double-click: reset, click a gap to select it)")),
+        h("h2", {}, "Timeline ", h("span", { class: "pd-muted pd-small" }, "(wheel or +/−: zoom, drag or ←/→: pan, 0 or double-click: reset" +
+          (this.hasDeviceActivity() ? ", click a gap to select it; host threads show their innermost ops first, a ▸ pool opens on a click)" : "; host threads show their innermost ops first, a ▸ pool opens on a click)"))),
         this.timelineEl),
       h("section", { class: "pd-card", "aria-label": "Annotations", hidden: !this.hasDeviceActivity() },
         h("h2", {}, "Device time by annotation", h("span", { class: "pd-muted pd-small" },
