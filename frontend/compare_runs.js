@@ -62,7 +62,9 @@ export function renderPicker(container, runs, state, { onCompare, onCancel }) {
     pick.base_host = host ? host.name : "";
     const spans = host ? host.spans : [];
     // a concrete span, the one the tab opens for that host (the server's default is the newest)
-    if (!spans.some((x) => x.name === pick.base_span)) pick.base_span = spans.length ? spans[0].name : "";
+    if (!spans.some((x) => x.name === pick.base_span)) {
+      pick.base_span = spans.length ? (spans.find((x) => x.latest) || spans[spans.length - 1]).name : "";
+    }
     const sel = (id, label, options, value, on) => {
       const el = h("select", { id, "aria-label": label, onchange: (e) => { on(e.target.value); draw(); } },
         options.map(([v, t]) => h("option", { value: v, selected: v === value }, t)));
@@ -73,7 +75,7 @@ export function renderPicker(container, runs, state, { onCompare, onCancel }) {
       h("span", { class: "pd-muted" }, "Compare with (before): "),
       sel("pd-base-run", "Run", runs.map((r) => [r.run, r.run]), pick.base_run, (v) => { pick = { base_run: v, base_host: "", base_span: "" }; }),
       sel("pd-base-host", "Host", run.hosts.map((x) => [x.name, x.name]), pick.base_host, (v) => { pick.base_host = v; pick.base_span = ""; }),
-      spans.length > 1 ? sel("pd-base-span", "Span", spans.map((x) => [x.name, `${x.name} (${x.file})`]),
+      spans.length > 1 ? sel("pd-base-span", "Span", spans.map((x) => [x.name, `${x.label || x.name}${x.latest ? " (latest)" : ""}`]),
         pick.base_span, (v) => { pick.base_span = v; }) : null,
       h("button", { class: "pd-button", id: "pd-compare-go", onclick: () => onCompare({ ...pick }) }, "Compare"),
       h("button", { class: "pd-link-btn", onclick: onCancel }, "Cancel"));

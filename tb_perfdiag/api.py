@@ -69,20 +69,24 @@ def diagnose(path_or_trace, **options) -> Report:
     return Report(diag, ctx)
 
 
-def trace_files(path: str) -> list:
-    """A file, or every profile file under a folder, as (label, path); ``path`` is anything
-    TensorBoard takes as a logdir: a local path, ``file://…`` or an fsspec URL (``gs://``,
-    ``s3://``…) of a file or a folder."""
+def is_folder(path: str) -> bool:
+    """Whether ``path`` — a local path, ``file://…`` or an fsspec URL (``gs://``, ``s3://``…),
+    anything TensorBoard takes as a logdir — names a folder rather than a file."""
     fs, inner = filesystem(str(path))
     if fs is None:
-        is_dir = os.path.isdir(inner)
-        path = inner                     # file://…: the local path
-    else:
-        try:
-            is_dir = fs.isdir(inner)
-        except (OSError, ValueError):
-            is_dir = False
-    if not is_dir:
+        return os.path.isdir(inner)
+    try:
+        return bool(fs.isdir(inner))
+    except (OSError, ValueError):
+        return False
+
+
+def trace_files(path: str) -> list:
+    """A file, or every profile file under a folder, as (label, path); ``path`` is anything
+    TensorBoard takes as a logdir (see ``is_folder``)."""
+    if not is_folder(path):
+        fs, inner = filesystem(str(path))
+        path = inner if fs is None else str(path)          # file://…: the local path
         return [(os.path.basename(str(path).rstrip("/")), str(path))]
     out = []
     for run in scan_logdir(str(path)).values():

@@ -22,8 +22,8 @@ from .analysis import Options, diagnose_trace
 from .analysis import causes as C
 from .analysis.budgets import Budgets, check as check_budgets
 from .analysis.compare import compare as compare_diagnoses
-from .api import trace_files
-from .discovery import scan_logdir
+from .api import is_folder, trace_files
+from .discovery import scan_logdir, span_label
 from .errors import StorageError
 from .params import DEFAULT_GAPS_PAGE, MAX_GAPS_PAGE, PARAMS
 from .render import check as check_render
@@ -138,21 +138,19 @@ def _latest_per_host(path: str, host: str | None = None) -> list:
     """[(host, label, file)]: a file as it is; a folder: the newest span of each host (as
     the tab opens it), only ``host`` when given."""
     _exists(path)
-    if os.path.isfile(path) or ("://" in path and not path.endswith("/")
-                                and not os.path.isdir(path)):
+    if not is_folder(path):                 # any logdir URL TensorBoard takes (api.is_folder)
         return [(None, os.path.basename(path.rstrip("/")), path)]
     runs = scan_logdir(path)
     best = {}
     for run in runs.values():
         for s in run.sources:
             k = (run.name, s.host)
-            if k not in best or (s.span.isdigit() and int(s.span) or 0, s.span) > \
-                    (best[k].span.isdigit() and int(best[k].span) or 0, best[k].span):
+            if k not in best or s.order_key > best[k].order_key:     # discovery.SPAN_RULE
                 best[k] = s
     if not best:
         raise InputError(f"no profiles found under {path} (*.xplane.pb under plugins/profile/, "
                          f"*.pt.trace.json[.gz])")
-    out = [(h, f"{run} · {h}" + (f" · {s.span}" if s.span else ""), s.path)
+    out = [(h, f"{run} · {h}" + (f" · {span_label(s)}" if s.span else ""), s.path)
            for (run, h), s in sorted(best.items())]
     if host is not None:
         out = [x for x in out if x[0] == host]

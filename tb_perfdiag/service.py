@@ -29,7 +29,7 @@ from .analysis.diagnosis import gap_detail, host_context
 from .analysis.timeline import annotation_spans, lanes
 from .budget import MB, Budget, Store, measure
 from .cache import DiagnosisCache
-from .discovery import Catalog
+from .discovery import Catalog, span_label
 from .errors import FileGone, NotFound, TraceError, TraceTooLarge, trace_error
 from .codec import Failure
 from .pod import Engine, PodJob, decode_result
@@ -426,7 +426,7 @@ class DiagnosisService:
             before = self._diagnose_source(base, self._options(params))
         except TraceError as e:
             raise trace_error(e, run=params.base_run, host=params.base_host) from None
-        label = lambda r, s: f"{r} · {s.host}" + (f" · {s.span}" if s.span else "")  # noqa: E731
+        label = lambda r, s: f"{r} · {s.host}" + (f" · {span_label(s)}" if s.span else "")  # noqa: E731
         est = PEAK_PER_DIAG_BYTE * (before.nbytes() + after.nbytes()) + RENDER_PEAK
         with self.budget.admit(est, what="comparison"):
             cmp = compare(before, after, (label(params.base_run, base), label(params.run, src)))

@@ -53,8 +53,8 @@ def test_compare_with_picker_and_the_url_that_restores_it(page, browser, tb_pair
     frame.click("#pd-compare-go")
     loaded(frame, "|compare-ok")
     s = compare_state(frame)
-    assert s["before"] == "slow · worker0 · 1700000000000"
-    assert s["after"] == "fast · worker0 · 1700000000000"
+    assert s["before"] == "slow · worker0 · 2023-11-14 22:13:20.000 UTC"
+    assert s["after"] == "fast · worker0 · 2023-11-14 22:13:20.000 UTC"
     assert s["highlights"][0].startswith("typical step") and "−" in s["highlights"][0]
     assert any("data loading / input idle per typical step" in x for x in s["highlights"])
     assert "pd-better" in s["loading"]                # less data-loading idle: in green

@@ -339,9 +339,14 @@ def test_pages_fit_the_window(browser, tb_pages, artifacts_dir, run):
         groups = [lane for lane in lanes if lane["kind"] == "hostgroup"]
         assert groups and len(lanes) < 60
         assert frame.evaluate("() => document.documentElement.scrollHeight") < 5000
-        # a pool opens on a click, thread by thread
+        # a pool opens on a click, thread by thread (once the lanes of the view are in)
+        frame.wait_for_function(
+            "() => { const m = window.__perfdiag.timeline.model();"
+            " return m.fetched && m.fetched.start === m.view.start && m.fetched.end === m.view.end; }",
+            timeout=30000)
+        lanes = timeline_model(frame)["lanes"]
+        groups = [lane for lane in lanes if lane["kind"] == "hostgroup"]
         before = len(lanes)
-        box = frame.locator("#pd-timeline canvas").bounding_box()
         frame.evaluate("() => document.getElementById('pd-timeline').scrollIntoView()")
         box = frame.locator("#pd-timeline canvas").bounding_box()
         pg.mouse.click(box["x"] + 20, box["y"] + groups[0]["y"] + groups[0]["h"] / 2)

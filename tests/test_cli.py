@@ -153,7 +153,7 @@ def test_compare_text_and_json(pair):
     j = _run("compare", os.path.dirname(pair["slow"]), os.path.dirname(pair["fast"]), "--json")
     doc = json.loads(j.stdout)
     jsonschema.validate(doc, COMPARISON)
-    assert doc["before"]["label"] == "slow · worker0 · 1700000000000"
+    assert doc["before"]["label"] == "slow · worker0 · 2023-11-14 22:13:20.000 UTC"
     assert doc["step_time"]["delta_ns"] == -3_000_000
     assert "step_chart" not in json.loads(_run("compare", pair["slow"], pair["fast"], "--json",
                                                "--no-steps").stdout)["before"]

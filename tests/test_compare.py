@@ -376,7 +376,7 @@ def test_compare_route_and_its_errors(tmp_path):
     assert status == 200, body
     assert jsonschema.validate(body, SCHEMA) is None
     assert (body["before"]["run"], body["after"]["run"]) == ("slow", "fast")
-    assert body["before"]["label"] == "slow · worker0 · 1700000000000"
+    assert body["before"]["label"] == "slow · worker0 · 2023-11-14 22:13:20.000 UTC"
     assert len(body["before"]["step_chart"]) == 6 and body["ops"]["limit"] == 15
     assert body["highlights"][0]["what"] == "step_time"
     # the same diagnoses as /diagnosis (cached: no second analysis)

@@ -138,3 +138,15 @@ def test_cli_and_api_take_file_urls_and_fsspec_folders(tmp_path):
         assert one == [("rank-0.json.gz", "memory://bucket16/logs/run2/rank-0.json.gz")]
     finally:
         fs.rm("/bucket16", recursive=True)
+
+
+def test_compare_and_check_take_folder_urls():
+    a = "file://" + os.path.join(SYN, "kineto_data_loading")
+    b = "file://" + os.path.join(SYN, "kineto_sync_nonzero")
+    run = lambda *args: subprocess.run([sys.executable, "-m", "tb_perfdiag.cli", *args],  # noqa: E731
+                                       capture_output=True, text=True, timeout=300)
+    r = run("check", a, "--min-duty", "0.5")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "PASS" in r.stdout and "2026-11-23 02:14:21.000 UTC" in r.stdout
+    r = run("compare", a, b)
+    assert r.returncode == 0, r.stderr
