@@ -103,7 +103,7 @@ def test_trace_viewer_shows_the_trace_and_the_gap(page, tb_demo, artifacts_dir, 
     device = _slices(m, lambda n: "(device)" in n)
     host = _slices(m, lambda n: n.startswith("Host"))
     shown = lambda name, slices: any(s["title"][:250] == name[:250] for _, _, s in slices)  # noqa: E731
-    assert shown(gap["next_op"]["name"], device)        # (names past 300 characters are cut)
+    assert shown(gap["next_op"]["name"], device)        # (names past 1000 characters are cut)
     assert shown(gap["waited_for"]["name"], host)
     assert len({s["title"] for _, _, s in device}) > 3 and len(host) > 10
     # the diagnosis: the gap slice with its cause, where the page says it is

@@ -21,7 +21,7 @@ import numpy as np
 from ..analysis import causes as C
 from ..analysis.result import Diagnosis
 from ..trace.model import EventKind as K, Trace, TrackKind
-from .json import _dur, evidence_text, gap_ids, ns, ns_list
+from .json import _dur, gap_ids, gap_records, ns, ns_list
 
 CAUSE_COLORS = {  # Chrome trace viewer reserved colour names
     C.HOST_SYNC: "terrible", C.COMPILATION: "bad", C.H2D_TRANSFER: "olive",
@@ -34,7 +34,7 @@ MAX_EVENTS = 20000         # real events in one overlay (the longest kept beyond
 MAX_HOST_THREADS = 12      # host threads shown around a gap (the ones that matter first)
 MAX_FLOWS = 300            # waited-for arrows
 MAX_SYNCS = 2000           # sync calls on the Syncs track
-MAX_NAME = 300             # longer event and track names are cut (the full one in args)
+MAX_NAME = 1000            # longer event names (a 100 KB one) are cut; the full one in args
 MAX_ARG = 4000             # longest string arg
 SYNC_KINDS = (K.SYNC, K.TRANSFER_D2H)
 
@@ -88,7 +88,7 @@ def viewer_json(diag: Diagnosis, row: int) -> dict:
 
 
 # ---- the diagnosis' own tracks ----
-def _gap_args(diag: Diagnosis, r: int, gid: str) -> dict:
+def _gap_args(diag: Diagnosis, r: int, gid: str, evidence: str) -> dict:
     g, R = diag.gaps, diag.refs
     total = max(int(g.end[r] - g.start[r]), 1)
     sh = g.shares[r].tolist()
@@ -98,7 +98,7 @@ def _gap_args(diag: Diagnosis, r: int, gid: str) -> dict:
     st = int(g.step[r])
     args = {"gap": gid, "cause": c, "primary cause": C.LABELS[c],
             "duration": _dur(total), "shares": shares,
-            "evidence": cut(evidence_text(diag, r), MAX_ARG),
+            "evidence": cut(evidence, MAX_ARG),
             "step": int(diag.steps.ids[st]) if st >= 0 else None}
     labels = diag.track_labels
     for key, col in (("waited for", g.waited_for), ("blocking call", g.blocking),
@@ -133,12 +133,13 @@ def _diagnosis_tracks(diag: Diagnosis, rows: np.ndarray) -> tuple:
                 "ts": 0, "cat": "marker"})
     ids = gap_ids(diag, rows)
     starts, durs = ns_list(g.start[rows]), ns_list(g.end[rows] - g.start[rows])
+    evidence = gap_records(diag, rows, evidence_only=True)      # all at once: one pass
     blocking = {}
-    for r, gid, s0, du in zip(rows.tolist(), ids, starts, durs):
+    for r, gid, s0, du, ev in zip(rows.tolist(), ids, starts, durs, evidence):
         c = C.ALL[int(g.cause[r])]
         out.append({"ph": "X", "cat": "gap", "name": C.LABELS[c], "pid": pid,
                     "tid": gap_tid[int(g.device[r])], "ts": s0 / 1000, "dur": du / 1000,
-                    "cname": CAUSE_COLORS[c], "args": _gap_args(diag, r, gid)})
+                    "cname": CAUSE_COLORS[c], "args": _gap_args(diag, r, gid, ev)})
         b = int(g.blocking[r])
         if b >= 0:
             blocking.setdefault(b, []).append(gid)
@@ -312,15 +313,30 @@ def _real_events(diag: Diagnosis, trace: Trace, lo, hi, rows: np.ndarray,
         out.append({"ph": "M", "name": "process_labels", "pid": first_host,
                     "args": {"labels": f"{left_out} quieter host thread(s) not shown; the "
                                        "Diagnose timeline and the Profile tab have them all"}})
-    stats = {k: trace.stats[k] for k in _STAT_ARGS if k in trace.stats}
-    looked = {}
-    for k, st in stats.items():
-        pos = np.minimum(np.searchsorted(st.events, sel), max(st.events.shape[0] - 1, 0))
-        hit = st.events[pos] == sel if st.events.shape[0] else np.zeros(sel.size, bool)
-        looked[k] = (hit.tolist(), st.values[pos].tolist(), st.is_string)
-    ts, dur = trace.ts[sel].tolist(), trace.dur[sel].tolist()
-    trk, kind, name = trace.track[sel].tolist(), trace.kind[sel].tolist(), trace.name[sel].tolist()
+    # per event: its kind and the stats worth reading in the viewer's details, as columns
+    # (None where absent); names cut once per distinct name
     strings = trace.strings
+    cols = []
+    # a bulk export (no gap in focus) stays lean: names and times; around a gap, the
+    # stats a reader of the details pane wants (correlation, stream, hlo_op…)
+    for k in (_STAT_ARGS if focus is not None else ()):
+        st = trace.stats.get(k)
+        if st is None or st.events.shape[0] == 0:
+            continue
+        pos = np.minimum(np.searchsorted(st.events, sel), st.events.shape[0] - 1)
+        hit = st.events[pos] == sel
+        if not hit.any():
+            continue
+        vals = st.values[pos].tolist()
+        if st.is_string:
+            vals = [cut(strings[int(v)], MAX_ARG) if h else None for v, h in zip(vals, hit.tolist())]
+        else:
+            vals = [v if h else None for v, h in zip(vals, hit.tolist())]
+        cols.append((k, vals))
+    ts, dur = (trace.ts[sel] / 1e6).tolist(), (trace.dur[sel] / 1e6).tolist()
+    trk, kind, name = trace.track[sel].tolist(), trace.kind[sel].tolist(), trace.name[sel].tolist()
+    names = {n: strings[n] for n in set(name)}
+    shown_name = {n: cut(t) for n, t in names.items()}
     # waited-for arrows, host call → the device op that ended the gap, bound to the two
     # slices themselves (one call can issue the ops ending several gaps: one arrow each)
     shown = set(sel.tolist())
@@ -329,25 +345,28 @@ def _real_events(diag: Diagnosis, trace: Trace, lo, hi, rows: np.ndarray,
         if a in shown and b in shown:
             flow_out.setdefault(a, f"waited_for:{a}")
             flow_in[b] = flow_out[a]
+    sync_kinds = {int(k) for k in SYNC_KINDS}
     for j, e in enumerate(sel.tolist()):
-        nm = strings[name[j]]
-        args = {"kind": _KIND.get(kind[j], "other")}
-        for k, (hit, vals, is_str) in looked.items():
-            if hit[j]:
-                v = vals[j]
-                args[k] = cut(strings[int(v)], MAX_ARG) if is_str else v
-        if len(nm) > MAX_NAME:
-            args["full name"] = cut(nm, MAX_ARG)
-        ev = {"ph": "X", "cat": args["kind"], "name": cut(nm), "pid": pid_of[trk[j]],
-              "tid": tid_of[trk[j]], "ts": ts[j] / 1e6, "dur": dur[j] / 1e6, "args": args}
-        if kind[j] in SYNC_KINDS:
+        kn = _KIND.get(kind[j], "other")       # the slice's category
+        args = {}
+        for k, vals in cols:
+            v = vals[j]
+            if v is not None:
+                args[k] = v
+        n = name[j]
+        if len(names[n]) > MAX_NAME:
+            args["full name"] = cut(names[n], MAX_ARG)
+        t = trk[j]
+        ev = {"ph": "X", "cat": kn, "name": shown_name[n], "pid": pid_of[t], "tid": tid_of[t],
+              "ts": ts[j], "dur": dur[j]}
+        if args:
+            ev["args"] = args
+        if kind[j] in sync_kinds:
             ev["cname"] = "terrible"
         if e in flow_out:
             ev.update(bind_id=flow_out[e], flow_out=True)
-            args["issued the op ending a gap"] = True
         elif e in flow_in:
             ev.update(bind_id=flow_in[e], flow_in=True)
-            args["ended a gap"] = True
         out.append(ev)
     # sync calls anywhere on the shown threads: also on the Diagnosis' Syncs track
     syncs = sel[np.isin(trace.kind[sel], SYNC_KINDS)][:MAX_SYNCS]
