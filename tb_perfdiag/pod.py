@@ -510,7 +510,7 @@ def diagnose_pod(path: str, options: Options, scheduler: str | None = None,
     cluster), filling the result store at ``results`` (default: the server's) so that a
     TensorBoard on the same store opens these summaries without analysing anything.
     Returns {run: summary}; ``on_progress(run, done, total)`` is called as rows come."""
-    from .discovery import scan_logdir
+    from .discovery import latest, scan_logdir
     cache = DiagnosisCache(disk_dir=results if results else "")
     own = engine is None
     engine = engine or Engine("" if scheduler in (None, "local") else scheduler)
@@ -520,8 +520,7 @@ def diagnose_pod(path: str, options: Options, scheduler: str | None = None,
             sources = []
             for h in run.hosts():
                 mine = [s for s in run.sources if s.host == h]
-                sources.append(max(mine, key=lambda s: (s.span.isdigit() and int(s.span) or 0,
-                                                        s.span)))
+                sources.append(latest(mine))        # discovery.SPAN_RULE, as the server
             job = PodJob(name, sources, options, cache, engine, max_file_mb * 1e6)
             while not job.wait(1.0):
                 if on_progress is not None:
