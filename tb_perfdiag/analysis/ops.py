@@ -33,9 +33,9 @@ def op_table(trace: Trace, ev_step: np.ndarray, typical: np.ndarray) -> OpTable:
     def chunks():
         for lo in range(0, n, _CHUNK):
             hi = min(lo + _CHUNK, n)
-            kind = trace.kind[lo:hi].astype(np.intp)
+            kind = trace.kind[lo:hi].view(np.uint8)      # table lookups need no copy
             dev_track = on_device[trace.track[lo:hi]]
-            yield lo, hi, kind, (~dev_track & ~not_op[kind], dev_kinds[kind] & dev_track)
+            yield lo, hi, kind, (~(dev_track | not_op[kind]), dev_kinds[kind] & dev_track)
 
     # the names ops carry, numbered densely (string ids also number stat values)
     used = np.zeros((2, len(trace.strings)), bool)
@@ -67,7 +67,7 @@ def op_table(trace: Trace, ev_step: np.ndarray, typical: np.ndarray) -> OpTable:
             k = cnt[side].shape[0]
             cnt[side] += np.bincount(code, minlength=k)
             tim[side] += np.bincount(code, weights=trace.dur[lo:hi][m], minlength=k)
-            kind_of[side][nm] = kind[m]
+            kind_of[side][nm] = kind[m].view(np.int8)
     names = [trace.strings[i] for side in (0, 1) for i in ids[side].tolist()]
     device = np.concatenate([np.full(x.shape[0], side == 1) for side, x in enumerate(ids)])
     c = np.concatenate(cnt).reshape(-1, 3)
