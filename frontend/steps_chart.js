@@ -26,6 +26,11 @@ export function isRecompile(step) {
   return !!(step.compile && step.compile.count > 0);
 }
 
+/** "recompiles" when a compile of the step compiled a function again, else "compiles". */
+export function compileWord(step) {
+  return step.compile && step.compile.recompiles > 0 ? "recompiles" : "compiles";
+}
+
 /**
  * Layout: bars of equal width; bar height ∝ sqrt(step duration / longest) so that short
  * steps stay visible next to compile steps; segments split the bar in proportion.
@@ -54,7 +59,7 @@ export function layoutSteps(steps, deviceKey, width, height, opts = {}) {
     return {
       id: s.id, x: i * slot + gapPx / 2, w: Math.max(1, slot - gapPx), total_ns: total,
       barTop: top + plotH - h, busy_ns: dev.busy_ns || 0, duty_cycle: dev.duty_cycle,
-      recompile: isRecompile(s), outlier: !!s.outlier, segments,
+      recompile: isRecompile(s), compileWord: compileWord(s), outlier: !!s.outlier, segments,
       labelled: i % every === 0, narrow: slot < FLAG_PX,
     };
   });
@@ -81,7 +86,7 @@ export function renderStepsChart(container, diag, { deviceKey, selectedStep, onS
     g.setAttribute("role", "button");
     const title = document.createElementNS(SVG, "title");
     title.textContent = `Step ${b.id}: ${formatNs(b.total_ns)}` + (hostOnly ? " (host only: no device activity)" : `, duty cycle ${formatPct(b.duty_cycle)}`) +
-      (b.recompile ? " — recompiles" : "") + (b.outlier ? " — outlier" : "") +
+      (b.recompile ? ` — ${b.compileWord}` : "") + (b.outlier ? " — outlier" : "") +
       b.segments.map((s) => `\n${causeLabel(s.cause)}: ${formatNs(s.ns)}`).join("");
     g.appendChild(title);
     const hit = document.createElementNS(SVG, "rect");
@@ -101,7 +106,7 @@ export function renderStepsChart(container, diag, { deviceKey, selectedStep, onS
       t.setAttribute("x", String(b.x + b.w / 2)); t.setAttribute("y", String(Math.max(10, b.barTop - 4)));
       t.setAttribute("class", "step-flag");
       t.setAttribute("text-anchor", "middle");
-      t.textContent = b.narrow ? "▲" : b.recompile ? "recompiles" : "outlier";
+      t.textContent = b.narrow ? "▲" : b.recompile ? b.compileWord : "outlier";
       g.appendChild(t);
     }
     const lbl = document.createElementNS(SVG, "text");

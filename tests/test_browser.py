@@ -156,8 +156,16 @@ def test_tab_appears_and_recompiling_steps_marked(page, tb_demo, artifacts_dir):
     marked = sorted(int(x) for x in frame.eval_on_selector_all(
         ".step-bar[data-recompile]", "els => els.map(e => e.dataset.step)"))
     assert marked == expected
-    flags = frame.eval_on_selector_all(".step-bar[data-recompile] .step-flag", "els => els.map(e => e.textContent)")
-    assert flags and all(t == "recompiles" for t in flags)
+    # the flag says whether a step compiled a function again or compiled it first
+    q = urllib.parse.urlencode({"run": run["run"], "host": run["hosts"][0]["name"],
+                                "gaps_limit": 1})
+    _, _, diag = tb_demo.get("/data/plugin/perfdiag/diagnosis?" + q)
+    want = {str(s["id"]): "recompiles" if s["compile"]["recompiles"] else "compiles"
+            for s in diag["steps"] if s["compile"]["count"]}
+    flags = dict(frame.eval_on_selector_all(
+        ".step-bar[data-recompile]",
+        "els => els.map(e => [e.dataset.step, e.querySelector('.step-flag')?.textContent])"))
+    assert flags == want and "recompiles" in want.values() and "compiles" in want.values()
     # Summary: duty cycle with its definition, findings ordered by time lost per step.
     duty_title = frame.get_attribute(".pd-summary .pd-stat", "title")
     assert "Duty cycle" in duty_title

@@ -72,6 +72,10 @@ def test_step_layout_and_aggregation(js):
                     {"cause": "data_loading", "ns": 20}, {"cause": "other_idle", "ns": 10}]
     bars = js("return m.steps_chart.layoutSteps(arg, 0, 200, 136, {top: 18, bottom: 18})", steps)
     assert [b["recompile"] for b in bars] == [True, False]
+    # a step whose only compile is a function's first is not called a recompile
+    assert bars[0]["compileWord"] == "compiles"
+    again = dict(steps[0], compile={"count": 2, "recompiles": 1})
+    assert js("return m.steps_chart.compileWord(arg)", again) == "recompiles"
     assert bars[0]["w"] < 100 and bars[1]["x"] > bars[0]["x"]
     # Tallest bar fills the plot (100 px); the other is sqrt(25/100) of it.
     h0 = sum(s["h"] for s in bars[0]["segments"])

@@ -381,6 +381,12 @@ def devices_json(diag: Diagnosis) -> list:
 def steps_json(diag: Diagnosis) -> list:
     S = diag.steps
     devs = np.flatnonzero(S.has_device).tolist()
+    # per step, how many of its compiles compiled a function again
+    T = diag.compilations
+    again = np.zeros(len(S), np.int64)
+    if T is not None and len(T):
+        st = T.step[(T.step >= 0) & np.asarray(T.recompile, bool)]
+        again = np.bincount(st, minlength=len(S))[:len(S)]
     out = []
     for s in range(len(S)):
         per_dev = {}
@@ -398,7 +404,8 @@ def steps_json(diag: Diagnosis) -> list:
         out.append({"id": int(S.ids[s]), "start_ns": ns(S.host_start[s]),
                     "end_ns": ns(S.host_end[s]), "devices": per_dev,
                     "compile": {"count": int(S.compile_count[s]),
-                                "total_ns": ns(S.compile_total[s])},
+                                "total_ns": ns(S.compile_total[s]),
+                                "recompiles": int(again[s])},
                     "outlier": bool(S.outlier[s])})
     return out
 
