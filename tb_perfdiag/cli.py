@@ -72,35 +72,35 @@ def _number(name: str, lo: float, hi: float, integer: bool = False):
     return conv
 
 
-def _fraction(s: str) -> float:
-    """'80%' or '0.8' → 0.8."""
+def _share(s: str, example: str, at_most_one: bool) -> float:
+    """'80%' or '0.8' → 0.8 (``example``: the fraction the message shows)."""
     t = s.strip()
     pct = t.endswith("%")
     try:
         x = float(t[:-1] if pct else t)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{s!r} is not a fraction (0.8) or a percentage (80%)") \
+        raise argparse.ArgumentTypeError(
+            f"{s!r} is not a fraction ({example}) or a percentage ({float(example):.0%})") \
             from None
-    if not math.isfinite(x):
-        raise argparse.ArgumentTypeError(f"{s!r}: must be a finite number")
+    if at_most_one:
+        if not math.isfinite(x):
+            raise argparse.ArgumentTypeError(f"{s!r}: must be a finite number")
+    elif not math.isfinite(x) or x < 0:
+        raise argparse.ArgumentTypeError(f"{s!r}: must be a finite number ≥ 0")
     x = x / 100 if pct else x
-    if not 0 <= x <= 1:
+    if at_most_one and not 0 <= x <= 1:
         raise argparse.ArgumentTypeError(f"{s!r}: must be between 0 and 1 (0% and 100%)")
     return x
 
 
+def _fraction(s: str) -> float:
+    """A share of a whole: '80%' or '0.8' → 0.8."""
+    return _share(s, "0.8", True)
+
+
 def _growth(s: str) -> float:
-    """'5%' or '0.05' → 0.05 (may exceed 100 %)."""
-    t = s.strip()
-    pct = t.endswith("%")
-    try:
-        x = float(t[:-1] if pct else t)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{s!r} is not a fraction (0.05) or a percentage (5%)") \
-            from None
-    if not math.isfinite(x) or x < 0:
-        raise argparse.ArgumentTypeError(f"{s!r}: must be a finite number ≥ 0")
-    return x / 100 if pct else x
+    """A relative change, which may exceed 100 %: '5%' or '0.05' → 0.05."""
+    return _share(s, "0.05", False)
 
 
 def _idle_budget(s: str) -> tuple:
