@@ -1,7 +1,7 @@
 // The Diagnose page: selectors, summary, steps chart, gap list, gap detail, timeline.
 import { getJSON, routeUrl, TB_ROOT } from "./api.js";
 import { h } from "./dom.js";
-import { causeColor, causeLabel, cut, formatNs, formatPct, fullTitle, optionText, squeeze } from "./format.js";
+import { causeColor, causeLabel, cut, formatNs, formatPct, fullTitle, gapLabel, gapRefs, optionText, squeeze } from "./format.js";
 import { readState, writeState, urlWindow } from "./state.js";
 import { renderStepsChart } from "./steps_chart.js";
 import { Timeline, poolOf } from "./timeline.js";
@@ -487,13 +487,15 @@ export class App {
         h("li", { class: "pd-muted" }, this.hasDeviceActivity() ? "No idle gaps above the threshold." : "None: no device activity.")),
       h("h3", {}, "Top findings"),
       h("ol", { class: "pd-findings" }, findings.filter((f) => f.top !== false).slice(0, 6).map((f) => h("li", { class: "pd-finding" },
-        h("div", {}, h("b", { title: fullTitle(f.title, 300) }, squeeze(f.title, 80, 300)), " ", h("span", { class: "pd-badge" }, `≈ ${formatNs(f.time_lost_ns_per_step)} lost per step`),
+        h("div", {}, h("b", { title: fullTitle(f.title, 300) }, squeeze(f.title, 80, 300)), " ", h("span", { class: "pd-badge" }, f.one_time ? `${formatNs(f.time_lost_ns)} lost once` : `≈ ${formatNs(f.time_lost_ns_per_step)} lost per step`),
           f.confidence ? h("span", { class: "pd-muted pd-small" }, ` · ${f.confidence} confidence`) : null),
         h("div", { class: "pd-small" }, squeeze(f.detail)),
         f.fix ? h("div", { class: "pd-fix" }, h("b", {}, "Fix: "), squeeze(f.fix)) : null,
         (f.evidence && f.evidence.gaps || []).length ? h("div", { class: "pd-small" }, "Gaps: ",
-          f.evidence.gaps.slice(0, 5).map((id) => h("a", { href: "#", class: "pd-gap-link",
-            onclick: (ev) => { ev.preventDefault(); this.selectGap(id); } }, id + " "))) : null,
+          gapRefs(f.evidence).slice(0, 5).map((g, i) => [i ? ", " : "", h("a", { href: "#", class: "pd-gap-link", "data-gap": g.id,
+            title: `gap ${g.id}`, onclick: (ev) => { ev.preventDefault(); this.selectGap(g.id); } },
+            gapLabel(g, (d.devices || []).filter((x) => x.ops > 0).length > 1))]),
+          f.evidence.gaps.length > 5 ? ` and ${f.evidence.gaps.length - 5} more` : "") : null,
         (f.chain || []).length ? h("details", { class: "pd-small" }, h("summary", {}, "Call chain"),
           squeeze(f.chain.join(" › "))) : null))),
       h("div", { class: "pd-small pd-muted" }, findings.some((f) => f.top === false) ?

@@ -93,3 +93,19 @@ export function squeeze(text, word = 80, total = 2000) {
   const s = String(text ?? "").replace(new RegExp(`\\S{${word + 1},}`, "g"), (w) => w.slice(0, word - 1) + "…");
   return cut(s, total);
 }
+
+/** A finding's cited gaps as readers name them: {id, duration_ns, step, device}; the id is
+ * what the page links with.  Results without gap_refs give ids alone. */
+export function gapRefs(evidence) {
+  const ids = (evidence && evidence.gaps) || [];
+  const refs = (evidence && evidence.gap_refs) || [];
+  return ids.map((id, i) => refs[i] && refs[i].id === id ? refs[i] : { id, duration_ns: null, step: null, device: null });
+}
+
+/** "8.6 ms in step 41" (with the device when several have gaps); never an internal id
+ * unless nothing else is known. */
+export function gapLabel(ref, withDevice = false) {
+  if (ref.duration_ns === null || ref.duration_ns === undefined) return `gap ${ref.id}`;
+  const where = ref.step === null || ref.step === undefined ? "before the first step" : `in step ${ref.step}`;
+  return `${formatNs(ref.duration_ns)} ${where}${withDevice && ref.device ? ` on ${ref.device}` : ""}`;
+}

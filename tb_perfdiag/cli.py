@@ -249,19 +249,42 @@ def _json_doc(diag, args) -> dict:
     return doc
 
 
+class PodProgress:
+    """Hosts done per run, on ``stream``: one line rewritten in place on a terminal; in a
+    pipe or a CI log (no carriage returns there), a line only when another tenth of the
+    hosts is done — every host when there are ten or fewer."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.tty = bool(getattr(stream, "isatty", lambda: False)())
+        self.said: dict = {}
+
+    def __call__(self, run: str, done: int, total: int) -> None:
+        # the job reports every second whether or not a host finished: say changes only
+        mark = done if self.tty else (done * 10 // total if total else 10)
+        if self.said.get(run) == mark:
+            return
+        self.said[run] = mark
+        line = safe(f"{run}: {done}/{total} hosts")      # safe() escapes control characters
+        if self.tty:
+            print("\r" + line, end="\n" if done == total else "", file=self.stream, flush=True)
+        else:
+            print(line, file=self.stream, flush=True)
+
+
 def cmd_pod(args) -> int:
     """``diagnose LOGDIR --scheduler …``: every host a Dask task, rows and diagnoses into
     the result store; prints each run's pod summary."""
-    from .pod import diagnose_pod
+    from .pod import ClusterUnreachable, diagnose_pod
     from .render.pod import text_table
     _exists(args.path)
     opt = _options(args)
-
-    def progress(run, done, total):
-        print(safe(f"\r{run}: {done}/{total} hosts"), end="\n" if done == total else "",
-              file=sys.stderr, flush=True)
     sched = args.scheduler or os.environ.get("TB_PERFDIAG_DASK_SCHEDULER") or "local"
-    out = diagnose_pod(args.path, opt, sched, args.results, progress)
+    try:
+        out = diagnose_pod(args.path, opt, sched, args.results, PodProgress(sys.stderr),
+                           connect_timeout=args.connect_timeout)
+    except ClusterUnreachable as e:       # one line, no table of identical error rows
+        raise InputError(str(e)) from None
     if not out:
         raise InputError(f"no profiles found under {args.path}")
     if args.json:
@@ -405,6 +428,10 @@ def parser() -> argparse.ArgumentParser:
                     help="analyse every host of every run as a Dask task on this cluster "
                          "(tcp://host:8786, or 'local': one started here) and fill the result "
                          "store; prints each run's pod summary")
+    pd.add_argument("--connect-timeout", type=_number("connect-timeout", 0.1, 3600),
+                    default=10.0, metavar="SECONDS",
+                    help="with --scheduler ADDRESS: give up on a scheduler that does not "
+                         "answer within this (default 10)")
     pd.add_argument("--results", metavar="FOLDER_OR_URL",
                     help="the result store to fill (default $TB_PERFDIAG_RESULTS, else the "
                          "user's cache folder); a TensorBoard on the same store answers from it")

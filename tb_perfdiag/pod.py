@@ -40,10 +40,12 @@ logger = logging.getLogger(__name__)
 SCHEDULER_ENV = "TB_PERFDIAG_DASK_SCHEDULER"
 MIN_WORKER_MB = 1024.0       # a worker below this could not hold its own imports and a host
 KEY_PREFIX = "perfdiag-host-"
-IDENTITY_THREADS = 32
-TRIM_ABOVE = 0.5             # of a worker's memory limit: hand freed memory back past it        # metadata requests in flight for an object store's files
+IDENTITY_THREADS = 32        # metadata requests in flight for an object store's files
+TRIM_ABOVE = 0.5             # of a worker's memory limit: hand freed memory back past it
+# a scheduler that does not answer within this is not there (Dask's own default is 30 s)
+CONNECT_TIMEOUT_S = 10.0
 
-__all__ = ["Engine", "Failure", "PodJob", "analyse_file", "analyse_host", "cluster_size",
+__all__ = ["ClusterUnreachable", "Engine", "Failure", "PodJob", "analyse_file", "analyse_host", "cluster_size",
            "diagnose_pod"]
 
 
@@ -158,9 +160,11 @@ def cluster_size(cpus: int | None = None, worker_mb: float | None = None,
 class Engine:
     """The server's Dask client, started on first use."""
 
-    def __init__(self, address: str | None = None, processes: bool | None = None):
+    def __init__(self, address: str | None = None, processes: bool | None = None,
+                 connect_timeout: float = CONNECT_TIMEOUT_S):
         self.address = address if address is not None else \
             (os.environ.get(SCHEDULER_ENV) or None)
+        self.connect_timeout = connect_timeout
         # 0: a local cluster of threads in this process (no processes allowed here)
         self.processes = processes if processes is not None else \
             os.environ.get("TB_PERFDIAG_POD_PROCESSES", "1") != "0"
@@ -193,7 +197,7 @@ class Engine:
         if dlog.getEffectiveLevel() < logging.WARNING:   # its INFO lines would flood TB's log
             dlog.setLevel(logging.WARNING)
         if self.address:
-            return Client(self.address, set_as_default=False, timeout=30)
+            return Client(self.address, set_as_default=False, timeout=self.connect_timeout)
         n, per = cluster_size()
         environ = dict(dask.config.get("distributed.nanny.pre-spawn-environ", {}) or {})
         # Dask's MALLOC_TRIM_THRESHOLD_ (to hand freed memory back) also pins glibc's mmap
@@ -394,7 +398,7 @@ class PodJob:
         try:
             client = self.engine.client()
         except Exception as e:  # noqa: BLE001 - no cluster: every row says why
-            self.engine.error = f"cannot start or reach the Dask cluster: {e}"
+            self.engine.error = unreachable(self.engine, e)
             for s in todo:
                 self._set(s, error_row(s.host, s.span, 503, self.engine.error))
             return
@@ -497,6 +501,22 @@ class PodJob:
         return out
 
 
+class ClusterUnreachable(Exception):
+    """The Dask cluster could not be started or reached: nothing can be analysed."""
+
+
+def unreachable(engine: Engine, e: BaseException) -> str:
+    """One sentence: which cluster, what went wrong, what to check."""
+    why = (str(e) or type(e).__name__).splitlines()[0][:300]
+    if engine.local:
+        return (f"cannot start a local Dask cluster: {why}; check the memory and processes "
+                "this machine allows (TB_PERFDIAG_WORKERS, TB_PERFDIAG_WORKER_MEMORY_MB)")
+    return (f"cannot reach the Dask scheduler at {engine.address} within "
+            f"{engine.connect_timeout:g} s ({why}); check that a scheduler runs there "
+            "(`dask scheduler`), that the address and port are right and reachable from "
+            "this machine, or use --scheduler local")
+
+
 def decode_result(blob: bytes):
     """A result a worker sent back encoded."""
     return decode(blob)
@@ -504,16 +524,20 @@ def decode_result(blob: bytes):
 
 def diagnose_pod(path: str, options: Options, scheduler: str | None = None,
                  results: str | None = None, on_progress=None, max_file_mb: float = 4096.0,
-                 engine: Engine | None = None) -> dict:
+                 engine: Engine | None = None,
+                 connect_timeout: float = CONNECT_TIMEOUT_S) -> dict:
     """Every run with several hosts under ``path`` (a logdir, local or fsspec URL)
     summarised host by host on Dask (``scheduler``: an address, or None for a local
     cluster), filling the result store at ``results`` (default: the server's) so that a
     TensorBoard on the same store opens these summaries without analysing anything.
-    Returns {run: summary}; ``on_progress(run, done, total)`` is called as rows come."""
+    Returns {run: summary}; ``on_progress(run, done, total)`` is called as rows come.
+    Raises ClusterUnreachable when hosts need analysing and the cluster cannot be had
+    (within ``connect_timeout`` seconds for a scheduler address)."""
     from .discovery import latest, scan_logdir
     cache = DiagnosisCache(disk_dir=results if results else "")
     own = engine is None
-    engine = engine or Engine("" if scheduler in (None, "local") else scheduler)
+    engine = engine or Engine("" if scheduler in (None, "local") else scheduler,
+                              connect_timeout=connect_timeout)
     out = {}
     try:
         for name, run in scan_logdir(path).items():
@@ -521,11 +545,14 @@ def diagnose_pod(path: str, options: Options, scheduler: str | None = None,
             for h in run.hosts():
                 mine = [s for s in run.sources if s.host == h]
                 sources.append(latest(mine))        # discovery.SPAN_RULE, as the server
+            engine.error = None
             job = PodJob(name, sources, options, cache, engine, max_file_mb * 1e6)
             while not job.wait(1.0):
                 if on_progress is not None:
                     on_progress(name, sum(r["status"] != "pending" for r in job.rows.values()),
                                 len(sources))
+            if engine.error is not None:      # every later run would fail the same way
+                raise ClusterUnreachable(engine.error)
             out[name] = job.snapshot()
             if on_progress is not None:
                 on_progress(name, len(sources), len(sources))

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 import urllib.parse
 
@@ -209,6 +210,26 @@ def test_largest_gap_detail_and_trace_viewer(page, tb_demo, artifacts_dir):
     assert "/data/plugin/perfdiag/overlay?" in export
     whole = tb_demo.get(export.split(tb_demo.url, 1)[-1])[2]["traceEvents"]
     assert len([e for e in whole if e.get("cat") == "gap"]) == diag["gaps_total"]
+    assert page.console_log.unexpected() == []
+
+
+def test_finding_gap_links_read_as_duration_and_step_and_open_the_gap(page, tb_demo,
+                                                                      artifacts_dir):
+    """A finding cites its gaps as "35.2 ms in step 3", never as internal ids; the link
+    still selects that gap."""
+    run = run_named(tb_demo, "kineto_data_loading")
+    frame = open_diagnose(page, tb_demo)
+    choose_run(frame, run["run"])
+    links = frame.locator(".pd-finding .pd-gap-link")
+    assert links.count() > 0
+    texts = links.evaluate_all("els => els.map(e => e.textContent)")
+    for t in texts:
+        assert re.fullmatch(r"[\d.]+ (ns|µs|ms|s) (in step \d+|before the first step)( on .+)?", t), t
+    gid = links.first.get_attribute("data-gap")
+    assert re.fullmatch(r"\d+-\d+", gid)
+    links.first.click()
+    frame.wait_for_selector(f".gap-row.selected[data-gap='{gid}']", timeout=30000)
+    page.screenshot(path=os.path.join(artifacts_dir, "finding-gap-links.png"))
     assert page.console_log.unexpected() == []
 
 

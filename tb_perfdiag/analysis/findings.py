@@ -26,6 +26,9 @@ from .result import Finding, FindingKind as FK
 MAX_EVIDENCE = 20              # events named in a d2h finding
 TOP_SHARE = 0.01               # a top finding costs at least 1 % of a typical step
 RECURRING = 0.8                # in this share of the steps (and 3 or more): it recurs
+# costs paid once (warm-up), reported as a total and its share of the capture, never as
+# a rate per step
+ONE_TIME = (FK.COMPILATION, FK.GRAPH_CAPTURE)
 
 FAMILY = {C.HOST_SYNC: FK.HOST_SYNC, C.COMPILATION: FK.RECOMPILATION,
           C.DATA_LOADING: FK.INPUT_BOUND, C.H2D_TRANSFER: FK.H2D_TRANSFER,
@@ -243,13 +246,19 @@ def _family_finding(trace, diag, G, ci, cause, kind, sig, rs, fw, graphs, n_step
         what = f"{what} ({label})" if what else label
     recur = (f" in {len(hit)} of {n_steps} steps"
              if n_steps >= 3 and len(hit) >= max(3, RECURRING * n_steps) else "")
+    extra = {"cause": cause, "culprit": {"where": where, "ops": list(ops), "chain": list(chain)},
+             "chain": list(chain), "sync": label or None}
+    if k in ONE_TIME:
+        span = _capture_ns(diag)
+        share = total / span if span else None
+        extra.update(one_time=True, capture_share=share)
+        cost = f"{_fmt(total)} in total" + (f" ({_pct(share)} of the capture)" if share else "")
+    else:
+        cost = f"{_fmt(total / n_steps)} per step{recur}"
     title = (f"{subject}: {what + ' — ' if what else ''}"
-             f"{PHRASE.get(k, C.LABELS[cause].lower())} {_fmt(total / n_steps)} per step{recur}")
+             f"{PHRASE.get(k, C.LABELS[cause].lower())} {cost}")
     fix = fix_for(k.value, _fix_culprit(k, label, example, graphs), fw)
-    f = add(k, title, rs, fix, _detail(cause, rs, G, chain, ci), total, dev,
-            extra={"cause": cause, "culprit": {"where": where, "ops": list(ops),
-                                               "chain": list(chain)},
-                   "chain": list(chain), "sync": label or None})
+    f = add(k, title, rs, fix, _detail(diag, cause, rs, G, chain, ci), total, dev, extra=extra)
     _SUBJECT[id(f)] = subject
 
 
@@ -314,11 +323,47 @@ def _fix_culprit(kind, label, ev, graphs) -> str:
     return "*"
 
 
-def _detail(cause, rows, G, chain, ci) -> str:
+def _pct(share: float) -> str:
+    return f"{100 * share:.1f}%" if share < 0.095 else f"{100 * share:.0f}%"
+
+
+def _capture_ns(diag) -> float:
+    """Length of the capture a one-time cost is weighed against: the steps' host span,
+    else the devices' active span."""
+    S = diag.steps
+    if len(S):
+        return float(np.rint((S.host_end.max() - S.host_start.min()) / 1000))
+    D = diag.devices
+    on = D.lo >= 0
+    return float(np.rint((D.hi[on].max() - D.lo[on].min()) / 1000)) if on.any() else 0.0
+
+
+def _per_device(diag, rows, G, ci) -> str:
+    """The cause's time in these gaps, device by device (idle is never added up across
+    devices): "39.6 ms of them in total", "20.1 ms of them on each device",
+    "12.0 ms of them on TPU 0, 3.2 ms on TPU 1"."""
+    dev = G.g.device[rows]
+    per = np.bincount(dev, weights=G.share_ns[rows, ci])
+    on = np.flatnonzero(per > 0)
+    if on.size <= 1:
+        return f"{_fmt(float(per.sum()))} of them in total"
+    v = per[on]
+    if v.max() - v.min() <= 0.01 * v.max():
+        return f"{_fmt(float(v.mean()))} of them on each device"
+    order = on[np.argsort(-per[on], kind="stable")]
+    named = [f"{_fmt(float(per[d]))} on {diag.devices.name[d]}" for d in order[:4].tolist()]
+    more = f" and some on {on.size - 4} more device(s)" if on.size > 4 else ""
+    return f"{named[0].replace(' on ', ' of them on ', 1)}" + "".join(
+        ", " + n for n in named[1:]) + more
+
+
+def _detail(diag, cause, rows, G, chain, ci) -> str:
     n = len(rows)
-    all_ns = int(G.share_ns[rows, ci].sum())
+    ndev = np.unique(G.g.device[rows]).size
+    where = f" on {ndev} devices" if ndev > 1 else ""
     full = " › ".join(chain[-6:])
-    return (f"{n} gap(s); {C.LABELS[cause].lower()} takes {_fmt(all_ns)} of them in total"
+    return (f"{n} gap(s){where}; {C.LABELS[cause].lower()} takes "
+            f"{_per_device(diag, rows, G, ci)}"
             + (f". Call chain: {full}." if full else "."))
 
 

@@ -59,8 +59,9 @@ def report(label: str, diag: Diagnosis, top: int, step: int | None = None) -> st
         lines.append("   findings:")
         for f in diag.findings[:top]:
             fj = finding_json(diag, f)
-            lines.append(f"   * {fj['title']} — {_ms(fj['time_lost_ns_per_step'])}/step "
-                         f"[{fj['confidence']}]")
+            cost = (f"{_ms(fj['time_lost_ns'])} once" if fj.get("one_time")
+                    else f"{_ms(fj['time_lost_ns_per_step'])}/step")
+            lines.append(f"   * {fj['title']} — {cost} [{fj['confidence']}]")
             lines.append(f"       {fj['detail']}")
             lines.append(f"       fix: {fj['fix']}")
     rows = list(range(len(diag.gaps)))
@@ -70,7 +71,8 @@ def report(label: str, diag: Diagnosis, top: int, step: int | None = None) -> st
     if rows:
         lines.append(f"   largest gaps ({len(rows)} in total):")
         for g in gap_records(diag, rows[:top]):
-            lines.append(f"   - {g['id']} step {g['step']}: {_ms(g['duration_ns'])} "
+            where = "before the first step" if g["step"] is None else f"in step {g['step']}"
+            lines.append(f"   - {_ms(g['duration_ns'])} {where} (gap {g['id']}): "
                          f"{C.LABELS[g['cause']]} — {g['evidence']}")
             if g["waited_for"]:
                 lines.append(f"       waited for: {' › '.join(g['waited_for']['chain'])}")

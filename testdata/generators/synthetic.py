@@ -68,13 +68,26 @@ def main(argv=None):
     ap.add_argument("--pod", metavar="OUT_DIR",
                     help="write a pod run: --hosts XSpace files of about --events events each")
     ap.add_argument("--hosts", type=int, default=64)
-    ap.add_argument("--stragglers", default="17",
-                    help="comma-separated host indices that stall in data loading every step")
+    ap.add_argument("--stragglers", default=None,
+                    help="comma-separated host indices (0 … hosts−1) that stall in data loading "
+                         "every step (default: one, about a quarter of the way in: 17 of 64)")
     ap.add_argument("--stall-us", type=float, default=20_000)
     args = ap.parse_args(argv)
     if args.pod:
         t = time.time()
-        strag = [int(x) for x in args.stragglers.split(",") if x.strip()]
+        if args.hosts < 1:
+            ap.error(f"--hosts {args.hosts}: a pod needs at least one host")
+        if args.stragglers is None:
+            strag = [args.hosts * 17 // 64]
+        else:
+            try:
+                strag = [int(x) for x in args.stragglers.split(",") if x.strip()]
+            except ValueError:
+                ap.error(f"--stragglers {args.stragglers!r}: comma-separated host indices")
+            bad = [i for i in strag if not 0 <= i < args.hosts]
+            if bad:
+                ap.error(f"--stragglers {bad}: host indices run from 0 to {args.hosts - 1} "
+                         f"with --hosts {args.hosts}")
         truth = write_pod(Path(args.pod), args.hosts, args.events, strag, args.stall_us,
                           args.seed)
         print(f"{args.pod}: {args.hosts} hosts, stragglers {truth['stragglers']} "
