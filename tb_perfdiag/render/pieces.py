@@ -22,10 +22,12 @@ def size(doc) -> int:
     return len(json_bytes(doc))
 
 
-def _lists(x, path: str = ""):
-    """(path, parent, key, list) of every list inside ``x``."""
+def _lists(x, path: str = "", skip: str | None = None):
+    """(path, parent, key, list) of every list inside ``x`` (but under its key ``skip``)."""
     if isinstance(x, dict):
         for k, v in x.items():
+            if k == skip:
+                continue
             p = f"{path}.{k}" if path else str(k)
             if isinstance(v, list):
                 yield p, x, k, v
@@ -40,21 +42,25 @@ def _lists(x, path: str = ""):
                 yield from _lists(v, p)
 
 
+def _mark(doc: dict, cuts: dict) -> None:
+    doc["trimmed"] = {"note": TRIMMED_NOTE, "lists": [{"path": p, "kept": k, "total": n}
+                                                      for p, (k, n) in cuts.items()]}
+
+
 def trim(doc: dict, max_bytes: int) -> dict:
-    """``doc`` (a dict, changed in place) within ``max_bytes``: its largest list halved
-    until it fits, each cut listed under ``trimmed``; raises ``TooLarge`` when cutting
-    every list still leaves it over (a huge string)."""
+    """``doc`` (a dict, changed in place) within ``max_bytes``: its largest list cut to
+    the longest prefix that fits (else halved, and the next largest cut too), each cut
+    listed under ``trimmed``; raises ``TooLarge`` when cutting every list still leaves
+    it over (a huge string)."""
     if size(doc) <= max_bytes:
         return doc
     cuts: dict = {}
     while True:
-        doc["trimmed"] = {"note": TRIMMED_NOTE,
-                          "lists": [{"path": p, "kept": k, "total": n}
-                                    for p, (k, n) in cuts.items()]}
+        _mark(doc, cuts)
         if size(doc) <= max_bytes:
             return doc
         best = None
-        for p, parent, key, lst in _lists({k: v for k, v in doc.items() if k != "trimmed"}):
+        for p, parent, key, lst in _lists(doc, skip="trimmed"):
             if lst:
                 n = size(lst)
                 if best is None or n > best[0]:
@@ -63,9 +69,24 @@ def trim(doc: dict, max_bytes: int) -> dict:
             raise TooLarge(f"this answer does not fit max_bytes={max_bytes} even with every "
                            f"list cut; ask with a larger max_bytes")
         _, p, parent, key, lst = best
-        total = cuts[p][1] if p in cuts else len(lst)
+        cuts[p] = (0, cuts[p][1] if p in cuts else len(lst))
+        # the longest prefix of this list that fits, once its cut is said; else half of
+        # it, and the next largest list is cut too
+        lo, hi = 0, len(lst) - 1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            parent[key] = lst[:mid]
+            cuts[p] = (mid, cuts[p][1])
+            _mark(doc, cuts)
+            lo, hi = (mid, hi) if size(doc) <= max_bytes else (lo, mid - 1)
+        keep = lo
+        parent[key] = lst[:keep]
+        cuts[p] = (keep, cuts[p][1])
+        _mark(doc, cuts)
+        if size(doc) <= max_bytes:
+            return doc
         parent[key] = lst[:len(lst) // 2]
-        cuts[p] = (len(parent[key]), total)
+        cuts[p] = (len(lst) // 2, cuts[p][1])
 
 
 def page(doc: dict, key: str, items: list, offset: int, total: int, max_bytes: int) -> dict:
