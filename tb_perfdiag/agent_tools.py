@@ -150,9 +150,14 @@ class Tools:
 
     # ---- the tools ----
     @tool("The profile runs under LOGDIR, each with its hosts and their captures (spans).")
-    def list_runs(self, offset: Offset = 0, max_bytes: MaxBytes = DEFAULT_MAX_BYTES) -> dict:
+    def list_runs(self, offset: Offset = 0,
+                  refresh: Annotated[bool, Field(
+                      description="list LOGDIR again now (for a profile written in the last "
+                                  "seconds; the listing renews itself every few seconds)")
+                  ] = False,
+                  max_bytes: MaxBytes = DEFAULT_MAX_BYTES) -> dict:
         try:
-            runs = runs_json(self.catalog.runs(refresh=True))
+            runs = runs_json(self.catalog.runs(refresh=refresh))
         except OSError as e:
             raise Unavailable(f"cannot list LOGDIR: {e.strerror or e}") from None
         return page({"span_rule": SPAN_RULE}, "runs", runs[offset:], offset, len(runs),

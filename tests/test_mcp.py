@@ -323,3 +323,14 @@ def test_mcp_needs_a_folder(tmp_path):
     r = subprocess.run([sys.executable, "-m", "tb_perfdiag.cli", "mcp", str(tmp_path / "nope")],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 3 and "no such file or folder" in r.stderr
+
+
+def test_without_the_mcp_package_it_says_how_to_install_it(tmp_path):
+    fake = tmp_path / "hide" / "mcp"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('hidden for this test')\n")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path / "hide") + os.pathsep + ROOT)
+    r = subprocess.run([sys.executable, "-m", "tb_perfdiag.cli", "mcp", str(tmp_path)],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 2 and "pip install 'tb-perfdiag[mcp]'" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and r.stdout == ""
