@@ -143,8 +143,9 @@ class Tools:
         return host
 
     def _params(self, route: str, run, host, span, threshold_us, kernels_only, **more):
-        q = {"run": _name("run", run), "host": self._host(run, host), "span": _name("span", span),
-             "threshold_us": repr(float(threshold_us)), "kernels_only": "1" if kernels_only else "0"}
+        q = {"run": _name("run", run), "host": self._host(run, host),
+             "span": _name("span", span), "threshold_us": repr(float(threshold_us)),
+             "kernels_only": "1" if kernels_only else "0"}
         q.update({k: str(v) for k, v in more.items() if v is not None})
         return parse(route, {k: v for k, v in q.items() if v is not None})
 

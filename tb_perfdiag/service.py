@@ -123,6 +123,11 @@ def _same(doc):
     return doc
 
 
+def _label(run: str, src) -> str:
+    """A run's file as comparisons and checks name it: run · host (· span)."""
+    return f"{run} · {src.host}" + (f" · {span_label(src)}" if src.span else "")
+
+
 class _Loaded:
     """A loaded trace and, once an analysis or a timeline needed them, its host
     timelines (``HostContext``); kept in the traces store by file identity, at their
@@ -431,10 +436,9 @@ class DiagnosisService:
             before = self._diagnose_source(bsrc, self._options(params))
         except TraceError as e:
             raise trace_error(e, run=base.run, host=base.host) from None
-        label = lambda p, s: f"{p.run} · {s.host}" + (f" · {span_label(s)}" if s.span else "")  # noqa: E731
         with self.budget.admit(PEAK_PER_DIAG_BYTE * (before.nbytes() + after.nbytes()),
                                what="comparison"):
-            cmp = compare(before, after, (label(base, bsrc), label(params, src)))
+            cmp = compare(before, after, (_label(base.run, bsrc), _label(params.run, src)))
         return check_budgets(after, budgets, cmp)
 
     def _base_source(self, params):
@@ -454,10 +458,9 @@ class DiagnosisService:
             before = self._diagnose_source(base, self._options(params))
         except TraceError as e:
             raise trace_error(e, run=params.base_run, host=params.base_host) from None
-        label = lambda r, s: f"{r} · {s.host}" + (f" · {span_label(s)}" if s.span else "")  # noqa: E731
         est = PEAK_PER_DIAG_BYTE * (before.nbytes() + after.nbytes()) + RENDER_PEAK
         with self.budget.admit(est, what="comparison"):
-            cmp = compare(before, after, (label(params.base_run, base), label(params.run, src)))
+            cmp = compare(before, after, (_label(params.base_run, base), _label(params.run, src)))
             out = comparison_json(cmp, params.top, with_steps)
             out["before"].update(run=params.base_run, host=base.host, span=base.span)
             out["after"].update(run=params.run, host=src.host, span=src.span)
