@@ -6,6 +6,8 @@ from setuptools import Extension, find_packages, setup
 with open("tb_perfdiag/_version.py", encoding="utf-8") as f:
     VERSION = re.search(r'__version__ = "([^"]+)"', f.read()).group(1)
 
+MCP = "mcp>=2.0,<3; python_version >= '3.10'"
+
 setup(
     name="tb-perfdiag",
     version=VERSION,
@@ -18,7 +20,7 @@ setup(
     packages=find_packages(include=["tb_perfdiag", "tb_perfdiag.*"]) + ["tb_perfdiag.frontend"],
     package_dir={"tb_perfdiag.frontend": "frontend"},
     package_data={"tb_perfdiag.frontend": ["*.js", "*.css", "*.html", "*.svg", "lib/*.js"],
-                  "tb_perfdiag": ["schema/*.json"]},
+                  "tb_perfdiag": ["schema/*.json", "SKILL.md"]},
     install_requires=[
         "tensorboard>=2.16",
         "werkzeug>=2.0",
@@ -35,8 +37,10 @@ setup(
         "tensorboard-plugin-profile>=2.19",
     ],
     extras_require={
+        # tb-perfdiag mcp: the official Model Context Protocol SDK (its 2.x API: MCPServer)
+        "mcp": [MCP],
         "test": ["pytest>=8", "hypothesis>=6.100", "playwright>=1.45", "jsonschema>=4.20",
-                 "xmlschema>=3.0",
+                 "xmlschema>=3.0", MCP,
                  # an S3-compatible server the result-store tests start (moto's server mode)
                  "s3fs>=2024.2", "moto[server]>=5"],
     },

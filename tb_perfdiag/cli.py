@@ -1,4 +1,4 @@
-"""tb-perfdiag info|diagnose|compare|check: in a terminal, a pipeline or a CI job.
+"""tb-perfdiag info|diagnose|compare|check|mcp: in a terminal, a pipeline, CI or an assistant.
 
 Exit codes (every command):
   0  done (check: every budget met)
@@ -385,6 +385,22 @@ def cmd_check(args) -> int:
     return BREACH if any(not r.ok for _, _, res in checked for r in res) else OK
 
 
+def cmd_mcp(args) -> int:
+    """``mcp LOGDIR``: the Model Context Protocol server on stdin/stdout until the client
+    closes it."""
+    _exists(args.logdir)
+    if not is_folder(args.logdir):
+        raise InputError(f"{args.logdir} is not a folder: LOGDIR is the folder TensorBoard "
+                         f"is given (--logdir)")
+    from . import mcp_server
+    try:
+        import mcp.server.mcpserver  # noqa: F401
+    except ImportError:
+        raise UsageError(mcp_server.INSTALL_HINT) from None
+    mcp_server.serve(args.logdir)
+    return OK
+
+
 # ---- the parser ----
 
 def _json_layout(p) -> None:
@@ -473,6 +489,14 @@ def parser() -> argparse.ArgumentParser:
     _json_layout(pk)
     _analysis_options(pk)
     pk.set_defaults(fn=cmd_check)
+
+    from .mcp_server import skill_text
+    pm = sub.add_parser(
+        "mcp", help="serve the diagnosis to an assistant: a Model Context Protocol server on "
+                    "stdio, read-only and confined to LOGDIR (pip install 'tb-perfdiag[mcp]')",
+        description=skill_text(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    pm.add_argument("logdir", help="the folder (or URL) TensorBoard is given with --logdir")
+    pm.set_defaults(fn=cmd_mcp)
     return p
 
 

@@ -24,6 +24,7 @@ from collections import OrderedDict
 
 from ._version import __version__
 from .analysis import Options, analyse
+from .analysis.budgets import Budgets, check as check_budgets
 from .analysis.compare import compare
 from .analysis.diagnosis import gap_detail, host_context
 from .analysis.timeline import annotation_spans, lanes
@@ -36,7 +37,7 @@ from .pod import Engine, PodJob, decode_result
 from .progress import NULL, Progress
 from .render import chrome
 from .render.compare import comparison_json
-from .render.json import diagnosis_json, gap_records, gap_row, json_bytes
+from .render.json import diagnosis_json, gap_records, gap_row, gaps_page, json_bytes
 from .storage import Underestimated, file_identity, open_file
 from .trace import detect_format, load_open
 
@@ -120,6 +121,11 @@ def _gzip(raw: bytes) -> bytes:
 
 def _same(doc):
     return doc
+
+
+def _label(run: str, src) -> str:
+    """A run's file as comparisons and checks name it: run · host (· span)."""
+    return f"{run} · {src.host}" + (f" · {span_label(src)}" if src.span else "")
 
 
 class _Loaded:
@@ -409,6 +415,32 @@ class DiagnosisService:
             return finish(diagnosis_json(diag, params.gaps_offset, params.gaps_limit,
                                          params.step, paged=True))
 
+    def gaps_json(self, params, cause: str | None = None, device: int | None = None,
+                  finish=_same):
+        """A page of the gaps of ``params.step`` (all when None) whose cause is ``cause``
+        and that lie on ``device`` (any when None): the /diagnosis page's gaps alone."""
+        diag = self._diagnosis(params)
+        rows = max(0, min(params.gaps_limit, len(diag.gaps) - params.gaps_offset))
+        with self.budget.admit(PEAK_PER_GAP_ROW * rows + RENDER_PEAK, what="gaps page"):
+            return finish(gaps_page(diag, params.gaps_offset, params.gaps_limit, params.step,
+                                    cause, device))
+
+    def check(self, params, budgets: Budgets, base=None) -> list:
+        """``tb-perfdiag check`` of the file ``params`` name: its budget ``Result``s, with
+        ``base`` (the baseline's file parameters) for ``max_regression``."""
+        after = self._diagnosis(params)
+        if base is None:
+            return check_budgets(after, budgets)
+        src, bsrc = self._source(params), self._source(base)
+        try:
+            before = self._diagnose_source(bsrc, self._options(params))
+        except TraceError as e:
+            raise trace_error(e, run=base.run, host=base.host) from None
+        with self.budget.admit(PEAK_PER_DIAG_BYTE * (before.nbytes() + after.nbytes()),
+                               what="comparison"):
+            cmp = compare(before, after, (_label(base.run, bsrc), _label(params.run, src)))
+        return check_budgets(after, budgets, cmp)
+
     def _base_source(self, params):
         base = self.catalog.find(params.base_run, params.base_host, params.base_span)
         if base is None:
@@ -416,7 +448,7 @@ class DiagnosisService:
                            base_host=params.base_host)
         return base
 
-    def compare_json(self, params, finish=_same):
+    def compare_json(self, params, finish=_same, with_steps: bool = True):
         """Before (``base_run``/``base_host``/``base_span``) → after (``run``/``host``/
         ``span``), both diagnosed with the same options (and cached as /diagnosis)."""
         src = self._source(params)
@@ -426,11 +458,10 @@ class DiagnosisService:
             before = self._diagnose_source(base, self._options(params))
         except TraceError as e:
             raise trace_error(e, run=params.base_run, host=params.base_host) from None
-        label = lambda r, s: f"{r} · {s.host}" + (f" · {span_label(s)}" if s.span else "")  # noqa: E731
         est = PEAK_PER_DIAG_BYTE * (before.nbytes() + after.nbytes()) + RENDER_PEAK
         with self.budget.admit(est, what="comparison"):
-            cmp = compare(before, after, (label(params.base_run, base), label(params.run, src)))
-            out = comparison_json(cmp, params.top)
+            cmp = compare(before, after, (_label(params.base_run, base), _label(params.run, src)))
+            out = comparison_json(cmp, params.top, with_steps)
             out["before"].update(run=params.base_run, host=base.host, span=base.span)
             out["after"].update(run=params.run, host=src.host, span=src.span)
             return finish(out)

@@ -23,8 +23,9 @@ LAYERS = {
     "trace model and readers": ["trace", "trace.*"],
     "analyses": ["analysis", "analysis.*"],
     "renderers": ["render", "render.*"],
-    "services": ["budget", "codec", "cache", "discovery", "pod", "service", "api", "params"],
-    "faces": ["plugin", "cli", ""],
+    "services": ["budget", "codec", "cache", "discovery", "pod", "service", "api", "params",
+                 "agent_tools"],
+    "faces": ["plugin", "cli", "mcp_server", ""],
     "test support": ["testing", "testing.*"],
 }
 

@@ -527,16 +527,38 @@ def hta_json(diag: Diagnosis) -> dict:
     return {k: int(round(v / max(len(active), 1))) for k, v in out.items()}
 
 
+def gap_rows(diag: Diagnosis, step: int | None = None, cause: str | None = None,
+             device: int | None = None) -> np.ndarray:
+    """Rows of the gaps of step ``step`` (an id, as the JSON names steps), whose primary
+    cause is ``cause`` and that lie on device ``device``; None: any."""
+    g = diag.gaps
+    keep = np.ones(len(g), bool)
+    if step is not None:
+        ids = diag.steps.ids
+        st = g.step
+        sid = np.where(st >= 0, ids[np.maximum(st, 0)] if ids.size else -1, -1)
+        keep &= (st >= 0) & (sid == step)
+    if cause is not None:
+        keep &= g.cause == C.ALL.index(cause)
+    if device is not None:
+        keep &= g.device == device
+    return np.flatnonzero(keep)
+
+
+def gaps_page(diag: Diagnosis, offset: int, limit: int, step: int | None = None,
+              cause: str | None = None, device: int | None = None) -> dict:
+    """One page of the gap records of ``gap_rows``, in the order /diagnosis pages them,
+    with how many there are in all."""
+    rows = gap_rows(diag, step, cause, device)
+    return {"gaps": gap_records(diag, rows[offset:offset + limit]),
+            "gaps_total": int(rows.shape[0]), "gaps_offset": offset, "gaps_limit": limit}
+
+
 def diagnosis_json(diag: Diagnosis, gaps_offset: int = 0, gaps_limit: int | None = None,
                    step: int | None = None, paged: bool = False) -> dict:
     """The whole diagnosis; gaps ``[gaps_offset, +gaps_limit)`` of those of ``step`` (all
     steps when None).  ``paged`` adds gaps_total/offset/limit as the route does."""
-    rows = np.arange(len(diag.gaps))
-    if step is not None:
-        ids = diag.steps.ids
-        st = diag.gaps.step
-        sid = np.where(st >= 0, ids[np.maximum(st, 0)] if ids.size else -1, -1)
-        rows = rows[(st >= 0) & (sid == step)]
+    rows = gap_rows(diag, step)
     total = int(rows.shape[0])
     end = None if gaps_limit is None else gaps_offset + gaps_limit
     page = rows[gaps_offset:end]
