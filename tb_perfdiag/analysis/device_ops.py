@@ -40,6 +40,8 @@ _HOST_KINDS = (K.CPU_OP, K.COLLECTIVE, K.TRANSFER_H2D, K.TRANSFER_D2H, K.ALLOC)
 _CLIMB = 64                   # enclosing frames searched for the framework op of a launch
 _DENSE_CELLS = 1 << 22        # (row × key) tables up to this size are one bincount
 _ANON = "(anonymous namespace)"
+# kernels named by their first template argument
+_WRAPPER = re.compile(r"^(cutlass::(Kernel\d?|device_kernel)|cute::\w*kernel\w*)<…>$")
 # XLA's asynchronous copies (TPU ``copy-start``/``copy-done``: waits on a DMA) are copies
 _ASYNC_COPY = re.compile(r"^copy-(start|done)(\.\d+)?$")
 _DETAILS_SRC = re.compile(r"kind_src:(\w+)")
@@ -47,30 +49,43 @@ _DETAILS_DST = re.compile(r"kind_dst:(\w+)")
 
 
 def fold_kernel_name(name: str) -> str:
-    """A kernel's name without its template arguments, parameters and return type:
-    ``void at::native::(anonymous namespace)::foo<float, 4>(int, float*)`` →
-    ``at::native::(anonymous namespace)::foo<…>``.  Names without templates stay."""
+    """A kernel's name without its template arguments, parameters, return type and
+    anonymous namespaces: ``void at::native::(anonymous namespace)::foo<float, 4>(int,
+    float*)`` → ``at::native::foo<…>``.  Names without templates stay; a wrapper whose
+    first template argument is the kernel (``cutlass::Kernel<gemm_64x64…>``) keeps it."""
+    out = _fold(name, 0)
+    if _WRAPPER.match(out):
+        out = _fold(name, 1)
+    return out
+
+
+def _fold(name: str, keep: int) -> str:
+    """``name`` with template arguments nested deeper than ``keep`` levels folded."""
     s = name.strip().replace(_ANON, "\x00")
     out, depth = [], 0
     for i, ch in enumerate(s):
-        if ch == "<":
-            # "operator<" / "a < b" are no template brackets
-            if depth == 0 and (i == 0 or s[i - 1] in " =(" or s[max(0, i - 8):i] == "operator"):
-                out.append(ch)
-                continue
-            if depth == 0:
-                out.append("<…>")
+        # "operator<" / "a < b" are no template brackets
+        if ch == "<" and not (depth == 0 and (i == 0 or s[i - 1] in " =(" or
+                                               s[max(0, i - 8):i] == "operator")):
+            out.append("<…>" if depth == keep else "<" if depth < keep else "")
             depth += 1
         elif ch == ">" and depth > 0:
             depth -= 1
-        elif depth == 0:
-            if ch == "(" and out:
-                break                              # the parameter list
+            if depth < keep:
+                out.append(ch)
+        elif depth == 0 and ch == "(" and out:
+            break                                  # the parameter list
+        elif depth <= keep:
             out.append(ch)
     s = "".join(out).strip()
-    if " " in s:
-        s = s.rsplit(" ", 1)[1] or s             # the return type ("void")
-    return (s or name).replace("\x00", _ANON)
+    # the return type ("void", "std::enable_if<…>::type"): up to the last space outside <>
+    d, cut = 0, -1
+    for i, ch in enumerate(s):
+        d += (ch == "<") - (ch == ">")
+        if ch == " " and d == 0:
+            cut = i
+    s = s[cut + 1:]
+    return (s or name).replace("\x00::", "").replace("\x00", _ANON)
 
 
 def _copy_label(kind: int, name: str, detail: str = "") -> str:
