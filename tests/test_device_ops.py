@@ -46,7 +46,7 @@ def test_kernel_names_fold_template_arguments(name, folded):
     assert fold_kernel_name(name) == folded
 
 
-def _kineto_trace():
+def _kineto_trace(relu_us=4):
     """Two steps.  Step 1 launches two instantiations of one template (200 and 100 µs)
     under aten::mm / aten::add in record_function 'forward', an H2D and a D2H copy, a
     memset and an NCCL all-reduce on stream 13 that overlaps the first kernel by 50 µs;
@@ -79,7 +79,7 @@ def _kineto_trace():
     with b.step(main, 2, 1000, 100):
         with b.op(main, "aten::relu", 1010, 60):
             for i in range(3):
-                k = b.kernel(s7, "void relu_kernel<float>(float*)", 1200 + 10 * i, 4)
+                k = b.kernel(s7, "void relu_kernel<float>(float*)", 1200 + 50 * i, relu_us)
                 b.launch(main, "cudaLaunchKernel", 1015 + 15 * i, 5, kernel=k)
     return b.build()
 
@@ -267,3 +267,20 @@ def test_real_traces_add_up(path):
         assert (so[:, Overlap.COMPUTE] + so[:, Overlap.COPIES_EXPOSED] +
                 so[:, Overlap.COLLECTIVES_EXPOSED] == so[:, Overlap.BUSY]).all()
     jsonschema.validate(diagnosis_json(d), SCHEMA)
+
+
+def test_compare_uses_the_same_grouping(kineto_diag):
+    from tb_perfdiag.analysis.compare import compare
+    from tb_perfdiag.render.compare import comparison_json
+    after = diagnose_trace(_kineto_trace(relu_us=40))
+    cmp = compare(kineto_diag, after)
+    top = cmp.device_ops[0]
+    # two steps, both typical: per typical step 6 → 60 µs of relu_kernel<…> (all its
+    # instantiations as one group), 1.5 calls
+    assert (top.name, top.before, top.after) == ("relu_kernel<…>", 6 * US, 60 * US)
+    assert top.calls_before == top.calls_after == 1.5
+    doc = comparison_json(cmp)
+    assert doc["device_ops"]["by_device_time"][0]["delta_ns"] == 54_000
+    assert [r["name"] for r in doc["device_ops"]["by_device_time"]] == ["relu_kernel<…>"]
+    schema = json.load(open(os.path.join(ROOT, "tb_perfdiag", "schema", "comparison.schema.json")))
+    jsonschema.validate(json.loads(json.dumps(doc, default=float)), schema)
