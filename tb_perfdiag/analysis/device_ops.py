@@ -29,7 +29,7 @@ import re
 
 import numpy as np
 
-from ..trace.classify import is_collective_kernel, memcpy_kind
+from ..trace.classify import memcpy_kind
 from ..trace.model import EventKind as K, Trace
 from .annotations import _lookup
 from .result import DeviceOpTable, OpClass, Overlap
@@ -53,6 +53,8 @@ def fold_kernel_name(name: str) -> str:
     anonymous namespaces: ``void at::native::(anonymous namespace)::foo<float, 4>(int,
     float*)`` → ``at::native::foo<…>``.  Names without templates stay; a wrapper whose
     first template argument is the kernel (``cutlass::Kernel<gemm_64x64…>``) keeps it."""
+    if "<" not in name and "(" not in name and " " not in name:
+        return name
     out = _fold(name, 0)
     if _WRAPPER.match(out):
         out = _fold(name, 1)
@@ -118,55 +120,77 @@ def _dense(ids: np.ndarray, size: int):
 
 def _labels(trace: Trace, ops: np.ndarray, kind: np.ndarray, memo: dict):
     """(label id per op, label strings, op class per label): the group name of each op
-    (``kind``: the ops' EventKind)."""
+    (``kind``: the ops' EventKind).  Names are worked out once per distinct string."""
     name = trace.name[ops]
-    hlo = _lookup(trace.stats.get("hlo_op"), ops, memo).astype(np.int64)
-    copy = (kind == K.MEMCPY) | (kind == K.MEMSET)
-    hlo = np.where(copy, -1, hlo)
-    # a copy's direction: its name, else Kineto's memcpy_kind or XSpace's memcpy_details
-    detail = np.full(ops.shape[0], -1, np.int64)
-    for st in ("memcpy_details", "memcpy_kind"):
-        s = trace.stats.get(st)
-        if s is not None and s.is_string and copy.any():
-            v = _lookup(s, ops, memo).astype(np.int64)
-            detail = np.where(copy & (v >= 0), v, detail)
-    labels: list = []
-    index: dict = {}
-
-    def intern(lbl):
-        i = index.get(lbl)
-        if i is None:
-            i = index[lbl] = len(labels)
-            labels.append(lbl)
-        return i
-
-    n_str = len(trace.strings)
-    out = np.full(ops.shape[0], -1, np.int32)
-    # XLA ops by their HLO instruction
+    hlo = _lookup(trace.stats.get("hlo_op"), ops, memo)
+    # one key per op: its HLO instruction (odd) or its name (even)
+    key = name.astype(np.int64) * 2
     h = hlo >= 0
     if h.any():
-        u, lut = _dense(hlo[h], n_str)
-        m = np.array([intern(trace.strings[x]) for x in u.tolist()], np.int32)
-        out[h] = m[lut[hlo[h]]]
-    # copies and sets by direction: (kind, name, detail) triples are few
-    if copy.any():
-        trip = np.stack([kind[copy].astype(np.int64), name[copy].astype(np.int64),
-                         detail[copy]], axis=1)
-        u, inv = np.unique(trip, axis=0, return_inverse=True)
-        m = np.array([intern(_copy_label(k, trace.strings[n], trace.strings[x] if x >= 0 else ""))
-                      for k, n, x in u.tolist()], np.int32)
-        out[copy] = m[inv.reshape(-1)]
-    rest = out < 0
-    if rest.any():
-        u, lut = _dense(name[rest].astype(np.int64), n_str)
-        m = np.array([intern(fold_kernel_name(trace.strings[x])) for x in u.tolist()], np.int32)
-        out[rest] = m[lut[name[rest]]]
-    klass = np.zeros(len(labels), np.int8)
-    for lbl, i in index.items():
-        klass[i] = (OpClass.MEMSET if lbl == "Memset" else
-                    OpClass.MEMCPY if lbl.startswith("Memcpy") or _ASYNC_COPY.match(lbl) else
-                    OpClass.COLLECTIVE if is_collective_kernel(lbl) else OpClass.COMPUTE)
+        key[h] = hlo[h].astype(np.int64) * 2 + 1
+    del h
+    copy = np.flatnonzero((kind == K.MEMCPY) | (kind == K.MEMSET))
+    u, lut = _dense(key, 2 * len(trace.strings) + 1)
+    out = lut[key]
+    del key
+    strings = trace.strings
+    labels = [strings[x >> 1] if x & 1 else fold_kernel_name(strings[x >> 1])
+              for x in u.tolist()]
+    if copy.size:
+        # copies and sets by direction, from their name or their memcpy_kind /
+        # memcpy_details stat: (kind, name, detail) triples are few
+        sub = ops[copy]
+        detail = np.full(copy.shape[0], -1, np.int64)
+        for st in ("memcpy_details", "memcpy_kind"):
+            sv = trace.stats.get(st)
+            if sv is not None and sv.is_string:
+                v = _lookup(sv, sub, None).astype(np.int64)
+                detail = np.where(v >= 0, v, detail)
+        trip = np.stack([kind[copy].astype(np.int64), name[copy].astype(np.int64), detail], 1)
+        tu, inv = np.unique(trip, axis=0, return_inverse=True)
+        cl = [_copy_label(k, strings[n], strings[x] if x >= 0 else "") for k, n, x in tu.tolist()]
+        names = list(dict.fromkeys(cl))
+        at = {lb: len(labels) + i for i, lb in enumerate(names)}
+        labels += names
+        out[copy] = np.array([at[lb] for lb in cl], np.int32)[inv.reshape(-1)]
+    # the same label from several strings is one group
+    index = dict.fromkeys(labels)
+    if len(index) < len(labels):
+        index = {lb: i for i, lb in enumerate(index)}
+        remap = np.array([index[lb] for lb in labels], np.int32)
+        out = remap[out]
+        labels = list(index)
+    klass = _classes(labels)
     return out, labels, klass
+
+
+_COPY_LABEL = re.compile(r"^(Memcpy\b|copy-(start|done)(\.\d+)?$)", re.M)
+_SET_LABEL = re.compile(r"^Memset$", re.M)
+# trace.classify.is_collective_kernel, as one regex
+_COLLECTIVE = re.compile(r"[nr]ccl|all-?reduce|all-?gather|reduce-?scatter|all-to-all|"
+                         r"collective-permute")          # over lower-cased labels
+
+
+def _classes(labels: list) -> np.ndarray:
+    """OpClass per label (a few regex passes over all labels at once)."""
+    klass = np.zeros(len(labels), np.int8)
+    if not labels:
+        return klass
+    text = "\n".join(labels)
+    starts = np.cumsum(np.fromiter(map(len, labels), np.int64, len(labels)) + 1) - \
+        np.fromiter(map(len, labels), np.int64, len(labels)) - 1
+    low = text.lower()
+    for rx, c, hints, where in (
+            (_COLLECTIVE, OpClass.COLLECTIVE, ("ccl", "all-", "allreduce", "allgather",
+                                               "scatter", "collective"), low),
+            (_COPY_LABEL, OpClass.MEMCPY, ("Memcpy", "copy-"), text),
+            (_SET_LABEL, OpClass.MEMSET, ("Memset",), text)):
+        if not any(x in where for x in hints):      # substring search: no regex pass
+            continue
+        pos = [m.start() for m in rx.finditer(where)]
+        if pos:
+            klass[np.searchsorted(starts, pos, side="right") - 1] = c
+    return klass
 
 
 def _host_ops(trace: Trace, ops: np.ndarray, origin: np.ndarray, memo: dict) -> np.ndarray:
@@ -217,17 +241,17 @@ def _dominant(row: np.ndarray, key: np.ndarray, weight: np.ndarray, n_rows: int,
 
 def _union_lengths(s: np.ndarray, e: np.ndarray, key: np.ndarray, n_keys: int) -> np.ndarray:
     """Per key, the length of the union of the intervals, given sorted by (key, start)
-    and shifted so that no two keys' intervals touch."""
+    and shifted so that no two keys' intervals touch: each interval adds what reaches
+    past the intervals before it."""
     if not s.size:
         return np.zeros(n_keys, np.int64)
-    run_end = np.maximum.accumulate(e)
-    new = np.empty(s.shape[0], bool)
-    new[0] = True
-    new[1:] = s[1:] > run_end[:-1]
-    first = np.flatnonzero(new)
-    last = np.concatenate((first[1:], [s.shape[0]])) - 1
-    return np.bincount(key[first], weights=(run_end[last] - s[first]).astype(np.float64),
-                       minlength=n_keys).astype(np.int64)
+    reach = np.maximum.accumulate(e)
+    add = np.empty_like(reach)
+    add[0] = reach[0] - s[0]
+    np.subtract(reach[1:], np.maximum(s[1:], reach[:-1]), out=add[1:])
+    if n_keys == 1 or not key.size:
+        return np.array([int(add.sum())], np.int64)
+    return np.bincount(key, weights=add, minlength=n_keys).astype(np.int64)
 
 
 def overlap(starts: np.ndarray, ends: np.ndarray, klass: np.ndarray, key: np.ndarray,
@@ -239,32 +263,42 @@ def overlap(starts: np.ndarray, ends: np.ndarray, klass: np.ndarray, key: np.nda
     lo = int(starts.min())
     span = int(ends.max()) - lo + 1
     per = max((1 << 62) // span, 1)               # keys whose shifted times fit in int64
-    comp = klass == OpClass.COMPUTE
-    copy = (klass == OpClass.MEMCPY) | (klass == OpClass.MEMSET)
-    coll = klass == OpClass.COLLECTIVE
     for k0 in range(0, n_keys, per):
-        sel = np.flatnonzero((key >= k0) & (key < k0 + per)) if n_keys > per else None
-        kk = key if sel is None else key[sel]
-        shift = (kk - k0).astype(np.int64) * span - lo
-        s = (starts if sel is None else starts[sel]) + shift
-        e = (ends if sel is None else ends[sel]) + shift
-        o = np.argsort(s, kind="stable")          # runs already in order: cheap
-        s, e, kk = s[o], e[o], (kk - k0)[o]
-        cl = [m if sel is None else m[sel] for m in (comp, copy, coll)]
-        cl = [m[o] for m in cl]
         n = min(per, n_keys - k0)
-
+        sel = np.flatnonzero((key >= k0) & (key < k0 + per)) if n_keys > per else None
+        if n == 1:                                 # one key: no shift
+            s, e, kl = (starts, ends, klass) if sel is None else \
+                (starts[sel], ends[sel], klass[sel])
+            kk = np.zeros(0, np.int64)
+        else:
+            kk = (key if sel is None else key[sel]) - k0
+            shift = kk.astype(np.int64) * span
+            s = (starts if sel is None else starts[sel]) + shift
+            e = (ends if sel is None else ends[sel]) + shift
+            del shift
+            kl = klass if sel is None else klass[sel]
+        o = np.argsort(s, kind="stable")          # runs already in order: cheap
+        s, e, kl = s[o], e[o], kl[o]
+        if kk.size:
+            kk = kk[o]
+        del o
         busy = _union_lengths(s, e, kk, n)
         zero = np.zeros(n, np.int64)
 
         def u(mask):
-            # a class that is every op or none needs no pass of its own
-            if not mask.any():
+            # a class that is every op or none needs no pass of its own; a large one is
+            # the others as empty intervals (no gathers), a small one its own ops
+            cnt = int(np.count_nonzero(mask))
+            if not cnt:
                 return zero
-            if mask.all():
+            if cnt == mask.shape[0]:
                 return busy
-            return _union_lengths(s[mask], e[mask], kk[mask], n)
-        c, m, x = cl
+            if 4 * cnt > mask.shape[0]:
+                return _union_lengths(s, np.where(mask, e, s), kk, n)
+            return _union_lengths(s[mask], e[mask], kk[mask] if kk.size else kk, n)
+        c = kl == OpClass.COMPUTE
+        m = (kl == OpClass.MEMCPY) | (kl == OpClass.MEMSET)
+        x = kl == OpClass.COLLECTIVE
         u_comp, u_copy, u_coll = u(c), u(m), u(x)
         u_cm = u(c | m) if m.any() else u_comp
         u_cx = u(c | x) if x.any() else u_comp
@@ -284,10 +318,14 @@ def overlap(starts: np.ndarray, ends: np.ndarray, klass: np.ndarray, key: np.nda
 def device_op_table(trace: Trace, ops: np.ndarray, op_step: np.ndarray, n_steps: int,
                     origin: np.ndarray, path_of_op: np.ndarray | None = None,
                     paths: list | None = None, memo: dict | None = None) -> DeviceOpTable:
-    """``ops``: the busy set's device ops; ``op_step``: the step that launched each (−1
-    none); ``origin``: the host call behind every event (−1 none); ``path_of_op``/``paths``:
-    the user annotation path of each op (``annotations.op_paths``), when at hand; ``memo``:
-    that pass's stat lookups on the same ``ops``."""
+    """``ops``: the busy set's device ops, ascending; ``op_step``: the step that launched
+    each (−1 none); ``origin``: the host call behind every event (−1 none);
+    ``path_of_op``/``paths``: the user annotation path of each op
+    (``annotations.op_paths``), when at hand; ``memo``: that pass's stat lookups on the
+    same ``ops``.
+
+    Ops are counted once, into (device, group, step) cells; rows and their totals,
+    longest instances and short kernels come from the cells."""
     n_dev = len(trace.devices)
     dev = trace.track_device[trace.track[ops]]
     keep = dev >= 0
@@ -296,53 +334,21 @@ def device_op_table(trace: Trace, ops: np.ndarray, op_step: np.ndarray, n_steps:
         if path_of_op is not None:
             path_of_op = path_of_op[keep]
         memo = None
+    del keep
     if not ops.size:
         return DeviceOpTable.empty(n_dev, n_steps)
     memo = {} if memo is None else memo
     kind_of_ops = trace.kind[ops]
     label, names, klass_of = _labels(trace, ops, kind_of_ops, memo)
-    n_lab = len(names)
-    ts, dur = trace.ts[ops], trace.dur[ops]
-    dev = dev.astype(np.int64)
-    # rows: (device, label) pairs with ops, by device then most time first
-    cell = dev * n_lab + label
-    cnt = np.bincount(cell, minlength=n_dev * n_lab)
-    tim = np.bincount(cell, weights=dur, minlength=n_dev * n_lab)
-    short = (kind_of_ops == K.KERNEL) & (dur < LAUNCH_LATENCY_PS)
-    s_cnt = np.bincount(cell[short], minlength=n_dev * n_lab)
-    s_tim = np.bincount(cell[short], weights=dur[short], minlength=n_dev * n_lab)
-    cells = np.flatnonzero(cnt)
-    cells = cells[np.lexsort((-tim[cells], cells // n_lab))]
-    n_rows = cells.shape[0]
-    row_of = np.full(n_dev * n_lab, -1, np.int64)
-    row_of[cells] = np.arange(n_rows)
-    row = row_of[cell]
-    del cell, row_of
-    r_lab = cells % n_lab
-    # longest instance of each row
-    gmax = np.zeros(n_rows, np.int64)
-    np.maximum.at(gmax, row, dur)
-    longest = np.full(n_rows, -1, np.int64)
-    at = np.flatnonzero(dur == gmax[row])
-    longest[row[at[::-1]]] = ops[at[::-1]]         # the earliest such instance
-    hcat = _lookup(trace.stats.get("hlo_category"), longest, {}) \
-        if "hlo_category" in trace.stats else np.full(n_rows, -1)
-    # the host op and the annotation that most of each row's time came from; where the
-    # table is too large to count, those of its longest instance
-    host = _host_ops(trace, ops, origin, memo)
-    pos = np.searchsorted(ops, longest) if _sorted(ops) else None
-    fb_host = host[pos] if pos is not None else np.full(n_rows, -1)
-    r_host = _dominant(row, host, dur, n_rows, fb_host)
-    if path_of_op is not None and paths:
-        fb_path = path_of_op[pos] if pos is not None else np.full(n_rows, -1)
-        r_path = _dominant(row, path_of_op, dur, n_rows, fb_path)
-    else:
-        r_path = np.full(n_rows, -1)
-    del host
-    # per launching step, sparse: (row, step) cells with ops
+    n_lab, S1 = len(names), n_steps + 1
+    dur = trace.dur[ops]
+    # one code per op: (device, group, launching step; n_steps for none)
     st = np.where(op_step >= 0, op_step, n_steps).astype(np.int64)
-    code = row * (n_steps + 1) + st
-    size = n_rows * (n_steps + 1)
+    dl = label.astype(np.int64)
+    if n_dev > 1:
+        dl += dev.astype(np.int64) * n_lab
+    code = dl * S1 + st
+    size = n_dev * n_lab * S1
     if size <= _DENSE_CELLS * 4:
         sc = np.bincount(code, minlength=size)
         nz = np.flatnonzero(sc)
@@ -355,48 +361,95 @@ def device_op_table(trace: Trace, ops: np.ndarray, op_step: np.ndarray, n_steps:
         nz, slot = np.unique(code, return_inverse=True)
         slot = slot.reshape(-1)
         sc = np.bincount(slot, minlength=nz.shape[0])
-    stime = np.bincount(slot, weights=dur, minlength=nz.shape[0])
-    in_step = (nz % (n_steps + 1)) < n_steps
-    # longest instance per (row, step)
-    smax = np.zeros(nz.shape[0], np.int64)
+    del code
+    n_cells = nz.shape[0]
+    stime = np.bincount(slot, weights=dur, minlength=n_cells)
+    short = np.flatnonzero((kind_of_ops == K.KERNEL) & (dur < LAUNCH_LATENCY_PS))
+    s_sc = np.bincount(slot[short], minlength=n_cells)
+    s_st = np.bincount(slot[short], weights=dur[short], minlength=n_cells)
+    # longest instance per cell (the earliest of equals)
+    smax = np.zeros(n_cells, np.int64)
     np.maximum.at(smax, slot, dur)
-    at = np.flatnonzero(dur == smax[slot])
-    s_long = np.full(nz.shape[0], -1, np.int64)
-    s_long[slot[at[::-1]]] = ops[at[::-1]]
-    del code, slot, at
-    # overlap and short kernels, per device and per (step, device)
+    at = np.flatnonzero(dur == smax[slot])[::-1]
+    s_long = np.full(n_cells, -1, np.int64)
+    s_long[slot[at]] = ops[at]
+    del at
+    # rows: (device, group) pairs, by device then most time first
+    c_dl, c_st = nz // S1, (nz % S1).astype(np.int32)
+    tim = np.bincount(c_dl, weights=stime, minlength=n_dev * n_lab)
+    cnt = np.bincount(c_dl, weights=sc, minlength=n_dev * n_lab)
+    cells = np.flatnonzero(cnt)
+    cells = cells[np.lexsort((-tim[cells], cells // n_lab))]
+    n_rows = cells.shape[0]
+    row_of = np.full(n_dev * n_lab, -1, np.int64)
+    row_of[cells] = np.arange(n_rows)
+    c_row = row_of[c_dl]
+    r_lab = cells % n_lab
+    gmax = np.zeros(n_rows, np.int64)
+    np.maximum.at(gmax, c_row, smax)
+    hit = np.flatnonzero(smax == gmax[c_row])
+    longest = np.full(n_rows, -1, np.int64)
+    first = np.full(n_rows, np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(first, c_row[hit], s_long[hit])
+    longest[:] = first
+    hcat = _lookup(trace.stats.get("hlo_category"), longest, {}) \
+        if "hlo_category" in trace.stats else np.full(n_rows, -1)
+    # the host op and the annotation that most of each row's time came from; where the
+    # table is too large to count, those of its longest instance
+    row = c_row[slot]
+    host = _host_ops(trace, ops, origin, memo)
+    pos = np.searchsorted(ops, longest)           # ops ascend
+    r_host = _dominant(row, host, dur, n_rows, host[pos])
+    del host
+    if path_of_op is not None and paths:
+        r_path = _dominant(row, path_of_op, dur, n_rows, path_of_op[pos])
+    else:
+        r_path = np.full(n_rows, -1)
+    del row, slot
+    # overlap per device and per (step, device)
     kl = klass_of[label]
+    del label
+    ts = trace.ts[ops]
     end = ts + dur
-    ov = overlap(ts, end, kl, dev, n_dev)
-    sk = np.where(op_step >= 0, op_step, n_steps).astype(np.int64) * n_dev + dev
-    sov = overlap(ts, end, kl, sk, (n_steps + 1) * n_dev)[: n_steps * n_dev]
-    d_short = np.bincount(dev[short], minlength=n_dev)
-    d_short_t = np.bincount(dev[short], weights=dur[short], minlength=n_dev)
-    st_short = np.bincount(sk[short], minlength=(n_steps + 1) * n_dev)[: n_steps * n_dev]
-    st_short_t = np.bincount(sk[short], weights=dur[short],
-                             minlength=(n_steps + 1) * n_dev)[: n_steps * n_dev]
+    dv = dev.astype(np.int64) if n_dev > 1 else np.zeros(0, np.int64)
+    ov = overlap(ts, end, kl, dv if n_dev > 1 else np.zeros(ts.shape[0], np.int64), n_dev)
+    sk = st * n_dev + dv if n_dev > 1 else st
+    sov = overlap(ts, end, kl, sk, S1 * n_dev)[: n_steps * n_dev]
+    del ts, end, kl, sk, st
+    # short kernels per device and per (step, device), from the cells
+    c_dev = c_dl // n_lab
+    d_short = np.bincount(c_dev, weights=s_sc, minlength=n_dev)
+    d_short_t = np.bincount(c_dev, weights=s_st, minlength=n_dev)
+    sd = c_st.astype(np.int64) * n_dev + c_dev
+    st_short = np.bincount(sd, weights=s_sc, minlength=S1 * n_dev)[: n_steps * n_dev]
+    st_short_t = np.bincount(sd, weights=s_st, minlength=S1 * n_dev)[: n_steps * n_dev]
+    r_sc = np.bincount(c_row, weights=s_sc, minlength=n_rows)
+    r_st = np.bincount(c_row, weights=s_st, minlength=n_rows)
+    in_step = c_st < n_steps
+
+    def strs(ids, make):
+        memo_s = {}
+        return [memo_s[x] if x in memo_s else memo_s.setdefault(x, make(x))
+                for x in np.asarray(ids).tolist()]
+    s_cells = s_long[in_step]
     return DeviceOpTable(
         device=(cells // n_lab).astype(np.int32), name=[names[i] for i in r_lab.tolist()],
-        klass=klass_of[r_lab].astype(np.int8), count=cnt[cells].astype(np.int64),
+        klass=klass_of[r_lab].astype(np.int8), count=np.rint(cnt[cells]).astype(np.int64),
         time=np.rint(tim[cells]).astype(np.int64),
-        short_count=s_cnt[cells].astype(np.int64), short_time=np.rint(s_tim[cells]).astype(np.int64),
+        short_count=np.rint(r_sc).astype(np.int64), short_time=np.rint(r_st).astype(np.int64),
         longest=longest, longest_ts=trace.ts[longest], longest_dur=trace.dur[longest],
         longest_track=trace.track[longest].astype(np.int32),
-        category=[trace.strings[int(x)] if x >= 0 else "" for x in np.asarray(hcat).tolist()],
-        host_op=[trace.strings[int(x)] if x >= 0 else "" for x in r_host.tolist()],
-        annotation=[" › ".join(paths[int(x)]) if x >= 0 else "" for x in r_path.tolist()],
-        step_row=(nz[in_step] // (n_steps + 1)).astype(np.int32),
-        step=(nz[in_step] % (n_steps + 1)).astype(np.int32),
+        category=strs(hcat, lambda x: trace.strings[x] if x >= 0 else ""),
+        host_op=strs(r_host, lambda x: trace.strings[x] if x >= 0 else ""),
+        annotation=strs(r_path, lambda x: " › ".join(paths[x]) if x >= 0 else ""),
+        step_row=c_row[in_step].astype(np.int32), step=c_st[in_step],
         step_count=sc[in_step].astype(np.int64), step_time=np.rint(stime[in_step]).astype(np.int64),
-        step_longest=s_long[in_step],
-        step_longest_ts=trace.ts[s_long[in_step]], step_longest_dur=trace.dur[s_long[in_step]],
-        step_longest_track=trace.track[s_long[in_step]].astype(np.int32),
+        step_longest=s_cells, step_longest_ts=trace.ts[s_cells],
+        step_longest_dur=trace.dur[s_cells],
+        step_longest_track=trace.track[s_cells].astype(np.int32),
         overlap=ov, step_overlap=sov.reshape(n_steps, n_dev, len(Overlap)),
-        short_count_dev=d_short.astype(np.int64), short_time_dev=np.rint(d_short_t).astype(np.int64),
-        step_short_count=st_short.reshape(n_steps, n_dev).astype(np.int64),
+        short_count_dev=np.rint(d_short).astype(np.int64),
+        short_time_dev=np.rint(d_short_t).astype(np.int64),
+        step_short_count=np.rint(st_short).astype(np.int64).reshape(n_steps, n_dev),
         step_short_time=np.rint(st_short_t).astype(np.int64).reshape(n_steps, n_dev),
         latency_ps=int(LAUNCH_LATENCY_PS))
-
-
-def _sorted(a: np.ndarray) -> bool:
-    return bool(a.shape[0] < 2 or (a[1:] >= a[:-1]).all())
