@@ -222,21 +222,34 @@ def _host_ops(trace: Trace, ops: np.ndarray, origin: np.ndarray, memo: dict) -> 
 
 
 def _dominant(row: np.ndarray, key: np.ndarray, weight: np.ndarray, n_rows: int,
-              fallback: np.ndarray) -> np.ndarray:
-    """Per row, the key (≥ 0, or −1) with the most weight; ``fallback`` per row where the
-    (row × key) table would be too large to count densely."""
+              own: np.ndarray) -> np.ndarray:
+    """Per row, the key (≥ 0, or −1) with the most weight.  ``own``: the key of each
+    row's longest instance — the answer for every row whose ops all share it, which
+    are counted no further; the others are counted densely (their own key where the
+    (row × key) table would be too large)."""
     if not row.size:
         return np.full(n_rows, -1, np.int64)
+    out = np.asarray(own, np.int64).copy()
+    mixed = np.zeros(n_rows + 1, bool)
+    mixed[row[key != own[row]]] = True
+    if not mixed.any():
+        return out
+    sel = np.flatnonzero(mixed[row])
+    row, key, weight = row[sel], key[sel], weight[sel]
     u, lut = _dense(key.astype(np.int64), int(max(key.max(), 0)) + 1)
     nk = u.shape[0] + 1
-    if n_rows * nk > _DENSE_CELLS:
-        return fallback
+    rows = np.flatnonzero(mixed[:n_rows])
+    if rows.shape[0] * nk > _DENSE_CELLS:
+        return out
+    dense_row = np.zeros(n_rows, np.int64)
+    dense_row[rows] = np.arange(rows.shape[0])
     k = np.where(key >= 0, lut[np.maximum(key, 0)] + 1, 0)
-    tab = np.bincount(row.astype(np.int64) * nk + k, weights=weight,
-                      minlength=n_rows * nk).reshape(n_rows, nk)
+    tab = np.bincount(dense_row[row] * nk + k, weights=weight,
+                      minlength=rows.shape[0] * nk).reshape(rows.shape[0], nk)
     best = tab.argmax(axis=1)
     vals = np.concatenate(([-1], u))
-    return np.where(tab.max(axis=1) > 0, vals[best], -1)
+    out[rows] = np.where(tab.max(axis=1) > 0, vals[best], -1)
+    return out
 
 
 def _union_lengths(s: np.ndarray, e: np.ndarray, key: np.ndarray, n_keys: int) -> np.ndarray:
