@@ -230,6 +230,24 @@ def test_launch_bound_demo_names_its_tiny_kernels():
     assert diag.findings[sk["finding"]].kind.value == "launch_bound"
 
 
+def _full(trace, d, dv, mine):
+    """The overlap rows of device ``dv`` from every op (the reference computation)."""
+    from tb_perfdiag.analysis.device_ops import _labels, overlap
+    from tb_perfdiag.analysis.steps import find_steps, launching_steps
+    from tb_perfdiag.analysis.attribution import incoming_host_link, origins, root_origin
+    label, _, klass = _labels(trace, mine, trace.kind[mine], {})
+    kl = klass[label]
+    linked = incoming_host_link(trace)
+    origin, _ = origins(trace, linked)
+    steps = find_steps(trace)
+    st = launching_steps(trace, steps, root_origin(trace, origin, linked=linked))[mine]
+    n = len(d.steps)
+    ts, end = trace.ts[mine], trace.end_of(mine)
+    whole = overlap(ts, end, kl, np.zeros(mine.shape[0], np.int64), 1)
+    per = overlap(ts, end, kl, np.where(st >= 0, st, n).astype(np.int64), n + 1)[:n]
+    return whole, per
+
+
 def _real():
     picks = ("df_index_resolver", "tpu_inference_2", "nccl_data", "rank0", "resnet50_num_workers_0",
              "localhost", "vm.xplane")
@@ -262,6 +280,12 @@ def test_real_traces_add_up(path):
         if int((e - s).sum()) == int(trace.dur[mine].sum()):
             # no two ops of the device overlap: its ops add up to its busy time (1 µs)
             assert abs(int(T.time[rows].sum()) - int(d.devices.busy[dv])) <= US
+        # the same figures as from every op of the device (not only the windows around
+        # its copies and collectives)
+        from tb_perfdiag.analysis.device_ops import overlap
+        full = _full(trace, d, dv, mine)
+        assert T.overlap[dv].tolist() == full[0][0].tolist()
+        assert T.step_overlap[:, dv].tolist() == full[1].tolist()
         # per launching step the same split holds
         so = T.step_overlap[:, dv]
         assert (so[:, Overlap.COMPUTE] + so[:, Overlap.COPIES_EXPOSED] +
@@ -284,3 +308,22 @@ def test_compare_uses_the_same_grouping(kineto_diag):
     assert [r["name"] for r in doc["device_ops"]["by_device_time"]] == ["relu_kernel<…>"]
     schema = json.load(open(os.path.join(ROOT, "tb_perfdiag", "schema", "comparison.schema.json")))
     jsonschema.validate(json.loads(json.dumps(doc, default=float)), schema)
+
+
+def test_host_op_is_the_one_behind_most_time_not_the_longest_instance():
+    b = TraceBuilder()
+    main = b.thread("python main")
+    s7 = b.stream(gpu=0, stream=7)
+    with b.step(main, 1, 0, 2000):
+        with b.op(main, "aten::mul", 1, 10):
+            k = b.kernel(s7, "void elementwise_kernel<float>(int)", 100, 50)     # the longest
+            b.launch(main, "cudaLaunchKernel", 2, 5, kernel=k)
+        for i in range(3):
+            with b.op(main, "aten::add", 20 + 20 * i, 10):
+                k = b.kernel(s7, "void elementwise_kernel<double>(int)", 200 + 100 * i, 40)
+                b.launch(main, "cudaLaunchKernel", 22 + 20 * i, 5, kernel=k)
+    T = diagnose_trace(b.build()).device_ops
+    (r,) = range(len(T))
+    assert T.name[r] == "elementwise_kernel<…>" and T.count[r] == 4
+    assert T.longest_dur[r] == 50 * US
+    assert T.host_op[r] == "aten::add"              # 120 µs against aten::mul's 50 µs

@@ -30,7 +30,7 @@ import re
 import numpy as np
 
 from ..trace.classify import memcpy_kind
-from ..trace.model import EventKind as K, Trace
+from ..trace.model import DEVICE_ACTIVITY, EventKind as K, Trace
 from .annotations import _lookup
 from .result import DeviceOpTable, OpClass, Overlap
 from .shares import LAUNCH_LATENCY_PS
@@ -330,12 +330,15 @@ def overlap(starts: np.ndarray, ends: np.ndarray, klass: np.ndarray, key: np.nda
 
 def device_op_table(trace: Trace, ops: np.ndarray, op_step: np.ndarray, n_steps: int,
                     origin: np.ndarray, path_of_op: np.ndarray | None = None,
-                    paths: list | None = None, memo: dict | None = None) -> DeviceOpTable:
+                    paths: list | None = None, memo: dict | None = None,
+                    defer_overlap: bool = False):
     """``ops``: the busy set's device ops, ascending; ``op_step``: the step that launched
     each (−1 none); ``origin``: the host call behind every event (−1 none);
     ``path_of_op``/``paths``: the user annotation path of each op
     (``annotations.op_paths``), when at hand; ``memo``: that pass's stat lookups on the
-    same ``ops``.
+    same ``ops``.  ``defer_overlap``: leave the overlap columns zero and return
+    ``(table, (events, OpClass, step) of the ops that are no compute)`` for
+    ``fill_overlap``, which needs the busy figures the gap analysis computes.
 
     Ops are counted once, into (device, group, step) cells; rows and their totals,
     longest instances and short kernels come from the cells."""
@@ -422,13 +425,21 @@ def device_op_table(trace: Trace, ops: np.ndarray, op_step: np.ndarray, n_steps:
     # overlap per device and per (step, device)
     kl = klass_of[label]
     del label
-    ts = trace.ts[ops]
-    end = ts + dur
-    dv = dev.astype(np.int64) if n_dev > 1 else np.zeros(0, np.int64)
-    ov = overlap(ts, end, kl, dv if n_dev > 1 else np.zeros(ts.shape[0], np.int64), n_dev)
-    sk = st * n_dev + dv if n_dev > 1 else st
-    sov = overlap(ts, end, kl, sk, S1 * n_dev)[: n_steps * n_dev]
-    del ts, end, kl, sk, st
+    nc = None
+    if defer_overlap:
+        sel = np.flatnonzero(kl != OpClass.COMPUTE)
+        nc = (ops[sel], kl[sel], op_step[sel].astype(np.int64))
+        ov = np.zeros((n_dev, len(Overlap)), np.int64)
+        sov = np.zeros((n_steps * n_dev, len(Overlap)), np.int64)
+    else:
+        ts = trace.ts[ops]
+        end = ts + dur
+        dv = dev.astype(np.int64) if n_dev > 1 else np.zeros(ts.shape[0], np.int64)
+        ov = overlap(ts, end, kl, dv, n_dev)
+        sk = st * n_dev + dv if n_dev > 1 else st
+        sov = overlap(ts, end, kl, sk, S1 * n_dev)[: n_steps * n_dev]
+        del ts, end, sk
+    del kl, st
     # short kernels per device and per (step, device), from the cells
     c_dev = c_dl // n_lab
     d_short = np.bincount(c_dev, weights=s_sc, minlength=n_dev)
@@ -445,7 +456,7 @@ def device_op_table(trace: Trace, ops: np.ndarray, op_step: np.ndarray, n_steps:
         return [memo_s[x] if x in memo_s else memo_s.setdefault(x, make(x))
                 for x in np.asarray(ids).tolist()]
     s_cells = s_long[in_step]
-    return DeviceOpTable(
+    table = DeviceOpTable(
         device=(cells // n_lab).astype(np.int32), name=[names[i] for i in r_lab.tolist()],
         klass=klass_of[r_lab].astype(np.int8), count=np.rint(cnt[cells]).astype(np.int64),
         time=np.rint(tim[cells]).astype(np.int64),
@@ -466,3 +477,152 @@ def device_op_table(trace: Trace, ops: np.ndarray, op_step: np.ndarray, n_steps:
         step_short_count=np.rint(st_short).astype(np.int64).reshape(n_steps, n_dev),
         step_short_time=np.rint(st_short_t).astype(np.int64).reshape(n_steps, n_dev),
         latency_ps=int(LAUNCH_LATENCY_PS))
+    return (table, nc) if defer_overlap else table
+
+
+def _window_cover(trace: Trace, tracks: list, nc: np.ndarray, a: np.ndarray, b: np.ndarray,
+                  win_key: np.ndarray, step_of: np.ndarray | None,
+                  kinds=(K.KERNEL, K.MEMCPY, K.MEMSET)) -> np.ndarray | None:
+    """Per window [a, b): the length of it covered by the device's compute ops (of the
+    window's step when ``step_of`` is given, ``win_key`` being that step), or None when a
+    track is not serial (its ops overlap), where windows cannot be read off sorted ends."""
+    if not a.size:
+        return np.zeros(0, np.int64)
+    parts_w, parts_e = [], []
+    for lo, hi in trace.track_slices(tracks):
+        if hi <= lo:
+            continue
+        st = trace.ts[lo:hi]
+        en = st + trace.dur[lo:hi]
+        if en.shape[0] > 1 and not (en[1:] >= en[:-1]).all():
+            return None
+        i0 = np.searchsorted(en, a, side="right")
+        i1 = np.maximum(np.searchsorted(st, b, side="left"), i0)
+        n = i1 - i0
+        w = np.repeat(np.arange(a.shape[0]), n)
+        e = lo + i0[w] + (np.arange(w.shape[0]) - np.repeat(np.cumsum(n) - n, n))
+        parts_w.append(w)
+        parts_e.append(e)
+    w = np.concatenate(parts_w) if parts_w else np.zeros(0, np.int64)
+    e = np.concatenate(parts_e) if parts_e else np.zeros(0, np.int64)
+    ok = np.isin(trace.kind[e], kinds) & ~np.isin(e, nc)
+    if step_of is not None:
+        ok &= step_of[e] == win_key[w]
+    w, e = w[ok], e[ok]
+    s = np.maximum(trace.ts[e], a[w])
+    t = np.minimum(trace.end_of(e), b[w])
+    keep = t > s
+    w, s, t = w[keep], s[keep], t[keep]
+    if not w.size:
+        return np.zeros(a.shape[0], np.int64)
+    # one union over all windows, each shifted apart from the others
+    sh = w * (int((b - a).max()) + 1) - a[w]
+    s, t = s + sh, t + sh
+    o = np.argsort(s, kind="stable")
+    return _union_lengths(s[o], t[o], w[o], a.shape[0])
+
+
+def fill_overlap(trace: Trace, table: DeviceOpTable, nc, op_step_all: np.ndarray,
+                 busy: np.ndarray, step_busy: np.ndarray | None, kernels_only: bool) -> None:
+    """Fills ``table.overlap`` (and ``step_overlap`` when ``step_busy``, the union of the
+    ops each step launched per device, is given) from the busy figures and the few ops
+    that are no compute: compute covers everything else, so only the windows of copies
+    and collectives need a look at the compute ops around them.  Devices whose tracks
+    are not serial get the full computation."""
+    nc_ev, nc_cls, nc_step = nc
+    n_steps = table.step_overlap.shape[0]
+    nc_dev = trace.track_device[trace.track[nc_ev]]
+    for d in range(len(trace.devices)):
+        if busy[d] <= 0:
+            continue
+        mine = nc_dev == d
+        keys = [(None, np.zeros(int(mine.sum()), np.int64), 1, busy[d:d + 1])]
+        if step_busy is not None:
+            stp = np.where(nc_step[mine] >= 0, nc_step[mine], n_steps).astype(np.int64)
+            keys.append((op_step_all, stp, n_steps + 1,
+                         np.concatenate([np.maximum(step_busy[:, d], 0), [0]])))
+        tracks = np.flatnonzero(trace.track_device == d).tolist()
+        ev, cls = nc_ev[mine], nc_cls[mine]
+        got = []
+        for step_of, key, n_keys, bz in keys:
+            res = _overlap_from(trace, tracks, ev, cls, key, n_keys, bz, step_of,
+                                (K.KERNEL,) if kernels_only else DEVICE_ACTIVITY)
+            if res is None:
+                got = None
+                break
+            got.append(res)
+        if got is None or (step_busy is None and n_steps):
+            # steps by time (no launched union per step), or a track whose ends are not
+            # sorted: every op of the device
+            _full_overlap(trace, table, d, nc, op_step_all, kernels_only, bool(n_steps))
+            continue
+        table.overlap[d] = got[0][0]
+        if step_busy is not None:
+            table.step_overlap[:, d] = got[1][:n_steps]
+
+
+def _overlap_from(trace, tracks, ev, cls, key, n_keys, busy, step_of, kinds):
+    """One device's overlap rows per key from its busy time per key and its ops that
+    are no compute (``ev``, ``cls``, their ``key``); None when a track's ends are not
+    sorted."""
+    out = np.zeros((n_keys, len(Overlap)), np.int64)
+    out[:, Overlap.BUSY] = busy
+    out[:, Overlap.COMPUTE] = busy
+    if not ev.size:
+        return out
+    s, e = trace.ts[ev], trace.end_of(ev)
+    exposed = {}
+    for name, mask in (("nc", np.ones(ev.shape[0], bool)),
+                       ("copy", (cls == OpClass.MEMCPY) | (cls == OpClass.MEMSET)),
+                       ("coll", cls == OpClass.COLLECTIVE)):
+        if not mask.any():
+            exposed[name] = (np.zeros(n_keys, np.int64), np.zeros(n_keys, np.int64))
+            continue
+        o = np.lexsort((s[mask], key[mask]))
+        ks, ss, es = key[mask][o], s[mask][o], e[mask][o]
+        # the class's union per key, as windows (keys apart by a shift)
+        lo = int(ss.min())
+        span = int(es.max()) - lo + 1
+        sh = ks * span - lo
+        reach = np.maximum.accumulate(es + sh)
+        new = np.ones(ss.shape[0], bool)
+        new[1:] = (ss[1:] + sh[1:]) > reach[:-1]
+        first = np.flatnonzero(new)
+        last = np.r_[first[1:], ss.shape[0]] - 1
+        a, wk = ss[first], ks[first]
+        b = reach[last] - sh[first]
+        cov = _window_cover(trace, tracks, ev, a, b, wk, step_of, kinds)
+        if cov is None:
+            return None
+        total = np.bincount(wk, weights=b - a, minlength=n_keys).astype(np.int64)
+        under = np.bincount(wk, weights=cov, minlength=n_keys).astype(np.int64)
+        exposed[name] = (total, total - under)
+    nc_exp = exposed["nc"][1]
+    comp = busy - nc_exp
+    (copy_all, copy_exp), (coll_all, coll_exp) = exposed["copy"], exposed["coll"]
+    out[:, Overlap.COMPUTE] = comp
+    out[:, Overlap.COPIES] = copy_all
+    out[:, Overlap.COLLECTIVES] = coll_all
+    out[:, Overlap.COPIES_UNDER_COMPUTE] = copy_all - copy_exp
+    out[:, Overlap.COLLECTIVES_UNDER_COMPUTE] = coll_all - coll_exp
+    out[:, Overlap.COPIES_EXPOSED] = copy_exp
+    out[:, Overlap.COLLECTIVES_EXPOSED] = busy - comp - copy_exp
+    return out
+
+
+def _full_overlap(trace, table, d, nc, op_step_all, kernels_only, per_step):
+    from .gaps import device_busy
+    ops = device_busy(trace, d, kernels_only)[0]
+    ops.sort()
+    kl = np.zeros(ops.shape[0], np.int8)
+    nc_ev, nc_cls, _ = nc
+    k = np.searchsorted(ops, nc_ev)
+    hit = (k < ops.shape[0]) & (ops[np.minimum(k, ops.shape[0] - 1)] == nc_ev)
+    kl[k[hit]] = nc_cls[hit]
+    ts, end = trace.ts[ops], trace.end_of(ops)
+    table.overlap[d] = overlap(ts, end, kl, np.zeros(ops.shape[0], np.int64), 1)[0]
+    if per_step:
+        n_steps = table.step_overlap.shape[0]
+        st = op_step_all[ops]
+        key = np.where(st >= 0, st, n_steps).astype(np.int64)
+        table.step_overlap[:, d] = overlap(ts, end, kl, key, n_steps + 1)[:n_steps]
