@@ -13,15 +13,19 @@ Every device op (the busy set's: kernels, copies, sets; kernels only under
 
 Groups carry calls, total time, the calls shorter than the launch latency (the
 launch-bound story), their longest instance, the host op that launched most of their
-time (the framework op enclosing the launch: ``aten::…``; else ``tf_op``; else the XLA
-program, which for JAX is the jitted function) and the user annotation most of their time
-falls under.  Per step, ops belong to the step that launched them (``launching_steps``).
+time (``tf_op``; else the XLA program, which for JAX is the jitted function; else the
+framework op enclosing the launch: ``aten::…``) and the user annotation most of their
+time falls under.  Per step, ops belong to the step that launched them
+(``launching_steps``).  Ops are counted once into (device, group, step) cells with
+bincounts; no Python object per event.
 
 *Overlap*: per device and per launching step, the busy union split into compute (kernels
-and XLA ops that are no collective), copies (memcpy and memset) and collectives
-(``is_collective_kernel``), with how much of the copies and collectives ran while compute
-ran (HTA's communication/computation overlap).  One ordering of the ops per key (device;
-device and step) and a handful of linear passes: no Python object per event.
+and XLA ops that are no collective), copies (memcpy, memset, XLA async copies) and
+collectives (``is_collective_kernel``), with how much of the copies and collectives ran
+while compute ran (HTA's communication/computation overlap).  The busy union per device
+and per launching step is the gap analysis' own; compute covers all of it but what the
+copies and collectives alone cover, so only the windows of those few ops are looked at
+(``fill_overlap``), each track's ops found by its sorted starts and ends.
 """
 from __future__ import annotations
 
@@ -42,8 +46,6 @@ _DENSE_CELLS = 1 << 22        # (row × key) tables up to this size are one binc
 _ANON = "(anonymous namespace)"
 # kernels named by their first template argument
 _WRAPPER = re.compile(r"^(cutlass::(Kernel\d?|device_kernel)|cute::\w*kernel\w*)<…>$")
-# XLA's asynchronous copies (TPU ``copy-start``/``copy-done``: waits on a DMA) are copies
-_ASYNC_COPY = re.compile(r"^copy-(start|done)(\.\d+)?$")
 _DETAILS_SRC = re.compile(r"kind_src:(\w+)")
 _DETAILS_DST = re.compile(r"kind_dst:(\w+)")
 
@@ -164,6 +166,7 @@ def _labels(trace: Trace, ops: np.ndarray, kind: np.ndarray, memo: dict):
     return out, labels, klass
 
 
+# copies; XLA's asynchronous copies (TPU ``copy-start``/``copy-done``: waits on a DMA) too
 _COPY_LABEL = re.compile(r"^(Memcpy\b|copy-(start|done)(\.\d+)?$)", re.M)
 _SET_LABEL = re.compile(r"^Memset$", re.M)
 # trace.classify.is_collective_kernel, as one regex
@@ -359,7 +362,8 @@ def device_op_table(trace: Trace, ops: np.ndarray, op_step: np.ndarray, n_steps:
     n_lab, S1 = len(names), n_steps + 1
     dur = trace.dur[ops]
     # one code per op: (device, group, launching step; n_steps for none)
-    st = np.where(op_step >= 0, op_step, n_steps).astype(np.int64)
+    st = op_step.astype(np.int64)
+    st[st < 0] = n_steps
     dl = label.astype(np.int64)
     if n_dev > 1:
         dl += dev.astype(np.int64) * n_lab
@@ -384,12 +388,16 @@ def device_op_table(trace: Trace, ops: np.ndarray, op_step: np.ndarray, n_steps:
     s_sc = np.bincount(slot[short], minlength=n_cells)
     s_st = np.bincount(slot[short], weights=dur[short], minlength=n_cells)
     # longest instance per cell (the earliest of equals)
-    smax = np.zeros(n_cells, np.int64)
-    np.maximum.at(smax, slot, dur)
-    at = np.flatnonzero(dur == smax[slot])[::-1]
     s_long = np.full(n_cells, -1, np.int64)
-    s_long[slot[at]] = ops[at]
-    del at
+    if n_cells == ops.shape[0]:               # one op per cell (XLA: an HLO op per step)
+        smax = np.rint(stime).astype(np.int64)
+        s_long[slot] = ops
+    else:
+        smax = np.zeros(n_cells, np.int64)
+        np.maximum.at(smax, slot, dur)
+        at = np.flatnonzero(dur == smax[slot])[::-1]
+        s_long[slot[at]] = ops[at]
+        del at
     # rows: (device, group) pairs, by device then most time first
     c_dl, c_st = nz // S1, (nz % S1).astype(np.int32)
     tim = np.bincount(c_dl, weights=stime, minlength=n_dev * n_lab)
@@ -450,6 +458,8 @@ def device_op_table(trace: Trace, ops: np.ndarray, op_step: np.ndarray, n_steps:
     r_sc = np.bincount(c_row, weights=s_sc, minlength=n_rows)
     r_st = np.bincount(c_row, weights=s_st, minlength=n_rows)
     in_step = c_st < n_steps
+    if in_step.all():                         # every op launched by a step: no copies
+        in_step = slice(None)
 
     def strs(ids, make):
         memo_s = {}
