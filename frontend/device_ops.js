@@ -57,7 +57,7 @@ export function renderDeviceOps(container, doc, { deviceId, opHref, onFinding } 
       h("b", {}, `Kernels shorter than the ${formatNs(doc.latency_ns)} launch latency: `),
       `${sk.calls} calls, ${formatNs(sk.total_ns)} (${pct(sk.share_of_busy)} of busy)`,
       most ? [" — mostly ", h("code", { class: "dop-short-name", title: most.name }, squeeze(most.name, 80, 200)),
-        ` (${most.calls} calls${most.host_op ? `, from ${most.host_op}` : ""}${most.annotation ? ` under ${most.annotation}` : ""})`] : null,
+        ` (${most.calls} calls${stepCol ? " in the whole trace" : ""}${most.host_op ? `, from ${most.host_op}` : ""}${most.annotation ? ` under ${most.annotation}` : ""})`] : null,
       sk.finding !== null && sk.finding !== undefined && onFinding ? [" · ",
         h("a", { href: "#", class: "pd-link", id: "pd-short-finding", onclick: (e) => { e.preventDefault(); onFinding(sk.finding); } },
           "launch-bound finding")] : null));
@@ -67,7 +67,7 @@ export function renderDeviceOps(container, doc, { deviceId, opHref, onFinding } 
     return;
   }
   const head = h("tr", {}, ["Op", "Class", "Calls", "Total", "Mean", "% busy", stepCol ? "% step" : null, "Host op", "Annotation"]
-    .filter((x) => x !== null).map((x) => h("th", { scope: "col", class: x === "Host op" || x === "Annotation" ? "dop-text" : null }, x)));
+    .filter((x) => x !== null).map((x) => h("th", { scope: "col", class: x === "Host op" ? "dop-text dop-host-h" : x === "Annotation" ? "dop-text" : null }, x)));
   const maxT = Math.max(1, ...dev.ops.map((o) => o.total_ns));
   const rows = dev.ops.map((o) => {
     const href = opHref ? opHref(o) : null;

@@ -11,7 +11,7 @@ Every device op (the busy set's: kernels, copies, sets; kernels only under
 - any other kernel by its name with template arguments and parameters folded:
   ``void at::native::foo<float, 4>(int, float*)`` → ``at::native::foo<…>``.
 
-Groups carry calls, total time, the calls shorter than the launch latency (the
+Groups carry calls, total time, the GPU kernels shorter than the launch latency (the
 launch-bound story), their longest instance, the host op that launched most of their
 time (``tf_op``; else the XLA program, which for JAX is the jitted function; else the
 framework op enclosing the launch: ``aten::…``) and the user annotation most of their
@@ -384,7 +384,11 @@ def device_op_table(trace: Trace, ops: np.ndarray, op_step: np.ndarray, n_steps:
     del code
     n_cells = nz.shape[0]
     stime = np.bincount(slot, weights=dur, minlength=n_cells)
-    short = np.flatnonzero((kind_of_ops == K.KERNEL) & (dur < LAUNCH_LATENCY_PS))
+    # kernels under the launch latency: a GPU's (TPU and XLA:CPU ops are not launched one
+    # by one from the host)
+    gpu = np.array([dv.kind == "gpu" for dv in trace.devices] + [False], bool)
+    short = np.flatnonzero((kind_of_ops == K.KERNEL) & (dur < LAUNCH_LATENCY_PS)
+                           & gpu[dev])
     s_sc = np.bincount(slot[short], minlength=n_cells)
     s_st = np.bincount(slot[short], weights=dur[short], minlength=n_cells)
     # longest instance per cell (the earliest of equals)

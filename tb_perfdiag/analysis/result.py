@@ -349,7 +349,7 @@ class DeviceOpTable:
     klass: np.ndarray           # int8 OpClass
     count: np.ndarray           # int64 ops
     time: np.ndarray            # int64 ps, summed durations (streams may overlap)
-    short_count: np.ndarray     # int64 kernels shorter than latency_ps
+    short_count: np.ndarray     # int64 GPU kernels shorter than latency_ps
     short_time: np.ndarray      # int64 ps
     longest: np.ndarray         # int64 trace event: the longest instance
     longest_ts: np.ndarray      # int64 ps

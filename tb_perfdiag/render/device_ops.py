@@ -22,7 +22,7 @@ DEFINITION = (
     "to more than the busy time); per step, the ops that step launched. Host op: the "
     "framework op (aten::…, tf_op, the XLA program or JAX function) behind most of the "
     "group's time; annotation: the user annotation most of it ran under. Short kernels: "
-    "kernels shorter than the launch latency. Overlap: the busy union split into compute, "
+    "GPU kernels shorter than the launch latency. Overlap: the busy union split into compute, "
     "copies (memcpy, memset, XLA async copies) not under compute, and collectives under "
     "neither; copies/collectives under compute are the parts that ran while compute ran.")
 
