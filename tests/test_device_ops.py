@@ -327,3 +327,15 @@ def test_host_op_is_the_one_behind_most_time_not_the_longest_instance():
     assert T.name[r] == "elementwise_kernel<…>" and T.count[r] == 4
     assert T.longest_dur[r] == 50 * US
     assert T.host_op[r] == "aten::add"              # 120 µs against aten::mul's 50 µs
+
+
+def test_a_trace_without_device_ops_has_an_empty_table():
+    b = TraceBuilder()
+    main = b.thread("python main")
+    with b.step(main, 1, 0, 100):
+        b.op(main, "aten::mm", 5, 30)
+    d = diagnose_trace(b.build())
+    assert len(d.device_ops) == 0
+    doc = diagnosis_json(d)
+    assert doc["device_ops"]["devices"] == []
+    jsonschema.validate(doc, SCHEMA)

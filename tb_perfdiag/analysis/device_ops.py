@@ -355,7 +355,9 @@ def device_op_table(trace: Trace, ops: np.ndarray, op_step: np.ndarray, n_steps:
         memo = None
     del keep
     if not ops.size:
-        return DeviceOpTable.empty(n_dev, n_steps)
+        z = np.zeros(0, np.int64)
+        empty = DeviceOpTable.empty(n_dev, n_steps)
+        return (empty, (z, z.astype(np.int8), z)) if defer_overlap else empty
     memo = {} if memo is None else memo
     kind_of_ops = trace.kind[ops]
     label, names, klass_of = _labels(trace, ops, kind_of_ops, memo)
