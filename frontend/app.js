@@ -6,6 +6,7 @@ import { readState, writeState, urlWindow } from "./state.js";
 import { renderStepsChart } from "./steps_chart.js";
 import { Timeline, poolOf } from "./timeline.js";
 import { renderAnnotations } from "./annotations.js";
+import { renderDeviceOps } from "./device_ops.js";
 import { CompareHosts } from "./compare.js";
 import { CompareRuns, renderPicker } from "./compare_runs.js";
 import { onTensorBoardReload } from "./tb_host.js";
@@ -401,6 +402,7 @@ export class App {
       h("p", { class: "pd-muted" }, "Select a gap to see what the host was doing."));
     const overlayHref = routeUrl("overlay", this.params()).href;
     this.annEl = h("div", { id: "pd-annotations", class: "pd-annotations" });
+    this.opsEl = h("div", { id: "pd-device-ops", class: "pd-device-ops" });
     this.exportEventsEl = h("a", { class: "pd-link", id: "pd-export-events", href: overlayHref,
       download: `perfdiag-overlay-events-${this.state.host}.json`,
       title: "Chrome trace JSON: the diagnosis overlay plus the trace's own events in the timeline's visible window" }, "Export with events");
@@ -418,6 +420,12 @@ export class App {
         h("h2", {}, "Device time by annotation", h("span", { class: "pd-muted pd-small" },
           this.state.step ? ` (step ${this.state.step}; whole trace in brackets)` : " (whole trace; select a step to see it alone)")),
         this.annEl),
+      h("section", { class: "pd-card", "aria-label": "Device time by op", id: "pd-device-ops-card", hidden: !this.hasDeviceActivity() },
+        h("h2", {}, "Device time by op ", h("span", { class: "pd-muted pd-small" },
+          this.state.step ? `(ops launched by step ${this.state.step}; click an op for its longest instance in the trace viewer) ` :
+            "(whole trace; select a step to see the ops it launched; click an op for its longest instance in the trace viewer) "),
+        h("abbr", { title: ((d.device_ops || {}).definition) || "", class: "pd-help" }, "?")),
+        this.opsEl),
       h("div", { class: "pd-columns", hidden: !this.hasDeviceActivity() },
         h("section", { class: "pd-card pd-gaps-card" },
           h("div", { class: "pd-row" }, this.gapsTitle,
@@ -430,6 +438,7 @@ export class App {
     this.renderSteps();
     this.renderGapList();
     renderAnnotations(this.annEl, d.annotations || [], { step: this.state.step });
+    this.renderDeviceOps();
     if (this.timeline) this.timeline.destroy();
     this.timeline = new Timeline(this.timelineEl, {
       devices: d.devices,
@@ -486,7 +495,7 @@ export class App {
         h("span", { class: "chip", style: { background: causeColor(c) } }), `${causeLabel(c)}: `, h("b", {}, formatNs(ns)))) :
         h("li", { class: "pd-muted" }, this.hasDeviceActivity() ? "No idle gaps above the threshold." : "None: no device activity.")),
       h("h3", {}, "Top findings"),
-      h("ol", { class: "pd-findings" }, findings.filter((f) => f.top !== false).slice(0, 6).map((f) => h("li", { class: "pd-finding" },
+      h("ol", { class: "pd-findings" }, findings.filter((f) => f.top !== false).slice(0, 6).map((f) => h("li", { class: "pd-finding", "data-finding": String((d.findings || []).indexOf(f)) },
         h("div", {}, h("b", { title: fullTitle(f.title, 300) }, squeeze(f.title, 80, 300)), " ", h("span", { class: "pd-badge" }, f.one_time ? `${formatNs(f.time_lost_ns)} lost once` : `≈ ${formatNs(f.time_lost_ns_per_step)} lost per step`),
           f.confidence ? h("span", { class: "pd-muted pd-small" }, ` · ${f.confidence} confidence`) : null),
         h("div", { class: "pd-small" }, squeeze(f.detail)),
@@ -613,6 +622,30 @@ export class App {
         this.renderTimeline();
       }
     }
+  }
+
+  renderDeviceOps() {
+    renderDeviceOps(this.opsEl, this.diag.device_ops, {
+      deviceId: this.device().id ?? 0,
+      opHref: (o) => this.opViewerUrl(o),
+      onFinding: (i) => {
+        const li = this.summaryEl.querySelector(`.pd-finding[data-finding="${i}"]`);
+        (li || this.summaryEl).scrollIntoView({ block: "center" });
+        if (li) { li.classList.add("pd-flash"); setTimeout(() => li.classList.remove("pd-flash"), 1500); }
+      },
+    });
+  }
+
+  /** An op's longest instance: the trace viewer on the overlay with the real events around
+   *  it (as for a gap), or, without the Profile plugin, that Chrome trace JSON itself. */
+  opViewerUrl(o) {
+    const v = o.viewer;
+    const overlay = routeUrl("overlay", this.params({ with_events: 1, start_us: v.window_us[0].toFixed(3), end_us: v.window_us[1].toFixed(3) }));
+    if (!this.profilePlugin) return overlay.href;
+    const u = new URL("data/plugin/profile/trace_viewer_index.html", TB_ROOT);
+    u.search = `is_streaming=false&is_oss=true&trace_data_url=${encodeURIComponent(overlay.pathname + overlay.search)}` +
+      `&view_start=${v.view_ms[0].toFixed(6)}&view_end=${v.view_ms[1].toFixed(6)}`;
+    return u.href;
   }
 
   /** The overlay around gap `g` (diagnosis tracks over the real events of its window). */

@@ -268,12 +268,16 @@ def _scattering(paths: list, prefix_index: dict, n_ann: int, pid: np.ndarray,
 
 
 def device_time(trace: Trace, ops: np.ndarray, op_step: np.ndarray, step_ids: np.ndarray,
-                origin: np.ndarray) -> AnnotationTable:
+                origin: np.ndarray, paths_out: dict | None = None) -> AnnotationTable:
+    """``paths_out``, when given, receives the path of each op (``pid``) and the paths
+    (``paths``) and the stat lookups made on ``ops`` (``memo``), for the device-op table."""
     n_steps = step_ids.shape[0]
     if ops.size == 0:
         return empty_table(n_steps)
     memo: dict = {}
     pid, paths = op_paths(trace, ops, origin, memo)
+    if paths_out is not None:
+        paths_out.update(pid=pid, paths=paths, memo=memo)
     run = op_runs(trace, ops, memo) if paths else None
     del memo
     dur = trace.dur[ops]

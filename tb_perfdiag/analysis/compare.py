@@ -154,6 +154,25 @@ class OpDelta:
 
 
 @dataclass
+class DeviceOpDelta:
+    """An op group of the device-op table (kernels with template arguments folded, copies
+    by direction, XLA ops by HLO instruction), device time and calls per typical step and
+    device (the mean over the devices with activity: device time is never summed over
+    devices)."""
+
+    name: str
+    klass: int                 # OpClass
+    before: float              # ps
+    after: float
+    calls_before: float
+    calls_after: float
+
+    @property
+    def delta(self) -> float:
+        return self.after - self.before
+
+
+@dataclass
 class AnnotationDelta:
     path: tuple
     before: float              # device ps per typical step (inclusive)
@@ -190,6 +209,7 @@ class Comparison:
     unscoped: tuple                   # (before, after) device ps per typical step
     highlights: list = field(default_factory=list)
     warnings: list = field(default_factory=list)
+    device_ops: list = field(default_factory=list)    # [DeviceOpDelta], largest change first
 
 
 # ---- one side ----
@@ -354,6 +374,39 @@ def match_ops(a: Diagnosis, b: Diagnosis) -> list:
     return out
 
 
+def _device_op_rows(diag: Diagnosis) -> dict:
+    """name → (class, ps, calls) per typical step and active device."""
+    T = diag.device_ops
+    if T is None or not len(T):
+        return {}
+    typ = diag.steps.typical()
+    n_dev = max(int((diag.devices.ops > 0).sum()), 1)
+    if typ.size and T.step.size:
+        keep = typ[T.step]
+        row, t, c = T.step_row[keep], T.step_time[keep], T.step_count[keep]
+        k = max(int(typ.sum()), 1)
+    else:                                   # no steps: the whole trace as one
+        row, t, c, k = np.arange(len(T)), T.time, T.count, 1
+    tt = np.bincount(row, weights=t, minlength=len(T)) / (k * n_dev)
+    cc = np.bincount(row, weights=c, minlength=len(T)) / (k * n_dev)
+    out: dict = {}
+    for i, nm in enumerate(T.name):
+        kl, a, b = out.get(nm, (int(T.klass[i]), 0.0, 0.0))
+        out[nm] = (kl, a + float(tt[i]), b + float(cc[i]))
+    return out
+
+
+def match_device_ops(a: Diagnosis, b: Diagnosis) -> list:
+    ra, rb = _device_op_rows(a), _device_op_rows(b)
+    zero = (0, 0.0, 0.0)
+    rows = []
+    for nm in list(ra) + [n for n in rb if n not in ra]:
+        x, y = ra.get(nm, zero), rb.get(nm, zero)
+        rows.append(DeviceOpDelta(nm, (y if nm in rb else x)[0], x[1], y[1], x[2], y[2]))
+    rows.sort(key=lambda r: (-abs(r.delta), r.name))
+    return rows
+
+
 def _annotation_rows(diag: Diagnosis) -> dict:
     A, typ = diag.annotations, diag.steps.typical()
     k = max(int(typ.sum()), 1)
@@ -398,6 +451,7 @@ def compare(before: Diagnosis, after: Diagnosis, labels=("before", "after")) -> 
     ops = match_ops(before, after)
     annotations, unscoped = match_annotations(before, after)
     cmp = Comparison((sa, sb), (before, after), devices, findings, ops, annotations, unscoped)
+    cmp.device_ops = match_device_ops(before, after)
     cmp.warnings = _warnings(cmp)
     cmp.highlights = highlights(cmp)
     return cmp

@@ -28,6 +28,7 @@ from .intervals import covered
 from .culprits import framework
 from .refs import event_refs
 from .ops import op_table
+from .device_ops import device_op_table, fill_overlap
 from .shares import split
 from .result import DeviceTable, Diagnosis, GapTable, StepNumbers
 from .steps import device_windows, find_steps, launched_busy, launching_steps
@@ -152,8 +153,15 @@ def _diagnose(trace: Trace, opt: Options, progress):
     # and the host timelines built next are not needed for it
     progress.within(0.15, "device time by annotation")
     dev_ops = np.flatnonzero(trace.is_device_activity(opt.kernels_only))
-    annotations = ann_mod.device_time(trace, dev_ops, ev_step[dev_ops], steps.ids, root)
-    del dev_ops
+    op_paths: dict = {}
+    annotations = ann_mod.device_time(trace, dev_ops, ev_step[dev_ops], steps.ids, root,
+                                      paths_out=op_paths)
+    progress.within(0.3, "device time by op")
+    # its overlap columns come from the busy figures the gap analysis makes (below)
+    device_ops, noncompute = device_op_table(
+        trace, dev_ops, ev_step[dev_ops], steps.ids.shape[0], origin, op_paths.get("pid"),
+        op_paths.get("paths"), op_paths.get("memo"), defer_overlap=True)
+    del dev_ops, op_paths
     progress.within(0.35, "host timelines")
     ctx = host_context(trace, origin, via)
     users = user_threads(trace, steps.thread) or dispatch_threads(trace, root)
@@ -247,6 +255,10 @@ def _diagnose(trace: Trace, opt: Options, progress):
                                dev_ops_n > 0, win_s, win_e, s_busy, s_idle, s_small_n,
                                s_small_t, c_count.astype(np.int64), c_total, outlier,
                                s_launched)
+    fill_overlap(trace, device_ops, noncompute, ev_step, dev_busy,
+                 s_launched if steps.source in ("host_annotations", "modules") else None,
+                 opt.kernels_only)
+    del noncompute
     progress.within(0.82, "op counts")
     ops = op_table(trace, ev_step, step_numbers.typical())
 
@@ -273,7 +285,7 @@ def _diagnose(trace: Trace, opt: Options, progress):
                         "(a CPU-only run, or the device was not profiled)")
     diag = Diagnosis(source, opt.threshold_us, opt.kernels_only, devices, step_numbers, gaps,
                      detail, annotations, [], small_total, warnings, None,
-                     list(trace.track_label), compilations, transfers, ops)
+                     list(trace.track_label), compilations, transfers, ops, device_ops)
     diag.findings, cited = find_mod.findings(trace, diag, steps, compile_ev, compile_step, ctx)
     sync_events = [e for per_gap in detail.syncs for _, e in per_gap]
     diag.refs = event_refs(trace, [gaps.prev_op, gaps.next_op, gaps.waited_for, gaps.blocking,

@@ -315,6 +315,80 @@ class OpTable:
         return len(self.name)
 
 
+class OpClass(enum.IntEnum):
+    """What a device op group is, for the overlap split."""
+
+    COMPUTE = 0       # kernels and XLA ops that are no collective
+    COLLECTIVE = 1    # NCCL/RCCL kernels, XLA all-reduce/all-gather/…
+    MEMCPY = 2
+    MEMSET = 3
+
+
+class Overlap(enum.IntEnum):
+    """Columns of ``DeviceOpTable.overlap``: union lengths in ps.  COMPUTE +
+    COPIES_EXPOSED + COLLECTIVES_EXPOSED = BUSY."""
+
+    BUSY = 0                        # union of all the device's ops
+    COMPUTE = 1                     # union of compute ops
+    COPIES = 2                      # union of memcpy and memset
+    COLLECTIVES = 3                 # union of collectives
+    COPIES_UNDER_COMPUTE = 4        # |copies ∩ compute|
+    COLLECTIVES_UNDER_COMPUTE = 5   # |collectives ∩ compute|
+    COPIES_EXPOSED = 6              # |copies \ compute|
+    COLLECTIVES_EXPOSED = 7         # |collectives \ (compute ∪ copies)|
+
+
+@dataclass
+class DeviceOpTable:
+    """Device time by op group (``device_ops.device_op_table``): one row per (device,
+    group), rows by device then most time first, with sparse per-step cells (by the
+    step that launched the ops) and the overlap of compute, copies and collectives."""
+
+    device: np.ndarray          # int32 per row
+    name: list                  # group label ("at::native::foo<…>", "Memcpy HtoD", "fusion.3")
+    klass: np.ndarray           # int8 OpClass
+    count: np.ndarray           # int64 ops
+    time: np.ndarray            # int64 ps, summed durations (streams may overlap)
+    short_count: np.ndarray     # int64 GPU kernels shorter than latency_ps
+    short_time: np.ndarray      # int64 ps
+    longest: np.ndarray         # int64 trace event: the longest instance
+    longest_ts: np.ndarray      # int64 ps
+    longest_dur: np.ndarray     # int64 ps
+    longest_track: np.ndarray   # int32 trace track (Diagnosis.track_labels)
+    category: list              # hlo_category of the longest instance ("" none)
+    host_op: list               # the host op behind most of the row's time ("" none)
+    annotation: list            # the user annotation path (" › ") behind most of it ("")
+    step_row: np.ndarray        # int32: per (row, step) cell with ops, its row
+    step: np.ndarray            # int32 index into Diagnosis.steps
+    step_count: np.ndarray      # int64
+    step_time: np.ndarray       # int64 ps
+    step_longest: np.ndarray    # int64 trace event
+    step_longest_ts: np.ndarray
+    step_longest_dur: np.ndarray
+    step_longest_track: np.ndarray
+    overlap: np.ndarray         # (n_dev, len(Overlap)) int64 ps
+    step_overlap: np.ndarray    # (n_steps, n_dev, len(Overlap)) int64 ps, by launching step
+    short_count_dev: np.ndarray     # (n_dev,) kernels shorter than latency_ps
+    short_time_dev: np.ndarray      # (n_dev,) ps
+    step_short_count: np.ndarray    # (n_steps, n_dev)
+    step_short_time: np.ndarray     # (n_steps, n_dev) ps
+    latency_ps: int = 10_000_000
+
+    def __len__(self) -> int:
+        return len(self.name)
+
+    @staticmethod
+    def empty(n_dev: int, n_steps: int) -> "DeviceOpTable":
+        z = np.zeros(0, np.int64)
+        i32, nov = z.astype(np.int32), len(Overlap)
+        return DeviceOpTable(i32, [], z.astype(np.int8), z, z, z, z, z, z, z, i32, [], [], [],
+                             i32, i32, z, z, z, z, z, i32, np.zeros((n_dev, nov), np.int64),
+                             np.zeros((n_steps, n_dev, nov), np.int64),
+                             np.zeros(n_dev, np.int64), np.zeros(n_dev, np.int64),
+                             np.zeros((n_steps, n_dev), np.int64),
+                             np.zeros((n_steps, n_dev), np.int64))
+
+
 @dataclass
 class Finding:
     kind: FindingKind
@@ -350,6 +424,7 @@ class Diagnosis:
     compilations: CompilationTable | None = None
     transfers: TransferTable | None = None
     ops: OpTable | None = None
+    device_ops: DeviceOpTable | None = None
 
     def nbytes(self) -> int:
         return _nbytes(self)

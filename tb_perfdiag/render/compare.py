@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..analysis import causes as C
 from ..analysis.compare import Change, Comparison, StepFigures
-from ..analysis.result import Diagnosis
+from ..analysis.result import Diagnosis, OpClass
 from ..trace.model import EventKind as K
 from .json import SCHEMA_VERSION, steps_json
 
@@ -137,6 +137,19 @@ def top_ops(cmp: Comparison, top: int) -> tuple:
                        and abs(o.time_delta) >= 1e6),          # 1 µs per step or more
                       key=lambda o: (-abs(o.time_delta), o.name))[:top]
     return by_count, by_time(True), by_time(False)
+
+
+def changed_device_ops(cmp: Comparison, top: int) -> list:
+    """The ``top`` op groups (the device-op table's grouping) whose device time per typical
+    step changed by 1 µs or more, largest change first."""
+    return [r for r in cmp.device_ops if abs(r.delta) >= 1e6][:top]
+
+
+def _device_op(r) -> dict:
+    return {"name": r.name, "class": OpClass(r.klass).name.lower(),
+            "before_ns": _ns(r.before), "after_ns": _ns(r.after),
+            "delta_ns": _ns(r.after) - _ns(r.before),
+            "calls_before": r.calls_before, "calls_after": r.calls_after}
 
 
 def changed_annotations(cmp: Comparison, top: int) -> list:
@@ -281,6 +294,8 @@ def comparison_json(cmp: Comparison, top: int = DEFAULT_TOP, with_steps: bool = 
                          "after_ns": _ns(r.after), "delta_ns": _ns(r.after) - _ns(r.before)}
                         for r in changed_annotations(cmp, top)],
         "unscoped": {"before_ns": _ns(cmp.unscoped[0]), "after_ns": _ns(cmp.unscoped[1])},
+        "device_ops": {"compared": len(cmp.device_ops), "limit": top,
+                       "by_device_time": [_device_op(r) for r in changed_device_ops(cmp, top)]},
         "warnings": [warning_text(w) for w in cmp.warnings],
     }
 
@@ -336,6 +351,12 @@ def report(cmp: Comparison, top: int = 8) -> str:
         L.append("   host ops, host time per typical step (inclusive):")
         L += [f"   - {_ms(o.time_before):>9} → {_ms(o.time_after):>9}  {_signed(o.time_delta):>10}  "
               f"{o.name[:90]}" for o in by_host]
+    grouped = changed_device_ops(cmp, top)
+    if grouped:
+        L.append("   device time by op group, per typical step and device:")
+        L += [f"   - {_ms(r.before):>9} → {_ms(r.after):>9}  {_signed(r.delta):>10}  "
+              f"{r.name[:90]} ({_count(r.calls_before)} → {_count(r.calls_after)} calls)"
+              for r in grouped]
     ann = changed_annotations(cmp, top)
     if ann:
         L.append("   annotations, device time per typical step:")

@@ -14,6 +14,7 @@ from ..analysis.diagnosis import no_cyclic_gc
 from ..analysis.result import Diagnosis, Direction, EventRefs, Finding, FindingKind, HostOps
 from ..analysis.steps import DEFINITION as STEP_DEFINITION
 from ..trace.model import EventKind as K
+from .device_ops import device_ops_json
 
 SCHEMA_VERSION = 1
 MAX_EVIDENCE = 20
@@ -570,6 +571,7 @@ def diagnosis_json(diag: Diagnosis, gaps_offset: int = 0, gaps_limit: int | None
         "gaps": gap_records(diag, page), "annotations": annotations_json(diag),
         "unscoped": unscoped_json(diag), "user_scopes": user_scopes_json(diag),
         "compilations": compilations_json(diag), "transfers": transfers_json(diag),
+        "device_ops": device_ops_json(diag, step),
         "findings": [finding_json(diag, f) for f in diag.findings], "hta": hta_json(diag),
         "warnings": list(diag.warnings),
     }

@@ -5,6 +5,7 @@ import re
 
 from ..analysis import causes as C
 from ..analysis.result import Diagnosis
+from .device_ops import text_lines as device_op_lines
 from .json import devices_json, finding_json, gap_records, steps_json
 
 # C0 and C1 controls (ESC, CSI, BEL, backspace, carriage return, newline…), DEL, and the
@@ -64,6 +65,7 @@ def report(label: str, diag: Diagnosis, top: int, step: int | None = None) -> st
             lines.append(f"   * {fj['title']} — {cost} [{fj['confidence']}]")
             lines.append(f"       {fj['detail']}")
             lines.append(f"       fix: {fj['fix']}")
+    lines += ["   " + x for x in device_op_lines(diag, top, step)]
     rows = list(range(len(diag.gaps)))
     if step is not None:
         ids = diag.steps.ids

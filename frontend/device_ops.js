@@ -1,0 +1,99 @@
+// "Device time by op": per device, the op groups that fill the busy time (the server's
+// device_ops section, already cut to a step when one is selected), the kernels shorter than
+// the launch latency as a group of their own, and the busy time split into compute, copies
+// and collectives. The page only renders; every figure comes from the JSON.
+import { h } from "./dom.js";
+import { formatNs, squeeze } from "./format.js";
+
+const CLASS_LABEL = { compute: "compute", collective: "collective", memcpy: "copy", memset: "set" };
+
+function pct(x) {
+  return x === null || x === undefined ? "" : `${(100 * x).toFixed(x < 0.1 ? 1 : 0)}%`;
+}
+
+/** One device's busy time as a stacked bar: compute, copies not under compute, collectives
+ *  under neither (they add up to the busy time), with the overlap figures in words. */
+function overlapLine(dev) {
+  const o = dev.overlap, busy = Math.max(o.busy_ns, 1);
+  const part = (cls, ns, label) => ns > 0 ? h("span", { class: `dop-part ${cls}`, style: { width: `${100 * ns / busy}%` },
+    title: `${label}: ${formatNs(ns)} (${pct(ns / busy)} of busy)` }) : null;
+  const over = (all, under) => all > 0 ? `${formatNs(all)}, ${pct(under / all)} of it under compute` : "none";
+  return h("div", { class: "dop-overlap", "data-device": String(dev.device) },
+    h("span", { class: "dop-dev" }, dev.name),
+    h("span", { class: "dop-stack", role: "img",
+      "aria-label": `busy ${formatNs(o.busy_ns)}: compute ${formatNs(o.compute_ns)}, exposed copies ${formatNs(o.copies_exposed_ns)}, exposed collectives ${formatNs(o.collectives_exposed_ns)}` },
+    part("dop-compute", o.compute_ns, "compute"), part("dop-copy", o.copies_exposed_ns, "copies not under compute"),
+    part("dop-coll", o.collectives_exposed_ns, "collectives not under compute or copies")),
+    h("span", { class: "dop-ov-text pd-small" },
+      `busy ${formatNs(o.busy_ns)} · compute ${formatNs(o.compute_ns)} · copies ${over(o.copies_ns, o.copies_under_compute_ns)} · ` +
+      `collectives ${over(o.collectives_ns, o.collectives_under_compute_ns)}`));
+}
+
+/**
+ * Renders the section into `container`.
+ * @param doc      the diagnosis' device_ops
+ * @param deviceId the device whose op table is shown (all devices' overlap is)
+ * @param opHref   op → URL of the trace viewer at its longest instance (null: no link)
+ * @param onFinding index → show that finding
+ */
+export function renderDeviceOps(container, doc, { deviceId, opHref, onFinding } = {}) {
+  container.textContent = "";
+  if (!doc || !(doc.devices || []).length) {
+    container.append(h("p", { class: "pd-muted" }, doc ? "No device ops." :
+      "This result was made before device time by op existed: reload to analyse again."));
+    return;
+  }
+  const dev = doc.devices.find((x) => String(x.device) === String(deviceId)) || doc.devices[0];
+  const stepCol = doc.step !== null && doc.step !== undefined;
+  container.append(h("div", { class: "dop-overlaps" }, doc.devices.map(overlapLine)),
+    h("div", { class: "pd-legend pd-small" },
+      h("span", { class: "pd-legend-item" }, h("span", { class: "chip dop-compute" }), "compute"),
+      h("span", { class: "pd-legend-item" }, h("span", { class: "chip dop-copy" }), "copies not under compute"),
+      h("span", { class: "pd-legend-item" }, h("span", { class: "chip dop-coll" }), "collectives not under compute")));
+  const sk = dev.short_kernels || { calls: 0 };
+  if (sk.calls) {
+    const most = (sk.groups || [])[0];
+    container.append(h("div", { class: "dop-short", id: "pd-short-kernels", role: "note" },
+      h("b", {}, `Kernels shorter than the ${formatNs(doc.latency_ns)} launch latency: `),
+      `${sk.calls} calls, ${formatNs(sk.total_ns)} (${pct(sk.share_of_busy)} of busy)`,
+      most ? [" — mostly ", h("code", { class: "dop-short-name", title: most.name }, squeeze(most.name, 80, 200)),
+        ` (${most.calls} calls${stepCol ? " in the whole trace" : ""}${most.host_op ? `, from ${most.host_op}` : ""}${most.annotation ? ` under ${most.annotation}` : ""})`] : null,
+      sk.finding !== null && sk.finding !== undefined && onFinding ? [" · ",
+        h("a", { href: "#", class: "pd-link", id: "pd-short-finding", onclick: (e) => { e.preventDefault(); onFinding(sk.finding); } },
+          "launch-bound finding")] : null));
+  }
+  if (!dev.ops.length) {
+    container.append(h("p", { class: "pd-muted" }, stepCol ? `No device ops launched by step ${doc.step} on ${dev.name}.` : `No device ops on ${dev.name}.`));
+    return;
+  }
+  const head = h("tr", {}, ["Op", "Class", "Calls", "Total", "Mean", "% busy", stepCol ? "% step" : null, "Host op", "Annotation"]
+    .filter((x) => x !== null).map((x) => h("th", { scope: "col", class: x === "Host op" ? "dop-text dop-host-h" : x === "Annotation" ? "dop-text" : null }, x)));
+  const maxT = Math.max(1, ...dev.ops.map((o) => o.total_ns));
+  const rows = dev.ops.map((o) => {
+    const href = opHref ? opHref(o) : null;
+    const name = [h("span", { class: "dop-barbox" }, h("span", { class: "ann-bar", style: { width: `${Math.max(1, 60 * o.total_ns / maxT)}px` } })),
+      h("span", { class: "dop-name" }, squeeze(o.name, 90, 200))];
+    return h("tr", { class: "dop-row", "data-op": o.name, title: `${o.name}\nlongest: ${formatNs(o.longest.duration_ns)} at ${formatNs(o.longest.start_ns)}` +
+        (o.longest.track ? ` on ${o.longest.track}` : "") + (o.category ? `\ncategory: ${o.category}` : "") +
+        (o.short_calls ? `\n${o.short_calls} calls shorter than the launch latency` : "") },
+    h("td", {}, href ? h("a", { class: "dop-open", href, target: "_blank", rel: "noopener",
+      title: "Open the trace viewer at this op's longest instance" }, name) : name),
+    h("td", { class: "pd-small" }, CLASS_LABEL[o.class] || o.class),
+    h("td", { class: "pd-num" }, String(o.calls)),
+    h("td", { class: "pd-num dop-total" }, formatNs(o.total_ns)),
+    h("td", { class: "pd-num" }, formatNs(o.mean_ns)),
+    h("td", { class: "pd-num" }, pct(o.share_of_busy)),
+    stepCol ? h("td", { class: "pd-num" }, pct(o.share_of_step)) : null,
+    h("td", { class: "dop-host", title: o.host_op || "" }, squeeze(o.host_op || "", 40, 120)),
+    h("td", { class: "dop-ann", title: o.annotation || "" }, squeeze(o.annotation || "", 40, 120)));
+  });
+  if (dev.other) {
+    rows.push(h("tr", { class: "dop-row dop-other" },
+      h("td", {}, h("span", { class: "dop-barbox" }), `other (${dev.other.groups} groups)`), h("td", {}, ""),
+      h("td", { class: "pd-num" }, String(dev.other.calls)), h("td", { class: "pd-num" }, formatNs(dev.other.total_ns)),
+      h("td", {}, ""), h("td", { class: "pd-num" }, pct(dev.other.share_of_busy)), stepCol ? h("td", {}, "") : null,
+      h("td", {}, ""), h("td", {}, "")));
+  }
+  container.append(h("table", { class: "dop-table", id: "pd-device-ops-table", "aria-label": `Device time by op on ${dev.name}` },
+    h("thead", {}, head), h("tbody", {}, rows)));
+}

@@ -1,0 +1,644 @@
+"""What the device is busy with: device time per op group, and how the busy time splits
+into compute, copies and collectives.
+
+Every device op (the busy set's: kernels, copies, sets; kernels only under
+``kernels_only``) falls in one *group* per device:
+
+- a copy by its direction (``Memcpy HtoD``, ``DtoH``, ``DtoD``, ``PtoP``; `` (pageable)``
+  when the copy says its host side was pageable memory), a set as ``Memset``;
+- an XLA op (one with an ``hlo_op`` stat: TPU ``XLA Ops``, XLA:GPU kernels, XLA:CPU's HLO
+  ops) by its HLO instruction name, the way xprof's HLO op stats count it;
+- any other kernel by its name with template arguments and parameters folded:
+  ``void at::native::foo<float, 4>(int, float*)`` → ``at::native::foo<…>``.
+
+Groups carry calls, total time, the GPU kernels shorter than the launch latency (the
+launch-bound story), their longest instance, the host op that launched most of their
+time (``tf_op``; else the XLA program, which for JAX is the jitted function; else the
+framework op enclosing the launch: ``aten::…``) and the user annotation most of their
+time falls under.  Per step, ops belong to the step that launched them
+(``launching_steps``).  Ops are counted once into (device, group, step) cells with
+bincounts; no Python object per event.
+
+*Overlap*: per device and per launching step, the busy union split into compute (kernels
+and XLA ops that are no collective), copies (memcpy, memset, XLA async copies) and
+collectives (``is_collective_kernel``), with how much of the copies and collectives ran
+while compute ran (HTA's communication/computation overlap).  The busy union per device
+and per launching step is the gap analysis' own; compute covers all of it but what the
+copies and collectives alone cover, so only the windows of those few ops are looked at
+(``fill_overlap``), each track's ops found by its sorted starts and ends.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from ..trace.classify import memcpy_kind
+from ..trace.model import DEVICE_ACTIVITY, EventKind as K, Trace
+from .annotations import _lookup
+from .result import DeviceOpTable, OpClass, Overlap
+from .shares import LAUNCH_LATENCY_PS
+
+_DIRECTION = {"h2d": "HtoD", "d2h": "DtoH", "d2d": "DtoD", "p2p": "PtoP"}
+_HOST_KINDS = (K.CPU_OP, K.COLLECTIVE, K.TRANSFER_H2D, K.TRANSFER_D2H, K.ALLOC)
+_CLIMB = 64                   # enclosing frames searched for the framework op of a launch
+_DENSE_CELLS = 1 << 22        # (row × key) tables up to this size are one bincount
+_ANON = "(anonymous namespace)"
+# kernels named by their first template argument
+_WRAPPER = re.compile(r"^(cutlass::(Kernel\d?|device_kernel)|cute::\w*kernel\w*)<…>$")
+_DETAILS_SRC = re.compile(r"kind_src:(\w+)")
+_DETAILS_DST = re.compile(r"kind_dst:(\w+)")
+
+
+def fold_kernel_name(name: str) -> str:
+    """A kernel's name without its template arguments, parameters, return type and
+    anonymous namespaces: ``void at::native::(anonymous namespace)::foo<float, 4>(int,
+    float*)`` → ``at::native::foo<…>``.  Names without templates stay; a wrapper whose
+    first template argument is the kernel (``cutlass::Kernel<gemm_64x64…>``) keeps it."""
+    if "<" not in name and "(" not in name and " " not in name:
+        return name
+    out = _fold(name, 0)
+    if _WRAPPER.match(out):
+        out = _fold(name, 1)
+    return out
+
+
+def _fold(name: str, keep: int) -> str:
+    """``name`` with template arguments nested deeper than ``keep`` levels folded."""
+    s = name.strip().replace(_ANON, "\x00")
+    out, depth = [], 0
+    for i, ch in enumerate(s):
+        # "operator<" / "a < b" are no template brackets
+        if ch == "<" and not (depth == 0 and (i == 0 or s[i - 1] in " =(" or
+                                               s[max(0, i - 8):i] == "operator")):
+            out.append("<…>" if depth == keep else "<" if depth < keep else "")
+            depth += 1
+        elif ch == ">" and depth > 0:
+            depth -= 1
+            if depth < keep:
+                out.append(ch)
+        elif depth == 0 and ch == "(" and out:
+            break                                  # the parameter list
+        elif depth <= keep:
+            out.append(ch)
+    s = "".join(out).strip()
+    # the return type ("void", "std::enable_if<…>::type"): up to the last space outside <>
+    d, cut = 0, -1
+    for i, ch in enumerate(s):
+        d += (ch == "<") - (ch == ">")
+        if ch == " " and d == 0:
+            cut = i
+    s = s[cut + 1:]
+    return (s or name).replace("\x00::", "").replace("\x00", _ANON)
+
+
+def _copy_label(kind: int, name: str, detail: str = "") -> str:
+    """``Memset``, or ``Memcpy <direction>`` from the copy's name, else from its
+    ``memcpy_kind``/``memcpy_details`` stat; `` (pageable)`` when either says so."""
+    if kind == K.MEMSET:
+        return "Memset"
+    d = _DIRECTION.get(memcpy_kind(name), "") or _DIRECTION.get(memcpy_kind(detail), "")
+    if not d:
+        src, dst = _DETAILS_SRC.search(detail), _DETAILS_DST.search(detail)
+        if src and dst:
+            host = ("pageable", "pinned", "host", "managed")
+            a, b = src.group(1).lower(), dst.group(1).lower()
+            d = ("HtoD" if a in host and b == "device" else "DtoH" if a == "device" and
+                 b in host else "DtoD" if a == b == "device" else "")
+    label = "Memcpy " + d if d else "Memcpy"
+    return label + (" (pageable)" if "pageable" in (name + " " + detail).lower() else "")
+
+
+def _dense(ids: np.ndarray, size: int):
+    """(distinct values of ``ids`` ≥ 0 in increasing order, lookup value → dense index)
+    for ids below ``size``, without sorting the column."""
+    used = np.zeros(size + 1, bool)
+    used[ids[ids >= 0]] = True
+    u = np.flatnonzero(used)
+    lut = np.full(size + 1, -1, np.int32)
+    lut[u] = np.arange(u.shape[0], dtype=np.int32)
+    return u, lut
+
+
+def _labels(trace: Trace, ops: np.ndarray, kind: np.ndarray, memo: dict):
+    """(label id per op, label strings, op class per label): the group name of each op
+    (``kind``: the ops' EventKind).  Names are worked out once per distinct string."""
+    name = trace.name[ops]
+    hlo = _lookup(trace.stats.get("hlo_op"), ops, memo)
+    # one key per op: its HLO instruction (odd) or its name (even)
+    key = name.astype(np.int64) * 2
+    h = hlo >= 0
+    if h.any():
+        key[h] = hlo[h].astype(np.int64) * 2 + 1
+    del h
+    copy = np.flatnonzero((kind == K.MEMCPY) | (kind == K.MEMSET))
+    u, lut = _dense(key, 2 * len(trace.strings) + 1)
+    out = lut[key]
+    del key
+    strings = trace.strings
+    labels = [strings[x >> 1] if x & 1 else fold_kernel_name(strings[x >> 1])
+              for x in u.tolist()]
+    if copy.size:
+        # copies and sets by direction, from their name or their memcpy_kind /
+        # memcpy_details stat: (kind, name, detail) triples are few
+        sub = ops[copy]
+        detail = np.full(copy.shape[0], -1, np.int64)
+        for st in ("memcpy_details", "memcpy_kind"):
+            sv = trace.stats.get(st)
+            if sv is not None and sv.is_string:
+                v = _lookup(sv, sub, None).astype(np.int64)
+                detail = np.where(v >= 0, v, detail)
+        trip = np.stack([kind[copy].astype(np.int64), name[copy].astype(np.int64), detail], 1)
+        tu, inv = np.unique(trip, axis=0, return_inverse=True)
+        cl = [_copy_label(k, strings[n], strings[x] if x >= 0 else "") for k, n, x in tu.tolist()]
+        names = list(dict.fromkeys(cl))
+        at = {lb: len(labels) + i for i, lb in enumerate(names)}
+        labels += names
+        out[copy] = np.array([at[lb] for lb in cl], np.int32)[inv.reshape(-1)]
+    # the same label from several strings is one group
+    index = dict.fromkeys(labels)
+    if len(index) < len(labels):
+        index = {lb: i for i, lb in enumerate(index)}
+        remap = np.array([index[lb] for lb in labels], np.int32)
+        out = remap[out]
+        labels = list(index)
+    klass = _classes(labels)
+    return out, labels, klass
+
+
+# copies; XLA's asynchronous copies (TPU ``copy-start``/``copy-done``: waits on a DMA) too
+_COPY_LABEL = re.compile(r"^(Memcpy\b|copy-(start|done)(\.\d+)?$)", re.M)
+_SET_LABEL = re.compile(r"^Memset$", re.M)
+# trace.classify.is_collective_kernel, as one regex
+_COLLECTIVE = re.compile(r"[nr]ccl|all-?reduce|all-?gather|reduce-?scatter|all-to-all|"
+                         r"collective-permute")          # over lower-cased labels
+
+
+def _classes(labels: list) -> np.ndarray:
+    """OpClass per label (a few regex passes over all labels at once)."""
+    klass = np.zeros(len(labels), np.int8)
+    if not labels:
+        return klass
+    text = "\n".join(labels)
+    starts = np.cumsum(np.fromiter(map(len, labels), np.int64, len(labels)) + 1) - \
+        np.fromiter(map(len, labels), np.int64, len(labels)) - 1
+    low = text.lower()
+    for rx, c, hints, where in (
+            (_COLLECTIVE, OpClass.COLLECTIVE, ("ccl", "all-", "allreduce", "allgather",
+                                               "scatter", "collective"), low),
+            (_COPY_LABEL, OpClass.MEMCPY, ("Memcpy", "copy-"), text),
+            (_SET_LABEL, OpClass.MEMSET, ("Memset",), text)):
+        if not any(x in where for x in hints):      # substring search: no regex pass
+            continue
+        pos = [m.start() for m in rx.finditer(where)]
+        if pos:
+            klass[np.searchsorted(starts, pos, side="right") - 1] = c
+    return klass
+
+
+def _host_ops(trace: Trace, ops: np.ndarray, origin: np.ndarray, memo: dict) -> np.ndarray:
+    """String id per op (−1 none) of the host op that launched it: ``tf_op``, else the XLA
+    program it ran in (``hlo_module``: the jitted function for JAX), else the framework op
+    enclosing the launch call (``aten::…`` around ``cudaLaunchKernel``)."""
+    out = _lookup(trace.stats.get("tf_op"), ops, memo).astype(np.int32)
+    need = out < 0
+    if need.any() and "hlo_module" in trace.stats:
+        out[need] = _lookup(trace.stats["hlo_module"], ops, memo)[need]
+    need = np.flatnonzero(out < 0)
+    if need.size:
+        src = origin[ops[need]].astype(np.int64)
+        ok = src >= 0
+        need, cur = need[ok], src[ok]
+        # the launch's own frames upwards to the first framework op (few levels)
+        host_kind = np.zeros(256, bool)
+        host_kind[list(_HOST_KINDS)] = True
+        for _ in range(_CLIMB):
+            if not cur.size:
+                break
+            hit = host_kind[trace.kind[cur].view(np.uint8)]
+            out[need[hit]] = trace.name[cur[hit]]
+            cur = trace.parent[cur[~hit]].astype(np.int64)
+            need = need[~hit]
+            up = cur >= 0
+            cur, need = cur[up], need[up]
+    return out
+
+
+def _dominant(row: np.ndarray, key: np.ndarray, weight: np.ndarray, n_rows: int,
+              own: np.ndarray) -> np.ndarray:
+    """Per row, the key (≥ 0, or −1) with the most weight.  ``own``: the key of each
+    row's longest instance — the answer for every row whose ops all share it, which
+    are counted no further; the others are counted densely (their own key where the
+    (row × key) table would be too large)."""
+    if not row.size:
+        return np.full(n_rows, -1, np.int64)
+    out = np.asarray(own, np.int64).copy()
+    mixed = np.zeros(n_rows + 1, bool)
+    mixed[row[key != own[row]]] = True
+    if not mixed.any():
+        return out
+    sel = np.flatnonzero(mixed[row])
+    row, key, weight = row[sel], key[sel], weight[sel]
+    u, lut = _dense(key.astype(np.int64), int(max(key.max(), 0)) + 1)
+    nk = u.shape[0] + 1
+    rows = np.flatnonzero(mixed[:n_rows])
+    if rows.shape[0] * nk > _DENSE_CELLS:
+        return out
+    dense_row = np.zeros(n_rows, np.int64)
+    dense_row[rows] = np.arange(rows.shape[0])
+    k = np.where(key >= 0, lut[np.maximum(key, 0)] + 1, 0)
+    tab = np.bincount(dense_row[row] * nk + k, weights=weight,
+                      minlength=rows.shape[0] * nk).reshape(rows.shape[0], nk)
+    best = tab.argmax(axis=1)
+    vals = np.concatenate(([-1], u))
+    out[rows] = np.where(tab.max(axis=1) > 0, vals[best], -1)
+    return out
+
+
+def _union_lengths(s: np.ndarray, e: np.ndarray, key: np.ndarray, n_keys: int) -> np.ndarray:
+    """Per key, the length of the union of the intervals, given sorted by (key, start)
+    and shifted so that no two keys' intervals touch: each interval adds what reaches
+    past the intervals before it."""
+    if not s.size:
+        return np.zeros(n_keys, np.int64)
+    reach = np.maximum.accumulate(e)
+    add = np.empty_like(reach)
+    add[0] = reach[0] - s[0]
+    np.subtract(reach[1:], np.maximum(s[1:], reach[:-1]), out=add[1:])
+    if n_keys == 1 or not key.size:
+        return np.array([int(add.sum())], np.int64)
+    return np.bincount(key, weights=add, minlength=n_keys).astype(np.int64)
+
+
+def overlap(starts: np.ndarray, ends: np.ndarray, klass: np.ndarray, key: np.ndarray,
+            n_keys: int) -> np.ndarray:
+    """(n_keys, len(Overlap)) ps: the busy union per key and its split by op class."""
+    out = np.zeros((n_keys, len(Overlap)), np.int64)
+    if not starts.size:
+        return out
+    lo = int(starts.min())
+    span = int(ends.max()) - lo + 1
+    per = max((1 << 62) // span, 1)               # keys whose shifted times fit in int64
+    for k0 in range(0, n_keys, per):
+        n = min(per, n_keys - k0)
+        sel = np.flatnonzero((key >= k0) & (key < k0 + per)) if n_keys > per else None
+        if n == 1:                                 # one key: no shift
+            s, e, kl = (starts, ends, klass) if sel is None else \
+                (starts[sel], ends[sel], klass[sel])
+            kk = np.zeros(0, np.int64)
+        else:
+            kk = (key if sel is None else key[sel]) - k0
+            shift = kk.astype(np.int64) * span
+            s = (starts if sel is None else starts[sel]) + shift
+            e = (ends if sel is None else ends[sel]) + shift
+            del shift
+            kl = klass if sel is None else klass[sel]
+        o = np.argsort(s, kind="stable")          # runs already in order: cheap
+        s, e, kl = s[o], e[o], kl[o]
+        if kk.size:
+            kk = kk[o]
+        del o
+        busy = _union_lengths(s, e, kk, n)
+        zero = np.zeros(n, np.int64)
+
+        def u(mask):
+            # a class that is every op or none needs no pass of its own; a large one is
+            # the others as empty intervals (no gathers), a small one its own ops
+            cnt = int(np.count_nonzero(mask))
+            if not cnt:
+                return zero
+            if cnt == mask.shape[0]:
+                return busy
+            if 4 * cnt > mask.shape[0]:
+                return _union_lengths(s, np.where(mask, e, s), kk, n)
+            return _union_lengths(s[mask], e[mask], kk[mask] if kk.size else kk, n)
+        c = kl == OpClass.COMPUTE
+        m = (kl == OpClass.MEMCPY) | (kl == OpClass.MEMSET)
+        x = kl == OpClass.COLLECTIVE
+        u_comp, u_copy, u_coll = u(c), u(m), u(x)
+        u_cm = u(c | m) if m.any() else u_comp
+        u_cx = u(c | x) if x.any() else u_comp
+        blk = out[k0:k0 + n]
+        blk[:, Overlap.BUSY] = busy
+        blk[:, Overlap.COMPUTE] = u_comp
+        blk[:, Overlap.COPIES] = u_copy
+        blk[:, Overlap.COLLECTIVES] = u_coll
+        blk[:, Overlap.COPIES_UNDER_COMPUTE] = u_comp + u_copy - u_cm
+        blk[:, Overlap.COLLECTIVES_UNDER_COMPUTE] = u_comp + u_coll - u_cx
+        # the exposed parts partition the busy union with compute
+        blk[:, Overlap.COPIES_EXPOSED] = u_cm - u_comp
+        blk[:, Overlap.COLLECTIVES_EXPOSED] = busy - u_cm
+    return out
+
+
+def device_op_table(trace: Trace, ops: np.ndarray, op_step: np.ndarray, n_steps: int,
+                    origin: np.ndarray, path_of_op: np.ndarray | None = None,
+                    paths: list | None = None, memo: dict | None = None,
+                    defer_overlap: bool = False):
+    """``ops``: the busy set's device ops, ascending; ``op_step``: the step that launched
+    each (−1 none); ``origin``: the host call behind every event (−1 none);
+    ``path_of_op``/``paths``: the user annotation path of each op
+    (``annotations.op_paths``), when at hand; ``memo``: that pass's stat lookups on the
+    same ``ops``.  ``defer_overlap``: leave the overlap columns zero and return
+    ``(table, (events, OpClass, step) of the ops that are no compute)`` for
+    ``fill_overlap``, which needs the busy figures the gap analysis computes.
+
+    Ops are counted once, into (device, group, step) cells; rows and their totals,
+    longest instances and short kernels come from the cells."""
+    n_dev = len(trace.devices)
+    dev = trace.track_device[trace.track[ops]]
+    keep = dev >= 0
+    if not keep.all():
+        ops, op_step, dev = ops[keep], op_step[keep], dev[keep]
+        if path_of_op is not None:
+            path_of_op = path_of_op[keep]
+        memo = None
+    del keep
+    if not ops.size:
+        z = np.zeros(0, np.int64)
+        empty = DeviceOpTable.empty(n_dev, n_steps)
+        return (empty, (z, z.astype(np.int8), z)) if defer_overlap else empty
+    memo = {} if memo is None else memo
+    kind_of_ops = trace.kind[ops]
+    label, names, klass_of = _labels(trace, ops, kind_of_ops, memo)
+    n_lab, S1 = len(names), n_steps + 1
+    dur = trace.dur[ops]
+    # one code per op: (device, group, launching step; n_steps for none)
+    st = op_step.astype(np.int64)
+    st[st < 0] = n_steps
+    dl = label.astype(np.int64)
+    if n_dev > 1:
+        dl += dev.astype(np.int64) * n_lab
+    code = dl * S1 + st
+    size = n_dev * n_lab * S1
+    if size <= _DENSE_CELLS * 4:
+        sc = np.bincount(code, minlength=size)
+        nz = np.flatnonzero(sc)
+        lut = np.full(size, -1, np.int32)
+        lut[nz] = np.arange(nz.shape[0], dtype=np.int32)
+        slot = lut[code]
+        del lut
+        sc = sc[nz]
+    else:
+        nz, slot = np.unique(code, return_inverse=True)
+        slot = slot.reshape(-1)
+        sc = np.bincount(slot, minlength=nz.shape[0])
+    del code
+    n_cells = nz.shape[0]
+    stime = np.bincount(slot, weights=dur, minlength=n_cells)
+    # kernels under the launch latency: a GPU's (TPU and XLA:CPU ops are not launched one
+    # by one from the host)
+    gpu = np.array([dv.kind == "gpu" for dv in trace.devices] + [False], bool)
+    short = np.flatnonzero((kind_of_ops == K.KERNEL) & (dur < LAUNCH_LATENCY_PS)
+                           & gpu[dev])
+    s_sc = np.bincount(slot[short], minlength=n_cells)
+    s_st = np.bincount(slot[short], weights=dur[short], minlength=n_cells)
+    # longest instance per cell (the earliest of equals)
+    s_long = np.full(n_cells, -1, np.int64)
+    if n_cells == ops.shape[0]:               # one op per cell (XLA: an HLO op per step)
+        smax = np.rint(stime).astype(np.int64)
+        s_long[slot] = ops
+    else:
+        smax = np.zeros(n_cells, np.int64)
+        np.maximum.at(smax, slot, dur)
+        at = np.flatnonzero(dur == smax[slot])[::-1]
+        s_long[slot[at]] = ops[at]
+        del at
+    # rows: (device, group) pairs, by device then most time first
+    c_dl, c_st = nz // S1, (nz % S1).astype(np.int32)
+    tim = np.bincount(c_dl, weights=stime, minlength=n_dev * n_lab)
+    cnt = np.bincount(c_dl, weights=sc, minlength=n_dev * n_lab)
+    cells = np.flatnonzero(cnt)
+    cells = cells[np.lexsort((-tim[cells], cells // n_lab))]
+    n_rows = cells.shape[0]
+    row_of = np.full(n_dev * n_lab, -1, np.int64)
+    row_of[cells] = np.arange(n_rows)
+    c_row = row_of[c_dl]
+    r_lab = cells % n_lab
+    gmax = np.zeros(n_rows, np.int64)
+    np.maximum.at(gmax, c_row, smax)
+    hit = np.flatnonzero(smax == gmax[c_row])
+    longest = np.full(n_rows, -1, np.int64)
+    first = np.full(n_rows, np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(first, c_row[hit], s_long[hit])
+    longest[:] = first
+    hcat = _lookup(trace.stats.get("hlo_category"), longest, {}) \
+        if "hlo_category" in trace.stats else np.full(n_rows, -1)
+    # the host op and the annotation that most of each row's time came from; where the
+    # table is too large to count, those of its longest instance
+    row = c_row[slot]
+    host = _host_ops(trace, ops, origin, memo)
+    pos = np.searchsorted(ops, longest)           # ops ascend
+    r_host = _dominant(row, host, dur, n_rows, host[pos])
+    del host
+    if path_of_op is not None and paths:
+        r_path = _dominant(row, path_of_op, dur, n_rows, path_of_op[pos])
+    else:
+        r_path = np.full(n_rows, -1)
+    del row, slot
+    # overlap per device and per (step, device)
+    kl = klass_of[label]
+    del label
+    nc = None
+    if defer_overlap:
+        sel = np.flatnonzero(kl != OpClass.COMPUTE)
+        nc = (ops[sel], kl[sel], op_step[sel].astype(np.int64))
+        ov = np.zeros((n_dev, len(Overlap)), np.int64)
+        sov = np.zeros((n_steps * n_dev, len(Overlap)), np.int64)
+    else:
+        ts = trace.ts[ops]
+        end = ts + dur
+        dv = dev.astype(np.int64) if n_dev > 1 else np.zeros(ts.shape[0], np.int64)
+        ov = overlap(ts, end, kl, dv, n_dev)
+        sk = st * n_dev + dv if n_dev > 1 else st
+        sov = overlap(ts, end, kl, sk, S1 * n_dev)[: n_steps * n_dev]
+        del ts, end, sk
+    del kl, st
+    # short kernels per device and per (step, device), from the cells
+    c_dev = c_dl // n_lab
+    d_short = np.bincount(c_dev, weights=s_sc, minlength=n_dev)
+    d_short_t = np.bincount(c_dev, weights=s_st, minlength=n_dev)
+    sd = c_st.astype(np.int64) * n_dev + c_dev
+    st_short = np.bincount(sd, weights=s_sc, minlength=S1 * n_dev)[: n_steps * n_dev]
+    st_short_t = np.bincount(sd, weights=s_st, minlength=S1 * n_dev)[: n_steps * n_dev]
+    r_sc = np.bincount(c_row, weights=s_sc, minlength=n_rows)
+    r_st = np.bincount(c_row, weights=s_st, minlength=n_rows)
+    in_step = c_st < n_steps
+    if in_step.all():                         # every op launched by a step: no copies
+        in_step = slice(None)
+
+    def strs(ids, make):
+        memo_s = {}
+        return [memo_s[x] if x in memo_s else memo_s.setdefault(x, make(x))
+                for x in np.asarray(ids).tolist()]
+    s_cells = s_long[in_step]
+    table = DeviceOpTable(
+        device=(cells // n_lab).astype(np.int32), name=[names[i] for i in r_lab.tolist()],
+        klass=klass_of[r_lab].astype(np.int8), count=np.rint(cnt[cells]).astype(np.int64),
+        time=np.rint(tim[cells]).astype(np.int64),
+        short_count=np.rint(r_sc).astype(np.int64), short_time=np.rint(r_st).astype(np.int64),
+        longest=longest, longest_ts=trace.ts[longest], longest_dur=trace.dur[longest],
+        longest_track=trace.track[longest].astype(np.int32),
+        category=strs(hcat, lambda x: trace.strings[x] if x >= 0 else ""),
+        host_op=strs(r_host, lambda x: trace.strings[x] if x >= 0 else ""),
+        annotation=strs(r_path, lambda x: " › ".join(paths[x]) if x >= 0 else ""),
+        step_row=c_row[in_step].astype(np.int32), step=c_st[in_step],
+        step_count=sc[in_step].astype(np.int64), step_time=np.rint(stime[in_step]).astype(np.int64),
+        step_longest=s_cells, step_longest_ts=trace.ts[s_cells],
+        step_longest_dur=trace.dur[s_cells],
+        step_longest_track=trace.track[s_cells].astype(np.int32),
+        overlap=ov, step_overlap=sov.reshape(n_steps, n_dev, len(Overlap)),
+        short_count_dev=np.rint(d_short).astype(np.int64),
+        short_time_dev=np.rint(d_short_t).astype(np.int64),
+        step_short_count=np.rint(st_short).astype(np.int64).reshape(n_steps, n_dev),
+        step_short_time=np.rint(st_short_t).astype(np.int64).reshape(n_steps, n_dev),
+        latency_ps=int(LAUNCH_LATENCY_PS))
+    return (table, nc) if defer_overlap else table
+
+
+def _window_cover(trace: Trace, tracks: list, nc: np.ndarray, a: np.ndarray, b: np.ndarray,
+                  win_key: np.ndarray, step_of: np.ndarray | None,
+                  kinds=(K.KERNEL, K.MEMCPY, K.MEMSET)) -> np.ndarray | None:
+    """Per window [a, b): the length of it covered by the device's compute ops (of the
+    window's step when ``step_of`` is given, ``win_key`` being that step), or None when a
+    track is not serial (its ops overlap), where windows cannot be read off sorted ends."""
+    if not a.size:
+        return np.zeros(0, np.int64)
+    parts_w, parts_e = [], []
+    for lo, hi in trace.track_slices(tracks):
+        if hi <= lo:
+            continue
+        st = trace.ts[lo:hi]
+        en = st + trace.dur[lo:hi]
+        if en.shape[0] > 1 and not (en[1:] >= en[:-1]).all():
+            return None
+        i0 = np.searchsorted(en, a, side="right")
+        i1 = np.maximum(np.searchsorted(st, b, side="left"), i0)
+        n = i1 - i0
+        w = np.repeat(np.arange(a.shape[0]), n)
+        e = lo + i0[w] + (np.arange(w.shape[0]) - np.repeat(np.cumsum(n) - n, n))
+        parts_w.append(w)
+        parts_e.append(e)
+    w = np.concatenate(parts_w) if parts_w else np.zeros(0, np.int64)
+    e = np.concatenate(parts_e) if parts_e else np.zeros(0, np.int64)
+    ok = np.isin(trace.kind[e], kinds) & ~np.isin(e, nc)
+    if step_of is not None:
+        ok &= step_of[e] == win_key[w]
+    w, e = w[ok], e[ok]
+    s = np.maximum(trace.ts[e], a[w])
+    t = np.minimum(trace.end_of(e), b[w])
+    keep = t > s
+    w, s, t = w[keep], s[keep], t[keep]
+    if not w.size:
+        return np.zeros(a.shape[0], np.int64)
+    # one union over all windows, each shifted apart from the others
+    sh = w * (int((b - a).max()) + 1) - a[w]
+    s, t = s + sh, t + sh
+    o = np.argsort(s, kind="stable")
+    return _union_lengths(s[o], t[o], w[o], a.shape[0])
+
+
+def fill_overlap(trace: Trace, table: DeviceOpTable, nc, op_step_all: np.ndarray,
+                 busy: np.ndarray, step_busy: np.ndarray | None, kernels_only: bool) -> None:
+    """Fills ``table.overlap`` (and ``step_overlap`` when ``step_busy``, the union of the
+    ops each step launched per device, is given) from the busy figures and the few ops
+    that are no compute: compute covers everything else, so only the windows of copies
+    and collectives need a look at the compute ops around them.  Devices whose tracks
+    are not serial get the full computation."""
+    nc_ev, nc_cls, nc_step = nc
+    n_steps = table.step_overlap.shape[0]
+    nc_dev = trace.track_device[trace.track[nc_ev]]
+    for d in range(len(trace.devices)):
+        if busy[d] <= 0:
+            continue
+        mine = nc_dev == d
+        keys = [(None, np.zeros(int(mine.sum()), np.int64), 1, busy[d:d + 1])]
+        if step_busy is not None:
+            stp = np.where(nc_step[mine] >= 0, nc_step[mine], n_steps).astype(np.int64)
+            keys.append((op_step_all, stp, n_steps + 1,
+                         np.concatenate([np.maximum(step_busy[:, d], 0), [0]])))
+        tracks = np.flatnonzero(trace.track_device == d).tolist()
+        ev, cls = nc_ev[mine], nc_cls[mine]
+        got = []
+        for step_of, key, n_keys, bz in keys:
+            res = _overlap_from(trace, tracks, ev, cls, key, n_keys, bz, step_of,
+                                (K.KERNEL,) if kernels_only else DEVICE_ACTIVITY)
+            if res is None:
+                got = None
+                break
+            got.append(res)
+        if got is None or (step_busy is None and n_steps):
+            # steps by time (no launched union per step), or a track whose ends are not
+            # sorted: every op of the device
+            _full_overlap(trace, table, d, nc, op_step_all, kernels_only, bool(n_steps))
+            continue
+        table.overlap[d] = got[0][0]
+        if step_busy is not None:
+            table.step_overlap[:, d] = got[1][:n_steps]
+
+
+def _overlap_from(trace, tracks, ev, cls, key, n_keys, busy, step_of, kinds):
+    """One device's overlap rows per key from its busy time per key and its ops that
+    are no compute (``ev``, ``cls``, their ``key``); None when a track's ends are not
+    sorted."""
+    out = np.zeros((n_keys, len(Overlap)), np.int64)
+    out[:, Overlap.BUSY] = busy
+    out[:, Overlap.COMPUTE] = busy
+    if not ev.size:
+        return out
+    s, e = trace.ts[ev], trace.end_of(ev)
+    exposed = {}
+    for name, mask in (("nc", np.ones(ev.shape[0], bool)),
+                       ("copy", (cls == OpClass.MEMCPY) | (cls == OpClass.MEMSET)),
+                       ("coll", cls == OpClass.COLLECTIVE)):
+        if not mask.any():
+            exposed[name] = (np.zeros(n_keys, np.int64), np.zeros(n_keys, np.int64))
+            continue
+        o = np.lexsort((s[mask], key[mask]))
+        ks, ss, es = key[mask][o], s[mask][o], e[mask][o]
+        # the class's union per key, as windows (keys apart by a shift)
+        lo = int(ss.min())
+        span = int(es.max()) - lo + 1
+        sh = ks * span - lo
+        reach = np.maximum.accumulate(es + sh)
+        new = np.ones(ss.shape[0], bool)
+        new[1:] = (ss[1:] + sh[1:]) > reach[:-1]
+        first = np.flatnonzero(new)
+        last = np.r_[first[1:], ss.shape[0]] - 1
+        a, wk = ss[first], ks[first]
+        b = reach[last] - sh[first]
+        cov = _window_cover(trace, tracks, ev, a, b, wk, step_of, kinds)
+        if cov is None:
+            return None
+        total = np.bincount(wk, weights=b - a, minlength=n_keys).astype(np.int64)
+        under = np.bincount(wk, weights=cov, minlength=n_keys).astype(np.int64)
+        exposed[name] = (total, total - under)
+    nc_exp = exposed["nc"][1]
+    comp = busy - nc_exp
+    (copy_all, copy_exp), (coll_all, coll_exp) = exposed["copy"], exposed["coll"]
+    out[:, Overlap.COMPUTE] = comp
+    out[:, Overlap.COPIES] = copy_all
+    out[:, Overlap.COLLECTIVES] = coll_all
+    out[:, Overlap.COPIES_UNDER_COMPUTE] = copy_all - copy_exp
+    out[:, Overlap.COLLECTIVES_UNDER_COMPUTE] = coll_all - coll_exp
+    out[:, Overlap.COPIES_EXPOSED] = copy_exp
+    out[:, Overlap.COLLECTIVES_EXPOSED] = busy - comp - copy_exp
+    return out
+
+
+def _full_overlap(trace, table, d, nc, op_step_all, kernels_only, per_step):
+    from .gaps import device_busy
+    ops = device_busy(trace, d, kernels_only)[0]
+    ops.sort()
+    kl = np.zeros(ops.shape[0], np.int8)
+    nc_ev, nc_cls, _ = nc
+    k = np.searchsorted(ops, nc_ev)
+    hit = (k < ops.shape[0]) & (ops[np.minimum(k, ops.shape[0] - 1)] == nc_ev)
+    kl[k[hit]] = nc_cls[hit]
+    ts, end = trace.ts[ops], trace.end_of(ops)
+    table.overlap[d] = overlap(ts, end, kl, np.zeros(ops.shape[0], np.int64), 1)[0]
+    if per_step:
+        n_steps = table.step_overlap.shape[0]
+        st = op_step_all[ops]
+        key = np.where(st >= 0, st, n_steps).astype(np.int64)
+        table.step_overlap[:, d] = overlap(ts, end, kl, key, n_steps + 1)[:n_steps]

@@ -1,0 +1,341 @@
+"""Device time by op: groups, launching steps, short kernels, the compute/copies/collectives
+overlap, the device_ops JSON and text, and the sums on real traces."""
+from __future__ import annotations
+
+import json
+import os
+
+import jsonschema
+import numpy as np
+import pytest
+
+import tb_perfdiag
+from tb_perfdiag import codec
+from tb_perfdiag.analysis.device_ops import fold_kernel_name
+from tb_perfdiag.analysis.diagnosis import diagnose_trace
+from tb_perfdiag.analysis.intervals import union
+from tb_perfdiag.analysis.result import OpClass, Overlap
+from tb_perfdiag.render.device_ops import device_ops_json, text_lines
+from tb_perfdiag.render.json import diagnosis_json
+from tb_perfdiag.testing import TraceBuilder
+
+from conftest import ROOT, TESTDATA, shared_files
+
+SCHEMA = json.load(open(os.path.join(ROOT, "tb_perfdiag", "schema", "diagnosis.schema.json")))
+US = 1_000_000          # ps
+
+
+@pytest.mark.parametrize("name,folded", [
+    ("void gemm_kernel<float, 128>(float*, int)", "gemm_kernel<…>"),
+    ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::"
+     "(anonymous namespace)::TensorListMetadata<4>, float>(T1, T2)",
+     "at::native::multi_tensor_apply_kernel<…>"),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, "
+     "at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_add<float>, "
+     "at::detail::Array<char*, 3>)", "at::native::vectorized_elementwise_kernel<…>"),
+    ("std::enable_if<!(false), void>::type internal::gemvx::kernel<int, float>(Params<int>)",
+     "internal::gemvx::kernel<…>"),
+    ("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_64x64_32x6_nn_align4>(Params)",
+     "cutlass::Kernel<cutlass_80_tensorop_s1688gemm_64x64_32x6_nn_align4>"),
+    ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)",
+     "ncclKernel_AllReduce_RING_LL_Sum_float"),
+    ("volta_sgemm_128x64_nn", "volta_sgemm_128x64_nn"),
+    ("triton_poi_fused_add_0", "triton_poi_fused_add_0"),
+])
+def test_kernel_names_fold_template_arguments(name, folded):
+    assert fold_kernel_name(name) == folded
+
+
+def _kineto_trace(relu_us=4):
+    """Two steps.  Step 1 launches two instantiations of one template (200 and 100 µs)
+    under aten::mm / aten::add in record_function 'forward', an H2D and a D2H copy, a
+    memset and an NCCL all-reduce on stream 13 that overlaps the first kernel by 50 µs;
+    step 2 launches 3 kernels of 4 µs (shorter than the launch latency) that run after
+    step 2's host window has ended, and one more copy under the first kernel."""
+    b = TraceBuilder()
+    main = b.thread("python main")
+    s7, s13 = b.stream(gpu=0, stream=7), b.stream(gpu=0, stream=13)
+    with b.step(main, 1, 0, 1000):
+        with b.op(main, "forward", 1, 60, cat="user_annotation"):
+            with b.op(main, "aten::mm", 5, 30):
+                k1 = b.kernel(s7, "void gemm_kernel<float, 128>(float*, int)", 100, 200)
+                b.launch(main, "cudaLaunchKernel", 10, 5, kernel=k1)
+            with b.op(main, "aten::add", 40, 20):
+                k2 = b.kernel(s7, "void gemm_kernel<double, 64>(double*, int)", 300, 100)
+                b.launch(main, "cudaLaunchKernel", 45, 5, kernel=k2)
+        with b.op(main, "aten::copy_", 62, 20):
+            c1 = b.memcpy(s7, "Memcpy HtoD (Pageable -> Device)", 400, 50)
+            b.launch(main, "cudaMemcpyAsync", 64, 5, kernel=c1)
+        c2 = b.memcpy(s7, "Memcpy DtoH (Device -> Pinned)", 450, 20)
+        b.launch(main, "cudaMemcpyAsync", 84, 5, kernel=c2)
+        m = b.memset(s7, "Memset (Device)", 470, 4)
+        b.launch(main, "cudaMemsetAsync", 90, 2, kernel=m)
+        with b.op(main, "nccl:all_reduce", 93, 10):
+            n = b.kernel(s13, "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned "
+                              "long, ncclWork*)", 250, 100)
+            b.launch(main, "cudaLaunchKernel", 95, 5, kernel=n)
+        c3 = b.memcpy(s13, "Memcpy DtoD (Device -> Device)", 120, 30)
+        b.launch(main, "cudaMemcpyAsync", 105, 5, kernel=c3)
+    with b.step(main, 2, 1000, 100):
+        with b.op(main, "aten::relu", 1010, 60):
+            for i in range(3):
+                k = b.kernel(s7, "void relu_kernel<float>(float*)", 1200 + 50 * i, relu_us)
+                b.launch(main, "cudaLaunchKernel", 1015 + 15 * i, 5, kernel=k)
+    return b.build()
+
+
+@pytest.fixture(scope="module")
+def kineto_diag():
+    return diagnose_trace(_kineto_trace())
+
+
+def _rows(T, device=0):
+    return {T.name[i]: i for i in range(len(T)) if T.device[i] == device}
+
+
+def test_groups_calls_times_and_launchers(kineto_diag):
+    T = kineto_diag.device_ops
+    r = _rows(T)
+    assert set(r) == {"gemm_kernel<…>", "ncclKernel_AllReduce_RING_LL_Sum_float",
+                      "Memcpy HtoD (pageable)", "Memcpy DtoH", "Memcpy DtoD", "Memset",
+                      "relu_kernel<…>"}
+    g = r["gemm_kernel<…>"]
+    assert (T.count[g], T.time[g]) == (2, 300 * US)
+    assert T.host_op[g] == "aten::mm"                    # most of its time (200 of 300 µs)
+    assert T.annotation[g] == "forward"
+    assert (T.longest_ts[g], T.longest_dur[g]) == (100 * US, 200 * US)
+    assert T.klass[g] == OpClass.COMPUTE
+    nc = r["ncclKernel_AllReduce_RING_LL_Sum_float"]
+    assert T.klass[nc] == OpClass.COLLECTIVE and T.host_op[nc] == "nccl:all_reduce"
+    assert T.host_op[r["Memcpy HtoD (pageable)"]] == "aten::copy_"
+    assert T.klass[r["Memset"]] == OpClass.MEMSET and T.time[r["Memset"]] == 4 * US
+    relu = r["relu_kernel<…>"]
+    assert (T.count[relu], T.time[relu], T.short_count[relu]) == (3, 12 * US, 3)
+    assert (T.short_count_dev[0], T.short_time_dev[0]) == (3, 12 * US)
+    # rows by device time, most first
+    assert list(T.time[[r[n] for n in T.name]]) == sorted(T.time, reverse=True)
+
+
+def test_overlap_splits_the_busy_union(kineto_diag):
+    T, D = kineto_diag.device_ops, kineto_diag.devices
+    ov = dict(zip([o.name for o in Overlap], T.overlap[0].tolist()))
+    # compute: [100, 400) and 3 × 4 µs; copies [120,150) [400,474); nccl [250, 350)
+    assert ov["BUSY"] == D.busy[0] == (374 + 12) * US
+    assert ov["COMPUTE"] == (300 + 12) * US
+    assert ov["COPIES"] == (30 + 74) * US and ov["COPIES_UNDER_COMPUTE"] == 30 * US
+    assert ov["COLLECTIVES"] == 100 * US and ov["COLLECTIVES_UNDER_COMPUTE"] == 100 * US
+    assert ov["COPIES_EXPOSED"] == 74 * US and ov["COLLECTIVES_EXPOSED"] == 0
+    assert ov["COMPUTE"] + ov["COPIES_EXPOSED"] + ov["COLLECTIVES_EXPOSED"] == ov["BUSY"]
+
+
+def test_per_step_by_the_launching_step(kineto_diag):
+    d = kineto_diag
+    T = d.device_ops
+    r = _rows(T)
+    s2 = int(np.flatnonzero(d.steps.ids == 2)[0])
+    cells = T.step == s2
+    assert [T.name[i] for i in T.step_row[cells]] == ["relu_kernel<…>"]
+    assert T.step_time[cells].tolist() == [12 * US]
+    # the relu kernels ran after step 2's host window, yet belong to it
+    assert T.step_overlap[s2, 0, Overlap.BUSY] == 12 * US
+    assert T.step_short_count[s2, 0] == 3
+    s1 = int(np.flatnonzero(d.steps.ids == 1)[0])
+    assert T.step_overlap[s1, 0, Overlap.BUSY] == 374 * US
+    assert T.step_time[(T.step == s1) & (T.step_row == r["gemm_kernel<…>"])].tolist() == [300 * US]
+    if d.steps.launched is not None:
+        assert T.step_overlap[:, 0, Overlap.BUSY].tolist() == d.steps.launched[:, 0].tolist()
+
+
+def test_json_top_other_step_and_schema(kineto_diag):
+    d = kineto_diag
+    doc = device_ops_json(d, top=3)
+    (dev,) = doc["devices"]
+    assert [o["name"] for o in dev["ops"]] == ["gemm_kernel<…>", "ncclKernel_AllReduce_RING_LL_Sum_float",
+                                               "Memcpy HtoD (pageable)"]
+    assert dev["other"]["groups"] == 4
+    assert sum(o["total_ns"] for o in dev["ops"]) + dev["other"]["total_ns"] == dev["ops_total_ns"]
+    g = dev["ops"][0]
+    assert (g["calls"], g["total_ns"], g["mean_ns"]) == (2, 300_000, 150_000)
+    assert g["share_of_busy"] == pytest.approx(300 / 386)
+    assert g["viewer"]["view_ms"][0] <= 0.1 <= 0.3 <= g["viewer"]["view_ms"][1]
+    assert dev["short_kernels"]["calls"] == 3
+    assert dev["short_kernels"]["groups"][0]["name"] == "relu_kernel<…>"
+    step = device_ops_json(d, step=2)
+    (sd,) = step["devices"]
+    assert [o["name"] for o in sd["ops"]] == ["relu_kernel<…>"]
+    assert sd["ops"][0]["share_of_step"] == pytest.approx(12 / 100)
+    assert sd["overlap"]["busy_ns"] == 12_000 and step["step_ns"] == 100_000
+    for s in (None, 1, 2):
+        jsonschema.validate(diagnosis_json(d, step=s), SCHEMA)
+    text = "\n".join(text_lines(d))
+    assert "gemm_kernel<…>" in text and "shorter than the 10 µs launch latency: 3 calls" in text
+
+
+def test_xspace_gpu_copies_by_details_and_xla_ops_by_hlo_op():
+    b = TraceBuilder("xspace")
+    py = b.thread("python")
+    s = b.stream(gpu=0, stream=7)
+    with b.step(py, 1, 0, 500):
+        for i, (t, hlo) in enumerate([(100, "fusion.1"), (150, "fusion.1"), (200, "dot.2")]):
+            k = b.kernel(s, "loop_add_fusion" if hlo != "dot.2" else "sm90_gemm",
+                         t, 20, stats={"hlo_op": hlo, "hlo_module": "jit_train_step",
+                                       "tf_op": "jit(train_step)/add"})
+            b.launch(py, "cuLaunchKernel", 10 + 10 * i, 5, kernel=k)
+        c = b.memcpy(s, "MemcpyH2D", 300, 30,
+                     stats=[("memcpy_details", "s", "kind_src:pinned kind_dst:device size:8")])
+        b.launch(py, "cuMemcpyHtoDAsync", 50, 5, kernel=c)
+        c2 = b.memcpy(s, "Memcpy", 340, 10,
+                      stats=[("memcpy_details", "s", "kind_src:device kind_dst:pageable size:8")])
+        b.launch(py, "cuMemcpyDtoHAsync", 60, 5, kernel=c2)
+    d = diagnose_trace(b.build())
+    T = d.device_ops
+    r = _rows(T)
+    assert set(r) == {"fusion.1", "dot.2", "Memcpy HtoD", "Memcpy DtoH (pageable)"}
+    assert (T.count[r["fusion.1"]], T.time[r["fusion.1"]]) == (2, 40 * US)
+    assert T.host_op[r["fusion.1"]] == "jit(train_step)/add"
+    assert T.overlap[0, Overlap.COPIES] == 40 * US
+    jsonschema.validate(diagnosis_json(d), SCHEMA)
+
+
+def test_result_store_round_trip_and_old_results(kineto_diag):
+    back = codec.decode(codec.encode(kineto_diag))
+    a, b = kineto_diag.device_ops, back.device_ops
+    assert a.name == b.name and a.host_op == b.host_op
+    for f in ("time", "count", "step_time", "overlap", "step_overlap", "longest"):
+        assert np.array_equal(getattr(a, f), getattr(b, f))
+    assert device_ops_json(back, step=2) == device_ops_json(kineto_diag, step=2)
+    # a result written before the table existed loads with None and renders null
+    kineto_diag_old = codec.decode(codec.encode(kineto_diag))
+    kineto_diag_old.device_ops = None
+    old = codec.decode(codec.encode(kineto_diag_old))
+    assert old.device_ops is None
+    doc = diagnosis_json(old)
+    assert doc["device_ops"] is None
+    jsonschema.validate(doc, SCHEMA)
+
+
+def test_launch_bound_demo_names_its_tiny_kernels():
+    d = os.path.join(TESTDATA, "synthetic", "logdir", "kineto_launch_bound")
+    f = os.path.join(d, sorted(x for x in os.listdir(d) if x.endswith(".json"))[0])
+    diag = tb_perfdiag.diagnose(f)
+    (dev,) = device_ops_json(diag)["devices"]
+    sk = dev["short_kernels"]
+    # the launch-bound story: many kernels under the launch latency, named by the kernel,
+    # the op that launched them and the user's scope, with a link to the finding
+    top = sk["groups"][0]
+    assert top["name"] == "at::native::reduce_kernel<…>"
+    assert top["host_op"] == "aten::linalg_vector_norm" and top["annotation"] == "clip_gradients"
+    assert top["calls"] >= 0.9 * sk["calls"] and sk["calls"] >= 100
+    assert sk["finding"] is not None
+    assert diag.findings[sk["finding"]].kind.value == "launch_bound"
+
+
+def _full(trace, d, dv, mine):
+    """The overlap rows of device ``dv`` from every op (the reference computation)."""
+    from tb_perfdiag.analysis.device_ops import _labels, overlap
+    from tb_perfdiag.analysis.steps import find_steps, launching_steps
+    from tb_perfdiag.analysis.attribution import incoming_host_link, origins, root_origin
+    label, _, klass = _labels(trace, mine, trace.kind[mine], {})
+    kl = klass[label]
+    linked = incoming_host_link(trace)
+    origin, _ = origins(trace, linked)
+    steps = find_steps(trace)
+    st = launching_steps(trace, steps, root_origin(trace, origin, linked=linked))[mine]
+    n = len(d.steps)
+    ts, end = trace.ts[mine], trace.end_of(mine)
+    whole = overlap(ts, end, kl, np.zeros(mine.shape[0], np.int64), 1)
+    per = overlap(ts, end, kl, np.where(st >= 0, st, n).astype(np.int64), n + 1)[:n]
+    return whole, per
+
+
+def _real():
+    picks = ("df_index_resolver", "tpu_inference_2", "nccl_data", "rank0", "resnet50_num_workers_0",
+             "localhost", "vm.xplane")
+    return [f for f in shared_files((".json.gz", ".xplane.pb")) if any(p in f for p in picks)][:10]
+
+
+@pytest.mark.skipif(not _real(), reason="no real traces under ../shared/traces")
+@pytest.mark.parametrize("path", _real() or ["none"], ids=os.path.basename)
+def test_real_traces_add_up(path):
+    from tb_perfdiag.trace import load
+    trace = load(path)
+    d = diagnose_trace(trace)
+    T = d.device_ops
+    dev_ops = np.flatnonzero(trace.is_device_activity())
+    on = trace.track_device[trace.track[dev_ops]]
+    for dv in range(len(d.devices)):
+        mine = dev_ops[on == dv]
+        if not mine.size:
+            continue
+        rows = T.device == dv
+        assert T.count[rows].sum() == mine.size
+        assert T.time[rows].sum() == pytest.approx(int(trace.dur[mine].sum()), abs=len(T))
+        ov = T.overlap[dv]
+        assert ov[Overlap.BUSY] == d.devices.busy[dv]
+        assert ov[Overlap.COMPUTE] + ov[Overlap.COPIES_EXPOSED] + \
+            ov[Overlap.COLLECTIVES_EXPOSED] == ov[Overlap.BUSY]
+        assert ov[Overlap.COPIES_UNDER_COMPUTE] <= ov[Overlap.COPIES]
+        assert ov[Overlap.COLLECTIVES_UNDER_COMPUTE] <= ov[Overlap.COLLECTIVES]
+        s, e = union(trace.ts[mine], trace.end_of(mine))
+        if int((e - s).sum()) == int(trace.dur[mine].sum()):
+            # no two ops of the device overlap: its ops add up to its busy time (1 µs)
+            assert abs(int(T.time[rows].sum()) - int(d.devices.busy[dv])) <= US
+        # the same figures as from every op of the device (not only the windows around
+        # its copies and collectives)
+        from tb_perfdiag.analysis.device_ops import overlap
+        full = _full(trace, d, dv, mine)
+        assert T.overlap[dv].tolist() == full[0][0].tolist()
+        assert T.step_overlap[:, dv].tolist() == full[1].tolist()
+        # per launching step the same split holds
+        so = T.step_overlap[:, dv]
+        assert (so[:, Overlap.COMPUTE] + so[:, Overlap.COPIES_EXPOSED] +
+                so[:, Overlap.COLLECTIVES_EXPOSED] == so[:, Overlap.BUSY]).all()
+    jsonschema.validate(diagnosis_json(d), SCHEMA)
+
+
+def test_compare_uses_the_same_grouping(kineto_diag):
+    from tb_perfdiag.analysis.compare import compare
+    from tb_perfdiag.render.compare import comparison_json
+    after = diagnose_trace(_kineto_trace(relu_us=40))
+    cmp = compare(kineto_diag, after)
+    top = cmp.device_ops[0]
+    # two steps, both typical: per typical step 6 → 60 µs of relu_kernel<…> (all its
+    # instantiations as one group), 1.5 calls
+    assert (top.name, top.before, top.after) == ("relu_kernel<…>", 6 * US, 60 * US)
+    assert top.calls_before == top.calls_after == 1.5
+    doc = comparison_json(cmp)
+    assert doc["device_ops"]["by_device_time"][0]["delta_ns"] == 54_000
+    assert [r["name"] for r in doc["device_ops"]["by_device_time"]] == ["relu_kernel<…>"]
+    schema = json.load(open(os.path.join(ROOT, "tb_perfdiag", "schema", "comparison.schema.json")))
+    jsonschema.validate(json.loads(json.dumps(doc, default=float)), schema)
+
+
+def test_host_op_is_the_one_behind_most_time_not_the_longest_instance():
+    b = TraceBuilder()
+    main = b.thread("python main")
+    s7 = b.stream(gpu=0, stream=7)
+    with b.step(main, 1, 0, 2000):
+        with b.op(main, "aten::mul", 1, 10):
+            k = b.kernel(s7, "void elementwise_kernel<float>(int)", 100, 50)     # the longest
+            b.launch(main, "cudaLaunchKernel", 2, 5, kernel=k)
+        for i in range(3):
+            with b.op(main, "aten::add", 20 + 20 * i, 10):
+                k = b.kernel(s7, "void elementwise_kernel<double>(int)", 200 + 100 * i, 40)
+                b.launch(main, "cudaLaunchKernel", 22 + 20 * i, 5, kernel=k)
+    T = diagnose_trace(b.build()).device_ops
+    (r,) = range(len(T))
+    assert T.name[r] == "elementwise_kernel<…>" and T.count[r] == 4
+    assert T.longest_dur[r] == 50 * US
+    assert T.host_op[r] == "aten::add"              # 120 µs against aten::mul's 50 µs
+
+
+def test_a_trace_without_device_ops_has_an_empty_table():
+    b = TraceBuilder()
+    main = b.thread("python main")
+    with b.step(main, 1, 0, 100):
+        b.op(main, "aten::mm", 5, 30)
+    d = diagnose_trace(b.build())
+    assert len(d.device_ops) == 0
+    doc = diagnosis_json(d)
+    assert doc["device_ops"]["devices"] == []
+    jsonschema.validate(doc, SCHEMA)
