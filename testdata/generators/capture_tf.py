@@ -190,8 +190,9 @@ def capture_python_pipeline(out, parallel: bool):
         "decode_s_per_element": DECODE_S,
         "decode_s_per_batch": DECODE_S * BATCH,
         "slow_stage": "PyFunc (numpy_function decode) under the map",
-        "input_bound": True,
-        "gap_cause": "data_loading",
+        # with a parallel map and prefetch the decode runs during the step: not input bound
+        "input_bound": not parallel,
+        "gap_cause": None if parallel else "data_loading",
         "parallel_map": parallel,
         "prefetch": parallel,
         "observed_next_wait_s_median": round(float(np.median(waits)), 4),
