@@ -28,7 +28,8 @@ ORDER = [
     ("07_pytorch_gpu_launch_bound", os.path.join(SYN, "kineto_launch_bound")),
     ("10_real_torch_xla_cpu", os.path.join(CAP, "torch_xla_cpu")),
     ("11_real_jax_cpu", os.path.join(CAP, "jax_cpu")),
-    ("12_real_pytorch_cpu_host_only", os.path.join(CAP, "torch_cpu")),
+    ("12_real_tf_data_input_bound_cpu", os.path.join(CAP, "tf_cpu", "input_bound")),
+    ("13_real_pytorch_cpu_host_only", os.path.join(CAP, "torch_cpu")),
 ]
 
 

@@ -20,6 +20,7 @@ from ..trace.model import EventKind as K, Trace
 from . import causes as C
 from .culprits import (PYTORCH, PYTORCH_XLA, SYNC_LABELS, Culprits, chain_sync_kind, clean,
                        framework, sync_kind)
+from . import tfdata
 from .fixes import fix_for
 from .result import Finding, FindingKind as FK
 
@@ -172,8 +173,9 @@ def _gap_families(trace, diag, G, ctx, fw, graphs, n_steps, typical_step, add) -
                             n_steps, add)
         if rest:
             rs = sorted(r for x in rest for r in x)
-            names = [first[k][1] or " › ".join(first[k][2][-2:]) for k, x in ranked
-                     if (k, x) not in big][:3]
+            # distinct places: many culprits share a name (one op in several chains)
+            names = list(dict.fromkeys(first[k][1] or " › ".join(first[k][2][-2:])
+                                       for k, x in ranked if (k, x) not in big))[:3]
             _family_finding(trace, diag, G, ci, cause, kind, ("", None, (), "", (), -1), rs,
                             fw, graphs, n_steps, add, others=(len(rest), names))
 
@@ -307,6 +309,9 @@ def _signature(trace, diag, ctx, cul, cause, ev, g, r, fw) -> tuple:
         label = "self time of the step annotation: profile with Python stacks"
     elif cause == C.DATA_LOADING and any("SingleProcessDataLoaderIter" in n for n in chain):
         label = "DataLoader on the main thread"
+    elif cause == C.DATA_LOADING and (st := tfdata.stage(
+            trace, ctx.lines, int(g.thread[r]), int(g.start[r]), int(g.rest_end[r]), ev)):
+        ops, label, where = st[0], st[1], None
     return (sub, where, ops, label, chain, ev)
 
 
@@ -318,6 +323,8 @@ def _fix_culprit(kind, label, ev, graphs) -> str:
         return "*"
     if kind == FK.INPUT_BOUND and label == "DataLoader on the main thread":
         return "main_thread"
+    if kind == FK.INPUT_BOUND and tfdata.fix_key(label):
+        return tfdata.fix_key(label)
     if kind in (FK.LAUNCH_BOUND, FK.HOST_COMPUTE) and graphs:
         return "graphs"
     return "*"

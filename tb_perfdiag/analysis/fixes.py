@@ -73,8 +73,9 @@ FIXES = {
         "The host waited for a jax.Array. Read values less often and only after the next "
         "step is dispatched (JAX dispatches asynchronously).",
     ("host_sync", "*", TENSORFLOW):
-        "tensor.numpy() or a Python read of a device tensor waits for the device. Keep the "
-        "value on the device, read it every N steps, or log it with tf.summary.",
+        "tensor.numpy(), float(tensor), int(tensor) or tf.print in the step copies to the "
+        "host and waits for the device. Keep metrics as tensors (tf.keras.metrics or a "
+        "tf.Variable accumulator), read them every N steps, or log with tf.summary.",
     ("host_sync", "*", "*"):
         "The host waited for the device here. Read device results less often, and only after "
         "the next step's work is dispatched.",
@@ -92,9 +93,22 @@ FIXES = {
         "Prepare and transfer the next batch while the current step runs: a prefetching "
         "input pipeline (tf.data or grain with prefetch) and jax.device_put of the next batch "
         "ahead of use; keep preprocessing out of the step.",
+    ("input_bound", "py_function", TENSORFLOW):
+        "The tf.data pipeline waits on a Python function (tf.numpy_function / "
+        "tf.py_function), which holds the GIL and runs one call at a time. Rewrite the "
+        "decode with TensorFlow ops (tf.io.decode_*, tf.image.*) so it runs in parallel; "
+        "meanwhile use .map(..., num_parallel_calls=tf.data.AUTOTUNE), .cache() after "
+        "the expensive map if the data fits, and end with .prefetch(tf.data.AUTOTUNE).",
+    ("input_bound", "tf_ops", TENSORFLOW):
+        "The tf.data pipeline cannot keep up with the step. Parallelise the slow stage "
+        "(.map(..., num_parallel_calls=tf.data.AUTOTUNE), .interleave(..., "
+        "num_parallel_calls=tf.data.AUTOTUNE) over files), .cache() what does not change "
+        "between epochs, batch before cheap per-element maps (vectorised map), and end with "
+        ".prefetch(tf.data.AUTOTUNE) so the next batch is made during the step.",
     ("input_bound", "*", TENSORFLOW):
-        "Build the input with tf.data: .map(..., num_parallel_calls=tf.data.AUTOTUNE) and "
-        ".prefetch(tf.data.AUTOTUNE) so batches are ready before the step needs them.",
+        "Build the input with tf.data: .map(..., num_parallel_calls=tf.data.AUTOTUNE), "
+        ".interleave over files, .cache() and .prefetch(tf.data.AUTOTUNE) so batches are "
+        "ready before the step needs them; move Python decode into TF ops.",
     ("input_bound", "*", "*"):
         "The device waits for input: prepare the next batch in parallel with the step and "
         "prefetch it to the device.",
@@ -112,8 +126,10 @@ FIXES = {
         "dynamic dimensions (torch._dynamo.mark_dynamic) or pad to fixed sizes; "
         "TORCH_LOGS=recompiles says why.",
     ("recompilation", "*", TENSORFLOW):
-        "tf.function retraces on new shapes or Python values: give it an input_signature or "
-        "reduce_retracing=True.",
+        "tf.function retraces (and jit_compile=True compiles again) for every new input "
+        "shape, dtype or Python argument: give it an input_signature with None for the "
+        "varying dimensions or reduce_retracing=True, pad or bucket shapes "
+        "(drop_remainder=True in batch), and pass tensors, not Python numbers.",
     ("recompilation", "*", "*"):
         "A program compiled again with new shapes: keep input shapes static (pad or bucket).",
     ("compilation", "*", "*"):
@@ -161,6 +177,9 @@ FIXES = {
     ("launch_bound", "*", JAX):
         "Many tiny dispatches: jit the whole step rather than small functions, and replace "
         "Python loops of small calls with lax.scan / vmap.",
+    ("launch_bound", "*", TENSORFLOW):
+        "Many tiny ops, each dispatched on its own: wrap the step in tf.function (with "
+        "jit_compile=True to fuse them) and, in Keras, raise steps_per_execution.",
     ("launch_bound", "*", PYTORCH_XLA):
         "Many small executions: let XLA fuse the step (one mark_step per step, no host reads "
         "in between).",
@@ -185,6 +204,10 @@ FIXES = {
     ("host_compute", "*", JAX):
         "Host work between dispatches: jit the whole step and keep Python-side work out of "
         "the loop.",
+    ("host_compute", "*", TENSORFLOW):
+        "The host is busy between device work, typically eager op-by-op execution: wrap "
+        "the step in tf.function (jit_compile=True to fuse it with XLA), keep Python work "
+        "out of it, and in Keras raise steps_per_execution so one call runs several steps.",
     ("host_compute", "*", "*"):
         "The host is busy between device work: move host work out of the step.",
     ("graph_building", "*", PYTORCH_XLA):
@@ -198,6 +221,10 @@ FIXES = {
     ("untraced", "*", JAX):
         "The host shows nothing here. Profile with the Python tracer on "
         "(jax.profiler.ProfileOptions python_tracer_level=1) to see the Python frames.",
+    ("untraced", "*", TENSORFLOW):
+        "The host shows nothing here. Profile with the Python tracer on "
+        "(tf.profiler.experimental.ProfilerOptions(python_tracer_level=1)) to see the "
+        "Python frames, and look for sleeps, I/O or logging.",
     ("untraced", "*", "*"):
         "The host shows nothing here: profile with Python stacks and all threads, and look "
         "for sleeps, I/O or another process.",
@@ -217,6 +244,11 @@ FIXES = {
     ("collective_wait", "*", JAX):
         "The device waited at a collective for the other devices: balance the sharding and "
         "look for a straggler.",
+    ("collective_wait", "*", TENSORFLOW):
+        "The device waited at an all-reduce for the other replicas: balance the work per "
+        "replica (global batch divisible by the replicas, same shapes), look for a "
+        "straggler, and let the strategy overlap gradients' all-reduce with the backward "
+        "pass (tf.distribute.MirroredStrategy with NCCL cross-device ops).",
     ("collective_wait", "*", "*"):
         "The device waited at a collective for its peers: balance the work across devices.",
     ("device_skew", "*", "*"):
@@ -237,6 +269,9 @@ FIXES = {
         "Every host read of a jax.Array waits for the computation: read values every N steps.",
     ("d2h_transfer", "*", PYTORCH):
         "Every .item()/.cpu() waits for the device: read values every N steps.",
+    ("d2h_transfer", "*", TENSORFLOW):
+        "Every .numpy(), float(tensor) or tf.print of a device tensor waits for the device: "
+        "keep values on the device and read them every N steps.",
     ("d2h_transfer", "*", "*"):
         "Every host read of a device value waits for the device: read values less often.",
 }

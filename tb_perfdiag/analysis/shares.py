@@ -30,11 +30,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..trace.build import distinct, unique_inverse
-from ..trace.classify import is_collective_kernel
+from ..trace.classify import (is_collective_kernel, is_input_pipeline_thread,
+                              is_pipeline_plumbing)
 from ..trace.model import EventKind as K, Trace
 from . import causes as C
-from .hostline import (B_ANNOT, B_H2D, B_IDLE, B_LAUNCH, B_SYNC, B_WAIT, BUCKET_CAUSE,
-                       BUCKETS, HostLine)
+from .hostline import (B_ANNOT, B_DATA, B_H2D, B_IDLE, B_LAUNCH, B_SYNC, B_WAIT,
+                       BUCKET_CAUSE, BUCKETS, HostLine)
 from .intervals import covered, union
 
 LAUNCH_LATENCY_PS = 10_000_000      # ≈10 µs from a launch call's return to the device start
@@ -44,6 +45,7 @@ _CAUSE_INDEX = {c: i for i, c in enumerate(C.ALL)}
 _BUCKET_TO_CAUSE = np.array([_CAUSE_INDEX[BUCKET_CAUSE[b]] for b in range(len(BUCKETS))],
                             np.int64)
 DEVICE_WAIT = _CAUSE_INDEX[C.DEVICE_WAIT]
+DATA_LOADING = _CAUSE_INDEX[C.DATA_LOADING]
 COLLECTIVE_WAIT = _CAUSE_INDEX[C.COLLECTIVE_WAIT]
 HOST_SYNC = _CAUSE_INDEX[C.HOST_SYNC]
 H2D_TRANSFER = _CAUSE_INDEX[C.H2D_TRANSFER]
@@ -81,13 +83,18 @@ def _top_op(line: HostLine, names: np.ndarray, a: np.ndarray, b: np.ndarray,
             bucket: np.ndarray) -> np.ndarray:
     """Per window [a, b): the op whose name has most self time in segments of ``bucket``
     (an op called many times counts all its calls), as its longest call there (−1)."""
-    out = np.full(a.shape[0], -1, np.int64)
     inner = line.seg_inner
     gi, k, s, e = line.pieces(a, b)
-    if gi.size == 0:
-        return out
     keep = (e > s) & (inner[k] >= 0) & (line.seg_bucket[k] == bucket[gi])
-    gi, ev, ln = gi[keep], inner[k][keep].astype(np.int64), (e - s)[keep]
+    return _top_by_name(a.shape[0], gi[keep], inner[k][keep].astype(np.int64),
+                        (e - s)[keep], names)
+
+
+def _top_by_name(n: int, gi: np.ndarray, ev: np.ndarray, ln: np.ndarray,
+                 names: np.ndarray) -> np.ndarray:
+    """Per window (``gi``: the window of each piece of op ``ev``, ``ln`` long): the op
+    whose name has most time, as its longest piece (−1 where the window has none)."""
+    out = np.full(n, -1, np.int64)
     if gi.size == 0:
         return out
     nm = names[ev].astype(np.int64)
@@ -103,6 +110,27 @@ def _top_op(line: HostLine, names: np.ndarray, a: np.ndarray, b: np.ndarray,
     lead[1:] = g_u[1:] != g_u[:-1]
     out[g_u[lead]] = e_u[lead]
     return out
+
+
+def slowest_stage(trace: Trace, lines: dict, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per window [a, b): on the input-pipeline threads (tf.data's pools), the op whose
+    name has most self time in the window, tf.data's plumbing (iterators, producer loops,
+    the function executor) left out, as its longest piece there (−1 where none)."""
+    parts = []
+    for t, line in lines.items():
+        if not is_input_pipeline_thread(trace.track_name[t]):
+            continue
+        gi, k, s, e = line.pieces(a, b)
+        ev = line.seg_inner[k].astype(np.int64)
+        keep = (e > s) & (ev >= 0) & (line.seg_bucket[k] == B_DATA)
+        parts.append((gi[keep], ev[keep], (e - s)[keep]))
+    if not parts:
+        return np.full(a.shape[0], -1, np.int64)
+    gi, ev, ln = (np.concatenate(x) for x in zip(*parts))
+    u, inv = unique_inverse(trace.name[ev])
+    work = np.array([not is_pipeline_plumbing(trace.strings[x]) for x in u.tolist()],
+                    bool)[inv.reshape(-1)]
+    return _top_by_name(a.shape[0], gi[work], ev[work], ln[work], trace.name)
 
 
 def _idle_intervals(line: HostLine, a: np.ndarray, b: np.ndarray):
@@ -313,6 +341,13 @@ def split(trace: Trace, gs: np.ndarray, ge: np.ndarray, nxt: np.ndarray, wf: np.
                 pbf = pb[sel][np.searchsorted(r, f)]
                 culprit[f] = _top_op(lines[ft], trace.name, gs[f],
                                      np.maximum(rest_end[f], gs[f] + 1), pbf)
+    # an input pipeline on threads of its own (tf.data): the issuing thread only waits in
+    # its iterators, so the op to name is the pipeline's slowest stage on those threads
+    data_rows = np.flatnonzero(primary == DATA_LOADING)
+    if data_rows.size:
+        stage = slowest_stage(trace, lines, gs[data_rows],
+                              np.maximum(rest_end[data_rows], gs[data_rows] + 1))
+        culprit[data_rows] = np.where(stage >= 0, stage, culprit[data_rows])
     blocking[shares[:, HOST_SYNC] == 0] = -1       # named only where it earned a share
     sync_rows = (primary == HOST_SYNC) & (blocking >= 0)
     culprit[sync_rows] = blocking[sync_rows]

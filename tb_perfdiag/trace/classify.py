@@ -36,6 +36,20 @@ _BLOCKING_OP = re.compile(r"^aten::(_local_scalar_dense|is_nonzero)$")
 _LAUNCH = re.compile(r"^(cu|cuda|hip|mtia)\w*(Launch|Memcpy|Memset|GraphLaunch)", re.I)
 _DATA = re.compile(r"(enumerate\(DataLoader\)|DataLoader|data_?load|dataloader|"
                    r"_next_data|get_batch|input_pipeline|prefetch)", re.I)
+# tf.data: the consumer's side (IteratorGetNext and the iterator tree it walks, whatever
+# dataset op is outermost) is the input pipeline, and so is what it runs
+_TF_DATA = re.compile(r"^(IteratorGetNext\w*|EagerLocalExecute: (IteratorGetNext\w*|"
+                      r"MultiDeviceIteratorGetNextFromShard)|Iterator::\w|"
+                      r"MultiDeviceIteratorGetNextFromShard)")
+# tf.data's own thread pools and iterator threads run nothing but the input pipeline
+_TF_DATA_THREAD = re.compile(r"^tf_data_")
+# tf.data's plumbing: iterators, their producer loops and the function executor wait for
+# the work below them (their self time is waiting or overhead), so a pipeline's slow
+# stage is the op they run (PyFunc, DecodePng, ResizeBicubic, …), never one of them
+_TF_DATA_PLUMBING = re.compile(r"^(Iterator::|IteratorGetNext|\w*Produce$|"
+                               r"ExecutorState::Process$|ExecutorDoneCallback$|"
+                               r"InstantiatedCapturedFunction::Run|FunctionRun$|"
+                               r"ThreadpoolListener::)")
 _COLLECTIVE_HOST = re.compile(r"^(c10d::|nccl:|record_param_comms|ProcessGroup)", re.I)
 _COMPILE = re.compile(r"(Compile|backend_compile|jit_compile|XlaCompile|compile_and_load|"
                       r"RunHloPasses|RunBackend)", re.I)
@@ -88,7 +102,7 @@ def host_kind(name: str, category: str = "") -> K:
         return K.RUNTIME
     if cat in ("user_annotation",):
         return K.DATA if _DATA.search(name) else K.ANNOTATION
-    if _DATA.search(name):
+    if _DATA.search(name) or _TF_DATA.match(name):
         return K.DATA
     if _COLLECTIVE_HOST.search(name):
         return K.COLLECTIVE
@@ -116,6 +130,29 @@ def host_kind(name: str, category: str = "") -> K:
     if _SYNC.search(name):
         return K.SYNC
     return K.OTHER
+
+
+_RUNTIME_EXECUTE = re.compile(r"Executable::ExecuteAsyncOnStream$")
+
+
+def is_runtime_execute(name: str) -> bool:
+    """The XLA runtime's own call that runs a compiled program on a stream."""
+    return bool(_RUNTIME_EXECUTE.search(name))
+
+
+def is_input_pipeline_thread(line_name: str) -> bool:
+    """A host thread that only runs the input pipeline (tf.data's pools)."""
+    return bool(_TF_DATA_THREAD.match(line_name))
+
+
+def is_pipeline_plumbing(name: str) -> bool:
+    """tf.data's iterators, producer loops and executor frames: not a stage of its own."""
+    return bool(_TF_DATA_PLUMBING.match(name))
+
+
+def iterator_stage(name: str) -> str:
+    """'MapAndBatch' from 'Iterator::Root::MapAndBatch' or 'Iterator::MapAndBatch' ('')."""
+    return name.rsplit("::", 1)[-1] if name.startswith("Iterator::") else ""
 
 
 def memcpy_kind(name: str) -> str:

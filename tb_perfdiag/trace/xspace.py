@@ -422,6 +422,10 @@ def build(path: str, scan: dict, progress=NULL):
             t = tracks.add(TrackKind.HOST, -1, lname, label, pname)
             track[evs] = t
             kind[evs] = name_kind[name[evs]]
+            if classify.is_input_pipeline_thread(lname) and _size(evs):
+                # tf.data's threads: their ops (PyFunc, decode, resize) are data loading
+                ks = kind[evs]
+                kind[evs] = np.where(np.isin(ks, _PIPELINE_WORK), np.int8(K.DATA), ks)
             ops = _where(evs, hlo_op)
             if ops.size:
                 ops = ops[~np.isin(kind[ops], _RUNTIME_KINDS)]
@@ -466,7 +470,24 @@ def build(path: str, scan: dict, progress=NULL):
     progress.within(0.7, "event order and nesting")
     trace = assemble(path, "xspace", strings, tracks, devices, events, stats, links, metadata,
                      warnings)
+    _runtime_waits(trace)
     return trace
+
+
+def _runtime_waits(trace) -> None:
+    """A wait inside the XLA runtime's own execute call (TF's XlaLaunch on XLA:CPU runs
+    the program synchronously: ``CpuExecutable::ExecuteAsyncOnStream › BlockUntilReady``)
+    is the thread waiting for the runtime's worker threads to run the program, not a
+    read in the user's code: it waits for another thread, like ``run_backward``."""
+    sync = np.flatnonzero(trace.kind == K.SYNC)
+    if sync.size == 0:
+        return
+    par = trace.parent[sync].astype(np.int64)
+    sync, par = sync[par >= 0], par[par >= 0]
+    u, inv = unique_inverse(trace.name[par])
+    inside = np.array([bool(classify.is_runtime_execute(trace.strings[x])) for x in u.tolist()],
+                      bool)[inv.reshape(-1)]
+    trace.kind[sync[inside]] = K.WAIT
 
 
 def _events_of_metadata(sel, meta_ids: np.ndarray, md_ids: np.ndarray):
@@ -547,6 +568,8 @@ _ACTIVITY_LINES = {"XLA Ops"}
 _STEP_LINES = {"Steps"}
 # host kinds of runtime API calls: launches and their kin, never device ops
 _RUNTIME_KINDS = (K.LAUNCH, K.RUNTIME, K.SYNC, K.ALLOC, K.GRAPH_CAPTURE)
+# what an input-pipeline thread's ops are unless their name says more (a sync, an idle mark)
+_PIPELINE_WORK = np.array([K.OTHER, K.CPU_OP, K.PYTHON, K.EXECUTE, K.ANNOTATION], np.int8)
 # device copies and fills by name: CUPTI's "MemcpyD2H"/"Memset", ROCm's "CopyDeviceToHost",
 # "CopyDeviceToDevice", "FillBuffer"
 _COPY = re.compile(r"memcpy|^copy(host|device|peer)to(host|device|peer)", re.I)

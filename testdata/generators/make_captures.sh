@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Regenerate the project's own real profiler captures in testdata/captures/.
 #
-#   bash testdata/generators/make_captures.sh            # all three
+#   bash testdata/generators/make_captures.sh            # all four
 #   ONLY="torch jax" bash testdata/generators/make_captures.sh   # a subset
 #
 # Pinned versions (one virtualenv per generator under .gen-venv/<name>/, git-ignored):
 #   torch      torch==2.13.0 (CPU build)              numpy==2.4.6   -> captures/torch_cpu/
 #   jax        jax==0.10.2 jaxlib==0.10.2             numpy==2.4.6   -> captures/jax_cpu/
 #   torch_xla  torch==2.9.0 torch_xla==2.9.0          numpy==2.4.6   -> captures/torch_xla_cpu/
+#   tf         tensorflow-cpu==2.21.0 tensorboard==2.21.0 numpy==2.4.6 (keras 3; TensorBoard for
+#              Keras' profiling callback)   -> captures/tf_cpu/<capture>/
 # Python 3.11 (python3 on PATH, or $PYTHON).
 #
 # Notes on the installs:
@@ -31,22 +33,25 @@ PYTHON="${PYTHON:-python3}"
 VENVS="$ROOT/.gen-venv"
 GEN="testdata/generators"
 CAPS="testdata/captures"
-ONLY="${ONLY:-torch jax torch_xla}"
+ONLY="${ONLY:-torch jax torch_xla tf}"
 NUMPY_PIN="numpy==2.4.6"
 
 declare -A PKGS=(
   [torch]="torch==2.13.0 $NUMPY_PIN"
   [jax]="jax==0.10.2 jaxlib==0.10.2 $NUMPY_PIN"
   [torch_xla]="torch==2.9.0 torch_xla==2.9.0 $NUMPY_PIN"
+  [tf]="tensorflow-cpu==2.21.0 tensorboard==2.21.0 $NUMPY_PIN"
 )
 # name -> "module==version ..." that must import with exactly these versions
 declare -A CHECK=(
   [torch]="torch==2.13.0+cpu numpy==2.4.6"
   [jax]="jax==0.10.2 jaxlib==0.10.2 numpy==2.4.6"
   [torch_xla]="torch==2.9.0 torch_xla==2.9.0 numpy==2.4.6"
+  [tf]="tensorflow==2.21.0 tensorboard==2.21.0 numpy==2.4.6"
 )
-declare -A SCRIPT=( [torch]=capture_torch.py [jax]=capture_jax.py [torch_xla]=capture_torch_xla.py )
-declare -A OUTDIR=( [torch]=torch_cpu [jax]=jax_cpu [torch_xla]=torch_xla_cpu )
+declare -A SCRIPT=( [torch]=capture_torch.py [jax]=capture_jax.py [torch_xla]=capture_torch_xla.py
+                    [tf]=capture_tf.py )
+declare -A OUTDIR=( [torch]=torch_cpu [jax]=jax_cpu [torch_xla]=torch_xla_cpu [tf]=tf_cpu )
 
 log() { printf '\n== %s\n' "$*" >&2; }
 
@@ -117,9 +122,9 @@ log "writing $CAPS/MANIFEST.json"
 import hashlib, json, os, shutil, sys
 
 caps, gt_dir, names = sys.argv[1], sys.argv[2], sys.argv[3:]
-OUTDIR = {"torch": "torch_cpu", "jax": "jax_cpu", "torch_xla": "torch_xla_cpu"}
+OUTDIR = {"torch": "torch_cpu", "jax": "jax_cpu", "torch_xla": "torch_xla_cpu", "tf": "tf_cpu"}
 SCRIPT = {"torch": "capture_torch.py", "jax": "capture_jax.py",
-          "torch_xla": "capture_torch_xla.py"}
+          "torch_xla": "capture_torch_xla.py", "tf": "capture_tf.py"}
 path = os.path.join(caps, "MANIFEST.json")
 old = {}
 if os.path.exists(path):
@@ -156,7 +161,7 @@ for c in captures.values():
             if rel not in listed:
                 sys.exit(f"unlisted file in captures: {rel}")
 
-order = [n for n in ("torch", "jax", "torch_xla") if n in captures]
+order = [n for n in ("torch", "jax", "torch_xla", "tf") if n in captures]
 with open(path, "w") as f:
     json.dump({"about": "Real profiler captures made by this project's generators "
                         "(testdata/generators/make_captures.sh) on a CPU-only machine. "

@@ -1,0 +1,72 @@
+"""tf.data in the user's terms: which stage of the input pipeline a data-loading gap
+waited for, and how long that stage took per batch.
+
+The thread that issued the step only waits in ``IteratorGetNext › Iterator::Root ›
+Iterator::<op>``; the work runs on tf.data's own threads (``tf_data_*``), where the
+gap's culprit is the slowest stage's op (``shares.slowest_stage``).  A TF user names a
+stage by its dataset op and what it runs: ``MapAndBatch › PyFunc``.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from ..trace.classify import is_input_pipeline_thread, iterator_stage
+from ..trace.model import Trace
+
+# per batch the consumer calls get_next once (a Keras multi-step call: once per step)
+_GET_NEXT = re.compile(r"^Iterator\w*GetNext\w*Op::DoCompute$|^IteratorGetNext\w*Op::DoCompute$")
+_PYTHON_STAGE = re.compile(r"^(PyFunc|EagerPyFunc|PyFuncStateless)$")
+STAGE_LABEL = "slowest tf.data stage"
+STAGE_KIND = {"py_function": "Python function", "tf_ops": "TF ops"}
+
+
+def fix_key(label: str) -> str:
+    """The fix key of a stage label ('' when it names no tf.data stage)."""
+    if not label.startswith(STAGE_LABEL):
+        return ""
+    return "py_function" if STAGE_KIND["py_function"] in label else "tf_ops"
+
+
+def _iterator_at(trace: Trace, lines: dict, first: int, t: int) -> str:
+    """The innermost dataset op the pipeline's consumer was in at ``t`` (issuing thread
+    first, then tf.data's iterator threads)."""
+    order = [first] + [x for x in lines if x != first and
+                       is_input_pipeline_thread(trace.track_name[x])]
+    for tr in order:
+        line = lines.get(tr)
+        if line is None:
+            continue
+        e = line.inner_at(t)
+        if e < 0:
+            continue
+        for i in reversed(trace.chain(e)):
+            st = iterator_stage(trace.event_name(int(i)))
+            if st and st != "Root":
+                return st
+    return ""
+
+
+def stage(trace: Trace, lines: dict, thread: int, gs: int, ge: int, ev: int):
+    """(ops, label, fix key) naming the pipeline stage ``ev`` (an op on a tf.data thread)
+    that a data-loading gap [gs, ge) (ps) waited for; None when ``ev`` is no such op."""
+    if ev < 0 or not is_input_pipeline_thread(trace.track_name[int(trace.track[ev])]):
+        return None
+    op = trace.event_name(ev)
+    it = _iterator_at(trace, lines, thread, (gs + ge) // 2)
+    # the stage's own time in the gap on all of tf.data's threads, per get_next call
+    same = np.flatnonzero(trace.name == trace.name[ev])
+    s, e = trace.ts[same], trace.end_of(same)
+    took = int(np.maximum(np.minimum(e, ge) - np.maximum(s, gs), 0).sum())
+    ids = [i for i, n in enumerate(trace.strings) if _GET_NEXT.match(n)]
+    g = np.flatnonzero(np.isin(trace.name, ids)) if ids else np.zeros(0, np.int64)
+    calls = int(((trace.ts[g] < ge) & (trace.end_of(g) > gs)).sum())
+    per = took / max(calls, 1) / 1000.0                      # ns
+    ops = (it, op) if it else (op,)
+    key = "py_function" if _PYTHON_STAGE.match(op) else "tf_ops"
+    return ops, f"{STAGE_LABEL} ({STAGE_KIND[key]}), {_fmt(per)} a batch", key
+
+
+def _fmt(ns: float) -> str:
+    return f"{ns / 1e6:.1f} ms" if ns >= 1e6 else f"{ns / 1e3:.0f} µs"

@@ -1,0 +1,240 @@
+"""TensorFlow traces diagnosed in TensorFlow's terms: tf.data is data loading whatever
+dataset op is outermost, the gap names the pipeline's slowest stage, findings give
+tf.data / tf.function advice, and the real captures of testdata/captures/tf_cpu agree
+with the ground truth their generator wrote (testdata/generators/capture_tf.py)."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+
+import pytest
+
+import tb_perfdiag
+from tb_perfdiag.analysis import causes as C
+from tb_perfdiag.testing import TraceBuilder
+
+from conftest import SHARED, TESTDATA
+
+FOREIGN = re.compile(r"\btorch\b|torch\.|\bjax\b|DataLoader|torch_xla|\.item\(\)|"
+                     r"block_until_ready", re.I)
+TF_DATA_FIX = re.compile(r"num_parallel_calls=tf\.data\.AUTOTUNE|\.prefetch\(tf\.data\.AUTOTUNE\)")
+
+
+# ---- rules on traces built in memory ----
+
+def _pipeline_trace(outer: str, runtime_wait: bool = False):
+    """Three steps on a GPU stream.  Each step: the user's thread waits 3 ms in
+    ``IteratorGetNext › … › Iterator::Root › Iterator::<outer>`` while a tf.data pool
+    thread runs ``ExecutorState::Process › PyFunc`` (2.88 ms), then launches a 1 ms
+    kernel.  With ``runtime_wait`` the step then waits in XLA's own
+    ``CpuExecutable::ExecuteAsyncOnStream › BlockUntilReady`` until the kernel is done."""
+    b = TraceBuilder("xspace")
+    py, pool, s7 = b.thread("python"), b.thread("tf_data_private_threadpool/77"), b.stream()
+    t = 0
+    for k in range(3):
+        b.step(py, k, t, 4100, name="train")
+        b.op(py, "EagerLocalExecute: IteratorGetNext", t, 3000)
+        b.op(py, "IteratorGetNextOp::DoCompute", t + 1, 2998)
+        b.op(py, "Iterator::Root", t + 2, 2996)
+        b.op(py, f"Iterator::{outer}", t + 3, 2994)
+        b.op(pool, "ExecutorState::Process", t + 10, 2980)
+        b.op(pool, "PyFunc", t + 20, 2880)
+        b.launch(py, "cuLaunchKernel", t + 3002, 5, kernel=b.kernel(s7, "fusion", t + 3010, 1000))
+        if runtime_wait:
+            b.op(py, "CpuExecutable::ExecuteAsyncOnStream", t + 3008, 1010)
+            b.op(py, "BlockUntilReady", t + 3009, 1008)
+        t += 4100
+    return b.build()
+
+
+@pytest.mark.parametrize("outer", ["ParallelMapV2", "Prefetch", "Map", "MapAndBatch",
+                                   "FlatMap", "ParallelInterleaveV4"])
+def test_tf_data_is_data_loading_whatever_op_is_outermost(outer):
+    d = tb_perfdiag.diagnose(_pipeline_trace(outer)).to_json()
+    assert d["source"]["framework"] == "tensorflow"
+    big = [g for g in d["gaps"] if g["duration_ns"] >= 1_000_000]
+    assert len(big) == 2
+    assert all(g["cause"] == C.DATA_LOADING for g in big), [g["cause"] for g in big]
+    # the gap names the stage that was slow, on the pool thread, not the waiting iterator
+    assert all(g["culprit"]["name"] == "PyFunc" for g in big)
+    top = d["findings"][0]
+    assert top["kind"] == "input_bound"
+    assert top["title"].startswith(f"{outer} › PyFunc: slowest tf.data stage (Python function)")
+    assert "a batch" in top["title"]
+    assert TF_DATA_FIX.search(top["fix"]) and "numpy_function" in top["fix"]
+
+
+def test_xla_runtime_wait_is_no_user_read():
+    """XLA:CPU's BlockUntilReady inside ExecuteAsyncOnStream waits for the runtime's own
+    threads: no host_sync finding, no .numpy() advice; the gap stays data loading."""
+    d = tb_perfdiag.diagnose(_pipeline_trace("Prefetch", runtime_wait=True)).to_json()
+    assert not any(f["kind"] == "host_sync" for f in d["findings"])
+    assert not any(".numpy()" in f["fix"] for f in d["findings"])
+    big = [g for g in d["gaps"] if g["duration_ns"] >= 1_000_000]
+    assert big and all(g["cause"] == C.DATA_LOADING for g in big)
+
+
+def test_iterator_on_the_users_thread_without_pool_is_data_loading():
+    """No tf.data thread in the trace (a synchronous pipeline): the iterator chain itself
+    is the input pipeline."""
+    b = TraceBuilder("xspace")
+    py, s7 = b.thread("python"), b.stream()
+    t = 0
+    for k in range(3):
+        b.step(py, k, t, 3100, name="train")
+        b.op(py, "IteratorGetNextOp::DoCompute", t, 2000)
+        b.op(py, "Iterator::Root", t + 1, 1998)
+        b.op(py, "Iterator::ParallelMapV2", t + 2, 1996)
+        b.op(py, "DecodePng", t + 5, 1900)
+        b.launch(py, "cuLaunchKernel", t + 2002, 5, kernel=b.kernel(s7, "fusion", t + 2010, 1000))
+        t += 3100
+    d = tb_perfdiag.diagnose(b.build()).to_json()
+    big = [g for g in d["gaps"] if g["duration_ns"] >= 1_000_000]
+    assert big and all(g["cause"] == C.DATA_LOADING for g in big)
+
+
+# ---- the real captures ----
+
+def _tf_manifest():
+    with open(os.path.join(TESTDATA, "captures", "MANIFEST.json")) as f:
+        caps = {c["name"]: c for c in json.load(f)["captures"]}
+    return caps["tf"]
+
+
+TF = _tf_manifest()
+CAPTURES = TF["ground_truth"]["captures"]
+
+
+def _path(name):
+    return os.path.join(TESTDATA, "captures", TF["folder"], CAPTURES[name]["file"])
+
+
+_CACHE: dict = {}
+
+
+def _diag(name):
+    if name not in _CACHE:
+        _CACHE[name] = tb_perfdiag.diagnose(_path(name)).to_json()
+    return _CACHE[name]
+
+
+def test_manifest_lists_every_capture_file():
+    listed = {f["path"] for f in TF["files"]}
+    on_disk = {os.path.relpath(p, os.path.join(TESTDATA, "captures"))
+               for p in glob.glob(os.path.join(TESTDATA, "captures", TF["folder"], "**", "*"),
+                                  recursive=True) if os.path.isfile(p)}
+    assert listed == on_disk
+    assert sum(f["bytes"] for f in TF["files"]) < 3_000_000
+
+
+@pytest.mark.parametrize("name", sorted(CAPTURES))
+def test_tf_capture_speaks_tensorflow(name):
+    gt = CAPTURES[name]
+    d = _diag(name)
+    assert d["source"]["framework"] == "tensorflow"
+    for f in d["findings"]:
+        assert not FOREIGN.search(f["fix"]), (f["title"], f["fix"])
+    if gt["step_annotation"]:
+        assert d["step_source"] == "host_annotations"
+        assert len(d["steps"]) == gt["num_steps"]
+    else:
+        assert d["step_source"] != "host_annotations"
+
+
+INPUT_BOUND = sorted(n for n, g in CAPTURES.items()
+                     if g["input_bound"] and not n.startswith("keras"))
+
+
+@pytest.mark.parametrize("name", INPUT_BOUND)
+def test_input_bound_captures_blame_the_input_pipeline(name):
+    d = _diag(name)
+    big = [g for g in d["gaps"] if g["duration_ns"] >= 10_000_000]
+    assert big
+    assert all(g["cause"] == C.DATA_LOADING for g in big), [(g["cause"], g["duration_ns"])
+                                                            for g in big]
+    top = d["findings"][0]
+    assert top["kind"] == "input_bound", top["title"]
+    assert "slowest tf.data stage" in top["title"]
+    assert TF_DATA_FIX.search(top["fix"]), top["fix"]
+    # the stage named is the one the generator made slow
+    stage = "PyFunc" if "PyFunc" in CAPTURES[name]["slow_stage"] else "Resize"
+    assert stage in top["title"]
+
+
+@pytest.mark.xfail(strict=True, reason="Keras runs get_next inside its multi_step_on_iterator "
+                   "tf.function: the flow links the XLA ops to the function's dispatch "
+                   "(FunctionRun), which returned before the gap, so the wait reads as "
+                   "device-side; following the function's executor is left for later")
+@pytest.mark.parametrize("name", ["keras_fit", "keras_fit_spe"])
+def test_keras_input_bound(name):
+    big = [g for g in _diag(name)["gaps"] if g["duration_ns"] >= 10_000_000]
+    assert big and all(g["cause"] == C.DATA_LOADING for g in big)
+
+
+def test_parallel_map_and_prefetch_shrink_the_input_idle():
+    def data_per_step(name):
+        d = _diag(name)
+        (dev,) = d["devices"]
+        return dev["idle_by_cause_ns"].get(C.DATA_LOADING, 0) / len(d["steps"])
+    assert data_per_step("input_parallel_prefetch") < 0.5 * data_per_step("input_bound")
+    # what is left of the input idle is still named by its stage
+    f = [x for x in _diag("input_parallel_prefetch")["findings"] if x["kind"] == "input_bound"]
+    assert f and "PyFunc" in f[0]["title"]
+
+
+def test_eager_loop_is_host_bound_with_tf_function_advice():
+    gt = CAPTURES["eager_loop"]
+    d = _diag("eager_loop")
+    steady = [f for f in d["findings"] if f.get("top") and not f.get("one_time")]
+    assert steady[0]["kind"] == "host_compute"
+    assert "tf.function" in steady[0]["fix"] and "jit_compile=True" in steady[0]["fix"]
+    # the retrace compiled in the step the generator observed, and only there
+    comp = [s["id"] for s in d["steps"] if s["compile"]["count"] > 0]
+    assert comp == gt["compile_steps"] == gt["observed_retrace_steps"]
+
+
+# ---- folded findings name distinct places ----
+
+def _all_traces():
+    out = sorted(glob.glob(os.path.join(TESTDATA, "**", "*.xplane.pb"), recursive=True)
+                 + glob.glob(os.path.join(TESTDATA, "**", "*.pt.trace.json*"), recursive=True))
+    return out
+
+
+def _shared_traces():
+    if not os.path.isdir(SHARED):
+        return []
+    return sorted(glob.glob(os.path.join(SHARED, "**", "*.xplane.pb"), recursive=True)
+                  + glob.glob(os.path.join(SHARED, "**", "*.pt.trace.json*"), recursive=True)
+                  + glob.glob(os.path.join(SHARED, "public", "HolisticTraceAnalysis", "tests",
+                                           "data", "**", "*.json.gz"), recursive=True))
+
+
+def _places(title):
+    m = re.search(r"largest: (.*?)( — |$)", title)
+    return [p.strip() for p in m.group(1).split(";")] if m else []
+
+
+def _check_distinct(path):
+    try:
+        d = tb_perfdiag.diagnose(path).to_json()
+    except tb_perfdiag.TraceError:
+        return                      # not a trace this project reads (edge-case fixtures)
+    for f in d["findings"]:
+        places = _places(f["title"])
+        assert len(places) == len(set(places)), f["title"]
+
+
+@pytest.mark.parametrize("path", _all_traces(), ids=lambda p: os.path.relpath(p, TESTDATA)[-60:])
+def test_folded_findings_name_distinct_places(path):
+    _check_distinct(path)
+
+
+def test_folded_findings_name_distinct_places_on_shared_traces():
+    paths = _shared_traces()
+    if not paths:
+        pytest.skip("../shared/traces is absent (a clone outside this workplace)")
+    for p in sorted(set(paths)):
+        _check_distinct(p)
