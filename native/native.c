@@ -1871,6 +1871,14 @@ static void j_run(JCtx *c) {
     const unsigned char *p = c->buf + c->pos;
     static const char *const TE[1] = {"traceEvents"};
     for (;;) {
+        if (c->state != JS_BEGIN && c->state != JS_TAIL) {
+            /* whitespace is committed as it comes (a stream of it costs nothing) */
+            p = jws(p, c->end);
+            if (p >= c->end && !c->final) {
+                j_commit(c, p, c->state);
+                return;
+            }
+        }
         switch (c->state) {
         case JS_BEGIN:
             p = jws(p, c->end);
