@@ -217,7 +217,6 @@ class OpenFile:
                 for at in range(0, len(b), chunk):
                     yield b[at:at + chunk] if len(b) > chunk else b
             return
-        progress.phase("decompressing", f"{self.size / 1e6:.0f} MB of gzip, as it is read")
         d = _fast_zlib.decompressobj(16 + zlib.MAX_WBITS)
         out_total = 0
         for b in _chained(head, src):

@@ -64,7 +64,8 @@ def _sniff(f: OpenFile) -> str | None:
 
 def _stream_kineto(f: OpenFile, progress) -> Trace:
     """A Kineto trace decoded and scanned chunk by chunk (``kineto.scan_file``)."""
-    progress.phase("scanning", f"{f.size / 1e6:.0f} MB, as it is read")
+    progress.phase("scanning", f"{f.size / 1e6:.0f} MB"
+                   + (" of gzip, decompressed as it is read" if f.compressed else ""))
     columns = kineto.scan_file(f, progress)
     progress.phase("building")
     return kineto.build(f.path, columns, progress)

@@ -151,6 +151,10 @@ def scan_file(f, progress=NULL) -> dict:
 
 
 def _scan_stream(path, f, scanner, refusal, progress):
+    """``scanner`` fed the file's chunks.  Its refusal (``refusal``) ends the read at
+    once when it is the native scanner's (the reference reads again); the reference's
+    own is raised once the rest is decoded, holding none of it: a file over the budget
+    or a broken gzip is reported as that first."""
     blank = True
     chunks = f.chunks(progress)
     try:
@@ -163,12 +167,15 @@ def _scan_stream(path, f, scanner, refusal, progress):
                                    "writing)")
         return scanner.finish()
     except refusal as e:
-        if isinstance(e, TraceError) and blank:
-            e = TraceError(path, "empty file: the profiler wrote nothing (or is still writing)")
-        # the budget and the gzip's own errors come first: decode the rest, holding none
-        for _ in chunks:
-            pass
+        if refusal is TraceError:
+            if blank:
+                e = TraceError(path, "empty file: the profiler wrote nothing (or is still "
+                                     "writing)")
+            for _ in chunks:
+                pass
         raise e
+    finally:
+        chunks.close()
 
 
 def native_scanner():
@@ -209,6 +216,8 @@ _KEY = re.compile(rb'"((?:[^"\\]|\\.)*)"[ \t\r\n]*:[ \t\r\n]*', re.S)
 _VALUE_START = frozenset(b'{["-0123456789tfn')
 _WS = b" \t\r\n"
 _EVENTS_DEPTH = 2   # inside the document's object, inside its traceEvents array
+_BATCH = 1 << 19    # text of the elements parsed at once
+_PIECE = 1 << 20    # text walked at once
 
 
 def _structure(buf: bytes, depth0: int):
@@ -279,6 +288,11 @@ class PythonStream:
             raise self._invalid(e) from None
 
     def feed(self, chunk: bytes, final: bool = False) -> None:
+        if len(chunk) > _PIECE:   # the walk's index arrays are several times its text
+            view = memoryview(chunk)
+            for at in range(0, len(chunk), _PIECE):
+                self.feed(bytes(view[at:at + _PIECE]), final and at + _PIECE >= len(chunk))
+            return
         if chunk:
             self._held.append(bytes(chunk))
             self._held_len += len(chunk)
@@ -376,11 +390,11 @@ class PythonStream:
             seps = k + at
             closing = np.flatnonzero(sch[seps] == 0x5D)
             if closing.size:
-                end = int(spos[seps[closing[0]]])
-                closed = True
-            else:
-                end = int(spos[seps[-1]])
-                closed = False
+                seps = seps[:closing[0] + 1]
+            # a run of elements as Python objects is many times its text: a bounded run
+            j = max(int(np.searchsorted(spos[seps], p + _BATCH, "right")) - 1, 0)
+            end = int(spos[seps[j]])
+            closed = bool(sch[seps[j]] == 0x5D)
             batch = buf[p:end]
             if batch.strip(_WS):
                 items = self._loads(b"[[" + batch + b"]]")[0]
