@@ -2077,6 +2077,11 @@ static PyObject *j_result(JCtx *c) {
         }
     }
 
+    /* the per-event scratch is done with: freed before the columns are handed over */
+    Vec *done_with[] = {&c->ts_exact, &c->ts_approx, &c->dur_d, &c->ts_isexp, &c->sane, &c->pick,
+                        &c->inbuf};
+    for (size_t j = 0; j < sizeof(done_with) / sizeof(done_with[0]); j++) vec_free(done_with[j]);
+
     /* no longjmp past this point: Python errors unwind through `error` */
     PyObject *out = PyDict_New(), *stats = PyDict_New(), *meta = PyDict_New();
     PyObject *tk = PyList_New((Py_ssize_t)c->tracks.nents);
