@@ -1029,13 +1029,38 @@ typedef struct {
     Vec dur_d;     /* double: dur as float64 */
     int64_t n_kept, n_raw, bad;
     int64_t *done;     /* NULL, or where the bytes scanned so far are published */
-    PyObject *mevents; /* list of (start, end) of "M" events */
-    Py_ssize_t meta_s[N_META], meta_e[N_META];
+    PyObject *mevents; /* list of the text (bytes) of each "M" event */
+    PyObject *meta[N_META]; /* text (bytes) of each metadata value, or NULL */
+    /* Streaming: the text comes in chunks.  The walk commits after each unit (the
+     * document's opening, one top-level member, one traceEvents element, one
+     * separator); a unit that runs past the end of the buffer is not committed and is
+     * walked again, whole, once the next chunk is in. */
+    int final;       /* the buffer ends the document */
+    int committing;  /* a complete unit is being recorded: failures are real */
+    int need_more;   /* the walk stopped at the buffer's end */
+    int state;       /* JS_*: where the next unit starts */
+    int seen_events;
+    int dead;        /* a real failure happened: no more feeding */
+    Py_ssize_t pos;  /* offset of the next unit in buf */
+    Vec inbuf;       /* the uncommitted tail, then the chunk after it */
+    size_t retry_at; /* after running dry: walk again once inbuf holds this much */
 } JCtx;
 
 #define JPOS(c, p) ((Py_ssize_t)((p) - (c)->buf))
 
+/* the farthest any token looks ahead of the byte it fails at (a \\uXXXX\\uXXXX pair) */
+#define J_LOOKAHEAD 16
+
+static NORETURN void j_dry(JCtx *c) {
+    c->need_more = 1;
+    longjmp(c->f.jb, 1);
+}
+
+/* A failure this close to the end of a chunk that is not the last may be a token cut by
+ * the chunk's end: the unit is walked again with more text. */
 static NORETURN void jfail(JCtx *c, const unsigned char *p, const char *msg) {
+    if (!c->final && !c->committing && p >= c->buf && p <= c->end && c->end - p <= J_LOOKAHEAD)
+        j_dry(c);
     fail_at(&c->f, JPOS(c, p), msg);
 }
 
@@ -1733,10 +1758,11 @@ static const unsigned char *j_event(JCtx *c, const unsigned char *p, int64_t i) 
     }
 
     /* ---- the reference's per-event logic ---- */
+    c->committing = 1; /* the event is whole: from here on, failures are real */
     if (!tok_is(c, &tk[K_PH], "X")) {
         if (tok_is(c, &tk[K_PH], "M")) {
             PyThreadState *held = gil_hold(&c->f);
-            PyObject *t = Py_BuildValue("(nn)", JPOS(c, ev_start), JPOS(c, p));
+            PyObject *t = PyBytes_FromStringAndSize((const char *)ev_start, p - ev_start);
             if (!t) fail_py(&c->f);
             int r = PyList_Append(c->mevents, t);
             Py_DECREF(t);
@@ -1783,8 +1809,8 @@ static const unsigned char *j_event(JCtx *c, const unsigned char *p, int64_t i) 
     /* name */
     size_t nn;
     const unsigned char *nb = tok_text(c, &tk[K_NAME], &nn, ev_start);
-    int in_input = nb >= c->buf && nb < c->end;
-    int32_t nid = intern(&c->f, &c->names, &c->arena, nb, nn, !in_input || tk[K_NAME].esc);
+    /* copied: the text is a chunk that will be gone */
+    int32_t nid = intern(&c->f, &c->names, &c->arena, nb, nn, 1);
     VEC_PUSH(&c->f, &c->name_ids, int32_t, nid);
     /* category */
     if (falsy) {
@@ -1793,8 +1819,7 @@ static const unsigned char *j_event(JCtx *c, const unsigned char *p, int64_t i) 
     } else {
         cb = tok_text(c, cat, &cn, ev_start);
     }
-    in_input = cb >= c->buf && cb < c->end;
-    int32_t cid = intern(&c->f, &c->cats, &c->arena, cb, cn, !in_input || cat->esc);
+    int32_t cid = intern(&c->f, &c->cats, &c->arena, cb, cn, 1);
     VEC_PUSH(&c->f, &c->cat_ids, int32_t, cid);
     /* track */
     TrackDesc d;
@@ -1826,36 +1851,51 @@ static const unsigned char *j_event(JCtx *c, const unsigned char *p, int64_t i) 
     return p;
 }
 
-static const unsigned char *j_events(JCtx *c, const unsigned char *p) {
-    /* p at '[' */
-    p = jnext(c, p + 1);
-    if (*p == ']') return p + 1;
-    for (;;) {
-        int64_t i = c->n_raw++;
-        if (*p == '{') {
-            p = j_event(c, p, i);
-        } else {
-            p = j_skip(c, p, 3);
-            c->bad++;
-        }
-        p = jnext(c, p);
-        publish(c->done, JPOS(c, p));
-        if (*p == ',') {
-            p = jnext(c, p + 1);
-            continue;
-        }
-        if (*p == ']') return p + 1;
-        jfail(c, p, "expected ',' or ']'");
-    }
+/* where the next unit starts */
+enum { JS_BEGIN, JS_FIRST, JS_MEMBER, JS_AFTER, JS_EVFIRST, JS_EVENT, JS_EVSEP, JS_TAIL };
+
+/* a value that ends the buffer (a number) may go on in the next chunk */
+static inline void j_settled(JCtx *c, const unsigned char *p) {
+    if (p >= c->end && !c->final) j_dry(c);
 }
 
-static void j_document(JCtx *c) {
-    const unsigned char *p = jws(c->buf, c->end);
-    int seen_events = 0;
-    if (p >= c->end || *p != '{') jfail(c, p, "document is not a JSON object");
-    p = jnext(c, p + 1);
-    if (*p != '}') {
-        for (;;) {
+static inline void j_commit(JCtx *c, const unsigned char *p, int state) {
+    c->pos = JPOS(c, p);
+    c->state = state;
+    c->committing = 0;
+}
+
+/* Walks buf[pos:end] unit by unit from c->state; returns at the end of the text, or
+ * longjmps: a failure, or (not final) a unit cut by the end of the buffer. */
+static void j_run(JCtx *c) {
+    const unsigned char *p = c->buf + c->pos;
+    static const char *const TE[1] = {"traceEvents"};
+    for (;;) {
+        if (c->state != JS_BEGIN && c->state != JS_TAIL) {
+            /* whitespace is committed as it comes (a stream of it costs nothing) */
+            p = jws(p, c->end);
+            if (p >= c->end && !c->final) {
+                j_commit(c, p, c->state);
+                return;
+            }
+        }
+        switch (c->state) {
+        case JS_BEGIN:
+            p = jws(p, c->end);
+            if (p >= c->end && !c->final) {
+                j_commit(c, p, JS_BEGIN);
+                return;
+            }
+            if (p >= c->end || *p != '{') jfail(c, p, "document is not a JSON object");
+            j_commit(c, ++p, JS_FIRST);
+            break;
+        case JS_FIRST:
+            p = jnext(c, p);
+            if (*p == '}') j_commit(c, ++p, JS_TAIL);
+            else c->state = JS_MEMBER;
+            break;
+        case JS_MEMBER: {
+            p = jnext(c, p);
             if (*p != '"') jfail(c, p, "expected a key");
             const unsigned char *ks = p + 1;
             int esc = 0;
@@ -1864,33 +1904,66 @@ static void j_document(JCtx *c) {
             p = jnext(c, p);
             if (*p != ':') jfail(c, p, "expected ':'");
             p = jnext(c, p + 1);
-            static const char *const TE[1] = {"traceEvents"};
             if (key_id(c, ks, ke, esc, TE, 1) == 0) {
-                if (seen_events) jfail(c, ks, "duplicate traceEvents");
+                if (c->seen_events) jfail(c, ks, "duplicate traceEvents");
                 if (*p != '[') jfail(c, p, "traceEvents is not a list");
-                seen_events = 1;
-                p = j_events(c, p);
+                c->seen_events = 1;
+                j_commit(c, ++p, JS_EVFIRST);
             } else {
                 int m = key_id(c, ks, ke, esc, META_KEYS, N_META);
                 const unsigned char *vs = p;
                 p = j_skip(c, p, 2);
+                j_settled(c, p);
+                c->committing = 1;
                 if (m < N_META) {
-                    c->meta_s[m] = JPOS(c, vs);
-                    c->meta_e[m] = JPOS(c, p);
+                    PyThreadState *held = gil_hold(&c->f);
+                    PyObject *v = PyBytes_FromStringAndSize((const char *)vs, p - vs);
+                    if (!v) fail_py(&c->f);
+                    Py_XSETREF(c->meta[m], v);
+                    gil_restore(&c->f, held);
                 }
+                j_commit(c, p, JS_AFTER);
             }
+            break;
+        }
+        case JS_AFTER:
             p = jnext(c, p);
-            if (*p == ',') {
-                p = jnext(c, p + 1);
-                continue;
+            if (*p == ',') j_commit(c, ++p, JS_MEMBER);
+            else if (*p == '}') j_commit(c, ++p, JS_TAIL);
+            else jfail(c, p, "expected ',' or '}'");
+            break;
+        case JS_EVFIRST:
+            p = jnext(c, p);
+            if (*p == ']') j_commit(c, ++p, JS_AFTER);
+            else c->state = JS_EVENT;
+            break;
+        case JS_EVENT:
+            p = jnext(c, p);
+            if (*p == '{') {
+                p = j_event(c, p, c->n_raw);
+            } else {
+                p = j_skip(c, p, 3);
+                j_settled(c, p);
+                c->bad++;
             }
-            if (*p == '}') break;
-            jfail(c, p, "expected ',' or '}'");
+            c->n_raw++;
+            j_commit(c, p, JS_EVSEP);
+            publish(c->done, JPOS(c, p));
+            break;
+        case JS_EVSEP:
+            p = jnext(c, p);
+            if (*p == ',') j_commit(c, ++p, JS_EVENT);
+            else if (*p == ']') j_commit(c, ++p, JS_AFTER);
+            else jfail(c, p, "expected ',' or ']'");
+            break;
+        default: /* JS_TAIL */
+            p = jws(p, c->end);
+            if (p != c->end) jfail(c, p, "unexpected content after document");
+            j_commit(c, p, JS_TAIL);
+            if (c->final && !c->seen_events) jfail(c, p, "no traceEvents list");
+            return;
         }
     }
-    p = jws(p + 1, c->end);
-    if (p != c->end) jfail(c, p, "unexpected content after document");
-    if (!seen_events) jfail(c, p, "no traceEvents list");
 }
 
 static void jctx_free(JCtx *c) {
@@ -1908,6 +1981,8 @@ static void jctx_free(JCtx *c) {
         vec_free(&c->stats[s].isf);
     }
     Py_XDECREF(c->mevents);
+    for (int m = 0; m < N_META; m++) Py_XDECREF(c->meta[m]);
+    vec_free(&c->inbuf);
     free(c);
 }
 
@@ -2002,6 +2077,11 @@ static PyObject *j_result(JCtx *c) {
         }
     }
 
+    /* the per-event scratch is done with: freed before the columns are handed over */
+    Vec *done_with[] = {&c->ts_exact, &c->ts_approx, &c->dur_d, &c->ts_isexp, &c->sane, &c->pick,
+                        &c->inbuf};
+    for (size_t j = 0; j < sizeof(done_with) / sizeof(done_with[0]); j++) vec_free(done_with[j]);
+
     /* no longjmp past this point: Python errors unwind through `error` */
     PyObject *out = PyDict_New(), *stats = PyDict_New(), *meta = PyDict_New();
     PyObject *tk = PyList_New((Py_ssize_t)c->tracks.nents);
@@ -2028,13 +2108,7 @@ static PyObject *j_result(JCtx *c) {
         PyList_SET_ITEM(tk, (Py_ssize_t)j, t);
     }
     for (int m = 0; m < N_META; m++) {
-        if (c->meta_e[m] > c->meta_s[m]) {
-            PyObject *se = Py_BuildValue("(nn)", c->meta_s[m], c->meta_e[m]);
-            if (!se) goto error;
-            int r = PyDict_SetItemString(meta, META_KEYS[m], se);
-            Py_DECREF(se);
-            if (r < 0) goto error;
-        }
+        if (c->meta[m] && PyDict_SetItemString(meta, META_KEYS[m], c->meta[m]) < 0) goto error;
     }
     names = str_list(&c->names);
     cats = str_list(&c->cats);
@@ -2051,7 +2125,7 @@ static PyObject *j_result(JCtx *c) {
         dict_put(out, "dur_ps", vec_to_bytearray(&c->dur_ps)) < 0 ||
         dict_put(out, "src_index", vec_to_bytearray(&c->src_index)) < 0 ||
         PyDict_SetItemString(out, "stats", stats) < 0 ||
-        PyDict_SetItemString(out, "meta_slices", meta) < 0 ||
+        PyDict_SetItemString(out, "meta", meta) < 0 ||
         PyDict_SetItemString(out, "m_events", c->mevents) < 0 ||
         dict_put(out, "bad", PyLong_FromLongLong(c->bad)) < 0)
         goto error;
@@ -2071,19 +2145,34 @@ error:
     return NULL;
 }
 
+static JCtx *jctx_new(void) {
+    JCtx *c = (JCtx *)calloc(1, sizeof(JCtx));
+    if (!c) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    c->mevents = PyList_New(0);
+    if (!c->mevents) {
+        free(c);
+        return NULL;
+    }
+    return c;
+}
+
 static PyObject *scan_kineto(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer view, done;
     int64_t *done_at;
     if (scan_args(args, "scan_kineto", &view, &done, &done_at) < 0) return NULL;
-    JCtx *c = (JCtx *)calloc(1, sizeof(JCtx));
+    JCtx *c = jctx_new();
     if (!c) {
         scan_args_release(&view, &done);
-        return PyErr_NoMemory();
+        return NULL;
     }
     c->buf = (const unsigned char *)view.buf;
     c->end = c->buf + view.len;
     c->done = done_at;
+    c->final = 1;
     if (setjmp(c->f.jb)) {
         gil_hold(&c->f);
         raise_fail(&c->f, "native Kineto scan");
@@ -2091,16 +2180,90 @@ static PyObject *scan_kineto(PyObject *self, PyObject *args) {
         scan_args_release(&view, &done);
         return NULL;
     }
-    c->mevents = PyList_New(0);
-    if (!c->mevents) fail_py(&c->f);
     gil_release(&c->f);
-    j_document(c);
+    j_run(c);
     gil_hold(&c->f);
     publish(c->done, (int64_t)view.len);
     PyObject *out = j_result(c); /* NULL with a Python error set */
     jctx_free(c);
     scan_args_release(&view, &done);
     return out;
+}
+
+/* ---- the same scan fed chunk by chunk: the text never exists whole ---- */
+
+#define KSTREAM "tb_perfdiag._native.kineto_stream"
+
+static void kstream_free(PyObject *cap) {
+    JCtx *c = (JCtx *)PyCapsule_GetPointer(cap, KSTREAM);
+    if (c) jctx_free(c);
+}
+
+static PyObject *kineto_stream(PyObject *self, PyObject *args) {
+    (void)self;
+    (void)args;
+    JCtx *c = jctx_new();
+    if (!c) return NULL;
+    PyObject *cap = PyCapsule_New(c, KSTREAM, kstream_free);
+    if (!cap) jctx_free(c);
+    return cap;
+}
+
+/* appends a chunk and walks what is whole; final: the chunk ends the document, and
+ * the columns are returned (else None) */
+static PyObject *kineto_feed(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *cap;
+    Py_buffer view;
+    int final;
+    if (!PyArg_ParseTuple(args, "Oy*p", &cap, &view, &final)) return NULL;
+    JCtx *c = (JCtx *)PyCapsule_GetPointer(cap, KSTREAM);
+    if (!c) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    if (c->dead) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "native Kineto scan: fed after a failure");
+        return NULL;
+    }
+    c->final = final;
+    c->committing = 0;
+    c->need_more = 0;
+    volatile int holding = 1; /* the view (j_result may fail after it is released) */
+    if (setjmp(c->f.jb)) {
+        gil_hold(&c->f);
+        if (!c->need_more) {
+            c->dead = 1;
+            raise_fail(&c->f, "native Kineto scan");
+            if (holding) PyBuffer_Release(&view);
+            return NULL;
+        }
+    } else {
+        vec_put(&c->f, &c->inbuf, view.buf, (size_t)view.len);
+        if (!final && c->inbuf.len < c->retry_at) {
+            PyBuffer_Release(&view);
+            Py_RETURN_NONE;
+        }
+        c->buf = (const unsigned char *)c->inbuf.data;
+        c->end = c->buf + c->inbuf.len;
+        gil_release(&c->f);
+        j_run(c);
+        gil_hold(&c->f);
+    }
+    PyBuffer_Release(&view);
+    holding = 0;
+    /* keep the uncommitted tail; a unit longer than a chunk waits for twice its text
+     * before it is walked again (no quadratic re-walks) */
+    size_t left = c->inbuf.len - (size_t)c->pos;
+    if (left && c->pos) memmove(c->inbuf.data, c->inbuf.data + c->pos, left);
+    c->inbuf.len = left;
+    c->pos = 0;
+    c->retry_at = c->need_more ? 2 * left : 0;
+    c->buf = c->end = NULL;
+    if (!final) Py_RETURN_NONE;
+    c->dead = 1; /* the columns are handed over once */
+    return j_result(c);
 }
 
 /* ====================================================================== */
@@ -2164,6 +2327,10 @@ static PyMethodDef methods[] = {
      "scan_xspace(buf[, done]) -> dict of raw columns; see tb_perfdiag.trace.native_scan"},
     {"scan_kineto", scan_kineto, METH_VARARGS,
      "scan_kineto(buf[, done]) -> dict of raw columns; see tb_perfdiag.trace.native_scan"},
+    {"kineto_stream", kineto_stream, METH_NOARGS,
+     "kineto_stream() -> a scanner state for kineto_feed"},
+    {"kineto_feed", kineto_feed, METH_VARARGS,
+     "kineto_feed(state, chunk, final) -> None, or (final) the dict of scan_kineto"},
     {"nest_sorted", nest_sorted, METH_VARARGS,
      "nest_sorted(track_i32, ts_i64, end_i64) -> (depth int16 bytes, parent int64 bytes)"},
     {NULL, NULL, 0, NULL},

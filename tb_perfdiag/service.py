@@ -72,7 +72,11 @@ MAX_REFUSED = 4096    # files remembered as unreadable or over the budget
 # ×10, 405 MB of JSON → 594 MB read, trace 77 MB; the 2 M-event XSpace, 74 MB → 297 MB
 # read, trace 133 MB, analysis +27 MB over the trace; a page of 100,000 gaps 535 MB, the
 # overlay of 220,000 gaps 934 MB), rounded up.
-PEAK_PER_JSON_BYTE = 1.6      # reading a Kineto trace, per decoded byte
+# A Kineto trace is streamed (its text never held whole): its peak follows its events,
+# which its decoded size bounds and its gzip size tells (benchmarks/README.md, issue 24:
+# df_index_resolver ×10, 27.8 MB gz / 405 MB of JSON → 237 MB read over the imports)
+PEAK_PER_JSON_BYTE = 0.7      # reading a Kineto trace, per decoded byte (at most)
+PEAK_PER_JSON_GZ_BYTE = 10.0  # …and per byte of its gzip on disk
 PEAK_PER_XSPACE_BYTE = 4.5    # reading an XSpace, per file byte
 PEAK_PER_TRACE_BYTE = 1.0     # an analysis, per byte of the loaded trace
 CONTEXT_PER_TRACE_BYTE = 0.5  # host timelines of a trace loaded without analysis
@@ -85,12 +89,17 @@ RENDER_PEAK = 2 * MB          # an answer, beyond it
 TRACE_PATIENCE_S = 1.0
 
 
-def load_estimate(fmt: str | None, size: int, decoded: int) -> int:
+def load_estimate(fmt: str | None, size: int, decoded: int,
+                  compressed: bool = False) -> int:
+    """The peak of reading a file of ``size`` bytes that decodes to ``decoded``."""
+    json = PEAK_PER_JSON_BYTE * decoded
+    if compressed:   # what a gzip's own figure claims is not believed past its size's worth
+        json = min(json, PEAK_PER_JSON_GZ_BYTE * size)
     if fmt == "xspace":
         return int(PEAK_PER_XSPACE_BYTE * size + BASE_PEAK)
     if fmt == "kineto":
-        return int(PEAK_PER_JSON_BYTE * decoded + BASE_PEAK)
-    return int(max(PEAK_PER_XSPACE_BYTE * size, PEAK_PER_JSON_BYTE * decoded) + BASE_PEAK)
+        return int(json + BASE_PEAK)
+    return int(max(PEAK_PER_XSPACE_BYTE * size, json) + BASE_PEAK)
 
 
 class Body:
@@ -235,7 +244,8 @@ class DiagnosisService:
                 decoded = min(f.decoded_size_hint(), self.max_file_bytes)
                 expect = decoded if f.compressed else None
                 while True:
-                    with self.budget.admit(load_estimate(fmt, f.size, decoded), lane="work",
+                    est = load_estimate(fmt, f.size, decoded, f.compressed)
+                    with self.budget.admit(est, lane="work",
                                            what=f"reading {name}", progress=progress):
                         with self._loads_lock:
                             self.loads += 1

@@ -107,11 +107,17 @@ def _protocol(path) -> str:
     return str(path).split("://", 1)[0]
 
 
+# a chunk of a streamed read: bytes of the file per read, decoded bytes per chunk out
+READ_BLOCK = 1 << 20
+DECODED_CHUNK = 4 << 20
+
+
 class OpenFile:
     """A trace file opened through the guard.  ``size``: bytes on disk, from the open
     file; ``decoded_size_hint()``: what it should decode to (a gzip trailer's figure,
     which a hostile file can fake: decompression is capped all the same); ``read()``:
-    the decoded bytes within ``max_bytes``."""
+    the decoded bytes within ``max_bytes``; ``chunks()``: the same bytes a chunk at a
+    time, never whole."""
 
     def __init__(self, path: str, f, size: int, max_bytes: int | None):
         self.path, self._f, self.size, self.max_bytes = str(path), f, int(size), max_bytes
@@ -170,6 +176,74 @@ class OpenFile:
         if self.path.endswith(".gz"):
             raise TraceError(self.path, "named .gz but is not gzip-compressed")
         return raw
+
+
+    def chunks(self, progress=NULL, block: int = READ_BLOCK, chunk: int = DECODED_CHUNK):
+        """The decoded bytes as ``read`` gives them, in chunks of at most ``chunk``
+        bytes (gunzipped as they come when the file is gzip): what is held is one read
+        block and one chunk.  The budget counts decoded bytes as they come: past
+        ``max_bytes`` it raises ``TraceTooLarge`` there, whatever follows; a broken or
+        cut gzip raises ``TraceError`` where it is found.  ``progress`` follows the
+        share of the file read."""
+        cap = self.max_bytes
+        path = self.path
+        total = max(self.size, 1)
+        seen = [0]
+        progress.follow(lambda: min(seen[0] / total, 1.0))
+        try:
+            self._f.seek(0)
+        except (OSError, ValueError) as e:
+            raise TraceError(path, f"cannot read: {e}") from None
+
+        def blocks():
+            while True:
+                try:
+                    b = self._f.read(block)
+                except OSError as e:
+                    raise TraceError(path, f"cannot read: {e.strerror or e}") from None
+                if not b:
+                    return
+                seen[0] += len(b)
+                if cap is not None and seen[0] > cap:    # grown since it was opened
+                    raise over_budget(path, "the file holds", cap)
+                yield b
+
+        src = blocks()
+        head = next(src, b"")
+        if head[:2] != GZIP_MAGIC:
+            if path.endswith(".gz"):
+                raise TraceError(path, "named .gz but is not gzip-compressed")
+            for b in _chained(head, src):
+                for at in range(0, len(b), chunk):
+                    yield b[at:at + chunk] if len(b) > chunk else b
+            return
+        d = _fast_zlib.decompressobj(16 + zlib.MAX_WBITS)
+        out_total = 0
+        for b in _chained(head, src):
+            while True:
+                try:
+                    out = d.decompress(b, chunk)
+                except (zlib.error, _fast_zlib.error, EOFError, ValueError) as e:
+                    raise TraceError(path, f"corrupt gzip data: {e}") from None
+                b = d.unconsumed_tail
+                if out:
+                    out_total += len(out)
+                    if cap is not None and out_total > cap:
+                        raise over_budget(path, "the file decompresses to", cap)
+                    yield out
+                if d.eof:
+                    return          # one member, as ``read``: what follows it is not read
+                if not b and len(out) < chunk:
+                    break           # this block is all out: the next one
+        if not d.eof:
+            raise TraceError(path, "truncated gzip stream (file cut short or still being "
+                                   "written)")
+
+
+def _chained(first: bytes, rest):
+    if first:
+        yield first
+    yield from rest
 
 
 def _gunzip(path: str, raw: bytes, cap: int | None, progress, expect: int | None) -> bytes:

@@ -247,9 +247,10 @@ def test_listed_paths_stay_confined_wherever_they_go(tmp_path):
 
 
 def test_a_gzip_trailer_that_lies_is_read_within_what_was_reserved(tmp_path):
-    """The memory reserved for a gzip comes from its trailer's size, which a hostile file
-    can fake (and which wraps past 4 GiB): decompression stops at that figure, and the
-    file is read again only once room for the whole budget was made."""
+    """A whole read reserves memory from a gzip's trailer, which a hostile file can fake
+    (and which wraps past 4 GiB): it stops at that figure.  A Kineto trace is streamed,
+    so its memory does not follow the trailer: the lie is found (corrupt gzip) in one
+    read."""
     ld = tmp_path / "ld" / "r"
     ld.mkdir(parents=True)
     raw = open(KINETO, "rb").read()
@@ -263,7 +264,129 @@ def test_a_gzip_trailer_that_lies_is_read_within_what_was_reserved(tmp_path):
             f.read(expect=f.decoded_size_hint())
     status, body = call(svc, "diagnosis", {"run": "r", "host": "w0"})
     assert status == 422 and "corrupt gzip" in body["error"]
-    assert svc.loads == 2                       # stopped at the claim, then the budget's worth
+    assert svc.loads == 1
     (ld / "w0.1.pt.trace.json.gz").write_bytes(gzip.compress(raw))
     os.utime(ld / "w0.1.pt.trace.json.gz", (time.time() + 10, time.time() + 10))
-    assert call(svc, "diagnosis", {"run": "r", "host": "w0"})[0] == 200 and svc.loads == 3
+    assert call(svc, "diagnosis", {"run": "r", "host": "w0"})[0] == 200 and svc.loads == 2
+
+
+# ---- Kineto read as a stream: the decoded text never exists whole ----
+
+def _gzip_of(path, head: bytes, filler: bytes, out_mb: int, tail: bytes = b""):
+    """``head``, then ``filler`` repeated to about ``out_mb`` MB, then ``tail``, gzipped
+    a MB at a time."""
+    block = filler * ((1 << 20) // len(filler))
+    with gzip.open(path, "wb", compresslevel=6) as f:
+        f.write(head)
+        for _ in range(out_mb):
+            f.write(block)
+        f.write(tail)
+
+
+def _peak_while(fn):
+    import tracemalloc
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        try:
+            out = fn()
+        except Exception as e:  # noqa: BLE001 - returned to the test
+            out = e
+        return out, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("head,filler", [
+    (b"", b"\0"),                                   # zeros: not JSON from the first byte
+    (b'{"traceEvents": [', b" "),                   # whitespace inside the events list
+    (b'{"traceEvents": [', b'{"ph": "i"}, '),       # events, on and on
+])
+@pytest.mark.parametrize("scanner", ["native", "reference"])
+def test_a_bomb_stops_at_the_budget_having_held_only_chunks(tmp_path, monkeypatch, head, filler,
+                                                            scanner):
+    if scanner == "reference":
+        monkeypatch.setenv("TB_PERFDIAG_NO_NATIVE", "1")
+    p = tmp_path / "w0.1.pt.trace.json.gz"
+    _gzip_of(p, head, filler, 160)
+    out, peak = _peak_while(lambda: __import__("tb_perfdiag").load(str(p), max_bytes=128_000_000))
+    assert isinstance(out, TraceTooLarge), out
+    assert "decompresses to more than the 128 MB budget" in out.reason
+    # what was held: a read block, a decoded chunk, the scanner's unit and working set
+    # (the reference's: index arrays and Python objects of a bounded run of events),
+    # whatever the 128 MB out
+    limit = 24e6 if scanner == "native" else 48e6
+    assert peak < limit, f"peak {peak / 1e6:.1f} MB"
+
+
+def test_plain_json_is_read_in_chunks(tmp_path, monkeypatch):
+    """A plain .json is scanned a block at a time: no read asks for more than a block,
+    and the memory held stays far below the file's size."""
+    pad = "x" * 900
+    events = ",".join(
+        f'{{"ph": "X", "cat": "cpu_op", "name": "op{i % 7}", "pid": 1, "tid": 1, '
+        f'"ts": {i * 10}, "dur": 5, "args": {{"pad": "{pad}"}}}}' for i in range(40_000))
+    p = tmp_path / "w0.1.pt.trace.json"
+    p.write_text('{"schemaVersion": 1, "traceEvents": [' + events + '], "displayTimeUnit": "ns"}')
+    size = os.path.getsize(p)
+    asked = []
+    real_open = storage.open_file
+
+    def spying_open(*a, **kw):
+        f = real_open(*a, **kw)
+        inner = f._f
+
+        class Spy:
+            def __getattr__(self, name):
+                return getattr(inner, name)
+
+            def read(self, n=-1):
+                asked.append(n)
+                return inner.read(n)
+        f._f = Spy()
+        return f
+    monkeypatch.setattr(storage, "open_file", spying_open)
+    import tb_perfdiag.trace as trace_mod
+    monkeypatch.setattr(trace_mod, "open_file", spying_open)
+    tr, peak = _peak_while(lambda: trace_mod.load(str(p)))
+    assert not isinstance(tr, Exception), tr
+    assert tr.n_events == 40_000
+    assert asked and all(0 < n <= storage.READ_BLOCK for n in asked), asked[:5]
+    assert size > 36e6 and peak < size / 3, f"peak {peak / 1e6:.1f} MB for {size / 1e6:.0f} MB"
+
+
+def test_fsspec_file_is_streamed(tmp_path, monkeypatch):
+    """A file behind an fsspec URL is read a block at a time too, and answers as the
+    same file on disk."""
+    import fsspec
+    import tb_perfdiag
+    raw = gzip.compress(open(KINETO, "rb").read())
+    url = f"memory://stream24-{os.getpid()}/w0.1.pt.trace.json.gz"
+    fs = fsspec.filesystem("memory")
+    with fs.open(url, "wb") as f:
+        f.write(raw)
+    asked = []
+    real = fs.open
+
+    def spying(path, mode="rb", **kw):
+        f = real(path, mode, **kw)
+        read = f.read
+
+        def spy(n=-1):
+            asked.append(n)
+            return read(n)
+        f.read = spy
+        return f
+    monkeypatch.setattr(fs, "open", spying)
+    try:
+        remote = tb_perfdiag.load(url, max_bytes=50_000_000)
+        # gzip decoded as a stream: a block at a time, never the whole at once
+        assert asked and all(0 < n <= storage.READ_BLOCK for n in asked), asked[:5]
+        local = tb_perfdiag.load(KINETO)
+        assert remote.n_events == local.n_events
+        assert (remote.ts == local.ts).all() and (remote.dur == local.dur).all()
+        # over the budget: 413 at the budget, as for a local file
+        with pytest.raises(TraceTooLarge):
+            tb_perfdiag.load(url, max_bytes=len(raw) + 1000)
+    finally:
+        fs.rm(f"memory://stream24-{os.getpid()}", recursive=True)

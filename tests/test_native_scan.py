@@ -852,3 +852,129 @@ def test_fuzz_kineto_real_file_mutated(data):
     inserts = st.sampled_from([b'"', b"\\", b"{", b"]", b",", b"\xc3", b"\xff", b"1e999", b"-",
                                b"\\u", b" "])
     _check_kineto_never_wrong(_edited(data, _read(files[0]), inserts))
+
+
+# ---------------------------------------------------------------- Kineto: chunk boundaries
+#
+# Both scanners read a file as a stream of chunks (``native_scan.KinetoStream``,
+# ``kineto.PythonStream``): a chunk may end anywhere, inside any token.  Fed in chunks,
+# each gives exactly what it gives for the whole text, and refuses what it refuses.
+
+def _pieces(raw: bytes, cuts) -> list:
+    """``raw`` cut at the sorted positions ``cuts``."""
+    edges = [0, *sorted(set(c for c in cuts if 0 < c < len(raw))), len(raw)]
+    return [raw[a:b] for a, b in zip(edges, edges[1:])]
+
+
+def _native_chunked(raw: bytes, cuts):
+    st_ = native_scan.KinetoStream()
+    try:
+        for piece in _pieces(raw, cuts):
+            st_.feed(piece)
+        return st_.finish()
+    except ValueError:
+        return None
+
+
+def _native_whole(raw: bytes):
+    try:
+        return native_scan.scan_kineto(raw)
+    except ValueError:
+        return None
+
+
+def _python_chunked(raw: bytes, cuts):
+    st_ = kineto.PythonStream("t.json")
+    try:
+        for piece in _pieces(raw, cuts):
+            st_.feed(piece)
+        return st_.finish()
+    except TraceError as e:
+        return e.reason
+
+
+def _python_whole(raw: bytes):
+    try:
+        return kineto.scan_python("t.json", raw)
+    except TraceError as e:
+        return e.reason
+
+
+def _assert_chunked_equal(raw: bytes, cuts, whole_nat, whole_ref):
+    nat = _native_chunked(raw, cuts)
+    assert (nat is None) == (whole_nat is None), f"native refusal differs, cuts {cuts}"
+    if nat is not None:
+        _same(whole_nat, nat)
+    ref = _python_chunked(raw, cuts)
+    if isinstance(whole_ref, str):   # refused whole: refused in chunks
+        assert isinstance(ref, str) and ref.startswith(whole_ref[:12]), (cuts, ref, whole_ref)
+    else:
+        assert not isinstance(ref, str), f"refused in chunks only ({ref}), cuts {cuts}"
+        _same(whole_ref, ref)
+
+
+# every token kind: strings with escapes (\n, \", \\, \u00e9, a surrogate pair) and raw
+# multi-byte UTF-8 (2, 3, 4 bytes), integers, fractions, exponents, negative numbers,
+# true/false/null, nested objects and arrays, empty containers, metadata before and after
+_EVERY_TOKEN = (
+    '{"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "H100 \\"SXM\\"", '
+    '"mem": 8.5e10}], "traceEvents": [ {"ph": "M", "name": "process_name", "pid": 1, '
+    '"args": {"name": "py\\\\thon é"}}, {"ph": "X", "cat": "cpu_op", "name": '
+    '"aten::mm \\u00e9\\ud83d\\ude00 ≤ 😀", "pid": 1, "tid": 2, "ts": 1669783687464181.125, '
+    '"dur": -0.0e+0, "args": {"External id": 3, "correlation": 70000000000, "x": [true, '
+    'false, null, {}, [], {"y": [1, [2, {"z": -3.25E-2}]]}]}}, 7, "s", null, {}, '
+    '{"ph": "X", "cat": "kernel", "name": "k\\n\\t", "pid": 0, "tid": "stream 7", '
+    '"ts": 1669783687464182, "dur": 0.25, "args": {"device": 0, "stream": 7.0, '
+    '"bytes": -1e2}} ], "baseTimeNanoseconds": 1700000000000000000, '
+    '"displayTimeUnit": "ns"}').encode()
+
+
+@pytest.mark.parametrize("raw", [_EVERY_TOKEN, _KINETO_SEED], ids=["every-token", "seed"])
+def test_kineto_chunked_equals_whole_at_every_boundary(raw):
+    """One cut at every byte, then two cuts at every pair of nearby bytes: a chunk
+    boundary inside every token kind, in every position of it."""
+    whole_nat, whole_ref = _native_whole(raw), _python_whole(raw)
+    assert whole_nat is not None and not isinstance(whole_ref, str)
+    for k in range(len(raw) + 1):
+        _assert_chunked_equal(raw, [k], whole_nat, whole_ref)
+    for k in range(0, len(raw), 7):
+        for j in (1, 2, 3, 5, 11):
+            _assert_chunked_equal(raw, [k, k + j], whole_nat, whole_ref)
+
+
+def test_kineto_chunked_one_byte_at_a_time():
+    for raw in (_EVERY_TOKEN, _KINETO_SEED):
+        _assert_chunked_equal(raw, range(len(raw)), _native_whole(raw), _python_whole(raw))
+
+
+_cuts = st.lists(st.integers(0, 4096), max_size=12)
+
+
+@FUZZ
+@given(_kdoc(), _cuts)
+def test_fuzz_kineto_chunked_equals_whole(raw, cuts):
+    whole_ref = _python_whole(raw) if _kineto_both(raw)[2] else None
+    assume(whole_ref is not None)
+    _assert_chunked_equal(raw, [c % (len(raw) + 1) for c in cuts], _native_whole(raw),
+                          whole_ref)
+
+
+@FUZZ
+@given(_mutated(st.one_of(st.just(_KINETO_SEED), st.just(_EVERY_TOKEN), _kdoc())), _cuts)
+def test_fuzz_kineto_mutated_chunked_equals_whole(raw, cuts):
+    """Broken text: refused in chunks exactly where refused whole."""
+    ok = _kineto_both(raw)[2]
+    assume(ok)
+    _assert_chunked_equal(raw, [c % (len(raw) + 1) for c in cuts], _native_whole(raw),
+                          _python_whole(raw))
+
+
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(st.integers(1, 1 << 16))
+def test_kineto_real_file_chunked_equals_whole(size):
+    files = sorted(shared_files((".json.gz",)), key=os.path.getsize)
+    if not files:
+        pytest.skip(f"real traces not available ({SHARED} is absent)")
+    raw = _read(files[0])
+    cuts = range(size, len(raw), size)
+    _assert_chunked_equal(raw, cuts, _native_whole(raw), _python_whole(raw))

@@ -41,12 +41,46 @@ def load(path: str, progress=NULL, root: str | None = None,
 
 def load_open(f: OpenFile, progress=NULL, expect: int | None = None) -> Trace:
     """``load`` of a file already opened through the guard (``storage.open_file``);
-    ``expect``: see ``OpenFile.read``."""
+    ``expect``: see ``OpenFile.read`` (a Kineto trace is streamed: it needs none)."""
     path = f.path
-    progress.format(detect_format(path) or "")
+    fmt = detect_format(path) or _sniff(f)
+    progress.format(fmt or "")
     progress.phase("reading")
+    if fmt == "kineto":
+        return _guarded(path, lambda: _stream_kineto(f, progress))
     held = [f.read(progress, expect)]
     return _parse(path, held, progress)
+
+
+def _sniff(f: OpenFile) -> str | None:
+    """The format a file's first decoded bytes tell, for a name that does not."""
+    chunks = f.chunks()
+    try:
+        head = next(chunks, b"")
+    finally:
+        chunks.close()
+    return None if is_blank(head) else detect_format(f.path, head[:64])
+
+
+def _stream_kineto(f: OpenFile, progress) -> Trace:
+    """A Kineto trace decoded and scanned chunk by chunk (``kineto.scan_file``)."""
+    progress.phase("scanning", f"{f.size / 1e6:.0f} MB"
+                   + (" of gzip, decompressed as it is read" if f.compressed else ""))
+    columns = kineto.scan_file(f, progress)
+    progress.phase("building")
+    return kineto.build(f.path, columns, progress)
+
+
+def _guarded(path: str, read):
+    try:
+        return read()
+    except TraceError:
+        raise
+    except MemoryError:
+        raise TraceError(path, "not enough memory to read this trace; see TB_PERFDIAG_MAX_FILE_MB "
+                               "to refuse such files up front") from None
+    except Exception as e:  # noqa: BLE001 - the documented contract: only TraceError escapes
+        raise TraceError(path, f"unreadable trace ({type(e).__name__}: {e})") from None
 
 
 def _parse(path: str, held: list, progress) -> Trace:

@@ -56,21 +56,37 @@ def scan_xspace(buf, progress=None) -> dict:
 
 def scan_kineto(buf, progress=None) -> dict:
     """Chrome-trace JSON bytes → the columns of ``kineto.scan_python``."""
-    raw = _native.scan_kineto(buf, _counter(buf, progress))
-    view = memoryview(buf).cast("B")
+    return _kineto_columns(_native.scan_kineto(buf, _counter(buf, progress)))
+
+
+class KinetoStream:
+    """``scan_kineto`` fed chunk by chunk: ``feed(chunk)`` as the text comes,
+    ``finish()`` for the columns.  Only the unit being read (one event, one top-level
+    member) outlives its chunk.  Raises ValueError as ``scan_kineto`` does."""
+
+    def __init__(self):
+        self._state = _native.kineto_stream()
+
+    def feed(self, chunk) -> None:
+        _native.kineto_feed(self._state, chunk, False)
+
+    def finish(self) -> dict:
+        return _kineto_columns(_native.kineto_feed(self._state, b"", True))
+
+
+def _kineto_columns(raw: dict) -> dict:
     process_name: dict = {}
     process_label: dict = {}
     thread_name: dict = {}
     # "M" events are few: the reference logic on each one, parsed by orjson
     try:
-        for start, end in raw["m_events"]:
-            metadata_event(orjson.loads(view[start:end]), process_name, process_label,
-                           thread_name)
+        for text in raw["m_events"]:
+            metadata_event(orjson.loads(text), process_name, process_label, thread_name)
     except TypeError as e:   # an unhashable pid/tid: let the reference scanner decide
         raise ValueError(f"native Kineto scan: metadata event: {e}") from None
     stats = {name: (np.frombuffer(idx, np.int64), np.frombuffer(vals, np.int64))
              for name, (idx, vals) in raw["stats"].items()}
-    slices = raw["meta_slices"]
+    meta = raw["meta"]
     warnings = []
     if raw["bad"]:
         warnings.append(f"{raw['bad']} malformed events skipped (missing or non-numeric "
@@ -86,7 +102,6 @@ def scan_kineto(buf, progress=None) -> dict:
         "stats": stats,
         "process_name": process_name, "process_label": process_label,
         "thread_name": thread_name,
-        "metadata": {k: orjson.loads(view[slices[k][0]:slices[k][1]])
-                     for k in METADATA_KEYS if k in slices},
+        "metadata": {k: orjson.loads(meta[k]) for k in METADATA_KEYS if k in meta},
         "warnings": warnings,
     }
