@@ -136,6 +136,19 @@ def scan(path: str, raw: bytes, progress=None) -> dict:
     return cols
 
 
+def mapped_scanner():
+    """The native scanner's entry for a read-only file mapping
+    (``native_scan.scan_xspace_mapped``), or None where there is none (extension not
+    built, ``TB_PERFDIAG_NO_NATIVE``, not POSIX): the caller then reads the file."""
+    if os.environ.get("TB_PERFDIAG_NO_NATIVE"):
+        return None
+    try:
+        from . import native_scan
+    except ImportError:
+        return None
+    return native_scan.scan_xspace_mapped if native_scan.HAS_MAPPED else None
+
+
 class _PlaneMeta:
     """Event/stat metadata of one plane as lookup arrays.
 
