@@ -375,10 +375,10 @@ static inline void publish(int64_t *done, int64_t pos) {
 
 #define XPOS(c, p) ((Py_ssize_t)((p) - (c)->buf))
 
-/* A mapped file's pages behind the scan are dropped from this process every 64 MB: the
+/* A mapped file's pages behind the scan are dropped from this process every 32 MB: the
  * scan reads each byte once (strings are copied), so the file costs the process at most
  * this much resident memory, whatever its size; the pages stay in the page cache. */
-#define MAP_LET_GO ((ptrdiff_t)64 << 20)
+#define MAP_LET_GO ((ptrdiff_t)32 << 20)
 
 static void map_let_go(XCtx *c, const unsigned char *p) {
 #if defined(MADV_DONTNEED)

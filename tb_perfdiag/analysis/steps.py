@@ -176,8 +176,8 @@ def launched_busy(start: np.ndarray, end: np.ndarray, step: np.ndarray,
         if per_block == 0:               # absurd clock values: one step at a time
             k1 = k + 1
         else:
-            # whole steps, ~2**20 ops, and few enough of them that step × span fits
-            k1 = int(np.searchsorted(bounds, bounds[k] + (1 << 20), side="right")) - 1
+            # whole steps, ~2**18 ops, and few enough of them that step × span fits
+            k1 = int(np.searchsorted(bounds, bounds[k] + (1 << 18), side="right")) - 1
             k1 = min(max(k1, k + 1), n_steps, k + per_block)
         sl = o[bounds[k]:bounds[k1]]
         if sl.size:

@@ -59,7 +59,7 @@ def load_open(f: OpenFile, progress=NULL, expect: int | None = None) -> Trace:
 def _load_mapped(f: OpenFile, progress) -> Trace | None:
     """An XSpace scanned where it lies: the file is mapped read-only and the native
     scanner reads the mapping, so its bytes are page cache, never a copy in this process
-    (a 1.4 GB file costs the scan at most 64 MB of resident pages).  None where the file
+    (a 1.4 GB file costs the scan about 32 MB of resident pages).  None where the file
     cannot be mapped or the native scanner refuses it: the caller reads it instead (the
     reference scanner names a malformed file's problem precisely)."""
     scan = xspace.mapped_scanner()
