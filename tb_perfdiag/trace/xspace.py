@@ -350,6 +350,8 @@ def build(path: str, scan: dict, progress=NULL):
             continue
         pos = np.minimum(np.searchsorted(ids, m), ids.shape[0] - 1)
         stat_name_of[sel] = np.where(ids[pos] == m, which[pos], -1)
+    # ``m`` is a view: it would keep all of st_meta (0.8 GB at 40 M events) alive
+    m = ok = None
     del st_rows, st_meta
     st_kind = np.asarray(scan.pop("st_kind"), np.int8)
     st_int = np.asarray(scan.pop("st_int"), np.int64)
