@@ -2,8 +2,8 @@
 """The large-profile table: full diagnosis of 2 M- to 40 M-event traces, side by side
 with the bare decode and the anchors, each in its own process.
 
-    python benchmarks/bench_large.py [--rows 1,2,3,4] [--anchors 2m|all|none]
-                                     [--repeat N] [--json OUT]
+    python benchmarks/bench_large.py [--rows 1,2,3,4,5] [--anchors 2m|all|none]
+                                     [--repeat N] [--baseline PYTHON] [--json OUT]
 
 Rows (inputs written by testdata/generators/synthetic.py --large into the temp dir on
 first use, then reused; see benchmarks/README.md for the time that takes):
@@ -11,6 +11,9 @@ first use, then reused; see benchmarks/README.md for the time that takes):
   2  2 M-event Kineto JSON, gzip (~470 MB of JSON)   target ≤ 5 s, ≤ 800 MB
   3  40 M-event XSpace (~1.4 GB)          target ≤ 60 s, ≤ 6 GB
   4  20 M-event Kineto JSON, gzip (~4.7 GB of JSON)  target ≤ 90 s, ≤ 2 GB, ≤ 1.2× gunzip-stream
+  5  tpu_inference_2 (a real TPU XSpace, ../shared/traces) tiled ×80 by tile_xspace.py
+     (2.1 M events, 65 MB: thousands of runs of one program)
+                                          target ≤ 3× ParseFromString, ≤ 400 MB
 
 Tools per row:
   tb-perfdiag diagnose   tb_perfdiag.diagnose(path): read, gunzip, scan, model, analysis
@@ -21,6 +24,9 @@ Tools per row:
   json.loads             Kineto row 2 only (row 4 would need ~35 GB)
   xprof trace_viewer     XSpace rows: the Profile plugin's trace-viewer conversion
   HTA idle               Kineto rows: Holistic Trace Analysis parse + idle breakdown
+With --baseline PYTHON (the python of another checkout's venv, e.g. main's), its
+``diagnose`` runs too, interleaved with ours run by run (--repeat N pairs; the rows then
+give medians), so that before/after share the machine's load.
 Anchors run on the 2 M rows by default (--anchors 2m): on rows 3 and 4 they need far more
 memory than this machine has (measured per event on rows 1 and 2: ~1.4 kB for xprof,
 ~1.1 kB for HTA); --anchors all tries them anyway under a memory cap and reports the
@@ -43,14 +49,33 @@ ROWS = {
     3: dict(label="40M XSpace", fmt="xspace", events=40_000_000, wall=60, mem=6144),
     4: dict(label="20M Kineto (gz)", fmt="kineto", events=20_000_000, wall=90, mem=2048,
             x_stream=1.2),
+    5: dict(label="TPU x80 XSpace", fmt="xspace", events=2_137_840, wall=3, mem=400,
+            x_decode=3, tiled="tpu_inference_2"),
 }
+TPU_SRC = os.path.normpath(os.path.join(C.ROOT, "..", "shared", "traces", "public", "xprof",
+                                        "xprof", "convert", "test_xplanes",
+                                        "tpu_inference_2.xplane.pb"))
+
+
+def tiled_tpu_file(copies: int = 80) -> tuple:
+    """tpu_inference_2 tiled by tile_xspace.py, cached in the temp dir."""
+    tiler = os.path.join(C.HERE, "tile_xspace.py")
+    out = os.path.join(C.TMP, f"tpu_inference_2_x{copies}.xplane.pb")
+    if not os.path.exists(TPU_SRC):
+        return None, f"{TPU_SRC} not found (the shared traces are absent)"
+    if not (os.path.exists(out) and os.path.getmtime(out) >= os.path.getmtime(tiler)):
+        os.makedirs(C.TMP, exist_ok=True)
+        import subprocess
+        subprocess.run([C.MAIN_PY, tiler, TPU_SRC, out, "--copies", str(copies)], check=True,
+                       capture_output=True)
+    return out, f"tpu_inference_2.xplane.pb tiled ×{copies} by tile_xspace.py"
 
 
 def total_mb() -> float:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20
 
 
-def measure(n, spec, path, anchors, repeat, log):
+def measure(n, spec, path, anchors, repeat, log, baseline=None):
     rows, errors = [], []
     big = spec["events"] > 5_000_000
 
@@ -75,7 +100,10 @@ def measure(n, spec, path, anchors, repeat, log):
         run("gunzip-stream", "gunzip-stream", timeout=1800, mem_limit_mb=cap)
         if not big:
             run("json.loads", "json.loads", timeout=1800, mem_limit_mb=cap)
-    r = run("tb-perfdiag diagnose", "diagnose", timeout=1800, mem_limit_mb=cap)
+    if baseline:
+        r = run_interleaved(n, path, repeat, cap, baseline, rows, errors, log)
+    else:
+        r = run("tb-perfdiag diagnose", "diagnose", timeout=1800, mem_limit_mb=cap)
     if r:
         rows[-1].update(ours=True, gaps=r.get("gaps"), events=r.get("events"),
                         native=r.get("native"))
@@ -90,6 +118,39 @@ def measure(n, spec, path, anchors, repeat, log):
         errors.append(f"row {n}: anchor not run (needs more memory than this machine has; "
                       "--anchors all tries it under a cap)")
     return rows, errors
+
+
+def run_interleaved(n, path, repeat, cap, baseline, rows, errors, log):
+    """Our diagnose and the baseline's, alternating run by run; medians and the
+    largest peaks.  Returns our report (None if it failed)."""
+    import statistics
+    got = {"ours": [], "base": []}
+    for i in range(max(1, repeat)):
+        for who, py in (("base", baseline), ("ours", C.MAIN_PY)):
+            log(f"  row {n}: diagnose ({who}) run {i + 1} …")
+            try:
+                got[who].append(C.run_child("diagnose", path, python=py, timeout=1800,
+                                            mem_limit_mb=cap))
+            except C.ChildFailed as e:
+                errors.append(f"row {n} diagnose ({who}): {e}")
+    ours = None
+    for who, tool in (("base", "diagnose @baseline"), ("ours", "tb-perfdiag diagnose")):
+        reps = got[who]
+        if not reps:
+            rows.append({"row": n, "tool": tool, "seconds": None, "error": "every run failed"})
+            continue
+        r = {"seconds": statistics.median(x["seconds"] for x in reps),
+             "cpu_seconds": statistics.median(x["cpu_seconds"] for x in reps),
+             "peak_mb": max(x["peak_mb"] for x in reps),
+             "rusage_peak_mb": max(x["rusage_peak_mb"] for x in reps),
+             "gaps": reps[0].get("gaps"), "events": reps[0].get("events"),
+             "native": reps[0].get("native")}
+        rows.append({"row": n, "tool": tool, "seconds": r["seconds"], "cpu_s": r["cpu_seconds"],
+                     "peak_mb": r["peak_mb"], "rusage_peak_mb": r["rusage_peak_mb"],
+                     "runs": [round(x["seconds"], 3) for x in reps]})
+        if who == "ours":
+            ours = r
+    return ours
 
 
 def run_hta(n, path, repeat, cap, rows, errors, log):
@@ -154,9 +215,11 @@ def report(rows, files, out=sys.stdout):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rows", default="1,2,3,4", help="which rows (default all)")
+    ap.add_argument("--rows", default="1,2,3,4,5", help="which rows (default all)")
     ap.add_argument("--anchors", choices=("2m", "all", "none"), default="2m")
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--baseline", metavar="PYTHON",
+                    help="another checkout's venv python: its diagnose, interleaved with ours")
     ap.add_argument("--json", metavar="OUT")
     a = ap.parse_args(argv)
 
@@ -171,12 +234,15 @@ def main(argv=None):
     for n in [int(x) for x in a.rows.split(",")]:
         spec = ROWS[n]
         log(f"row {n}: {spec['label']} (generating on first use) …")
-        path, note = C.generated_file(spec["fmt"], spec["events"], log=log)
+        if spec.get("tiled"):
+            path, note = tiled_tpu_file()
+        else:
+            path, note = C.generated_file(spec["fmt"], spec["events"], log=log)
         if not path:
             errors.append(f"row {n}: no input: {note}")
             continue
         files[n] = (path, note)
-        r, e = measure(n, spec, path, a.anchors, a.repeat, log)
+        r, e = measure(n, spec, path, a.anchors, a.repeat, log, a.baseline)
         rows += r
         errors += e
     print()

@@ -20,9 +20,15 @@
 
 #include <math.h>
 #include <setjmp.h>
+#include <signal.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#if !defined(_WIN32)
+#include <sys/mman.h>
+#define HAVE_BUS_GUARD 1
+#endif
 
 #if defined(__GNUC__) || defined(__clang__)
 #define LIKELY(x) __builtin_expect(!!(x), 1)
@@ -143,6 +149,16 @@ static void vec_free(Vec *v) {
 static PyObject *vec_to_bytearray(Vec *v) {
     if (!v->ba) return PyByteArray_FromStringAndSize(NULL, 0);
     if (PyByteArray_Resize(v->ba, (Py_ssize_t)v->len) < 0) return NULL;
+    /* a bytearray keeps its allocation on a downsize to more than half of it: give the
+     * doubling's slack back (up to half a column: 0.5 GB on a 40 M-event XSpace) */
+    PyByteArrayObject *b = (PyByteArrayObject *)v->ba;
+    if (b->ob_alloc > (Py_ssize_t)v->len + 1 && b->ob_start == b->ob_bytes && !b->ob_exports) {
+        char *q = (char *)PyObject_Realloc(b->ob_bytes, v->len + 1);
+        if (q) {
+            b->ob_bytes = b->ob_start = q;
+            b->ob_alloc = (Py_ssize_t)v->len + 1;
+        }
+    }
     v->data = PyByteArray_AS_STRING(v->ba);
     v->cap = v->len;
     Py_INCREF(v->ba);
@@ -357,6 +373,8 @@ typedef struct {
     int64_t nlines;
     int64_t *done;       /* NULL, or where the bytes scanned so far are published */
     PyObject *planes, *lines, *errors, *warnings, *hostnames;
+    int mapped;          /* buf is a file mapping: strings are copied, pages let go behind */
+    const unsigned char *kept; /* mapped: pages before this are already let go */
 } XCtx;
 
 /* Publishes how far the scan is for a progress bar read by another thread (an aligned
@@ -366,6 +384,21 @@ static inline void publish(int64_t *done, int64_t pos) {
 }
 
 #define XPOS(c, p) ((Py_ssize_t)((p) - (c)->buf))
+
+/* A mapped file's pages behind the scan are dropped from this process every 32 MB: the
+ * scan reads each byte once (strings are copied), so the file costs the process at most
+ * this much resident memory, whatever its size; the pages stay in the page cache. */
+#define MAP_LET_GO ((ptrdiff_t)32 << 20)
+
+static void map_let_go(XCtx *c, const unsigned char *p) {
+#if defined(MADV_DONTNEED)
+    uintptr_t page = 4096, lo = (uintptr_t)c->kept, hi = (uintptr_t)p & ~(page - 1);
+    if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
+    c->kept = (const unsigned char *)hi;
+#else
+    c->kept = p;
+#endif
+}
 
 static inline const unsigned char *x_varint(XCtx *c, const unsigned char *p, const unsigned char *end,
                                             uint64_t *out, int maxlen) {
@@ -556,7 +589,8 @@ static void x_stat(XCtx *c, const unsigned char *p, const unsigned char *end) {
     if (kind == ST_DOUBLE) {
         memcpy(&iv, &dval, 8); /* a double's bits: doubles are rare, a column of them is not */
     } else if (kind == ST_STR || kind == ST_BYTES) {
-        iv = intern(&c->f, &c->strings, &c->arena, sp, sn, 0);
+        /* a mapping's pages are let go behind the scan: keep a copy of each distinct value */
+        iv = intern(&c->f, &c->strings, &c->arena, sp, sn, c->mapped);
     } else if (kind != ST_NONE) {
         iv = (int64_t)ival;
     }
@@ -627,6 +661,7 @@ static void x_line(XCtx *c, const unsigned char *p, const unsigned char *end, Py
             x_event(c, p, p + n, li);
             p += n;
             publish(c->done, XPOS(c, p));
+            if (c->mapped && UNLIKELY(p - c->kept >= MAP_LET_GO)) map_let_go(c, p);
         } else {
             p = x_skip(c, p, end, wt);
         }
@@ -891,11 +926,75 @@ static void scan_args_release(Py_buffer *view, Py_buffer *done) {
     PyBuffer_Release(view);
 }
 
-static PyObject *scan_xspace(PyObject *self, PyObject *args) {
-    (void)self;
+/* ---------------- a file mapping that shrinks under the scan ----------------
+ * Reading a page of a mapping past the end of its file raises SIGBUS, which would end
+ * the process: a trace truncated (or a disk failing) while it is scanned must instead be
+ * an error for that one file.  While a mapped scan runs, its thread names the mapping's
+ * range here; a SIGBUS for an address in it jumps back to the scan's entry, which frees
+ * what the scan held (a Python object being built at that moment may leak: this is the
+ * rare path) and raises OSError.  Any other SIGBUS goes to the handler that was there
+ * before (faulthandler's, or the default: the process ends as it would without us). */
+#ifdef HAVE_BUS_GUARD
+typedef struct {
+    sigjmp_buf jb;
+    const unsigned char *lo, *hi;
+} BusGuard;
+
+static _Thread_local BusGuard *volatile bus_guard;
+static struct sigaction bus_prev;
+
+static void bus_handler(int sig, siginfo_t *si, void *uc) {
+    BusGuard *g = bus_guard;
+    if (g && si && si->si_code > 0 && (const unsigned char *)si->si_addr >= g->lo &&
+        (const unsigned char *)si->si_addr < g->hi) {
+        bus_guard = NULL;
+        siglongjmp(g->jb, 1);
+    }
+    if (bus_prev.sa_flags & SA_SIGINFO) {
+        bus_prev.sa_sigaction(sig, si, uc);
+    } else if (bus_prev.sa_handler != SIG_DFL && bus_prev.sa_handler != SIG_IGN) {
+        bus_prev.sa_handler(sig);
+    } else {
+        /* the default action, as if this handler had never been installed: a fault
+         * happens again when the handler returns; a sent signal is sent again */
+        signal(SIGBUS, SIG_DFL);
+        if (!si || si->si_code <= 0) raise(SIGBUS);
+    }
+}
+
+/* Called with the GIL held before each mapped scan: (re)installs the handler when
+ * SIGBUS is not ours (first use, or faulthandler enabled since), chaining to the one
+ * found there. */
+static int bus_guard_install(void) {
+    struct sigaction cur, act;
+    if (sigaction(SIGBUS, NULL, &cur) < 0) return -1;
+    if ((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == bus_handler) return 0;
+    memset(&act, 0, sizeof(act));
+    act.sa_sigaction = bus_handler;
+    act.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&act.sa_mask);
+    bus_prev = cur;
+    return sigaction(SIGBUS, &act, NULL);
+}
+#endif
+
+static PyObject *scan_xspace_impl(PyObject *args, int mapped) {
     Py_buffer view, done;
     int64_t *done_at;
     if (scan_args(args, "scan_xspace", &view, &done, &done_at) < 0) return NULL;
+#ifdef HAVE_BUS_GUARD
+    BusGuard bus;
+    if (mapped && bus_guard_install() < 0) {
+        scan_args_release(&view, &done);
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+#else
+    if (mapped) {
+        scan_args_release(&view, &done);
+        PyErr_SetString(PyExc_NotImplementedError, "no guarded mapped scan on this system");
+        return NULL;
+    }
+#endif
     XCtx *c = (XCtx *)calloc(1, sizeof(XCtx));
     if (!c) {
         scan_args_release(&view, &done);
@@ -905,13 +1004,35 @@ static PyObject *scan_xspace(PyObject *self, PyObject *args) {
     c->buf = (const unsigned char *)view.buf;
     c->end = c->buf + view.len;
     c->done = done_at;
+    c->mapped = mapped;
+    c->kept = c->buf;
     if (setjmp(c->f.jb)) {
+#ifdef HAVE_BUS_GUARD
+        bus_guard = NULL;
+#endif
         gil_hold(&c->f);
         raise_fail(&c->f, "native XSpace scan");
         xctx_free(c);
         scan_args_release(&view, &done);
         return NULL;
     }
+#ifdef HAVE_BUS_GUARD
+    if (mapped) {
+        if (sigsetjmp(bus.jb, 1)) {
+            gil_hold(&c->f);
+            PyErr_Clear();
+            PyErr_SetString(PyExc_OSError, "the file shrank or could not be read while it "
+                                           "was scanned (truncated or rewritten meanwhile, "
+                                           "or a read error)");
+            xctx_free(c);
+            scan_args_release(&view, &done);
+            return NULL;
+        }
+        bus.lo = c->buf;
+        bus.hi = c->end + 4096; /* a fault reports the address read, inside the last page */
+        bus_guard = &bus;
+    }
+#endif
     c->planes = PyList_New(0);
     c->lines = PyList_New(0);
     c->errors = PyList_New(0);
@@ -952,9 +1073,26 @@ static PyObject *scan_xspace(PyObject *self, PyObject *args) {
         out = NULL;
     }
     Py_DECREF(strings);
+#ifdef HAVE_BUS_GUARD
+    bus_guard = NULL;
+#endif
     xctx_free(c);
     scan_args_release(&view, &done);
     return out;
+}
+
+static PyObject *scan_xspace(PyObject *self, PyObject *args) {
+    (void)self;
+    return scan_xspace_impl(args, 0);
+}
+
+/* The same scan over a read-only file mapping (an mmap object): strings are copied out,
+ * pages are let go behind the scan, and a file that shrinks meanwhile raises OSError
+ * instead of ending the process with SIGBUS.  Not on Windows (NotImplementedError),
+ * where a mapped file cannot be truncated but the reader does not map either. */
+static PyObject *scan_xspace_mapped(PyObject *self, PyObject *args) {
+    (void)self;
+    return scan_xspace_impl(args, 1);
 }
 
 /* ======================================================================
@@ -2325,6 +2463,8 @@ done:
 static PyMethodDef methods[] = {
     {"scan_xspace", scan_xspace, METH_VARARGS,
      "scan_xspace(buf[, done]) -> dict of raw columns; see tb_perfdiag.trace.native_scan"},
+    {"scan_xspace_mapped", scan_xspace_mapped, METH_VARARGS,
+     "scan_xspace_mapped(mmap[, done]) -> scan_xspace over a file mapping, SIGBUS-guarded"},
     {"scan_kineto", scan_kineto, METH_VARARGS,
      "scan_kineto(buf[, done]) -> dict of raw columns; see tb_perfdiag.trace.native_scan"},
     {"kineto_stream", kineto_stream, METH_NOARGS,

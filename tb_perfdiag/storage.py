@@ -21,6 +21,10 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+try:
+    import mmap
+except ImportError:  # pragma: no cover - every CPython on a desktop or server has it
+    mmap = None
 import stat
 import zlib
 
@@ -119,6 +123,8 @@ class OpenFile:
     the decoded bytes within ``max_bytes``; ``chunks()``: the same bytes a chunk at a
     time, never whole."""
 
+    local = False          # a file of this machine, opened through the guard (mappable)
+
     def __init__(self, path: str, f, size: int, max_bytes: int | None):
         self.path, self._f, self.size, self.max_bytes = str(path), f, int(size), max_bytes
 
@@ -140,6 +146,40 @@ class OpenFile:
             return self._f.read(n)
         except (OSError, ValueError):
             return b""
+
+    def head(self, n: int) -> bytes:
+        """The file's first ``n`` bytes (fewer when it is shorter)."""
+        return self._pread(n, 0)
+
+    def mapped(self):
+        """The file's bytes mapped read-only (an ``mmap``), or None where it cannot be
+        mapped (a remote file, an empty one, a system without ``mmap``).  A mapping's
+        pages are the page cache's, shared and reclaimable, not a copy in this process.
+
+        Same guard as ``read``: the descriptor is the one ``open_file`` checked (a
+        regular file reached without links), and the budget holds on its size now.  The
+        caller closes the mapping when done.  A page read past the end of a file that
+        shrank since it was mapped raises SIGBUS, which ends the process: only
+        ``native_scan.scan_xspace_mapped``, which turns that into an error, reads it
+        (anything else reads the file's bytes with ``head``/``read``)."""
+        if not self.local or mmap is None:
+            return None
+        try:
+            fd = self._f.fileno()
+            st = os.fstat(fd)
+        except (OSError, ValueError):
+            return None
+        if not stat.S_ISREG(st.st_mode) or st.st_size <= 0:
+            return None
+        if self.max_bytes is not None and st.st_size > self.max_bytes:
+            raise over_budget(self.path, "the file holds", self.max_bytes)
+        try:
+            m = mmap.mmap(fd, st.st_size, access=mmap.ACCESS_READ)
+        except (OSError, ValueError, OverflowError):
+            return None          # a file system that cannot map: read it instead
+        if hasattr(m, "madvise") and hasattr(mmap, "MADV_SEQUENTIAL"):
+            m.madvise(mmap.MADV_SEQUENTIAL)      # read ahead; pages behind are let go
+        return m
 
     @property
     def compressed(self) -> bool:
@@ -329,7 +369,9 @@ def open_file(path: str, root: str | None = None, max_bytes: int | None = None) 
     except BaseException:
         os.close(fd)
         raise
-    return OpenFile(path, f, st.st_size, max_bytes)
+    opened = OpenFile(path, f, st.st_size, max_bytes)
+    opened.local = True
+    return opened
 
 
 def _open_remote(path: str, fs, inner: str, max_bytes: int | None) -> OpenFile:

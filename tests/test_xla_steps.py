@@ -384,3 +384,19 @@ def test_an_event_with_two_incoming_flows_takes_the_latest_starting_source():
     b.flow(src, dst)
     t = b.build()
     assert int(incoming_host_link(t)[dst.index]) == src.index
+
+
+def test_launched_busy_equals_each_steps_own_union_at_any_scale():
+    """Steps' ops overlap in time, come in any order, and clocks may be near the end of
+    int64 (picoseconds since the epoch): each step's total is still the union of its own
+    ops, with no interval counted in another step's."""
+    from tb_perfdiag.analysis.intervals import union
+    rng = np.random.default_rng(7)
+    for scale, base in ((1, 0), (10**6, 0), (10**14, 10**18), (1, 2**62)):
+        m, n = 5000, 40
+        s = base + rng.integers(0, 1000, m).astype(np.int64) * scale
+        e = s + rng.integers(0, 80, m).astype(np.int64) * scale
+        k = rng.integers(-1, n, m)
+        want = [int((lambda u: (u[1] - u[0]).sum())(union(s[k == j], e[k == j])))
+                for j in range(n)]
+        assert launched_busy(s, e, k, n).tolist() == want, scale

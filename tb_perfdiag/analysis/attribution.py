@@ -328,23 +328,47 @@ def run_dispatch(trace: Trace, thread: int = -1) -> tuple[np.ndarray, np.ndarray
     runs = _program_runs(trace)
     if not runs:
         return none
-    calls = _dispatch_calls(trace, {m for m, _, _ in runs}, thread)
+    calls = _dispatch_calls(trace, {m for m, _, _, _ in runs}, thread)
     ev, who = [], []
-    for module, starts, members in runs:
+    for module, starts, members, cuts in runs:
         d = calls.get(module)
-        if d is None or d.shape[0] != len(starts):
+        if d is None or d.shape[0] != starts.shape[0]:
             continue
-        order = np.argsort(np.asarray(starts), kind="stable")
-        for k, r in enumerate(order.tolist()):
-            ev.append(members[r])
-            who.append(np.full(members[r].shape[0], d[k], np.int64))
+        # the k-th run by start goes with the k-th call: members in that order
+        order = np.argsort(starts, kind="stable")
+        n = np.diff(cuts)[order]
+        ev.append(members[_ranges(cuts[:-1][order], n)])
+        who.append(np.repeat(d.astype(np.int64), n))
     if not ev:
         return none
     return np.concatenate(ev).astype(np.int64), np.concatenate(who)
 
 
+def _ranges(lo: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """The ranges [lo[i], lo[i] + n[i]) one after the other, as one index array."""
+    n = np.asarray(n, np.int64)
+    total = int(n.sum())
+    if total == 0:
+        return np.zeros(0, np.int64)
+    ends = np.cumsum(n)
+    return np.repeat(np.asarray(lo, np.int64) - (ends - n), n) + np.arange(total, dtype=np.int64)
+
+
+def _add_runs(groups: dict, key, starts, members, cuts) -> None:
+    """Appends runs (starts, members as one array cut at ``cuts``) to a group."""
+    g = groups.get(key)
+    if g is None:
+        groups[key] = (starts, members, cuts)
+        return
+    s0, m0, c0 = g
+    groups[key] = (np.concatenate([s0, starts]), np.concatenate([m0, members]),
+                   np.concatenate([c0, cuts[1:] + c0[-1]]))
+
+
 def _program_runs(trace: Trace) -> list:
-    """(module name, [run start], [device ops of the run]) per (device, module)."""
+    """(module name, run starts, the runs' device ops one run after the other, the cuts
+    between runs) per (device, module): arrays, never a Python object per run (a long
+    capture runs one program tens of thousands of times)."""
     groups: dict = {}
     dev = trace.is_device_activity() & ~host_side(trace)
     rid, mod = trace.stats.get("run_id"), trace.stats.get("hlo_module")
@@ -362,10 +386,15 @@ def _program_runs(trace: Trace) -> list:
             np.minimum.at(first, inv, trace.ts[ev])
             o = np.argsort(inv, kind="stable")
             cuts = np.searchsorted(inv[o], np.arange(u.shape[0] + 1))
-            for j, (dd, mm, _) in enumerate(u.tolist()):
-                g = groups.setdefault((dd, trace.strings[mm]), ([], []))
-                g[0].append(int(first[j]))
-                g[1].append(ev[o[cuts[j]:cuts[j + 1]]])
+            members = ev[o]
+            # runs sorted by (device, module, run): each (device, module) is a block
+            new = np.ones(u.shape[0], bool)
+            new[1:] = (u[1:, :2] != u[:-1, :2]).any(axis=1)
+            b = np.flatnonzero(new).tolist() + [u.shape[0]]
+            for j0, j1 in zip(b[:-1], b[1:]):
+                c = cuts[j0:j1 + 1]
+                _add_runs(groups, (int(u[j0, 0]), trace.strings[int(u[j0, 1])]),
+                          first[j0:j1], members[c[0]:c[-1]], c - c[0])
     # TPU/GPU: each XLA Modules event is one run of its program on that device
     from_modules: dict = {}
     for t in np.flatnonzero(trace.track_kind == TrackKind.DEVICE).tolist():
@@ -380,14 +409,26 @@ def _program_runs(trace: Trace) -> list:
         ops = ops[np.argsort(trace.ts[ops], kind="stable")]
         a = np.searchsorted(trace.ts[ops], trace.ts[mods], side="left")
         b = np.searchsorted(trace.ts[ops], trace.end_of(mods), side="left")
-        for m, x, y in zip(mods.tolist(), a.tolist(), b.tolist()):
-            name = _FINGERPRINT.sub("", trace.strings[int(trace.name[m])])
-            g = from_modules.setdefault((d, name), ([], []))
-            g[0].append(int(trace.ts[m]))
-            g[1].append(ops[x:y])
+        n = np.maximum(b - a, 0)
+        # the program of each run: its name without the "(fingerprint)", in the order
+        # the names first occur
+        ids, inv = np.unique(trace.name[mods], return_inverse=True)
+        names = [_FINGERPRINT.sub("", trace.strings[int(x)]) for x in ids.tolist()]
+        distinct, name_of_id = np.unique(np.asarray(names, object), return_inverse=True) \
+            if names else (np.zeros(0, object), np.zeros(0, np.int64))
+        g = name_of_id.reshape(-1)[inv.reshape(-1)]
+        first_at = np.full(len(distinct), mods.shape[0], np.int64)
+        np.minimum.at(first_at, g, np.arange(mods.shape[0]))
+        for k in np.argsort(first_at, kind="stable").tolist():
+            sel = np.flatnonzero(g == k)
+            cuts = np.zeros(sel.shape[0] + 1, np.int64)
+            np.cumsum(n[sel], out=cuts[1:])
+            _add_runs(from_modules, (d, str(distinct[k])), trace.ts[mods[sel]].astype(np.int64),
+                      ops[_ranges(a[sel], n[sel])], cuts)
     for key, g in from_modules.items():
         groups.setdefault(key, g)
-    return [(name, starts, members) for (_, name), (starts, members) in groups.items()]
+    return [(name, starts, members, cuts) for (_, name), (starts, members, cuts)
+            in groups.items()]
 
 
 def _dispatch_calls(trace: Trace, modules: set, thread: int) -> dict:

@@ -8,8 +8,14 @@ def union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     """Merge intervals into sorted, disjoint [start, end) intervals (touching ones merge)."""
     if starts.size == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    o = np.argsort(starts, kind="stable")
-    s, e = starts[o], ends[o]
+    if (starts[1:] >= starts[:-1]).all():
+        # a track's events come sorted: no order and no sorted copies (a device's busy set
+        # on a 40 M-event trace: 0.5 GB less at the analysis' peak)
+        s, e = starts, ends
+    else:
+        o = np.argsort(starts, kind="stable")
+        s, e = starts[o], ends[o]
+        del o
     run_end = np.maximum.accumulate(e)
     new = np.empty(s.shape[0], bool)
     new[0] = True

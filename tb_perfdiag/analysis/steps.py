@@ -152,22 +152,55 @@ def launching_steps(trace: Trace, steps: StepTable, root: np.ndarray) -> np.ndar
 def launched_busy(start: np.ndarray, end: np.ndarray, step: np.ndarray,
                   n_steps: int) -> np.ndarray:
     """Per step: the union length of the device ops it launched (one device's ops with
-    their step index, −1 none) — the device time a step launched, wherever it ran.  One
-    step at a time over a single ordering of the ops by step: a whole-array union would
-    hold half a dozen copies of the op columns (1 GB at 40 M events)."""
+    their step index, −1 none) — the device time a step launched, wherever it ran.
+
+    One ordering of the ops by step, then blocks of whole steps (about a million ops
+    each: a whole-array union would hold half a dozen copies of the op columns, 1 GB at
+    40 M events).  In a block every step's ops are moved onto a time axis of their own,
+    ``step × span + (t − t0)``, so that one union of the block is the union of each step
+    apart (no step's intervals reach the next one's) and a step's total is a difference
+    of a running sum."""
     from .intervals import union
     out = np.zeros(n_steps, np.int64)
     idx = np.flatnonzero(step >= 0)
     if idx.size == 0:
         return out
-    o = idx[np.argsort(step[idx], kind="stable")]
+    st = step[idx]
+    if (st[1:] >= st[:-1]).all():       # ops in time order launched by ordered steps
+        o = idx
+    else:
+        o = idx[np.argsort(st, kind="stable")]
+        st = step[o]
     del idx
-    bounds = np.searchsorted(step[o], np.arange(n_steps + 1))
-    for k in range(n_steps):
-        sl = o[bounds[k]:bounds[k + 1]]
+    bounds = np.searchsorted(st, np.arange(n_steps + 1))
+    del st
+    # any t0 at or before every start and span past every op will do: all of the ops'
+    t0 = int(start.min())
+    span = max(int(end.max()) - t0, 0) + 1
+    per_block = (1 << 62) // span        # steps in a block, so that step × span fits
+    k = 0
+    while k < n_steps:
+        if per_block == 0:               # absurd clock values: one step at a time
+            k1 = k + 1
+        else:
+            # whole steps, ~2**18 ops, and few enough of them that step × span fits
+            k1 = int(np.searchsorted(bounds, bounds[k] + (1 << 18), side="right")) - 1
+            k1 = min(max(k1, k + 1), n_steps, k + per_block)
+        sl = o[bounds[k]:bounds[k1]]
         if sl.size:
-            us, ue = union(start[sl], end[sl])
-            out[k] = int((ue - us).sum())
+            if per_block == 0:
+                us, ue = union(start[sl], end[sl])
+                out[k] = int((ue - us).sum())
+            else:
+                shift = (step[sl].astype(np.int64) - k) * span - t0
+                us, ue = union(start[sl] + shift, end[sl] + shift)
+                del shift
+                cum = np.zeros(us.shape[0] + 1, np.int64)
+                np.cumsum(ue - us, out=cum[1:])
+                # the first merged interval of each step in the block
+                at = np.searchsorted(us, np.arange(k1 - k + 1, dtype=np.int64) * span)
+                out[k:k1] = cum[at[1:]] - cum[at[:-1]]
+        k = k1
     return out
 
 

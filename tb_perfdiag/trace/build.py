@@ -231,8 +231,9 @@ def assemble(path: str, fmt: str, strings: StringTable, tracks: Tracks, devices:
     # event indices held in the model (parents, stat events, links) are int32
     idx_dtype = np.int32 if ts.shape[0] < 2**31 - 1 else np.int64
     order = event_order(track, ts, dur)
-    inverse = np.empty_like(order)
-    inverse[order] = np.arange(order.shape[0])
+    # new index of each raw event, in the model's index type (half the memory at 40 M)
+    inverse = np.empty(order.shape[0], idx_dtype)
+    inverse[order] = np.arange(order.shape[0], dtype=idx_dtype)
     ts, dur, track = ts[order], dur[order], track[order]
     name = np.asarray(events.pop("name"), np.int32)[order]
     kind = np.asarray(events.pop("kind"), np.int8)[order]
@@ -253,7 +254,7 @@ def assemble(path: str, fmt: str, strings: StringTable, tracks: Tracks, devices:
         hit = next((r for r in remapped if r[0] is idx or (
             r[0].shape == idx.shape and np.array_equal(r[0], idx))), None)
         if hit is None:
-            new = inverse[idx].astype(idx_dtype)
+            new = inverse[idx]
             o = None if (new[1:] >= new[:-1]).all() else np.argsort(new, kind="stable")
             hit = (idx, new if o is None else new[o], o)
             remapped.append(hit)

@@ -15,6 +15,8 @@ Importing this module raises ImportError when the extension is not built.
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import orjson
 
@@ -43,9 +45,24 @@ def _counter(buf, progress):
     return done
 
 
+# the guarded scan of a file mapping (POSIX; an extension built before it lacks it)
+HAS_MAPPED = hasattr(_native, "scan_xspace_mapped") and os.name == "posix"
+
+
 def scan_xspace(buf, progress=None) -> dict:
     """XSpace bytes → the columns of ``xspace.scan_python``."""
-    raw = _native.scan_xspace(buf, _counter(buf, progress))
+    return _xspace_columns(_native.scan_xspace(buf, _counter(buf, progress)))
+
+
+def scan_xspace_mapped(mapping, progress=None) -> dict:
+    """``scan_xspace`` over a read-only file mapping (an ``mmap``): every string is
+    copied out (the result holds no view of the mapping, which can be closed at once),
+    the pages behind the scan are let go, and a file that shrinks under the scan raises
+    OSError instead of ending the process with SIGBUS."""
+    return _xspace_columns(_native.scan_xspace_mapped(mapping, _counter(mapping, progress)))
+
+
+def _xspace_columns(raw: dict) -> dict:
     return {
         "planes": raw["planes"], "lines": raw["lines"],
         **{k: np.frombuffer(raw[k], dt) for k, dt in _XSPACE_COLUMNS.items()},
