@@ -239,6 +239,30 @@ class Tools:
         return page({"run": p.run, "host": p.host}, "findings", found[offset:offset + limit],
                     offset, len(found), max_bytes)
 
+    @tool("What the device is busy with: per device, the op groups with the most device "
+          "time (calls, mean, share of busy, host op and annotation behind each, its longest "
+          "instance), short kernels, and compute/copies/collectives overlap; whole trace or "
+          "one step.")
+    def device_ops(self, run: Run, host: Host = None, span: Span = None,
+                   step: Annotated[Optional[int], Field(
+                       description="only the ops this step launched (a step id as summary and "
+                                   "gaps give them)")] = None,
+                   device: Annotated[Optional[int], Field(
+                       description="only this device (its id in summary.devices)", ge=0)
+                   ] = None,
+                   top: Annotated[int, Field(description="op groups listed per device, the "
+                                                         "rest summed as other", ge=1,
+                                             le=1000)] = 15,
+                   threshold_us: Threshold = 5.0, kernels_only: KernelsOnly = False,
+                   max_bytes: MaxBytes = DEFAULT_MAX_BYTES) -> dict:
+        p = self._params("diagnosis", run, host, span, threshold_us, kernels_only, step=step,
+                         gaps_limit=0)
+        doc = self.service.device_ops_json(p, top, device)
+        if doc is None:
+            raise Unavailable("this diagnosis was made before device time by op existed; "
+                              "it is made again when the cache is cleared")
+        return trim({"run": p.run, "host": p.host, **doc}, max_bytes)
+
     @tool("What changed from a base run (before) to a run (after): step time, duty cycle and "
           "idle by cause per device, findings new/gone/grew, ops and annotations.")
     def compare(self, run: Run, base_run: Annotated[str, Field(

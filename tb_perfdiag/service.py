@@ -37,6 +37,7 @@ from .pod import Engine, PodJob, decode_result
 from .progress import NULL, Progress
 from .render import chrome
 from .render.compare import comparison_json
+from .render.device_ops import TOP as TOP_OPS, device_ops_json
 from .render.json import diagnosis_json, gap_records, gap_row, gaps_page, json_bytes
 from .storage import Underestimated, file_identity, open_file
 from .trace import detect_format, load_open
@@ -434,6 +435,22 @@ class DiagnosisService:
         with self.budget.admit(PEAK_PER_GAP_ROW * rows + RENDER_PEAK, what="gaps page"):
             return finish(gaps_page(diag, params.gaps_offset, params.gaps_limit, params.step,
                                     cause, device))
+
+    def device_ops_json(self, params, top: int = TOP_OPS, device: int | None = None,
+                        finish=_same):
+        """The device-time-by-op section of ``params.step`` (whole trace when None), ``top``
+        groups per device, only ``device`` when given: the /diagnosis page's
+        ``device_ops`` alone, for a caller that wants no more."""
+        diag = self._diagnosis(params)
+        if params.step is not None and params.step not in diag.steps.ids:
+            ids = diag.steps.ids
+            raise NotFound(f"no step {params.step} in this capture" + (
+                f"; its steps are {ids.min()}–{ids.max()}" if ids.size else "; it has no steps"))
+        with self.budget.admit(RENDER_PEAK, what="device ops"):
+            doc = device_ops_json(diag, params.step, top)
+        if doc is not None and device is not None:
+            doc["devices"] = [d for d in doc["devices"] if d["device"] == device]
+        return finish(doc)
 
     def check(self, params, budgets: Budgets, base=None) -> list:
         """``tb-perfdiag check`` of the file ``params`` name: its budget ``Result``s, with

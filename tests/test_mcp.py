@@ -22,7 +22,7 @@ from tb_perfdiag.analysis import causes as C  # noqa: E402
 from tb_perfdiag.analysis.budgets import Budgets, check as check_budgets  # noqa: E402
 
 LIMIT = 64 * 1024
-TOOLS = {"list_runs", "summary", "gaps", "gap", "findings", "compare", "check"}
+TOOLS = {"list_runs", "summary", "gaps", "gap", "findings", "device_ops", "compare", "check"}
 INPUT, LAUNCH, NONZERO = ("01_pytorch_gpu_input_bound", "07_pytorch_gpu_launch_bound",
                           "03_pytorch_gpu_nonzero_sync")
 TWO_DEVICES = "05_tpu_two_devices_h2d_collective/2026_11_22_06_01_00"   # <folder>/<capture>
@@ -247,6 +247,32 @@ def test_findings_page_to_the_end(server, truth):
         seen += d["findings"]
         off = d["next_offset"]
     assert seen == full["findings"] and len(seen) > 3
+
+
+def test_device_ops_is_the_diagnosis_table(server, truth, logdir):
+    from tb_perfdiag.render.device_ops import device_ops_json
+    rep, full = truth(LAUNCH)
+    doc = server("device_ops", run=LAUNCH)
+    assert doc["run"] == LAUNCH and doc["step"] is None
+    assert doc["devices"] == full["device_ops"]["devices"]
+    gpu = doc["devices"][0]
+    assert gpu["ops"] and gpu["short_kernels"]["calls"] > 0      # launch-bound: tiny kernels
+    few = server("device_ops", run=LAUNCH, top=2)
+    assert [len(d["ops"]) for d in few["devices"]] == [min(2, d["groups"]) for d in
+                                                        doc["devices"]]
+    assert few["devices"][0]["other"]["groups"] == gpu["groups"] - 2
+    step = full["steps"][1]["id"]
+    one = server("device_ops", run=LAUNCH, step=step)
+    assert one["step"] == step
+    assert one["devices"] == device_ops_json(rep.diagnosis, step)["devices"]
+    assert sum(o["total_ns"] for o in one["devices"][0]["ops"]) < \
+        sum(o["total_ns"] for o in gpu["ops"])
+    _, two = truth(TWO_DEVICES)
+    d1 = server("device_ops", run=TWO_DEVICES, device=1)
+    assert [d["device"] for d in d1["devices"]] == [1]
+    assert d1["devices"][0] == two["device_ops"]["devices"][1]
+    assert "no step 987654" in server.error("device_ops", run=LAUNCH, step=987654)
+    assert "is a path" in server.error("device_ops", run="../outside")
 
 
 def test_compare_is_the_api_comparison(server, logdir):
