@@ -2458,6 +2458,89 @@ done:
     return out;
 }
 
+/* Device-op cells (tb_perfdiag.analysis.device_ops): every op's code (device, group,
+ * step) in [0, n_codes) to a dense cell numbered in increasing code order, and per cell
+ * its op count, summed duration, longest op (the earliest of equals) and the ops flagged
+ * short with their duration -- one pass over the ops where numpy needs a dozen. */
+
+static PyObject *op_cells(PyObject *self, PyObject *args) {
+    Py_buffer cb, db, fb;
+    Py_ssize_t n_codes;
+    if (!PyArg_ParseTuple(args, "y*y*y*n", &cb, &db, &fb, &n_codes)) return NULL;
+    PyObject *out = NULL, *bufs[8] = {NULL};
+    int32_t *lut = NULL;
+    Py_ssize_t n = cb.len / 8, n_cells = 0;
+    if (cb.len % 8 || db.len != cb.len || fb.len != n || n_codes < 0) {
+        PyErr_SetString(PyExc_ValueError, "op_cells: want int64 code, int64 dur, bool short");
+        goto done;
+    }
+    lut = malloc(sizeof(int32_t) * (size_t)(n_codes + 1));
+    if (!lut) { PyErr_NoMemory(); goto done; }
+    {
+        const int64_t *code = cb.buf;
+        int bad = 0;
+        Py_BEGIN_ALLOW_THREADS
+        memset(lut, 0, sizeof(int32_t) * (size_t)(n_codes + 1));
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (code[i] < 0 || code[i] >= n_codes) { bad = 1; break; }
+            lut[code[i]] = 1;
+        }
+        if (!bad)
+            for (Py_ssize_t c = 0; c < n_codes; c++)
+                lut[c] = lut[c] ? (int32_t)n_cells++ : -1;
+        Py_END_ALLOW_THREADS
+        if (bad) {
+            PyErr_SetString(PyExc_ValueError, "op_cells: a code outside [0, n_codes)");
+            goto done;
+        }
+    }
+    bufs[0] = PyByteArray_FromStringAndSize(NULL, n_cells * 8);   /* codes, ascending */
+    bufs[1] = PyByteArray_FromStringAndSize(NULL, n * 4);         /* cell per op */
+    for (int k = 2; k < 8; k++)        /* count, time, longest dur, its position, short n, t */
+        bufs[k] = PyByteArray_FromStringAndSize(NULL, n_cells * 8);
+    for (int k = 0; k < 8; k++)
+        if (!bufs[k]) goto done;
+    {
+        const int64_t *code = cb.buf, *dur = db.buf;
+        const unsigned char *shrt = fb.buf;
+        int64_t *nz = (int64_t *)PyByteArray_AS_STRING(bufs[0]);
+        int32_t *slot = (int32_t *)PyByteArray_AS_STRING(bufs[1]);
+        int64_t *cnt = (int64_t *)PyByteArray_AS_STRING(bufs[2]);
+        int64_t *tim = (int64_t *)PyByteArray_AS_STRING(bufs[3]);
+        int64_t *mx = (int64_t *)PyByteArray_AS_STRING(bufs[4]);
+        int64_t *pos = (int64_t *)PyByteArray_AS_STRING(bufs[5]);
+        int64_t *sc = (int64_t *)PyByteArray_AS_STRING(bufs[6]);
+        int64_t *st = (int64_t *)PyByteArray_AS_STRING(bufs[7]);
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t c = 0; c < n_codes; c++)
+            if (lut[c] >= 0) nz[lut[c]] = c;
+        memset(cnt, 0, n_cells * 8);
+        memset(tim, 0, n_cells * 8);
+        memset(sc, 0, n_cells * 8);
+        memset(st, 0, n_cells * 8);
+        memset(mx, 0xff, n_cells * 8);              /* -1: no op yet */
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int32_t c = lut[code[i]];
+            slot[i] = c;
+            cnt[c]++;
+            tim[c] += dur[i];
+            if (dur[i] > mx[c]) { mx[c] = dur[i]; pos[c] = i; }
+            if (shrt[i]) { sc[c]++; st[c] += dur[i]; }
+        }
+        Py_END_ALLOW_THREADS
+    }
+    out = PyTuple_New(8);
+    if (out)
+        for (int k = 0; k < 8; k++) { PyTuple_SET_ITEM(out, k, bufs[k]); bufs[k] = NULL; }
+done:
+    for (int k = 0; k < 8; k++) Py_XDECREF(bufs[k]);
+    free(lut);
+    PyBuffer_Release(&cb);
+    PyBuffer_Release(&db);
+    PyBuffer_Release(&fb);
+    return out;
+}
+
 /* ====================================================================== */
 
 static PyMethodDef methods[] = {
@@ -2473,6 +2556,9 @@ static PyMethodDef methods[] = {
      "kineto_feed(state, chunk, final) -> None, or (final) the dict of scan_kineto"},
     {"nest_sorted", nest_sorted, METH_VARARGS,
      "nest_sorted(track_i32, ts_i64, end_i64) -> (depth int16 bytes, parent int64 bytes)"},
+    {"op_cells", op_cells, METH_VARARGS,
+     "op_cells(code_i64, dur_i64, short_bool, n_codes) -> (codes, cell per op, count, time, "
+     "longest dur, its position, short count, short time); see analysis.device_ops"},
     {NULL, NULL, 0, NULL},
 };
 

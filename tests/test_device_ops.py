@@ -339,3 +339,30 @@ def test_a_trace_without_device_ops_has_an_empty_table():
     doc = diagnosis_json(d)
     assert doc["device_ops"]["devices"] == []
     jsonschema.validate(doc, SCHEMA)
+
+
+def test_cells_native_and_numpy_agree(monkeypatch):
+    """The extension's one pass and the numpy fallback give the same cells: codes in
+    order, each op's cell, counts, times, the earliest longest op, short ops."""
+    from tb_perfdiag.analysis import device_ops as D
+    if getattr(D._native, "op_cells", None) is None:
+        pytest.skip("native extension not built")
+    rng = np.random.default_rng(7)
+    n, size = 50_000, 3_000
+    code = rng.integers(0, size, n).astype(np.int64)
+    code[code % 7 == 0] = 11                       # a crowded cell, and unused codes
+    dur = rng.integers(0, 40, n).astype(np.int64)  # ties: the earliest longest op wins
+    short = dur < 10
+    native = D._cells(code, dur, short, size)
+    monkeypatch.setenv("TB_PERFDIAG_NO_NATIVE", "1")
+    ref = D._cells(code, dur, short, size)
+    for a, b, what in zip(native, ref, ("codes", "slot", "count", "time", "longest",
+                                       "position", "short count", "short time")):
+        assert np.array_equal(a, b), what
+    assert native[0].size < size and np.all(np.diff(native[0]) > 0)
+    one = np.arange(10, dtype=np.int64)            # one op per cell
+    for env in (None, "1"):
+        if env is None:
+            monkeypatch.delenv("TB_PERFDIAG_NO_NATIVE")
+        got = D._cells(one, one * 3, one > 5, 10)
+        assert np.array_equal(got[5], one) and np.array_equal(got[4], one * 3)

@@ -29,6 +29,7 @@ copies and collectives alone cover, so only the windows of those few ops are loo
 """
 from __future__ import annotations
 
+import os
 import re
 
 import numpy as np
@@ -38,6 +39,11 @@ from ..trace.model import DEVICE_ACTIVITY, EventKind as K, Trace
 from .annotations import _lookup
 from .result import DeviceOpTable, OpClass, Overlap
 from .shares import LAUNCH_LATENCY_PS
+
+try:                      # the optional C extension: one pass for the cells
+    from .. import _native
+except ImportError:       # pragma: no cover - no compiler where it was installed
+    _native = None
 
 _DIRECTION = {"h2d": "HtoD", "d2h": "DtoH", "d2d": "DtoD", "p2p": "PtoP"}
 _HOST_KINDS = (K.CPU_OP, K.COLLECTIVE, K.TRANSFER_H2D, K.TRANSFER_D2H, K.ALLOC)
@@ -120,17 +126,61 @@ def _dense(ids: np.ndarray, size: int):
     return u, lut
 
 
+def _cells(code: np.ndarray, dur: np.ndarray, short: np.ndarray, size: int) -> tuple:
+    """Each op's cell (its ``code``, in [0, ``size``), numbered in increasing code order):
+    (codes of the cells, cell per op, per cell: ops, summed ``dur``, longest ``dur``, the
+    position of the longest op (the earliest of equals), ops flagged ``short``, their
+    summed ``dur``).  One native pass where the extension is built."""
+    native = None if os.environ.get("TB_PERFDIAG_NO_NATIVE") else \
+        getattr(_native, "op_cells", None)
+    if native is not None and size <= _DENSE_CELLS * 4:
+        got = native(np.ascontiguousarray(code, np.int64), np.ascontiguousarray(dur, np.int64),
+                     np.ascontiguousarray(short, np.bool_), size)
+        return (np.frombuffer(got[0], np.int64), np.frombuffer(got[1], np.int32),
+                *(np.frombuffer(b, np.int64) for b in got[2:]))
+    if size <= _DENSE_CELLS * 4:
+        sc = np.bincount(code, minlength=size)
+        nz = np.flatnonzero(sc)
+        lut = np.full(size, -1, np.int32)
+        lut[nz] = np.arange(nz.shape[0], dtype=np.int32)
+        slot = lut[code]
+        del lut
+        sc = sc[nz]
+    else:
+        nz, slot = np.unique(code, return_inverse=True)
+        slot = slot.reshape(-1)
+        sc = np.bincount(slot, minlength=nz.shape[0])
+    n_cells = nz.shape[0]
+    stime = np.bincount(slot, weights=dur, minlength=n_cells)
+    s_pos = np.empty(n_cells, np.int64)
+    if n_cells == code.shape[0]:              # one op per cell (XLA: an HLO op per step)
+        smax = np.rint(stime).astype(np.int64)
+        s_pos[slot] = np.arange(n_cells)
+    else:
+        smax = np.zeros(n_cells, np.int64)
+        np.maximum.at(smax, slot, dur)
+        at = np.flatnonzero(dur == smax[slot])[::-1]
+        s_pos[slot[at]] = at
+        del at
+    k = np.flatnonzero(short)
+    s_sc = np.bincount(slot[k], minlength=n_cells)
+    s_st = np.bincount(slot[k], weights=dur[k], minlength=n_cells)
+    return nz, slot, sc, np.rint(stime).astype(np.int64), smax, s_pos, s_sc, \
+        np.rint(s_st).astype(np.int64)
+
+
+def _pick(values: list, idx: np.ndarray) -> list:
+    """``[values[i] for i in idx]``, without a Python frame per item."""
+    return list(map(values.__getitem__, idx.tolist()))
+
+
 def _labels(trace: Trace, ops: np.ndarray, kind: np.ndarray, memo: dict):
     """(label id per op, label strings, op class per label): the group name of each op
     (``kind``: the ops' EventKind).  Names are worked out once per distinct string."""
     name = trace.name[ops]
     hlo = _lookup(trace.stats.get("hlo_op"), ops, memo)
     # one key per op: its HLO instruction (odd) or its name (even)
-    key = name.astype(np.int64) * 2
-    h = hlo >= 0
-    if h.any():
-        key[h] = hlo[h].astype(np.int64) * 2 + 1
-    del h
+    key = np.where(hlo >= 0, hlo.astype(np.int64) * 2 + 1, name.astype(np.int64) * 2)
     copy = np.flatnonzero((kind == K.MEMCPY) | (kind == K.MEMSET))
     u, lut = _dense(key, 2 * len(trace.strings) + 1)
     out = lut[key]
@@ -363,49 +413,27 @@ def device_op_table(trace: Trace, ops: np.ndarray, op_step: np.ndarray, n_steps:
     label, names, klass_of = _labels(trace, ops, kind_of_ops, memo)
     n_lab, S1 = len(names), n_steps + 1
     dur = trace.dur[ops]
-    # one code per op: (device, group, launching step; n_steps for none)
+    # one code per op: (launching step, n_steps for none; device, group)
     st = op_step.astype(np.int64)
     st[st < 0] = n_steps
     dl = label.astype(np.int64)
     if n_dev > 1:
         dl += dev.astype(np.int64) * n_lab
-    code = dl * S1 + st
-    size = n_dev * n_lab * S1
-    if size <= _DENSE_CELLS * 4:
-        sc = np.bincount(code, minlength=size)
-        nz = np.flatnonzero(sc)
-        lut = np.full(size, -1, np.int32)
-        lut[nz] = np.arange(nz.shape[0], dtype=np.int32)
-        slot = lut[code]
-        del lut
-        sc = sc[nz]
-    else:
-        nz, slot = np.unique(code, return_inverse=True)
-        slot = slot.reshape(-1)
-        sc = np.bincount(slot, minlength=nz.shape[0])
-    del code
-    n_cells = nz.shape[0]
-    stime = np.bincount(slot, weights=dur, minlength=n_cells)
+    # step-major: ops come in time order, so a step's cells are near each other
+    DL = n_dev * n_lab
+    code = st * DL + dl
+    del dl
     # kernels under the launch latency: a GPU's (TPU and XLA:CPU ops are not launched one
     # by one from the host)
     gpu = np.array([dv.kind == "gpu" for dv in trace.devices] + [False], bool)
-    short = np.flatnonzero((kind_of_ops == K.KERNEL) & (dur < LAUNCH_LATENCY_PS)
-                           & gpu[dev])
-    s_sc = np.bincount(slot[short], minlength=n_cells)
-    s_st = np.bincount(slot[short], weights=dur[short], minlength=n_cells)
-    # longest instance per cell (the earliest of equals)
-    s_long = np.full(n_cells, -1, np.int64)
-    if n_cells == ops.shape[0]:               # one op per cell (XLA: an HLO op per step)
-        smax = np.rint(stime).astype(np.int64)
-        s_long[slot] = ops
-    else:
-        smax = np.zeros(n_cells, np.int64)
-        np.maximum.at(smax, slot, dur)
-        at = np.flatnonzero(dur == smax[slot])[::-1]
-        s_long[slot[at]] = ops[at]
-        del at
+    short = (kind_of_ops == K.KERNEL) & (dur < LAUNCH_LATENCY_PS) & gpu[dev]
+    nz, slot, sc, stime, smax, s_pos, s_sc, s_st = _cells(code, dur, short,
+                                                          n_dev * n_lab * S1)
+    del code
+    n_cells = nz.shape[0]
     # rows: (device, group) pairs, by device then most time first
-    c_dl, c_st = nz // S1, (nz % S1).astype(np.int32)
+    c_st, c_dl = np.divmod(nz, DL)
+    c_st = c_st.astype(np.int32)
     tim = np.bincount(c_dl, weights=stime, minlength=n_dev * n_lab)
     cnt = np.bincount(c_dl, weights=sc, minlength=n_dev * n_lab)
     cells = np.flatnonzero(cnt)
@@ -418,17 +446,31 @@ def device_op_table(trace: Trace, ops: np.ndarray, op_step: np.ndarray, n_steps:
     gmax = np.zeros(n_rows, np.int64)
     np.maximum.at(gmax, c_row, smax)
     hit = np.flatnonzero(smax == gmax[c_row])
-    longest = np.full(n_rows, -1, np.int64)
-    first = np.full(n_rows, np.iinfo(np.int64).max, np.int64)
-    np.minimum.at(first, c_row[hit], s_long[hit])
-    longest[:] = first
+    pos = np.full(n_rows, np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(pos, c_row[hit], s_pos[hit])      # ops ascend: the earliest
+    longest = ops[pos]
     hcat = _lookup(trace.stats.get("hlo_category"), longest, {}) \
         if "hlo_category" in trace.stats else np.full(n_rows, -1)
     # the host op and the annotation that most of each row's time came from; where the
     # table is too large to count, those of its longest instance
     row = c_row[slot]
+    # short kernels per row, device and (step, device), from the cells (none off GPUs)
+    if short.any():
+        c_dev = c_dl // n_lab
+        r_sc = np.bincount(c_row, weights=s_sc, minlength=n_rows)
+        r_st = np.bincount(c_row, weights=s_st, minlength=n_rows)
+        d_short = np.bincount(c_dev, weights=s_sc, minlength=n_dev)
+        d_short_t = np.bincount(c_dev, weights=s_st, minlength=n_dev)
+        sd = c_st.astype(np.int64) * n_dev + c_dev
+        st_short = np.bincount(sd, weights=s_sc, minlength=S1 * n_dev)[: n_steps * n_dev]
+        st_short_t = np.bincount(sd, weights=s_st, minlength=S1 * n_dev)[: n_steps * n_dev]
+        del c_dev, sd
+    else:
+        r_sc, r_st = np.zeros(n_rows), np.zeros(n_rows)
+        d_short, d_short_t = np.zeros(n_dev), np.zeros(n_dev)
+        st_short, st_short_t = np.zeros(n_steps * n_dev), np.zeros(n_steps * n_dev)
+    del short
     host = _host_ops(trace, ops, origin, memo)
-    pos = np.searchsorted(ops, longest)           # ops ascend
     r_host = _dominant(row, host, dur, n_rows, host[pos])
     del host
     if path_of_op is not None and paths:
@@ -454,26 +496,16 @@ def device_op_table(trace: Trace, ops: np.ndarray, op_step: np.ndarray, n_steps:
         sov = overlap(ts, end, kl, sk, S1 * n_dev)[: n_steps * n_dev]
         del ts, end, sk
     del kl, st
-    # short kernels per device and per (step, device), from the cells
-    c_dev = c_dl // n_lab
-    d_short = np.bincount(c_dev, weights=s_sc, minlength=n_dev)
-    d_short_t = np.bincount(c_dev, weights=s_st, minlength=n_dev)
-    sd = c_st.astype(np.int64) * n_dev + c_dev
-    st_short = np.bincount(sd, weights=s_sc, minlength=S1 * n_dev)[: n_steps * n_dev]
-    st_short_t = np.bincount(sd, weights=s_st, minlength=S1 * n_dev)[: n_steps * n_dev]
-    r_sc = np.bincount(c_row, weights=s_sc, minlength=n_rows)
-    r_st = np.bincount(c_row, weights=s_st, minlength=n_rows)
     in_step = c_st < n_steps
     if in_step.all():                         # every op launched by a step: no copies
         in_step = slice(None)
 
     def strs(ids, make):
-        memo_s = {}
-        return [memo_s[x] if x in memo_s else memo_s.setdefault(x, make(x))
-                for x in np.asarray(ids).tolist()]
-    s_cells = s_long[in_step]
+        u, inv = np.unique(np.asarray(ids), return_inverse=True)
+        return _pick([make(x) for x in u.tolist()], inv.reshape(-1))
+    s_cells = ops[s_pos[in_step]]
     table = DeviceOpTable(
-        device=(cells // n_lab).astype(np.int32), name=[names[i] for i in r_lab.tolist()],
+        device=(cells // n_lab).astype(np.int32), name=_pick(names, r_lab),
         klass=klass_of[r_lab].astype(np.int8), count=np.rint(cnt[cells]).astype(np.int64),
         time=np.rint(tim[cells]).astype(np.int64),
         short_count=np.rint(r_sc).astype(np.int64), short_time=np.rint(r_st).astype(np.int64),
