@@ -456,15 +456,16 @@ def device_op_table(trace: Trace, ops: np.ndarray, op_step: np.ndarray, n_steps:
     row = c_row[slot]
     # short kernels per row, device and (step, device), from the cells (none off GPUs)
     if short.any():
-        c_dev = c_dl // n_lab
-        r_sc = np.bincount(c_row, weights=s_sc, minlength=n_rows)
-        r_st = np.bincount(c_row, weights=s_st, minlength=n_rows)
-        d_short = np.bincount(c_dev, weights=s_sc, minlength=n_dev)
-        d_short_t = np.bincount(c_dev, weights=s_st, minlength=n_dev)
-        sd = c_st.astype(np.int64) * n_dev + c_dev
-        st_short = np.bincount(sd, weights=s_sc, minlength=S1 * n_dev)[: n_steps * n_dev]
-        st_short_t = np.bincount(sd, weights=s_st, minlength=S1 * n_dev)[: n_steps * n_dev]
-        del c_dev, sd
+        k = np.flatnonzero(s_sc)                  # the cells with short kernels only
+        k_sc, k_st, k_dev = s_sc[k], s_st[k], c_dl[k] // n_lab
+        r_sc = np.bincount(c_row[k], weights=k_sc, minlength=n_rows)
+        r_st = np.bincount(c_row[k], weights=k_st, minlength=n_rows)
+        d_short = np.bincount(k_dev, weights=k_sc, minlength=n_dev)
+        d_short_t = np.bincount(k_dev, weights=k_st, minlength=n_dev)
+        sd = c_st[k].astype(np.int64) * n_dev + k_dev
+        st_short = np.bincount(sd, weights=k_sc, minlength=S1 * n_dev)[: n_steps * n_dev]
+        st_short_t = np.bincount(sd, weights=k_st, minlength=S1 * n_dev)[: n_steps * n_dev]
+        del k, k_sc, k_st, k_dev, sd
     else:
         r_sc, r_st = np.zeros(n_rows), np.zeros(n_rows)
         d_short, d_short_t = np.zeros(n_dev), np.zeros(n_dev)
