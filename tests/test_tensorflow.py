@@ -143,8 +143,8 @@ def test_tf_capture_speaks_tensorflow(name):
         assert d["step_source"] != "host_annotations"
 
 
-INPUT_BOUND = sorted(n for n, g in CAPTURES.items()
-                     if g["input_bound"] and not n.startswith("keras"))
+# Keras' among them: its train function's get_next waits inside the function's runtime
+INPUT_BOUND = sorted(n for n, g in CAPTURES.items() if g["input_bound"])
 
 
 @pytest.mark.parametrize("name", INPUT_BOUND)
@@ -161,16 +161,6 @@ def test_input_bound_captures_blame_the_input_pipeline(name):
     # the stage named is the one the generator made slow
     stage = "PyFunc" if "PyFunc" in CAPTURES[name]["slow_stage"] else "Resize"
     assert stage in top["title"]
-
-
-@pytest.mark.xfail(strict=True, reason="Keras runs get_next inside its multi_step_on_iterator "
-                   "tf.function: the flow links the XLA ops to the function's dispatch "
-                   "(FunctionRun), which returned before the gap, so the wait reads as "
-                   "device-side; following the function's executor is left for later")
-@pytest.mark.parametrize("name", ["keras_fit", "keras_fit_spe"])
-def test_keras_input_bound(name):
-    big = [g for g in _diag(name)["gaps"] if g["duration_ns"] >= 10_000_000]
-    assert big and all(g["cause"] == C.DATA_LOADING for g in big)
 
 
 def test_parallel_map_and_prefetch_shrink_the_input_idle():

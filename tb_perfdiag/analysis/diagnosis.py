@@ -30,6 +30,7 @@ from .refs import event_refs
 from .ops import op_table
 from .device_ops import device_op_table, fill_overlap
 from .shares import split
+from .tfdata import get_next_spans
 from .result import DeviceTable, Diagnosis, GapTable, StepNumbers
 from .steps import device_windows, find_steps, launched_busy, launching_steps
 
@@ -166,6 +167,7 @@ def _diagnose(trace: Trace, opt: Options, progress):
     ctx = host_context(trace, origin, via)
     users = user_threads(trace, steps.thread) or dispatch_threads(trace, root)
     executors = region_threads(trace)
+    get_next = get_next_spans(trace)
     compilations = usercalls.compilations(trace, steps, root, users)
     transfers = usercalls.transfers(trace, steps, users)
 
@@ -187,7 +189,7 @@ def _diagnose(trace: Trace, opt: Options, progress):
         lo, hi = int(us[0]), int(ue[-1])
         gs, ge, prev, nxt, ss, se = find_gaps(trace, d, ops, us, ue, threshold_ps)
         wf = _issuer(trace, origin, root, nxt, users, executors)
-        sp = split(trace, gs, ge, nxt, wf, ops, us, ue, ctx, users)
+        sp = split(trace, gs, ge, nxt, wf, ops, us, ue, ctx, users, get_next)
         # waited_for names the call that issued the op (a launch, an execute); the split
         # judges by the user's dispatch that call traces back to
         gt = _DeviceGaps(d, gs, ge, prev, nxt, origin[nxt].astype(np.int64), sp)
@@ -211,7 +213,7 @@ def _diagnose(trace: Trace, opt: Options, progress):
             a, b = wb[:1].astype(np.int64), np.array([lo], np.int64)
             lead_in[d] = split(trace, a, b, first,
                                _issuer(trace, origin, root, first, users, executors),
-                               ops, us, ue, ctx, users).shares[0]
+                               ops, us, ue, ctx, users, get_next).shares[0]
         if len(gt):
             dev_idle[d] = gt.shares.sum(axis=0)
         dev_busy[d], dev_lo[d], dev_hi[d], dev_ops_n[d] = int((ue - us).sum()), lo, hi, ops.size

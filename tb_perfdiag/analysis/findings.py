@@ -310,7 +310,7 @@ def _signature(trace, diag, ctx, cul, cause, ev, g, r, fw) -> tuple:
     elif cause == C.DATA_LOADING and any("SingleProcessDataLoaderIter" in n for n in chain):
         label = "DataLoader on the main thread"
     elif cause == C.DATA_LOADING and (st := tfdata.stage(
-            trace, ctx.lines, int(g.thread[r]), int(g.start[r]), int(g.rest_end[r]), ev)):
+            trace, ctx.lines, int(g.thread[r]), int(g.start[r]), int(g.end[r]), ev)):
         ops, label, where = st[0], st[1], None
     return (sub, where, ops, label, chain, ev)
 

@@ -185,10 +185,11 @@ def _runtime_h2d(trace: Trace, user_threads: list):
 
 def split(trace: Trace, gs: np.ndarray, ge: np.ndarray, nxt: np.ndarray, wf: np.ndarray,
           device_ops: np.ndarray, us: np.ndarray, ue: np.ndarray, ctx,
-          fallback_threads: list) -> Split:
+          fallback_threads: list, get_next: tuple | None = None) -> Split:
     """The counterfactual split of each gap [gs, ge) of one device (module docstring).
     ``wf``: the host call that issued each gap's ending op (−1); ``us``/``ue``: the
-    device's busy set; ``fallback_threads``: the user's threads, main first."""
+    device's busy set; ``fallback_threads``: the user's threads, main first;
+    ``get_next``: the union of tf.data get_next calls (``tfdata.get_next_spans``)."""
     n = gs.shape[0]
     shares = np.zeros((n, N_CAUSES), np.int64)
     thread = np.full(n, -1, np.int32)
@@ -227,6 +228,17 @@ def split(trace: Trace, gs: np.ndarray, ge: np.ndarray, nxt: np.ndarray, wf: np.
     coll = np.array([is_collective_kernel(trace.strings[x]) for x in u.tolist()],
                     bool)[inv.reshape(-1)]
     wait = ge - rest_end - staged
+    # TensorFlow: L dispatched a function (it is no launch call: Keras' train function)
+    # and the function's get_next was still waiting for tf.data -- the runtime could
+    # enqueue E only once its input existed, so that part of the wait is data loading
+    fed = np.zeros(n, np.int64)
+    if get_next is not None and get_next[0].size:
+        cand = np.flatnonzero(ok & ~coll & (wait > 0) & (trace.kind[w] != K.LAUNCH))
+        if cand.size:
+            fed[cand] = np.minimum(covered(get_next[0], get_next[1], rest_end[cand],
+                                           ge[cand]), wait[cand])
+    shares[:, DATA_LOADING] += fed
+    wait = wait - fed
     shares[:, DEVICE_WAIT] = np.where(coll, 0, wait)
     shares[:, COLLECTIVE_WAIT] = np.where(coll, wait, 0)
     rest = rest_end - gs
@@ -345,8 +357,9 @@ def split(trace: Trace, gs: np.ndarray, ge: np.ndarray, nxt: np.ndarray, wf: np.
     # its iterators, so the op to name is the pipeline's slowest stage on those threads
     data_rows = np.flatnonzero(primary == DATA_LOADING)
     if data_rows.size:
-        stage = slowest_stage(trace, lines, gs[data_rows],
-                              np.maximum(rest_end[data_rows], gs[data_rows] + 1))
+        # where the input was awaited in the function's runtime, over the whole gap
+        b = np.where(fed[data_rows] > 0, ge[data_rows], rest_end[data_rows])
+        stage = slowest_stage(trace, lines, gs[data_rows], np.maximum(b, gs[data_rows] + 1))
         culprit[data_rows] = np.where(stage >= 0, stage, culprit[data_rows])
     blocking[shares[:, HOST_SYNC] == 0] = -1       # named only where it earned a share
     sync_rows = (primary == HOST_SYNC) & (blocking >= 0)

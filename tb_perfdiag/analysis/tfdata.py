@@ -14,12 +14,24 @@ import numpy as np
 
 from ..trace.classify import is_input_pipeline_thread, iterator_stage
 from ..trace.model import Trace
+from .intervals import union
 
 # per batch the consumer calls get_next once (a Keras multi-step call: once per step)
 _GET_NEXT = re.compile(r"^Iterator\w*GetNext\w*Op::DoCompute$|^IteratorGetNext\w*Op::DoCompute$")
 _PYTHON_STAGE = re.compile(r"^(PyFunc|EagerPyFunc|PyFuncStateless)$")
 STAGE_LABEL = "slowest tf.data stage"
 STAGE_KIND = {"py_function": "Python function", "tf_ops": "TF ops"}
+
+
+def get_next_spans(trace: Trace) -> tuple:
+    """(starts, ends): the union of the times a tf.data get_next op ran on a host thread
+    (the consumer blocked until its batch existed); empty for a trace without tf.data."""
+    if trace.format == "kineto":
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    ids = [i for i, n in enumerate(trace.strings) if "GetNext" in n and _GET_NEXT.match(n)]
+    ev = np.flatnonzero(np.isin(trace.name, ids)) if ids else np.zeros(0, np.int64)
+    ev = ev[trace.track_kind[trace.track[ev]] == 0]
+    return union(trace.ts[ev], trace.end_of(ev))
 
 
 def fix_key(label: str) -> str:
