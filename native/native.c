@@ -2458,20 +2458,30 @@ done:
     return out;
 }
 
-/* Device-op cells (tb_perfdiag.analysis.device_ops): every op's code (device, group,
- * step) in [0, n_codes) to a dense cell numbered in increasing code order, and per cell
- * its op count, summed duration, longest op (the earliest of equals) and the ops flagged
- * short with their duration -- one pass over the ops where numpy needs a dozen. */
+/* Device-op cells (tb_perfdiag.analysis.device_ops).  Every op's code is
+ * step * n_dl + dl, dl = device * n_lab + group, in [0, n_codes).  Each code used becomes
+ * a dense cell, numbered in increasing code order, with its step and dl, its op count,
+ * summed duration and longest op (the earliest of equals).  The cells are then folded
+ * into rows (per dl: count, time, longest op, short ops and their time) and short ops per
+ * (step, device): one pass over the ops and one over the cells, where numpy needs two
+ * dozen.  Per-cell outputs are as narrow as they can be: on a million cells, fresh
+ * memory is most of the cost (its page faults). */
+
+enum { OC_STEP, OC_DL, OC_POS, OC_CNT, OC_TIM, OC_RCNT, OC_RTIM, OC_RPOS, OC_RSC, OC_RST,
+       OC_SDSC, OC_SDST, OC_N };
 
 static PyObject *op_cells(PyObject *self, PyObject *args) {
     Py_buffer cb, db, fb;
-    Py_ssize_t n_codes;
-    if (!PyArg_ParseTuple(args, "y*y*y*n", &cb, &db, &fb, &n_codes)) return NULL;
-    PyObject *out = NULL, *bufs[8] = {NULL};
+    Py_ssize_t n_codes, n_dl, n_lab;
+    if (!PyArg_ParseTuple(args, "y*y*y*nnn", &cb, &db, &fb, &n_codes, &n_dl, &n_lab))
+        return NULL;
+    PyObject *out = NULL, *bufs[OC_N] = {NULL};
     int32_t *lut = NULL;
     Py_ssize_t n = cb.len / 8, n_cells = 0;
-    if (cb.len % 8 || db.len != cb.len || fb.len != n || n_codes < 0) {
-        PyErr_SetString(PyExc_ValueError, "op_cells: want int64 code, int64 dur, bool short");
+    if (cb.len % 8 || db.len != cb.len || fb.len != n || n_codes < 0 || n_dl <= 0 ||
+            n_lab <= 0 || n_dl % n_lab || n_codes % n_dl || n >= INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "op_cells: want int64 code, int64 dur, bool short, "
+                        "n_codes a multiple of n_dl, n_dl of n_lab");
         goto done;
     }
     lut = malloc(sizeof(int32_t) * (size_t)(n_codes + 1));
@@ -2494,46 +2504,74 @@ static PyObject *op_cells(PyObject *self, PyObject *args) {
             goto done;
         }
     }
-    bufs[0] = PyByteArray_FromStringAndSize(NULL, n_cells * 8);   /* codes, ascending */
-    bufs[1] = PyByteArray_FromStringAndSize(NULL, n * 4);         /* cell per op */
-    for (int k = 2; k < 8; k++)        /* count, time, longest dur, its position, short n, t */
+    Py_ssize_t n_dev = n_dl / n_lab, n_sd = (n_codes / n_dl) * n_dev;
+    for (int k = OC_STEP; k <= OC_POS; k++)
+        bufs[k] = PyByteArray_FromStringAndSize(NULL, n_cells * 4);
+    for (int k = OC_CNT; k <= OC_TIM; k++)
         bufs[k] = PyByteArray_FromStringAndSize(NULL, n_cells * 8);
-    for (int k = 0; k < 8; k++)
+    for (int k = OC_RCNT; k <= OC_RST; k++)
+        bufs[k] = PyByteArray_FromStringAndSize(NULL, n_dl * 8);
+    for (int k = OC_SDSC; k <= OC_SDST; k++)
+        bufs[k] = PyByteArray_FromStringAndSize(NULL, n_sd * 8);
+    for (int k = 0; k < OC_N; k++)
         if (!bufs[k]) goto done;
     {
+#define OC(k, T) ((T *)PyByteArray_AS_STRING(bufs[k]))
         const int64_t *code = cb.buf, *dur = db.buf;
         const unsigned char *shrt = fb.buf;
-        int64_t *nz = (int64_t *)PyByteArray_AS_STRING(bufs[0]);
-        int32_t *slot = (int32_t *)PyByteArray_AS_STRING(bufs[1]);
-        int64_t *cnt = (int64_t *)PyByteArray_AS_STRING(bufs[2]);
-        int64_t *tim = (int64_t *)PyByteArray_AS_STRING(bufs[3]);
-        int64_t *mx = (int64_t *)PyByteArray_AS_STRING(bufs[4]);
-        int64_t *pos = (int64_t *)PyByteArray_AS_STRING(bufs[5]);
-        int64_t *sc = (int64_t *)PyByteArray_AS_STRING(bufs[6]);
-        int64_t *st = (int64_t *)PyByteArray_AS_STRING(bufs[7]);
+        int32_t *cst = OC(OC_STEP, int32_t), *cdl = OC(OC_DL, int32_t),
+                *pos = OC(OC_POS, int32_t);
+        int64_t *cnt = OC(OC_CNT, int64_t), *tim = OC(OC_TIM, int64_t),
+                *rcnt = OC(OC_RCNT, int64_t), *rtim = OC(OC_RTIM, int64_t),
+                *rpos = OC(OC_RPOS, int64_t), *rsc = OC(OC_RSC, int64_t),
+                *rst = OC(OC_RST, int64_t), *sdsc = OC(OC_SDSC, int64_t),
+                *sdst = OC(OC_SDST, int64_t);
+#undef OC
         Py_BEGIN_ALLOW_THREADS
-        for (Py_ssize_t c = 0; c < n_codes; c++)
-            if (lut[c] >= 0) nz[lut[c]] = c;
+        for (Py_ssize_t c = 0, s = 0, d = 0; c < n_codes; c++) {   /* c = s * n_dl + d */
+            if (lut[c] >= 0) {
+                cst[lut[c]] = (int32_t)s;
+                cdl[lut[c]] = (int32_t)d;
+            }
+            if (++d == n_dl) { d = 0; s++; }
+        }
         memset(cnt, 0, n_cells * 8);
         memset(tim, 0, n_cells * 8);
-        memset(sc, 0, n_cells * 8);
-        memset(st, 0, n_cells * 8);
-        memset(mx, 0xff, n_cells * 8);              /* -1: no op yet */
+        memset(rcnt, 0, n_dl * 8);
+        memset(rtim, 0, n_dl * 8);
+        memset(rsc, 0, n_dl * 8);
+        memset(rst, 0, n_dl * 8);
+        memset(rpos, 0xff, n_dl * 8);
+        memset(sdsc, 0, n_sd * 8);
+        memset(sdst, 0, n_sd * 8);
         for (Py_ssize_t i = 0; i < n; i++) {
             int32_t c = lut[code[i]];
-            slot[i] = c;
-            cnt[c]++;
+            if (!cnt[c]++ || dur[i] > dur[pos[c]]) pos[c] = (int32_t)i;
             tim[c] += dur[i];
-            if (dur[i] > mx[c]) { mx[c] = dur[i]; pos[c] = i; }
-            if (shrt[i]) { sc[c]++; st[c] += dur[i]; }
+            if (shrt[i]) {
+                int32_t dl = cdl[c];
+                rsc[dl]++;
+                rst[dl] += dur[i];
+                Py_ssize_t sd = (Py_ssize_t)cst[c] * n_dev + dl / n_lab;
+                sdsc[sd]++;
+                sdst[sd] += dur[i];
+            }
+        }
+        /* rows: of the cells holding a row's longest duration, the lowest position */
+        for (Py_ssize_t c = 0; c < n_cells; c++) {
+            int32_t dl = cdl[c];
+            int64_t p = rpos[dl], mc = dur[pos[c]];
+            rcnt[dl] += cnt[c];
+            rtim[dl] += tim[c];
+            if (p < 0 || mc > dur[p] || (mc == dur[p] && pos[c] < p)) rpos[dl] = pos[c];
         }
         Py_END_ALLOW_THREADS
     }
-    out = PyTuple_New(8);
+    out = PyTuple_New(OC_N);
     if (out)
-        for (int k = 0; k < 8; k++) { PyTuple_SET_ITEM(out, k, bufs[k]); bufs[k] = NULL; }
+        for (int k = 0; k < OC_N; k++) { PyTuple_SET_ITEM(out, k, bufs[k]); bufs[k] = NULL; }
 done:
-    for (int k = 0; k < 8; k++) Py_XDECREF(bufs[k]);
+    for (int k = 0; k < OC_N; k++) Py_XDECREF(bufs[k]);
     free(lut);
     PyBuffer_Release(&cb);
     PyBuffer_Release(&db);
@@ -2557,8 +2595,8 @@ static PyMethodDef methods[] = {
     {"nest_sorted", nest_sorted, METH_VARARGS,
      "nest_sorted(track_i32, ts_i64, end_i64) -> (depth int16 bytes, parent int64 bytes)"},
     {"op_cells", op_cells, METH_VARARGS,
-     "op_cells(code_i64, dur_i64, short_bool, n_codes) -> (codes, cell per op, count, time, "
-     "longest dur, its position, short count, short time); see analysis.device_ops"},
+     "op_cells(code_i64, dur_i64, short_bool, n_codes, n_dl, n_lab) -> the cells and rows of "
+     "analysis.device_ops._cells"},
     {NULL, NULL, 0, NULL},
 };
 

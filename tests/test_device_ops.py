@@ -342,27 +342,39 @@ def test_a_trace_without_device_ops_has_an_empty_table():
 
 
 def test_cells_native_and_numpy_agree(monkeypatch):
-    """The extension's one pass and the numpy fallback give the same cells: codes in
-    order, each op's cell, counts, times, the earliest longest op, short ops."""
+    """The extension's one pass and the numpy fallback give the same cells and rows:
+    each op's cell, per cell its step, group, count, time and earliest longest op, per row
+    the same folded over its cells (unused rows empty), short ops per row and per
+    (step, device)."""
     from tb_perfdiag.analysis import device_ops as D
     if getattr(D._native, "op_cells", None) is None:
         pytest.skip("native extension not built")
     rng = np.random.default_rng(7)
-    n, size = 50_000, 3_000
-    code = rng.integers(0, size, n).astype(np.int64)
-    code[code % 7 == 0] = 11                       # a crowded cell, and unused codes
+    n, n_lab, n_dev, S1 = 50_000, 40, 3, 25
+    DL = n_lab * n_dev
+    code = rng.integers(0, DL * S1, n).astype(np.int64)
+    code[code % 7 == 0] = 11                       # a crowded cell
+    code[code % DL == 5] = 6                       # an unused row
     dur = rng.integers(0, 40, n).astype(np.int64)  # ties: the earliest longest op wins
     short = dur < 10
-    native = D._cells(code, dur, short, size)
+    native = D._cells(code, dur, short, DL * S1, DL, n_lab)
     monkeypatch.setenv("TB_PERFDIAG_NO_NATIVE", "1")
-    ref = D._cells(code, dur, short, size)
-    for a, b, what in zip(native, ref, ("codes", "slot", "count", "time", "longest",
-                                       "position", "short count", "short time")):
-        assert np.array_equal(a, b), what
-    assert native[0].size < size and np.all(np.diff(native[0]) > 0)
+    ref = D._cells(code, dur, short, DL * S1, DL, n_lab)
+    for what in D._Cells._fields:
+        a, b = getattr(native, what), getattr(ref, what)
+        assert a.dtype == b.dtype and np.array_equal(a, b), what
+    assert native.r_count[5] == 0 and native.r_pos[5] == -1
+    # the figures themselves, on one row and one (step, device)
+    row = code % DL == 6
+    assert native.r_count[6] == row.sum() and native.r_time[6] == dur[row].sum()
+    assert native.r_pos[6] == np.flatnonzero(row & (dur == dur[row].max()))[0]
+    sd = (code // DL == 3) & ((code % DL) // n_lab == 2) & short
+    assert native.sd_short[3 * n_dev + 2] == sd.sum()
+    assert native.sd_short_time[3 * n_dev + 2] == dur[sd].sum()
     one = np.arange(10, dtype=np.int64)            # one op per cell
     for env in (None, "1"):
         if env is None:
             monkeypatch.delenv("TB_PERFDIAG_NO_NATIVE")
-        got = D._cells(one, one * 3, one > 5, 10)
-        assert np.array_equal(got[5], one) and np.array_equal(got[4], one * 3)
+        got = D._cells(one, one * 3, one > 5, 10, 10, 5)
+        assert np.array_equal(got.pos, one) and np.array_equal(got.time, one * 3)
+        assert np.array_equal(got.r_pos, one) and got.sd_short.tolist() == [0, 4]

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import os
 import re
+from typing import NamedTuple
 
 import numpy as np
 
@@ -126,18 +127,38 @@ def _dense(ids: np.ndarray, size: int):
     return u, lut
 
 
-def _cells(code: np.ndarray, dur: np.ndarray, short: np.ndarray, size: int) -> tuple:
-    """Each op's cell (its ``code``, in [0, ``size``), numbered in increasing code order):
-    (codes of the cells, cell per op, per cell: ops, summed ``dur``, longest ``dur``, the
-    position of the longest op (the earliest of equals), ops flagged ``short``, their
-    summed ``dur``).  One native pass where the extension is built."""
+class _Cells(NamedTuple):
+    """What ``_cells`` counts.  Per cell (in increasing code order): ``step``, ``dl``
+    (code = step × n_dl + dl), ``pos`` (int32: the position of its longest op, the
+    earliest of equals), ``count``, ``time`` (summed duration).  Per dl (a row to be):
+    ``r_count``, ``r_time``, ``r_pos`` (−1 where unused), ``r_short``, ``r_short_time``
+    (ops flagged short).  Per step × device + device: ``sd_short``, ``sd_short_time``."""
+    step: np.ndarray
+    dl: np.ndarray
+    pos: np.ndarray
+    count: np.ndarray
+    time: np.ndarray
+    r_count: np.ndarray
+    r_time: np.ndarray
+    r_pos: np.ndarray
+    r_short: np.ndarray
+    r_short_time: np.ndarray
+    sd_short: np.ndarray
+    sd_short_time: np.ndarray
+
+
+def _cells(code: np.ndarray, dur: np.ndarray, short: np.ndarray, size: int, n_dl: int,
+           n_lab: int) -> _Cells:
+    """The (step, device, group) cells of the ops: ``code`` is step × ``n_dl`` + device ×
+    ``n_lab`` + group, in [0, ``size``); the cells folded into rows and (step, device)
+    short-kernel sums (see ``_Cells``).  One native pass where the extension is built."""
     native = None if os.environ.get("TB_PERFDIAG_NO_NATIVE") else \
         getattr(_native, "op_cells", None)
-    if native is not None and size <= _DENSE_CELLS * 4:
+    if native is not None and size <= _DENSE_CELLS * 4 and code.shape[0] < 2 ** 31 - 1:
         got = native(np.ascontiguousarray(code, np.int64), np.ascontiguousarray(dur, np.int64),
-                     np.ascontiguousarray(short, np.bool_), size)
-        return (np.frombuffer(got[0], np.int64), np.frombuffer(got[1], np.int32),
-                *(np.frombuffer(b, np.int64) for b in got[2:]))
+                     np.ascontiguousarray(short, np.bool_), size, n_dl, n_lab)
+        return _Cells(*(np.frombuffer(b, np.int32) for b in got[:3]),
+                      *(np.frombuffer(b, np.int64) for b in got[3:]))
     if size <= _DENSE_CELLS * 4:
         sc = np.bincount(code, minlength=size)
         nz = np.flatnonzero(sc)
@@ -148,13 +169,14 @@ def _cells(code: np.ndarray, dur: np.ndarray, short: np.ndarray, size: int) -> t
         sc = sc[nz]
     else:
         nz, slot = np.unique(code, return_inverse=True)
-        slot = slot.reshape(-1)
+        slot = slot.reshape(-1).astype(np.int32)
         sc = np.bincount(slot, minlength=nz.shape[0])
     n_cells = nz.shape[0]
-    stime = np.bincount(slot, weights=dur, minlength=n_cells)
+    c_st, c_dl = np.divmod(nz, n_dl)
+    stime = np.rint(np.bincount(slot, weights=dur, minlength=n_cells)).astype(np.int64)
     s_pos = np.empty(n_cells, np.int64)
     if n_cells == code.shape[0]:              # one op per cell (XLA: an HLO op per step)
-        smax = np.rint(stime).astype(np.int64)
+        smax = stime
         s_pos[slot] = np.arange(n_cells)
     else:
         smax = np.zeros(n_cells, np.int64)
@@ -162,11 +184,25 @@ def _cells(code: np.ndarray, dur: np.ndarray, short: np.ndarray, size: int) -> t
         at = np.flatnonzero(dur == smax[slot])[::-1]
         s_pos[slot[at]] = at
         del at
+    # rows: the earliest op of the row's longest duration
+    r_tim = np.bincount(c_dl, weights=stime, minlength=n_dl)
+    rmax = np.full(n_dl, -1, np.int64)
+    np.maximum.at(rmax, c_dl, smax)
+    hit = np.flatnonzero(smax == rmax[c_dl])
+    r_pos = np.full(n_dl, np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(r_pos, c_dl[hit], s_pos[hit])
+    r_pos[rmax < 0] = -1
     k = np.flatnonzero(short)
-    s_sc = np.bincount(slot[k], minlength=n_cells)
-    s_st = np.bincount(slot[k], weights=dur[k], minlength=n_cells)
-    return nz, slot, sc, np.rint(stime).astype(np.int64), smax, s_pos, s_sc, \
-        np.rint(s_st).astype(np.int64)
+    k_dl = c_dl[slot[k]]
+    sd = c_st[slot[k]] * (n_dl // n_lab) + k_dl // n_lab
+    n_sd = (size // n_dl) * (n_dl // n_lab)
+
+    def count(key, n, w=None):
+        return np.rint(np.bincount(key, weights=w, minlength=n)).astype(np.int64)
+    return _Cells(c_st.astype(np.int32), c_dl.astype(np.int32), s_pos.astype(np.int32),
+                  sc.astype(np.int64), stime, count(c_dl, n_dl, sc), np.rint(r_tim).astype(np.int64), r_pos,
+                  count(k_dl, n_dl), count(k_dl, n_dl, dur[k]), count(sd, n_sd),
+                  count(sd, n_sd, dur[k]))
 
 
 def _pick(values: list, idx: np.ndarray) -> list:
@@ -177,17 +213,28 @@ def _pick(values: list, idx: np.ndarray) -> list:
 def _labels(trace: Trace, ops: np.ndarray, kind: np.ndarray, memo: dict):
     """(label id per op, label strings, op class per label): the group name of each op
     (``kind``: the ops' EventKind).  Names are worked out once per distinct string."""
-    name = trace.name[ops]
     hlo = _lookup(trace.stats.get("hlo_op"), ops, memo)
-    # one key per op: its HLO instruction (odd) or its name (even)
-    key = np.where(hlo >= 0, hlo.astype(np.int64) * 2 + 1, name.astype(np.int64) * 2)
     copy = np.flatnonzero((kind == K.MEMCPY) | (kind == K.MEMSET))
-    u, lut = _dense(key, 2 * len(trace.strings) + 1)
-    out = lut[key]
-    del key
     strings = trace.strings
-    labels = [strings[x >> 1] if x & 1 else fold_kernel_name(strings[x >> 1])
-              for x in u.tolist()]
+    no_hlo = np.flatnonzero(hlo < 0)
+    if no_hlo.shape[0] == np.count_nonzero(np.isin(no_hlo, copy, assume_unique=True)):
+        # every op an HLO op or a copy (XLA): the instruction is the group; the copies'
+        # groups come below
+        u, lut = _dense(hlo, len(strings))
+        out = lut[hlo]
+        labels = _pick(strings, u)
+    else:
+        name = trace.name[ops]
+        # one key per op: its HLO instruction (odd) or its name (even)
+        key = np.where(hlo >= 0, hlo.astype(np.int64) * 2 + 1, name.astype(np.int64) * 2)
+        u, lut = _dense(key, 2 * len(strings) + 1)
+        out = lut[key]
+        del key
+        # HLO names stand as they are; only kernel names are folded
+        labels = _pick(strings, u >> 1)
+        for i in np.flatnonzero((u & 1) == 0).tolist():
+            labels[i] = fold_kernel_name(labels[i])
+    del no_hlo
     if copy.size:
         # copies and sets by direction, from their name or their memcpy_kind /
         # memcpy_details stat: (kind, name, detail) triples are few
@@ -198,22 +245,25 @@ def _labels(trace: Trace, ops: np.ndarray, kind: np.ndarray, memo: dict):
             if sv is not None and sv.is_string:
                 v = _lookup(sv, sub, None).astype(np.int64)
                 detail = np.where(v >= 0, v, detail)
-        trip = np.stack([kind[copy].astype(np.int64), name[copy].astype(np.int64), detail], 1)
+        trip = np.stack([kind[copy].astype(np.int64), trace.name[sub].astype(np.int64), detail], 1)
         tu, inv = np.unique(trip, axis=0, return_inverse=True)
         cl = [_copy_label(k, strings[n], strings[x] if x >= 0 else "") for k, n, x in tu.tolist()]
         names = list(dict.fromkeys(cl))
         at = {lb: len(labels) + i for i, lb in enumerate(names)}
         labels += names
         out[copy] = np.array([at[lb] for lb in cl], np.int32)[inv.reshape(-1)]
-    # the same label from several strings is one group
+    return _finish(out, labels)
+
+
+def _finish(out: np.ndarray, labels: list):
+    """``_labels``' answer: the same label from several strings is one group."""
     index = dict.fromkeys(labels)
     if len(index) < len(labels):
         index = {lb: i for i, lb in enumerate(index)}
         remap = np.array([index[lb] for lb in labels], np.int32)
         out = remap[out]
         labels = list(index)
-    klass = _classes(labels)
-    return out, labels, klass
+    return out, labels, _classes(labels)
 
 
 # copies; XLA's asynchronous copies (TPU ``copy-start``/``copy-done``: waits on a DMA) too
@@ -230,8 +280,7 @@ def _classes(labels: list) -> np.ndarray:
     if not labels:
         return klass
     text = "\n".join(labels)
-    starts = np.cumsum(np.fromiter(map(len, labels), np.int64, len(labels)) + 1) - \
-        np.fromiter(map(len, labels), np.int64, len(labels)) - 1
+    starts = None
     low = text.lower()
     for rx, c, hints, where in (
             (_COLLECTIVE, OpClass.COLLECTIVE, ("ccl", "all-", "allreduce", "allgather",
@@ -242,6 +291,9 @@ def _classes(labels: list) -> np.ndarray:
             continue
         pos = [m.start() for m in rx.finditer(where)]
         if pos:
+            if starts is None:
+                lens = np.fromiter(map(len, labels), np.int64, len(labels))
+                starts = np.cumsum(lens + 1) - lens - 1
             klass[np.searchsorted(starts, pos, side="right") - 1] = c
     return klass
 
@@ -396,7 +448,11 @@ def device_op_table(trace: Trace, ops: np.ndarray, op_step: np.ndarray, n_steps:
     Ops are counted once, into (device, group, step) cells; rows and their totals,
     longest instances and short kernels come from the cells."""
     n_dev = len(trace.devices)
-    dev = trace.track_device[trace.track[ops]]
+    # events lie by track and ops ascend: each track's ops are one run
+    runs = np.diff(np.searchsorted(ops, np.searchsorted(
+        trace.track, np.arange(len(trace.track_device) + 1))))
+    dev = np.repeat(trace.track_device, runs)
+    del runs
     keep = dev >= 0
     if not keep.all():
         ops, op_step, dev = ops[keep], op_step[keep], dev[keep]
@@ -422,54 +478,39 @@ def device_op_table(trace: Trace, ops: np.ndarray, op_step: np.ndarray, n_steps:
     # step-major: ops come in time order, so a step's cells are near each other
     DL = n_dev * n_lab
     code = st * DL + dl
-    del dl
     # kernels under the launch latency: a GPU's (TPU and XLA:CPU ops are not launched one
     # by one from the host)
     gpu = np.array([dv.kind == "gpu" for dv in trace.devices] + [False], bool)
-    short = (kind_of_ops == K.KERNEL) & (dur < LAUNCH_LATENCY_PS) & gpu[dev]
-    nz, slot, sc, stime, smax, s_pos, s_sc, s_st = _cells(code, dur, short,
-                                                          n_dev * n_lab * S1)
+    if not gpu.any():
+        short = np.zeros(ops.shape[0], bool)
+    else:
+        short = (kind_of_ops == K.KERNEL) & (dur < LAUNCH_LATENCY_PS)
+        if not gpu[:-1].all() or (dev < 0).any():
+            short &= gpu[dev]
+    cc = _cells(code, dur, short, DL * S1, DL, n_lab)
     del code
-    n_cells = nz.shape[0]
     # rows: (device, group) pairs, by device then most time first
-    c_st, c_dl = np.divmod(nz, DL)
-    c_st = c_st.astype(np.int32)
-    tim = np.bincount(c_dl, weights=stime, minlength=n_dev * n_lab)
-    cnt = np.bincount(c_dl, weights=sc, minlength=n_dev * n_lab)
-    cells = np.flatnonzero(cnt)
-    cells = cells[np.lexsort((-tim[cells], cells // n_lab))]
+    cells = np.flatnonzero(cc.r_count)
+    cells = cells[np.lexsort((-cc.r_time[cells], cells // n_lab))]
     n_rows = cells.shape[0]
-    row_of = np.full(n_dev * n_lab, -1, np.int64)
+    row_of = np.full(DL, -1, np.int32)
     row_of[cells] = np.arange(n_rows)
-    c_row = row_of[c_dl]
+    c_row = row_of[cc.dl]
     r_lab = cells % n_lab
-    gmax = np.zeros(n_rows, np.int64)
-    np.maximum.at(gmax, c_row, smax)
-    hit = np.flatnonzero(smax == gmax[c_row])
-    pos = np.full(n_rows, np.iinfo(np.int64).max, np.int64)
-    np.minimum.at(pos, c_row[hit], s_pos[hit])      # ops ascend: the earliest
+    pos = cc.r_pos[cells]
     longest = ops[pos]
     hcat = _lookup(trace.stats.get("hlo_category"), longest, {}) \
         if "hlo_category" in trace.stats else np.full(n_rows, -1)
     # the host op and the annotation that most of each row's time came from; where the
     # table is too large to count, those of its longest instance
-    row = c_row[slot]
-    # short kernels per row, device and (step, device), from the cells (none off GPUs)
-    if short.any():
-        k = np.flatnonzero(s_sc)                  # the cells with short kernels only
-        k_sc, k_st, k_dev = s_sc[k], s_st[k], c_dl[k] // n_lab
-        r_sc = np.bincount(c_row[k], weights=k_sc, minlength=n_rows)
-        r_st = np.bincount(c_row[k], weights=k_st, minlength=n_rows)
-        d_short = np.bincount(k_dev, weights=k_sc, minlength=n_dev)
-        d_short_t = np.bincount(k_dev, weights=k_st, minlength=n_dev)
-        sd = c_st[k].astype(np.int64) * n_dev + k_dev
-        st_short = np.bincount(sd, weights=k_sc, minlength=S1 * n_dev)[: n_steps * n_dev]
-        st_short_t = np.bincount(sd, weights=k_st, minlength=S1 * n_dev)[: n_steps * n_dev]
-        del k, k_sc, k_st, k_dev, sd
-    else:
-        r_sc, r_st = np.zeros(n_rows), np.zeros(n_rows)
-        d_short, d_short_t = np.zeros(n_dev), np.zeros(n_dev)
-        st_short, st_short_t = np.zeros(n_steps * n_dev), np.zeros(n_steps * n_dev)
+    row = row_of[dl]
+    del dl
+    # short kernels per row, device and (step, device) (none off GPUs)
+    r_sc, r_st = cc.r_short[cells], cc.r_short_time[cells]
+    sd_sc = cc.sd_short.reshape(S1, n_dev)
+    sd_st = cc.sd_short_time.reshape(S1, n_dev)
+    d_short, d_short_t = sd_sc.sum(axis=0), sd_st.sum(axis=0)
+    st_short, st_short_t = sd_sc[:n_steps], sd_st[:n_steps]
     del short
     host = _host_ops(trace, ops, origin, memo)
     r_host = _dominant(row, host, dur, n_rows, host[pos])
@@ -478,25 +519,26 @@ def device_op_table(trace: Trace, ops: np.ndarray, op_step: np.ndarray, n_steps:
         r_path = _dominant(row, path_of_op, dur, n_rows, path_of_op[pos])
     else:
         r_path = np.full(n_rows, -1)
-    del row, slot
+    del row
     # overlap per device and per (step, device)
-    kl = klass_of[label]
-    del label
     nc = None
     if defer_overlap:
-        sel = np.flatnonzero(kl != OpClass.COMPUTE)
-        nc = (ops[sel], kl[sel], op_step[sel].astype(np.int64))
+        other = klass_of != OpClass.COMPUTE
+        sel = np.flatnonzero(other[label]) if other.any() else np.zeros(0, np.int64)
+        nc = (ops[sel], klass_of[label[sel]], op_step[sel].astype(np.int64))
         ov = np.zeros((n_dev, len(Overlap)), np.int64)
         sov = np.zeros((n_steps * n_dev, len(Overlap)), np.int64)
     else:
+        kl = klass_of[label]
         ts = trace.ts[ops]
         end = ts + dur
         dv = dev.astype(np.int64) if n_dev > 1 else np.zeros(ts.shape[0], np.int64)
         ov = overlap(ts, end, kl, dv, n_dev)
         sk = st * n_dev + dv if n_dev > 1 else st
         sov = overlap(ts, end, kl, sk, S1 * n_dev)[: n_steps * n_dev]
-        del ts, end, sk
-    del kl, st
+        del ts, end, sk, kl
+    del label, st
+    c_st = cc.step
     in_step = c_st < n_steps
     if in_step.all():                         # every op launched by a step: no copies
         in_step = slice(None)
@@ -504,46 +546,54 @@ def device_op_table(trace: Trace, ops: np.ndarray, op_step: np.ndarray, n_steps:
     def strs(ids, make):
         u, inv = np.unique(np.asarray(ids), return_inverse=True)
         return _pick([make(x) for x in u.tolist()], inv.reshape(-1))
-    s_cells = ops[s_pos[in_step]]
+    s_cells = ops[cc.pos[in_step]]
     table = DeviceOpTable(
         device=(cells // n_lab).astype(np.int32), name=_pick(names, r_lab),
-        klass=klass_of[r_lab].astype(np.int8), count=np.rint(cnt[cells]).astype(np.int64),
-        time=np.rint(tim[cells]).astype(np.int64),
-        short_count=np.rint(r_sc).astype(np.int64), short_time=np.rint(r_st).astype(np.int64),
+        klass=klass_of[r_lab].astype(np.int8), count=cc.r_count[cells],
+        time=cc.r_time[cells], short_count=r_sc, short_time=r_st,
         longest=longest, longest_ts=trace.ts[longest], longest_dur=trace.dur[longest],
-        longest_track=trace.track[longest].astype(np.int32),
+        longest_track=trace.track[longest].astype(np.int32, copy=False),
         category=strs(hcat, lambda x: trace.strings[x] if x >= 0 else ""),
         host_op=strs(r_host, lambda x: trace.strings[x] if x >= 0 else ""),
         annotation=strs(r_path, lambda x: " › ".join(paths[x]) if x >= 0 else ""),
         step_row=c_row[in_step].astype(np.int32), step=c_st[in_step],
-        step_count=sc[in_step].astype(np.int64), step_time=np.rint(stime[in_step]).astype(np.int64),
+        step_count=cc.count[in_step], step_time=cc.time[in_step],
         step_longest=s_cells, step_longest_ts=trace.ts[s_cells],
         step_longest_dur=trace.dur[s_cells],
-        step_longest_track=trace.track[s_cells].astype(np.int32),
+        step_longest_track=trace.track[s_cells].astype(np.int32, copy=False),
         overlap=ov, step_overlap=sov.reshape(n_steps, n_dev, len(Overlap)),
-        short_count_dev=np.rint(d_short).astype(np.int64),
-        short_time_dev=np.rint(d_short_t).astype(np.int64),
-        step_short_count=np.rint(st_short).astype(np.int64).reshape(n_steps, n_dev),
-        step_short_time=np.rint(st_short_t).astype(np.int64).reshape(n_steps, n_dev),
+        short_count_dev=d_short, short_time_dev=d_short_t,
+        step_short_count=np.ascontiguousarray(st_short),
+        step_short_time=np.ascontiguousarray(st_short_t),
         latency_ps=int(LAUNCH_LATENCY_PS))
     return (table, nc) if defer_overlap else table
 
 
 def _window_cover(trace: Trace, tracks: list, nc: np.ndarray, a: np.ndarray, b: np.ndarray,
                   win_key: np.ndarray, step_of: np.ndarray | None,
-                  kinds=(K.KERNEL, K.MEMCPY, K.MEMSET)) -> np.ndarray | None:
+                  kinds=(K.KERNEL, K.MEMCPY, K.MEMSET), ends: dict | None = None
+                  ) -> np.ndarray | None:
     """Per window [a, b): the length of it covered by the device's compute ops (of the
     window's step when ``step_of`` is given, ``win_key`` being that step), or None when a
-    track is not serial (its ops overlap), where windows cannot be read off sorted ends."""
+    track is not serial (its ops overlap), where windows cannot be read off sorted ends.
+    ``ends``: each track's op ends (None: not sorted), kept across calls."""
     if not a.size:
         return np.zeros(0, np.int64)
     parts_w, parts_e = [], []
-    for lo, hi in trace.track_slices(tracks):
+    if ends is not None and "slices" not in ends:
+        ends["slices"] = trace.track_slices(tracks)
+    for lo, hi in ends["slices"] if ends is not None else trace.track_slices(tracks):
         if hi <= lo:
             continue
         st = trace.ts[lo:hi]
-        en = st + trace.dur[lo:hi]
-        if en.shape[0] > 1 and not (en[1:] >= en[:-1]).all():
+        en = ends.get(lo, False) if ends is not None else False
+        if en is False:
+            en = st + trace.dur[lo:hi]
+            if en.shape[0] > 1 and not (en[1:] >= en[:-1]).all():
+                en = None
+            if ends is not None:
+                ends[lo] = en
+        if en is None:
             return None
         i0 = np.searchsorted(en, a, side="right")
         i1 = np.maximum(np.searchsorted(st, b, side="left"), i0)
@@ -592,10 +642,10 @@ def fill_overlap(trace: Trace, table: DeviceOpTable, nc, op_step_all: np.ndarray
                          np.concatenate([np.maximum(step_busy[:, d], 0), [0]])))
         tracks = np.flatnonzero(trace.track_device == d).tolist()
         ev, cls = nc_ev[mine], nc_cls[mine]
-        got = []
+        got, ends = [], {}
         for step_of, key, n_keys, bz in keys:
             res = _overlap_from(trace, tracks, ev, cls, key, n_keys, bz, step_of,
-                                (K.KERNEL,) if kernels_only else DEVICE_ACTIVITY)
+                                (K.KERNEL,) if kernels_only else DEVICE_ACTIVITY, ends)
             if res is None:
                 got = None
                 break
@@ -610,7 +660,7 @@ def fill_overlap(trace: Trace, table: DeviceOpTable, nc, op_step_all: np.ndarray
             table.step_overlap[:, d] = got[1][:n_steps]
 
 
-def _overlap_from(trace, tracks, ev, cls, key, n_keys, busy, step_of, kinds):
+def _overlap_from(trace, tracks, ev, cls, key, n_keys, busy, step_of, kinds, ends=None):
     """One device's overlap rows per key from its busy time per key and its ops that
     are no compute (``ev``, ``cls``, their ``key``); None when a track's ends are not
     sorted."""
@@ -640,7 +690,7 @@ def _overlap_from(trace, tracks, ev, cls, key, n_keys, busy, step_of, kinds):
         last = np.r_[first[1:], ss.shape[0]] - 1
         a, wk = ss[first], ks[first]
         b = reach[last] - sh[first]
-        cov = _window_cover(trace, tracks, ev, a, b, wk, step_of, kinds)
+        cov = _window_cover(trace, tracks, ev, a, b, wk, step_of, kinds, ends)
         if cov is None:
             return None
         total = np.bincount(wk, weights=b - a, minlength=n_keys).astype(np.int64)

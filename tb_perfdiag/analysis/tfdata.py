@@ -23,12 +23,20 @@ STAGE_LABEL = "slowest tf.data stage"
 STAGE_KIND = {"py_function": "Python function", "tf_ops": "TF ops"}
 
 
+def _get_next_ids(trace: Trace) -> list:
+    """String ids of tf.data's get_next ops: one search of all strings at once (a test
+    per string costs more than the rest of this module on a trace without tf.data)."""
+    if "GetNext" not in "\n".join(trace.strings):
+        return []
+    return [i for i, n in enumerate(trace.strings) if "GetNext" in n and _GET_NEXT.match(n)]
+
+
 def get_next_spans(trace: Trace) -> tuple:
     """(starts, ends): the union of the times a tf.data get_next op ran on a host thread
     (the consumer blocked until its batch existed); empty for a trace without tf.data."""
     if trace.format == "kineto":
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    ids = [i for i, n in enumerate(trace.strings) if "GetNext" in n and _GET_NEXT.match(n)]
+    ids = _get_next_ids(trace)
     ev = np.flatnonzero(np.isin(trace.name, ids)) if ids else np.zeros(0, np.int64)
     ev = ev[trace.track_kind[trace.track[ev]] == 0]
     return union(trace.ts[ev], trace.end_of(ev))
@@ -71,7 +79,7 @@ def stage(trace: Trace, lines: dict, thread: int, gs: int, ge: int, ev: int):
     same = np.flatnonzero(trace.name == trace.name[ev])
     s, e = trace.ts[same], trace.end_of(same)
     took = int(np.maximum(np.minimum(e, ge) - np.maximum(s, gs), 0).sum())
-    ids = [i for i, n in enumerate(trace.strings) if _GET_NEXT.match(n)]
+    ids = _get_next_ids(trace)
     g = np.flatnonzero(np.isin(trace.name, ids)) if ids else np.zeros(0, np.int64)
     calls = int(((trace.ts[g] < ge) & (trace.end_of(g) > gs)).sum())
     per = took / max(calls, 1) / 1000.0                      # ns
