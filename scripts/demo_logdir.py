@@ -61,6 +61,10 @@ def build(dest: str) -> list:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) > 2 or sys.argv[1:2] and sys.argv[1].startswith("-"):
+        # an option is no folder to lay out (``--help`` once made a folder of that name)
+        print(__doc__.split("\n\n")[1].strip(), file=sys.stderr)
+        sys.exit(0 if sys.argv[1] in ("-h", "--help") else 2)
     dest = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, ".demo-logdir")
     for n in build(dest):
         print(n)

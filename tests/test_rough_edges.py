@@ -226,3 +226,17 @@ def test_pod_generator_refuses_indices_out_of_range(tmp_path, args, word):
     p = subprocess.run([sys.executable, GEN, "--pod", str(tmp_path / "p"), "--events", "1000",
                         *base, *args], capture_output=True, text=True)
     assert p.returncode == 2 and word in p.stderr and "Traceback" not in p.stderr
+
+
+def test_demo_logdir_help_lays_out_nothing(tmp_path):
+    """``scripts/demo_logdir.py --help`` prints its usage; it once laid the demo out in a
+    folder named ``--help``.  An unknown option is a usage error."""
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                          "scripts", "demo_logdir.py")
+    ok = subprocess.run([sys.executable, script, "--help"], cwd=tmp_path,
+                        capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0 and "DEST" in ok.stderr
+    bad = subprocess.run([sys.executable, script, "--logdir"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2
+    assert os.listdir(tmp_path) == []
