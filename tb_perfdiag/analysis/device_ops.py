@@ -216,8 +216,9 @@ def _labels(trace: Trace, ops: np.ndarray, kind: np.ndarray, memo: dict):
     hlo = _lookup(trace.stats.get("hlo_op"), ops, memo)
     copy = np.flatnonzero((kind == K.MEMCPY) | (kind == K.MEMSET))
     strings = trace.strings
-    no_hlo = np.flatnonzero(hlo < 0)
-    if no_hlo.shape[0] == np.count_nonzero(np.isin(no_hlo, copy, assume_unique=True)):
+    covered = hlo >= 0
+    covered[copy] = True
+    if covered.all():
         # every op an HLO op or a copy (XLA): the instruction is the group; the copies'
         # groups come below
         u, lut = _dense(hlo, len(strings))
@@ -234,7 +235,6 @@ def _labels(trace: Trace, ops: np.ndarray, kind: np.ndarray, memo: dict):
         labels = _pick(strings, u >> 1)
         for i in np.flatnonzero((u & 1) == 0).tolist():
             labels[i] = fold_kernel_name(labels[i])
-    del no_hlo
     if copy.size:
         # copies and sets by direction, from their name or their memcpy_kind /
         # memcpy_details stat: (kind, name, detail) triples are few
@@ -252,11 +252,7 @@ def _labels(trace: Trace, ops: np.ndarray, kind: np.ndarray, memo: dict):
         at = {lb: len(labels) + i for i, lb in enumerate(names)}
         labels += names
         out[copy] = np.array([at[lb] for lb in cl], np.int32)[inv.reshape(-1)]
-    return _finish(out, labels)
-
-
-def _finish(out: np.ndarray, labels: list):
-    """``_labels``' answer: the same label from several strings is one group."""
+    # the same label from several strings is one group
     index = dict.fromkeys(labels)
     if len(index) < len(labels):
         index = {lb: i for i, lb in enumerate(index)}
@@ -485,7 +481,7 @@ def device_op_table(trace: Trace, ops: np.ndarray, op_step: np.ndarray, n_steps:
         short = np.zeros(ops.shape[0], bool)
     else:
         short = (kind_of_ops == K.KERNEL) & (dur < LAUNCH_LATENCY_PS)
-        if not gpu[:-1].all() or (dev < 0).any():
+        if not gpu[:-1].all():
             short &= gpu[dev]
     cc = _cells(code, dur, short, DL * S1, DL, n_lab)
     del code
@@ -569,30 +565,25 @@ def device_op_table(trace: Trace, ops: np.ndarray, op_step: np.ndarray, n_steps:
     return (table, nc) if defer_overlap else table
 
 
-def _window_cover(trace: Trace, tracks: list, nc: np.ndarray, a: np.ndarray, b: np.ndarray,
+def _window_cover(trace: Trace, slices: list, nc: np.ndarray, a: np.ndarray, b: np.ndarray,
                   win_key: np.ndarray, step_of: np.ndarray | None,
-                  kinds=(K.KERNEL, K.MEMCPY, K.MEMSET), ends: dict | None = None
-                  ) -> np.ndarray | None:
+                  kinds, ends: dict) -> np.ndarray | None:
     """Per window [a, b): the length of it covered by the device's compute ops (of the
     window's step when ``step_of`` is given, ``win_key`` being that step), or None when a
     track is not serial (its ops overlap), where windows cannot be read off sorted ends.
-    ``ends``: each track's op ends (None: not sorted), kept across calls."""
+    ``slices``: the device's tracks' event ranges (``Trace.track_slices``); ``ends``: each
+    track's op ends (None: not sorted), kept across calls."""
     if not a.size:
         return np.zeros(0, np.int64)
     parts_w, parts_e = [], []
-    if ends is not None and "slices" not in ends:
-        ends["slices"] = trace.track_slices(tracks)
-    for lo, hi in ends["slices"] if ends is not None else trace.track_slices(tracks):
+    for lo, hi in slices:
         if hi <= lo:
             continue
         st = trace.ts[lo:hi]
-        en = ends.get(lo, False) if ends is not None else False
-        if en is False:
+        if lo not in ends:
             en = st + trace.dur[lo:hi]
-            if en.shape[0] > 1 and not (en[1:] >= en[:-1]).all():
-                en = None
-            if ends is not None:
-                ends[lo] = en
+            ends[lo] = en if en.shape[0] < 2 or (en[1:] >= en[:-1]).all() else None
+        en = ends[lo]
         if en is None:
             return None
         i0 = np.searchsorted(en, a, side="right")
@@ -640,11 +631,11 @@ def fill_overlap(trace: Trace, table: DeviceOpTable, nc, op_step_all: np.ndarray
             stp = np.where(nc_step[mine] >= 0, nc_step[mine], n_steps).astype(np.int64)
             keys.append((op_step_all, stp, n_steps + 1,
                          np.concatenate([np.maximum(step_busy[:, d], 0), [0]])))
-        tracks = np.flatnonzero(trace.track_device == d).tolist()
+        slices = trace.track_slices(np.flatnonzero(trace.track_device == d))
         ev, cls = nc_ev[mine], nc_cls[mine]
         got, ends = [], {}
         for step_of, key, n_keys, bz in keys:
-            res = _overlap_from(trace, tracks, ev, cls, key, n_keys, bz, step_of,
+            res = _overlap_from(trace, slices, ev, cls, key, n_keys, bz, step_of,
                                 (K.KERNEL,) if kernels_only else DEVICE_ACTIVITY, ends)
             if res is None:
                 got = None
@@ -660,7 +651,7 @@ def fill_overlap(trace: Trace, table: DeviceOpTable, nc, op_step_all: np.ndarray
             table.step_overlap[:, d] = got[1][:n_steps]
 
 
-def _overlap_from(trace, tracks, ev, cls, key, n_keys, busy, step_of, kinds, ends=None):
+def _overlap_from(trace, slices, ev, cls, key, n_keys, busy, step_of, kinds, ends):
     """One device's overlap rows per key from its busy time per key and its ops that
     are no compute (``ev``, ``cls``, their ``key``); None when a track's ends are not
     sorted."""
@@ -690,7 +681,7 @@ def _overlap_from(trace, tracks, ev, cls, key, n_keys, busy, step_of, kinds, end
         last = np.r_[first[1:], ss.shape[0]] - 1
         a, wk = ss[first], ks[first]
         b = reach[last] - sh[first]
-        cov = _window_cover(trace, tracks, ev, a, b, wk, step_of, kinds, ends)
+        cov = _window_cover(trace, slices, ev, a, b, wk, step_of, kinds, ends)
         if cov is None:
             return None
         total = np.bincount(wk, weights=b - a, minlength=n_keys).astype(np.int64)
