@@ -1154,7 +1154,7 @@ typedef struct {
     const unsigned char *buf, *end;
     Table names, cats, tracks;
     Arena arena;
-    Vec name_ids, cat_ids, track_ids, dur_ps, src_index;
+    Vec name_ids, cat_ids, track_ids, dur_ps;
     Vec ts_exact;  /* i128 ps (text truncated to 6 decimals) */
     Vec ts_isexp;  /* uint8 */
     Vec tdesc;     /* TrackDesc per track */
@@ -1377,14 +1377,17 @@ static const double POW10[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
 /* the float64 value of a number, correctly rounded (as orjson and Python) */
 static double num_double(JCtx *c, const Num *n) {
     if (!n->is_float) return n->fits_i64 ? (double)n->i : (double)n->u;
-    /* exact fast path: <= 15 significant digits and a power of ten <= 1e22 */
+    /* exact fast path (Clinger): a significand of at most 2**53 and a power of ten of at
+     * most 1e22 are both exact doubles, so one multiplication or division rounds
+     * correctly.  Counting up to 19 digits cannot overflow uint64; microsecond epoch
+     * timestamps with nanosecond decimals (16 digits) stay on this path. */
     uint64_t m = 0;
     int digits = 0;
     const unsigned char *q;
     for (q = n->int_s; q < n->int_e; q++) {
         if (m == 0 && *q == '0') continue;
         m = m * 10 + (uint64_t)(*q - '0');
-        if (++digits > 15) goto slow;
+        if (++digits > 19) goto slow;
     }
     int64_t e10 = n->exp;
     if (n->has_frac) {
@@ -1392,11 +1395,11 @@ static double num_double(JCtx *c, const Num *n) {
             if (m == 0 && *q == '0') { e10--; continue; }
             m = m * 10 + (uint64_t)(*q - '0');
             e10--;
-            if (++digits > 15) goto slow;
+            if (++digits > 19) goto slow;
         }
     }
     if (m == 0) return n->neg ? -0.0 : 0.0;
-    if (e10 < -22 || e10 > 22) goto slow;
+    if (m > (1ULL << 53) || e10 < -22 || e10 > 22) goto slow;
     {
         double d = (double)m;
         d = e10 >= 0 ? d * POW10[e10] : d / POW10[-e10];
@@ -1972,7 +1975,6 @@ static const unsigned char *j_event(JCtx *c, const unsigned char *p, int64_t i) 
     /* ts, dur */
     ts_exact(c, &ts->num, num_double(c, &ts->num));
     VEC_PUSH(&c->f, &c->dur_d, double, dur->t == T_NUM ? num_double(c, &dur->num) : 0.0);
-    VEC_PUSH(&c->f, &c->src_index, int64_t, i);
     /* stats from args: per stat the first spelling whose value is not null */
     if (args_obj) {
         static const int first_key[N_STATS] = {A_CORR, A_EXT1, A_DEVICE, A_STREAM, A_BYTES};
@@ -2109,7 +2111,7 @@ static void jctx_free(JCtx *c) {
     table_free(&c->cats);
     table_free(&c->tracks);
     arena_free(&c->arena);
-    Vec *vs[] = {&c->name_ids, &c->cat_ids, &c->track_ids, &c->dur_ps, &c->src_index,
+    Vec *vs[] = {&c->name_ids, &c->cat_ids, &c->track_ids, &c->dur_ps,
                  &c->ts_exact, &c->ts_approx, &c->dur_d, &c->ts_isexp, &c->tdesc, &c->scratch, &c->keybuf,
                  &c->ts_out, &c->sane, &c->pick};
     for (size_t i = 0; i < sizeof(vs) / sizeof(vs[0]); i++) vec_free(vs[i]);
@@ -2170,6 +2172,7 @@ static PyObject *j_result(JCtx *c) {
         for (int64_t k = 0; k < n; k++)
             if (c->sane.data[k] && !(fabs(approx[k] - med) < MAX_SPAN_US)) c->sane.data[k] = 0;
     }
+    vec_free(&c->pick);
     const uint8_t *ok = (const uint8_t *)c->sane.data;
     /* base_us = floor(min ts) over the sane events, as float64 like the reference */
     int64_t base_us = 0;
@@ -2182,6 +2185,9 @@ static PyObject *j_result(JCtx *c) {
         }
     if (seen) base_us = to_i64_checked(c, floor(tmin), c->buf);
     i128 base_ps = (i128)base_us * 1000000;
+    /* the int64 columns overwrite the float64 ones they come from, element by element
+     * (each read before it is written): 16 bytes an event less at the scan's peak */
+    int64_t *ts_out = (int64_t *)c->ts_approx.data, *dur_out = (int64_t *)c->dur_d.data;
     for (int64_t k = 0; k < n; k++) {
         int64_t v = INT64_MIN, d = 0; /* OUT_OF_RANGE, as the reference */
         if (ok[k]) {
@@ -2196,9 +2202,13 @@ static PyObject *j_result(JCtx *c) {
             }
             d = to_i64_checked(c, nearbyint(dur[k] * 1e6), c->buf);
         }
-        VEC_PUSH(&c->f, &c->ts_out, int64_t, v);
-        VEC_PUSH(&c->f, &c->dur_ps, int64_t, d);
+        ts_out[k] = v;
+        dur_out[k] = d;
     }
+    c->ts_out = c->ts_approx;
+    c->dur_ps = c->dur_d;
+    memset(&c->ts_approx, 0, sizeof(Vec));
+    memset(&c->dur_d, 0, sizeof(Vec));
     /* stats: a column with any float goes through float64 and rint, like np.asarray */
     for (int s = 0; s < N_STATS; s++) {
         StatCol *col = &c->stats[s];
@@ -2261,7 +2271,6 @@ static PyObject *j_result(JCtx *c) {
         dict_put(out, "base_us", PyLong_FromLongLong(base_us)) < 0 ||
         dict_put(out, "ts_ps", vec_to_bytearray(&c->ts_out)) < 0 ||
         dict_put(out, "dur_ps", vec_to_bytearray(&c->dur_ps)) < 0 ||
-        dict_put(out, "src_index", vec_to_bytearray(&c->src_index)) < 0 ||
         PyDict_SetItemString(out, "stats", stats) < 0 ||
         PyDict_SetItemString(out, "meta", meta) < 0 ||
         PyDict_SetItemString(out, "m_events", c->mevents) < 0 ||

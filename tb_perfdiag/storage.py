@@ -21,11 +21,13 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import queue
 try:
     import mmap
 except ImportError:  # pragma: no cover - every CPython on a desktop or server has it
     mmap = None
 import stat
+import threading
 import zlib
 
 try:  # ISA-L's inflate is about 1.6× zlib's; same format, same errors
@@ -278,6 +280,53 @@ class OpenFile:
         if not d.eof:
             raise TraceError(path, "truncated gzip stream (file cut short or still being "
                                    "written)")
+
+
+def read_ahead(chunks, depth: int = 1):
+    """``chunks`` (a generator) run in a thread of its own, up to ``depth`` items ahead
+    of the caller: gunzip on one core while the scanner reads the previous chunk on
+    another (both let go of the GIL; on the 20 M-event trace the gunzip is a sixth of
+    the read).  Items and the exception that ends the generator come in their order;
+    closing this generator stops the thread (and closes ``chunks``) before it returns."""
+    q: queue.Queue = queue.Queue(depth)
+    stop = threading.Event()
+
+    def put(item) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def run():
+        try:
+            for x in chunks:
+                if not put((None, x)):
+                    return
+            put((None, _END))
+        except BaseException as e:  # noqa: BLE001 - handed to the reader, raised there
+            put((e, None))
+        finally:
+            chunks.close()
+
+    worker = threading.Thread(target=run, name="tb-perfdiag-read-ahead", daemon=True)
+    worker.start()
+    try:
+        while True:
+            err, x = q.get()
+            if err is not None:
+                raise err
+            if x is _END:
+                return
+            yield x
+    finally:
+        stop.set()
+        worker.join()
+
+
+_END = object()
 
 
 def _chained(first: bytes, rest):

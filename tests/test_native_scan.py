@@ -550,6 +550,24 @@ def test_kineto_exponent_timestamps_follow_the_reference():
     _same(ref["ts_ps"], nat["ts_ps"])
 
 
+@given(st.lists(st.tuples(st.integers(16, 19), st.integers(0, 10**9 - 1)), min_size=1,
+                max_size=40))
+@FUZZ
+def test_kineto_long_significands_round_like_python(nums):
+    """Numbers of 16 to 19 significant digits (epoch microseconds with nanosecond decimals
+    have 16) are read as Python reads them, whether they take the exact fast path (a
+    significand of at most 2**53) or the slow one.  Timestamps in exponent form show it
+    to the last bit: they are placed from their float64 value, as the reference does."""
+    # 16 to 19 digits, all near 1.712e15 µs (so that every one is placed)
+    texts = [f"1712198939{rest:09d}"[:digits] + f"e-{digits - 16}" for digits, rest in nums]
+    raw = ("{\"traceEvents\": [" + ",".join(
+        f'{{"ph": "X", "name": "e", "pid": 1, "tid": 1, "ts": {t}, "dur": {t[:-4]}e-12, '
+        f'"args": {{"correlation": {t}}}}}' for t in texts) + "]}").encode()
+    ref, nat = _both_equal(raw)
+    _same(ref["ts_ps"], nat["ts_ps"])
+    assert nat["stats"]["correlation"][1].tolist() == [round(float(t)) for t in texts]
+
+
 def test_kineto_semantics_match_reference():
     events = [
         {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "python"}},

@@ -226,7 +226,8 @@ def assemble(path: str, fmt: str, strings: StringTable, tracks: Tracks, devices:
         dur = np.where(neg, 0, dur)
     if origin_ps is None:
         origin_ps = int(ts.min()) if ts.size else 0
-    ts = ts - origin_ps
+    if origin_ps:
+        ts = ts - origin_ps
     track = np.asarray(events.pop("track"), np.int32)
     # event indices held in the model (parents, stat events, links) are int32
     idx_dtype = np.int32 if ts.shape[0] < 2**31 - 1 else np.int64
@@ -234,7 +235,10 @@ def assemble(path: str, fmt: str, strings: StringTable, tracks: Tracks, devices:
     # new index of each raw event, in the model's index type (half the memory at 40 M)
     inverse = np.empty(order.shape[0], idx_dtype)
     inverse[order] = np.arange(order.shape[0], dtype=idx_dtype)
-    ts, dur, track = ts[order], dur[order], track[order]
+    # one column at a time, so that each raw column goes before the next copy is made
+    ts = ts[order]
+    dur = dur[order]
+    track = track[order]
     name = np.asarray(events.pop("name"), np.int32)[order]
     kind = np.asarray(events.pop("kind"), np.int8)[order]
     del order

@@ -15,7 +15,7 @@ import numpy as np
 import orjson
 
 from ..progress import NULL
-from ..storage import is_blank
+from ..storage import is_blank, read_ahead
 from . import classify
 from .build import StringTable, Tracks, assemble, correlation_links, distinct, unique_inverse
 from .chrome_meta import METADATA_KEYS, metadata_event
@@ -51,7 +51,7 @@ def looks_like(head: bytes) -> bool:
 def _drop_events(scan: dict, keep: np.ndarray) -> dict:
     """The scan without the events where ``keep`` is False (stats re-indexed)."""
     out = dict(scan)
-    for k in ("name_ids", "cat_ids", "track_ids", "ts_ps", "dur_ps", "src_index"):
+    for k in ("name_ids", "cat_ids", "track_ids", "ts_ps", "dur_ps"):
         out[k] = np.asarray(scan[k])[keep]
     new_index = np.cumsum(keep) - 1
     stats = {}
@@ -157,6 +157,8 @@ def _scan_stream(path, f, scanner, refusal, progress):
     or a broken gzip is reported as that first."""
     blank = True
     chunks = f.chunks(progress)
+    if f.compressed:
+        chunks = read_ahead(chunks)
     try:
         for chunk in chunks:
             if blank:
@@ -271,7 +273,7 @@ class PythonStream:
         self.names, self.cats = StringTable(), StringTable()
         self.name_ids, self.cat_ids, self.track_ids = [], [], []
         self.track_index: dict = {}
-        self.ts_us, self.dur_us, self.ts_text, self.src_index = [], [], [], []
+        self.ts_us, self.dur_us, self.ts_text = [], [], []
         self.stat_vals = {k: ([], []) for k in STAT_ARGS}
         self.process_name, self.process_label, self.thread_name = {}, {}, {}
         self.bad = 0
@@ -413,7 +415,7 @@ class PythonStream:
         names, cats = self.names, self.cats
         name_ids, cat_ids, track_ids = self.name_ids, self.cat_ids, self.track_ids
         track_index, stat_vals = self.track_index, self.stat_vals
-        ts_us, dur_us, src_index = self.ts_us, self.dur_us, self.src_index
+        ts_us, dur_us = self.ts_us, self.dur_us
         kept_pos: list = []      # index of each kept event among those with a "ts" key
         n_ts = 0
         i = self.n_raw
@@ -455,7 +457,6 @@ class PythonStream:
             ts_us.append(ts)
             dur_us.append(dur)
             kept_pos.append(n_ts)
-            src_index.append(i - 1)
             n_ts += 1
             a = e.get("args")
             if a and isinstance(a, dict):
@@ -534,7 +535,6 @@ class PythonStream:
             "track_keys": list(self.track_index),
             "track_ids": np.asarray(self.track_ids, np.int32),
             "base_us": base_us, "ts_ps": ts_rel, "dur_ps": dur_ps,
-            "src_index": np.asarray(self.src_index, np.int64),
             "stats": stats,
             "process_name": self.process_name, "process_label": self.process_label,
             "thread_name": self.thread_name,
@@ -543,44 +543,69 @@ class PythonStream:
         }
 
 
+def _device_arg(dev_arg, first_ev: np.ndarray) -> list:
+    """Per track, the ``device`` arg of its first device event (None where that event
+    has none): looked up for the few first events, not spread over every event."""
+    out = [None] * first_ev.shape[0]
+    if dev_arg is None:
+        return out
+    idx, vals = np.asarray(dev_arg[0], np.int64), np.asarray(dev_arg[1], np.int64)
+    if not (idx[1:] > idx[:-1]).all():         # the scanners write it in event order
+        o = np.argsort(idx, kind="stable")
+        idx, vals = idx[o], vals[o]
+    for k, ev in enumerate(first_ev.tolist()):
+        if ev >= 0:
+            j = int(np.searchsorted(idx, ev))
+            if j < idx.shape[0] and idx[j] == ev:
+                out[k] = int(vals[j])
+    return out
+
+
 def build(path: str, scan: dict, progress=NULL):
     """Scan columns → Trace.
 
     The scan holds: interned ``names``/``cats`` with per-event ``name_ids``/``cat_ids``;
     ``track_keys`` (distinct (pid, tid)) with per-event ``track_ids``; ``ts_ps`` (int64,
-    ps after ``base_us``), ``dur_ps``; ``src_index`` (position in traceEvents);
-    ``stats`` {name: (event idx, int64 values)}; process/thread name maps; ``metadata``.
+    ps after ``base_us``), ``dur_ps``; ``stats`` {name: (event idx, int64 values)};
+    process/thread name maps; ``metadata``.  The per-event columns are popped from
+    ``scan`` as they are used, so that each is freed once what replaces it exists (at
+    20 M events every column is 80-160 MB).
     """
     warnings = list(scan["warnings"])
     n = int(scan["name_ids"].shape[0])
     if n == 0 and scan["n_raw"] == 0:
         raise TraceError(path, "trace has no events")
     strings = StringTable()
-    name_ids = np.asarray(scan["name_ids"], np.int32)
+    name_ids = np.asarray(scan.pop("name_ids"), np.int32)
     for s_ in scan["names"]:
         strings.intern(s_)
     names = strings.strings
     cat_names = scan["cats"]
-    cat_ids = np.asarray(scan["cat_ids"], np.int32)
-    ts_rel = np.asarray(scan["ts_ps"], np.int64)
-    dur_ps = np.asarray(scan["dur_ps"], np.int64)
+    cat_ids = np.asarray(scan.pop("cat_ids"), np.int32)
+    ts_rel = np.asarray(scan.pop("ts_ps"), np.int64)
+    dur_ps = np.asarray(scan.pop("dur_ps"), np.int64)
     base_us = int(scan["base_us"])
     bad = ts_rel == OUT_OF_RANGE
     if bad.any():
         warnings.append(f"{int(bad.sum())} events with timestamps or durations far outside the "
                         "trace (corrupt clock values) were skipped")
-        scan = _drop_events(scan, ~bad)
+        scan = _drop_events(dict(scan, name_ids=name_ids, cat_ids=cat_ids, ts_ps=ts_rel,
+                                 dur_ps=dur_ps, track_ids=scan.pop("track_ids")), ~bad)
         n = int(scan["name_ids"].shape[0])
-        ts_rel, dur_ps = scan["ts_ps"], scan["dur_ps"]
-        name_ids = np.asarray(scan["name_ids"], np.int32)
-        cat_ids = np.asarray(scan["cat_ids"], np.int32)
+        ts_rel, dur_ps = scan.pop("ts_ps"), scan.pop("dur_ps")
+        name_ids = np.asarray(scan.pop("name_ids"), np.int32)
+        cat_ids = np.asarray(scan.pop("cat_ids"), np.int32)
+    del bad
     process_name = scan["process_name"]
     process_label = scan["process_label"]
     thread_name = scan["thread_name"]
     # relative to the earliest event; the absolute origin stays a Python int (epoch ps
     # overflow int64)
     shift = int(ts_rel.min()) if n else 0
-    ts_rel = ts_rel - shift
+    if shift and ts_rel.flags.writeable:
+        ts_rel -= shift       # in place: the scan's column is this function's alone
+    elif shift:
+        ts_rel = ts_rel - shift
     origin = base_us * 1_000_000 + shift
 
     # ---- names and kinds, decided per distinct (name, category) ----
@@ -599,31 +624,30 @@ def build(path: str, scan: dict, progress=NULL):
         else:
             ukind[j] = classify.host_kind(nm, ct)
     kind = ukind[inv] if n else np.zeros(0, np.int8)
+    del pair, inv
     cat_is_device = np.array([c in DEVICE_ACTIVITY_CATS or c in DEVICE_OTHER_CATS
                               for c in cat_names] + [False], dtype=bool)
     ev_device_cat = cat_is_device[cat_ids] if n else np.zeros(0, bool)
+    del cat_ids
 
     # ---- tracks: decided per distinct (pid, tid), then broadcast ----
     progress.within(0.25, "threads and devices")
     track_keys = scan["track_keys"]
-    track_ids = np.asarray(scan["track_ids"], np.int32)
-    raw_stats = scan["stats"]
-    dev_arg = raw_stats.get("device")
-    dev_of_event = np.full(n, np.iinfo(np.int64).min, np.int64)
-    if dev_arg is not None:
-        dev_of_event[dev_arg[0]] = dev_arg[1]
+    track_ids = np.asarray(scan.pop("track_ids"), np.int32)
+    raw_stats = scan.pop("stats")
     first_dev_ev = np.full(len(track_keys), -1, np.int64)
     dev_evs = np.flatnonzero(ev_device_cat)
     if dev_evs.size:
         first_dev_ev[track_ids[dev_evs[::-1]]] = dev_evs[::-1]   # earliest wins
+    del dev_evs
+    dev_of_track = _device_arg(raw_stats.get("device"), first_dev_ev)
     tracks = Tracks()
     devices: list[Device] = []
     device_by_id: dict = {}
     remap = np.empty(len(track_keys), np.int32)
     for k, (pid, tid) in enumerate(track_keys):
-        ev = int(first_dev_ev[k])
-        if ev >= 0:
-            dev_id = int(dev_of_event[ev]) if dev_of_event[ev] != np.iinfo(np.int64).min else pid
+        if first_dev_ev[k] >= 0:
+            dev_id = dev_of_track[k] if dev_of_track[k] is not None else pid
             d = device_by_id.get(dev_id)
             if d is None:
                 label = process_label.get(pid, "") or process_label.get(dev_id, "")
@@ -645,6 +669,7 @@ def build(path: str, scan: dict, progress=NULL):
             remap[k] = tracks.add(TrackKind.HOST, -1, tname, tname,
                                   process_name.get(pid, f"process {pid}"))
     track = remap[track_ids] if n else np.zeros(0, np.int32)
+    del track_ids
 
     # ---- stats ----
     progress.within(0.4, "launches and steps")
@@ -661,12 +686,11 @@ def build(path: str, scan: dict, progress=NULL):
         mk = np.array([strings.intern(classify.memcpy_kind(names[x])) for x in u.tolist()],
                       np.int32)[inv_mk]
         stats["memcpy_kind"] = (mk_idx, mk, True)
-    stats["source_index"] = (np.arange(n, dtype=np.int64),
-                             np.asarray(scan["src_index"], np.int64), False)
 
     corr = stats.get("correlation")
     links = correlation_links(kind, ev_device_cat, corr[0] if corr else None,
                               corr[1] if corr else None)
+    del ev_device_cat
     metadata = dict(scan["metadata"])
     metadata["process_names"] = {str(k): v for k, v in process_name.items()}
     events = {"ts": ts_rel, "dur": dur_ps, "track": track, "name": name_ids, "kind": kind}

@@ -30,7 +30,7 @@ _XSPACE_COLUMNS = {
 }
 _KINETO_COLUMNS = {
     "name_ids": np.int32, "cat_ids": np.int32, "track_ids": np.int32,
-    "ts_ps": np.int64, "dur_ps": np.int64, "src_index": np.int64,
+    "ts_ps": np.int64, "dur_ps": np.int64,
 }
 
 
@@ -115,7 +115,6 @@ def _kineto_columns(raw: dict) -> dict:
         "cats": raw["cats"], "cat_ids": cols["cat_ids"],
         "track_keys": raw["track_keys"], "track_ids": cols["track_ids"],
         "base_us": raw["base_us"], "ts_ps": cols["ts_ps"], "dur_ps": cols["dur_ps"],
-        "src_index": cols["src_index"],
         "stats": stats,
         "process_name": process_name, "process_label": process_label,
         "thread_name": thread_name,
