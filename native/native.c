@@ -2479,41 +2479,53 @@ done:
 enum { OC_STEP, OC_DL, OC_POS, OC_CNT, OC_TIM, OC_RCNT, OC_RTIM, OC_RPOS, OC_RSC, OC_RST,
        OC_SDSC, OC_SDST, OC_N };
 
+/* the cell code of op i: (launching step, n_steps for none) × n_dl + device × n_lab +
+ * group, step-major so that a step's cells lie together */
+#define OC_CODE(i) ((Py_ssize_t)(stp[i] < 0 ? n_steps : stp[i]) * n_dl + \
+                    (Py_ssize_t)(dvc ? dvc[i] : 0) * n_lab + lab[i])
+
 static PyObject *op_cells(PyObject *self, PyObject *args) {
-    Py_buffer cb, db, fb;
-    Py_ssize_t n_codes, n_dl, n_lab;
-    if (!PyArg_ParseTuple(args, "y*y*y*nnn", &cb, &db, &fb, &n_codes, &n_dl, &n_lab))
+    Py_buffer lb, sb, vb, db, fb;
+    Py_ssize_t n_steps, n_dev, n_lab;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*nnn", &lb, &sb, &vb, &db, &fb, &n_steps, &n_dev,
+                          &n_lab))
         return NULL;
     PyObject *out = NULL, *bufs[OC_N] = {NULL};
     int32_t *lut = NULL;
-    Py_ssize_t n = cb.len / 8, n_cells = 0;
-    if (cb.len % 8 || db.len != cb.len || fb.len != n || n_codes < 0 || n_dl <= 0 ||
-            n_lab <= 0 || n_dl % n_lab || n_codes % n_dl || n >= INT32_MAX) {
-        PyErr_SetString(PyExc_ValueError, "op_cells: want int64 code, int64 dur, bool short, "
-                        "n_codes a multiple of n_dl, n_dl of n_lab");
+    Py_ssize_t n = lb.len / 4, n_cells = 0;
+    Py_ssize_t n_dl = n_dev * n_lab, n_codes = (n_steps + 1) * n_dl;
+    const int32_t *lab = lb.buf, *stp = sb.buf, *dvc = vb.len ? vb.buf : NULL;
+    if (lb.len % 4 || sb.len != lb.len || (vb.len && vb.len != lb.len) || db.len != 8 * n ||
+            fb.len != n || n_steps < 0 || n_dev <= 0 || n_lab <= 0 || n >= INT32_MAX ||
+            n_codes / n_dl != n_steps + 1) {
+        PyErr_SetString(PyExc_ValueError, "op_cells: want int32 label, step and device (or "
+                        "none), int64 dur, bool short of one length");
         goto done;
     }
     lut = malloc(sizeof(int32_t) * (size_t)(n_codes + 1));
     if (!lut) { PyErr_NoMemory(); goto done; }
     {
-        const int64_t *code = cb.buf;
         int bad = 0;
         Py_BEGIN_ALLOW_THREADS
         memset(lut, 0, sizeof(int32_t) * (size_t)(n_codes + 1));
         for (Py_ssize_t i = 0; i < n; i++) {
-            if (code[i] < 0 || code[i] >= n_codes) { bad = 1; break; }
-            lut[code[i]] = 1;
+            int32_t d = dvc ? dvc[i] : 0;
+            if (lab[i] < 0 || lab[i] >= n_lab || stp[i] > n_steps || d < 0 || d >= n_dev) {
+                bad = 1;
+                break;
+            }
+            lut[OC_CODE(i)] = 1;
         }
         if (!bad)
             for (Py_ssize_t c = 0; c < n_codes; c++)
                 lut[c] = lut[c] ? (int32_t)n_cells++ : -1;
         Py_END_ALLOW_THREADS
         if (bad) {
-            PyErr_SetString(PyExc_ValueError, "op_cells: a code outside [0, n_codes)");
+            PyErr_SetString(PyExc_ValueError, "op_cells: a label, step or device out of range");
             goto done;
         }
     }
-    Py_ssize_t n_dev = n_dl / n_lab, n_sd = (n_codes / n_dl) * n_dev;
+    Py_ssize_t n_sd = (n_steps + 1) * n_dev;
     for (int k = OC_STEP; k <= OC_POS; k++)
         bufs[k] = PyByteArray_FromStringAndSize(NULL, n_cells * 4);
     for (int k = OC_CNT; k <= OC_TIM; k++)
@@ -2526,7 +2538,7 @@ static PyObject *op_cells(PyObject *self, PyObject *args) {
         if (!bufs[k]) goto done;
     {
 #define OC(k, T) ((T *)PyByteArray_AS_STRING(bufs[k]))
-        const int64_t *code = cb.buf, *dur = db.buf;
+        const int64_t *dur = db.buf;
         const unsigned char *shrt = fb.buf;
         int32_t *cst = OC(OC_STEP, int32_t), *cdl = OC(OC_DL, int32_t),
                 *pos = OC(OC_POS, int32_t);
@@ -2554,7 +2566,7 @@ static PyObject *op_cells(PyObject *self, PyObject *args) {
         memset(sdsc, 0, n_sd * 8);
         memset(sdst, 0, n_sd * 8);
         for (Py_ssize_t i = 0; i < n; i++) {
-            int32_t c = lut[code[i]];
+            int32_t c = lut[OC_CODE(i)];
             if (!cnt[c]++ || dur[i] > dur[pos[c]]) pos[c] = (int32_t)i;
             tim[c] += dur[i];
             if (shrt[i]) {
@@ -2582,7 +2594,9 @@ static PyObject *op_cells(PyObject *self, PyObject *args) {
 done:
     for (int k = 0; k < OC_N; k++) Py_XDECREF(bufs[k]);
     free(lut);
-    PyBuffer_Release(&cb);
+    PyBuffer_Release(&lb);
+    PyBuffer_Release(&sb);
+    PyBuffer_Release(&vb);
     PyBuffer_Release(&db);
     PyBuffer_Release(&fb);
     return out;
@@ -2604,7 +2618,7 @@ static PyMethodDef methods[] = {
     {"nest_sorted", nest_sorted, METH_VARARGS,
      "nest_sorted(track_i32, ts_i64, end_i64) -> (depth int16 bytes, parent int64 bytes)"},
     {"op_cells", op_cells, METH_VARARGS,
-     "op_cells(code_i64, dur_i64, short_bool, n_codes, n_dl, n_lab) -> the cells and rows of "
+     "op_cells(label_i32, step_i32, device_i32 or b\"\", dur_i64, short_bool, n_steps, n_dev, n_lab) -> the cells and rows of "
      "analysis.device_ops._cells"},
     {NULL, NULL, 0, NULL},
 };

@@ -350,31 +350,57 @@ def test_cells_native_and_numpy_agree(monkeypatch):
     if getattr(D._native, "op_cells", None) is None:
         pytest.skip("native extension not built")
     rng = np.random.default_rng(7)
-    n, n_lab, n_dev, S1 = 50_000, 40, 3, 25
-    DL = n_lab * n_dev
-    code = rng.integers(0, DL * S1, n).astype(np.int64)
-    code[code % 7 == 0] = 11                       # a crowded cell
-    code[code % DL == 5] = 6                       # an unused row
-    dur = rng.integers(0, 40, n).astype(np.int64)  # ties: the earliest longest op wins
+    n, n_lab, n_dev, n_steps = 50_000, 40, 3, 24
+    label = rng.integers(0, n_lab, n).astype(np.int32)
+    step = rng.integers(-1, n_steps, n).astype(np.int32)      # −1: launched by no step
+    dev = rng.integers(0, n_dev, n).astype(np.int32)
+    crowd = np.arange(n) % 7 == 0                               # a crowded cell
+    label[crowd], step[crowd], dev[crowd] = 11, 0, 0
+    label[label == 5] = 6                                       # an unused row (5)
+    dur = rng.integers(0, 40, n).astype(np.int64)   # ties: the earliest longest op wins
     short = dur < 10
-    native = D._cells(code, dur, short, DL * S1, DL, n_lab)
-    monkeypatch.setenv("TB_PERFDIAG_NO_NATIVE", "1")
-    ref = D._cells(code, dur, short, DL * S1, DL, n_lab)
-    for what in D._Cells._fields:
-        a, b = getattr(native, what), getattr(ref, what)
-        assert a.dtype == b.dtype and np.array_equal(a, b), what
-    assert native.r_count[5] == 0 and native.r_pos[5] == -1
-    # the figures themselves, on one row and one (step, device)
-    row = code % DL == 6
-    assert native.r_count[6] == row.sum() and native.r_time[6] == dur[row].sum()
-    assert native.r_pos[6] == np.flatnonzero(row & (dur == dur[row].max()))[0]
-    sd = (code // DL == 3) & ((code % DL) // n_lab == 2) & short
-    assert native.sd_short[3 * n_dev + 2] == sd.sum()
-    assert native.sd_short_time[3 * n_dev + 2] == dur[sd].sum()
-    one = np.arange(10, dtype=np.int64)            # one op per cell
-    for env in (None, "1"):
-        if env is None:
-            monkeypatch.delenv("TB_PERFDIAG_NO_NATIVE")
-        got = D._cells(one, one * 3, one > 5, 10, 10, 5)
-        assert np.array_equal(got.pos, one) and np.array_equal(got.time, one * 3)
-        assert np.array_equal(got.r_pos, one) and got.sd_short.tolist() == [0, 4]
+
+    def both(*args):
+        monkeypatch.delenv("TB_PERFDIAG_NO_NATIVE", raising=False)
+        native = D._cells(*args)
+        monkeypatch.setenv("TB_PERFDIAG_NO_NATIVE", "1")
+        ref = D._cells(*args)
+        for what in D._Cells._fields:
+            a, b = getattr(native, what), getattr(ref, what)
+            assert a.dtype == b.dtype and np.array_equal(a, b), what
+        return native
+    got = both(label, step, dev, dur, short, n_steps, n_dev, n_lab)
+    assert got.r_count[5] == 0 and got.r_pos[5] == -1
+    # the figures themselves, on one row, one cell and one (step, device)
+    row = (dev == 2) & (label == 6)
+    dl = 2 * n_lab + 6
+    assert got.r_count[dl] == row.sum() and got.r_time[dl] == dur[row].sum()
+    assert got.r_pos[dl] == np.flatnonzero(row & (dur == dur[row].max()))[0]
+    none = (step < 0) & row                                    # the cell of no step
+    c = np.flatnonzero((got.step == n_steps) & (got.dl == dl))
+    assert c.size == 1 and got.count[c[0]] == none.sum() and got.time[c[0]] == dur[none].sum()
+    sd = (step == 3) & (dev == 2) & short
+    assert got.sd_short[3 * n_dev + 2] == sd.sum()
+    assert got.sd_short_time[3 * n_dev + 2] == dur[sd].sum()
+    # one device (no device column), one op per cell
+    one = np.arange(10, dtype=np.int32)
+    got = both(one % 5, one // 5, None, one.astype(np.int64) * 3, one > 5, 1, 1, 5)
+    assert np.array_equal(got.pos, one) and np.array_equal(got.time, one * 3)
+    assert got.r_pos.tolist() == [5, 6, 7, 8, 9] and got.sd_short.tolist() == [0, 4]
+    # out of range is refused, not read past
+    with pytest.raises(ValueError):
+        D._native.op_cells(one, one, b"", one.astype(np.int64), one > 5, 1, 1, 5)
+
+
+@pytest.mark.parametrize("copies", [1, 40])       # a few matches, and many
+def test_op_classes_of_labels(copies):
+    """Copies and sets count only where their name starts the label; collectives
+    anywhere in it, in any case."""
+    from tb_perfdiag.analysis import device_ops as D
+    C = D.OpClass
+    labels = ["fusion.1", "xMemcpy HtoD", "my_copy-start", "Memset", "Memset2",
+              "ncclDevKernel_AllReduce_Sum<…>", "all-gather.3", "copy-start.12", "copy-done",
+              "copy-start.x"] + [f"Memcpy HtoD {i}" for i in range(copies)]
+    want = [C.COMPUTE, C.COMPUTE, C.COMPUTE, C.MEMSET, C.COMPUTE, C.COLLECTIVE, C.COLLECTIVE,
+            C.MEMCPY, C.MEMCPY, C.COMPUTE] + [C.MEMCPY] * copies
+    assert D._classes(labels).tolist() == [int(c) for c in want]
