@@ -57,6 +57,13 @@ def user_scope(name: str) -> str:
     return name
 
 
+def _at(values: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """``values[idx]`` for an int32 ``idx``: numpy gathers through an index of another
+    width than intp about four times slower than a cast and an intp gather (2.4: 6.7 ms
+    against 1.1 + 1.7 ms for 1 M)."""
+    return values[idx.astype(np.intp, copy=False)]
+
+
 def _lookup(stat, ops: np.ndarray, memo: dict | None = None) -> np.ndarray:
     """The stat's value on each op (−1 where absent), without a dense column.  ``memo``
     keeps the search per event column: the stats of HLO ops share one."""
@@ -73,7 +80,7 @@ def _lookup(stat, ops: np.ndarray, memo: dict | None = None) -> np.ndarray:
         if memo is not None:
             memo[id(stat.events)] = found
     _, k, hit = found
-    out = stat.values[k.astype(np.intp, copy=False)]   # an intp index gathers ~4× faster
+    out = _at(stat.values, k)
     out[~hit] = -1
     return out
 
