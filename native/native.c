@@ -2468,40 +2468,86 @@ done:
 }
 
 /* Device-op cells (tb_perfdiag.analysis.device_ops).  Every op's code is
- * step * n_dl + dl, dl = device * n_lab + group, in [0, n_codes).  Each code used becomes
- * a dense cell, numbered in increasing code order, with its step and dl, its op count,
- * summed duration and longest op (the earliest of equals).  The cells are then folded
- * into rows (per dl: count, time, longest op, short ops and their time) and short ops per
- * (step, device): one pass over the ops and one over the cells, where numpy needs two
- * dozen.  Per-cell outputs are as narrow as they can be: on a million cells, fresh
- * memory is most of the cost (its page faults). */
+ * step * n_dl + dl, dl = device * n_lab + group, in [0, n_codes).  Each code used is a
+ * cell with its op count, summed duration and longest op (the earliest of equals).  The
+ * cells fold into rows (per dl: count, time, longest op, short ops and their time, and
+ * count and time over the typical steps) and short ops per (step, device).  Of each
+ * (step, device) only the `keep` cells with the most time come back (ties: the row with
+ * more time overall, then the lower group: the order the step view lists them in), in
+ * increasing code order; the others are summed per (step, device) as the rest.  On an
+ * XLA trace every HLO op of every step is a cell of its own, so the cells are as many as
+ * the ops: kept whole they were most of the table's memory. */
 
 enum { OC_STEP, OC_DL, OC_POS, OC_CNT, OC_TIM, OC_RCNT, OC_RTIM, OC_RPOS, OC_RSC, OC_RST,
-       OC_SDSC, OC_SDST, OC_N };
+       OC_RTC, OC_RTT, OC_SDSC, OC_SDST, OC_SDRG, OC_SDRC, OC_SDRT, OC_N };
 
 /* the cell code of op i: (launching step, n_steps for none) × n_dl + device × n_lab +
  * group, step-major so that a step's cells lie together */
-#define OC_CODE(i) ((Py_ssize_t)(stp[i] < 0 ? n_steps : stp[i]) * n_dl + \
-                    (Py_ssize_t)(dvc ? dvc[i] : 0) * n_lab + lab[i])
+#define OC_STEP_OF(i) ((Py_ssize_t)(stp[i] < 0 ? n_steps : stp[i]))
+#define OC_CODE(i) (OC_STEP_OF(i) * n_dl + (Py_ssize_t)(dvc ? dvc[i] : 0) * n_lab + lab[i])
+
+/* a group of a (step, device) with the keys of the step view's order, held by value so
+ * that comparing does not chase the cell tables */
+typedef struct { int64_t tim, rtim; int32_t j; } oc_key;
+
+/* group a comes before group b in the step view */
+static inline int oc_before(const oc_key *a, const oc_key *b) {
+    if (a->tim != b->tim) return a->tim > b->tim;
+    if (a->rtim != b->rtim) return a->rtim > b->rtim;
+    return a->j < b->j;
+}
+
+/* a heap of groups whose root is the last of them in the step view (once full) */
+static void oc_sift(oc_key *h, Py_ssize_t n, Py_ssize_t i) {
+    oc_key x = h[i];
+    for (;;) {
+        Py_ssize_t l = 2 * i + 1, m = l;
+        if (l >= n) break;
+        if (l + 1 < n && oc_before(&h[l], &h[l + 1])) m = l + 1;
+        if (!oc_before(&x, &h[m])) break;
+        h[i] = h[m];
+        i = m;
+    }
+    h[i] = x;
+}
+
+/* x offered to the heap h of m (of at most cap) groups that keeps the first ones */
+static inline void oc_offer(oc_key *h, Py_ssize_t *m, Py_ssize_t cap, oc_key x) {
+    if (*m < cap) {
+        h[(*m)++] = x;
+        if (*m == cap)
+            for (Py_ssize_t i = cap / 2; i-- > 0;) oc_sift(h, cap, i);
+    } else if (oc_before(&x, &h[0])) {
+        h[0] = x;
+        oc_sift(h, cap, 0);
+    }
+}
 
 static PyObject *op_cells(PyObject *self, PyObject *args) {
-    Py_buffer lb, sb, vb, db, fb;
-    Py_ssize_t n_steps, n_dev, n_lab;
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*nnn", &lb, &sb, &vb, &db, &fb, &n_steps, &n_dev,
-                          &n_lab))
+    Py_buffer lb, sb, vb, db, fb, tb;
+    Py_ssize_t n_steps, n_dev, n_lab, keep;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*nnnn", &lb, &sb, &vb, &db, &fb, &tb, &n_steps,
+                          &n_dev, &n_lab, &keep))
         return NULL;
     PyObject *out = NULL, *bufs[OC_N] = {NULL};
-    int32_t *lut = NULL;
-    Py_ssize_t n = lb.len / 4, n_cells = 0;
+    int32_t *lut = NULL, *ccnt = NULL, *cpos = NULL;
+    oc_key *heap = NULL;
+    int64_t *ctim = NULL, *cmax = NULL, *rmax = NULL;
+    unsigned char *kept = NULL;
+    Py_ssize_t n = lb.len / 4, n_cells = 0, n_kept = 0;
     Py_ssize_t n_dl = n_dev * n_lab, n_codes = (n_steps + 1) * n_dl;
+    Py_ssize_t n_sd = (n_steps + 1) * n_dev;
     const int32_t *lab = lb.buf, *stp = sb.buf, *dvc = vb.len ? vb.buf : NULL;
+    const unsigned char *typ = tb.len ? tb.buf : NULL;
     if (lb.len % 4 || sb.len != lb.len || (vb.len && vb.len != lb.len) || db.len != 8 * n ||
             fb.len != n || n_steps < 0 || n_dev <= 0 || n_lab <= 0 || n >= INT32_MAX ||
-            n_codes / n_dl != n_steps + 1) {
+            n_codes / n_dl != n_steps + 1 || (tb.len && tb.len != n_steps) || keep < 0) {
         PyErr_SetString(PyExc_ValueError, "op_cells: want int32 label, step and device (or "
-                        "none), int64 dur, bool short of one length");
+                        "none), int64 dur, bool short of one length, bool typical per step "
+                        "(or none), keep >= 0");
         goto done;
     }
+    if (keep == 0 || keep > n_lab) keep = n_lab;          /* 0: every cell */
     lut = malloc(sizeof(int32_t) * (size_t)(n_codes + 1));
     if (!lut) { PyErr_NoMemory(); goto done; }
     {
@@ -2525,80 +2571,186 @@ static PyObject *op_cells(PyObject *self, PyObject *args) {
             goto done;
         }
     }
-    Py_ssize_t n_sd = (n_steps + 1) * n_dev;
-    for (int k = OC_STEP; k <= OC_POS; k++)
-        bufs[k] = PyByteArray_FromStringAndSize(NULL, n_cells * 4);
-    for (int k = OC_CNT; k <= OC_TIM; k++)
-        bufs[k] = PyByteArray_FromStringAndSize(NULL, n_cells * 8);
-    for (int k = OC_RCNT; k <= OC_RST; k++)
+    /* every cell's figures are scratch: only the kept cells come back */
+    ccnt = malloc(sizeof(int32_t) * (size_t)(n_cells + 1));
+    cpos = malloc(sizeof(int32_t) * (size_t)(n_cells + 1));
+    ctim = calloc((size_t)(n_cells + 1), sizeof(int64_t));
+    cmax = malloc(sizeof(int64_t) * (size_t)(n_cells + 1));
+    rmax = malloc(sizeof(int64_t) * (size_t)(n_dl + 1));
+    kept = malloc((size_t)(n_cells + 1));
+    heap = malloc(sizeof(oc_key) * (size_t)(2 * keep + 64));
+    for (int k = OC_RCNT; k <= OC_RTT; k++)
         bufs[k] = PyByteArray_FromStringAndSize(NULL, n_dl * 8);
-    for (int k = OC_SDSC; k <= OC_SDST; k++)
+    for (int k = OC_SDSC; k <= OC_SDRT; k++)
         bufs[k] = PyByteArray_FromStringAndSize(NULL, n_sd * 8);
-    for (int k = 0; k < OC_N; k++)
+    if (!ccnt || !cpos || !ctim || !cmax || !rmax || !kept || !heap) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (int k = OC_RCNT; k < OC_N; k++)
         if (!bufs[k]) goto done;
-    {
 #define OC(k, T) ((T *)PyByteArray_AS_STRING(bufs[k]))
+    {
         const int64_t *dur = db.buf;
         const unsigned char *shrt = fb.buf;
-        int32_t *cst = OC(OC_STEP, int32_t), *cdl = OC(OC_DL, int32_t),
-                *pos = OC(OC_POS, int32_t);
-        int64_t *cnt = OC(OC_CNT, int64_t), *tim = OC(OC_TIM, int64_t),
-                *rcnt = OC(OC_RCNT, int64_t), *rtim = OC(OC_RTIM, int64_t),
+        int64_t *rcnt = OC(OC_RCNT, int64_t), *rtim = OC(OC_RTIM, int64_t),
                 *rpos = OC(OC_RPOS, int64_t), *rsc = OC(OC_RSC, int64_t),
-                *rst = OC(OC_RST, int64_t), *sdsc = OC(OC_SDSC, int64_t),
-                *sdst = OC(OC_SDST, int64_t);
-#undef OC
+                *rst = OC(OC_RST, int64_t), *rtc = OC(OC_RTC, int64_t),
+                *rtt = OC(OC_RTT, int64_t), *sdsc = OC(OC_SDSC, int64_t),
+                *sdst = OC(OC_SDST, int64_t), *sdrg = OC(OC_SDRG, int64_t),
+                *sdrc = OC(OC_SDRC, int64_t), *sdrt = OC(OC_SDRT, int64_t);
         Py_BEGIN_ALLOW_THREADS
-        for (Py_ssize_t c = 0, s = 0, d = 0; c < n_codes; c++) {   /* c = s * n_dl + d */
-            if (lut[c] >= 0) {
-                cst[lut[c]] = (int32_t)s;
-                cdl[lut[c]] = (int32_t)d;
-            }
-            if (++d == n_dl) { d = 0; s++; }
-        }
-        memset(cnt, 0, n_cells * 8);
-        memset(tim, 0, n_cells * 8);
+        memset(ccnt, 0, (size_t)n_cells * 4);
         memset(rcnt, 0, n_dl * 8);
         memset(rtim, 0, n_dl * 8);
         memset(rsc, 0, n_dl * 8);
         memset(rst, 0, n_dl * 8);
+        memset(rtc, 0, n_dl * 8);
+        memset(rtt, 0, n_dl * 8);
         memset(rpos, 0xff, n_dl * 8);
         memset(sdsc, 0, n_sd * 8);
         memset(sdst, 0, n_sd * 8);
+        memset(sdrg, 0, n_sd * 8);
+        memset(sdrc, 0, n_sd * 8);
+        memset(sdrt, 0, n_sd * 8);
         for (Py_ssize_t i = 0; i < n; i++) {
             int32_t c = lut[OC_CODE(i)];
-            if (!cnt[c]++ || dur[i] > dur[pos[c]]) pos[c] = (int32_t)i;
-            tim[c] += dur[i];
+            if (!ccnt[c]++ || dur[i] > cmax[c]) {
+                cpos[c] = (int32_t)i;
+                cmax[c] = dur[i];
+            }
+            ctim[c] += dur[i];
             if (shrt[i]) {
-                int32_t dl = cdl[c];
+                int32_t dv = dvc ? dvc[i] : 0, dl = dv * (int32_t)n_lab + lab[i];
                 rsc[dl]++;
                 rst[dl] += dur[i];
-                Py_ssize_t sd = (Py_ssize_t)cst[c] * n_dev + dl / n_lab;
+                Py_ssize_t sd = OC_STEP_OF(i) * n_dev + dv;
                 sdsc[sd]++;
                 sdst[sd] += dur[i];
             }
         }
         /* rows: of the cells holding a row's longest duration, the lowest position */
-        for (Py_ssize_t c = 0; c < n_cells; c++) {
-            int32_t dl = cdl[c];
-            int64_t p = rpos[dl], mc = dur[pos[c]];
-            rcnt[dl] += cnt[c];
-            rtim[dl] += tim[c];
-            if (p < 0 || mc > dur[p] || (mc == dur[p] && pos[c] < p)) rpos[dl] = pos[c];
+        for (Py_ssize_t c = 0, s = 0, dl = 0; c < n_codes; c++) {   /* c = s * n_dl + dl */
+            int32_t k = lut[c];
+            if (k >= 0) {
+                int64_t p = rpos[dl], mc = cmax[k];
+                rcnt[dl] += ccnt[k];
+                rtim[dl] += ctim[k];
+                if (p < 0 || mc > rmax[dl] || (mc == rmax[dl] && cpos[k] < p)) {
+                    rpos[dl] = cpos[k];
+                    rmax[dl] = mc;
+                }
+                if (typ && s < n_steps && typ[s]) {
+                    rtc[dl] += ccnt[k];
+                    rtt[dl] += ctim[k];
+                }
+            }
+            if (++dl == n_dl) { dl = 0; s++; }
+        }
+        /* per (step, device): the `keep` groups first in the step view, the rest summed.
+         * A segment of many groups is first cut to those of at least the time of the
+         * r-th of every stride-th group, r chosen so that about 1.25 keep pass: sifting
+         * the heap over them all costs most of the pass. */
+        for (Py_ssize_t sd = 0; sd < n_sd; sd++) {
+            const int32_t *seg = lut + sd * n_lab;
+            const int64_t *rt = rtim + (sd % n_dev) * n_lab;
+            Py_ssize_t m = 0, used = 0;
+            for (Py_ssize_t j = 0; j < n_lab; j++) used += seg[j] >= 0;
+            if (used <= keep) {
+                for (Py_ssize_t j = 0; j < n_lab; j++)
+                    if (seg[j] >= 0) kept[seg[j]] = 1;
+                n_kept += used;
+                continue;
+            }
+            int64_t floor_t = INT64_MIN, all_c = 0, all_t = 0;
+            Py_ssize_t stride = used / (4 * keep);
+            if (stride >= 2) {
+                Py_ssize_t r = 5 * keep / (4 * stride) + 32, seen = 0;
+                if (r > (used + stride - 1) / stride) r = (used + stride - 1) / stride;
+                for (Py_ssize_t j = 0; j < n_lab; j++) {
+                    int32_t k = seg[j];
+                    if (k >= 0 && seen++ % stride == 0)
+                        oc_offer(heap, &m, r, (oc_key){ctim[k], rt[j], (int32_t)j});
+                }
+                if (m == r) floor_t = heap[0].tim;
+                m = 0;
+            }
+            Py_ssize_t passed = 0;
+            for (Py_ssize_t j = 0; j < n_lab; j++) {
+                int32_t k = seg[j];
+                if (k < 0) continue;
+                kept[k] = 0;
+                all_c += ccnt[k];
+                all_t += ctim[k];
+                if (ctim[k] >= floor_t) {
+                    passed++;
+                    oc_offer(heap, &m, keep, (oc_key){ctim[k], rt[j], (int32_t)j});
+                }
+            }
+            if (passed < keep) {                  /* the sample misled: every group */
+                m = 0;
+                for (Py_ssize_t j = 0; j < n_lab; j++)
+                    if (seg[j] >= 0)
+                        oc_offer(heap, &m, keep, (oc_key){ctim[seg[j]], rt[j], (int32_t)j});
+            }
+            for (Py_ssize_t h = 0; h < m; h++) {
+                int32_t k = seg[heap[h].j];
+                kept[k] = 1;
+                all_c -= ccnt[k];
+                all_t -= ctim[k];
+            }
+            n_kept += m;
+            sdrg[sd] = used - m;
+            sdrc[sd] = all_c;
+            sdrt[sd] = all_t;
         }
         Py_END_ALLOW_THREADS
     }
+    for (int k = OC_STEP; k <= OC_POS; k++)
+        bufs[k] = PyByteArray_FromStringAndSize(NULL, n_kept * 4);
+    for (int k = OC_CNT; k <= OC_TIM; k++)
+        bufs[k] = PyByteArray_FromStringAndSize(NULL, n_kept * 8);
+    for (int k = OC_STEP; k <= OC_TIM; k++)
+        if (!bufs[k]) goto done;
+    {
+        int32_t *cst = OC(OC_STEP, int32_t), *cdl = OC(OC_DL, int32_t),
+                *pos = OC(OC_POS, int32_t);
+        int64_t *cnt = OC(OC_CNT, int64_t), *tim = OC(OC_TIM, int64_t);
+        Py_BEGIN_ALLOW_THREADS
+        Py_ssize_t o = 0;
+        for (Py_ssize_t c = 0, s = 0, dl = 0; c < n_codes; c++) {
+            int32_t k = lut[c];
+            if (k >= 0 && kept[k]) {
+                cst[o] = (int32_t)s;
+                cdl[o] = (int32_t)dl;
+                pos[o] = cpos[k];
+                cnt[o] = ccnt[k];
+                tim[o++] = ctim[k];
+            }
+            if (++dl == n_dl) { dl = 0; s++; }
+        }
+        Py_END_ALLOW_THREADS
+    }
+#undef OC
     out = PyTuple_New(OC_N);
     if (out)
         for (int k = 0; k < OC_N; k++) { PyTuple_SET_ITEM(out, k, bufs[k]); bufs[k] = NULL; }
 done:
     for (int k = 0; k < OC_N; k++) Py_XDECREF(bufs[k]);
     free(lut);
+    free(ccnt);
+    free(cpos);
+    free(ctim);
+    free(cmax);
+    free(rmax);
+    free(kept);
+    free(heap);
     PyBuffer_Release(&lb);
     PyBuffer_Release(&sb);
     PyBuffer_Release(&vb);
     PyBuffer_Release(&db);
     PyBuffer_Release(&fb);
+    PyBuffer_Release(&tb);
     return out;
 }
 
@@ -2618,7 +2770,8 @@ static PyMethodDef methods[] = {
     {"nest_sorted", nest_sorted, METH_VARARGS,
      "nest_sorted(track_i32, ts_i64, end_i64) -> (depth int16 bytes, parent int64 bytes)"},
     {"op_cells", op_cells, METH_VARARGS,
-     "op_cells(label_i32, step_i32, device_i32 or b\"\", dur_i64, short_bool, n_steps, n_dev, n_lab) -> the cells and rows of "
+     "op_cells(label_i32, step_i32, device_i32 or b\"\", dur_i64, short_bool, typical_bool or b\"\", "
+     "n_steps, n_dev, n_lab, keep) -> the cells and rows of "
      "analysis.device_ops._cells"},
     {NULL, NULL, 0, NULL},
 };

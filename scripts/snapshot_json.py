@@ -108,6 +108,12 @@ def routes_json(catalog, run: str, src) -> dict:
                                 {**p, "start_ns": "0", "end_ns": "1e18", "width": "800"})
     out["overlay_json"] = call(svc, "overlay_json", p)
     out["overlay_json_events"] = call(svc, "overlay_json", {**p, "with_events": "1"})
+    # a step's view of the diagnosis (its gaps, its device time by op): the first two and
+    # the last step
+    steps = [s["id"] for s in (out["diagnosis_json_all"].get("body") or {}).get("steps") or []]
+    out["diagnosis_json_steps"] = [
+        {"step": s, **call(svc, "diagnosis_json", {**p, "step": str(s)})}
+        for s in sorted(set(steps[:2] + steps[-1:]))]
     out["progress_json"] = call(svc, "progress_json", p)
     out["hosts_json"] = call(svc, "hosts_json", {"run": run, "wait": "1"})
     return out

@@ -22,6 +22,7 @@ from typing import Annotated, Dict, Optional
 
 from .analysis import causes as C
 from .analysis.budgets import Budgets
+from .analysis.device_ops import STEP_GROUPS
 from .discovery import SPAN_RULE, runs_json, span_label
 from .errors import ApiError, BadRequest, NotFound, TraceError, Unavailable, as_api_error
 from .params import MAX_GAPS_PAGE, parse
@@ -252,7 +253,7 @@ class Tools:
                    ] = None,
                    top: Annotated[int, Field(description="op groups listed per device, the "
                                                          "rest summed as other", ge=1,
-                                             le=1000)] = 15,
+                                             le=STEP_GROUPS)] = 15,
                    threshold_us: Threshold = 5.0, kernels_only: KernelsOnly = False,
                    max_bytes: MaxBytes = DEFAULT_MAX_BYTES) -> dict:
         p = self._params("diagnosis", run, host, span, threshold_us, kernels_only, step=step,

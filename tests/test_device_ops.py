@@ -171,6 +171,33 @@ def test_json_top_other_step_and_schema(kineto_diag):
     assert "gemm_kernel<…>" in text and "shorter than the 10 µs launch latency: 3 calls" in text
 
 
+def test_a_step_keeps_its_first_groups_and_sums_the_rest(kineto_diag, monkeypatch):
+    """Per (step, device) the table keeps only the groups with the most time: a step's
+    view lists them and counts the others in "other", and lists the same as the whole
+    table where it shows no more than were kept; compare's typical step is unchanged."""
+    from tb_perfdiag.analysis import device_ops as D
+    from tb_perfdiag.analysis.compare import match_device_ops
+    monkeypatch.setattr(D, "STEP_GROUPS", 2)
+    cut = diagnose_trace(_kineto_trace())
+    T = cut.device_ops
+    s1 = int(np.flatnonzero(cut.steps.ids == 1)[0])
+    # step 1: gemm 300, nccl 100, HtoD 50, DtoD 30, DtoH 20, memset 4 µs
+    assert sorted(T.name[i] for i in T.step_row[T.step == s1]) == [
+        "gemm_kernel<…>", "ncclKernel_AllReduce_RING_LL_Sum_float"]
+    assert (T.step_rest[s1, 0], T.step_rest_count[s1, 0], T.step_rest_time[s1, 0]) == \
+        (4, 4, 104 * US)
+    (dev,) = device_ops_json(cut, step=1)["devices"]
+    (full,) = device_ops_json(kineto_diag, step=1)["devices"]
+    assert [o["name"] for o in dev["ops"]] == [o["name"] for o in full["ops"][:2]]
+    assert dev["other"] == {"groups": 4, "calls": 4, "total_ns": 104_000,
+                            "share_of_busy": pytest.approx(104 / 374)}
+    assert (dev["groups"], dev["ops_total_ns"]) == (full["groups"], full["ops_total_ns"])
+    for step in (1, 2, None):
+        assert device_ops_json(cut, step=step, top=2) == \
+            device_ops_json(kineto_diag, step=step, top=2)
+    assert match_device_ops(cut, cut) == match_device_ops(kineto_diag, kineto_diag)
+
+
 def test_xspace_gpu_copies_by_details_and_xla_ops_by_hlo_op():
     b = TraceBuilder("xspace")
     py = b.thread("python")
@@ -344,8 +371,9 @@ def test_a_trace_without_device_ops_has_an_empty_table():
 def test_cells_native_and_numpy_agree(monkeypatch):
     """The extension's one pass and the numpy fallback give the same cells and rows:
     each op's cell, per cell its step, group, count, time and earliest longest op, per row
-    the same folded over its cells (unused rows empty), short ops per row and per
-    (step, device)."""
+    the same folded over its cells (unused rows empty) and over the typical steps' cells,
+    short ops per row and per (step, device); with a cut, the same cells kept per
+    (step, device) and the same rest."""
     from tb_perfdiag.analysis import device_ops as D
     if getattr(D._native, "op_cells", None) is None:
         pytest.skip("native extension not built")
@@ -359,6 +387,7 @@ def test_cells_native_and_numpy_agree(monkeypatch):
     label[label == 5] = 6                                       # an unused row (5)
     dur = rng.integers(0, 40, n).astype(np.int64)   # ties: the earliest longest op wins
     short = dur < 10
+    typical = rng.random(n_steps) < 0.7
 
     def both(*args):
         monkeypatch.delenv("TB_PERFDIAG_NO_NATIVE", raising=False)
@@ -369,7 +398,8 @@ def test_cells_native_and_numpy_agree(monkeypatch):
             a, b = getattr(native, what), getattr(ref, what)
             assert a.dtype == b.dtype and np.array_equal(a, b), what
         return native
-    got = both(label, step, dev, dur, short, n_steps, n_dev, n_lab)
+    got = both(label, step, dev, dur, short, typical, n_steps, n_dev, n_lab, 0)
+    assert not got.sd_rest.any()
     assert got.r_count[5] == 0 and got.r_pos[5] == -1
     # the figures themselves, on one row, one cell and one (step, device)
     row = (dev == 2) & (label == 6)
@@ -382,14 +412,45 @@ def test_cells_native_and_numpy_agree(monkeypatch):
     sd = (step == 3) & (dev == 2) & short
     assert got.sd_short[3 * n_dev + 2] == sd.sum()
     assert got.sd_short_time[3 * n_dev + 2] == dur[sd].sum()
+    typ = row & (step >= 0) & typical[step]
+    assert got.r_typ_count[dl] == typ.sum() and got.r_typ_time[dl] == dur[typ].sum()
+    # the cut: per (step, device) the 3 cells of most time (then of the row with most
+    # time, then the lower group) are kept, the others summed; the rows do not change
+    cut = both(label, step, dev, dur, short, typical, n_steps, n_dev, n_lab, 3)
+    for f in ("r_count", "r_time", "r_pos", "r_typ_count", "r_typ_time", "sd_short"):
+        assert np.array_equal(getattr(cut, f), getattr(got, f)), f
+    sd_all = got.step * n_dev + got.dl // n_lab
+    sd_cut = cut.step * n_dev + cut.dl // n_lab
+    n_sd = (n_steps + 1) * n_dev
+    groups = np.bincount(sd_all, minlength=n_sd)
+    assert np.array_equal(np.bincount(sd_cut, minlength=n_sd), np.minimum(groups, 3))
+    assert np.array_equal(cut.sd_rest, groups - np.minimum(groups, 3))
+    for f, w in (("sd_rest_count", "count"), ("sd_rest_time", "time")):
+        want = np.bincount(sd_all, getattr(got, w), n_sd) - \
+            np.bincount(sd_cut, getattr(cut, w), n_sd)
+        assert np.array_equal(getattr(cut, f), want.astype(np.int64)), f
+    for k in np.unique(sd_all).tolist():
+        mine = np.flatnonzero(sd_all == k)
+        view = mine[np.lexsort((got.dl[mine], -got.r_time[got.dl[mine]], -got.time[mine]))]
+        assert sorted(got.dl[view[:3]].tolist()) == cut.dl[sd_cut == k].tolist()
+    # many groups in a step: the native pass first cuts them by the times of every 5th
+    # group; when those are the only long ones, that cut leaves too few and every group
+    # is weighed
+    lab = np.arange(2000, dtype=np.int32)
+    for d in (rng.integers(0, 10**6, 2000), np.where(lab % 5 == 0, 10**6 + lab, 1)):
+        got = both(lab, np.zeros(2000, np.int32), None, d.astype(np.int64),
+                   np.zeros(2000, bool), np.ones(1, bool), 1, 1, 2000, 100)
+        assert got.dl.size == 100 and got.sd_rest.tolist() == [1900, 0]
     # one device (no device column), one op per cell
     one = np.arange(10, dtype=np.int32)
-    got = both(one % 5, one // 5, None, one.astype(np.int64) * 3, one > 5, 1, 1, 5)
+    got = both(one % 5, one // 5, None, one.astype(np.int64) * 3, one > 5, np.ones(1, bool),
+               1, 1, 5, 1000)
     assert np.array_equal(got.pos, one) and np.array_equal(got.time, one * 3)
     assert got.r_pos.tolist() == [5, 6, 7, 8, 9] and got.sd_short.tolist() == [0, 4]
+    assert got.r_typ_count.tolist() == [1] * 5 and got.r_typ_time.tolist() == [0, 3, 6, 9, 12]
     # out of range is refused, not read past
     with pytest.raises(ValueError):
-        D._native.op_cells(one, one, b"", one.astype(np.int64), one > 5, 1, 1, 5)
+        D._native.op_cells(one, one, b"", one.astype(np.int64), one > 5, b"\x01", 1, 1, 5, 0)
 
 
 @pytest.mark.parametrize("copies", [1, 40])       # a few matches, and many

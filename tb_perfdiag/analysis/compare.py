@@ -381,14 +381,12 @@ def _device_op_rows(diag: Diagnosis) -> dict:
         return {}
     typ = diag.steps.typical()
     n_dev = max(int((diag.devices.ops > 0).sum()), 1)
-    if typ.size and T.step.size:
-        keep = typ[T.step]
-        row, t, c = T.step_row[keep], T.step_time[keep], T.step_count[keep]
-        k = max(int(typ.sum()), 1)
+    if typ.size and T.step.size:            # the table sums the typical steps' cells
+        t, c, k = T.typical_time, T.typical_count, max(int(typ.sum()), 1)
     else:                                   # no steps: the whole trace as one
-        row, t, c, k = np.arange(len(T)), T.time, T.count, 1
-    tt = np.bincount(row, weights=t, minlength=len(T)) / (k * n_dev)
-    cc = np.bincount(row, weights=c, minlength=len(T)) / (k * n_dev)
+        t, c, k = T.time, T.count, 1
+    tt = t / (k * n_dev)
+    cc = c / (k * n_dev)
     out: dict = {}
     for i, nm in enumerate(T.name):
         kl, a, b = out.get(nm, (int(T.klass[i]), 0.0, 0.0))

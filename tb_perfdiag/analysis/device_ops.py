@@ -50,6 +50,10 @@ _DIRECTION = {"h2d": "HtoD", "d2h": "DtoH", "d2d": "DtoD", "p2p": "PtoP"}
 _HOST_KINDS = (K.CPU_OP, K.COLLECTIVE, K.TRANSFER_H2D, K.TRANSFER_D2H, K.ALLOC)
 _CLIMB = 64                   # enclosing frames searched for the framework op of a launch
 _DENSE_CELLS = 1 << 22        # (row × key) tables up to this size are one bincount
+# groups kept per (step, device), the rest summed: as many as any caller lists (the agent
+# tools' largest ``top``); an XLA step holds every HLO op of its program once, so kept
+# whole the cells are as many as the ops
+STEP_GROUPS = 1000
 _ANON = "(anonymous namespace)"
 # kernels named by their first template argument
 _WRAPPER = re.compile(r"^(cutlass::(Kernel\d?|device_kernel)|cute::\w*kernel\w*)<…>$")
@@ -128,11 +132,13 @@ def _dense(ids: np.ndarray, size: int):
 
 
 class _Cells(NamedTuple):
-    """What ``_cells`` counts.  Per cell (in increasing code order): ``step``, ``dl``
+    """What ``_cells`` counts.  Per kept cell (in increasing code order): ``step``, ``dl``
     (code = step × n_dl + dl), ``pos`` (int32: the position of its longest op, the
     earliest of equals), ``count``, ``time`` (summed duration).  Per dl (a row to be):
     ``r_count``, ``r_time``, ``r_pos`` (−1 where unused), ``r_short``, ``r_short_time``
-    (ops flagged short).  Per step × device + device: ``sd_short``, ``sd_short_time``."""
+    (ops flagged short), ``r_typ_count``, ``r_typ_time`` (over the typical steps).  Per
+    step × device + device: ``sd_short``, ``sd_short_time``, and the cells not kept:
+    ``sd_rest``, ``sd_rest_count``, ``sd_rest_time``."""
     step: np.ndarray
     dl: np.ndarray
     pos: np.ndarray
@@ -143,17 +149,25 @@ class _Cells(NamedTuple):
     r_pos: np.ndarray
     r_short: np.ndarray
     r_short_time: np.ndarray
+    r_typ_count: np.ndarray
+    r_typ_time: np.ndarray
     sd_short: np.ndarray
     sd_short_time: np.ndarray
+    sd_rest: np.ndarray
+    sd_rest_count: np.ndarray
+    sd_rest_time: np.ndarray
 
 
 def _cells(label: np.ndarray, step: np.ndarray, dev: np.ndarray | None, dur: np.ndarray,
-           short: np.ndarray, n_steps: int, n_dev: int, n_lab: int) -> _Cells:
+           short: np.ndarray, typical: np.ndarray, n_steps: int, n_dev: int, n_lab: int,
+           keep: int) -> _Cells:
     """The (step, device, group) cells of the ops, by the code (launching step, ``n_steps``
     for none) × ``n_dl`` + device × ``n_lab`` + group, with ``n_dl`` = ``n_dev`` ×
-    ``n_lab`` (``dev`` None: one device); the cells folded into rows and (step, device)
-    short-kernel sums (see ``_Cells``).  One native pass where the extension is built,
-    which works the code out per op instead of holding it."""
+    ``n_lab`` (``dev`` None: one device); the cells folded into rows, the rows' sums over
+    the ``typical`` steps (bool per step) and (step, device) short-kernel sums (see
+    ``_Cells``).  Of each (step, device) the ``keep`` cells first in its step view (most
+    time, then the row with most time, then the lower group; 0: all) are returned, the
+    others summed.  One native pass where the extension is built."""
     n_dl = n_dev * n_lab
     size = n_dl * (n_steps + 1)
     native = None if os.environ.get("TB_PERFDIAG_NO_NATIVE") else \
@@ -162,7 +176,7 @@ def _cells(label: np.ndarray, step: np.ndarray, dev: np.ndarray | None, dur: np.
         got = native(np.ascontiguousarray(label, np.int32), np.ascontiguousarray(step, np.int32),
                      b"" if dev is None else np.ascontiguousarray(dev, np.int32),
                      np.ascontiguousarray(dur, np.int64), np.ascontiguousarray(short, np.bool_),
-                     n_steps, n_dev, n_lab)
+                     np.ascontiguousarray(typical, np.bool_), n_steps, n_dev, n_lab, keep)
         return _Cells(*(np.frombuffer(b, np.int32) for b in got[:3]),
                       *(np.frombuffer(b, np.int64) for b in got[3:]))
     st = step.astype(np.int64)
@@ -185,7 +199,7 @@ def _cells(label: np.ndarray, step: np.ndarray, dev: np.ndarray | None, dur: np.
         sc = np.bincount(slot, minlength=nz.shape[0])
     n_cells = nz.shape[0]
     c_st, c_dl = np.divmod(nz, n_dl)
-    stime = np.rint(np.bincount(slot, weights=dur, minlength=n_cells)).astype(np.int64)
+    stime = _sum(slot, n_cells, dur)
     s_pos = np.empty(n_cells, np.int64)
     if n_cells == code.shape[0]:              # one op per cell (XLA: an HLO op per step)
         smax = stime
@@ -197,7 +211,7 @@ def _cells(label: np.ndarray, step: np.ndarray, dev: np.ndarray | None, dur: np.
         s_pos[slot[at]] = at
         del at
     # rows: the earliest op of the row's longest duration
-    r_tim = np.bincount(c_dl, weights=stime, minlength=n_dl)
+    r_tim = _sum(c_dl, n_dl, stime)
     rmax = np.full(n_dl, -1, np.int64)
     np.maximum.at(rmax, c_dl, smax)
     hit = np.flatnonzero(smax == rmax[c_dl])
@@ -206,15 +220,35 @@ def _cells(label: np.ndarray, step: np.ndarray, dev: np.ndarray | None, dur: np.
     r_pos[rmax < 0] = -1
     k = np.flatnonzero(short)
     k_dl = c_dl[slot[k]]
-    sd = c_st[slot[k]] * (n_dl // n_lab) + k_dl // n_lab
-    n_sd = (size // n_dl) * (n_dl // n_lab)
+    n_dv = n_dl // n_lab
+    sd = c_st[slot[k]] * n_dv + k_dl // n_lab
+    n_sd = (n_steps + 1) * n_dv
+    typ = np.append(np.asarray(typical, bool), False)[c_st]
+    # the cells in step-view order within each (step, device); those past ``keep`` summed
+    c_sd = c_st * n_dv + c_dl // n_lab
+    order = np.lexsort((c_dl, -r_tim[c_dl], -stime, c_sd))
+    by = c_sd[order]
+    rank = np.arange(n_cells) - np.searchsorted(by, by)
+    kept = np.zeros(n_cells, bool)
+    kept[order[rank < keep] if keep > 0 else order] = True
+    out = np.flatnonzero(kept)
+    cut = np.flatnonzero(~kept)
+    return _Cells(c_st[out].astype(np.int32), c_dl[out].astype(np.int32),
+                  s_pos[out].astype(np.int32), sc[out].astype(np.int64), stime[out],
+                  _sum(c_dl, n_dl, sc), r_tim, r_pos,
+                  _sum(k_dl, n_dl), _sum(k_dl, n_dl, dur[k]),
+                  _sum(c_dl[typ], n_dl, sc[typ]), _sum(c_dl[typ], n_dl, stime[typ]),
+                  _sum(sd, n_sd), _sum(sd, n_sd, dur[k]),
+                  _sum(c_sd[cut], n_sd), _sum(c_sd[cut], n_sd, sc[cut]),
+                  _sum(c_sd[cut], n_sd, stime[cut]))
 
-    def count(key, n, w=None):
-        return np.rint(np.bincount(key, weights=w, minlength=n)).astype(np.int64)
-    return _Cells(c_st.astype(np.int32), c_dl.astype(np.int32), s_pos.astype(np.int32),
-                  sc.astype(np.int64), stime, count(c_dl, n_dl, sc), np.rint(r_tim).astype(np.int64), r_pos,
-                  count(k_dl, n_dl), count(k_dl, n_dl, dur[k]), count(sd, n_sd),
-                  count(sd, n_sd, dur[k]))
+
+def _sum(key: np.ndarray, n: int, w: np.ndarray | None = None) -> np.ndarray:
+    """Exact int64 sums of ``w`` (ones when None) per ``key`` in ``[0, n)``: a bincount's
+    float weights would round past 2**53."""
+    out = np.zeros(n, np.int64)
+    np.add.at(out, key, 1 if w is None else w)
+    return out
 
 
 def _pick(values: list, idx: np.ndarray) -> list:
@@ -465,12 +499,13 @@ def overlap(starts: np.ndarray, ends: np.ndarray, klass: np.ndarray, key: np.nda
 def device_op_table(trace: Trace, ops: np.ndarray, op_step: np.ndarray, n_steps: int,
                     origin: np.ndarray, path_of_op: np.ndarray | None = None,
                     paths: list | None = None, memo: dict | None = None,
-                    defer_overlap: bool = False):
+                    defer_overlap: bool = False, typical: np.ndarray | None = None):
     """``ops``: the busy set's device ops, ascending; ``op_step``: the step that launched
     each (−1 none); ``origin``: the host call behind every event (−1 none);
     ``path_of_op``/``paths``: the user annotation path of each op
     (``annotations.op_paths``), when at hand; ``memo``: that pass's stat lookups on the
-    same ``ops``.  ``defer_overlap``: leave the overlap columns zero and return
+    same ``ops``; ``typical``: bool per step, the steps a typical step averages (None:
+    all).  ``defer_overlap``: leave the overlap columns zero and return
     ``(table, (events, OpClass, step) of the ops that are no compute)`` for
     ``fill_overlap``, which needs the busy figures the gap analysis computes.
 
@@ -510,7 +545,10 @@ def device_op_table(trace: Trace, ops: np.ndarray, op_step: np.ndarray, n_steps:
         short = (kind_of_ops == K.KERNEL) & (dur < LAUNCH_LATENCY_PS)
         if not gpu[:-1].all():
             short &= gpu[dev]
-    cc = _cells(label, op_step, dev if n_dev > 1 else None, dur, short, n_steps, n_dev, n_lab)
+    if typical is None:
+        typical = np.ones(n_steps, bool)
+    cc = _cells(label, op_step, dev if n_dev > 1 else None, dur, short, typical, n_steps,
+                n_dev, n_lab, STEP_GROUPS)
     # rows: (device, group) pairs, by device then most time first
     cells = np.flatnonzero(cc.r_count)
     cells = cells[np.lexsort((-cc.r_time[cells], cells // n_lab))]
@@ -583,6 +621,10 @@ def device_op_table(trace: Trace, ops: np.ndarray, op_step: np.ndarray, n_steps:
         step_longest=s_cells, step_longest_ts=trace.ts[s_cells],
         step_longest_dur=trace.dur[s_cells],
         step_longest_track=trace.track[s_cells].astype(np.int32, copy=False),
+        step_rest=cc.sd_rest.reshape(S1, n_dev)[:n_steps],
+        step_rest_count=cc.sd_rest_count.reshape(S1, n_dev)[:n_steps],
+        step_rest_time=cc.sd_rest_time.reshape(S1, n_dev)[:n_steps],
+        typical_count=cc.r_typ_count[cells], typical_time=cc.r_typ_time[cells],
         overlap=ov, step_overlap=sov.reshape(n_steps, n_dev, len(Overlap)),
         short_count_dev=d_short, short_time_dev=d_short_t,
         step_short_count=np.ascontiguousarray(st_short),

@@ -31,7 +31,7 @@ from .ops import op_table
 from .device_ops import device_op_table, fill_overlap
 from .shares import split
 from .tfdata import get_next_spans
-from .result import DeviceTable, Diagnosis, GapTable, StepNumbers
+from .result import DeviceTable, Diagnosis, GapTable, StepNumbers, typical_of
 from .steps import device_windows, find_steps, launched_busy, launching_steps
 
 DEFAULT_THRESHOLD_US = 5.0
@@ -157,18 +157,30 @@ def _diagnose(trace: Trace, opt: Options, progress):
     op_paths: dict = {}
     annotations = ann_mod.device_time(trace, dev_ops, ev_step[dev_ops], steps.ids, root,
                                       paths_out=op_paths)
+    users = user_threads(trace, steps.thread) or dispatch_threads(trace, root)
+    compilations = usercalls.compilations(trace, steps, root, users)
+    # the compilation table is the one count: per step, in findings and in the JSON
+    n_steps = steps.ids.shape[0]
+    compile_ev, compile_step = compilations.event, compilations.step.astype(np.int64)
+    c_count = np.bincount(compile_step[compile_step >= 0], minlength=n_steps) \
+        if compile_ev.size else np.zeros(n_steps, np.int64)
+    host_ns = _ns_round(steps.host_end) - _ns_round(steps.host_start)
+    if n_steps >= 3:
+        outlier = (host_ns > 1.5 * float(np.median(host_ns))) | (c_count > 0)
+    else:
+        outlier = np.zeros(n_steps, bool)
     progress.within(0.3, "device time by op")
-    # its overlap columns come from the busy figures the gap analysis makes (below)
+    # its overlap columns come from the busy figures the gap analysis makes (below); its
+    # per-step cells are cut, so it sums the typical steps (StepNumbers.typical) itself
     device_ops, noncompute = device_op_table(
-        trace, dev_ops, ev_step[dev_ops], steps.ids.shape[0], origin, op_paths.get("pid"),
-        op_paths.get("paths"), op_paths.get("memo"), defer_overlap=True)
+        trace, dev_ops, ev_step[dev_ops], n_steps, origin, op_paths.get("pid"),
+        op_paths.get("paths"), op_paths.get("memo"), defer_overlap=True,
+        typical=typical_of(outlier))
     del dev_ops, op_paths
     progress.within(0.35, "host timelines")
     ctx = host_context(trace, origin, via)
-    users = user_threads(trace, steps.thread) or dispatch_threads(trace, root)
     executors = region_threads(trace)
     get_next = get_next_spans(trace)
-    compilations = usercalls.compilations(trace, steps, root, users)
     transfers = usercalls.transfers(trace, steps, users)
 
     n_dev = len(trace.devices)
@@ -223,11 +235,6 @@ def _diagnose(trace: Trace, opt: Options, progress):
 
     # ---- steps ----
     progress.within(0.8, "per-step numbers")
-    # the compilation table is the one count: per step, in findings and in the JSON
-    compile_ev, compile_step = compilations.event, compilations.step.astype(np.int64)
-    n_steps = steps.ids.shape[0]
-    c_count = np.bincount(compile_step[compile_step >= 0], minlength=n_steps) \
-        if compile_ev.size else np.zeros(n_steps, np.int64)
     c_total = np.zeros(n_steps, np.int64)          # exact: float weights would round
     if compile_ev.size:
         np.add.at(c_total, compile_step[compile_step >= 0],
@@ -248,11 +255,6 @@ def _diagnose(trace: Trace, opt: Options, progress):
             s_launched[:, d] = launched[d]
         win_s[:, d], win_e[:, d], s_busy[:, d] = wb, we, busy
         s_idle[:, d, :], s_small_n[:, d], s_small_t[:, d] = by_cause, sm_n, sm_t
-    host_ns = _ns_round(steps.host_end) - _ns_round(steps.host_start)
-    if n_steps >= 3:
-        outlier = (host_ns > 1.5 * float(np.median(host_ns))) | (c_count > 0)
-    else:
-        outlier = np.zeros(n_steps, bool)
     step_numbers = StepNumbers(steps.ids, steps.host_start, steps.host_end, steps.source,
                                dev_ops_n > 0, win_s, win_e, s_busy, s_idle, s_small_n,
                                s_small_t, c_count.astype(np.int64), c_total, outlier,

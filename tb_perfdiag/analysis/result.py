@@ -209,8 +209,13 @@ class StepNumbers:
     def typical(self) -> np.ndarray:
         """bool per step: the steps a typical step is averaged over — those not flagged
         ``outlier`` (compiling, or 1.5× the median step), all of them when every step is."""
-        keep = ~np.asarray(self.outlier, bool)
-        return keep if keep.any() else np.ones(len(self), bool)
+        return typical_of(self.outlier)
+
+
+def typical_of(outlier: np.ndarray) -> np.ndarray:
+    """``StepNumbers.typical`` of these ``outlier`` flags."""
+    keep = ~np.asarray(outlier, bool)
+    return keep if keep.any() else np.ones(keep.shape[0], bool)
 
 
 @dataclass
@@ -358,7 +363,9 @@ class DeviceOpTable:
     category: list              # hlo_category of the longest instance ("" none)
     host_op: list               # the host op behind most of the row's time ("" none)
     annotation: list            # the user annotation path (" › ") behind most of it ("")
-    step_row: np.ndarray        # int32: per (row, step) cell with ops, its row
+    # per (row, step) cell with ops; of each (step, device) only the STEP_GROUPS groups
+    # with the most time (``device_ops``), the others in step_rest*
+    step_row: np.ndarray        # int32: the cell's row
     step: np.ndarray            # int32 index into Diagnosis.steps
     step_count: np.ndarray      # int64
     step_time: np.ndarray       # int64 ps
@@ -366,6 +373,12 @@ class DeviceOpTable:
     step_longest_ts: np.ndarray
     step_longest_dur: np.ndarray
     step_longest_track: np.ndarray
+    # per (step, device) the groups past the first STEP_GROUPS (most time first), summed
+    step_rest: np.ndarray       # (n_steps, n_dev) int64 groups
+    step_rest_count: np.ndarray     # (n_steps, n_dev) int64 ops
+    step_rest_time: np.ndarray      # (n_steps, n_dev) int64 ps
+    typical_count: np.ndarray   # int64 per row: ops over the typical steps (StepNumbers)
+    typical_time: np.ndarray    # int64 ps per row, likewise
     overlap: np.ndarray         # (n_dev, len(Overlap)) int64 ps
     step_overlap: np.ndarray    # (n_steps, n_dev, len(Overlap)) int64 ps, by launching step
     short_count_dev: np.ndarray     # (n_dev,) kernels shorter than latency_ps
@@ -381,8 +394,10 @@ class DeviceOpTable:
     def empty(n_dev: int, n_steps: int) -> "DeviceOpTable":
         z = np.zeros(0, np.int64)
         i32, nov = z.astype(np.int32), len(Overlap)
+        sd = np.zeros((n_steps, n_dev), np.int64)
         return DeviceOpTable(i32, [], z.astype(np.int8), z, z, z, z, z, z, z, i32, [], [], [],
-                             i32, i32, z, z, z, z, z, i32, np.zeros((n_dev, nov), np.int64),
+                             i32, i32, z, z, z, z, z, i32, sd, sd.copy(), sd.copy(), z, z,
+                             np.zeros((n_dev, nov), np.int64),
                              np.zeros((n_steps, n_dev, nov), np.int64),
                              np.zeros(n_dev, np.int64), np.zeros(n_dev, np.int64),
                              np.zeros((n_steps, n_dev), np.int64),

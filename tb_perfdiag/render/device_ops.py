@@ -89,7 +89,12 @@ def device_ops_json(diag: Diagnosis, step: int | None = None, top: int = TOP) ->
             continue
         mine = mine[np.lexsort((mine, -time[mine]))]
         busy = int(ov_all[d, Overlap.BUSY])
-        tot = int(time[mine].sum())
+        # a step's groups past the table's cut come summed (none in the whole-trace view)
+        cut_g = cut_c = cut_t = 0
+        if s_idx is not None and s_idx >= 0:
+            cut_g, cut_c, cut_t = (int(x[s_idx, d]) for x in
+                                   (T.step_rest, T.step_rest_count, T.step_rest_time))
+        tot = int(time[mine].sum()) + cut_t
 
         def share(x, of):
             return float(x) / of if of else None
@@ -110,9 +115,9 @@ def device_ops_json(diag: Diagnosis, step: int | None = None, top: int = TOP) ->
                 "viewer": _viewer(diag, int(lts[r]), int(ldur[r]))})
         rest = mine[top:]
         other = None
-        if rest.size:
-            t = int(time[rest].sum())
-            other = {"groups": int(rest.size), "calls": int(count[rest].sum()),
+        if rest.size or cut_g:
+            t = int(time[rest].sum()) + cut_t
+            other = {"groups": int(rest.size) + cut_g, "calls": int(count[rest].sum()) + cut_c,
                      "total_ns": _ns(t), "share_of_busy": share(t, busy)}
         if s_idx is None:
             sc, st = int(T.short_count_dev[d]), int(T.short_time_dev[d])
@@ -128,7 +133,8 @@ def device_ops_json(diag: Diagnosis, step: int | None = None, top: int = TOP) ->
                    "annotation": T.annotation[r] or None} for r in all_mine.tolist()]
         out.append({
             "device": d, "name": diag.devices.name[d], "busy_ns": _ns(busy),
-            "ops_total_ns": _ns(tot), "groups": int(mine.size), "ops": ops, "other": other,
+            "ops_total_ns": _ns(tot), "groups": int(mine.size) + cut_g, "ops": ops,
+            "other": other,
             "short_kernels": {"calls": sc, "total_ns": _ns(st), "share_of_busy": share(st, busy),
                               "finding": launch_bound if sc else None,
                               "groups": groups if sc else []},
