@@ -2470,8 +2470,9 @@ done:
 /* Device-op cells (tb_perfdiag.analysis.device_ops).  Every op's code is
  * step * n_dl + dl, dl = device * n_lab + group, in [0, n_codes).  Each code used is a
  * cell with its op count, summed duration and longest op (the earliest of equals).  The
- * cells fold into rows (per dl: count, time, longest op, short ops and their time, and
- * count and time over the typical steps) and short ops per (step, device).  Of each
+ * same pass over the ops sums the rows (per dl: count, time, longest op, short ops and
+ * their time, and count and time over the typical steps) and short ops per
+ * (step, device).  Of each
  * (step, device) only the `keep` cells with the most time come back (ties: the row with
  * more time overall, then the lower group: the order the step view lists them in), in
  * increasing code order; the others are summed per (step, device) as the rest.  On an
@@ -2532,7 +2533,7 @@ static PyObject *op_cells(PyObject *self, PyObject *args) {
     PyObject *out = NULL, *bufs[OC_N] = {NULL};
     int32_t *lut = NULL, *ccnt = NULL, *cpos = NULL;
     oc_key *heap = NULL;
-    int64_t *ctim = NULL, *cmax = NULL, *rmax = NULL;
+    int64_t *ctim = NULL, *rmax = NULL;
     unsigned char *kept = NULL;
     Py_ssize_t n = lb.len / 4, n_cells = 0, n_kept = 0;
     Py_ssize_t n_dl = n_dev * n_lab, n_codes = (n_steps + 1) * n_dl;
@@ -2575,7 +2576,6 @@ static PyObject *op_cells(PyObject *self, PyObject *args) {
     ccnt = malloc(sizeof(int32_t) * (size_t)(n_cells + 1));
     cpos = malloc(sizeof(int32_t) * (size_t)(n_cells + 1));
     ctim = calloc((size_t)(n_cells + 1), sizeof(int64_t));
-    cmax = malloc(sizeof(int64_t) * (size_t)(n_cells + 1));
     rmax = malloc(sizeof(int64_t) * (size_t)(n_dl + 1));
     kept = malloc((size_t)(n_cells + 1));
     heap = malloc(sizeof(oc_key) * (size_t)(2 * keep + 64));
@@ -2583,7 +2583,7 @@ static PyObject *op_cells(PyObject *self, PyObject *args) {
         bufs[k] = PyByteArray_FromStringAndSize(NULL, n_dl * 8);
     for (int k = OC_SDSC; k <= OC_SDRT; k++)
         bufs[k] = PyByteArray_FromStringAndSize(NULL, n_sd * 8);
-    if (!ccnt || !cpos || !ctim || !cmax || !rmax || !kept || !heap) {
+    if (!ccnt || !cpos || !ctim || !rmax || !kept || !heap) {
         PyErr_NoMemory();
         goto done;
     }
@@ -2613,39 +2613,30 @@ static PyObject *op_cells(PyObject *self, PyObject *args) {
         memset(sdrg, 0, n_sd * 8);
         memset(sdrc, 0, n_sd * 8);
         memset(sdrt, 0, n_sd * 8);
+        /* ops in increasing position: a strict > keeps the earliest longest op */
         for (Py_ssize_t i = 0; i < n; i++) {
             int32_t c = lut[OC_CODE(i)];
-            if (!ccnt[c]++ || dur[i] > cmax[c]) {
-                cpos[c] = (int32_t)i;
-                cmax[c] = dur[i];
+            int32_t dv = dvc ? dvc[i] : 0, dl = dv * (int32_t)n_lab + lab[i];
+            Py_ssize_t s = OC_STEP_OF(i);
+            int64_t d = dur[i];
+            if (!ccnt[c]++ || d > dur[cpos[c]]) cpos[c] = (int32_t)i;
+            ctim[c] += d;
+            rcnt[dl]++;
+            rtim[dl] += d;
+            if (rpos[dl] < 0 || d > rmax[dl]) {
+                rpos[dl] = i;
+                rmax[dl] = d;
             }
-            ctim[c] += dur[i];
+            if (typ && s < n_steps && typ[s]) {
+                rtc[dl]++;
+                rtt[dl] += d;
+            }
             if (shrt[i]) {
-                int32_t dv = dvc ? dvc[i] : 0, dl = dv * (int32_t)n_lab + lab[i];
                 rsc[dl]++;
-                rst[dl] += dur[i];
-                Py_ssize_t sd = OC_STEP_OF(i) * n_dev + dv;
-                sdsc[sd]++;
-                sdst[sd] += dur[i];
+                rst[dl] += d;
+                sdsc[s * n_dev + dv]++;
+                sdst[s * n_dev + dv] += d;
             }
-        }
-        /* rows: of the cells holding a row's longest duration, the lowest position */
-        for (Py_ssize_t c = 0, s = 0, dl = 0; c < n_codes; c++) {   /* c = s * n_dl + dl */
-            int32_t k = lut[c];
-            if (k >= 0) {
-                int64_t p = rpos[dl], mc = cmax[k];
-                rcnt[dl] += ccnt[k];
-                rtim[dl] += ctim[k];
-                if (p < 0 || mc > rmax[dl] || (mc == rmax[dl] && cpos[k] < p)) {
-                    rpos[dl] = cpos[k];
-                    rmax[dl] = mc;
-                }
-                if (typ && s < n_steps && typ[s]) {
-                    rtc[dl] += ccnt[k];
-                    rtt[dl] += ctim[k];
-                }
-            }
-            if (++dl == n_dl) { dl = 0; s++; }
         }
         /* per (step, device): the `keep` groups first in the step view, the rest summed.
          * A segment of many groups is first cut to those of at least the time of the
@@ -2741,7 +2732,6 @@ done:
     free(ccnt);
     free(cpos);
     free(ctim);
-    free(cmax);
     free(rmax);
     free(kept);
     free(heap);
