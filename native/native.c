@@ -2487,6 +2487,9 @@ enum { OC_STEP, OC_DL, OC_POS, OC_CNT, OC_TIM, OC_RCNT, OC_RTIM, OC_RPOS, OC_RSC
 #define OC_STEP_OF(i) ((Py_ssize_t)(stp[i] < 0 ? n_steps : stp[i]))
 #define OC_CODE(i) (OC_STEP_OF(i) * n_dl + (Py_ssize_t)(dvc ? dvc[i] : 0) * n_lab + lab[i])
 
+/* a row's sums, together: the pass over the ops meets the rows in any order */
+typedef struct { int64_t cnt, tim, pos, max, tc, tt; } oc_row;
+
 /* a group of a (step, device) with the keys of the step view's order, held by value so
  * that comparing does not chase the cell tables */
 typedef struct { int64_t tim, rtim; int32_t j; } oc_key;
@@ -2533,7 +2536,8 @@ static PyObject *op_cells(PyObject *self, PyObject *args) {
     PyObject *out = NULL, *bufs[OC_N] = {NULL};
     int32_t *lut = NULL, *ccnt = NULL, *cpos = NULL;
     oc_key *heap = NULL;
-    int64_t *ctim = NULL, *rmax = NULL;
+    int64_t *ctim = NULL;
+    oc_row *row = NULL;
     unsigned char *kept = NULL;
     Py_ssize_t n = lb.len / 4, n_cells = 0, n_kept = 0;
     Py_ssize_t n_dl = n_dev * n_lab, n_codes = (n_steps + 1) * n_dl;
@@ -2549,12 +2553,11 @@ static PyObject *op_cells(PyObject *self, PyObject *args) {
         goto done;
     }
     if (keep == 0 || keep > n_lab) keep = n_lab;          /* 0: every cell */
-    lut = malloc(sizeof(int32_t) * (size_t)(n_codes + 1));
+    lut = calloc((size_t)(n_codes + 1), sizeof(int32_t));
     if (!lut) { PyErr_NoMemory(); goto done; }
     {
         int bad = 0;
         Py_BEGIN_ALLOW_THREADS
-        memset(lut, 0, sizeof(int32_t) * (size_t)(n_codes + 1));
         for (Py_ssize_t i = 0; i < n; i++) {
             int32_t d = dvc ? dvc[i] : 0;
             if (lab[i] < 0 || lab[i] >= n_lab || stp[i] > n_steps || d < 0 || d >= n_dev) {
@@ -2573,17 +2576,17 @@ static PyObject *op_cells(PyObject *self, PyObject *args) {
         }
     }
     /* every cell's figures are scratch: only the kept cells come back */
-    ccnt = malloc(sizeof(int32_t) * (size_t)(n_cells + 1));
+    ccnt = calloc((size_t)(n_cells + 1), sizeof(int32_t));
     cpos = malloc(sizeof(int32_t) * (size_t)(n_cells + 1));
     ctim = calloc((size_t)(n_cells + 1), sizeof(int64_t));
-    rmax = malloc(sizeof(int64_t) * (size_t)(n_dl + 1));
+    row = calloc((size_t)(n_dl + 1), sizeof(oc_row));
     kept = malloc((size_t)(n_cells + 1));
     heap = malloc(sizeof(oc_key) * (size_t)(2 * keep + 64));
     for (int k = OC_RCNT; k <= OC_RTT; k++)
         bufs[k] = PyByteArray_FromStringAndSize(NULL, n_dl * 8);
     for (int k = OC_SDSC; k <= OC_SDRT; k++)
         bufs[k] = PyByteArray_FromStringAndSize(NULL, n_sd * 8);
-    if (!ccnt || !cpos || !ctim || !rmax || !kept || !heap) {
+    if (!ccnt || !cpos || !ctim || !row || !kept || !heap) {
         PyErr_NoMemory();
         goto done;
     }
@@ -2600,14 +2603,8 @@ static PyObject *op_cells(PyObject *self, PyObject *args) {
                 *sdst = OC(OC_SDST, int64_t), *sdrg = OC(OC_SDRG, int64_t),
                 *sdrc = OC(OC_SDRC, int64_t), *sdrt = OC(OC_SDRT, int64_t);
         Py_BEGIN_ALLOW_THREADS
-        memset(ccnt, 0, (size_t)n_cells * 4);
-        memset(rcnt, 0, n_dl * 8);
-        memset(rtim, 0, n_dl * 8);
         memset(rsc, 0, n_dl * 8);
         memset(rst, 0, n_dl * 8);
-        memset(rtc, 0, n_dl * 8);
-        memset(rtt, 0, n_dl * 8);
-        memset(rpos, 0xff, n_dl * 8);
         memset(sdsc, 0, n_sd * 8);
         memset(sdst, 0, n_sd * 8);
         memset(sdrg, 0, n_sd * 8);
@@ -2621,15 +2618,15 @@ static PyObject *op_cells(PyObject *self, PyObject *args) {
             int64_t d = dur[i];
             if (!ccnt[c]++ || d > dur[cpos[c]]) cpos[c] = (int32_t)i;
             ctim[c] += d;
-            rcnt[dl]++;
-            rtim[dl] += d;
-            if (rpos[dl] < 0 || d > rmax[dl]) {
-                rpos[dl] = i;
-                rmax[dl] = d;
+            oc_row *r = row + dl;
+            if (!r->cnt++ || d > r->max) {
+                r->pos = i;
+                r->max = d;
             }
+            r->tim += d;
             if (typ && s < n_steps && typ[s]) {
-                rtc[dl]++;
-                rtt[dl] += d;
+                r->tc++;
+                r->tt += d;
             }
             if (shrt[i]) {
                 rsc[dl]++;
@@ -2637,6 +2634,14 @@ static PyObject *op_cells(PyObject *self, PyObject *args) {
                 sdsc[s * n_dev + dv]++;
                 sdst[s * n_dev + dv] += d;
             }
+        }
+        for (Py_ssize_t dl = 0; dl < n_dl; dl++) {
+            const oc_row *r = row + dl;
+            rcnt[dl] = r->cnt;
+            rtim[dl] = r->tim;
+            rpos[dl] = r->cnt ? r->pos : -1;
+            rtc[dl] = r->tc;
+            rtt[dl] = r->tt;
         }
         /* per (step, device): the `keep` groups first in the step view, the rest summed.
          * A segment of many groups is first cut to those of at least the time of the
@@ -2732,7 +2737,7 @@ done:
     free(ccnt);
     free(cpos);
     free(ctim);
-    free(rmax);
+    free(row);
     free(kept);
     free(heap);
     PyBuffer_Release(&lb);
