@@ -2661,12 +2661,13 @@ static PyObject *op_cells(PyObject *self, PyObject *args) {
             int64_t floor_t = INT64_MIN, all_c = 0, all_t = 0;
             Py_ssize_t stride = used / (4 * keep);
             if (stride >= 2) {
-                Py_ssize_t r = 5 * keep / (4 * stride) + 32, seen = 0;
+                Py_ssize_t r = 5 * keep / (4 * stride) + 32, skip = 0;
                 if (r > (used + stride - 1) / stride) r = (used + stride - 1) / stride;
                 for (Py_ssize_t j = 0; j < n_lab; j++) {
                     int32_t k = seg[j];
-                    if (k >= 0 && seen++ % stride == 0)
-                        oc_offer(heap, &m, r, (oc_key){ctim[k], rt[j], (int32_t)j});
+                    if (k < 0 || skip-- > 0) continue;
+                    skip = stride - 1;
+                    oc_offer(heap, &m, r, (oc_key){ctim[k], rt[j], (int32_t)j});
                 }
                 if (m == r) floor_t = heap[0].tim;
                 m = 0;
