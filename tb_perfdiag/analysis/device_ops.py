@@ -172,7 +172,10 @@ def _cells(label: np.ndarray, step: np.ndarray, dev: np.ndarray | None, dur: np.
     size = n_dl * (n_steps + 1)
     native = None if os.environ.get("TB_PERFDIAG_NO_NATIVE") else \
         getattr(_native, "op_cells", None)
-    if native is not None and size <= _DENSE_CELLS * 4 and label.shape[0] < 2 ** 31 - 1:
+    # the native pass holds an int32 per code: as much as 16 bytes an op is less than the
+    # numpy path needs (an XLA trace: every HLO op of every step a code of its own)
+    if native is not None and size <= max(_DENSE_CELLS * 4, 4 * label.shape[0]) \
+            and label.shape[0] < 2 ** 31 - 1:
         got = native(np.ascontiguousarray(label, np.int32), np.ascontiguousarray(step, np.int32),
                      b"" if dev is None else np.ascontiguousarray(dev, np.int32),
                      np.ascontiguousarray(dur, np.int64), np.ascontiguousarray(short, np.bool_),
