@@ -102,3 +102,18 @@ def test_correlation_links_match_first_host_event(rows, offset):
             if hosts:
                 want[i] = hosts[0]
     assert dict(zip(dst.tolist(), src.tolist())) == want
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from([np.int8, np.int16, np.int32, np.uint16]),
+       st.lists(st.integers(-2**15, 2**15), max_size=40),
+       st.lists(st.integers(-2**40, 2**40) | st.integers(-300, 300), max_size=20),
+       st.sampled_from(["left", "right"]))
+def test_search_answers_as_searchsorted_whatever_the_widths(dtype, hay, needles, side):
+    """``model.search`` narrows the needles to the column's type only where they fit:
+    the same answer as numpy's search for needles beyond the column's range too."""
+    from tb_perfdiag.trace.model import search
+    info = np.iinfo(dtype)
+    a = np.sort(np.clip(np.array(hay, np.int64), info.min, info.max)).astype(dtype)
+    v = np.array(needles, np.int64)
+    assert np.array_equal(search(a, v, side), np.searchsorted(a, v, side=side))

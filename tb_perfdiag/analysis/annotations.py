@@ -18,7 +18,7 @@ import re
 import numpy as np
 
 from ..trace.build import distinct, unique_inverse, unique_rows
-from ..trace.model import EventKind as K, Trace, TrackKind
+from ..trace.model import EventKind as K, Trace, TrackKind, search
 from .result import AnnotationTable
 
 _SUFFIX = re.compile(r"\.\d+$")
@@ -73,7 +73,7 @@ def _lookup(stat, ops: np.ndarray, memo: dict | None = None) -> np.ndarray:
         return stat.values
     found = memo.get(id(stat.events)) if memo is not None else None
     if found is None or found[0] is not stat.events:
-        k = np.minimum(np.searchsorted(stat.events, ops), stat.events.shape[0] - 1)
+        k = np.minimum(search(stat.events, ops), stat.events.shape[0] - 1)
         if k.shape[0] and stat.events.shape[0] < 2**31:
             k = k.astype(np.int32)
         found = (stat.events, k, stat.events[k] == ops)

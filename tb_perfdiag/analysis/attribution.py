@@ -18,7 +18,7 @@ import re
 import numpy as np
 
 from ..trace.build import distinct, unique_inverse
-from ..trace.model import EventKind as K, TrackKind, Trace
+from ..trace.model import EventKind as K, TrackKind, Trace, search
 
 VIA_NONE, VIA_LINK, VIA_ANCESTOR_LINK, VIA_EXECUTE, VIA_REGION = range(5)
 VIA_NAMES = {VIA_NONE: "none", VIA_LINK: "correlation/flow link",
@@ -47,7 +47,7 @@ def _index_dtype(trace: Trace):
 
 def host_side(trace: Trace) -> np.ndarray:
     # events are sorted by track: one run per track (a gather per event costs 4× more)
-    bounds = np.searchsorted(trace.track, np.arange(len(trace.track_kind) + 1))
+    bounds = trace.track_bounds()
     return np.repeat(np.asarray(trace.track_kind) == TrackKind.HOST, np.diff(bounds))
 
 
@@ -401,7 +401,7 @@ def _program_runs(trace: Trace) -> list:
         if trace.track_name[t] != "XLA Modules":
             continue
         d = int(trace.track_device[t])
-        lo, hi = np.searchsorted(trace.track, [t, t + 1])
+        lo, hi = search(trace.track, [t, t + 1])
         if hi == lo:
             continue
         mods = np.arange(lo, hi)

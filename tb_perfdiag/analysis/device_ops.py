@@ -516,8 +516,7 @@ def device_op_table(trace: Trace, ops: np.ndarray, op_step: np.ndarray, n_steps:
     longest instances and short kernels come from the cells."""
     n_dev = len(trace.devices)
     # events lie by track and ops ascend: each track's ops are one run
-    runs = np.diff(np.searchsorted(ops, np.searchsorted(
-        trace.track, np.arange(len(trace.track_device) + 1))))
+    runs = np.diff(np.searchsorted(ops, trace.track_bounds()))
     dev = None                 # the device of each op: needed with several devices only
     if n_dev > 1 or not (trace.track_device[:runs.shape[0]][runs > 0] >= 0).all():
         dev = np.repeat(trace.track_device, runs)

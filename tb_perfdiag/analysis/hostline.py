@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..trace.model import EventKind as K, Trace
+from ..trace.model import EventKind as K, Trace, search
 from . import causes as C
 
 # what a host op's own time stands for; an op's bucket decides the gap share its self
@@ -127,7 +127,7 @@ class HostLine:
         out = np.zeros((t.shape[0], len(BUCKETS)), np.int64)
         # whole segments of each bucket before segment k
         for b in range(len(BUCKETS)):
-            out[:, b] = self.bucket_cum[b][np.searchsorted(self.bucket_segs[b], k, side="left")]
+            out[:, b] = self.bucket_cum[b][search(self.bucket_segs[b], k, side="left")]
         # plus the part of segment k up to t (nothing before the first segment)
         rows = np.flatnonzero(k >= 0)
         kk = k[rows]
@@ -169,7 +169,7 @@ def build_hostlines(trace: Trace, buckets: np.ndarray, tracks,
                     blocking: np.ndarray | None = None) -> dict:
     out = {}
     # events are sorted by track: each track is one slice
-    bounds = np.searchsorted(trace.track, np.arange(len(trace.track_kind) + 1))
+    bounds = trace.track_bounds()
     for t in tracks:
         lo, hi = bounds[t], bounds[t + 1]
         if hi == lo:
@@ -215,7 +215,7 @@ def build_hostlines(trace: Trace, buckets: np.ndarray, tracks,
         inner = np.where(marker, trace.parent[np.maximum(inner, 0)], inner)
         seg_len = np.diff(np.concatenate((times, [times[-1]])))
         by_bucket = np.argsort(bucket, kind="stable")
-        edges = np.searchsorted(bucket[by_bucket], np.arange(len(BUCKETS) + 1))
+        edges = search(bucket[by_bucket], np.arange(len(BUCKETS) + 1))
         segs, cums = [], []
         for b in range(len(BUCKETS)):
             sel = by_bucket[edges[b]:edges[b + 1]].astype(np.int32)

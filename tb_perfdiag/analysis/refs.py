@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..trace.build import distinct, unique_rows
-from ..trace.model import Trace
+from ..trace.model import Trace, search
 from .result import EventRefs
 
 
@@ -12,7 +12,7 @@ def _stat_ids(trace: Trace, key: str, events: np.ndarray) -> np.ndarray:
     st = trace.stats.get(key)
     if st is None or events.size == 0 or not st.is_string or st.events.size == 0:
         return np.full(events.shape[0], -1, np.int64)
-    k = np.minimum(np.searchsorted(st.events, events), st.events.shape[0] - 1)
+    k = np.minimum(search(st.events, events), st.events.shape[0] - 1)
     return np.where(st.events[k] == events, st.values[k].astype(np.int64), -1)
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..trace.model import EventKind as K, TrackKind, Trace
+from ..trace.model import EventKind as K, TrackKind, Trace, search
 from .attribution import run_dispatch
 
 DEFINITION = ("Step windows come from, in order: a device Steps line, host step annotations "
@@ -80,7 +80,7 @@ def program_runs(trace: Trace) -> dict:
                   if trace.track_name[t] == "XLA Modules"]
     per_dev = {}
     for t in mod_tracks:
-        lo, hi = np.searchsorted(trace.track, [t, t + 1])
+        lo, hi = search(trace.track, [t, t + 1])
         if hi > lo:
             per_dev.setdefault(int(trace.track_device[t]), np.arange(lo, hi))
     if not per_dev:
@@ -172,7 +172,7 @@ def launched_busy(start: np.ndarray, end: np.ndarray, step: np.ndarray,
         o = idx[np.argsort(st, kind="stable")]
         st = step[o]
     del idx
-    bounds = np.searchsorted(st, np.arange(n_steps + 1))
+    bounds = search(st, np.arange(n_steps + 1))
     del st
     # any t0 at or before every start and span past every op will do: all of the ops'
     t0 = int(start.min())

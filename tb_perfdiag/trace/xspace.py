@@ -19,7 +19,7 @@ from ..storage import read_bytes
 from . import classify
 from .build import StringTable, Tracks, assemble, correlation_links, unique_inverse, unique_rows
 from .hlo import FIELDS as HLO_FIELDS, hlo_op_metadata
-from .model import Device, EventKind as K, LinkKind, TraceError, TrackKind
+from .model import Device, EventKind as K, LinkKind, TraceError, TrackKind, search
 from .xplane_pb import XPlane, XSpace
 
 # stat value kinds in scan columns
@@ -536,7 +536,7 @@ def _merge_metadata_stats(stats: dict, evs: np.ndarray, rows: np.ndarray, cols: 
             e0, v0, _ = cur
             e0 = np.asarray(e0)
             if e0.size:
-                k = np.minimum(np.searchsorted(e0, e), e0.shape[0] - 1)
+                k = np.minimum(search(e0, e), e0.shape[0] - 1)
                 own = e0[k] == e
                 e, v = e[~own], v[~own]
             e = np.concatenate([e0, e])
@@ -550,7 +550,7 @@ def _group(keys: np.ndarray, n_groups: int) -> list:
     """Rows of each group: slices when ``keys`` is sorted (scanners emit plane by plane
     and line by line), else index arrays."""
     if keys.size == 0 or (keys[1:] >= keys[:-1]).all():
-        b = np.searchsorted(keys, np.arange(n_groups + 1)).tolist()
+        b = search(keys, np.arange(n_groups + 1)).tolist()
         return [slice(b[g], b[g + 1]) for g in range(n_groups)]
     order = np.argsort(keys, kind="stable")
     b = np.searchsorted(keys[order], np.arange(n_groups + 1))
