@@ -465,3 +465,24 @@ def test_op_classes_of_labels(copies):
     want = [C.COMPUTE, C.COMPUTE, C.COMPUTE, C.MEMSET, C.COMPUTE, C.COLLECTIVE, C.COLLECTIVE,
             C.MEMCPY, C.MEMCPY, C.COMPUTE] + [C.MEMCPY] * copies
     assert D._classes(labels).tolist() == [int(c) for c in want]
+
+
+@pytest.mark.parametrize("far", [0, 10**18])
+def test_overlap_per_key_is_each_key_alone(far):
+    """The per-key overlap (keys laid end to end, or in chunks of keys when their extents
+    add up past 2**62) equals each key's ops taken alone."""
+    from tb_perfdiag.analysis.device_ops import overlap
+    rng = np.random.default_rng(11)
+    n, n_keys = 4000, 37
+    key = rng.integers(0, n_keys, n)
+    key[key == 5] = 6                                        # a key with no ops
+    starts = rng.integers(0, 10**9, n) + key * 10**6
+    # far: five keys each spread over 10**18 ps, together past 2**62
+    starts[(key >= 1) & (key <= 5) & (np.arange(n) % 2 == 0)] += far
+    ends = starts + rng.integers(0, 10**6, n)
+    klass = rng.integers(0, 4, n).astype(np.int8)
+    got = overlap(starts, ends, klass, key, n_keys)
+    for k in range(n_keys):
+        m = key == k
+        alone = overlap(starts[m], ends[m], klass[m], np.zeros(int(m.sum()), np.int64), 1)[0]
+        assert got[k].tolist() == alone.tolist(), k

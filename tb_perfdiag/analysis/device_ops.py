@@ -444,6 +444,18 @@ def overlap(starts: np.ndarray, ends: np.ndarray, klass: np.ndarray, key: np.nda
     out = np.zeros((n_keys, len(Overlap)), np.int64)
     if not starts.size:
         return out
+    if n_keys > 1:
+        # keys laid end to end, each from its own first start: one pass over thousands
+        # of steps, where shifting every key by the whole trace's span takes one a key
+        first = np.full(n_keys, np.iinfo(np.int64).max, np.int64)
+        last = np.full(n_keys, np.iinfo(np.int64).min, np.int64)
+        np.minimum.at(first, key, starts)
+        np.maximum.at(last, key, ends)
+        ext = np.where(last >= first, last - first + 1, 0)
+        if int(ext.sum()) < 1 << 62:
+            shift = (np.cumsum(ext) - ext - first)[key]
+            _overlap_rows(out, starts + shift, ends + shift, klass, key)
+            return out
     lo = int(starts.min())
     span = int(ends.max()) - lo + 1
     per = max((1 << 62) // span, 1)               # keys whose shifted times fit in int64
@@ -461,42 +473,49 @@ def overlap(starts: np.ndarray, ends: np.ndarray, klass: np.ndarray, key: np.nda
             e = (ends if sel is None else ends[sel]) + shift
             del shift
             kl = klass if sel is None else klass[sel]
-        o = np.argsort(s, kind="stable")          # runs already in order: cheap
-        s, e, kl = s[o], e[o], kl[o]
-        if kk.size:
-            kk = kk[o]
-        del o
-        busy = _union_lengths(s, e, kk, n)
-        zero = np.zeros(n, np.int64)
-
-        def u(mask):
-            # a class that is every op or none needs no pass of its own; a large one is
-            # the others as empty intervals (no gathers), a small one its own ops
-            cnt = int(np.count_nonzero(mask))
-            if not cnt:
-                return zero
-            if cnt == mask.shape[0]:
-                return busy
-            if 4 * cnt > mask.shape[0]:
-                return _union_lengths(s, np.where(mask, e, s), kk, n)
-            return _union_lengths(s[mask], e[mask], kk[mask] if kk.size else kk, n)
-        c = kl == OpClass.COMPUTE
-        m = (kl == OpClass.MEMCPY) | (kl == OpClass.MEMSET)
-        x = kl == OpClass.COLLECTIVE
-        u_comp, u_copy, u_coll = u(c), u(m), u(x)
-        u_cm = u(c | m) if m.any() else u_comp
-        u_cx = u(c | x) if x.any() else u_comp
-        blk = out[k0:k0 + n]
-        blk[:, Overlap.BUSY] = busy
-        blk[:, Overlap.COMPUTE] = u_comp
-        blk[:, Overlap.COPIES] = u_copy
-        blk[:, Overlap.COLLECTIVES] = u_coll
-        blk[:, Overlap.COPIES_UNDER_COMPUTE] = u_comp + u_copy - u_cm
-        blk[:, Overlap.COLLECTIVES_UNDER_COMPUTE] = u_comp + u_coll - u_cx
-        # the exposed parts partition the busy union with compute
-        blk[:, Overlap.COPIES_EXPOSED] = u_cm - u_comp
-        blk[:, Overlap.COLLECTIVES_EXPOSED] = busy - u_cm
+        _overlap_rows(out[k0:k0 + n], s, e, kl, kk)
     return out
+
+
+def _overlap_rows(blk: np.ndarray, s: np.ndarray, e: np.ndarray, kl: np.ndarray,
+                  kk: np.ndarray) -> None:
+    """``overlap``'s rows ``blk`` of the keys ``kk`` (empty: one key), their intervals
+    shifted so that no two keys' touch."""
+    n = blk.shape[0]
+    o = np.argsort(s, kind="stable")              # runs already in order: cheap
+    s, e, kl = s[o], e[o], kl[o]
+    if kk.size:
+        kk = kk[o]
+    del o
+    busy = _union_lengths(s, e, kk, n)
+    zero = np.zeros(n, np.int64)
+
+    def u(mask):
+        # a class that is every op or none needs no pass of its own; a large one is
+        # the others as empty intervals (no gathers), a small one its own ops
+        cnt = int(np.count_nonzero(mask))
+        if not cnt:
+            return zero
+        if cnt == mask.shape[0]:
+            return busy
+        if 4 * cnt > mask.shape[0]:
+            return _union_lengths(s, np.where(mask, e, s), kk, n)
+        return _union_lengths(s[mask], e[mask], kk[mask] if kk.size else kk, n)
+    c = kl == OpClass.COMPUTE
+    m = (kl == OpClass.MEMCPY) | (kl == OpClass.MEMSET)
+    x = kl == OpClass.COLLECTIVE
+    u_comp, u_copy, u_coll = u(c), u(m), u(x)
+    u_cm = u(c | m) if m.any() else u_comp
+    u_cx = u(c | x) if x.any() else u_comp
+    blk[:, Overlap.BUSY] = busy
+    blk[:, Overlap.COMPUTE] = u_comp
+    blk[:, Overlap.COPIES] = u_copy
+    blk[:, Overlap.COLLECTIVES] = u_coll
+    blk[:, Overlap.COPIES_UNDER_COMPUTE] = u_comp + u_copy - u_cm
+    blk[:, Overlap.COLLECTIVES_UNDER_COMPUTE] = u_comp + u_coll - u_cx
+    # the exposed parts partition the busy union with compute
+    blk[:, Overlap.COPIES_EXPOSED] = u_cm - u_comp
+    blk[:, Overlap.COLLECTIVES_EXPOSED] = busy - u_cm
 
 
 def device_op_table(trace: Trace, ops: np.ndarray, op_step: np.ndarray, n_steps: int,
@@ -509,7 +528,7 @@ def device_op_table(trace: Trace, ops: np.ndarray, op_step: np.ndarray, n_steps:
     (``annotations.op_paths``), when at hand; ``memo``: that pass's stat lookups on the
     same ``ops``; ``typical``: bool per step, the steps a typical step averages (None:
     all).  ``defer_overlap``: leave the overlap columns zero and return
-    ``(table, (events, OpClass, step) of the ops that are no compute)`` for
+    ``(table, (events, OpClass, step, device) of the ops that are no compute)`` for
     ``fill_overlap``, which needs the busy figures the gap analysis computes.
 
     Ops are counted once, into (device, group, step) cells; rows and their totals,
@@ -531,7 +550,7 @@ def device_op_table(trace: Trace, ops: np.ndarray, op_step: np.ndarray, n_steps:
     if not ops.size:
         z = np.zeros(0, np.int64)
         empty = DeviceOpTable.empty(n_dev, n_steps)
-        return (empty, (z, z.astype(np.int8), z)) if defer_overlap else empty
+        return (empty, (z, z.astype(np.int8), z, z)) if defer_overlap else empty
     memo = {} if memo is None else memo
     kind_of_ops = trace.kind[ops]
     label, names, klass_of = _labels(trace, ops, kind_of_ops, memo)
@@ -586,7 +605,8 @@ def device_op_table(trace: Trace, ops: np.ndarray, op_step: np.ndarray, n_steps:
     if defer_overlap:
         other = klass_of != OpClass.COMPUTE
         sel = np.flatnonzero(_at(other, label)) if other.any() else np.zeros(0, np.int64)
-        nc = (ops[sel], klass_of[label[sel]], op_step[sel].astype(np.int64))
+        nc = (ops[sel], klass_of[label[sel]], op_step[sel].astype(np.int64),
+              dev[sel] if dev is not None else np.zeros(sel.shape[0], np.int32))
         ov = np.zeros((n_dev, len(Overlap)), np.int64)
         sov = np.zeros((n_steps * n_dev, len(Overlap)), np.int64)
     else:
@@ -637,25 +657,18 @@ def device_op_table(trace: Trace, ops: np.ndarray, op_step: np.ndarray, n_steps:
 
 def _window_cover(trace: Trace, slices: list, nc: np.ndarray, a: np.ndarray, b: np.ndarray,
                   win_key: np.ndarray, step_of: np.ndarray | None,
-                  kinds, ends: dict) -> np.ndarray | None:
+                  kinds, ends: dict) -> np.ndarray:
     """Per window [a, b): the length of it covered by the device's compute ops (of the
-    window's step when ``step_of`` is given, ``win_key`` being that step), or None when a
-    track is not serial (its ops overlap), where windows cannot be read off sorted ends.
-    ``slices``: the device's tracks' event ranges (``Trace.track_slices``); ``ends``: each
-    track's op ends (None: not sorted), kept across calls."""
+    window's step when ``step_of`` is given, ``win_key`` being that step), read off the
+    tracks' sorted ends: the device's tracks are serial.  ``slices``: their event ranges
+    (``Trace.track_slices``); ``ends``: by each range's start, its events' ends."""
     if not a.size:
         return np.zeros(0, np.int64)
     parts_w, parts_e = [], []
     for lo, hi in slices:
         if hi <= lo:
             continue
-        st = trace.ts[lo:hi]
-        if lo not in ends:
-            en = st + trace.dur[lo:hi]
-            ends[lo] = en if en.shape[0] < 2 or (en[1:] >= en[:-1]).all() else None
-        en = ends[lo]
-        if en is None:
-            return None
+        st, en = trace.ts[lo:hi], ends[lo]
         i0 = np.searchsorted(en, a, side="right")
         i1 = np.maximum(np.searchsorted(st, b, side="left"), i0)
         n = i1 - i0
@@ -682,49 +695,46 @@ def _window_cover(trace: Trace, slices: list, nc: np.ndarray, a: np.ndarray, b: 
     return _union_lengths(s[o], t[o], w[o], a.shape[0])
 
 
-def fill_overlap(trace: Trace, table: DeviceOpTable, nc, op_step_all: np.ndarray,
-                 busy: np.ndarray, step_busy: np.ndarray | None, kernels_only: bool) -> None:
-    """Fills ``table.overlap`` (and ``step_overlap`` when ``step_busy``, the union of the
-    ops each step launched per device, is given) from the busy figures and the few ops
-    that are no compute: compute covers everything else, so only the windows of copies
-    and collectives need a look at the compute ops around them.  Devices whose tracks
-    are not serial get the full computation."""
-    nc_ev, nc_cls, nc_step = nc
+def fill_overlap(trace: Trace, table: DeviceOpTable, nc, op_step_all: np.ndarray, d: int,
+                 ops: np.ndarray, busy: int, step_busy: np.ndarray | None,
+                 kernels_only: bool) -> None:
+    """Fills device ``d``'s rows of ``table.overlap`` (and of ``step_overlap`` when
+    ``step_busy``, the union of the ops each step launched on it, is given) from its busy
+    time, its busy set ``ops`` (ascending) and the few ops that are no compute: compute
+    covers everything else, so only the windows of copies and collectives need a look at
+    the compute ops around them.  A device whose tracks are not serial (TPU ops nest:
+    a while loop holds its body's ops) gets the full computation."""
+    if busy <= 0:
+        return
+    nc_ev, nc_cls, nc_step, nc_dev = nc
+    mine = nc_dev == d
+    ev, cls, stp = nc_ev[mine], nc_cls[mine], nc_step[mine]
     n_steps = table.step_overlap.shape[0]
-    nc_dev = trace.track_device[trace.track[nc_ev]]
-    for d in range(len(trace.devices)):
-        if busy[d] <= 0:
-            continue
-        mine = nc_dev == d
-        keys = [(None, np.zeros(int(mine.sum()), np.int64), 1, busy[d:d + 1])]
-        if step_busy is not None:
-            stp = np.where(nc_step[mine] >= 0, nc_step[mine], n_steps).astype(np.int64)
-            keys.append((op_step_all, stp, n_steps + 1,
-                         np.concatenate([np.maximum(step_busy[:, d], 0), [0]])))
-        slices = trace.track_slices(np.flatnonzero(trace.track_device == d))
-        ev, cls = nc_ev[mine], nc_cls[mine]
-        got, ends = [], {}
-        for step_of, key, n_keys, bz in keys:
-            res = _overlap_from(trace, slices, ev, cls, key, n_keys, bz, step_of,
-                                (K.KERNEL,) if kernels_only else DEVICE_ACTIVITY, ends)
-            if res is None:
-                got = None
-                break
-            got.append(res)
-        if got is None or (step_busy is None and n_steps):
-            # steps by time (no launched union per step), or a track whose ends are not
-            # sorted: every op of the device
-            _full_overlap(trace, table, d, nc, op_step_all, kernels_only, bool(n_steps))
-            continue
-        table.overlap[d] = got[0][0]
-        if step_busy is not None:
-            table.step_overlap[:, d] = got[1][:n_steps]
+    slices = trace.track_slices(np.flatnonzero(trace.track_device == d))
+    ends = {}
+    if ev.size:
+        for lo, hi in slices:           # windows are read off each track's sorted ends
+            en = trace.ts[lo:hi] + trace.dur[lo:hi]
+            ends[lo] = en if en.shape[0] < 2 or (en[1:] >= en[:-1]).all() else None
+    if any(v is None for v in ends.values()) or (step_busy is None and n_steps):
+        # a track whose ends are not sorted, or steps by time (no launched union per
+        # step): every op of the device
+        _full_overlap(trace, table, d, ops, ev, cls, op_step_all, bool(n_steps))
+        return
+    kinds = (K.KERNEL,) if kernels_only else DEVICE_ACTIVITY
+    table.overlap[d] = _overlap_from(trace, slices, ev, cls, np.zeros(ev.shape[0], np.int64),
+                                     1, np.array([busy]), None, kinds, ends)[0]
+    if step_busy is not None:
+        key = np.where(stp >= 0, stp, n_steps).astype(np.int64)
+        bz = np.concatenate([np.maximum(step_busy, 0), [0]])
+        table.step_overlap[:, d] = _overlap_from(trace, slices, ev, cls, key, n_steps + 1, bz,
+                                                 op_step_all, kinds, ends)[:n_steps]
 
 
 def _overlap_from(trace, slices, ev, cls, key, n_keys, busy, step_of, kinds, ends):
     """One device's overlap rows per key from its busy time per key and its ops that
-    are no compute (``ev``, ``cls``, their ``key``); None when a track's ends are not
-    sorted."""
+    are no compute (``ev``, ``cls``, their ``key``); ``ends``: each track's sorted op
+    ends."""
     out = np.zeros((n_keys, len(Overlap)), np.int64)
     out[:, Overlap.BUSY] = busy
     out[:, Overlap.COMPUTE] = busy
@@ -752,8 +762,6 @@ def _overlap_from(trace, slices, ev, cls, key, n_keys, busy, step_of, kinds, end
         a, wk = ss[first], ks[first]
         b = reach[last] - sh[first]
         cov = _window_cover(trace, slices, ev, a, b, wk, step_of, kinds, ends)
-        if cov is None:
-            return None
         total = np.bincount(wk, weights=b - a, minlength=n_keys).astype(np.int64)
         under = np.bincount(wk, weights=cov, minlength=n_keys).astype(np.int64)
         exposed[name] = (total, total - under)
@@ -770,12 +778,10 @@ def _overlap_from(trace, slices, ev, cls, key, n_keys, busy, step_of, kinds, end
     return out
 
 
-def _full_overlap(trace, table, d, nc, op_step_all, kernels_only, per_step):
-    from .gaps import device_busy
-    ops = device_busy(trace, d, kernels_only)[0]
-    ops.sort()
+def _full_overlap(trace, table, d, ops, nc_ev, nc_cls, op_step_all, per_step):
+    """Device ``d``'s overlap rows from every op of its busy set ``ops`` (ascending);
+    ``nc_ev``/``nc_cls``: its ops that are no compute, with their class."""
     kl = np.zeros(ops.shape[0], np.int8)
-    nc_ev, nc_cls, _ = nc
     k = np.searchsorted(ops, nc_ev)
     hit = (k < ops.shape[0]) & (ops[np.minimum(k, ops.shape[0] - 1)] == nc_ev)
     kl[k[hit]] = nc_cls[hit]

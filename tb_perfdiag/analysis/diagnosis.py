@@ -218,6 +218,9 @@ def _diagnose(trace: Trace, opt: Options, progress):
             # windows are cut so that it runs in them, which ``busy`` measures
             launched[d] = launched_busy(trace.ts[ops], op_end, op_step, steps.ids.shape[0])
         del op_step, op_end
+        # the overlap of compute, copies and collectives, while the busy set is at hand
+        fill_overlap(trace, device_ops, noncompute, ev_step, d, ops, int((ue - us).sum()),
+                     launched.get(d), opt.kernels_only)
         if wb.size and lo - int(wb[0]) >= threshold_ps:
             # the first window's idle before the device's first op (step 0 compiling,
             # loading data) is idle of that step too: split like a gap
@@ -259,9 +262,6 @@ def _diagnose(trace: Trace, opt: Options, progress):
                                dev_ops_n > 0, win_s, win_e, s_busy, s_idle, s_small_n,
                                s_small_t, c_count.astype(np.int64), c_total, outlier,
                                s_launched)
-    fill_overlap(trace, device_ops, noncompute, ev_step, dev_busy,
-                 s_launched if steps.source in ("host_annotations", "modules") else None,
-                 opt.kernels_only)
     del noncompute
     progress.within(0.82, "op counts")
     ops = op_table(trace, ev_step, step_numbers.typical())
