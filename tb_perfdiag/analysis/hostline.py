@@ -125,9 +125,11 @@ class HostLine:
         t = np.asarray(t, np.int64)
         k = np.searchsorted(self.seg_start, t, side="right") - 1      # segment containing t
         out = np.zeros((t.shape[0], len(BUCKETS)), np.int64)
-        # whole segments of each bucket before segment k
+        # whole segments of each bucket before segment k (int32 like the bucket columns:
+        # numpy would copy each column to the needles' width)
+        k32 = k.astype(np.int32)
         for b in range(len(BUCKETS)):
-            out[:, b] = self.bucket_cum[b][search(self.bucket_segs[b], k, side="left")]
+            out[:, b] = self.bucket_cum[b][np.searchsorted(self.bucket_segs[b], k32, side="left")]
         # plus the part of segment k up to t (nothing before the first segment)
         rows = np.flatnonzero(k >= 0)
         kk = k[rows]
