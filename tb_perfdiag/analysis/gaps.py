@@ -30,14 +30,19 @@ def find_gaps(trace: Trace, device: int, ops: np.ndarray, us: np.ndarray, ue: np
     gs, ge = ue[:-1], us[1:]
     big = (ge - gs) >= threshold_ps
     # the op that ends each gap: the earliest-starting op at ge; the op before: the op
-    # whose end is the gap start
-    o_start = ops[np.argsort(trace.ts[ops], kind="stable")]
-    k = np.searchsorted(trace.ts[o_start], ge[big], side="left")
-    nxt = o_start[np.minimum(k, o_start.shape[0] - 1)]
-    ends = trace.end_of(ops)
-    o_end = ops[np.argsort(ends, kind="stable")]
-    k2 = np.searchsorted(trace.end_of(o_end), gs[big], side="right") - 1
-    prev = o_end[np.maximum(k2, 0)]
+    # whose end is the gap start.  One sort order and its sorted times at a time (20 M
+    # ops: 160 MB each, the peak of a large trace's analysis)
+    n = ops.shape[0]
+    t = trace.ts[ops]
+    order = np.argsort(t, kind="stable")
+    t = t[order]
+    nxt = ops[order[np.minimum(np.searchsorted(t, ge[big], side="left"), n - 1)]]
+    del t, order
+    t = trace.end_of(ops)
+    order = np.argsort(t, kind="stable")
+    t = t[order]
+    prev = ops[order[np.maximum(np.searchsorted(t, gs[big], side="right") - 1, 0)]]
+    del t, order
     return gs[big], ge[big], prev, nxt, gs[~big], ge[~big]
 
 
