@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..analysis.device_ops import STEP_GROUPS
 from ..analysis.result import Diagnosis, FindingKind, OpClass, Overlap
 
 TOP = 15
@@ -19,7 +20,8 @@ DEFINITION = (
     "name with template arguments and parameters folded (foo<…>), copies by direction "
     "(Memcpy HtoD/DtoH/DtoD/PtoP), sets as Memset, XLA ops by their HLO instruction (hlo_op). "
     "Time is the sum of the group's op durations (streams may overlap, so groups can add up "
-    "to more than the busy time); per step, the ops that step launched. Host op: the "
+    "to more than the busy time); per step, the ops that step launched (its "
+    f"{STEP_GROUPS} groups of most time per device, the rest summed as other). Host op: the "
     "framework op (aten::…, tf_op, the XLA program or JAX function) behind most of the "
     "group's time; annotation: the user annotation most of it ran under. Short kernels: "
     "GPU kernels shorter than the launch latency. Overlap: the busy union split into compute, "
