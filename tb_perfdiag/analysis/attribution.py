@@ -18,7 +18,7 @@ import re
 import numpy as np
 
 from ..trace.build import distinct, unique_inverse
-from ..trace.model import EventKind as K, TrackKind, Trace, search
+from ..trace.model import EventKind as K, TrackKind, Trace
 
 VIA_NONE, VIA_LINK, VIA_ANCESTOR_LINK, VIA_EXECUTE, VIA_REGION = range(5)
 VIA_NAMES = {VIA_NONE: "none", VIA_LINK: "correlation/flow link",
@@ -298,7 +298,7 @@ def worker_entry(trace: Trace, ops: np.ndarray) -> np.ndarray:
         rows = np.flatnonzero(op_track == dt)
         if rows.size == 0:
             continue
-        lo, hi = np.searchsorted(trace.track, [ht, ht + 1])
+        lo, hi = trace.track_slices([ht])[0]
         q = trace.ts[ops[rows]]
         # the innermost event of the worker thread open at the op's start
         k = np.searchsorted(trace.ts[lo:hi], q, side="right") - 1 + lo
@@ -401,7 +401,7 @@ def _program_runs(trace: Trace) -> list:
         if trace.track_name[t] != "XLA Modules":
             continue
         d = int(trace.track_device[t])
-        lo, hi = search(trace.track, [t, t + 1])
+        lo, hi = trace.track_slices([t])[0]
         if hi == lo:
             continue
         mods = np.arange(lo, hi)

@@ -230,7 +230,7 @@ def chain_sync_kind(names: list) -> tuple:
 
 def _copy_kind(trace: Trace, ctx, op: int) -> str:
     """d2h_copy / pageable_d2h / pageable_h2d from the memcpy the copy op issued."""
-    lo, hi = np.searchsorted(trace.track, [trace.track[op], trace.track[op] + 1])
+    lo, hi = trace.track_slices([trace.track[op]])[0]
     end = trace.end_of(op)
     sub = lo + np.flatnonzero((trace.ts[lo:hi] >= trace.ts[op]) & (trace.ts[lo:hi] < end))
     launches = sub[ctx.launch_memcpy[sub] > 0]

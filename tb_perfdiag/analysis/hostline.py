@@ -75,7 +75,7 @@ def _capture_regions(trace: Trace, b: np.ndarray) -> None:
     begins = [e for e, nm in zip(cap.tolist(), names) if "begincapture" in nm or "capture_begin" in nm]
     for e in begins:
         t = trace.track[e]
-        lo, hi = np.searchsorted(trace.track, [t, t + 1])
+        lo, hi = trace.track_slices([t])[0]
         later = lo + np.flatnonzero(trace.ts[lo:hi] >= trace.ts[e])
         ends = [x for x in later.tolist() if "endcapture" in trace.strings[int(trace.name[x])]
                 .lower() or "capture_end" in trace.strings[int(trace.name[x])].lower()]

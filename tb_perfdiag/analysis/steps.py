@@ -80,7 +80,7 @@ def program_runs(trace: Trace) -> dict:
                   if trace.track_name[t] == "XLA Modules"]
     per_dev = {}
     for t in mod_tracks:
-        lo, hi = search(trace.track, [t, t + 1])
+        lo, hi = trace.track_slices([t])[0]
         if hi > lo:
             per_dev.setdefault(int(trace.track_device[t]), np.arange(lo, hi))
     if not per_dev:

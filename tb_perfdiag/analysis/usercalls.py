@@ -21,7 +21,7 @@ import re
 
 import numpy as np
 
-from ..trace.model import EventKind as K, Trace, search
+from ..trace.model import EventKind as K, Trace
 from .attribution import host_side
 from .result import CompilationTable, Direction, TransferTable
 from .steps import StepTable, step_of_time
@@ -100,7 +100,7 @@ def _run_launches(trace: Trace, root: np.ndarray) -> tuple[np.ndarray, np.ndarra
         hit = mod.events[k] == ops
         sid[hit] = mod.values[k[hit]]
     for t in np.flatnonzero(np.asarray(trace.track_name, object) == "XLA Modules").tolist():
-        lo, hi = search(trace.track, [t, t + 1])
+        lo, hi = trace.track_slices([t])[0]
         m = np.flatnonzero((sid < 0) & (trace.track_device[trace.track[ops]] ==
                                         trace.track_device[t]))
         if hi == lo or m.size == 0:
