@@ -587,3 +587,48 @@ def test_host_line_innermost_op_skips_instant_events_and_ended_annotations():
     assert at(215) == ann.index
     assert at(230) == ann.index             # the frame ended at 220 µs; the annotation goes on
     assert at(300) == -1
+
+
+# ---- short gaps: read off the busy set, per step window and per device ----
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_short_gaps_per_step_and_device_match_a_count_of_the_holes(seed):
+    """Gaps under the threshold are not kept: each step window's count and time of the
+    ones starting in it, and each device's totals, are read off the busy set.  Checked
+    against the holes of the ops' union counted one by one, on two GPUs whose kernels
+    overlap, touch and leave holes on both sides of the threshold."""
+    rng = np.random.default_rng(seed)
+    b = TraceBuilder()
+    main = b.thread("python main")
+    streams = [(0, b.stream(gpu=0, stream=7)), (0, b.stream(gpu=0, stream=8)),
+               (1, b.stream(gpu=1, stream=7))]
+    for n in range(3):
+        b.step(main, n + 1, n * 1000, 1000)
+    ops = {0: [], 1: []}
+    for gpu, s in streams:
+        t = 5.0 + rng.integers(0, 20)
+        while t < 2900:
+            dur = float(rng.integers(1, 30))
+            kernel(b, main, s, "k", max(t - 4, 0), t, dur, launch_dur=1)
+            ops[gpu].append((t, t + dur))
+            t += dur + float(rng.choice([0, 0, 1, 2, 4, 6, 12, 40]))
+    trace, r, g = diagnose(b)
+    threshold = r.threshold_us * US
+    st = r.steps
+    for gpu in (0, 1):
+        dev = list(r.devices.name).index(f"GPU {gpu}")
+        iv = sorted(ops[gpu])
+        holes, end = [], iv[0][1]
+        for s, e in iv[1:]:
+            if s > end:
+                holes.append((end * US, s * US))
+            end = max(end, e)
+        short = [(a, z) for a, z in holes if z - a < threshold]
+        assert short and len(short) < len(holes), "the draw must have both kinds"
+        assert r.devices.small_count[dev] == len(short)
+        assert r.devices.small_total[dev] == sum(z - a for a, z in short)
+        for k in range(len(st.ids)):
+            wa, wz = int(st.win_start[k, dev]), int(st.win_end[k, dev])
+            inside = [(a, z) for a, z in short if wa <= a < wz]
+            assert st.small_count[k, dev] == len(inside)
+            assert st.small_total[k, dev] == sum(z - a for a, z in inside)

@@ -22,7 +22,7 @@ from . import usercalls
 from .attribution import (dispatch_threads, incoming_host_link, origins, region_threads,
                           root_origin)
 from .detail import host_ops
-from .gaps import device_busy, find_gaps, user_threads
+from .gaps import device_busy, find_gaps, short_gaps, user_threads
 from .hostline import blocking_mask, build_hostlines, event_buckets
 from .intervals import covered
 from .culprits import framework
@@ -86,11 +86,10 @@ def no_cyclic_gc():
             gc.enable()
 
 
-def _window_numbers(sd, small, n_causes):
-    """Per step window of one device: busy time, idle time by cause (each gap's shares;
-    a gap spanning a window boundary counts in each window for its overlap, shares in
-    proportion) and the short gaps that start in it."""
-    wb, we, us, ue, gt = sd
+def _window_numbers(wb, we, us, ue, gt, n_causes):
+    """Per step window of one device: busy time and idle time by cause (each gap's
+    shares; a gap spanning a window boundary counts in each window for its overlap,
+    shares in proportion)."""
     wb, we = np.asarray(wb, np.int64), np.asarray(we, np.int64)
     open_ = we > wb
     busy = np.where(open_, covered(us, ue, wb, np.maximum(we, wb)), 0)
@@ -108,13 +107,7 @@ def _window_numbers(sd, small, n_causes):
         part = np.where(whole[:, None], sh[g],
                         np.rint(sh[g] * (ov / np.maximum(ge - gs, 1)[g])[:, None]).astype(np.int64))
         np.add.at(by_cause, w, part)
-    ss, se = small
-    o = np.argsort(ss, kind="stable")
-    ss, se = ss[o], se[o]
-    cum = np.concatenate(([0], np.cumsum(se - ss)))
-    lo = np.searchsorted(ss, wb, side="left")
-    hi = np.maximum(np.searchsorted(ss, we, side="left"), lo)
-    return wb, we, busy, by_cause, hi - lo, cum[hi] - cum[lo]
+    return wb, we, busy, by_cause
 
 
 def diagnose_trace(trace: Trace, options: Options | None = None, progress=NULL) -> Diagnosis:
@@ -191,48 +184,52 @@ def _diagnose(trace: Trace, opt: Options, progress):
     dev_idle = np.zeros((n_dev, n_causes), np.int64)
     dev_small_n = np.zeros(n_dev, np.int64)
     dev_small_t = np.zeros(n_dev, np.int64)
-    steps_dev, gaps_all, small_by_dev, lead_in, launched = [], [], {}, {}, {}
+    # per device: its step windows, and their numbers (busy, idle by cause, short gaps),
+    # taken while its busy set is at hand: the busy set and its holes are not kept
+    steps_dev, gaps_all, windows, launched = [], [], {}, {}
     for d, dev in enumerate(trace.devices):
         progress.within(0.5 + 0.3 * d / max(n_dev, 1), f"gaps on {dev.name}")
         ops, us, ue = device_busy(trace, d, opt.kernels_only)
         if ops.size == 0:
             steps_dev.append(None)
             continue
-        lo, hi = int(us[0]), int(ue[-1])
-        gs, ge, prev, nxt, ss, se = find_gaps(trace, d, ops, us, ue, threshold_ps)
+        lo, hi, busy_t = int(us[0]), int(ue[-1]), int((ue - us).sum())
+        gs, ge, prev, nxt = find_gaps(trace, d, ops, us, ue, threshold_ps)
         wf = _issuer(trace, origin, root, nxt, users, executors)
         sp = split(trace, gs, ge, nxt, wf, ops, us, ue, ctx, users, get_next)
         # waited_for names the call that issued the op (a launch, an execute); the split
         # judges by the user's dispatch that call traces back to
         gt = _DeviceGaps(d, gs, ge, prev, nxt, origin[nxt].astype(np.int64), sp)
         gaps_all.append(gt)
-        small_by_dev[d] = (ss, se)
         own = steps.runs.get(d) if steps.source == "modules" else \
             np.flatnonzero((trace.kind == K.STEP) & (trace.track_device[trace.track] == d))
         # one copy of the ops' steps and ends for both uses (20 M ops: 240 MB each)
         op_step, op_end = ev_step[ops], trace.end_of(ops)
         wb, we = device_windows(steps, op_step, op_end, hi, own, trace)
-        steps_dev.append((wb, we, us, ue, gt))
+        steps_dev.append(wb)
         if steps.source in ("host_annotations", "modules"):
             # per step, the device time it launched, wherever that ran (GUIDE §4); the
             # windows are cut so that it runs in them, which ``busy`` measures
             launched[d] = launched_busy(trace.ts[ops], op_end, op_step, steps.ids.shape[0])
         del op_step, op_end
+        wb, we, busy, by_cause = _window_numbers(wb, we, us, ue, gt, n_causes)
+        sm_n, sm_t, dev_small_n[d], dev_small_t[d] = short_gaps(us, ue, threshold_ps, wb, we)
+        windows[d] = (wb, we, busy, by_cause, sm_n, sm_t)
         # the overlap of compute, copies and collectives, while the busy set is at hand
-        fill_overlap(trace, device_ops, noncompute, ev_step, d, ops, int((ue - us).sum()),
+        fill_overlap(trace, device_ops, noncompute, ev_step, d, ops, busy_t,
                      launched.get(d), opt.kernels_only)
         if wb.size and lo - int(wb[0]) >= threshold_ps:
             # the first window's idle before the device's first op (step 0 compiling,
             # loading data) is idle of that step too: split like a gap
             first = ops[np.argmin(trace.ts[ops])][None]
             a, b = wb[:1].astype(np.int64), np.array([lo], np.int64)
-            lead_in[d] = split(trace, a, b, first,
-                               _issuer(trace, origin, root, first, users, executors),
-                               ops, us, ue, ctx, users, get_next).shares[0]
+            by_cause[0] += split(trace, a, b, first,
+                                 _issuer(trace, origin, root, first, users, executors),
+                                 ops, us, ue, ctx, users, get_next).shares[0]
         if len(gt):
             dev_idle[d] = gt.shares.sum(axis=0)
-        dev_busy[d], dev_lo[d], dev_hi[d], dev_ops_n[d] = int((ue - us).sum()), lo, hi, ops.size
-        dev_small_n[d], dev_small_t[d] = ss.size, int((se - ss).sum())
+        dev_busy[d], dev_lo[d], dev_hi[d], dev_ops_n[d] = busy_t, lo, hi, ops.size
+        del ops, us, ue
     devices = DeviceTable([d.name for d in trace.devices], [d.kind for d in trace.devices],
                           dev_ops_n, dev_busy, dev_lo, dev_hi, dev_idle, dev_small_n, dev_small_t)
 
@@ -248,12 +245,7 @@ def _diagnose(trace: Trace, opt: Options, progress):
     s_launched = np.full(shape, -1, np.int64)
     s_idle = np.zeros((n_steps, n_dev, n_causes), np.int64)
     s_small_n, s_small_t = np.zeros(shape, np.int64), np.zeros(shape, np.int64)
-    for d, sd in enumerate(steps_dev):
-        if sd is None:
-            continue
-        wb, we, busy, by_cause, sm_n, sm_t = _window_numbers(sd, small_by_dev[d], n_causes)
-        if d in lead_in:
-            by_cause[0] += lead_in[d]
+    for d, (wb, we, busy, by_cause, sm_n, sm_t) in windows.items():
         if d in launched:
             s_launched[:, d] = launched[d]
         win_s[:, d], win_e[:, d], s_busy[:, d] = wb, we, busy
@@ -276,7 +268,7 @@ def _diagnose(trace: Trace, opt: Options, progress):
     detail = host_ops(trace, ctx.lines, rows, gaps.start[:m], gaps.end[:m])
 
     progress.within(0.97, "findings")
-    small_total = int(sum(int((se - ss).sum()) for ss, se in small_by_dev.values()))
+    small_total = int(dev_small_t.sum())
     source = {"path": trace.path, "format": trace.format, "events": trace.n_events,
               "devices": [d.name for d in trace.devices], "origin_ps": trace.origin_ps,
               "hostnames": trace.metadata.get("hostnames", []),
@@ -336,9 +328,9 @@ def _gap_table(trace, steps, gaps_all, steps_dev, ev_step, via, ctx) -> GapTable
     gap_step = []
     for g in gaps_all:
         st = ev_step[g.next_op] if steps.source != "whole_trace" else np.zeros(len(g), np.int64)
-        sd = steps_dev[int(g.device[0])] if len(g) else None
-        if sd is not None:
-            by_window = np.searchsorted(sd[0], g.start, side="right") - 1
+        wb = steps_dev[int(g.device[0])] if len(g) else None
+        if wb is not None:
+            by_window = np.searchsorted(wb, g.start, side="right") - 1
             st = np.where(st >= 0, st, by_window)
         gap_step.append(st.astype(np.int32))
     cat = lambda name: np.concatenate([getattr(g, name) for g in gaps_all])  # noqa: E731

@@ -22,11 +22,12 @@ def device_busy(trace: Trace, device: int, kernels_only: bool):
 
 def find_gaps(trace: Trace, device: int, ops: np.ndarray, us: np.ndarray, ue: np.ndarray,
               threshold_ps: int):
-    """All idle intervals between the device's first and last activity; returns
-    (starts, ends, prev_op, next_op) for those ≥ threshold and (starts, ends) of the rest."""
+    """The idle intervals ≥ threshold between the device's first and last activity:
+    (starts, ends, prev_op, next_op).  The shorter ones are the busy set's other holes,
+    counted per window by ``short_gaps`` without a copy of them."""
     if us.size < 2:
         z = np.zeros(0, np.int64)
-        return z, z, z, z, z, z
+        return z, z, z, z
     gs, ge = ue[:-1], us[1:]
     big = (ge - gs) >= threshold_ps
     # the op that ends each gap: the earliest-starting op at ge; the op before: the op
@@ -43,7 +44,32 @@ def find_gaps(trace: Trace, device: int, ops: np.ndarray, us: np.ndarray, ue: np
     t = t[order]
     prev = ops[order[np.maximum(np.searchsorted(t, gs[big], side="right") - 1, 0)]]
     del t, order
-    return gs[big], ge[big], prev, nxt, gs[~big], ge[~big]
+    return gs[big], ge[big], prev, nxt
+
+
+def short_gaps(us: np.ndarray, ue: np.ndarray, threshold_ps: int, wb: np.ndarray,
+               we: np.ndarray):
+    """Per window [wb, we) (sorted starts): how many idle intervals under the threshold
+    start in it and their time; then the same over the whole device.  Read off the busy
+    set (its hole i is [ue[i], us[i + 1])): a device of 20 M ops has as many holes, and
+    holding them cost 0.45 GB through the rest of the analysis."""
+    n = max(us.shape[0] - 1, 0)
+    if n == 0:
+        z = np.zeros(wb.shape[0], np.int64)
+        return z, z, 0, 0
+    length = us[1:] - ue[:-1]
+    length[length >= threshold_ps] = 0
+    cum_t = np.zeros(n + 1, np.int64)
+    np.cumsum(length, out=cum_t[1:])
+    short = length > 0                     # the busy set's holes are never empty
+    del length
+    cum_n = np.zeros(n + 1, np.int64)
+    np.cumsum(short, out=cum_n[1:])
+    del short
+    starts = ue[:-1]
+    lo = np.searchsorted(starts, wb, side="left")
+    hi = np.maximum(np.searchsorted(starts, we, side="left"), lo)
+    return cum_n[hi] - cum_n[lo], cum_t[hi] - cum_t[lo], int(cum_n[-1]), int(cum_t[-1])
 
 
 def user_threads(trace: Trace, step_thread: int = -1) -> list:
