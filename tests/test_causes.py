@@ -589,6 +589,57 @@ def test_host_line_innermost_op_skips_instant_events_and_ended_annotations():
     assert at(300) == -1
 
 
+_HOST_NAMES = [("aten::mm", "cpu_op"), ("cudaLaunchKernel", "cuda_runtime"),
+               ("cudaStreamSynchronize", "cuda_runtime"), ("cudaMalloc", "cuda_runtime"),
+               ("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", "user_annotation"),
+               ("my_region", "user_annotation"), ("train.py(10): step", "python_function"),
+               ("ThreadpoolListener::Record", "cpu_op"), ("aten::copy_", "cpu_op")]
+
+
+def _random_thread(b, thread, rng, t0, t1, depth=0):
+    """Random nested events in [t0, t1): siblings that touch or leave holes, instant
+    events, idle markers, and annotations that outlive the frame they start in."""
+    t = t0 + float(rng.integers(0, 3))
+    while t < t1 - 1:
+        dur = float(rng.choice([0, 1, 2, 5, 9, 20]))
+        dur = min(dur, t1 - t)
+        name, cat = _HOST_NAMES[int(rng.integers(0, len(_HOST_NAMES)))]
+        b.op(thread, name, t, dur, cat)
+        if dur >= 5 and depth < 4:
+            _random_thread(b, thread, rng, t, t + dur, depth + 1)
+        if dur >= 2 and rng.random() < 0.1:
+            # starts inside this event and outlives it
+            b.op(thread, "record_param_comms", t + dur - 1, float(rng.integers(2, 8)),
+                 "user_annotation")
+        t += dur + float(rng.choice([0, 0, 1, 3]))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_host_timeline_in_one_c_pass_is_the_numpy_one(seed):
+    """The native timeline (``host_segments``) and the numpy one agree boundary by
+    boundary: the innermost op, its bucket, and per bucket the segments and their
+    cumulative time, on random nested threads."""
+    from tb_perfdiag.analysis import hostline as H
+    native = H._native_segments()
+    if native is None:
+        pytest.skip("the native extension is not built (setup.py build_ext)")
+    rng = np.random.default_rng(seed)
+    b = TraceBuilder()
+    for k in range(2):
+        _random_thread(b, b.thread(f"thread {k}"), rng, 0.0, 400.0)
+    t = b.build()
+    bk = H.event_buckets(t, np.zeros(t.n_events, np.int8))
+    assert len(set(bk.tolist())) >= 5
+    for lo, hi in t.track_slices(t.host_tracks()):
+        want, got = H.track_segments(t, lo, hi, bk), native(t, lo, hi, bk)
+        for w, g in zip(want[:3], got[:3]):
+            np.testing.assert_array_equal(w, g)
+            assert w.dtype == g.dtype
+        assert len(want[3]) == len(got[3]) == len(H.BUCKETS)
+        for w, g in zip(want[3] + want[4], got[3] + got[4]):
+            np.testing.assert_array_equal(w, g)
+            assert w.dtype == g.dtype
+
 # ---- short gaps: read off the busy set, per step window and per device ----
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

@@ -7,6 +7,7 @@ cause in any window is two ``searchsorted`` calls away, for all gaps at once.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -172,64 +173,102 @@ def build_hostlines(trace: Trace, buckets: np.ndarray, tracks,
     out = {}
     # events are sorted by track: each track is one slice
     bounds = trace.track_bounds()
+    native = _native_segments()
     for t in tracks:
-        lo, hi = bounds[t], bounds[t + 1]
+        lo, hi = int(bounds[t]), int(bounds[t + 1])
         if hi == lo:
             continue
-        # at each boundary the innermost op is the deepest event open just after it: the
-        # first ancestor-or-self of the last event started by then that has not ended
-        # (an annotation that outlives the frame it started in stays innermost)
-        starts = trace.ts[lo:hi]
-        ends = trace.end_of(slice(lo, hi))
-        # two sorted runs merged by the stable sort (np.unique would hash: 30x slower)
-        times = np.concatenate((starts, np.sort(ends)))
-        times.sort(kind="stable")
-        first = np.ones(times.shape[0], bool)
-        first[1:] = times[1:] != times[:-1]
-        times = times[first]
-        # the walk runs on this track's own columns (parents share the track): one
-        # gather of the end instead of two over the whole trace per step
-        cur = np.searchsorted(starts, times, side="right") - 1
-        parent = trace.parent[lo:hi].astype(np.int64) - lo      # < 0: none
-        # the first time at which an event is the last started is its own start: it is
-        # open there unless it lasts no time; only the later times (ends of other events)
-        # can find it ended (half the times: the walk took 2 s on a 20 M-event thread)
-        again = np.empty(cur.shape[0], bool)
-        again[0] = False
-        np.equal(cur[1:], cur[:-1], out=again[1:])
-        instant = np.flatnonzero(trace.dur[lo:hi] == 0)
-        if instant.size:
-            at = np.minimum(np.searchsorted(cur, instant, side="left"), cur.shape[0] - 1)
-            again[at[cur[at] == instant]] = True
-        live = np.flatnonzero(again & (cur >= 0))
-        del again, instant
-        while live.size:
-            live = live[ends[cur[live]] <= times[live]]
-            up = parent[cur[live]]
-            cur[live] = up
-            live = live[up >= 0]
-        inner = np.where(cur >= 0, cur + lo, -1)
-        del starts, ends, parent, cur
-        bucket = np.where(inner >= 0, buckets[np.maximum(inner, 0)], B_IDLE).astype(np.int8)
-        inner = np.where(bucket == B_IDLE, -1, inner)
-        # a nested idle marker stands for its parent's work
-        marker = (inner >= 0) & (trace.kind[np.maximum(inner, 0)] == K.IDLE)
-        inner = np.where(marker, trace.parent[np.maximum(inner, 0)], inner)
-        seg_len = np.diff(np.concatenate((times, [times[-1]])))
-        by_bucket = np.argsort(bucket, kind="stable")
-        edges = search(bucket[by_bucket], np.arange(len(BUCKETS) + 1))
-        segs, cums = [], []
-        for b in range(len(BUCKETS)):
-            sel = by_bucket[edges[b]:edges[b + 1]].astype(np.int32)
-            c = np.zeros(sel.shape[0] + 1, np.int64)
-            np.cumsum(seg_len[sel], out=c[1:])
-            segs.append(sel)
-            cums.append(c)
-        line = HostLine(int(t), times, inner.astype(np.int32), bucket, segs, cums)
+        cols = native(trace, lo, hi, buckets) if native else \
+            track_segments(trace, lo, hi, buckets)
+        line = HostLine(int(t), *cols)
         if blocking is not None:
             line.blocking = _blocking_intervals(trace, lo, hi, blocking)
         out[int(t)] = line
     return out
+
+
+def _native_segments():
+    """``track_segments`` in one C pass, or None without the extension."""
+    if os.environ.get("TB_PERFDIAG_NO_NATIVE"):
+        return None
+    try:
+        from .. import _native
+    except ImportError:
+        return None
+    fn = getattr(_native, "host_segments", None)
+    if fn is None:
+        return None
+
+    def segments(trace: Trace, lo: int, hi: int, buckets: np.ndarray):
+        ends = trace.end_of(slice(lo, hi))
+        ends.sort()
+        times, inner, bucket, lists = fn(
+            np.ascontiguousarray(trace.ts[lo:hi]), np.ascontiguousarray(trace.dur[lo:hi]),
+            ends, np.ascontiguousarray(trace.parent[lo:hi], np.int32),
+            np.ascontiguousarray(buckets[lo:hi], np.int8),
+            np.ascontiguousarray(trace.kind[lo:hi], np.int8), lo, B_IDLE, int(K.IDLE),
+            len(BUCKETS))
+        return (np.frombuffer(times, np.int64), np.frombuffer(inner, np.int32),
+                np.frombuffer(bucket, np.int8),
+                [np.frombuffer(x, np.int32) for x in lists[0::2]],
+                [np.frombuffer(x, np.int64) for x in lists[1::2]])
+    return segments
+
+
+def track_segments(trace: Trace, lo: int, hi: int, buckets: np.ndarray):
+    """The timeline of the track whose events are [lo, hi): (boundaries, innermost op,
+    bucket, per bucket its segments and their cumulative time), as ``HostLine`` holds
+    them."""
+    # at each boundary the innermost op is the deepest event open just after it: the
+    # first ancestor-or-self of the last event started by then that has not ended
+    # (an annotation that outlives the frame it started in stays innermost)
+    starts = trace.ts[lo:hi]
+    ends = trace.end_of(slice(lo, hi))
+    # two sorted runs merged by the stable sort (np.unique would hash: 30x slower)
+    times = np.concatenate((starts, np.sort(ends)))
+    times.sort(kind="stable")
+    first = np.ones(times.shape[0], bool)
+    first[1:] = times[1:] != times[:-1]
+    times = times[first]
+    # the walk runs on this track's own columns (parents share the track): one
+    # gather of the end instead of two over the whole trace per step
+    cur = np.searchsorted(starts, times, side="right") - 1
+    parent = trace.parent[lo:hi].astype(np.int64) - lo      # < 0: none
+    # the first time at which an event is the last started is its own start: it is
+    # open there unless it lasts no time; only the later times (ends of other events)
+    # can find it ended (half the times: the walk took 2 s on a 20 M-event thread)
+    again = np.empty(cur.shape[0], bool)
+    again[0] = False
+    np.equal(cur[1:], cur[:-1], out=again[1:])
+    instant = np.flatnonzero(trace.dur[lo:hi] == 0)
+    if instant.size:
+        at = np.minimum(np.searchsorted(cur, instant, side="left"), cur.shape[0] - 1)
+        again[at[cur[at] == instant]] = True
+    live = np.flatnonzero(again & (cur >= 0))
+    del again, instant
+    while live.size:
+        live = live[ends[cur[live]] <= times[live]]
+        up = parent[cur[live]]
+        cur[live] = up
+        live = live[up >= 0]
+    inner = np.where(cur >= 0, cur + lo, -1)
+    del starts, ends, parent, cur
+    bucket = np.where(inner >= 0, buckets[np.maximum(inner, 0)], B_IDLE).astype(np.int8)
+    inner = np.where(bucket == B_IDLE, -1, inner)
+    # a nested idle marker stands for its parent's work
+    marker = (inner >= 0) & (trace.kind[np.maximum(inner, 0)] == K.IDLE)
+    inner = np.where(marker, trace.parent[np.maximum(inner, 0)], inner)
+    seg_len = np.diff(np.concatenate((times, [times[-1]])))
+    by_bucket = np.argsort(bucket, kind="stable")
+    edges = search(bucket[by_bucket], np.arange(len(BUCKETS) + 1))
+    segs, cums = [], []
+    for b in range(len(BUCKETS)):
+        sel = by_bucket[edges[b]:edges[b + 1]].astype(np.int32)
+        c = np.zeros(sel.shape[0] + 1, np.int64)
+        np.cumsum(seg_len[sel], out=c[1:])
+        segs.append(sel)
+        cums.append(c)
+    return times, inner.astype(np.int32), bucket, segs, cums
 
 
 def _blocking_intervals(trace: Trace, lo: int, hi: int, blocking: np.ndarray) -> tuple:
