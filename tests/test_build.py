@@ -117,3 +117,43 @@ def test_search_answers_as_searchsorted_whatever_the_widths(dtype, hay, needles,
     a = np.sort(np.clip(np.array(hay, np.int64), info.min, info.max)).astype(dtype)
     v = np.array(needles, np.int64)
     assert np.array_equal(search(a, v, side), np.searchsorted(a, v, side=side))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 80), st.integers(0, 12)),
+                max_size=300), st.integers(0, 3))
+def test_union_of_runs_is_the_union(rows, n_other):
+    """A device's busy set merged run by run (one run per track, each sorted by start) is
+    the plain union of its ops: equal starts, touching, nested and empty intervals, empty
+    runs, and events of the trace that are not the device's (``n_other`` before each)."""
+    from tb_perfdiag.analysis import intervals as I
+    if I._native_union() is None:
+        pytest.skip("the native extension is not built (setup.py build_ext)")
+    rows = sorted(rows, key=lambda r: (r[0], r[1], -r[2]))
+    ts, dur, ev, bounds = [], [], [], [0]
+    for run in range(6):
+        for r in [r for r in rows if r[0] == run]:
+            ts.extend([999] * n_other)
+            dur.extend([1] * n_other)
+            ev.append(len(ts))
+            ts.append(r[1])
+            dur.append(r[2])
+        bounds.append(len(ev))
+    ts, dur = np.array(ts, np.int64), np.array(dur, np.int64)
+    ev, bounds = np.array(ev, np.int64), np.array(bounds, np.int64)
+    want = I.union(ts[ev], ts[ev] + dur[ev])
+    got = I.union_of_runs(ts, dur, ev, bounds)
+    for w, g in zip(want, got):
+        np.testing.assert_array_equal(w, g)
+        assert g.dtype == np.int64
+
+
+def test_union_of_runs_out_of_order_falls_back_to_the_union():
+    """Runs that are not sorted by start as promised still give the union (the native
+    merge refuses them and the general union answers)."""
+    from tb_perfdiag.analysis import intervals as I
+    ts = np.array([50, 10, 30, 0], np.int64)
+    dur = np.array([5, 5, 30, 2], np.int64)
+    ev = np.arange(4, dtype=np.int64)
+    us, ue = I.union_of_runs(ts, dur, ev, np.array([0, 2, 4], np.int64))
+    assert us.tolist() == [0, 10, 30] and ue.tolist() == [2, 15, 60]

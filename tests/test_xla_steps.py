@@ -392,11 +392,17 @@ def test_launched_busy_equals_each_steps_own_union_at_any_scale():
     ops, with no interval counted in another step's."""
     from tb_perfdiag.analysis.intervals import union
     rng = np.random.default_rng(7)
-    for scale, base in ((1, 0), (10**6, 0), (10**14, 10**18), (1, 2**62)):
-        m, n = 5000, 40
+    for scale, base, m in ((1, 0, 5000), (10**6, 0, 5000), (10**14, 10**18, 5000),
+                           (1, 2**62, 5000), (1, 0, 700_000)):   # the last: in blocks
+        n = 40
         s = base + rng.integers(0, 1000, m).astype(np.int64) * scale
         e = s + rng.integers(0, 80, m).astype(np.int64) * scale
         k = rng.integers(-1, n, m)
         want = [int((lambda u: (u[1] - u[0]).sum())(union(s[k == j], e[k == j])))
                 for j in range(n)]
         assert launched_busy(s, e, k, n).tolist() == want, scale
+        # the starts of every event with the ops' indices: gathered a block at a time
+        at = rng.permutation(3 * m)[:m]
+        every = np.full(3 * m, -1, np.int64)          # not the ops: never read
+        every[at] = s
+        assert launched_busy(every, e, k, n, at).tolist() == want, scale

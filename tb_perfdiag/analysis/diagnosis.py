@@ -210,7 +210,7 @@ def _diagnose(trace: Trace, opt: Options, progress):
         if steps.source in ("host_annotations", "modules"):
             # per step, the device time it launched, wherever that ran (GUIDE §4); the
             # windows are cut so that it runs in them, which ``busy`` measures
-            launched[d] = launched_busy(trace.ts[ops], op_end, op_step, steps.ids.shape[0])
+            launched[d] = launched_busy(trace.ts, op_end, op_step, steps.ids.shape[0], ops)
         del op_step, op_end
         wb, we, busy, by_cause = _window_numbers(wb, we, us, ue, gt, n_causes)
         sm_n, sm_t, dev_small_n[d], dev_small_t[d] = short_gaps(us, ue, threshold_ps, wb, we)

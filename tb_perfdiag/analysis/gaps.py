@@ -8,15 +8,16 @@ from ..trace.model import EventKind as K, Trace
 
 
 def device_busy(trace: Trace, device: int, kernels_only: bool):
-    from .intervals import union
-    # the device's tracks are slices of the event columns (sorted by track): no mask
-    # over all events
+    from .intervals import union_of_runs
+    # the device's tracks are slices of the event columns (sorted by track, then start):
+    # no mask over all events, and each track's ops come sorted by start
     parts = []
     for lo, hi in trace.track_slices(np.flatnonzero(trace.track_device == device)):
         parts.append(lo + np.flatnonzero(trace.is_device_activity(kernels_only, lo, hi)))
+    bounds = np.cumsum([0] + [p.shape[0] for p in parts])
     ev = np.concatenate(parts) if parts else np.zeros(0, np.int64)
     del parts
-    us, ue = union(trace.ts[ev], trace.end_of(ev))
+    us, ue = union_of_runs(trace.ts, trace.dur, ev, bounds)
     return ev, us, ue
 
 

@@ -1,6 +1,8 @@
 """Vectorised interval algebra on int64 [start, end) arrays."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 
@@ -23,6 +25,33 @@ def union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     first = np.flatnonzero(new)
     last = np.concatenate((first[1:], [s.shape[0]])) - 1
     return s[first], run_end[last]
+
+
+def union_of_runs(ts: np.ndarray, dur: np.ndarray, ev: np.ndarray,
+                  bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``union`` of [ts, ts + dur) over the events ``ev``, whose runs
+    ``ev[bounds[r]:bounds[r + 1]]`` are each sorted by start (a device's tracks): merged
+    run by run in C where the extension is built, without the sorted copies of starts and
+    ends ``union`` makes (1.4 GB on a device of 20 M ops)."""
+    fn = _native_union()
+    if fn is not None and ts.dtype == dur.dtype == np.int64:
+        try:
+            us, ue = fn(ts, dur, np.ascontiguousarray(ev, np.int64),
+                        np.ascontiguousarray(bounds, np.int64))
+            return np.frombuffer(us, np.int64), np.frombuffer(ue, np.int64)
+        except ValueError:
+            pass               # runs not sorted as promised: the general union says the same
+    return union(ts[ev], ts[ev] + dur[ev])
+
+
+def _native_union():
+    if os.environ.get("TB_PERFDIAG_NO_NATIVE"):
+        return None
+    try:
+        from .. import _native
+    except ImportError:
+        return None
+    return getattr(_native, "busy_union", None)
 
 
 def covered(us: np.ndarray, ue: np.ndarray, a, b) -> np.ndarray:

@@ -150,9 +150,12 @@ def launching_steps(trace: Trace, steps: StepTable, root: np.ndarray) -> np.ndar
 
 
 def launched_busy(start: np.ndarray, end: np.ndarray, step: np.ndarray,
-                  n_steps: int) -> np.ndarray:
+                  n_steps: int, at: np.ndarray | None = None) -> np.ndarray:
     """Per step: the union length of the device ops it launched (one device's ops with
     their step index, −1 none) — the device time a step launched, wherever it ran.
+    ``start`` is the ops' starts, or with ``at`` (the ops' event indices) the start of
+    every event, gathered a block at a time (a copy for all 20 M ops of a device was
+    the largest transient of the gap loop).
 
     One ordering of the ops by step, then blocks of whole steps (about a million ops
     each: a whole-array union would hold half a dozen copies of the op columns, 1 GB at
@@ -174,8 +177,11 @@ def launched_busy(start: np.ndarray, end: np.ndarray, step: np.ndarray,
     del idx
     bounds = search(st, np.arange(n_steps + 1))
     del st
+
+    def starts(sel):
+        return start[sel] if at is None else start[at[sel]]
     # any t0 at or before every start and span past every op will do: all of the ops'
-    t0 = int(start.min())
+    t0 = min(int(starts(slice(i, i + (1 << 20))).min()) for i in range(0, end.shape[0], 1 << 20))
     span = max(int(end.max()) - t0, 0) + 1
     per_block = (1 << 62) // span        # steps in a block, so that step × span fits
     k = 0
@@ -189,17 +195,17 @@ def launched_busy(start: np.ndarray, end: np.ndarray, step: np.ndarray,
         sl = o[bounds[k]:bounds[k1]]
         if sl.size:
             if per_block == 0:
-                us, ue = union(start[sl], end[sl])
+                us, ue = union(starts(sl), end[sl])
                 out[k] = int((ue - us).sum())
             else:
                 shift = (step[sl].astype(np.int64) - k) * span - t0
-                us, ue = union(start[sl] + shift, end[sl] + shift)
+                us, ue = union(starts(sl) + shift, end[sl] + shift)
                 del shift
                 cum = np.zeros(us.shape[0] + 1, np.int64)
                 np.cumsum(ue - us, out=cum[1:])
                 # the first merged interval of each step in the block
-                at = np.searchsorted(us, np.arange(k1 - k + 1, dtype=np.int64) * span)
-                out[k:k1] = cum[at[1:]] - cum[at[:-1]]
+                first = np.searchsorted(us, np.arange(k1 - k + 1, dtype=np.int64) * span)
+                out[k:k1] = cum[first[1:]] - cum[first[:-1]]
         k = k1
     return out
 
