@@ -2689,6 +2689,113 @@ done:
     return out;
 }
 
+/* Count and time of every op name (tb_perfdiag.analysis.ops.op_table), host ops and
+ * device ops apart, each in three cells: outside every step, in a step that is not
+ * typical, in a typical step.  Two passes over the events (which names occur, then the
+ * sums), exact int64 times, and no temporary the size of the events: the numpy version
+ * made a dozen per chunk and a bincount as long as all names per chunk. */
+static PyObject *op_counts(PyObject *self, PyObject *args) {
+    Py_buffer nmb, kdb, trb, drb, stb, tyb, odb, dkb, nob;
+    Py_ssize_t n_str;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*y*y*n", &nmb, &kdb, &trb, &drb, &stb, &tyb,
+                          &odb, &dkb, &nob, &n_str))
+        return NULL;
+    PyObject *out = NULL, *ids_b[2] = {NULL, NULL}, *cnt_b[2] = {NULL, NULL},
+             *tim_b[2] = {NULL, NULL}, *kind_b[2] = {NULL, NULL};
+    int32_t *dense = NULL;
+    Py_ssize_t n = nmb.len / 4, n_tr = odb.len, n_typ = tyb.len;
+    if (nmb.len % 4 || kdb.len != n || trb.len != n * 4 || drb.len != n * 8 ||
+        stb.len != n * 4 || dkb.len != 256 || nob.len != 256 || n_str < 0) {
+        PyErr_SetString(PyExc_ValueError, "op_counts: want int32 name, int8 kind, int32 track, "
+                        "int64 dur, int32 step, bool typical, bool per track, two 256 tables");
+        goto done;
+    }
+    const int32_t *name = nmb.buf, *track = trb.buf, *step = stb.buf;
+    const uint8_t *kind = kdb.buf, *typical = tyb.buf, *on_dev = odb.buf, *dev_kind = dkb.buf,
+                  *not_op = nob.buf;
+    const int64_t *dur = drb.buf;
+    dense = malloc(sizeof(int32_t) * (size_t)(2 * n_str + 1));
+    if (!dense) { PyErr_NoMemory(); goto done; }
+    int bad = 0;
+    Py_ssize_t k[2] = {0, 0};
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < 2 * n_str; i++) dense[i] = -1;
+    /* an event's side: 0 a host op, 1 a device op, -1 neither */
+#define OPC_SIDE(i) (track[i] < 0 || track[i] >= n_tr ? -2 : on_dev[track[i]] ? \
+                     (dev_kind[kind[i]] ? 1 : -1) : (not_op[kind[i]] ? -1 : 0))
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int sd = OPC_SIDE(i);
+        if (sd == -2 || name[i] < 0 || name[i] >= n_str) { bad = 1; break; }
+        if (sd >= 0) dense[sd * n_str + name[i]] = 0;
+    }
+    if (!bad)
+        for (int sd = 0; sd < 2; sd++)        /* numbered in name order, as flatnonzero does */
+            for (Py_ssize_t x = 0; x < n_str; x++)
+                if (dense[sd * n_str + x] == 0) dense[sd * n_str + x] = (int32_t)k[sd]++ + 1;
+    Py_END_ALLOW_THREADS
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "op_counts: a track or name out of range");
+        goto done;
+    }
+    for (int sd = 0; sd < 2; sd++) {
+        ids_b[sd] = PyByteArray_FromStringAndSize(NULL, k[sd] * 4);
+        cnt_b[sd] = PyByteArray_FromStringAndSize(NULL, 3 * k[sd] * 8);
+        tim_b[sd] = PyByteArray_FromStringAndSize(NULL, 3 * k[sd] * 8);
+        kind_b[sd] = PyByteArray_FromStringAndSize(NULL, k[sd]);
+        if (!ids_b[sd] || !cnt_b[sd] || !tim_b[sd] || !kind_b[sd]) goto done;
+    }
+    {
+        int32_t *ids[2];
+        int64_t *cnt[2], *tim[2];
+        int8_t *kd[2];
+        for (int sd = 0; sd < 2; sd++) {
+            ids[sd] = (int32_t *)PyByteArray_AS_STRING(ids_b[sd]);
+            cnt[sd] = (int64_t *)PyByteArray_AS_STRING(cnt_b[sd]);
+            tim[sd] = (int64_t *)PyByteArray_AS_STRING(tim_b[sd]);
+            kd[sd] = (int8_t *)PyByteArray_AS_STRING(kind_b[sd]);
+            memset(cnt[sd], 0, 3 * k[sd] * 8);
+            memset(tim[sd], 0, 3 * k[sd] * 8);
+            memset(kd[sd], 0, k[sd]);
+        }
+        Py_BEGIN_ALLOW_THREADS
+        for (int sd = 0; sd < 2; sd++)
+            for (Py_ssize_t x = 0; x < n_str; x++)
+                if (dense[sd * n_str + x] > 0) ids[sd][dense[sd * n_str + x] - 1] = (int32_t)x;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int sd = OPC_SIDE(i);
+            if (sd < 0) continue;
+            int32_t st = step[i];
+            int cell = st < 0 ? 0 : (n_typ == 0 || st >= n_typ) ? 1 : typical[st] ? 2 : 1;
+            Py_ssize_t c = 3 * (Py_ssize_t)(dense[sd * n_str + name[i]] - 1) + cell;
+            cnt[sd][c]++;
+            tim[sd][c] += dur[i];
+            kd[sd][c / 3] = (int8_t)kind[i];
+        }
+        Py_END_ALLOW_THREADS
+    }
+#undef OPC_SIDE
+    out = Py_BuildValue("((OOOO)(OOOO))", ids_b[0], cnt_b[0], tim_b[0], kind_b[0],
+                        ids_b[1], cnt_b[1], tim_b[1], kind_b[1]);
+done:
+    for (int sd = 0; sd < 2; sd++) {
+        Py_XDECREF(ids_b[sd]);
+        Py_XDECREF(cnt_b[sd]);
+        Py_XDECREF(tim_b[sd]);
+        Py_XDECREF(kind_b[sd]);
+    }
+    free(dense);
+    PyBuffer_Release(&nmb);
+    PyBuffer_Release(&kdb);
+    PyBuffer_Release(&trb);
+    PyBuffer_Release(&drb);
+    PyBuffer_Release(&stb);
+    PyBuffer_Release(&tyb);
+    PyBuffer_Release(&odb);
+    PyBuffer_Release(&dkb);
+    PyBuffer_Release(&nob);
+    return out;
+}
+
 /* Device-op cells (tb_perfdiag.analysis.device_ops).  Every op's code is
  * step * n_dl + dl, dl = device * n_lab + group, in [0, n_codes).  Each code used is a
  * cell with its op count, summed duration and longest op (the earliest of equals).  The
@@ -2994,6 +3101,10 @@ static PyMethodDef methods[] = {
      "host_segments(ts_i64, dur_i64, sorted_ends_i64, parent_i32, bucket_i8, kind_i8, lo, "
      "b_idle, k_idle, n_buckets) -> (times, inner, bucket, [segs, cums] per bucket) of "
      "analysis.hostline"},
+    {"op_counts", op_counts, METH_VARARGS,
+     "op_counts(name_i32, kind_i8, track_i32, dur_i64, step_i32, typical_bool, "
+     "on_device_per_track_bool, device_kinds_256, not_op_256, n_strings) -> per side "
+     "(ids, counts, times, kinds) of analysis.ops.op_table"},
     {"op_cells", op_cells, METH_VARARGS,
      "op_cells(label_i32, step_i32, device_i32 or b\"\", dur_i64, short_bool, typical_bool or b\"\", "
      "n_steps, n_dev, n_lab, keep) -> the cells and rows of "

@@ -394,3 +394,44 @@ def test_compare_route_and_its_errors(tmp_path):
     (bad / "worker0.1.pt.trace.json").write_text("{not json")
     status, body = call(svc, "compare", {**q, "base_run": "bad"})
     assert status == 422 and body["file"] == "worker0.1.pt.trace.json"
+
+
+_OP_TABLE_FILES = [
+    "testdata/synthetic/logdir/kineto_launch_bound/worker0.1795400183000.pt.trace.json",
+    "testdata/synthetic/logdir/xla_tpu_two_devices/plugins/profile/2026_11_22_06_01_00/synthhost.xplane.pb",
+    "testdata/captures/torch_cpu/toyhost.1795324137232776410.pt.trace.json",
+    "testdata/captures/tf_cpu/input_bound/plugins/profile/2026_11_25_02_04_04/cpuhost.xplane.pb",
+]
+
+
+@pytest.mark.parametrize("rel", _OP_TABLE_FILES)
+@pytest.mark.parametrize("n_steps", [0, 1, 7])
+def test_op_counts_in_c_are_the_numpy_ones(rel, n_steps):
+    """The op table's counts and times per name and cell from the C pass equal the numpy
+    chunks', host and device side, with events outside every step and steps both typical
+    and not (and no steps at all)."""
+    from pathlib import Path
+
+    import tb_perfdiag.trace as T
+    from tb_perfdiag.analysis import ops as O
+    from tb_perfdiag.trace.model import DEVICE_ACTIVITY, TrackKind
+    path = Path(__file__).resolve().parent.parent / rel
+    t = T.load(str(path))
+    rng = np.random.default_rng(n_steps)
+    ev_step = rng.integers(-1, max(n_steps, 1), t.n_events).astype(np.int32)
+    if n_steps == 0:
+        ev_step[:] = -1
+    typical = rng.random(n_steps) < 0.6
+    dev_kinds = np.zeros(256, bool)
+    dev_kinds[list(DEVICE_ACTIVITY)] = True
+    not_op = np.zeros(256, bool)
+    not_op[list(O._NOT_OPS)] = True
+    on_device = t.track_kind == TrackKind.DEVICE
+    got = O._native_counts(t, ev_step, typical, dev_kinds, not_op, on_device)
+    if got is None:
+        pytest.skip("the native extension is not built (setup.py build_ext)")
+    want = O._counts(t, ev_step, typical, dev_kinds, not_op, on_device)
+    assert sum(x.shape[0] for x in want[0]) > 3
+    for w_part, g_part in zip(want, got):
+        for w, g in zip(w_part, g_part):
+            np.testing.assert_array_equal(w, g)
