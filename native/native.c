@@ -2570,6 +2570,95 @@ done:
     return out;
 }
 
+/* Launch -> device-activity links by correlation id (tb_perfdiag.trace.build
+ * .correlation_links) where the host side's ids are small and dense, as a counter's are:
+ * one table over the ids, the first host call of an id wins (what the sort of the
+ * general case gives).  Returns None where the ids are not dense (the caller sorts).
+ * Three passes over the id rows and no mask or gather the size of the events: the numpy
+ * version made ten (2.9 s on a 40 M-event XSpace). */
+static PyObject *corr_links(PyObject *self, PyObject *args) {
+    Py_buffer kdb, odb, ixb, vlb;
+    unsigned long long host_mask, dev_mask;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*KK", &kdb, &odb, &ixb, &vlb, &host_mask, &dev_mask))
+        return NULL;
+    PyObject *out = NULL, *src_b = NULL, *dst_b = NULL;
+    int64_t *lut = NULL;
+    Py_ssize_t n_ev = kdb.len, m = ixb.len / 8;
+    if (odb.len != n_ev || ixb.len % 8 || vlb.len != ixb.len) {
+        PyErr_SetString(PyExc_ValueError, "corr_links: want int8 kind and bool on_device per "
+                        "event, int64 event indices and int64 ids");
+        goto done;
+    }
+    const int8_t *kind = kdb.buf;
+    const uint8_t *on_dev = odb.buf;
+    const int64_t *idx = ixb.buf, *val = vlb.buf;
+    /* kinds are 0..63: a bit each */
+#define CL_KIND_IN(e, mask) (kind[e] >= 0 && kind[e] < 64 && (((mask) >> kind[e]) & 1))
+    Py_ssize_t n_host = 0, n_dev = 0;
+    int64_t lo = 0, hi = -1;
+    for (Py_ssize_t r = 0; r < m; r++) {
+        int64_t e = idx[r];
+        if (e < 0 || e >= n_ev) {
+            PyErr_SetString(PyExc_ValueError, "corr_links: an event index out of range");
+            goto done;
+        }
+        if (!on_dev[e] && CL_KIND_IN(e, host_mask)) {
+            if (n_host == 0 || val[r] < lo) lo = val[r];
+            if (n_host == 0 || val[r] > hi) hi = val[r];
+            n_host++;
+        } else if (on_dev[e] && CL_KIND_IN(e, dev_mask)) n_dev++;
+    }
+    if (n_host == 0 || n_dev == 0) {
+        out = Py_BuildValue("(y#y#)", "", (Py_ssize_t)0, "", (Py_ssize_t)0);
+        goto done;
+    }
+    if (lo < 0 || hi >= 8 * n_host + 1024) {   /* not a counter's ids: the caller sorts */
+        Py_INCREF(Py_None);
+        out = Py_None;
+        goto done;
+    }
+    lut = malloc(sizeof(int64_t) * (size_t)(hi + 1));
+    src_b = PyByteArray_FromStringAndSize(NULL, n_dev * 8);
+    dst_b = PyByteArray_FromStringAndSize(NULL, n_dev * 8);
+    if (!lut || !src_b || !dst_b) {
+        if (!PyErr_Occurred()) PyErr_NoMemory();
+        goto done;
+    }
+    {
+        int64_t *src = (int64_t *)PyByteArray_AS_STRING(src_b);
+        int64_t *dst = (int64_t *)PyByteArray_AS_STRING(dst_b);
+        Py_ssize_t k = 0;
+        Py_BEGIN_ALLOW_THREADS
+        for (int64_t v = 0; v <= hi; v++) lut[v] = -1;
+        for (Py_ssize_t r = 0; r < m; r++) {
+            int64_t e = idx[r];
+            if (!on_dev[e] && CL_KIND_IN(e, host_mask) && lut[val[r]] < 0) lut[val[r]] = e;
+        }
+        for (Py_ssize_t r = 0; r < m; r++) {
+            int64_t e = idx[r], v = val[r];
+            if (on_dev[e] && CL_KIND_IN(e, dev_mask) && v >= 0 && v <= hi && lut[v] >= 0) {
+                src[k] = lut[v];
+                dst[k] = e;
+                k++;
+            }
+        }
+        Py_END_ALLOW_THREADS
+        if (PyByteArray_Resize(src_b, k * 8) < 0 || PyByteArray_Resize(dst_b, k * 8) < 0)
+            goto done;
+    }
+#undef CL_KIND_IN
+    out = PyTuple_Pack(2, src_b, dst_b);
+done:
+    Py_XDECREF(src_b);
+    Py_XDECREF(dst_b);
+    free(lut);
+    PyBuffer_Release(&kdb);
+    PyBuffer_Release(&odb);
+    PyBuffer_Release(&ixb);
+    PyBuffer_Release(&vlb);
+    return out;
+}
+
 /* One host thread's timeline (tb_perfdiag.analysis.hostline): the boundaries are the
  * distinct starts and ends of its events; in each segment the innermost op is the first
  * ancestor-or-self of the last event started by then that has not ended.  Its bucket is
@@ -3097,6 +3186,10 @@ static PyMethodDef methods[] = {
     {"busy_union", busy_union, METH_VARARGS,
      "busy_union(ts_i64, dur_i64, ev_i64, run_bounds_i64) -> (starts, ends) bytes of the "
      "union of the events' intervals; see analysis.intervals.union_of_runs"},
+    {"corr_links", corr_links, METH_VARARGS,
+     "corr_links(kind_i8, on_device_bool, idx_i64, ids_i64, host_kind_bits, "
+     "device_kind_bits) -> (src, dst) int64 bytes, or None where the host ids are not "
+     "dense; see trace.build.correlation_links"},
     {"host_segments", host_segments, METH_VARARGS,
      "host_segments(ts_i64, dur_i64, sorted_ends_i64, parent_i32, bucket_i8, kind_i8, lo, "
      "b_idle, k_idle, n_buckets) -> (times, inner, bucket, [segs, cums] per bucket) of "

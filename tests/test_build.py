@@ -157,3 +157,35 @@ def test_union_of_runs_out_of_order_falls_back_to_the_union():
     ev = np.arange(4, dtype=np.int64)
     us, ue = I.union_of_runs(ts, dur, ev, np.array([0, 2, 4], np.int64))
     assert us.tolist() == [0, 10, 30] and ue.tolist() == [2, 15, 60]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.sampled_from([0, 5, 10**12]))
+def test_correlation_links_in_c_are_the_numpy_ones(seed, offset):
+    """Launch → device links by correlation id from the C table equal numpy's (its table
+    for unique counter ids, its sort otherwise): repeated host ids (the first call wins),
+    device ids no host call has, rows of other kinds, ids too sparse for a table."""
+    import os
+    from tb_perfdiag.trace import build as B
+    from tb_perfdiag.trace.model import EventKind as K
+    if B._native_fn("corr_links") is None:
+        pytest.skip("the native extension is not built (setup.py build_ext)")
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 60))
+    kind = rng.choice(np.array([K.LAUNCH, K.RUNTIME, K.SYNC, K.CPU_OP, K.KERNEL, K.MEMCPY,
+                                K.MEMSET, K.OTHER], np.int8), n)
+    on_device = rng.random(n) < 0.5
+    idx = rng.choice(n, int(rng.integers(0, n + 1)), replace=False).astype(np.int64)
+    vals = rng.integers(0, max(2, n // 2), idx.shape[0]).astype(np.int64) + offset
+    got = B.correlation_links(kind, on_device, idx, vals)
+    old = os.environ.get("TB_PERFDIAG_NO_NATIVE")
+    os.environ["TB_PERFDIAG_NO_NATIVE"] = "1"
+    try:
+        want = B.correlation_links(kind, on_device, idx, vals)
+    finally:
+        if old is None:
+            del os.environ["TB_PERFDIAG_NO_NATIVE"]
+        else:
+            os.environ["TB_PERFDIAG_NO_NATIVE"] = old
+    for w, g in zip(want, got):
+        np.testing.assert_array_equal(w, g)

@@ -120,13 +120,18 @@ def nest(track: np.ndarray, ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray
 
 
 def _native_nest():
+    return _native_fn("nest_sorted")
+
+
+def _native_fn(name: str):
+    """The extension's function ``name``, or None (not built, or TB_PERFDIAG_NO_NATIVE)."""
     if os.environ.get("TB_PERFDIAG_NO_NATIVE"):
         return None
     try:
         from .. import _native
     except ImportError:
         return None
-    return getattr(_native, "nest_sorted", None)
+    return getattr(_native, name, None)
 
 
 def nest_arrays(track: np.ndarray, ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -295,8 +300,17 @@ def correlation_links(kind: np.ndarray, on_device: np.ndarray, idx: np.ndarray,
     empty = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int8))
     if idx is None or len(idx) == 0:
         return empty
-    idx = np.asarray(idx, np.int64)
-    vals = np.asarray(vals, np.int64)
+    idx = np.ascontiguousarray(idx, np.int64)
+    vals = np.ascontiguousarray(vals, np.int64)
+    fn = _native_fn("corr_links")
+    if fn is not None and idx.shape == vals.shape:
+        bits = lambda kinds: sum(1 << int(k) for k in kinds)  # noqa: E731
+        got = fn(np.ascontiguousarray(kind, np.int8), np.ascontiguousarray(on_device, bool),
+                 idx, vals, bits((K.LAUNCH, K.RUNTIME, K.SYNC)),
+                 bits((K.KERNEL, K.MEMCPY, K.MEMSET)))
+        if got is not None:       # else the ids are no counter's: sorted below
+            src, dst = (np.frombuffer(x, np.int64) for x in got)
+            return src, dst, np.full(src.shape[0], LinkKind.CORRELATION, np.int8)
     host_side = np.isin(kind[idx], (K.LAUNCH, K.RUNTIME, K.SYNC)) & ~on_device[idx]
     dev_side = on_device[idx] & np.isin(kind[idx], (K.KERNEL, K.MEMCPY, K.MEMSET))
     h_idx, h_val = idx[host_side], vals[host_side]
