@@ -2659,6 +2659,79 @@ done:
     return out;
 }
 
+/* Values that flow from each event to the events it encloses, in one pass in event order
+ * (a parent is an earlier event of its track, so it is final when its children come):
+ * numpy walks the nesting one level at a time, a mask and two gathers per level
+ * (tb_perfdiag.trace.model.Trace.nested_levels).  `parent_down_index`: an event with no
+ * value (< 0) takes its parent's (the innermost annotation around every event).
+ * `parent_down_bucket`: an event not yet specific takes its parent's bucket when that
+ * bucket is inherited or its own is idle, and is specific from then on
+ * (analysis.hostline.event_buckets). */
+static int pd_parents_ok(const int32_t *parent, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (parent[i] >= i || parent[i] < -1) return 0;
+    return 1;
+}
+
+static PyObject *parent_down_index(PyObject *self, PyObject *args) {
+    Py_buffer pb, vb;
+    if (!PyArg_ParseTuple(args, "y*w*", &pb, &vb)) return NULL;
+    PyObject *out = NULL;
+    Py_ssize_t n = pb.len / 4;
+    const int32_t *parent = pb.buf;
+    int32_t *val = vb.buf;
+    int ok = !(pb.len % 4) && vb.len == pb.len;
+    if (ok) {
+        Py_BEGIN_ALLOW_THREADS
+        ok = pd_parents_ok(parent, n);
+        if (ok)
+            for (Py_ssize_t i = 0; i < n; i++)
+                if (val[i] < 0 && parent[i] >= 0) val[i] = val[parent[i]];
+        Py_END_ALLOW_THREADS
+    }
+    if (!ok) PyErr_SetString(PyExc_ValueError, "parent_down_index: want int32 parents, each "
+                             "before its event, and an int32 column as long");
+    else { Py_INCREF(Py_None); out = Py_None; }
+    PyBuffer_Release(&pb);
+    PyBuffer_Release(&vb);
+    return out;
+}
+
+static PyObject *parent_down_bucket(PyObject *self, PyObject *args) {
+    Py_buffer pb, bb, sb, ib;
+    int b_idle;
+    if (!PyArg_ParseTuple(args, "y*w*w*y*i", &pb, &bb, &sb, &ib, &b_idle)) return NULL;
+    PyObject *out = NULL;
+    Py_ssize_t n = pb.len / 4;
+    const int32_t *parent = pb.buf;
+    int8_t *b = bb.buf;
+    uint8_t *specific = sb.buf;
+    const uint8_t *inherited = ib.buf;
+    int ok = !(pb.len % 4) && bb.len == n && sb.len == n && ib.len == 256;
+    if (ok) {
+        Py_BEGIN_ALLOW_THREADS
+        ok = pd_parents_ok(parent, n);
+        if (ok)
+            for (Py_ssize_t i = 0; i < n; i++) {
+                int32_t p = parent[i];
+                if (p < 0 || specific[i]) continue;
+                if (inherited[(uint8_t)b[p]] || b[i] == b_idle) {
+                    b[i] = b[p];
+                    specific[i] = 1;
+                }
+            }
+        Py_END_ALLOW_THREADS
+    }
+    if (!ok) PyErr_SetString(PyExc_ValueError, "parent_down_bucket: want int32 parents, each "
+                             "before its event, int8 buckets, bool specific, a 256 table");
+    else { Py_INCREF(Py_None); out = Py_None; }
+    PyBuffer_Release(&pb);
+    PyBuffer_Release(&bb);
+    PyBuffer_Release(&sb);
+    PyBuffer_Release(&ib);
+    return out;
+}
+
 /* One host thread's timeline (tb_perfdiag.analysis.hostline): the boundaries are the
  * distinct starts and ends of its events; in each segment the innermost op is the first
  * ancestor-or-self of the last event started by then that has not ended.  Its bucket is
@@ -3190,6 +3263,12 @@ static PyMethodDef methods[] = {
      "corr_links(kind_i8, on_device_bool, idx_i64, ids_i64, host_kind_bits, "
      "device_kind_bits) -> (src, dst) int64 bytes, or None where the host ids are not "
      "dense; see trace.build.correlation_links"},
+    {"parent_down_index", parent_down_index, METH_VARARGS,
+     "parent_down_index(parent_i32, values_i32 (written)) -> None: an event without a value "
+     "(< 0) takes its parent's, in event order"},
+    {"parent_down_bucket", parent_down_bucket, METH_VARARGS,
+     "parent_down_bucket(parent_i32, bucket_i8, specific_bool (both written), "
+     "inherited_256, b_idle) -> None; see analysis.hostline.event_buckets"},
     {"host_segments", host_segments, METH_VARARGS,
      "host_segments(ts_i64, dur_i64, sorted_ends_i64, parent_i32, bucket_i8, kind_i8, lo, "
      "b_idle, k_idle, n_buckets) -> (times, inner, bucket, [segs, cums] per bucket) of "

@@ -640,6 +640,31 @@ def test_host_timeline_in_one_c_pass_is_the_numpy_one(seed):
             np.testing.assert_array_equal(w, g)
             assert w.dtype == g.dtype
 
+
+@pytest.mark.parametrize("seed", range(6))
+def test_values_passed_down_in_one_pass_are_the_levels_ones(seed, monkeypatch):
+    """Each event's bucket (inherited from the ops around it) and its innermost
+    annotation, from the one pass in event order (C) and from the nesting levels
+    (numpy), on random nested threads with annotations, data loading, syncs, allocations
+    and idle markers."""
+    from tb_perfdiag.analysis import annotations as A
+    from tb_perfdiag.analysis import hostline as H
+    from tb_perfdiag.trace.build import _native_fn
+    if _native_fn("parent_down_bucket") is None:
+        pytest.skip("the native extension is not built (setup.py build_ext)")
+    rng = np.random.default_rng(seed)
+    b = TraceBuilder()
+    for k in range(2):
+        _random_thread(b, b.thread(f"thread {k}"), rng, 0.0, 400.0)
+    t = b.build()
+    memcpy = np.zeros(t.n_events, np.int8)
+    got_b, got_a = H.event_buckets(t, memcpy), A.nearest_annotation(t)
+    monkeypatch.setenv("TB_PERFDIAG_NO_NATIVE", "1")
+    want_b, want_a = H.event_buckets(t, memcpy), A.nearest_annotation(t)
+    assert (t.depth >= 3).any() and (want_a >= 0).any() and (want_a < 0).any()
+    np.testing.assert_array_equal(got_b, want_b)
+    np.testing.assert_array_equal(got_a, want_a)
+
 # ---- short gaps: read off the busy set, per step window and per device ----
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

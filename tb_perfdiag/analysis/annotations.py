@@ -17,7 +17,7 @@ import re
 
 import numpy as np
 
-from ..trace.build import distinct, unique_inverse, unique_rows
+from ..trace.build import distinct, parent_down, unique_inverse, unique_rows
 from ..trace.model import EventKind as K, Trace, TrackKind, search
 from .result import AnnotationTable
 
@@ -143,6 +143,8 @@ def nearest_annotation(trace: Trace) -> np.ndarray:
     own = np.flatnonzero(is_annotation(trace))
     ann[own] = own
     del own
+    if parent_down("parent_down_index", trace, ann):
+        return ann
     for idx, p in trace.nested_levels():
         take = ann[idx] < 0
         ann[idx[take]] = ann[p[take]]

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..trace.build import parent_down
 from ..trace.model import EventKind as K, Trace, search
 from . import causes as C
 
@@ -60,6 +61,8 @@ def event_buckets(trace: Trace, launch_memcpy: np.ndarray) -> np.ndarray:
     inherited_by = inherited.copy()
     inherited_by[B_ALLOC] = False
     specific = inherited_by[b.view(np.uint8)] | ((b == B_IDLE) & (trace.parent < 0))
+    if parent_down("parent_down_bucket", trace, b, specific, inherited, B_IDLE):
+        return b
     for idx, p in trace.nested_levels():
         inherit = ~specific[idx] & (inherited[b[p].view(np.uint8)] | (b[idx] == B_IDLE))
         b[idx[inherit]] = b[p[inherit]]

@@ -123,6 +123,21 @@ def _native_nest():
     return _native_fn("nest_sorted")
 
 
+def parent_down(name: str, trace, *columns) -> bool:
+    """Run the extension's ``name`` (``parent_down_index`` / ``parent_down_bucket``) over
+    the trace's parents: the values flow from each event to those it encloses in one pass
+    instead of ``Trace.nested_levels``' level by level.  False (nothing written) where it
+    cannot: extension not built, int64 parents."""
+    fn = _native_fn(name)
+    if fn is None or trace.parent.dtype != np.int32 or trace.n_events == 0:
+        return False
+    try:
+        fn(trace.parent, *columns)
+    except ValueError:
+        return False            # a parent after its event: the levels give the answer
+    return True
+
+
 def _native_fn(name: str):
     """The extension's function ``name``, or None (not built, or TB_PERFDIAG_NO_NATIVE)."""
     if os.environ.get("TB_PERFDIAG_NO_NATIVE"):
