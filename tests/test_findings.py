@@ -247,3 +247,39 @@ def test_jax_trace_fix_says_jax():
     assert d["findings"]
     for f in d["findings"]:
         assert not FOREIGN["jax"].search(f["fix"]), f["fix"]
+
+
+def test_culprit_chains_under_numbered_steps_are_described_as_one_by_one():
+    """Primed descriptions (each chain worked out once, a step's own name set aside and
+    put back) equal each event described alone: chains under ProfilerStep#1..6 with
+    user frames, annotations and recursion, a step event itself, a step nested in
+    another step, and an op named like its step."""
+    from tb_perfdiag.analysis.culprits import Culprits
+    b = TraceBuilder()
+    main = b.thread("python main")
+    for n in range(6):
+        t0 = n * 100.0
+        b.step(main, n + 1, t0, 90)
+        b.op(main, "train.py(12): train_step", t0 + 1, 80, "python_function")
+        b.op(main, "forward", t0 + 2, 70, "user_annotation")
+        b.op(main, "aten::linear", t0 + 3, 20, "cpu_op")
+        b.op(main, "aten::linear", t0 + 4, 10, "cpu_op")
+        b.op(main, "aten::addmm", t0 + 5, 5, "cpu_op")
+        b.op(main, "cudaLaunchKernel", t0 + 6, 1, "cuda_runtime")
+        b.op(main, "aten::relu", t0 + 30, 5, "cpu_op")
+        if n == 2:
+            b.op(main, "ProfilerStep#3", t0 + 40, 5, "cpu_op")     # named like its step
+        if n == 4:
+            b.op(main, "ProfilerStep#99", t0 + 50, 10, "user_annotation")
+            b.step(main, 99, t0 + 51, 5)                            # a step in a step
+            b.op(main, "aten::mul", t0 + 52, 1, "cpu_op")
+    t = b.build()
+    primed, alone = Culprits(t), Culprits(t)
+    every = np.arange(t.n_events)
+    primed.prime(every)
+    ids = primed.chain_ids(every)
+    assert len(set(ids.tolist())) > len(primed._memo)       # chains did share work
+    for e in every.tolist():
+        assert primed.describe(e) == alone.describe(e), t.strings[int(t.name[e])]
+        assert primed.chain_names(int(ids[e])) == [t.strings[int(t.name[x])]
+                                                    for x in t.chain(e)]
