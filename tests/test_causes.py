@@ -665,6 +665,32 @@ def test_values_passed_down_in_one_pass_are_the_levels_ones(seed, monkeypatch):
     np.testing.assert_array_equal(got_b, want_b)
     np.testing.assert_array_equal(got_a, want_a)
 
+
+@pytest.mark.parametrize("seed", range(6))
+def test_annotation_paths_level_by_level_are_each_walked_alone(seed):
+    """The annotation paths behind the ops, worked out once per (enclosing path, name) a
+    level at a time, are each annotation's own walk up its enclosing events."""
+    from tb_perfdiag.analysis import annotations as A
+    rng = np.random.default_rng(seed)
+    b = TraceBuilder()
+    for k in range(2):
+        _random_thread(b, b.thread(f"thread {k}"), rng, 0.0, 400.0)
+    t = b.build()
+    ann = A.nearest_annotation(t)
+    u = np.flatnonzero(A.is_annotation(t))
+    paths, index = [], {}
+
+    def intern(p):
+        if p not in index:
+            index[p] = len(paths)
+            paths.append(p)
+        return index[p]
+    got = A._annotation_paths(t, ann, u, intern)
+    want = [A.annotation_path(t, int(x)) for x in u.tolist()]
+    assert max(len(w) for w in want) >= 3
+    assert [paths[i] for i in got.tolist()] == want
+    assert A._annotation_paths(t, ann, u[:0], intern).shape == (0,)   # no annotated op
+
 # ---- short gaps: read off the busy set, per step window and per device ----
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

@@ -121,9 +121,8 @@ def op_paths(trace: Trace, ops: np.ndarray, origin: np.ndarray,
         ann = nearest_annotation(trace)
         a = ann[origin[ops[need]]]
         u, inv = unique_inverse(a)
-        memo: dict = {}
-        mapped = np.array([intern(annotation_path(trace, x, memo)) if x >= 0 else -1
-                           for x in u.tolist()], np.int32)
+        mapped = np.full(u.shape[0], -1, np.int32)
+        mapped[u >= 0] = _annotation_paths(trace, ann, u[u >= 0], intern)
         got = mapped[inv.reshape(-1)]
         pid[np.flatnonzero(need)] = got
         empty = index.get(())
@@ -152,6 +151,50 @@ def nearest_annotation(trace: Trace) -> np.ndarray:
 
 
 _ANN_KINDS = (int(K.ANNOTATION), int(K.DATA))
+
+
+def _annotation_paths(trace: Trace, ann: np.ndarray, u: np.ndarray, intern) -> np.ndarray:
+    """``intern(annotation_path(x))`` for the annotation events ``u``, worked out once per
+    distinct (enclosing path, name) a nesting level at a time: a step's annotations are
+    events of their own, and a 20 M-event trace had 196 k of them on 3 k paths."""
+    if u.size == 0:
+        return np.zeros(0, np.int32)
+    parent = trace.parent
+
+    def enclosing(x):                   # the innermost annotation around x, itself not
+        p = parent[x]
+        return np.where(p >= 0, ann[np.maximum(p, 0)], -1)
+    nodes, cur = [u], u
+    while True:
+        cur = enclosing(cur)
+        cur = distinct(cur[cur >= 0])
+        if cur.size == 0:
+            break
+        nodes.append(cur)
+    nodes = distinct(np.concatenate(nodes))
+    up = enclosing(nodes)
+    at = np.searchsorted(nodes, np.maximum(up, 0))        # every annotation's own row
+    level = np.zeros(nodes.shape[0], np.int32)
+    while True:                          # depth in the annotations' own nesting
+        new = np.where(up >= 0, level[at] + 1, 0)
+        if (new == level).all():
+            break
+        level = new
+    pid = np.full(nodes.shape[0], -1, np.int64)
+    paths: dict = {-1: ()}
+    for d in range(int(level.max()) + 1):
+        rows = np.flatnonzero(level == d)
+        keys = np.stack((np.where(up[rows] >= 0, pid[at[rows]], -1),
+                         trace.name[nodes[rows]].astype(np.int64)), axis=1)
+        ku, kinv = unique_rows(keys)
+        ids = []
+        for base, name in ku.tolist():
+            path = paths[base] + (trace.strings[name],)
+            i = intern(path)
+            paths[i] = path
+            ids.append(i)
+        pid[rows] = np.asarray(ids, np.int64)[kinv]
+    return pid[np.searchsorted(nodes, u)].astype(np.int32)
 
 
 def annotation_path(trace: Trace, e: int, memo: dict | None = None) -> tuple:
