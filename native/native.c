@@ -2732,6 +2732,56 @@ static PyObject *parent_down_bucket(PyObject *self, PyObject *args) {
     return out;
 }
 
+/* From each host event, the host event whose flow entered the work it belongs to
+ * (tb_perfdiag.analysis.attribution.entry_of): the flow into its nearest
+ * ancestor-or-self, else -2 - (its outermost ancestor) for the caller to look up the
+ * thread region that ancestor ran in; -1 past max_depth ancestors.  A walk up the
+ * parents per event, with no temporary: the numpy version deduplicated the parents level
+ * by level (1.9 s on a 40 M-event trace). */
+static PyObject *entry_walk(PyObject *self, PyObject *args) {
+    Py_buffer evb, lkb, pab;
+    int max_depth;
+    if (!PyArg_ParseTuple(args, "y*y*y*i", &evb, &lkb, &pab, &max_depth)) return NULL;
+    PyObject *out_b = NULL;
+    Py_ssize_t m = evb.len / 8, n = lkb.len / 4;
+    if (evb.len % 8 || lkb.len % 4 || pab.len != lkb.len) {
+        PyErr_SetString(PyExc_ValueError, "entry_walk: want int64 events, int32 linked and "
+                        "int32 parent per event");
+        goto done;
+    }
+    out_b = PyByteArray_FromStringAndSize(NULL, m * 8);
+    if (!out_b) goto done;
+    {
+        const int64_t *ev = evb.buf;
+        const int32_t *linked = lkb.buf, *parent = pab.buf;
+        int64_t *out = (int64_t *)PyByteArray_AS_STRING(out_b);
+        int bad = 0;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t r = 0; r < m && !bad; r++) {
+            int64_t x = ev[r], got = -1;
+            for (int d = 0; x >= 0; d++) {
+                if (x >= n) { bad = 1; break; }
+                if (linked[x] >= 0) { got = linked[x]; break; }
+                int32_t p = parent[x];
+                if (p < 0) { got = -2 - x; break; }
+                if (d >= max_depth) break;
+                x = p;
+            }
+            out[r] = got;
+        }
+        Py_END_ALLOW_THREADS
+        if (bad) {
+            PyErr_SetString(PyExc_ValueError, "entry_walk: an event index out of range");
+            Py_CLEAR(out_b);
+        }
+    }
+done:
+    PyBuffer_Release(&evb);
+    PyBuffer_Release(&lkb);
+    PyBuffer_Release(&pab);
+    return out_b;
+}
+
 /* One host thread's timeline (tb_perfdiag.analysis.hostline): the boundaries are the
  * distinct starts and ends of its events; in each segment the innermost op is the first
  * ancestor-or-self of the last event started by then that has not ended.  Its bucket is
@@ -3269,6 +3319,10 @@ static PyMethodDef methods[] = {
     {"parent_down_bucket", parent_down_bucket, METH_VARARGS,
      "parent_down_bucket(parent_i32, bucket_i8, specific_bool (both written), "
      "inherited_256, b_idle) -> None; see analysis.hostline.event_buckets"},
+    {"entry_walk", entry_walk, METH_VARARGS,
+     "entry_walk(events_i64, linked_i32, parent_i32, max_depth) -> int64 bytes: the flow "
+     "into the nearest ancestor-or-self, -2 - the outermost ancestor, or -1; see "
+     "analysis.attribution.entry_of"},
     {"host_segments", host_segments, METH_VARARGS,
      "host_segments(ts_i64, dur_i64, sorted_ends_i64, parent_i32, bucket_i8, kind_i8, lo, "
      "b_idle, k_idle, n_buckets) -> (times, inner, bucket, [segs, cums] per bucket) of "

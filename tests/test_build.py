@@ -168,7 +168,7 @@ def test_correlation_links_in_c_are_the_numpy_ones(seed, offset):
     import os
     from tb_perfdiag.trace import build as B
     from tb_perfdiag.trace.model import EventKind as K
-    if B._native_fn("corr_links") is None:
+    if B.native_fn("corr_links") is None:
         pytest.skip("the native extension is not built (setup.py build_ext)")
     rng = np.random.default_rng(seed)
     n = int(rng.integers(1, 60))

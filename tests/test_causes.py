@@ -604,13 +604,13 @@ def _random_thread(b, thread, rng, t0, t1, depth=0):
         dur = float(rng.choice([0, 1, 2, 5, 9, 20]))
         dur = min(dur, t1 - t)
         name, cat = _HOST_NAMES[int(rng.integers(0, len(_HOST_NAMES)))]
-        b.op(thread, name, t, dur, cat)
+        b.op(thread, name, t, dur, cat if b.kineto else None)   # XSpace: kinds by name
         if dur >= 5 and depth < 4:
             _random_thread(b, thread, rng, t, t + dur, depth + 1)
         if dur >= 2 and rng.random() < 0.1:
             # starts inside this event and outlives it
             b.op(thread, "record_param_comms", t + dur - 1, float(rng.integers(2, 8)),
-                 "user_annotation")
+                 "user_annotation" if b.kineto else None)
         t += dur + float(rng.choice([0, 0, 1, 3]))
 
 
@@ -649,8 +649,8 @@ def test_values_passed_down_in_one_pass_are_the_levels_ones(seed, monkeypatch):
     and idle markers."""
     from tb_perfdiag.analysis import annotations as A
     from tb_perfdiag.analysis import hostline as H
-    from tb_perfdiag.trace.build import _native_fn
-    if _native_fn("parent_down_bucket") is None:
+    from tb_perfdiag.trace.build import native_fn
+    if native_fn("parent_down_bucket") is None:
         pytest.skip("the native extension is not built (setup.py build_ext)")
     rng = np.random.default_rng(seed)
     b = TraceBuilder()
@@ -690,6 +690,45 @@ def test_annotation_paths_level_by_level_are_each_walked_alone(seed):
     assert max(len(w) for w in want) >= 3
     assert [paths[i] for i in got.tolist()] == want
     assert A._annotation_paths(t, ann, u[:0], intern).shape == (0,)   # no annotated op
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_entry_walk_in_c_is_the_numpy_one(seed, monkeypatch):
+    """The flow that entered each host event's work, walked up its parents in C, equals
+    the numpy walk: flows into nested events of other threads, thread-pool regions opened
+    by a flow and closed again, events in no region."""
+    from tb_perfdiag.analysis import attribution as AT
+    from tb_perfdiag.trace.build import native_fn
+    if native_fn("entry_walk") is None:
+        pytest.skip("the native extension is not built (setup.py build_ext)")
+    rng = np.random.default_rng(seed)
+    b = TraceBuilder("xspace")
+    py, ex = b.thread("python"), b.thread("executor")
+    _random_thread(b, py, rng, 0.0, 400.0)
+    t0 = 0.0
+    while t0 < 380:
+        rec = b.op(py, "Record", t0, 0)
+        start = b.op(ex, AT.START_REGION, t0 + 1, 0)
+        if rng.random() < 0.8:
+            b.flow(rec, start)
+        with b.op(ex, "thunk", t0 + 2, 10):
+            inner = b.op(ex, "launch", t0 + 3, 2)
+            b.op(ex, "enqueue", t0 + 3.5, 1)                  # its flow is its parent's
+            if rng.random() < 0.3:
+                b.flow(b.op(py, "Record", t0 + 0.5, 0), inner)
+        b.op(ex, AT.STOP_REGION, t0 + 13, 0)
+        b.op(ex, "outside", t0 + 14, 2)
+        t0 += 20.0
+    t = b.build()
+    linked = AT.incoming_host_link(t)
+    regions = AT.thread_regions(t, linked)
+    assert regions
+    ev = np.concatenate((np.flatnonzero(AT.host_side(t)), [-1]))
+    got = AT.entry_of(t, linked, regions, ev)
+    monkeypatch.setenv("TB_PERFDIAG_NO_NATIVE", "1")
+    want = AT.entry_of(t, linked, regions, ev)
+    assert (want >= 0).sum() > 10 and (want < 0).sum() > 10
+    np.testing.assert_array_equal(got, want)
 
 # ---- short gaps: read off the busy set, per step window and per device ----
 

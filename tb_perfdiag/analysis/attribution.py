@@ -17,7 +17,7 @@ import re
 
 import numpy as np
 
-from ..trace.build import distinct, unique_inverse
+from ..trace.build import native_fn, distinct, unique_inverse
 from ..trace.model import EventKind as K, TrackKind, Trace
 
 VIA_NONE, VIA_LINK, VIA_ANCESTOR_LINK, VIA_EXECUTE, VIA_REGION = range(5)
@@ -249,6 +249,15 @@ def entry_of(trace: Trace, linked: np.ndarray, regions: dict, ev: np.ndarray,
     flow into the nearest ancestor-or-self, else into the region their outermost
     ancestor ran in on their thread (−1 none)."""
     ev = np.asarray(ev, np.int64)
+    fn = native_fn("entry_walk") if depth == 0 else None
+    if fn is not None and linked.dtype == trace.parent.dtype == np.int32:
+        out = np.frombuffer(fn(np.ascontiguousarray(ev), linked, trace.parent, _MAX_DEPTH),
+                            np.int64).copy()
+        top = np.flatnonzero(out <= -2)
+        if top.size:
+            x = -2 - out[top]
+            out[top] = region_source(regions, trace.track[x], trace.ts[x]) if regions else -1
+        return out
     out = np.full(ev.shape[0], -1, np.int64)
     live = np.flatnonzero(ev >= 0)
     if live.size == 0:

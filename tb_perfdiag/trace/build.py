@@ -120,7 +120,7 @@ def nest(track: np.ndarray, ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray
 
 
 def _native_nest():
-    return _native_fn("nest_sorted")
+    return native_fn("nest_sorted")
 
 
 def parent_down(name: str, trace, *columns) -> bool:
@@ -128,7 +128,7 @@ def parent_down(name: str, trace, *columns) -> bool:
     the trace's parents: the values flow from each event to those it encloses in one pass
     instead of ``Trace.nested_levels``' level by level.  False (nothing written) where it
     cannot: extension not built, int64 parents."""
-    fn = _native_fn(name)
+    fn = native_fn(name)
     if fn is None or trace.parent.dtype != np.int32 or trace.n_events == 0:
         return False
     try:
@@ -138,7 +138,7 @@ def parent_down(name: str, trace, *columns) -> bool:
     return True
 
 
-def _native_fn(name: str):
+def native_fn(name: str):
     """The extension's function ``name``, or None (not built, or TB_PERFDIAG_NO_NATIVE)."""
     if os.environ.get("TB_PERFDIAG_NO_NATIVE"):
         return None
@@ -317,7 +317,7 @@ def correlation_links(kind: np.ndarray, on_device: np.ndarray, idx: np.ndarray,
         return empty
     idx = np.ascontiguousarray(idx, np.int64)
     vals = np.ascontiguousarray(vals, np.int64)
-    fn = _native_fn("corr_links")
+    fn = native_fn("corr_links")
     if fn is not None and idx.shape == vals.shape:
         bits = lambda kinds: sum(1 << int(k) for k in kinds)  # noqa: E731
         got = fn(np.ascontiguousarray(kind, np.int8), np.ascontiguousarray(on_device, bool),
