@@ -2782,6 +2782,108 @@ done:
     return out_b;
 }
 
+/* The order of events by (track, ts, -dur), ties in input order
+ * (tb_perfdiag.trace.build.event_order): a counting sort by track (stable), then each
+ * track's run checked and only an unsorted run merge-sorted.  Events come line by line
+ * in time order, so most runs need no sort at all; numpy sorted every event twice. */
+/* event a before event b (a total order: ties by index, so the sort is stable) */
+#define eo_less(a, b) eo_before(ts, dur, (a), (b))
+static inline int eo_before(const int64_t *ts, const int64_t *dur, int64_t a, int64_t b) {
+    if (ts[a] != ts[b]) return ts[a] < ts[b];
+    if (dur[a] != dur[b]) return dur[a] > dur[b];
+    return a < b;
+}
+
+static void eo_sort(const int64_t *ts, const int64_t *dur, int64_t *a, int64_t *tmp,
+                    Py_ssize_t n) {
+    if (n < 24) {
+        for (Py_ssize_t i = 1; i < n; i++) {
+            int64_t x = a[i];
+            Py_ssize_t j = i;
+            while (j > 0 && eo_less(x, a[j - 1])) { a[j] = a[j - 1]; j--; }
+            a[j] = x;
+        }
+        return;
+    }
+    Py_ssize_t h = n / 2;
+    eo_sort(ts, dur, a, tmp, h);
+    eo_sort(ts, dur, a + h, tmp, n - h);
+    if (!eo_less(a[h], a[h - 1])) return;               /* already in order */
+    memcpy(tmp, a, h * sizeof(int64_t));
+    Py_ssize_t i = 0, j = h, k = 0;
+    while (i < h && j < n) a[k++] = eo_less(a[j], tmp[i]) ? a[j++] : tmp[i++];
+    while (i < h) a[k++] = tmp[i++];
+}
+
+static PyObject *event_order_c(PyObject *self, PyObject *args) {
+    Py_buffer trb, tsb, drb;
+    Py_ssize_t n_tracks;
+    if (!PyArg_ParseTuple(args, "y*y*y*n", &trb, &tsb, &drb, &n_tracks)) return NULL;
+    PyObject *out_b = NULL;
+    int64_t *start = NULL, *tmp = NULL;
+    Py_ssize_t n = tsb.len / 8;
+    if (tsb.len % 8 || drb.len != tsb.len || trb.len != n * 4 || n_tracks < 0) {
+        PyErr_SetString(PyExc_ValueError, "event_order: want int32 track, int64 ts and dur");
+        goto done;
+    }
+    const int32_t *track = trb.buf;
+    start = calloc((size_t)n_tracks + 1, sizeof(int64_t));
+    out_b = PyByteArray_FromStringAndSize(NULL, n * 8);
+    if (!start || !out_b) {
+        if (!PyErr_Occurred()) PyErr_NoMemory();
+        goto done;
+    }
+    int bad = 0, unsorted = 0;
+    int64_t *o = (int64_t *)PyByteArray_AS_STRING(out_b);
+    const int64_t *ts = tsb.buf, *dur = drb.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (track[i] < 0 || track[i] >= n_tracks) { bad = 1; break; }
+        start[track[i] + 1]++;
+    }
+    if (!bad) {
+        for (Py_ssize_t t = 0; t < n_tracks; t++) start[t + 1] += start[t];
+        for (Py_ssize_t i = 0; i < n; i++) o[start[track[i]]++] = i;   /* start: run ends */
+        Py_ssize_t lo = 0, longest = 0;
+        for (Py_ssize_t t = 0; t < n_tracks; t++) {
+            Py_ssize_t hi = start[t];
+            for (Py_ssize_t i = lo + 1; i < hi; i++)
+                if (eo_less(o[i], o[i - 1])) {
+                    if (hi - lo > longest) longest = hi - lo;
+                    unsorted = 1;
+                    break;
+                }
+            lo = hi;
+        }
+        if (unsorted) {
+            tmp = malloc(sizeof(int64_t) * (size_t)(longest / 2 + 1));
+            if (!tmp) bad = 2;
+            lo = 0;
+            for (Py_ssize_t t = 0; t < n_tracks && tmp; t++) {
+                Py_ssize_t hi = start[t];
+                for (Py_ssize_t i = lo + 1; i < hi; i++)
+                    if (eo_less(o[i], o[i - 1])) {
+                        eo_sort(ts, dur, o + lo, tmp, hi - lo);
+                        break;
+                    }
+                lo = hi;
+            }
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (bad == 1) PyErr_SetString(PyExc_ValueError, "event_order: a track out of range");
+    else if (bad == 2) PyErr_NoMemory();
+    if (bad) Py_CLEAR(out_b);
+#undef eo_less
+done:
+    free(start);
+    free(tmp);
+    PyBuffer_Release(&trb);
+    PyBuffer_Release(&tsb);
+    PyBuffer_Release(&drb);
+    return out_b;
+}
+
 /* One host thread's timeline (tb_perfdiag.analysis.hostline): the boundaries are the
  * distinct starts and ends of its events; in each segment the innermost op is the first
  * ancestor-or-self of the last event started by then that has not ended.  Its bucket is
@@ -3323,6 +3425,9 @@ static PyMethodDef methods[] = {
      "entry_walk(events_i64, linked_i32, parent_i32, max_depth) -> int64 bytes: the flow "
      "into the nearest ancestor-or-self, -2 - the outermost ancestor, or -1; see "
      "analysis.attribution.entry_of"},
+    {"event_order", event_order_c, METH_VARARGS,
+     "event_order(track_i32, ts_i64, dur_i64, n_tracks) -> int64 bytes: the order by "
+     "(track, ts, -dur), ties in input order; see trace.build.event_order"},
     {"host_segments", host_segments, METH_VARARGS,
      "host_segments(ts_i64, dur_i64, sorted_ends_i64, parent_i32, bucket_i8, kind_i8, lo, "
      "b_idle, k_idle, n_buckets) -> (times, inner, bucket, [segs, cums] per bucket) of "

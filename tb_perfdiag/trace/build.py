@@ -210,6 +210,12 @@ def event_order(track: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> np.ndarra
     n = ts.shape[0]
     if n == 0:
         return np.zeros(0, np.int64)
+    fn = native_fn("event_order")
+    if fn is not None and track.dtype == np.int32 and ts.dtype == dur.dtype == np.int64 \
+            and int(track.min()) >= 0:
+        # a counting sort by track and a check of each track's run (most need no sort)
+        return np.frombuffer(fn(np.ascontiguousarray(track), np.ascontiguousarray(ts),
+                                np.ascontiguousarray(dur), int(track.max()) + 1), np.int64)
     o = np.argsort(ts, kind="stable")
     tr = track[o]
     small = tr.astype(np.int16) if track.max(initial=0) < 32767 else tr
