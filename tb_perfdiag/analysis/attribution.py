@@ -251,12 +251,16 @@ def entry_of(trace: Trace, linked: np.ndarray, regions: dict, ev: np.ndarray,
     ev = np.asarray(ev, np.int64)
     fn = native_fn("entry_walk") if depth == 0 else None
     if fn is not None and linked.dtype == trace.parent.dtype == np.int32:
+        # a bytearray's buffer: writable, no copy
         out = np.frombuffer(fn(np.ascontiguousarray(ev), linked, trace.parent, _MAX_DEPTH),
-                            np.int64).copy()
+                            np.int64)
         top = np.flatnonzero(out <= -2)
-        if top.size:
-            x = -2 - out[top]
-            out[top] = region_source(regions, trace.track[x], trace.ts[x]) if regions else -1
+        if top.size and regions:
+            # many events share their outermost ancestor: one region lookup each
+            x, inv = unique_inverse(-2 - out[top])
+            out[top] = region_source(regions, trace.track[x], trace.ts[x])[inv]
+        elif top.size:
+            out[top] = -1
         return out
     out = np.full(ev.shape[0], -1, np.int64)
     live = np.flatnonzero(ev >= 0)
