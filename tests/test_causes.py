@@ -730,6 +730,36 @@ def test_entry_walk_in_c_is_the_numpy_one(seed, monkeypatch):
     assert (want >= 0).sum() > 10 and (want < 0).sum() > 10
     np.testing.assert_array_equal(got, want)
 
+
+@pytest.mark.parametrize("seed", range(4))
+def test_time_by_bucket_is_each_windows_segments_summed(seed):
+    """A thread's time per bucket inside windows (the busiest bucket kept as no column of
+    its own, read off the segments' span) equals the window's overlap with each segment
+    summed by bucket, before the first event and after the last included."""
+    from tb_perfdiag.analysis import hostline as H
+    rng = np.random.default_rng(seed)
+    b = TraceBuilder()
+    _random_thread(b, b.thread("main"), rng, 0.0, 400.0)
+    t = b.build()
+    bk = H.event_buckets(t, np.zeros(t.n_events, np.int8))
+    tr = int(t.host_tracks()[0])
+    line = H.build_hostlines(t, bk, [tr])[tr]
+    assert line.bucket_segs[line.implicit] is None
+    s, kb = line.seg_start, line.seg_bucket
+    ends = np.append(s[1:], np.iinfo(np.int64).max)
+    a = rng.integers(int(s[0]) - 10**7, int(s[-1]) + 10**7, 200)
+    z = a + rng.integers(0, 10**8, 200)
+    got = line.time_by_bucket(a, z)
+    for i in range(a.shape[0]):
+        want = np.zeros(len(H.BUCKETS), np.int64)
+        want[H.B_IDLE] += max(min(z[i], s[0]) - a[i], 0)
+        ov = np.maximum(np.minimum(ends, z[i]) - np.maximum(s, a[i]), 0)
+        np.add.at(want, kb, ov)
+        np.testing.assert_array_equal(got[i], want)
+    assert line.busy_ns() == sum(int(x) for j, x in enumerate(
+        np.bincount(kb[:-1], weights=np.diff(s), minlength=len(H.BUCKETS)).astype(np.int64))
+        if j != H.B_IDLE)
+
 # ---- short gaps: read off the busy set, per step window and per device ----
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
