@@ -165,18 +165,15 @@ def launched_busy(start: np.ndarray, end: np.ndarray, step: np.ndarray,
     of a running sum."""
     from .intervals import union
     out = np.zeros(n_steps, np.int64)
-    idx = np.flatnonzero(step >= 0)
-    if idx.size == 0:
+    if n_steps == 0 or step.shape[0] == 0 or int(step.max()) < 0:
         return out
-    st = step[idx]
-    if (st[1:] >= st[:-1]).all():       # ops in time order launched by ordered steps
-        o = idx
-    else:
-        o = idx[np.argsort(st, kind="stable")]
-        st = step[o]
-    del idx
-    bounds = search(st, np.arange(n_steps + 1))
-    del st
+    # the ops by step (those of no step first, then skipped): one stable sort of the step
+    # column, a radix sort where steps fit int16 (20 M ops: one 160 MB order, where a
+    # selection, its steps and their order took three)
+    key = step.astype(np.int16) if n_steps < 2**15 - 1 else step
+    o = np.argsort(key, kind="stable")
+    del key
+    bounds = search(step[o], np.arange(n_steps + 1))
 
     def starts(sel):
         return start[sel] if at is None else start[at[sel]]
