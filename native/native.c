@@ -2487,9 +2487,16 @@ static void bu_sift(bu_head *h, Py_ssize_t n, Py_ssize_t i) {
     h[i] = x;
 }
 
+/* One merge of the runs.  With thr >= 0 it also finds the idle gaps of at least thr
+ * between the merged intervals, each with the op that ended before it (of the ops ending
+ * at its start, the last in ev) and the op that ended it (of those starting at its end,
+ * the first in ev): what the sorts of the ops by start and by end gave find_gaps.
+ * Without output arrays it only counts. */
+typedef struct { int64_t *gs, *ge, *prev, *next; Py_ssize_t n; } bu_gaps;
+
 static Py_ssize_t bu_pass(const int64_t *ts, const int64_t *dur, const int64_t *ev,
                           const int64_t *runs, Py_ssize_t k, bu_head *h, int64_t *us,
-                          int64_t *ue) {
+                          int64_t *ue, int64_t thr, bu_gaps *g) {
     Py_ssize_t nh = 0, m = 0;
     for (Py_ssize_t r = 0; r < k; r++)
         if (runs[r] < runs[r + 1]) {
@@ -2500,16 +2507,32 @@ static Py_ssize_t bu_pass(const int64_t *ts, const int64_t *dur, const int64_t *
         }
     for (Py_ssize_t i = nh / 2; i-- > 0;) bu_sift(h, nh, i);
     int64_t cs = 0, ce = 0;
+    Py_ssize_t last = -1, refine = -1;    /* the interval's last-ending op; a gap's next */
     int open = 0;
+    g->n = 0;
     while (nh > 0) {
-        int64_t e = ev[h[0].pos];
+        Py_ssize_t pos = h[0].pos;
+        int64_t e = ev[pos];
         int64_t s = ts[e], f = s + dur[e];
-        if (!open) { cs = s; ce = f; open = 1; }
+        if (!open) { cs = s; ce = f; open = 1; last = pos; }
         else if (s > ce) {
             if (us) { us[m] = cs; ue[m] = ce; }
             m++;
-            cs = s; ce = f;
-        } else if (f > ce) ce = f;
+            refine = -1;
+            if (thr >= 0 && s - ce >= thr) {
+                if (g->gs) {
+                    g->gs[g->n] = ce;
+                    g->ge[g->n] = s;
+                    g->prev[g->n] = last;
+                    g->next[g->n] = pos;
+                }
+                refine = g->n++;
+            }
+            cs = s; ce = f; last = pos;
+        } else {
+            if (s == cs && refine >= 0 && g->gs && pos < g->next[refine]) g->next[refine] = pos;
+            if (f > ce || (f == ce && pos > last)) { ce = f; last = pos; }
+        }
         if (++h[0].pos < h[0].end) h[0].t = ts[ev[h[0].pos]];
         else h[0] = h[--nh];
         if (nh > 0) bu_sift(h, nh, 0);
@@ -2523,8 +2546,9 @@ static Py_ssize_t bu_pass(const int64_t *ts, const int64_t *dur, const int64_t *
 
 static PyObject *busy_union(PyObject *self, PyObject *args) {
     Py_buffer tsb, durb, evb, rb;
-    if (!PyArg_ParseTuple(args, "y*y*y*y*", &tsb, &durb, &evb, &rb)) return NULL;
-    PyObject *out = NULL, *us_b = NULL, *ue_b = NULL;
+    long long thr = -1;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*|L", &tsb, &durb, &evb, &rb, &thr)) return NULL;
+    PyObject *out = NULL, *b[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
     bu_head *h = NULL;
     Py_ssize_t n_all = tsb.len / 8, n = evb.len / 8, k = rb.len / 8 - 1;
     int ok = !(tsb.len % 8) && durb.len == tsb.len && !(evb.len % 8) && !(rb.len % 8) && k >= 0;
@@ -2545,23 +2569,25 @@ static PyObject *busy_union(PyObject *self, PyObject *args) {
     h = malloc(sizeof(bu_head) * (size_t)(k > 0 ? k : 1));
     if (!h) { PyErr_NoMemory(); goto done; }
     Py_ssize_t m;
+    bu_gaps g = {NULL, NULL, NULL, NULL, 0};
     Py_BEGIN_ALLOW_THREADS
-    m = bu_pass(ts, dur, ev, runs, k, h, NULL, NULL);
+    m = bu_pass(ts, dur, ev, runs, k, h, NULL, NULL, thr, &g);
     Py_END_ALLOW_THREADS
-    us_b = PyByteArray_FromStringAndSize(NULL, m * 8);
-    ue_b = PyByteArray_FromStringAndSize(NULL, m * 8);
-    if (!us_b || !ue_b) goto done;
+    Py_ssize_t sizes[6] = {m, m, g.n, g.n, g.n, g.n};
+    for (int i = 0; i < 6; i++)
+        if (!(b[i] = PyByteArray_FromStringAndSize(NULL, sizes[i] * 8))) goto done;
     {
-        int64_t *us = (int64_t *)PyByteArray_AS_STRING(us_b);
-        int64_t *ue = (int64_t *)PyByteArray_AS_STRING(ue_b);
+        int64_t *p[6];
+        for (int i = 0; i < 6; i++) p[i] = (int64_t *)PyByteArray_AS_STRING(b[i]);
+        g.gs = p[2]; g.ge = p[3]; g.prev = p[4]; g.next = p[5];
         Py_BEGIN_ALLOW_THREADS
-        bu_pass(ts, dur, ev, runs, k, h, us, ue);
+        bu_pass(ts, dur, ev, runs, k, h, p[0], p[1], thr, &g);
         Py_END_ALLOW_THREADS
     }
-    out = PyTuple_Pack(2, us_b, ue_b);
+    out = thr >= 0 ? PyTuple_Pack(6, b[0], b[1], b[2], b[3], b[4], b[5])
+                   : PyTuple_Pack(2, b[0], b[1]);
 done:
-    Py_XDECREF(us_b);
-    Py_XDECREF(ue_b);
+    for (int i = 0; i < 6; i++) Py_XDECREF(b[i]);
     free(h);
     PyBuffer_Release(&tsb);
     PyBuffer_Release(&durb);
@@ -3409,8 +3435,10 @@ static PyMethodDef methods[] = {
     {"nest_sorted", nest_sorted, METH_VARARGS,
      "nest_sorted(track_i32, ts_i64, end_i64) -> (depth int16 bytes, parent int64 bytes)"},
     {"busy_union", busy_union, METH_VARARGS,
-     "busy_union(ts_i64, dur_i64, ev_i64, run_bounds_i64) -> (starts, ends) bytes of the "
-     "union of the events' intervals; see analysis.intervals.union_of_runs"},
+     "busy_union(ts_i64, dur_i64, ev_i64, run_bounds_i64[, threshold]) -> (starts, ends) "
+     "bytes of the union of the events' intervals, and with a threshold (gap starts, ends, "
+     "positions in ev of the op before and after) of the gaps at least that long; see "
+     "analysis.intervals.union_of_runs"},
     {"corr_links", corr_links, METH_VARARGS,
      "corr_links(kind_i8, on_device_bool, idx_i64, ids_i64, host_kind_bits, "
      "device_kind_bits) -> (src, dst) int64 bytes, or None where the host ids are not "

@@ -180,6 +180,19 @@ def test_union_of_runs_is_the_union(rows, n_other):
     for w, g in zip(want, got):
         np.testing.assert_array_equal(w, g)
         assert g.dtype == np.int64
+    # the gaps of at least a threshold found in the same merge are find_gaps' (ties of
+    # start and of end included: the op before is the last in ev of those ending at the
+    # gap, the op after the first of those starting at its end)
+    from types import SimpleNamespace
+
+    from tb_perfdiag.analysis.gaps import find_gaps
+    fake = SimpleNamespace(ts=ts, dur=dur, end_of=lambda i: ts[i] + dur[i])
+    for thr in (0, 1, 3, 10):
+        us, ue, big = I.union_of_runs(ts, dur, ev, bounds, thr)
+        np.testing.assert_array_equal(us, want[0])
+        want_gaps = find_gaps(fake, 0, ev, *want, max(thr, 1))
+        for w, g in zip(want_gaps, big):
+            np.testing.assert_array_equal(w, g)
 
 
 def test_union_of_runs_out_of_order_falls_back_to_the_union():

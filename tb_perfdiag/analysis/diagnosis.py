@@ -189,12 +189,14 @@ def _diagnose(trace: Trace, opt: Options, progress):
     steps_dev, gaps_all, windows, launched = [], [], {}, {}
     for d, dev in enumerate(trace.devices):
         progress.within(0.5 + 0.3 * d / max(n_dev, 1), f"gaps on {dev.name}")
-        ops, us, ue = device_busy(trace, d, opt.kernels_only)
+        ops, us, ue, big = device_busy(trace, d, opt.kernels_only, threshold_ps)
         if ops.size == 0:
             steps_dev.append(None)
             continue
         lo, hi, busy_t = int(us[0]), int(ue[-1]), int((ue - us).sum())
-        gs, ge, prev, nxt = find_gaps(trace, d, ops, us, ue, threshold_ps)
+        gs, ge, prev, nxt = big if big is not None else \
+            find_gaps(trace, d, ops, us, ue, threshold_ps)
+        del big
         wf = _issuer(trace, origin, root, nxt, users, executors)
         sp = split(trace, gs, ge, nxt, wf, ops, us, ue, ctx, users, get_next)
         # waited_for names the call that issued the op (a launch, an execute); the split

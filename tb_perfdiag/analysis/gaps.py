@@ -7,7 +7,9 @@ import numpy as np
 from ..trace.model import EventKind as K, Trace
 
 
-def device_busy(trace: Trace, device: int, kernels_only: bool):
+def device_busy(trace: Trace, device: int, kernels_only: bool, threshold_ps: int):
+    """(the device's ops, its busy set's starts and ends, its gaps of at least the
+    threshold as ``find_gaps`` gives them, or None where they are still to be found)."""
     from .intervals import union_of_runs
     # the device's tracks are slices of the event columns (sorted by track, then start):
     # no mask over all events, and each track's ops come sorted by start
@@ -17,8 +19,7 @@ def device_busy(trace: Trace, device: int, kernels_only: bool):
     bounds = np.cumsum([0] + [p.shape[0] for p in parts])
     ev = np.concatenate(parts) if parts else np.zeros(0, np.int64)
     del parts
-    us, ue = union_of_runs(trace.ts, trace.dur, ev, bounds)
-    return ev, us, ue
+    return (ev, *union_of_runs(trace.ts, trace.dur, ev, bounds, threshold_ps))
 
 
 def find_gaps(trace: Trace, device: int, ops: np.ndarray, us: np.ndarray, ue: np.ndarray,

@@ -27,21 +27,33 @@ def union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return s[first], run_end[last]
 
 
-def union_of_runs(ts: np.ndarray, dur: np.ndarray, ev: np.ndarray,
-                  bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def union_of_runs(ts: np.ndarray, dur: np.ndarray, ev: np.ndarray, bounds: np.ndarray,
+                  threshold: int | None = None):
     """``union`` of [ts, ts + dur) over the events ``ev``, whose runs
     ``ev[bounds[r]:bounds[r + 1]]`` are each sorted by start (a device's tracks): merged
     run by run in C where the extension is built, without the sorted copies of starts and
-    ends ``union`` makes (1.4 GB on a device of 20 M ops)."""
+    ends ``union`` makes (1.4 GB on a device of 20 M ops).
+
+    With a ``threshold``: (starts, ends, gaps), gaps being the holes of at least that
+    length as (starts, ends, the op before, the op after) like ``gaps.find_gaps`` gives
+    them, found in the same merge; None where the merge was not native (the caller
+    finds them)."""
     fn = _native_union()
     if fn is not None and ts.dtype == dur.dtype == np.int64:
+        ev64 = np.ascontiguousarray(ev, np.int64)
         try:
-            us, ue = fn(ts, dur, np.ascontiguousarray(ev, np.int64),
-                        np.ascontiguousarray(bounds, np.int64))
-            return np.frombuffer(us, np.int64), np.frombuffer(ue, np.int64)
+            got = fn(ts, dur, ev64, np.ascontiguousarray(bounds, np.int64),
+                     *(() if threshold is None else (int(threshold),)))
         except ValueError:
-            pass               # runs not sorted as promised: the general union says the same
-    return union(ts[ev], ts[ev] + dur[ev])
+            got = None         # runs not sorted as promised: the general union says the same
+        if got is not None:
+            us, ue = (np.frombuffer(x, np.int64) for x in got[:2])
+            if threshold is None:
+                return us, ue
+            gs, ge, prev, nxt = (np.frombuffer(x, np.int64) for x in got[2:])
+            return us, ue, (gs, ge, ev64[prev], ev64[nxt])
+    us, ue = union(ts[ev], ts[ev] + dur[ev])
+    return (us, ue) if threshold is None else (us, ue, None)
 
 
 def _native_union():
