@@ -59,19 +59,20 @@ def short_gaps(us: np.ndarray, ue: np.ndarray, threshold_ps: int, wb: np.ndarray
     if n == 0:
         z = np.zeros(wb.shape[0], np.int64)
         return z, z, 0, 0
-    length = us[1:] - ue[:-1]
-    length[length >= threshold_ps] = 0
-    cum_t = np.zeros(n + 1, np.int64)
-    np.cumsum(length, out=cum_t[1:])
-    short = length > 0                     # the busy set's holes are never empty
-    del length
-    cum_n = np.zeros(n + 1, np.int64)
-    np.cumsum(short, out=cum_n[1:])
-    del short
+    # running count and time of the short holes, prefixed by a 0 (a column each, built in
+    # place: these and the holes' lengths were most of the gap loop's peak)
+    cum_t = np.empty(n + 1, np.int64)
+    cum_t[0] = 0
+    np.subtract(us[1:], ue[:-1], out=cum_t[1:])
+    cum_t[1:][cum_t[1:] >= threshold_ps] = 0
+    cum_n = np.zeros(n + 1, np.int32 if n < 2**31 - 1 else np.int64)
+    np.cumsum(cum_t[1:] > 0, out=cum_n[1:])       # the busy set's holes are never empty
+    np.cumsum(cum_t[1:], out=cum_t[1:])
     starts = ue[:-1]
     lo = np.searchsorted(starts, wb, side="left")
     hi = np.maximum(np.searchsorted(starts, we, side="left"), lo)
-    return cum_n[hi] - cum_n[lo], cum_t[hi] - cum_t[lo], int(cum_n[-1]), int(cum_t[-1])
+    return (cum_n[hi] - cum_n[lo]).astype(np.int64), cum_t[hi] - cum_t[lo], \
+        int(cum_n[-1]), int(cum_t[-1])
 
 
 def user_threads(trace: Trace, step_thread: int = -1) -> list:

@@ -72,7 +72,10 @@ def covered(us: np.ndarray, ue: np.ndarray, a, b) -> np.ndarray:
     b = np.asarray(b, np.int64)
     if us.size == 0:
         return np.zeros(np.broadcast(a, b).shape, np.int64)
-    cum = np.concatenate(([0], np.cumsum(ue - us)))
+    cum = np.empty(us.shape[0] + 1, np.int64)      # one column, not three
+    cum[0] = 0
+    np.subtract(ue, us, out=cum[1:])
+    np.cumsum(cum[1:], out=cum[1:])
 
     def upto(t):
         # covered length of (-inf, t)
