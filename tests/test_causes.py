@@ -614,6 +614,14 @@ def _random_thread(b, thread, rng, t0, t1, depth=0):
         t += dur + float(rng.choice([0, 0, 1, 3]))
 
 
+def _random_trace(seed: int, threads: int = 2):
+    rng = np.random.default_rng(seed)
+    b = TraceBuilder()
+    for k in range(threads):
+        _random_thread(b, b.thread(f"thread {k}"), rng, 0.0, 400.0)
+    return b.build()
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_host_timeline_in_one_c_pass_is_the_numpy_one(seed):
     """The native timeline (``host_segments``) and the numpy one agree boundary by
@@ -623,11 +631,7 @@ def test_host_timeline_in_one_c_pass_is_the_numpy_one(seed):
     native = H._native_segments()
     if native is None:
         pytest.skip("the native extension is not built (setup.py build_ext)")
-    rng = np.random.default_rng(seed)
-    b = TraceBuilder()
-    for k in range(2):
-        _random_thread(b, b.thread(f"thread {k}"), rng, 0.0, 400.0)
-    t = b.build()
+    t = _random_trace(seed)
     bk = H.event_buckets(t, np.zeros(t.n_events, np.int8))
     assert len(set(bk.tolist())) >= 5
     for lo, hi in t.track_slices(t.host_tracks()):
@@ -652,11 +656,7 @@ def test_values_passed_down_in_one_pass_are_the_levels_ones(seed, monkeypatch):
     from tb_perfdiag.trace.build import native_fn
     if native_fn("parent_down_bucket") is None:
         pytest.skip("the native extension is not built (setup.py build_ext)")
-    rng = np.random.default_rng(seed)
-    b = TraceBuilder()
-    for k in range(2):
-        _random_thread(b, b.thread(f"thread {k}"), rng, 0.0, 400.0)
-    t = b.build()
+    t = _random_trace(seed)
     memcpy = np.zeros(t.n_events, np.int8)
     got_b, got_a = H.event_buckets(t, memcpy), A.nearest_annotation(t)
     monkeypatch.setenv("TB_PERFDIAG_NO_NATIVE", "1")
@@ -671,11 +671,7 @@ def test_annotation_paths_level_by_level_are_each_walked_alone(seed):
     """The annotation paths behind the ops, worked out once per (enclosing path, name) a
     level at a time, are each annotation's own walk up its enclosing events."""
     from tb_perfdiag.analysis import annotations as A
-    rng = np.random.default_rng(seed)
-    b = TraceBuilder()
-    for k in range(2):
-        _random_thread(b, b.thread(f"thread {k}"), rng, 0.0, 400.0)
-    t = b.build()
+    t = _random_trace(seed)
     ann = A.nearest_annotation(t)
     u = np.flatnonzero(A.is_annotation(t))
     paths, index = [], {}

@@ -7,12 +7,11 @@ cause in any window is two ``searchsorted`` calls away, for all gaps at once.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..trace.build import parent_down
+from ..trace.build import native_fn, parent_down
 from ..trace.model import EventKind as K, Trace, search
 from . import causes as C
 
@@ -212,13 +211,7 @@ def build_hostlines(trace: Trace, buckets: np.ndarray, tracks,
 
 def _native_segments():
     """``track_segments`` in one C pass, or None without the extension."""
-    if os.environ.get("TB_PERFDIAG_NO_NATIVE"):
-        return None
-    try:
-        from .. import _native
-    except ImportError:
-        return None
-    fn = getattr(_native, "host_segments", None)
+    fn = native_fn("host_segments")
     if fn is None:
         return None
 

@@ -1,9 +1,9 @@
 """Vectorised interval algebra on int64 [start, end) arrays."""
 from __future__ import annotations
 
-import os
-
 import numpy as np
+
+from ..trace.build import native_fn
 
 
 def union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -57,13 +57,7 @@ def union_of_runs(ts: np.ndarray, dur: np.ndarray, ev: np.ndarray, bounds: np.nd
 
 
 def _native_union():
-    if os.environ.get("TB_PERFDIAG_NO_NATIVE"):
-        return None
-    try:
-        from .. import _native
-    except ImportError:
-        return None
-    return getattr(_native, "busy_union", None)
+    return native_fn("busy_union")
 
 
 def covered(us: np.ndarray, ue: np.ndarray, a, b) -> np.ndarray:

@@ -12,10 +12,9 @@ traces.
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
+from ..trace.build import native_fn
 from ..trace.model import DEVICE_ACTIVITY, EventKind as K, Trace, TrackKind
 from .result import OpTable
 
@@ -93,15 +92,9 @@ def _counts(trace: Trace, ev_step: np.ndarray, typical: np.ndarray, dev_kinds, n
 
 def _native_counts(trace: Trace, ev_step, typical, dev_kinds, not_op, on_device):
     """``_counts`` in two C passes over the events, or None without the extension."""
-    if os.environ.get("TB_PERFDIAG_NO_NATIVE") or ev_step.dtype != np.int32 \
-            or trace.name.dtype != np.int32 or trace.track.dtype != np.int32:
-        return None
-    try:
-        from .. import _native
-    except ImportError:
-        return None
-    fn = getattr(_native, "op_counts", None)
-    if fn is None:
+    fn = native_fn("op_counts")
+    if fn is None or ev_step.dtype != np.int32 or trace.name.dtype != np.int32 \
+            or trace.track.dtype != np.int32:
         return None
     sides = fn(trace.name, trace.kind, trace.track, np.ascontiguousarray(trace.dur, np.int64),
                np.ascontiguousarray(ev_step), np.ascontiguousarray(typical, bool),
