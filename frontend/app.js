@@ -250,6 +250,9 @@ export class App {
     });
     const ok = await this.compareRuns.show({ ...this.params(), base_run: s.base_run, base_host: s.base_host, base_span: s.base_span || undefined });
     if (ok === null || token !== this.token) return null;
+    // the step charts draw on the next frame (after layout): the view is loaded once they have
+    await new Promise((done) => requestAnimationFrame(() => done()));
+    if (token !== this.token) return null;
     if (ok) {
       before.textContent = this.compareRuns.data.before.label;
       after.textContent = this.compareRuns.data.after.label;
