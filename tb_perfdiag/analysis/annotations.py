@@ -150,11 +150,9 @@ def nearest_annotation(trace: Trace) -> np.ndarray:
     return ann
 
 
-_ANN_KINDS = (int(K.ANNOTATION), int(K.DATA))
-
-
 def _annotation_paths(trace: Trace, ann: np.ndarray, u: np.ndarray, intern) -> np.ndarray:
-    """``intern(annotation_path(x))`` for the annotation events ``u``, worked out once per
+    """``intern`` of each annotation event's path (the names of the user annotations
+    enclosing it, itself included, outermost first) for the events ``u``, worked out once per
     distinct (enclosing path, name) a nesting level at a time: a step's annotations are
     events of their own, and a 20 M-event trace had 196 k of them on 3 k paths."""
     if u.size == 0:
@@ -195,21 +193,6 @@ def _annotation_paths(trace: Trace, ann: np.ndarray, u: np.ndarray, intern) -> n
             ids.append(i)
         pid[rows] = np.asarray(ids, np.int64)[kinv]
     return pid[np.searchsorted(nodes, u)].astype(np.int32)
-
-
-def annotation_path(trace: Trace, e: int, memo: dict | None = None) -> tuple:
-    """Names of the user annotations enclosing ``e`` (itself included), outermost first."""
-    memo = {} if memo is None else memo
-    pending = []
-    while e >= 0 and e not in memo:
-        pending.append(e)
-        e = int(trace.parent[e])
-    base = memo.get(e, ()) if e >= 0 else ()
-    for x in reversed(pending):
-        if int(trace.kind[x]) in _ANN_KINDS:
-            base = base + (trace.strings[int(trace.name[x])],)
-        memo[x] = base
-    return base
 
 
 def _expand(flat: np.ndarray, off: np.ndarray, cnt: np.ndarray, x: np.ndarray):

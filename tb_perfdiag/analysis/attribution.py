@@ -17,7 +17,7 @@ import re
 
 import numpy as np
 
-from ..trace.build import native_fn, distinct, unique_inverse
+from ..trace.build import distinct, native_fn, unique_inverse
 from ..trace.model import EventKind as K, TrackKind, Trace
 
 VIA_NONE, VIA_LINK, VIA_ANCESTOR_LINK, VIA_EXECUTE, VIA_REGION = range(5)

@@ -186,12 +186,11 @@ def _diagnose(trace: Trace, opt: Options, progress):
     dev_small_t = np.zeros(n_dev, np.int64)
     # per device: its step windows, and their numbers (busy, idle by cause, short gaps),
     # taken while its busy set is at hand: the busy set and its holes are not kept
-    steps_dev, gaps_all, windows, launched = [], [], {}, {}
+    gaps_all, windows, launched = [], {}, {}
     for d, dev in enumerate(trace.devices):
         progress.within(0.5 + 0.3 * d / max(n_dev, 1), f"gaps on {dev.name}")
         ops, us, ue, big = device_busy(trace, d, opt.kernels_only, threshold_ps)
         if ops.size == 0:
-            steps_dev.append(None)
             continue
         lo, hi, busy_t = int(us[0]), int(ue[-1]), int((ue - us).sum())
         gs, ge, prev, nxt = big if big is not None else \
@@ -208,7 +207,6 @@ def _diagnose(trace: Trace, opt: Options, progress):
         # one copy of the ops' steps and ends for both uses (20 M ops: 240 MB each)
         op_step, op_end = ev_step[ops], trace.end_of(ops)
         wb, we = device_windows(steps, op_step, op_end, hi, own, trace)
-        steps_dev.append(wb)
         if steps.source in ("host_annotations", "modules"):
             # per step, the device time it launched, wherever that ran (GUIDE §4); the
             # windows are cut so that it runs in them, which ``busy`` measures
@@ -264,7 +262,7 @@ def _diagnose(trace: Trace, opt: Options, progress):
     # a gap belongs to the step of the op it waited for (that step's host work kept the
     # device idle), else to the window it starts in
     progress.within(0.85, "host ops behind the gaps")
-    gaps = _gap_table(trace, steps, gaps_all, steps_dev, ev_step, via, ctx)
+    gaps = _gap_table(trace, steps, gaps_all, windows, ev_step, via, ctx)
     m = min(max(int(opt.detail_limit), 0), len(gaps))
     rows = np.arange(m, dtype=np.int32)
     detail = host_ops(trace, ctx.lines, rows, gaps.start[:m], gaps.end[:m])
@@ -324,15 +322,14 @@ def _issuer(trace: Trace, origin, root, nxt, users, executors=()) -> np.ndarray:
     return wf
 
 
-def _gap_table(trace, steps, gaps_all, steps_dev, ev_step, via, ctx) -> GapTable:
+def _gap_table(trace, steps, gaps_all, windows, ev_step, via, ctx) -> GapTable:
     if not gaps_all or not sum(len(g) for g in gaps_all):
         return GapTable.empty(len(C.ALL))
     gap_step = []
     for g in gaps_all:
         st = ev_step[g.next_op] if steps.source != "whole_trace" else np.zeros(len(g), np.int64)
-        wb = steps_dev[int(g.device[0])] if len(g) else None
-        if wb is not None:
-            by_window = np.searchsorted(wb, g.start, side="right") - 1
+        if len(g):                     # a device with gaps has ops, so windows
+            by_window = np.searchsorted(windows[int(g.device[0])][0], g.start, side="right") - 1
             st = np.where(st >= 0, st, by_window)
         gap_step.append(st.astype(np.int32))
     cat = lambda name: np.concatenate([getattr(g, name) for g in gaps_all])  # noqa: E731
