@@ -17,7 +17,8 @@ from google.protobuf.message import DecodeError
 from ..progress import NULL
 from ..storage import read_bytes
 from . import classify
-from .build import StringTable, Tracks, assemble, correlation_links, unique_inverse, unique_rows
+from .build import (StringTable, Tracks, assemble, correlation_links, native_fn, unique_inverse,
+                    unique_rows)
 from .hlo import FIELDS as HLO_FIELDS, hlo_op_metadata
 from .model import Device, EventKind as K, LinkKind, TraceError, TrackKind, search
 from .xplane_pb import XPlane, XSpace
@@ -292,7 +293,6 @@ def build(path: str, scan: dict, progress=NULL):
     st_start = np.asarray(scan.pop("ev_stat_start"), np.int64)
     st_meta = np.asarray(scan.pop("st_meta"), np.int64)
     scan_strings = scan["strings"]
-    n_stats = st_meta.shape[0]
 
     line_plane = np.array([ln[0] for ln in lines], np.int32)
     line_ts_ps = np.array([ln[5] for ln in lines], np.int64) * 1000
@@ -321,55 +321,23 @@ def build(path: str, scan: dict, progress=NULL):
 
     # ---- stats: resolve plane-local stat ids to names, per plane ----
     progress.within(0.15, "stats")
-    # the event of each stat (int32: event indices fit) and its plane
-    st_event = np.repeat(np.arange(n, dtype=np.int32), np.diff(st_start)) if n_stats else \
-        np.zeros(0, np.int32)
-    if isinstance(ev_rows[0] if ev_rows else None, slice):
-        st_rows = [slice(int(st_start[r.start]), int(st_start[r.stop])) for r in ev_rows]
-    else:
-        st_rows = [np.flatnonzero(ev_plane[st_event] == pi) for pi in range(len(planes))]
-    del st_start
-    stat_name_of = np.full(n_stats, -1, np.int8)     # index into WANTED
     wanted = list(INT_STATS) + list(STR_STATS) + list(FLOW_STATS)
-    for pi, (_, _, pm) in enumerate(planes):
-        sel = st_rows[pi]
-        if not _size(sel):
-            continue
-        ids = np.array([k for k, v in pm.stat_name.items() if v in wanted], np.int64)
-        if not ids.size:
-            continue
-        which = np.array([wanted.index(pm.stat_name[int(k)]) for k in ids], np.int8)
-        o = np.argsort(ids)
-        ids, which = ids[o], which[o]
-        m = st_meta[sel]
-        if ids[0] >= 0 and ids[-1] < _LUT_MAX:
-            lut = np.full(int(ids[-1]) + 1, -1, np.int8)
-            lut[ids] = which
-            ok = (m >= 0) & (m < lut.shape[0])
-            stat_name_of[sel] = np.where(ok, lut[np.where(ok, m, 0)], -1)
-            continue
-        pos = np.minimum(np.searchsorted(ids, m), ids.shape[0] - 1)
-        stat_name_of[sel] = np.where(ids[pos] == m, which[pos], -1)
-    # ``m`` is a view: it would keep all of st_meta (0.8 GB at 40 M events) alive
-    m = ok = None
-    del st_rows, st_meta
+    code = _stat_codes(planes, ev_rows, ev_plane, st_start, st_meta, wanted)
+    del st_meta
     st_kind = np.asarray(scan.pop("st_kind"), np.int8)
     st_int = np.asarray(scan.pop("st_int"), np.int64)
-    # double values are rare among the stats read: their bits sit in st_int
-    dbl_rows = np.flatnonzero((st_kind == ST_DOUBLE) & (stat_name_of >= 0))
-    dbl_vals = st_int[dbl_rows].view(np.float64).astype(np.int64)
-    present = np.bincount(stat_name_of.astype(np.int64) + 1, minlength=len(wanted) + 1)[1:]
+    parts = _stat_rows(st_start, code, st_kind, st_int, len(wanted))
+    del st_start, code, st_kind, st_int
 
     stats = {}
     for w, sname in enumerate(wanted):
-        if not present[w]:
+        part = parts[w]
+        if part is None:
             continue
-        # one scan per stat present (a sort of all rows would hold an int64 index per
-        # stat row: 0.8 GB on a 40 M-event file)
-        sel = np.flatnonzero(stat_name_of == w)
-        evs, kinds = st_event[sel], st_kind[sel]
+        parts[w] = None
+        evs, raw, kinds = part
         if sname in STR_STATS:
-            vals = np.empty(sel.shape[0], np.int32)
+            vals = np.empty(raw.shape[0], np.int32)
             is_ref = kinds == ST_REF
             is_str = (kinds == ST_STR) | (kinds == ST_BYTES)
             # ref values name another stat metadata entry whose name is the string
@@ -377,13 +345,13 @@ def build(path: str, scan: dict, progress=NULL):
             for pi, (_, _, pm) in enumerate(planes):
                 psel = np.flatnonzero((ref_plane == pi) & is_ref)
                 if psel.size:
-                    u, inv = unique_inverse(st_int[sel[psel]])
+                    u, inv = unique_inverse(raw[psel])
                     vals[psel] = strings.intern_many(
                         [pm.stat_name.get(x, "") for x in u.tolist()])[inv]
             del ref_plane
             ssel = np.flatnonzero(is_str)
             if ssel.size:
-                u, inv = unique_inverse(st_int[sel[ssel]])
+                u, inv = unique_inverse(raw[ssel])
                 vals[ssel] = strings.intern_many(
                     [scan_strings[x].decode("utf-8", "replace") for x in u.tolist()])[inv]
             other = ~(is_ref | is_str)
@@ -391,12 +359,12 @@ def build(path: str, scan: dict, progress=NULL):
                 vals[other] = strings.intern("")
             stats[sname] = (evs, vals, True)
         else:
-            vals = st_int[sel]
-            dbl = kinds == ST_DOUBLE
-            if dbl.any():
-                vals[dbl] = dbl_vals[np.searchsorted(dbl_rows, sel[dbl])]
-            stats[sname] = (evs, vals, False)
-    del st_event, stat_name_of, st_kind, st_int, dbl_rows, dbl_vals
+            # double values are rare among the stats read: their bits sit in the values
+            dbl = np.flatnonzero(kinds == ST_DOUBLE)
+            if dbl.size:
+                raw[dbl] = raw[dbl].view(np.float64).astype(np.int64)
+            stats[sname] = (evs, raw, False)
+    del parts
     for evs, rows, cols in md_stats:
         _merge_metadata_stats(stats, evs, rows, cols, strings)
     del md_stats
@@ -487,6 +455,70 @@ def build(path: str, scan: dict, progress=NULL):
                      warnings)
     _runtime_waits(trace)
     return trace
+
+
+def _stat_codes(planes, ev_rows, ev_plane, st_start, st_meta, wanted) -> np.ndarray:
+    """Each stat row's index in ``wanted`` (int8, -1 for the others): its plane-local
+    metadata id resolved through its plane's stat names."""
+    n, n_stats = ev_plane.shape[0], st_meta.shape[0]
+    slices = isinstance(ev_rows[0] if ev_rows else None, slice)
+    if slices:
+        st_rows = [slice(int(st_start[r.start]), int(st_start[r.stop])) for r in ev_rows]
+    else:
+        st_event = np.repeat(np.arange(n, dtype=np.int32), np.diff(st_start))
+        st_rows = [np.flatnonzero(ev_plane[st_event] == pi) for pi in range(len(planes))]
+    codes_of = native_fn("stat_codes") if slices else None
+    code = np.full(n_stats, -1, np.int8)     # index into ``wanted``
+    for pi, (_, _, pm) in enumerate(planes):
+        sel = st_rows[pi]
+        if not _size(sel):
+            continue
+        ids = np.array([k for k, v in pm.stat_name.items() if v in wanted], np.int64)
+        if not ids.size:
+            continue
+        which = np.array([wanted.index(pm.stat_name[int(k)]) for k in ids], np.int8)
+        o = np.argsort(ids)
+        ids, which = ids[o], which[o]
+        m = st_meta[sel]
+        if ids[0] >= 0 and ids[-1] < _LUT_MAX:
+            lut = np.full(int(ids[-1]) + 1, -1, np.int8)
+            lut[ids] = which
+            if codes_of is not None:
+                codes_of(m, lut, code[sel])
+                continue
+            ok = (m >= 0) & (m < lut.shape[0])
+            code[sel] = np.where(ok, lut[np.where(ok, m, 0)], -1)
+            continue
+        pos = np.minimum(np.searchsorted(ids, m), ids.shape[0] - 1)
+        code[sel] = np.where(ids[pos] == m, which[pos], -1)
+    return code
+
+
+def _stat_rows(st_start, code, st_kind, st_int, n_wanted) -> list:
+    """Per wanted stat, None or (its rows' events (int32), raw values (int64, a copy),
+    kinds), in row order."""
+    n = st_start.shape[0] - 1
+    split = native_fn("stat_split")
+    if split is not None and n < 2**31:
+        try:
+            return [None if p is None else
+                    (np.frombuffer(p[0], np.int32), np.frombuffer(p[1], np.int64),
+                     np.frombuffer(p[2], np.int8))
+                    for p in split(st_start, code, st_kind, st_int, n_wanted)]
+        except ValueError:
+            pass            # row starts out of order: the numpy split below says the same
+    st_event = np.repeat(np.arange(n, dtype=np.int32), np.diff(st_start))
+    present = np.bincount(code.astype(np.int64) + 1, minlength=n_wanted + 1)[1:]
+    out = []
+    for w in range(n_wanted):
+        if not present[w]:
+            out.append(None)
+            continue
+        # one scan per stat present (a sort of all rows would hold an int64 index per
+        # stat row: 0.8 GB on a 40 M-event file)
+        sel = np.flatnonzero(code == w)
+        out.append((st_event[sel], st_int[sel], st_kind[sel]))
+    return out
 
 
 def _runtime_waits(trace) -> None:
