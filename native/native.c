@@ -3536,6 +3536,60 @@ done:
     return out;
 }
 
+/* np.searchsorted(a, v, side) for sorted keys: one merge of the two columns.  numpy
+ * searches each key alone, and 20 M keys in a 20 M-row column miss the cache at every
+ * step (1 s on a 40 M-event trace).  None where the keys or the column are not sorted
+ * (the caller then asks numpy, which answers the same for sorted input). */
+#define SS_MERGE(T)                                                                     \
+    do {                                                                                \
+        const T *a = ab.buf, *v = vb.buf;                                               \
+        for (Py_ssize_t i = 1; i < n && sorted; i++) if (a[i] < a[i - 1]) sorted = 0;   \
+        for (Py_ssize_t j = 1; j < m && sorted; j++) if (v[j] < v[j - 1]) sorted = 0;   \
+        if (sorted) {                                                                   \
+            Py_ssize_t i = 0;                                                           \
+            if (right)                                                                  \
+                for (Py_ssize_t j = 0; j < m; j++) {                                    \
+                    while (i < n && a[i] <= v[j]) i++;                                  \
+                    o[j] = i;                                                           \
+                }                                                                       \
+            else                                                                        \
+                for (Py_ssize_t j = 0; j < m; j++) {                                    \
+                    while (i < n && a[i] < v[j]) i++;                                   \
+                    o[j] = i;                                                           \
+                }                                                                       \
+        }                                                                               \
+    } while (0)
+
+static PyObject *sorted_search(PyObject *self, PyObject *args) {
+    Py_buffer ab, vb;
+    int width, right;
+    if (!PyArg_ParseTuple(args, "y*y*ip", &ab, &vb, &width, &right)) return NULL;
+    PyObject *out_b = NULL;
+    if ((width != 4 && width != 8) || ab.len % width || vb.len % width) {
+        PyErr_SetString(PyExc_ValueError, "sorted_search: want two int32 or two int64 columns");
+        goto done;
+    }
+    Py_ssize_t n = ab.len / width, m = vb.len / width;
+    out_b = PyByteArray_FromStringAndSize(NULL, m * 8);
+    if (!out_b) goto done;
+    int64_t *o = (int64_t *)PyByteArray_AS_STRING(out_b);
+    int sorted = 1;
+    Py_BEGIN_ALLOW_THREADS
+    if (width == 8) SS_MERGE(int64_t);
+    else SS_MERGE(int32_t);
+    Py_END_ALLOW_THREADS
+    if (!sorted) {
+        Py_CLEAR(out_b);
+        Py_INCREF(Py_None);
+        out_b = Py_None;
+    }
+done:
+    PyBuffer_Release(&ab);
+    PyBuffer_Release(&vb);
+    return out_b;
+}
+#undef SS_MERGE
+
 /* ====================================================================== */
 
 static PyMethodDef methods[] = {
@@ -3591,6 +3645,9 @@ static PyMethodDef methods[] = {
     {"stat_split", stat_split, METH_VARARGS,
      "stat_split(row_starts_i64, codes_i8, kinds_i8, values_i64, n_codes) -> per code None "
      "or (events int32, values int64, kinds int8) bytes of its rows, in row order"},
+    {"sorted_search", sorted_search, METH_VARARGS,
+     "sorted_search(a, v, width (4 or 8), right) -> int64 bytes of np.searchsorted(a, v, "
+     "side) by one merge, or None where a or v is not sorted; see trace.model.search"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -275,3 +275,36 @@ def test_xspace_stat_split_in_c_is_the_numpy_one(seed):
             for a, b in zip(g, w):
                 assert a.dtype == b.dtype
                 np.testing.assert_array_equal(a, b)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(-128, 127), max_size=60),
+       st.lists(st.integers(-128, 127), max_size=8))
+def test_isin_few_is_numpys_isin(col, values):
+    """The comparison-per-run membership test equals ``np.isin`` for any values:
+    repeated, adjacent, none, at the int8 bounds."""
+    from tb_perfdiag.trace.model import isin_few
+    a = np.array(col, np.int8)
+    got = isin_few(a, values)
+    assert got.dtype == bool and got.tolist() == np.isin(a, values).tolist()
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.sampled_from(["left", "right"]),
+       st.sampled_from([np.int32, np.int64]), st.booleans())
+def test_search_by_merge_is_numpys_searchsorted(seed, side, dtype, keys_sorted):
+    """``search`` answers many keys by one merge in C when keys and column are sorted
+    (repeated values, keys past both ends), and by numpy otherwise: the same either way."""
+    from tb_perfdiag.trace import build as B
+    from tb_perfdiag.trace.model import search
+    if B.native_fn("sorted_search") is None:
+        pytest.skip("the native extension is not built (setup.py build_ext)")
+    rng = np.random.default_rng(seed)
+    hi = int(rng.integers(1, 20000))
+    a = np.sort(rng.integers(-5, hi, int(rng.integers(0, 30000)))).astype(dtype)
+    v = rng.integers(-10, hi + 10, int(rng.integers(4096, 9000))).astype(dtype)
+    if keys_sorted:
+        v.sort()
+    got = search(a, v, side)
+    assert got.dtype == np.int64
+    np.testing.assert_array_equal(got, np.searchsorted(a, v, side=side))

@@ -18,7 +18,7 @@ import re
 import numpy as np
 
 from ..trace.build import distinct, parent_down, unique_inverse, unique_rows
-from ..trace.model import EventKind as K, Trace, TrackKind, search
+from ..trace.model import EventKind as K, Trace, TrackKind, isin_few, search
 from .result import AnnotationTable
 
 _SUFFIX = re.compile(r"\.\d+$")
@@ -132,7 +132,7 @@ def op_paths(trace: Trace, ops: np.ndarray, origin: np.ndarray,
 
 
 def is_annotation(trace: Trace) -> np.ndarray:
-    return np.isin(trace.kind, (K.ANNOTATION, K.DATA)) & \
+    return isin_few(trace.kind, (K.ANNOTATION, K.DATA)) & \
         (trace.track_kind[trace.track] == 0)
 
 

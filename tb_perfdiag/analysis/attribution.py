@@ -18,7 +18,7 @@ import re
 import numpy as np
 
 from ..trace.build import distinct, native_fn, unique_inverse
-from ..trace.model import EventKind as K, TrackKind, Trace
+from ..trace.model import EventKind as K, TrackKind, Trace, isin_few
 
 VIA_NONE, VIA_LINK, VIA_ANCESTOR_LINK, VIA_EXECUTE, VIA_REGION = range(5)
 VIA_NAMES = {VIA_NONE: "none", VIA_LINK: "correlation/flow link",
@@ -213,7 +213,7 @@ def thread_regions(trace: Trace, linked: np.ndarray) -> dict:
     ids = [i for i in (start_id, stop_id) if i >= 0]
     if start_id < 0:
         return out
-    mk = np.flatnonzero(np.isin(trace.name, ids) & (trace.parent < 0) & host_side(trace))
+    mk = np.flatnonzero(isin_few(trace.name, ids) & (trace.parent < 0) & host_side(trace))
     if mk.size == 0:
         return out
     src = np.where(trace.name[mk] == start_id, linked[mk], -1)

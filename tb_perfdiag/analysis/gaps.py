@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..trace.model import EventKind as K, Trace
+from ..trace.model import EventKind as K, Trace, isin_few
 
 
 def device_busy(trace: Trace, device: int, kernels_only: bool, threshold_ps: int):
@@ -82,7 +82,7 @@ def user_threads(trace: Trace, step_thread: int = -1) -> list:
     host = trace.track_kind[trace.track] == 0
     out = [step_thread] if step_thread >= 0 else []
     for kinds in ((K.STEP,), (K.ANNOTATION, K.DATA), (K.PYTHON,)):
-        sel = np.flatnonzero(host & np.isin(trace.kind, kinds))
+        sel = np.flatnonzero(host & isin_few(trace.kind, kinds))
         if sel.size:
             tr, cnt = np.unique(trace.track[sel], return_counts=True)
             for t in tr[np.argsort(-cnt, kind="stable")].tolist():

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..trace.build import native_fn, parent_down
-from ..trace.model import EventKind as K, Trace, search
+from ..trace.model import EventKind as K, Trace, isin_few, search
 from . import causes as C
 
 # what a host op's own time stands for; an op's bucket decides the gap share its self
@@ -91,7 +91,7 @@ def blocking_mask(trace: Trace, launch_memcpy: np.ndarray,
                   pageable: np.ndarray | None = None) -> np.ndarray:
     """Host calls that block until the device catches up: syncs, device→host transfers
     and copies, and copies from or to pageable memory (the host stages them itself)."""
-    out = np.isin(trace.kind, (K.SYNC, K.TRANSFER_D2H)) | \
+    out = isin_few(trace.kind, (K.SYNC, K.TRANSFER_D2H)) | \
         ((trace.kind == K.LAUNCH) & (launch_memcpy == 2))
     if pageable is not None and pageable.size:
         out[pageable[trace.kind[pageable] == K.LAUNCH]] = True

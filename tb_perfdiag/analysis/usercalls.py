@@ -21,7 +21,7 @@ import re
 
 import numpy as np
 
-from ..trace.model import EventKind as K, Trace
+from ..trace.model import EventKind as K, Trace, isin_few
 from .attribution import host_side
 from .result import CompilationTable, Direction, TransferTable
 from .steps import StepTable, step_of_time
@@ -60,7 +60,7 @@ def _outermost(trace: Trace, ev: np.ndarray) -> np.ndarray:
 def _candidates(trace: Trace, kinds, users: list, extra_names=()) -> np.ndarray:
     """Host events of ``kinds`` (or named ``extra_names``) with a duration, no Python-
     tracer frames, outermost; those on the user's threads when any are there."""
-    sel = np.isin(trace.kind, kinds)
+    sel = isin_few(trace.kind, kinds)
     if len(extra_names):
         sel |= np.isin(trace.name, extra_names)
     ev = np.flatnonzero(sel & host_side(trace) & (trace.dur > 0))

@@ -81,6 +81,22 @@ class Stat:
         return out
 
 
+def isin_few(kind: np.ndarray, kinds) -> np.ndarray:
+    """``np.isin(kind, kinds)`` for an integer column and a few values (event kinds, name
+    ids): a comparison per run of consecutive values.  ``np.isin`` took 0.16–0.4 s over
+    a 40 M-event column, this 30 ms."""
+    vals = sorted({int(k) for k in kinds})
+    out = np.zeros(kind.shape, bool)
+    i = 0
+    while i < len(vals):
+        j = i
+        while j + 1 < len(vals) and vals[j + 1] == vals[j] + 1:
+            j += 1
+        out |= (kind == vals[i]) if i == j else ((kind >= vals[i]) & (kind <= vals[j]))
+        i = j + 1
+    return out
+
+
 def search(a: np.ndarray, v, side: str = "left") -> np.ndarray:
     """``np.searchsorted(a, v, side)`` for an integer column narrower than ``v``: numpy
     would first cast all of ``a`` to ``v``'s type, a copy of the column at every call (an
@@ -91,6 +107,15 @@ def search(a: np.ndarray, v, side: str = "left") -> np.ndarray:
         info = np.iinfo(a.dtype)
         if info.min <= v.min() and v.max() <= info.max:
             v = v.astype(a.dtype)
+    if v.ndim == 1 and v.shape[0] >= 4096 and a.ndim == 1 and a.shape[0] <= 32 * v.shape[0] \
+            and a.dtype == v.dtype and a.dtype in (np.int32, np.int64) \
+            and a.flags.c_contiguous and v.flags.c_contiguous:
+        # many sorted keys (ops searched in a stat's events): one merge of the two
+        from .build import native_fn
+        fn = native_fn("sorted_search")
+        got = fn(a, v, a.dtype.itemsize, side == "right") if fn is not None else None
+        if got is not None:
+            return np.frombuffer(got, np.int64)
     return np.searchsorted(a, v, side=side)
 
 
@@ -178,7 +203,7 @@ class Trace:
         kind = self.kind[lo:hi]
         if kernels_only:
             return kind == EventKind.KERNEL
-        return np.isin(kind, DEVICE_ACTIVITY)
+        return isin_few(kind, DEVICE_ACTIVITY)
 
     def track_slices(self, tracks) -> list:
         """(lo, hi) event range of each track (events are sorted by track)."""
