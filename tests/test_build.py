@@ -308,3 +308,54 @@ def test_search_by_merge_is_numpys_searchsorted(seed, side, dtype, keys_sorted):
     got = search(a, v, side)
     assert got.dtype == np.int64
     np.testing.assert_array_equal(got, np.searchsorted(a, v, side=side))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_assemble_keeps_a_sorted_input_as_it_is_and_agrees_with_a_shuffled_one(seed):
+    """Events that already come in the model's order (the usual XSpace: one line after
+    another, in time order) are kept without moving; the trace is the one the same
+    events give in any other order: columns, nesting, stats, links."""
+    from tb_perfdiag.trace.build import StringTable, Tracks, assemble
+    from tb_perfdiag.trace.model import TrackKind
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 80))
+    track = np.sort(rng.integers(0, 3, n)).astype(np.int32)
+    ts = rng.integers(0, 50, n).astype(np.int64)
+    dur = rng.integers(1, 20, n).astype(np.int64)
+    o = np.lexsort((-dur, ts, track))
+    track, ts, dur = track[o], ts[o], dur[o]
+    keep = np.ones(n, bool)                 # (track, ts, dur) ties would order by input
+    keep[1:] = (track[1:] != track[:-1]) | (ts[1:] != ts[:-1]) | (dur[1:] != dur[:-1])
+    track, ts, dur = track[keep], ts[keep] + 1000, dur[keep]
+    n = track.shape[0]
+    name = rng.integers(0, 5, n).astype(np.int32)
+    kind = rng.integers(0, 20, n).astype(np.int8)
+    st_ev = np.flatnonzero(rng.random(n) < 0.5)
+    st_val = rng.integers(0, 100, st_ev.shape[0])
+    l_src, l_dst = rng.integers(0, n, 4), rng.integers(0, n, 4)
+
+    def build(perm):
+        tracks = Tracks()
+        for t in range(3):
+            tracks.add(TrackKind.HOST, -1, f"t{t}", f"t{t}", "g")
+        strings = StringTable()
+        for i in range(5):
+            strings.intern(f"n{i}")
+        inv = np.empty(n, np.int64)
+        inv[perm] = np.arange(n)
+        events = {"ts": ts[perm], "dur": dur[perm], "track": track[perm],
+                  "name": name[perm], "kind": kind[perm]}
+        stats = {"s": (np.sort(inv[st_ev]), st_val[np.argsort(inv[st_ev], kind="stable")],
+                       False)}
+        links = (inv[l_src], inv[l_dst], np.zeros(4, np.int8))
+        return assemble("x", "kineto", strings, tracks, [], events, stats, links, {}, [])
+
+    a = build(np.arange(n))
+    b = build(rng.permutation(n))
+    for col in ("ts", "dur", "track", "name", "kind", "depth", "parent", "link_src",
+                "link_dst"):
+        np.testing.assert_array_equal(getattr(a, col), getattr(b, col))
+    np.testing.assert_array_equal(a.stats["s"].events, b.stats["s"].events)
+    np.testing.assert_array_equal(a.stats["s"].values, b.stats["s"].values)
+    assert a.ts.flags.writeable and a.kind.flags.writeable

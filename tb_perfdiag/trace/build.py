@@ -258,15 +258,25 @@ def assemble(path: str, fmt: str, strings: StringTable, tracks: Tracks, devices:
     # event indices held in the model (parents, stat events, links) are int32
     idx_dtype = np.int32 if ts.shape[0] < 2**31 - 1 else np.int64
     order = event_order(track, ts, dur)
-    # new index of each raw event, in the model's index type (half the memory at 40 M)
-    inverse = np.empty(order.shape[0], idx_dtype)
-    inverse[order] = np.arange(order.shape[0], dtype=idx_dtype)
-    # one column at a time, so that each raw column goes before the next copy is made
-    ts = ts[order]
-    dur = dur[order]
-    track = track[order]
-    name = np.asarray(events.pop("name"), np.int32)[order]
-    kind = np.asarray(events.pop("kind"), np.int8)[order]
+    name = np.asarray(events.pop("name"), np.int32)
+    kind = np.asarray(events.pop("kind"), np.int8)
+    if order.shape[0] > 1 and (order[1:] > order[:-1]).all():
+        # a rising permutation is the identity: the reader's order is the model's (one
+        # line after another, each in time order), and nothing needs moving.  The model
+        # owns its columns (analyses write some, as the sorted copies allowed)
+        inverse = None
+        ts, dur, track, name, kind = (a if _owned(a) else a.copy()
+                                      for a in (ts, dur, track, name, kind))
+    else:
+        # new index of each raw event, in the model's index type (half the memory at 40 M)
+        inverse = np.empty(order.shape[0], idx_dtype)
+        inverse[order] = np.arange(order.shape[0], dtype=idx_dtype)
+        # one column at a time, so that each raw column goes before the next copy is made
+        ts = ts[order]
+        dur = dur[order]
+        track = track[order]
+        name = name[order]
+        kind = kind[order]
     del order
     depth, parent = nest(track, ts, ts + dur)
     parent = parent.astype(idx_dtype)
@@ -284,7 +294,7 @@ def assemble(path: str, fmt: str, strings: StringTable, tracks: Tracks, devices:
         hit = next((r for r in remapped if r[0] is idx or (
             r[0].shape == idx.shape and np.array_equal(r[0], idx))), None)
         if hit is None:
-            new = inverse[idx]
+            new = idx.astype(idx_dtype) if inverse is None else inverse[idx]
             o = None if (new[1:] >= new[:-1]).all() else np.argsort(new, kind="stable")
             hit = (idx, new if o is None else new[o], o)
             remapped.append(hit)
@@ -303,11 +313,24 @@ def assemble(path: str, fmt: str, strings: StringTable, tracks: Tracks, devices:
         track_name=tracks.name, track_label=tracks.label, track_group=tracks.group,
         devices=devices, ts=ts, dur=dur, track=track, name=name, kind=kind,
         depth=depth, parent=parent, stats=out_stats,
-        link_src=inverse[src].astype(idx_dtype) if src.size else src,
-        link_dst=inverse[dst].astype(idx_dtype) if dst.size else dst,
+        link_src=_moved(inverse, src, idx_dtype),
+        link_dst=_moved(inverse, dst, idx_dtype),
         link_kind=np.asarray(lkind, np.int8),
         metadata=metadata, warnings=warnings,
     )
+
+
+def _owned(a: np.ndarray) -> bool:
+    """A column the model may keep as it is: writable, and no view of another array
+    (a scanner's buffer is fine)."""
+    return a.flags.writeable and not isinstance(a.base, np.ndarray)
+
+
+def _moved(inverse, idx: np.ndarray, idx_dtype) -> np.ndarray:
+    """Raw event indices as model indices (``inverse`` None: the same)."""
+    if not idx.size:
+        return idx
+    return (idx if inverse is None else inverse[idx]).astype(idx_dtype)
 
 
 def correlation_links(kind: np.ndarray, on_device: np.ndarray, idx: np.ndarray,
