@@ -359,3 +359,25 @@ def test_assemble_keeps_a_sorted_input_as_it_is_and_agrees_with_a_shuffled_one(s
     np.testing.assert_array_equal(a.stats["s"].events, b.stats["s"].events)
     np.testing.assert_array_equal(a.stats["s"].values, b.stats["s"].values)
     assert a.ts.flags.writeable and a.kind.flags.writeable
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(-1, 50), max_size=200), st.booleans())
+def test_unique_first_is_numpys_unique_with_index(values, big):
+    """Distinct values and the index of each one's first occurrence, as ``np.unique``
+    gives them, by the table for small ids and by the sort for large ones."""
+    from tb_perfdiag.trace.build import unique_first
+    x = np.array(values, np.int64) * (10**12 if big else 1)
+    u, first = unique_first(x)
+    wu, wfirst = np.unique(x, return_index=True)
+    assert u.tolist() == wu.tolist() and first.tolist() == wfirst.tolist()
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, 40), max_size=200))
+def test_track_counts_is_numpys_unique_with_counts(values):
+    from tb_perfdiag.trace.model import track_counts
+    x = np.array(values, np.int32)
+    tr, cnt = track_counts(x)
+    wtr, wcnt = np.unique(x, return_counts=True)
+    assert tr.tolist() == wtr.tolist() and cnt.tolist() == wcnt.tolist()

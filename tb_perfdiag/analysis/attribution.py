@@ -18,7 +18,7 @@ import re
 import numpy as np
 
 from ..trace.build import distinct, native_fn, unique_inverse
-from ..trace.model import EventKind as K, TrackKind, Trace, isin_few
+from ..trace.model import EventKind as K, TrackKind, Trace, isin_few, track_counts
 
 VIA_NONE, VIA_LINK, VIA_ANCESTOR_LINK, VIA_EXECUTE, VIA_REGION = range(5)
 VIA_NAMES = {VIA_NONE: "none", VIA_LINK: "correlation/flow link",
@@ -191,7 +191,7 @@ def dispatch_threads(trace: Trace, root: np.ndarray) -> list:
     r = r[r >= 0]
     if r.size == 0:
         return []
-    tr, cnt = np.unique(trace.track[r], return_counts=True)
+    tr, cnt = track_counts(trace.track[r])
     host = trace.track_kind[tr] == TrackKind.HOST
     tr, cnt = tr[host], cnt[host]
     return [int(t) for t in tr[np.argsort(-cnt, kind="stable")]]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..trace.model import EventKind as K, Trace, isin_few
+from ..trace.model import EventKind as K, Trace, isin_few, track_counts
 
 
 def device_busy(trace: Trace, device: int, kernels_only: bool, threshold_ps: int):
@@ -84,7 +84,7 @@ def user_threads(trace: Trace, step_thread: int = -1) -> list:
     for kinds in ((K.STEP,), (K.ANNOTATION, K.DATA), (K.PYTHON,)):
         sel = np.flatnonzero(host & isin_few(trace.kind, kinds))
         if sel.size:
-            tr, cnt = np.unique(trace.track[sel], return_counts=True)
+            tr, cnt = track_counts(trace.track[sel])
             for t in tr[np.argsort(-cnt, kind="stable")].tolist():
                 if t not in out:
                     out.append(int(t))

