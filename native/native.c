@@ -4,15 +4,15 @@
  *   scan_xspace(buf) -> dict   mirrors tb_perfdiag.trace.xspace.scan_python
  *   scan_kineto(buf) -> dict   mirrors tb_perfdiag.trace.kineto.scan_python
  *
- * Both return flat columns as bytearrays (the Python wrapper
+ * Both return flat columns as buffers (Column; the Python wrapper
  * tb_perfdiag/trace/native_scan.py wraps them with np.frombuffer) and raise
  * ValueError for any input they do not accept; the caller then runs the
  * reference scanner, which names the problem precisely.  Validation is at least
  * as strict as the reference parsers (upb for XSpace, orjson for JSON): when a
  * scanner here returns a result, the reference would have accepted the input.
  *
- * No Python objects are created per event: columns grow as plain C arrays and
- * are copied into bytearrays at the end.  Every read is bounds-checked; nesting
+ * No Python objects are created per event: columns grow as plain C arrays, handed
+ * to Python at the end without a copy.  Every read is bounds-checked; nesting
  * is walked iteratively (JSON) or bounded by the schema (protobuf).
  */
 #define PY_SSIZE_T_CLEAN
@@ -233,7 +233,7 @@ static void vec_free(Vec *v) {
 /* The column as a Column of exactly len bytes (a new reference; v keeps one too and its
  * data stays readable).  The doubling's slack goes back (up to half a column: 0.5 GB
  * on a 40 M-event XSpace).  The GIL is held. */
-static PyObject *vec_to_bytearray(Vec *v) {
+static PyObject *vec_to_column(Vec *v) {
     if (!v->col) {
         Column *c = PyObject_New(Column, &ColumnType);
         if (!c) return NULL;
@@ -1157,14 +1157,14 @@ static PyObject *scan_xspace_impl(PyObject *args, int mapped) {
     if (!out) { Py_DECREF(strings); fail_py(&c->f); }
     if (PyDict_SetItemString(out, "planes", c->planes) < 0 ||
         PyDict_SetItemString(out, "lines", c->lines) < 0 ||
-        dict_put(out, "ev_line", vec_to_bytearray(&c->ev_line)) < 0 ||
-        dict_put(out, "ev_meta", vec_to_bytearray(&c->ev_meta)) < 0 ||
-        dict_put(out, "ev_offset_ps", vec_to_bytearray(&c->ev_off)) < 0 ||
-        dict_put(out, "ev_dur_ps", vec_to_bytearray(&c->ev_dur)) < 0 ||
-        dict_put(out, "ev_stat_start", vec_to_bytearray(&c->ev_start)) < 0 ||
-        dict_put(out, "st_meta", vec_to_bytearray(&c->st_meta)) < 0 ||
-        dict_put(out, "st_kind", vec_to_bytearray(&c->st_kind)) < 0 ||
-        dict_put(out, "st_int", vec_to_bytearray(&c->st_int)) < 0 ||
+        dict_put(out, "ev_line", vec_to_column(&c->ev_line)) < 0 ||
+        dict_put(out, "ev_meta", vec_to_column(&c->ev_meta)) < 0 ||
+        dict_put(out, "ev_offset_ps", vec_to_column(&c->ev_off)) < 0 ||
+        dict_put(out, "ev_dur_ps", vec_to_column(&c->ev_dur)) < 0 ||
+        dict_put(out, "ev_stat_start", vec_to_column(&c->ev_start)) < 0 ||
+        dict_put(out, "st_meta", vec_to_column(&c->st_meta)) < 0 ||
+        dict_put(out, "st_kind", vec_to_column(&c->st_kind)) < 0 ||
+        dict_put(out, "st_int", vec_to_column(&c->st_int)) < 0 ||
         PyDict_SetItemString(out, "strings", strings) < 0 ||
         PyDict_SetItemString(out, "hostnames", c->hostnames) < 0 ||
         PyDict_SetItemString(out, "errors", c->errors) < 0 ||
@@ -2338,7 +2338,7 @@ static PyObject *j_result(JCtx *c) {
     for (int s = 0; s < N_STATS; s++) {
         StatCol *col = &c->stats[s];
         if (!col->isf.len) continue;
-        PyObject *pair = Py_BuildValue("(NN)", vec_to_bytearray(&col->idx), vec_to_bytearray(&col->val));
+        PyObject *pair = Py_BuildValue("(NN)", vec_to_column(&col->idx), vec_to_column(&col->val));
         if (!pair) goto error;
         int r = PyDict_SetItemString(stats, STAT_NAMES[s], pair);
         Py_DECREF(pair);
@@ -2363,14 +2363,14 @@ static PyObject *j_result(JCtx *c) {
     if (!names || !cats) goto error;
     if (dict_put(out, "n_raw", PyLong_FromLongLong(c->n_raw)) < 0 ||
         PyDict_SetItemString(out, "names", names) < 0 ||
-        dict_put(out, "name_ids", vec_to_bytearray(&c->name_ids)) < 0 ||
+        dict_put(out, "name_ids", vec_to_column(&c->name_ids)) < 0 ||
         PyDict_SetItemString(out, "cats", cats) < 0 ||
-        dict_put(out, "cat_ids", vec_to_bytearray(&c->cat_ids)) < 0 ||
+        dict_put(out, "cat_ids", vec_to_column(&c->cat_ids)) < 0 ||
         PyDict_SetItemString(out, "track_keys", tk) < 0 ||
-        dict_put(out, "track_ids", vec_to_bytearray(&c->track_ids)) < 0 ||
+        dict_put(out, "track_ids", vec_to_column(&c->track_ids)) < 0 ||
         dict_put(out, "base_us", PyLong_FromLongLong(base_us)) < 0 ||
-        dict_put(out, "ts_ps", vec_to_bytearray(&c->ts_out)) < 0 ||
-        dict_put(out, "dur_ps", vec_to_bytearray(&c->dur_ps)) < 0 ||
+        dict_put(out, "ts_ps", vec_to_column(&c->ts_out)) < 0 ||
+        dict_put(out, "dur_ps", vec_to_column(&c->dur_ps)) < 0 ||
         PyDict_SetItemString(out, "stats", stats) < 0 ||
         PyDict_SetItemString(out, "meta", meta) < 0 ||
         PyDict_SetItemString(out, "m_events", c->mevents) < 0 ||

@@ -996,3 +996,27 @@ def test_kineto_real_file_chunked_equals_whole(size):
     raw = _read(files[0])
     cuts = range(size, len(raw), size)
     _assert_chunked_equal(raw, cuts, _native_whole(raw), _python_whole(raw))
+
+
+def test_scan_columns_own_their_memory_and_outlive_the_scan():
+    """A column the scanner hands over is a writable buffer of exactly its bytes that
+    stays valid while an array views it, after the scan's dict and the input are gone;
+    columns that grew through many doublings (a mapping moved by mremap) keep their
+    values."""
+    import gc
+    native_scan = pytest.importorskip("tb_perfdiag.trace.native_scan")
+    n = 300_000                      # the columns grow well past their first 64 KiB
+    raw = _big_kineto(n)
+    cols = native_scan._native.scan_kineto(raw)
+    dur = cols["dur_ps"]
+    assert len(dur) == len(memoryview(dur)) == memoryview(dur).nbytes
+    a = np.frombuffer(dur, np.int64)
+    assert a.flags.writeable and a.shape[0] >= n
+    want = a.copy()
+    del cols, dur, raw
+    gc.collect()
+    junk = [np.ones(1 << 20) for _ in range(8)]      # reuse of freed memory would show
+    np.testing.assert_array_equal(a, want)
+    a[:] = 7                                          # writable, and nobody else's
+    assert int(a.sum()) == 7 * a.shape[0]
+    del junk
