@@ -211,11 +211,11 @@ def op_runs(trace: Trace, ops: np.ndarray, memo: dict | None = None):
     thunks of a run one by one."""
     run = _lookup(trace.stats.get("run_id"), ops, memo).astype(np.int64)
     need = np.flatnonzero(run < 0)
-    if need.size:
+    modules = [t for t in np.flatnonzero(trace.track_kind == TrackKind.DEVICE).tolist()
+               if trace.track_name[t] == "XLA Modules"]
+    if need.size and modules:
         dev = trace.track_device[trace.track[ops[need]]]
-        for t in np.flatnonzero((trace.track_kind == TrackKind.DEVICE)).tolist():
-            if trace.track_name[t] != "XLA Modules":
-                continue
+        for t in modules:
             lo, hi = trace.track_slices([t])[0]
             if hi <= lo:
                 continue
