@@ -83,6 +83,7 @@ def origins(trace: Trace, linked: np.ndarray | None = None) -> tuple[np.ndarray,
     origin = incoming_host_link(trace) if linked is None else linked.copy()
     via = np.where(origin >= 0, VIA_LINK, VIA_NONE).astype(np.int8)
     device_ev = ~host_side(trace)
+    device_act = device_ev & trace.is_device_activity()
     # XLA:CPU ops sit on the same thread as the executor that received the flow
     linked = incoming_host_link_any(trace)
     need = np.flatnonzero(device_ev & (origin < 0))
@@ -96,7 +97,7 @@ def origins(trace: Trace, linked: np.ndarray | None = None) -> tuple[np.ndarray,
         via[need[hit]] = VIA_ANCESTOR_LINK
         cur = np.where(hit | ~live, -1, trace.parent[np.maximum(cur, 0)])
     # TPU/GPU XLA: the flow goes to the module run (XLA Modules line) the op ran in
-    need = np.flatnonzero(device_ev & (origin < 0) & trace.is_device_activity())
+    need = np.flatnonzero(device_act & (origin < 0))
     if need.size:
         mod_tracks = [t for t, nm in enumerate(trace.track_name)
                       if nm == "XLA Modules" and trace.track_kind[t] == TrackKind.DEVICE]
@@ -114,15 +115,15 @@ def origins(trace: Trace, linked: np.ndarray | None = None) -> tuple[np.ndarray,
             via[sel[ok]] = VIA_LINK
     # XLA:CPU: the op ran on a worker thread, inside an executor (or a region) that a
     # flow entered
-    need = np.flatnonzero(device_ev & (origin < 0) & trace.is_device_activity())
+    need = np.flatnonzero(device_act & (origin < 0))
     if need.size:
         src = worker_entry(trace, need)
         hit = src >= 0
         origin[need[hit]] = src[hit]
         via[need[hit]] = VIA_REGION
     # module runs: the latest host execute call that started before the op
-    need = np.flatnonzero(device_ev & (origin < 0) & trace.is_device_activity())
-    ex = np.flatnonzero((trace.kind == K.EXECUTE) & host_side(trace))
+    need = np.flatnonzero(device_act & (origin < 0))
+    ex = np.flatnonzero((trace.kind == K.EXECUTE) & ~device_ev)
     if need.size and ex.size:
         # outermost executes only: nested executor layers name the same run
         ex = ex[~np.isin(trace.parent[ex], ex)]
@@ -410,15 +411,18 @@ def _program_runs(trace: Trace) -> list:
                           first[j0:j1], members[c[0]:c[-1]], c - c[0])
     # TPU/GPU: each XLA Modules event is one run of its program on that device
     from_modules: dict = {}
+    ev_dev = None                       # the device of every event, once for all lines
     for t in np.flatnonzero(trace.track_kind == TrackKind.DEVICE).tolist():
         if trace.track_name[t] != "XLA Modules":
             continue
+        if ev_dev is None:
+            ev_dev = np.where(dev, trace.track_device[trace.track], -1)
         d = int(trace.track_device[t])
         lo, hi = trace.track_slices([t])[0]
         if hi == lo:
             continue
         mods = np.arange(lo, hi)
-        ops = np.flatnonzero(dev & (trace.track_device[trace.track] == d))
+        ops = np.flatnonzero(ev_dev == d)
         ops = ops[np.argsort(trace.ts[ops], kind="stable")]
         a = np.searchsorted(trace.ts[ops], trace.ts[mods], side="left")
         b = np.searchsorted(trace.ts[ops], trace.end_of(mods), side="left")

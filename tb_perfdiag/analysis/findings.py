@@ -511,8 +511,9 @@ def _multi_device(trace: Trace, diag, n_steps: int, fw: str) -> list:
     skew = busy.max() - busy.min()
     slow = D.name[devs[int(np.argmax(busy))]]
     coll = {}
+    ev_dev = np.where(trace.is_device_activity(), trace.track_device[trace.track], -1)
     for d in devs:
-        ev = np.flatnonzero(trace.is_device_activity() & (trace.track_device[trace.track] == d))
+        ev = np.flatnonzero(ev_dev == d)
         u, inv = unique_inverse(trace.name[ev])
         is_c = np.array([is_collective_kernel(trace.strings[x]) for x in u.tolist()], bool)[inv]
         coll[D.name[d]] = int(trace.dur[ev[is_c]].sum() // 1000)

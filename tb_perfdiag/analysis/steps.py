@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..trace.model import EventKind as K, TrackKind, Trace
+from ..trace.model import EventKind as K, TrackKind, Trace, isin_few
 from .attribution import run_dispatch
 
 DEFINITION = ("Step windows come from, in order: a device Steps line, host step annotations "
@@ -141,10 +141,12 @@ def launching_steps(trace: Trace, steps: StepTable, root: np.ndarray) -> np.ndar
     del who
     if steps.source == "modules":
         dev = trace.track_device[trace.track]
+        act = trace.is_device_activity()
         for d, runs in steps.runs.items():
-            ops = np.flatnonzero((dev == d) & trace.is_device_activity())
+            ops = np.flatnonzero((dev == d) & act)
             out[ops] = run_of_op(trace, runs, ops)
-        other = np.flatnonzero((dev >= 0) & ~np.isin(dev, list(steps.runs)))
+        del act
+        other = np.flatnonzero((dev >= 0) & ~isin_few(dev, list(steps.runs)))
         out[other] = step_of_time(steps, trace.ts[other])
     return out
 
