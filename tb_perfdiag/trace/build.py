@@ -6,11 +6,11 @@ depth and parent with array operations only.
 """
 from __future__ import annotations
 
-import os
 
 import numpy as np
 
 from .model import Device, Stat, Trace, TrackKind
+from .extension import native_fn
 
 
 def unique_inverse(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -147,17 +147,6 @@ def parent_down(name: str, trace, *columns) -> bool:
     except ValueError:
         return False            # a parent after its event: the levels give the answer
     return True
-
-
-def native_fn(name: str):
-    """The extension's function ``name``, or None (not built, or TB_PERFDIAG_NO_NATIVE)."""
-    if os.environ.get("TB_PERFDIAG_NO_NATIVE"):
-        return None
-    try:
-        from .. import _native
-    except ImportError:
-        return None
-    return getattr(_native, name, None)
 
 
 def nest_arrays(track: np.ndarray, ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import TraceError  # noqa: F401 - lives below storage (which raises it too); re-exported
+from .extension import native_fn
 
 
 class TrackKind(enum.IntEnum):
@@ -119,7 +120,6 @@ def search(a: np.ndarray, v, side: str = "left") -> np.ndarray:
             and a.dtype == v.dtype and a.dtype in (np.int32, np.int64) \
             and a.flags.c_contiguous and v.flags.c_contiguous:
         # many sorted keys (ops searched in a stat's events): one merge of the two
-        from .build import native_fn
         fn = native_fn("sorted_search")
         got = fn(a, v, a.dtype.itemsize, side == "right") if fn is not None else None
         if got is not None:
