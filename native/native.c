@@ -1,7 +1,7 @@
 /*
  * tb_perfdiag._native — C versions of the two reference scanners.
  *
- *   scan_xspace(buf) -> dict   mirrors tb_perfdiag.trace.xspace.scan_python
+ *   scan_xspace(buf, done, wanted) -> dict   mirrors tb_perfdiag.trace.xspace.scan_python
  *   scan_kineto(buf) -> dict   mirrors tb_perfdiag.trace.kineto.scan_python
  *
  * Both return flat columns as buffers (Column; the Python wrapper
@@ -459,17 +459,44 @@ static int utf8_valid(const unsigned char *p, size_t n) {
 
 enum { ST_NONE = 0, ST_DOUBLE, ST_UINT, ST_INT, ST_STR, ST_BYTES, ST_REF };
 
+/* The stats the model reads (tb_perfdiag.trace.xspace.STATS) are kept, split by stat as
+ * they are read: a column of every stat row (its event, metadata id, kind and value) was
+ * 1.7 GB on a 40 M-event file, and splitting it afterwards took two more passes. */
+#define X_MAX_WANTED 64
+/* a plane's wanted stat metadata ids below this are looked up in a table, others (and
+ * negative ones) in a hash map: either holds only ids that name a wanted stat, so a plane
+ * with 600 k stat metadata entries (ref values) costs a table as large as its largest
+ * wanted id */
+#define X_CODE_TABLE_MAX ((int64_t)1 << 24)
+
+typedef struct {
+    Vec ev, val, kind;   /* per row: event (int32), value (int64), kind (int8) */
+} StatRows;
+
+typedef struct {
+    int64_t *keys;
+    int8_t *codes;       /* -1: a free slot, or an id no longer wanted */
+    size_t cap, n;       /* cap a power of two; n slots used */
+} FarCodes;
+
 typedef struct {
     Fail f;
     const unsigned char *buf, *end;
-    Vec ev_line, ev_meta, ev_off, ev_dur, ev_start, st_meta, st_kind, st_int;
+    Vec ev_line, ev_meta, ev_off, ev_dur;
+    int n_wanted;
+    const char *wanted[X_MAX_WANTED];   /* UTF-8 of the wanted names (owned by the caller) */
+    Py_ssize_t wanted_len[X_MAX_WANTED];
+    StatRows rows[X_MAX_WANTED];
+    int8_t *code_table;  /* this plane's metadata id → wanted index, or -1 */
+    size_t code_n;       /* ids below this are in the table */
+    FarCodes far;        /* the same for wanted ids off the table */
+    int64_t nevents;
     Vec meta;            /* scratch: one plane's fields except its lines */
     Vec ev_ids;          /* scratch: one plane's event metadata ids */
     Vec md_stat_ids;     /* scratch: ids of those entries that carry stats of their own */
     PyObject *plane_tmp[3]; /* one plane's event names, shown names, stat names */
     Table strings;
     Arena arena;
-    int64_t nstats;
     int64_t nlines;
     int64_t *done;       /* NULL, or where the bytes scanned so far are published */
     PyObject *planes, *lines, *errors, *warnings, *hostnames;
@@ -649,6 +676,23 @@ static void x_validate(XCtx *c, const unsigned char *p, const unsigned char *end
 
 /* ---- columns ---- */
 
+/* the slot of key (never 0: 0 marks a free slot, and 0 is a table id), or the free slot
+ * where it would go */
+static inline size_t far_slot(const FarCodes *m, int64_t key) {
+    uint64_t h = (uint64_t)key * 0x9E3779B97F4A7C15ull;
+    size_t i = (size_t)(h >> 29) & (m->cap - 1);
+    while (m->keys[i] != 0 && m->keys[i] != key) i = (i + 1) & (m->cap - 1);
+    return i;
+}
+
+/* the wanted index of a stat of this plane (its metadata id), or -1 */
+static inline int x_code(XCtx *c, int64_t meta) {
+    if (LIKELY(meta >= 0 && (uint64_t)meta < c->code_n)) return c->code_table[meta];
+    if (LIKELY(c->far.n == 0) || (meta >= 0 && meta < X_CODE_TABLE_MAX)) return -1;
+    size_t i = far_slot(&c->far, meta);
+    return c->far.keys[i] == meta ? c->far.codes[i] : -1;
+}
+
 static void x_stat(XCtx *c, const unsigned char *p, const unsigned char *end) {
     int64_t meta = 0;
     int kind = ST_NONE;
@@ -685,6 +729,8 @@ static void x_stat(XCtx *c, const unsigned char *p, const unsigned char *end) {
             p = x_skip(c, p, end, wt);
         }
     }
+    int code = x_code(c, meta);
+    if (code < 0) return;
     int64_t iv = 0;
     if (kind == ST_DOUBLE) {
         memcpy(&iv, &dval, 8); /* a double's bits: doubles are rare, a column of them is not */
@@ -694,10 +740,10 @@ static void x_stat(XCtx *c, const unsigned char *p, const unsigned char *end) {
     } else if (kind != ST_NONE) {
         iv = (int64_t)ival;
     }
-    VEC_PUSH(&c->f, &c->st_meta, int64_t, meta);
-    VEC_PUSH(&c->f, &c->st_kind, int8_t, (int8_t)kind);
-    VEC_PUSH(&c->f, &c->st_int, int64_t, iv);
-    c->nstats++;
+    StatRows *r = &c->rows[code];
+    VEC_PUSH(&c->f, &r->ev, int32_t, (int32_t)c->nevents);
+    VEC_PUSH(&c->f, &r->val, int64_t, iv);
+    VEC_PUSH(&c->f, &r->kind, int8_t, (int8_t)kind);
 }
 
 static void x_event(XCtx *c, const unsigned char *p, const unsigned char *end, int32_t li) {
@@ -725,7 +771,8 @@ static void x_event(XCtx *c, const unsigned char *p, const unsigned char *end, i
     VEC_PUSH(&c->f, &c->ev_meta, int64_t, meta);
     VEC_PUSH(&c->f, &c->ev_off, int64_t, off);
     VEC_PUSH(&c->f, &c->ev_dur, int64_t, dur);
-    VEC_PUSH(&c->f, &c->ev_start, int64_t, c->nstats);
+    /* a stat row names its event as an int32 */
+    if (UNLIKELY(++c->nevents > INT32_MAX)) fail_at(&c->f, XPOS(c, p), "too many events");
 }
 
 static PyObject *x_str(XCtx *c, const unsigned char *p, size_t n) {
@@ -877,8 +924,94 @@ static void x_statmeta(XCtx *c, const unsigned char *p, const unsigned char *end
     gil_restore(&c->f, held);
 }
 
+/* key → code in this plane's lookup; an id that names no wanted stat is stored only to
+ * undo an earlier entry of the same id */
+static void x_set_code(XCtx *c, int64_t key, int code) {
+    if (key >= 0 && key < X_CODE_TABLE_MAX) {
+        if ((uint64_t)key >= c->code_n) {
+            if (code < 0) return;
+            size_t n = c->code_n ? c->code_n : 64;
+            while (n <= (uint64_t)key) n *= 2;
+            int8_t *t = realloc(c->code_table, n);
+            if (!t) fail_oom(&c->f);
+            memset(t + c->code_n, -1, n - c->code_n);
+            c->code_table = t;
+            c->code_n = n;
+        }
+        c->code_table[key] = (int8_t)code;
+        return;
+    }
+    FarCodes *m = &c->far;
+    if (m->cap) {
+        size_t i = far_slot(m, key);
+        if (m->keys[i] == key) {
+            m->codes[i] = (int8_t)code;
+            return;
+        }
+    }
+    if (code < 0) return;
+    if (2 * (m->n + 1) > m->cap) {       /* at most half full: rehash into twice the room */
+        FarCodes g = {NULL, NULL, m->cap ? 2 * m->cap : 16, 0};
+        g.keys = calloc(g.cap, sizeof(int64_t));
+        g.codes = malloc(g.cap);
+        if (!g.keys || !g.codes) {
+            free(g.keys);
+            free(g.codes);
+            fail_oom(&c->f);
+        }
+        for (size_t i = 0; i < m->cap; i++)
+            if (m->keys[i]) {
+                size_t j = far_slot(&g, m->keys[i]);
+                g.keys[j] = m->keys[i];
+                g.codes[j] = m->codes[i];
+                g.n++;
+            }
+        free(m->keys);
+        free(m->codes);
+        *m = g;
+    }
+    size_t i = far_slot(m, key);
+    m->keys[i] = key;
+    m->codes[i] = (int8_t)code;
+    m->n++;
+}
+
+/* The plane's stat metadata read before its lines (protobuf writes the lines first), so
+ * that each stat row is kept or dropped as it is read: id → wanted index, the last entry
+ * of an id winning as in a map.  The lines are skipped by their length, unread. */
+static void x_plane_codes(XCtx *c, const unsigned char *p, const unsigned char *end) {
+    if (c->code_n) memset(c->code_table, -1, c->code_n);
+    if (c->far.n) {
+        memset(c->far.keys, 0, c->far.cap * sizeof(int64_t));
+        c->far.n = 0;
+    }
+    while (p < end) {
+        uint32_t fn, wt;
+        size_t n;
+        p = x_tag(c, p, end, &fn, &wt);
+        if (wt != 2 || fn != 5) {
+            p = x_skip(c, p, end, wt);
+            continue;
+        }
+        p = x_len(c, p, end, &n);
+        const unsigned char *vals[MAX_VALUE_PARTS], *sn, *sd;
+        size_t vlens[MAX_VALUE_PARTS], nn, nd;
+        int nvals, code = -1;
+        int64_t key = x_entry(c, p, p + n, vals, vlens, &nvals, MAX_VALUE_PARTS);
+        x_two_strings(c, vals, vlens, nvals, 2, 3, &sn, &nn, &sd, &nd, 0, NULL);
+        for (int w = 0; w < c->n_wanted; w++)
+            if ((size_t)c->wanted_len[w] == nn && memcmp(c->wanted[w], sn, nn) == 0) {
+                code = w;
+                break;
+            }
+        x_set_code(c, key, code);
+        p += n;
+    }
+}
+
 static void x_plane(XCtx *c, const unsigned char *p, const unsigned char *end) {
     Py_ssize_t pi = PyList_GET_SIZE(c->planes);
+    x_plane_codes(c, p, end);
     int64_t id = 0;
     const unsigned char *np = p;
     size_t nn = 0;
@@ -974,10 +1107,17 @@ static void x_space(XCtx *c, const unsigned char *p, const unsigned char *end) {
 }
 
 static void xctx_free(XCtx *c) {
-    Vec *vs[] = {&c->ev_line, &c->ev_meta, &c->ev_off, &c->ev_dur, &c->ev_start,
-                 &c->st_meta, &c->st_kind, &c->st_int, &c->meta, &c->ev_ids,
+    Vec *vs[] = {&c->ev_line, &c->ev_meta, &c->ev_off, &c->ev_dur, &c->meta, &c->ev_ids,
                  &c->md_stat_ids};
+    free(c->code_table);
+    free(c->far.keys);
+    free(c->far.codes);
     for (size_t i = 0; i < sizeof(vs) / sizeof(vs[0]); i++) vec_free(vs[i]);
+    for (int w = 0; w < X_MAX_WANTED; w++) {
+        vec_free(&c->rows[w].ev);
+        vec_free(&c->rows[w].val);
+        vec_free(&c->rows[w].kind);
+    }
     table_free(&c->strings);
     arena_free(&c->arena);
     for (int i = 0; i < 3; i++) Py_XDECREF(c->plane_tmp[i]);
@@ -1078,10 +1218,69 @@ static int bus_guard_install(void) {
 }
 #endif
 
+/* The wanted stat names (a tuple of str) into the context; -1 with an error set. */
+static int x_wanted(XCtx *c, PyObject *wanted) {
+    if (!PyTuple_Check(wanted) || PyTuple_GET_SIZE(wanted) > X_MAX_WANTED) {
+        PyErr_Format(PyExc_TypeError, "scan_xspace: the wanted stats are a tuple of at most "
+                     "%d names", X_MAX_WANTED);
+        return -1;
+    }
+    c->n_wanted = (int)PyTuple_GET_SIZE(wanted);
+    for (int w = 0; w < c->n_wanted; w++) {
+        PyObject *name = PyTuple_GET_ITEM(wanted, w);
+        /* the UTF-8 lives as long as the str, which the caller's tuple holds */
+        c->wanted[w] = PyUnicode_Check(name) ? PyUnicode_AsUTF8AndSize(name, &c->wanted_len[w])
+                                             : NULL;
+        if (!c->wanted[w]) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "scan_xspace: a stat name is not a str");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* per wanted stat with rows: name → (events, values, kinds) Columns; NULL on error */
+static PyObject *x_stat_columns(XCtx *c, PyObject *wanted) {
+    PyObject *out = PyDict_New();
+    if (!out) return NULL;
+    for (int w = 0; w < c->n_wanted; w++) {
+        StatRows *r = &c->rows[w];
+        if (!r->ev.len) continue;
+        PyObject *t = PyTuple_New(3);
+        if (!t) goto fail;
+        PyObject *cols[3] = {vec_to_column(&r->ev), vec_to_column(&r->val), vec_to_column(&r->kind)};
+        for (int k = 0; k < 3; k++) {
+            if (!cols[k]) {
+                for (int j = k + 1; j < 3; j++) Py_XDECREF(cols[j]);
+                Py_DECREF(t);
+                goto fail;
+            }
+            PyTuple_SET_ITEM(t, k, cols[k]);
+        }
+        int rc = PyDict_SetItem(out, PyTuple_GET_ITEM(wanted, w), t);
+        Py_DECREF(t);
+        if (rc < 0) goto fail;
+    }
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
 static PyObject *scan_xspace_impl(PyObject *args, int mapped) {
     Py_buffer view, done;
     int64_t *done_at;
-    if (scan_args(args, "scan_xspace", &view, &done, &done_at) < 0) return NULL;
+    PyObject *wanted = NULL;
+    if (!PyTuple_Check(args) || PyTuple_GET_SIZE(args) != 3) {
+        PyErr_SetString(PyExc_TypeError, "scan_xspace(buf, done or None, wanted stat names)");
+        return NULL;
+    }
+    wanted = PyTuple_GET_ITEM(args, 2);
+    PyObject *head = PyTuple_GetSlice(args, 0, 2);
+    if (!head) return NULL;
+    int head_rc = scan_args(head, "scan_xspace", &view, &done, &done_at);
+    Py_DECREF(head);
+    if (head_rc < 0) return NULL;
 #ifdef HAVE_BUS_GUARD
     BusGuard bus;
     if (mapped && bus_guard_install() < 0) {
@@ -1106,6 +1305,11 @@ static PyObject *scan_xspace_impl(PyObject *args, int mapped) {
     c->done = done_at;
     c->mapped = mapped;
     c->kept = c->buf;
+    if (x_wanted(c, wanted) < 0) {
+        xctx_free(c);
+        scan_args_release(&view, &done);
+        return NULL;
+    }
     if (setjmp(c->f.jb)) {
 #ifdef HAVE_BUS_GUARD
         bus_guard = NULL;
@@ -1139,7 +1343,6 @@ static PyObject *scan_xspace_impl(PyObject *args, int mapped) {
     c->warnings = PyList_New(0);
     c->hostnames = PyList_New(0);
     if (!c->planes || !c->lines || !c->errors || !c->warnings || !c->hostnames) fail_py(&c->f);
-    VEC_PUSH(&c->f, &c->ev_start, int64_t, 0);
     gil_release(&c->f);
     x_space(c, c->buf, c->end);
     gil_hold(&c->f);
@@ -1161,10 +1364,7 @@ static PyObject *scan_xspace_impl(PyObject *args, int mapped) {
         dict_put(out, "ev_meta", vec_to_column(&c->ev_meta)) < 0 ||
         dict_put(out, "ev_offset_ps", vec_to_column(&c->ev_off)) < 0 ||
         dict_put(out, "ev_dur_ps", vec_to_column(&c->ev_dur)) < 0 ||
-        dict_put(out, "ev_stat_start", vec_to_column(&c->ev_start)) < 0 ||
-        dict_put(out, "st_meta", vec_to_column(&c->st_meta)) < 0 ||
-        dict_put(out, "st_kind", vec_to_column(&c->st_kind)) < 0 ||
-        dict_put(out, "st_int", vec_to_column(&c->st_int)) < 0 ||
+        dict_put(out, "stats", x_stat_columns(c, wanted)) < 0 ||
         PyDict_SetItemString(out, "strings", strings) < 0 ||
         PyDict_SetItemString(out, "hostnames", c->hostnames) < 0 ||
         PyDict_SetItemString(out, "errors", c->errors) < 0 ||
@@ -3519,123 +3719,6 @@ done:
     return out;
 }
 
-/* The XSpace build's split of the stat rows (tb_perfdiag.trace.xspace.build): each row's
- * wanted-stat code from its plane's table of metadata ids, then per code the rows' events,
- * raw values and kinds in row order.  The numpy version held an event column over all
- * stat rows and one full pass per stat (6 s and 1.4 GB on a 40 M-event file). */
-static PyObject *stat_codes(PyObject *self, PyObject *args) {
-    Py_buffer mb, lb, ob;
-    if (!PyArg_ParseTuple(args, "y*y*w*", &mb, &lb, &ob)) return NULL;
-    PyObject *out = NULL;
-    Py_ssize_t n = mb.len / 8, n_lut = lb.len;
-    if (mb.len % 8 || ob.len != n) {
-        PyErr_SetString(PyExc_ValueError, "stat_codes: want int64 metadata ids, an int8 table "
-                        "and an int8 column as long as the ids");
-    } else {
-        const int64_t *m = mb.buf;
-        const int8_t *lut = lb.buf;
-        int8_t *o = ob.buf;
-        Py_BEGIN_ALLOW_THREADS
-        for (Py_ssize_t i = 0; i < n; i++)
-            o[i] = m[i] >= 0 && m[i] < n_lut ? lut[m[i]] : -1;
-        Py_END_ALLOW_THREADS
-        Py_INCREF(Py_None);
-        out = Py_None;
-    }
-    PyBuffer_Release(&mb);
-    PyBuffer_Release(&lb);
-    PyBuffer_Release(&ob);
-    return out;
-}
-
-static PyObject *stat_split(PyObject *self, PyObject *args) {
-    Py_buffer sb, cb, kb, ib;
-    int n_codes;
-    if (!PyArg_ParseTuple(args, "y*y*y*y*i", &sb, &cb, &kb, &ib, &n_codes)) return NULL;
-    PyObject *out = NULL, **bufs = NULL;
-    int64_t *cnt = NULL;
-    Py_ssize_t n = sb.len / 8 - 1, rows = cb.len;
-    const int64_t *start = sb.buf;
-    if (sb.len % 8 || n < 0 || n > INT32_MAX || kb.len != rows || ib.len != rows * 8 ||
-        n_codes < 0 || n_codes > 127 || start[0] != 0 || start[n] != rows) {
-        PyErr_SetString(PyExc_ValueError, "stat_split: want int64 row starts per event (n + 1, "
-                        "0 to the rows), int8 codes and kinds, int64 values");
-        goto done;
-    }
-    for (Py_ssize_t i = 0; i < n; i++)
-        if (start[i + 1] < start[i]) {
-            PyErr_SetString(PyExc_ValueError, "stat_split: row starts out of order");
-            goto done;
-        }
-    const int8_t *code = cb.buf, *kind = kb.buf;
-    const int64_t *val = ib.buf;
-    cnt = calloc((size_t)n_codes + 1, sizeof(int64_t));
-    bufs = calloc((size_t)n_codes * 3 + 1, sizeof(PyObject *));
-    if (!cnt || !bufs) { PyErr_NoMemory(); goto done; }
-    Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t r = 0; r < rows; r++)
-        if (code[r] >= 0 && code[r] < n_codes) cnt[code[r]]++;
-    Py_END_ALLOW_THREADS
-    for (int w = 0; w < n_codes; w++)
-        if (cnt[w]) {
-            bufs[3 * w] = new_column(cnt[w] * 4);
-            bufs[3 * w + 1] = new_column(cnt[w] * 8);
-            bufs[3 * w + 2] = new_column(cnt[w]);
-            if (!bufs[3 * w] || !bufs[3 * w + 1] || !bufs[3 * w + 2]) goto done;
-        }
-    {
-        int32_t **ev = calloc((size_t)n_codes + 1, sizeof(int32_t *));
-        int64_t **vo = calloc((size_t)n_codes + 1, sizeof(int64_t *));
-        int8_t **ko = calloc((size_t)n_codes + 1, sizeof(int8_t *));
-        if (!ev || !vo || !ko) {
-            free(ev); free(vo); free(ko);
-            PyErr_NoMemory();
-            goto done;
-        }
-        for (int w = 0; w < n_codes; w++)
-            if (cnt[w]) {
-                ev[w] = (int32_t *)PyByteArray_AS_STRING(bufs[3 * w]);
-                vo[w] = (int64_t *)PyByteArray_AS_STRING(bufs[3 * w + 1]);
-                ko[w] = (int8_t *)PyByteArray_AS_STRING(bufs[3 * w + 2]);
-            }
-        Py_BEGIN_ALLOW_THREADS
-        for (Py_ssize_t i = 0; i < n; i++)
-            for (int64_t r = start[i]; r < start[i + 1]; r++) {
-                int w = code[r];
-                if (w < 0 || w >= n_codes) continue;
-                *ev[w]++ = (int32_t)i;
-                *vo[w]++ = val[r];
-                *ko[w]++ = kind[r];
-            }
-        Py_END_ALLOW_THREADS
-        free(ev); free(vo); free(ko);
-    }
-    out = PyList_New(n_codes);
-    if (!out) goto done;
-    for (int w = 0; w < n_codes; w++) {
-        PyObject *item;
-        if (cnt[w]) {
-            item = PyTuple_Pack(3, bufs[3 * w], bufs[3 * w + 1], bufs[3 * w + 2]);
-            if (!item) { Py_CLEAR(out); goto done; }
-        } else {
-            Py_INCREF(Py_None);
-            item = Py_None;
-        }
-        PyList_SET_ITEM(out, w, item);
-    }
-done:
-    if (bufs) {
-        for (int k = 0; k < 3 * n_codes; k++) Py_XDECREF(bufs[k]);
-        free(bufs);
-    }
-    free(cnt);
-    PyBuffer_Release(&sb);
-    PyBuffer_Release(&cb);
-    PyBuffer_Release(&kb);
-    PyBuffer_Release(&ib);
-    return out;
-}
-
 /* np.searchsorted(a, v, side) for sorted keys: one merge of the two columns.  numpy
  * searches each key alone, and 20 M keys in a 20 M-row column miss the cache at every
  * step (1 s on a 40 M-event trace).  None where the keys or the column are not sorted
@@ -3694,9 +3777,10 @@ done:
 
 static PyMethodDef methods[] = {
     {"scan_xspace", scan_xspace, METH_VARARGS,
-     "scan_xspace(buf[, done]) -> dict of raw columns; see tb_perfdiag.trace.native_scan"},
+     "scan_xspace(buf, done, wanted) -> dict of raw columns, the stats named in wanted (a "
+     "tuple of str) split by stat; see tb_perfdiag.trace.native_scan"},
     {"scan_xspace_mapped", scan_xspace_mapped, METH_VARARGS,
-     "scan_xspace_mapped(mmap[, done]) -> scan_xspace over a file mapping, SIGBUS-guarded"},
+     "scan_xspace_mapped(mmap, done, wanted) -> scan_xspace over a file mapping, SIGBUS-guarded"},
     {"scan_kineto", scan_kineto, METH_VARARGS,
      "scan_kineto(buf[, done]) -> dict of raw columns; see tb_perfdiag.trace.native_scan"},
     {"kineto_stream", kineto_stream, METH_NOARGS,
@@ -3739,12 +3823,6 @@ static PyMethodDef methods[] = {
      "op_cells(label_i32, step_i32, device_i32 or b\"\", dur_i64, short_bool, typical_bool or b\"\", "
      "n_steps, n_dev, n_lab, keep) -> the cells and rows of "
      "analysis.device_ops._cells"},
-    {"stat_codes", stat_codes, METH_VARARGS,
-     "stat_codes(meta_i64, table_i8, out_i8 (written)) -> None: out[i] = table[meta[i]], "
-     "-1 off the table; see trace.xspace.build"},
-    {"stat_split", stat_split, METH_VARARGS,
-     "stat_split(row_starts_i64, codes_i8, kinds_i8, values_i64, n_codes) -> per code None "
-     "or (events int32, values int64, kinds int8) bytes of its rows, in row order"},
     {"sorted_search", sorted_search, METH_VARARGS,
      "sorted_search(a, v, width (4 or 8), right) -> int64 bytes of np.searchsorted(a, v, "
      "side) by one merge, or None where a or v is not sorted; see trace.model.search"},

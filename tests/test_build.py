@@ -231,53 +231,6 @@ def test_correlation_links_in_c_are_the_numpy_ones(seed, offset):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.integers(0, 2**32 - 1))
-def test_xspace_stat_split_in_c_is_the_numpy_one(seed):
-    """The XSpace build's split of the stat rows by stat: each row's code through its
-    plane's table of metadata ids (ids off the table, negative ids, planes without a
-    wanted stat), then per stat its rows' events, values and kinds in row order (events
-    without stats, stats no row has)."""
-    from types import SimpleNamespace
-
-    from tb_perfdiag.trace import build as B, xspace as X
-    if B.native_fn("stat_split") is None or B.native_fn("stat_codes") is None:
-        pytest.skip("the native extension is not built (setup.py build_ext)")
-    rng = np.random.default_rng(seed)
-    wanted = ["a", "b", "c", "d", "e"]
-    n_planes = int(rng.integers(1, 4))
-    planes = []
-    for _ in range(n_planes):
-        names = {int(k): str(rng.choice(wanted + ["x", "y"]))
-                 for k in rng.choice(40, int(rng.integers(0, 8)), replace=False)}
-        planes.append((0, "p", SimpleNamespace(stat_name=names)))
-    n_ev = rng.integers(0, 30, n_planes)
-    n = int(n_ev.sum())
-    ev_plane = np.repeat(np.arange(n_planes, dtype=np.int32), n_ev)
-    bounds = np.concatenate([[0], np.cumsum(n_ev)])
-    ev_rows = [slice(int(bounds[p]), int(bounds[p + 1])) for p in range(n_planes)]
-    per_event = rng.integers(0, 4, n)
-    st_start = np.concatenate([[0], np.cumsum(per_event)]).astype(np.int64)
-    rows = int(st_start[-1])
-    st_meta = rng.integers(-3, 45, rows).astype(np.int64)
-    st_kind = rng.integers(0, 7, rows).astype(np.int8)
-    st_int = rng.integers(-2**62, 2**62, rows).astype(np.int64)
-
-    code = X._stat_codes(planes, ev_rows, ev_plane, st_start, st_meta, wanted)
-    got = X._stat_rows(st_start, code, st_kind, st_int, len(wanted))
-    with _numpy_only():
-        want_code = X._stat_codes(planes, ev_rows, ev_plane, st_start, st_meta, wanted)
-        want = X._stat_rows(st_start, want_code, st_kind, st_int, len(wanted))
-    np.testing.assert_array_equal(code, want_code)
-    assert len(got) == len(want) == len(wanted)
-    for g, w in zip(got, want):
-        assert (g is None) == (w is None)
-        if g is not None:
-            for a, b in zip(g, w):
-                assert a.dtype == b.dtype
-                np.testing.assert_array_equal(a, b)
-
-
-@settings(max_examples=200, deadline=None)
 @given(st.lists(st.integers(-128, 127), max_size=60),
        st.lists(st.integers(-128, 127), max_size=8))
 def test_isin_few_is_numpys_isin(col, values):

@@ -147,14 +147,16 @@ def assert_same_kineto(ref: dict, nat: dict, raw: bytes, *, ts_check=True):
         assert diff <= 1000, f"ts_ps differ by {diff} ps from the float reference"
 
 
-def _xspace_both(raw: bytes):
-    """(reference, native); each None where it rejects the input."""
+def _xspace_both(raw: bytes, wanted=None):
+    """(reference, native); each None where it rejects the input.  ``wanted``: the stats
+    kept (the names the fuzz generator draws when None)."""
+    wanted = _FUZZ_WANTED if wanted is None else wanted
     try:
-        nat = native_scan.scan_xspace(raw)
+        nat = native_scan.scan_xspace(raw, wanted=wanted)
     except ValueError:
         nat = None
     try:
-        ref = xspace.scan_python("fuzz.xplane.pb", raw)
+        ref = xspace.scan_python("fuzz.xplane.pb", raw, wanted)
     except TraceError:
         ref = None
     return ref, nat
@@ -235,6 +237,11 @@ def test_handmade_xspace_edge_cases():
                                                     child_id=[2, 3, -1]))  # packed child_id
     plane.event_metadata[2].name = "op ✓"
     plane.stat_metadata[5].CopyFrom(XStatMetadata(id=5, name="hlo_op", description="d"))
+    # the stats kept are those whose metadata names a wanted stat: ids in the scanner's
+    # table, far past it and negative; id 14 names none, 15 no wanted one
+    for i in (6, 7, 8, 9, 10, 11, 12, 13, 2**40, -5):
+        plane.stat_metadata[i].name = f"s{i}"
+    plane.stat_metadata[15].name = "unwanted"
     plane.stats.add(metadata_id=5, uint64_value=2**64 - 1)
     line = plane.lines.add(id=3, display_id=4, name="XLA Ops", display_name="",
                            timestamp_ns=1_700_000_000_000_000_000, duration_ps=-1)
@@ -250,7 +257,11 @@ def test_handmade_xspace_edge_cases():
     ev.stats.add(metadata_id=11, double_value=-0.0)
     ev.stats.add(metadata_id=12, double_value=float("nan"))
     ev.stats.add(metadata_id=13, ref_value=2**64 - 5)
-    ev.stats.add(metadata_id=14)                              # no value: kind 0
+    ev.stats.add(metadata_id=2**40, int64_value=7)           # far from the table
+    ev.stats.add(metadata_id=-5, str_value="neg")
+    ev.stats.add(metadata_id=14, str_value="not kept")        # no metadata
+    ev.stats.add(metadata_id=15, str_value="not kept either")
+    ev.stats.add(metadata_id=13)                              # no value: kind 0
     line.events.add()                                        # all defaults
     space.planes.add(name="empty plane")
     raw = space.SerializeToString()
@@ -261,28 +272,42 @@ def test_handmade_xspace_edge_cases():
     meta = _fv(1, 9) + _fb(2, b"x") + _fv(6, 1) + _fv(6, 2) + _fb(6, _varint(3) + _varint(4))
     stat_a = _fb(5, b"overwritten") + _fv(3, 42) + _fv(1, 77) + _fv(99, 1)
     stat_b = _fd(2, 1.5) + _fb(5, b"last") + _f32(20, 7) + _fb(1, b"\x05")  # field 1 as len
+    stat_c = _fv(1, 5) + _fv(3, 9)       # id 5: named last by no wanted stat here
     event = (_fb(4, stat_a) + _fv(5, 9) + _fv(2, 123) + _fb(4, stat_b) + _fv(1, 2**64 - 2)
-             + _fd(30, 2.0) + _fv(3, 1))
+             + _fd(30, 2.0) + _fv(3, 1) + _fb(4, stat_c))
     occ_last = _fv(2, 55) + _fv(5, 1) + _fv(1, 1)     # num_occurrences after offset_ps
     line2 = (_fb(4, event) + _fb(4, occ_last) + _fv(11, 0) + _fb(2, b"line2") + _fv(3, 2**63) + _fb(4, b"")
              + _fb(11, "disp ✓".encode()) + _fv(10, 2**64 - 1) + _fb(77, b"\xff"))
     plane2 = (_fb(3, line2) + _fv(1, 2**64 - 3) + _fb(4, _fv(1, 9) + _fb(2, meta))
               + _fv(3, 5)                  # field 3 (lines) as a varint: unknown, kept
               + _fb(2, b"/host:CPU") + _fb(5, _fv(1, 77) + _fb(2, _fb(2, b"step_num")))
+              # key 0 (a stat with no id, as stat_b) named in two parts: the last name wins;
+              # key 5 is hlo_op on the other plane, and here first s6, then nothing wanted
+              + _fb(5, _fb(2, _fb(2, b"hlo_op")) + _fb(2, _fb(2, b"s7")))
+              + _fb(5, _fv(1, 5) + _fb(2, _fb(2, b"s6"))) + _fb(5, _fv(1, 5) + _fb(2, _fb(2, b"x")))
               + _fb(6, _fv(1, 77) + _fv(4, 1)) + _fv(1000, 1) + _fb(3, b"")
               # key 9 again: the later entry replaces the first; its value comes in two
               # parts that protobuf merges
               + _fb(4, _fb(2, _fb(2, b"first")) + _fv(1, 9) + _fb(2, _fb(4, b"shown"))))
     raw += _fb(1, plane2) + _fb(4, b"host-b") + _fv(15, 8) + _fd(16, 0.5) + _f32(17, 1)
 
-    ref = xspace.scan_python("handmade", raw)
-    nat = native_scan.scan_xspace(raw)
+    wanted = ("hlo_op", "step_num", "s6", "s7", "s8", "s9", "s10", "s11", "s12", "s13",
+              f"s{2**40}", "s-5", "absent")
+    ref = xspace.scan_python("handmade", raw, wanted)
+    nat = native_scan.scan_xspace(raw, wanted=wanted)
     assert_same_xspace(ref, nat)
     # spot checks that the reference agrees with the intent of the test
-    assert nat["strings"] == [b"", b"\xff\x00", "héllo".encode(), b"last"]
+    assert nat["strings"] == [b"", b"\xff\x00", "héllo".encode(), b"neg", b"last"]
     assert nat["hostnames"] == ["host-a", "", "host-b"]
     assert nat["ev_offset_ps"].tolist() == [10, 0, 0, 123, 0, 0]
-    assert -1 in nat["st_int"].tolist() and -(2**63) in nat["st_int"].tolist()
+    stats = {k: [a.tolist() for a in v] for k, v in nat["stats"].items()}
+    assert list(stats) == ["hlo_op", "step_num", "s6", "s7", "s8", "s9", "s10", "s11",
+                           "s12", "s13", f"s{2**40}", "s-5"]
+    assert stats["hlo_op"] == [[1, 1], [-1, -(2**63)], [xspace.ST_UINT] * 2]
+    assert stats["s7"] == [[1, 3], [0, 4], [xspace.ST_STR] * 2]   # stat_b: its last value
+    assert stats["step_num"] == [[3], [42], [xspace.ST_UINT]]
+    assert stats[f"s{2**40}"] == [[1], [7], [xspace.ST_INT]]
+    assert stats["s13"][2] == [xspace.ST_REF, xspace.ST_NONE]
     assert len(nat["planes"]) == 3 and nat["planes"][2][0] == -3
     ids, raw_names, shown, _, _ = nat["planes"][2][3]
     assert np.frombuffer(ids, np.int64).tolist() == [9, 9]
@@ -321,6 +346,13 @@ def test_xspace_empty_and_malformed():
 _i64 = st.integers(-(2**63), 2**63 - 1)
 _u64 = st.integers(0, 2**64 - 1)
 _text = st.text(max_size=6).map(lambda s: s.encode("utf-8", "surrogatepass"))
+# stat metadata ids and names drawn so that stats often name a wanted stat (the scanners
+# keep only those), sometimes an unwanted one, sometimes none; ids far from the C
+# scanner's table too
+_stat_id = st.one_of(st.integers(0, 1), st.integers(-2, 5),
+                     st.sampled_from([4095, 4096, 2**40]), _i64)
+_FUZZ_WANTED = ("a", "b", "")
+_stat_name = st.one_of(st.sampled_from([b"a", b"b"]), st.sampled_from([b"c", b""]), _text)
 
 
 @st.composite
@@ -348,7 +380,7 @@ def _opt(draw, rec):
 
 @st.composite
 def _stat(draw):
-    f = _opt(draw, _fv(1, draw(_i64)))
+    f = _opt(draw, _fv(1, draw(_stat_id)))
     for _ in range(draw(st.integers(0, 2))):
         k = draw(st.integers(2, 7))
         f.append(_fd(2, draw(st.floats())) if k == 2 else
@@ -390,8 +422,9 @@ def _plane(draw):
                  else b"".join(_fv(6, c) for c in child))
               + b"".join(_fb(5, s) for s in draw(st.lists(_stat(), max_size=1))))
         f.append(_fb(4, _fv(1, draw(_i64)) + _fb(2, md)))
-    for _ in range(draw(st.integers(0, 2))):
-        f.append(_fb(5, _fv(1, draw(_i64)) + _fb(2, _fv(1, draw(_i64)) + _fb(2, draw(_text)))))
+    for _ in range(draw(st.integers(0, 3))):
+        f.append(_fb(5, _fv(1, draw(_stat_id)) + _fb(2, _fv(1, draw(_i64))
+                                                     + _fb(2, draw(_stat_name)))))
     f += [_fb(6, s) for s in draw(st.lists(_stat(), max_size=1))]
     f += [_fb(3, ln) for ln in draw(st.lists(_line(), max_size=3))]
     return _msg(draw, f)
@@ -410,6 +443,7 @@ def test_fuzz_xspace_wellformed_equals_reference(raw):
     ref, nat = _xspace_both(raw)
     assert ref is not None, "generator produced an input upb rejects"
     assert nat is not None, "C scanner rejected a well-formed XSpace"
+    event(f"{min(sum(len(v[0]) for v in nat['stats'].values()), 3)} stat rows kept")
     assert_same_xspace(ref, nat)
 
 
@@ -430,8 +464,8 @@ def _mutated(draw, base):
     return bytes(data)
 
 
-def _check_xspace_never_wrong(raw):
-    ref, nat = _xspace_both(raw)
+def _check_xspace_never_wrong(raw, wanted=None):
+    ref, nat = _xspace_both(raw, wanted)
     event("native accepted" if nat is not None else "native rejected")
     if nat is not None:
         assert ref is not None, "C scanner accepted an XSpace the reference rejects"
@@ -482,7 +516,8 @@ def _edited(data, original: bytes, inserts) -> bytes:
 @settings(max_examples=40, deadline=None, derandomize=True)
 @given(st.data())
 def test_fuzz_xspace_real_file_mutated(data):
-    _check_xspace_never_wrong(_edited(data, _real_xspace(), st.binary(min_size=1, max_size=4)))
+    _check_xspace_never_wrong(_edited(data, _real_xspace(), st.binary(min_size=1, max_size=4)),
+                              xspace.STATS)
 
 
 # ---------------------------------------------------------------- Kineto: hand-made
@@ -682,7 +717,8 @@ def _big_xspace(n: int) -> bytes:
     event = _fb(4, _fv(1, 1) + _fv(2, 10) + _fv(3, 5) + _fb(4, _fv(1, 5) + _fv(3, 7)))
     line = _fv(1, 1) + _fb(2, b"XLA Ops") + event * n
     plane = (_fv(1, 1) + _fb(2, b"/device:TPU:0") + _fb(3, line)
-             + _fb(4, _fv(1, 1) + _fb(2, _fv(1, 1) + _fb(2, b"fusion"))))
+             + _fb(4, _fv(1, 1) + _fb(2, _fv(1, 1) + _fb(2, b"fusion")))
+             + _fb(5, _fv(1, 5) + _fb(2, _fv(1, 5) + _fb(2, b"correlation_id"))))
     return _fb(1, plane)
 
 
@@ -721,7 +757,7 @@ def test_scan_lets_other_threads_run_and_publishes_its_position(fmt):
     progress.phase("building")
     assert after == pytest.approx(progress.snapshot()["fraction"], abs=1e-3)
     plain = scan(raw)
-    for k in ("ev_dur_ps", "st_int") if fmt == "xspace" else ("dur_ps", "ts_ps"):
+    for k in ("ev_dur_ps", "stats") if fmt == "xspace" else ("dur_ps", "ts_ps"):
         _same(out["cols"][k], plain[k])
 
 
@@ -743,7 +779,10 @@ def test_scan_fails_cleanly_beside_other_threads():
         t.join()
     assert len(errors) == 4 and all("native XSpace scan" in e for e in errors)
     with pytest.raises(TypeError, match="aligned int64"):
-        native_scan._native.scan_xspace(raw, bytearray(4))
+        native_scan._native.scan_xspace(raw, bytearray(4), ())
+    for wanted in (["a"], ("a", 1), ("x",) * 65):
+        with pytest.raises(TypeError, match="stat"):
+            native_scan._native.scan_xspace(raw, None, wanted)
     with pytest.raises(BufferError):
         native_scan._native.scan_kineto(b"{}", b"\0" * 8)      # not writable
 

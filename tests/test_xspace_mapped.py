@@ -162,13 +162,20 @@ def test_mapped_and_read_scans_agree(tmp_path):
     f = tmp_path / "t.xplane.pb"
     f.write_bytes(_xspace(3000, detail_bytes=50))
     raw = f.read_bytes()
-    a = native_scan.scan_xspace(raw)
+    # the long string stat kept, so that its value is copied out of the mapping
+    wanted = ("kernel_details",)
+    a = native_scan.scan_xspace(raw, wanted=wanted)
     with open(f, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as m:
-        b = native_scan.scan_xspace_mapped(m)
+        b = native_scan.scan_xspace_mapped(m, wanted=wanted)
         # the result holds no view of the mapping (closing it would raise BufferError)
     assert a.keys() == b.keys()
+    assert b["strings"] == [b"x" * 50]
+    assert list(a["stats"]) == list(b["stats"]) == ["kernel_details"]
+    for x, y in zip(a["stats"]["kernel_details"], b["stats"]["kernel_details"]):
+        assert x.dtype == y.dtype and np.array_equal(x, y)
+    assert b["stats"]["kernel_details"][0].shape == (3000,)
     for k in a:
         if isinstance(a[k], np.ndarray):
             assert a[k].dtype == b[k].dtype and np.array_equal(a[k], b[k]), k
-        else:
+        elif k != "stats":
             assert a[k] == b[k], k

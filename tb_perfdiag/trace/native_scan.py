@@ -25,8 +25,7 @@ from .chrome_meta import METADATA_KEYS, metadata_event
 
 _XSPACE_COLUMNS = {
     "ev_line": np.int32, "ev_meta": np.int64, "ev_offset_ps": np.int64,
-    "ev_dur_ps": np.int64, "ev_stat_start": np.int64, "st_meta": np.int64,
-    "st_kind": np.int8, "st_int": np.int64,
+    "ev_dur_ps": np.int64,
 }
 _KINETO_COLUMNS = {
     "name_ids": np.int32, "cat_ids": np.int32, "track_ids": np.int32,
@@ -49,23 +48,36 @@ def _counter(buf, progress):
 HAS_MAPPED = hasattr(_native, "scan_xspace_mapped") and os.name == "posix"
 
 
-def scan_xspace(buf, progress=None) -> dict:
-    """XSpace bytes → the columns of ``xspace.scan_python``."""
-    return _xspace_columns(_native.scan_xspace(buf, _counter(buf, progress)))
+def scan_xspace(buf, progress=None, wanted=None) -> dict:
+    """XSpace bytes → the columns of ``xspace.scan_python`` (``wanted``: the stats kept,
+    by name; ``xspace.STATS`` when None)."""
+    return _xspace_columns(_native.scan_xspace(buf, _counter(buf, progress),
+                                               _wanted(wanted)))
 
 
-def scan_xspace_mapped(mapping, progress=None) -> dict:
+def scan_xspace_mapped(mapping, progress=None, wanted=None) -> dict:
     """``scan_xspace`` over a read-only file mapping (an ``mmap``): every string is
     copied out (the result holds no view of the mapping, which can be closed at once),
     the pages behind the scan are let go, and a file that shrinks under the scan raises
     OSError instead of ending the process with SIGBUS."""
-    return _xspace_columns(_native.scan_xspace_mapped(mapping, _counter(mapping, progress)))
+    return _xspace_columns(_native.scan_xspace_mapped(mapping, _counter(mapping, progress),
+                                                      _wanted(wanted)))
+
+
+def _wanted(wanted) -> tuple:
+    if wanted is None:
+        from .xspace import STATS
+        return STATS
+    return tuple(wanted)
 
 
 def _xspace_columns(raw: dict) -> dict:
     return {
         "planes": raw["planes"], "lines": raw["lines"],
         **{k: np.frombuffer(raw[k], dt) for k, dt in _XSPACE_COLUMNS.items()},
+        "stats": {name: (np.frombuffer(ev, np.int32), np.frombuffer(val, np.int64),
+                         np.frombuffer(kind, np.int8))
+                  for name, (ev, val, kind) in raw["stats"].items()},
         "strings": raw["strings"],
         "hostnames": raw["hostnames"], "errors": raw["errors"], "warnings": raw["warnings"],
     }

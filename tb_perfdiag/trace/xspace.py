@@ -17,7 +17,7 @@ from google.protobuf.message import DecodeError
 from ..progress import NULL
 from ..storage import read_bytes
 from . import classify
-from .build import (StringTable, Tracks, assemble, correlation_links, native_fn, unique_inverse,
+from .build import (StringTable, Tracks, assemble, correlation_links, unique_inverse,
                     unique_rows)
 from .hlo import FIELDS as HLO_FIELDS, hlo_op_metadata
 from .model import Device, EventKind as K, LinkKind, TraceError, TrackKind, search
@@ -37,6 +37,8 @@ INT_STATS = ("step_num", "program_id", "run_id", "correlation_id", "device_ordin
 STR_STATS = ("hlo_op", "hlo_module", "tf_op", "memcpy_details", "hlo_category", "graph_hash",
              "shape", "source")
 FLOW_STATS = ("_p", "_pt", "_c", "_ct", "flow")
+# the stats the scanners keep (every other stat row is dropped as it is read)
+STATS = INT_STATS + STR_STATS + FLOW_STATS
 # what an event's metadata may say about every event of that metadata (TPU ops keep their
 # program id and scope there); per-event facts (correlation, flows, steps) never come from it
 MD_INT_STATS = ("program_id",)
@@ -51,8 +53,9 @@ def _double_bits(v: float) -> int:
     return struct.unpack("<q", struct.pack("<d", v))[0]
 
 
-def scan_python(path: str, raw: bytes) -> dict:
-    """Reference scanner: XSpace bytes → flat columns (contract documented in ``build``)."""
+def scan_python(path: str, raw: bytes, wanted=STATS) -> dict:
+    """Reference scanner: XSpace bytes → flat columns (contract documented in ``build``);
+    of the stats only those named in ``wanted``."""
     space = XSpace()
     try:
         space.ParseFromString(raw)
@@ -60,10 +63,11 @@ def scan_python(path: str, raw: bytes) -> dict:
         raise TraceError(path, f"not a valid XSpace protobuf ({e}); truncated or corrupt?") \
             from None
     planes, lines = [], []
-    ev_line, ev_meta, ev_off, ev_dur, ev_nstat = [], [], [], [], []
-    st_meta, st_kind, st_int = [], [], []
+    ev_line, ev_meta, ev_off, ev_dur = [], [], [], []
+    rows = {name: ([], [], []) for name in wanted}     # events, values, kinds
     strings: dict = {}
     for pi, plane in enumerate(space.planes):
+        code = {k: rows[m.name] for k, m in plane.stat_metadata.items() if m.name in rows}
         meta = XPlane()
         meta.CopyFrom(plane)
         meta.ClearField("lines")
@@ -73,33 +77,37 @@ def scan_python(path: str, raw: bytes) -> dict:
             lines.append((pi, line.id, line.display_id, line.name, line.display_name,
                           line.timestamp_ns, line.duration_ps))
             for ev in line.events:
+                e = len(ev_line)
                 ev_line.append(li)
                 ev_meta.append(ev.metadata_id)
                 ev_off.append(ev.offset_ps)
                 ev_dur.append(ev.duration_ps)
-                ev_nstat.append(len(ev.stats))
                 for st in ev.stats:
-                    st_meta.append(st.metadata_id)
+                    out = code.get(st.metadata_id)
+                    if out is None:
+                        continue
                     which = st.WhichOneof("value")
                     k = _ONEOF_KIND.get(which, ST_NONE)
-                    st_kind.append(k)
                     if k == ST_DOUBLE:
-                        st_int.append(_double_bits(st.double_value))
+                        v = _double_bits(st.double_value)
                     elif k in (ST_STR, ST_BYTES):
                         v = st.str_value.encode() if k == ST_STR else st.bytes_value
-                        st_int.append(strings.setdefault(v, len(strings)))
+                        v = strings.setdefault(v, len(strings))
                     else:
                         v = getattr(st, which) if which else 0
-                        st_int.append(v if v < 2**63 else v - 2**64)
-    starts = np.zeros(len(ev_nstat) + 1, np.int64)
-    np.cumsum(np.asarray(ev_nstat, np.int64), out=starts[1:])
+                        v = v if v < 2**63 else v - 2**64
+                    out[0].append(e)
+                    out[1].append(v)
+                    out[2].append(k)
+    if len(ev_line) > 2**31 - 1:
+        raise TraceError(path, "more than 2**31 - 1 events: too many to read")
     return {
         "planes": planes, "lines": lines,
         "ev_line": np.asarray(ev_line, np.int32), "ev_meta": np.asarray(ev_meta, np.int64),
         "ev_offset_ps": np.asarray(ev_off, np.int64), "ev_dur_ps": np.asarray(ev_dur, np.int64),
-        "ev_stat_start": starts,
-        "st_meta": np.asarray(st_meta, np.int64), "st_kind": np.asarray(st_kind, np.int8),
-        "st_int": np.asarray(st_int, np.int64),
+        "stats": {name: (np.asarray(e, np.int32), np.asarray(v, np.int64),
+                         np.asarray(k, np.int8))
+                  for name, (e, v, k) in rows.items() if e},
         "strings": list(strings),
         "hostnames": list(space.hostnames), "errors": list(space.errors),
         "warnings": list(space.warnings),
@@ -268,11 +276,11 @@ def build(path: str, scan: dict, progress=NULL):
     Scan contract: ``planes`` [(id, name, bytes of the plane without its lines[,
     (event metadata ids as int64 bytes, their names, shown names, {stat id: name})])],
     ``lines`` [(plane idx, id, display_id, name, display_name, timestamp_ns,
-    duration_ps)], per event ``ev_line``/``ev_meta``/``ev_offset_ps``/``ev_dur_ps`` and
-    CSR ``ev_stat_start`` into per stat ``st_meta``/``st_kind``/``st_int`` (a double's
-    IEEE-754 bits for ST_DOUBLE);
-    str/bytes stat values are ids into ``strings`` (bytes).  ``scan`` is emptied on the
-    way, so its columns are freed as soon as they are used.
+    duration_ps)], per event ``ev_line``/``ev_meta``/``ev_offset_ps``/``ev_dur_ps``, and
+    ``stats``: {name in ``STATS``: (events int32, values int64, kinds int8)} of the stat
+    rows whose metadata names it, in event order (a double's IEEE-754 bits for
+    ST_DOUBLE; str/bytes values are ids into ``strings`` (bytes)).  ``scan`` is emptied
+    on the way, so its columns are freed as soon as they are used.
     """
     warnings = [f"profiler error: {e}" for e in scan["errors"]] + \
                [f"profiler warning: {w}" for w in scan["warnings"]]
@@ -290,8 +298,6 @@ def build(path: str, scan: dict, progress=NULL):
     ev_line = np.asarray(scan.pop("ev_line"), np.int32)
     n = ev_line.shape[0]
     ev_meta = np.asarray(scan.pop("ev_meta"), np.int64)
-    st_start = np.asarray(scan.pop("ev_stat_start"), np.int64)
-    st_meta = np.asarray(scan.pop("st_meta"), np.int64)
     scan_strings = scan["strings"]
 
     line_plane = np.array([ln[0] for ln in lines], np.int32)
@@ -319,45 +325,19 @@ def build(path: str, scan: dict, progress=NULL):
                     md_stats.append((evs, rows, cols))
     del ev_meta
 
-    # ---- stats: resolve plane-local stat ids to names, per plane ----
+    # ---- stats: the scanner kept the rows of the stats in STATS, split by stat ----
     progress.within(0.15, "stats")
-    wanted = list(INT_STATS) + list(STR_STATS) + list(FLOW_STATS)
-    code = _stat_codes(planes, ev_rows, ev_plane, st_start, st_meta, wanted)
-    del st_meta
-    st_kind = np.asarray(scan.pop("st_kind"), np.int8)
-    st_int = np.asarray(scan.pop("st_int"), np.int64)
-    parts = _stat_rows(st_start, code, st_kind, st_int, len(wanted))
-    del st_start, code, st_kind, st_int
-
+    parts = scan.pop("stats")
     stats = {}
-    for w, sname in enumerate(wanted):
-        part = parts[w]
+    for sname in STATS:
+        part = parts.pop(sname, None)
         if part is None:
             continue
-        parts[w] = None
         evs, raw, kinds = part
+        del part
         if sname in STR_STATS:
-            vals = np.empty(raw.shape[0], np.int32)
-            is_ref = kinds == ST_REF
-            is_str = (kinds == ST_STR) | (kinds == ST_BYTES)
-            # ref values name another stat metadata entry whose name is the string
-            ref_plane = ev_plane[evs]
-            for pi, (_, _, pm) in enumerate(planes):
-                psel = np.flatnonzero((ref_plane == pi) & is_ref)
-                if psel.size:
-                    u, inv = unique_inverse(raw[psel])
-                    vals[psel] = strings.intern_many(
-                        [pm.stat_name.get(x, "") for x in u.tolist()])[inv]
-            del ref_plane
-            ssel = np.flatnonzero(is_str)
-            if ssel.size:
-                u, inv = unique_inverse(raw[ssel])
-                vals[ssel] = strings.intern_many(
-                    [scan_strings[x].decode("utf-8", "replace") for x in u.tolist()])[inv]
-            other = ~(is_ref | is_str)
-            if other.any():
-                vals[other] = strings.intern("")
-            stats[sname] = (evs, vals, True)
+            stats[sname] = (evs, _string_values(evs, raw, kinds, ev_rows, ev_plane, planes,
+                                                strings, scan_strings), True)
         else:
             # double values are rare among the stats read: their bits sit in the values
             dbl = np.flatnonzero(kinds == ST_DOUBLE)
@@ -457,68 +437,55 @@ def build(path: str, scan: dict, progress=NULL):
     return trace
 
 
-def _stat_codes(planes, ev_rows, ev_plane, st_start, st_meta, wanted) -> np.ndarray:
-    """Each stat row's index in ``wanted`` (int8, -1 for the others): its plane-local
-    metadata id resolved through its plane's stat names."""
-    n, n_stats = ev_plane.shape[0], st_meta.shape[0]
-    slices = isinstance(ev_rows[0] if ev_rows else None, slice)
-    if slices:
-        st_rows = [slice(int(st_start[r.start]), int(st_start[r.stop])) for r in ev_rows]
+def _string_values(evs, raw, kinds, ev_rows, ev_plane, planes, strings,
+                   scan_strings) -> np.ndarray:
+    """A string stat's values as ids into ``strings``: a ref value names a stat metadata
+    entry of its event's plane, whose name is the string; str/bytes values are ids into
+    the scan's strings; no value is ""."""
+    vals = np.empty(raw.shape[0], np.int32)
+    # rows come in event order, events plane by plane: each plane's rows are one slice
+    if ev_rows and isinstance(ev_rows[0], slice):
+        at = search(evs, np.array([r.start for r in ev_rows] + [ev_rows[-1].stop]))
+        plane_rows = [slice(int(at[pi]), int(at[pi + 1])) for pi in range(len(planes))]
     else:
-        st_event = np.repeat(np.arange(n, dtype=np.int32), np.diff(st_start))
-        st_rows = [np.flatnonzero(ev_plane[st_event] == pi) for pi in range(len(planes))]
-    codes_of = native_fn("stat_codes") if slices else None
-    code = np.full(n_stats, -1, np.int8)     # index into ``wanted``
+        ref_plane = ev_plane[evs]
+        plane_rows = [np.flatnonzero(ref_plane == pi) for pi in range(len(planes))]
     for pi, (_, _, pm) in enumerate(planes):
-        sel = st_rows[pi]
-        if not _size(sel):
+        rows = plane_rows[pi]
+        if not _size(rows):
             continue
-        ids = np.array([k for k, v in pm.stat_name.items() if v in wanted], np.int64)
-        if not ids.size:
-            continue
-        which = np.array([wanted.index(pm.stat_name[int(k)]) for k in ids], np.int8)
-        o = np.argsort(ids)
-        ids, which = ids[o], which[o]
-        m = st_meta[sel]
-        if ids[0] >= 0 and ids[-1] < _LUT_MAX:
-            lut = np.full(int(ids[-1]) + 1, -1, np.int8)
-            lut[ids] = which
-            if codes_of is not None:
-                codes_of(m, lut, code[sel])
-                continue
-            ok = (m >= 0) & (m < lut.shape[0])
-            code[sel] = np.where(ok, lut[np.where(ok, m, 0)], -1)
-            continue
-        pos = np.minimum(np.searchsorted(ids, m), ids.shape[0] - 1)
-        code[sel] = np.where(ids[pos] == m, which[pos], -1)
-    return code
+        is_ref = kinds[rows] == ST_REF
+        if not is_ref.all():
+            rows = _where(rows, kinds == ST_REF)
+        if _size(rows):
+            vals[rows] = _names_of_ids(raw[rows], lambda u, pm=pm: strings.intern_many(
+                [pm.stat_name.get(x, "") for x in u.tolist()]))
+    is_str = (kinds == ST_STR) | (kinds == ST_BYTES)
+    if is_str.any():
+        ssel = np.flatnonzero(is_str)
+        vals[ssel] = _names_of_ids(raw[ssel], lambda u: strings.intern_many(
+            [scan_strings[x].decode("utf-8", "replace") for x in u.tolist()]))
+    other = ~(is_str | (kinds == ST_REF))
+    if other.any():
+        vals[other] = strings.intern("")
+    return vals
 
 
-def _stat_rows(st_start, code, st_kind, st_int, n_wanted) -> list:
-    """Per wanted stat, None or (its rows' events (int32), raw values (int64, a copy),
-    kinds), in row order."""
-    n = st_start.shape[0] - 1
-    split = native_fn("stat_split")
-    if split is not None and n < 2**31:
-        try:
-            return [None if p is None else
-                    (np.frombuffer(p[0], np.int32), np.frombuffer(p[1], np.int64),
-                     np.frombuffer(p[2], np.int8))
-                    for p in split(st_start, code, st_kind, st_int, n_wanted)]
-        except ValueError:
-            pass            # row starts out of order: the numpy split below says the same
-    st_event = np.repeat(np.arange(n, dtype=np.int32), np.diff(st_start))
-    present = np.bincount(code.astype(np.int64) + 1, minlength=n_wanted + 1)[1:]
-    out = []
-    for w in range(n_wanted):
-        if not present[w]:
-            out.append(None)
-            continue
-        # one scan per stat present (a sort of all rows would hold an int64 index per
-        # stat row: 0.8 GB on a 40 M-event file)
-        sel = np.flatnonzero(code == w)
-        out.append((st_event[sel], st_int[sel], st_kind[sel]))
-    return out
+def _names_of_ids(ids: np.ndarray, names) -> np.ndarray:
+    """``names(distinct ids)`` (int32 string ids) taken for every id: through a table
+    over the id range when the ids are small (stat metadata ids are), with no inverse
+    index of the rows (20 M rows: an int64 column and a gather less)."""
+    if ids.size and 0 <= int(ids.min()) and int(ids.max()) < max(_LUT_MAX, 2 * ids.size):
+        hi = int(ids.max())
+        present = np.zeros(hi + 1, bool)
+        present[ids] = True
+        u = np.flatnonzero(present)
+        del present
+        lut = np.zeros(hi + 1, np.int32)
+        lut[u] = names(u)
+        return lut[ids]
+    u, inv = unique_inverse(ids)
+    return names(u)[inv]
 
 
 def _runtime_waits(trace) -> None:
