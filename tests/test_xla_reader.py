@@ -250,3 +250,44 @@ def test_jax_transformation_wrappers_map_back_to_the_users_scope():
     assert scopes["backward"]["ops"] == 3 and scopes["dense_0"]["ops"] == 2
     assert user_scope("transpose(jvp(forward))") == "forward"
     assert user_scope("jit(relu)") == "jit(relu)"
+
+
+# ---- string stats: ref values name a stat metadata entry of their own plane ------------
+
+@pytest.mark.parametrize("scanner", ["reference", "native"])
+def test_string_stat_values_resolve_per_plane_and_kind(scanner):
+    """A string stat's value is a ref (the name of a stat metadata entry of the event's
+    own plane: the same id names different strings on two planes), a str, bytes, or no
+    value (""); a ref to an id the plane does not name is "" too.  Stats whose metadata
+    names no stat the model reads are not kept."""
+    from tb_perfdiag.trace.xplane_pb import XSpace
+    space = XSpace()
+    want = []
+    for pname, ref_name in (("/device:GPU:0", "fusion.1"), ("/host:CPU", "MyOp")):
+        plane = space.planes.add(id=len(space.planes), name=pname)
+        plane.event_metadata[1].name = "ev"
+        plane.stat_metadata[3].name = "hlo_op" if pname.startswith("/device") else "tf_op"
+        plane.stat_metadata[5000].name = "kernel_details"      # not read by the model
+        plane.stat_metadata[7].name = ref_name
+        line = plane.lines.add(id=1, name="Stream #1" if pname.startswith("/device") else "t")
+        values = [dict(ref_value=7), dict(str_value="dot.4"), dict(bytes_value=b"copy.9"),
+                  {}, dict(ref_value=99)]
+        for k, v in enumerate(values):
+            ev = line.events.add(metadata_id=1, offset_ps=1000 * k, duration_ps=500)
+            ev.stats.add(metadata_id=3, **v)
+            ev.stats.add(metadata_id=5000, str_value="long text")
+        want.append((plane.stat_metadata[3].name, [ref_name, "dot.4", "copy.9", "", ""]))
+    raw = space.SerializeToString()
+    if scanner == "native":
+        native_scan = pytest.importorskip("tb_perfdiag.trace.native_scan")
+        cols = native_scan.scan_xspace(raw)
+    else:
+        cols = xspace.scan_python("memory", raw)
+    assert list(cols["stats"]) == ["hlo_op", "tf_op"]
+    assert b"long text" not in cols["strings"]
+    t = xspace.build("memory", cols)
+    for stat, names in want:
+        s = t.stats[stat]
+        assert [t.strings[v] for v in s.values.tolist()] == names, stat
+        assert [t.strings[int(t.name[e])] for e in s.events.tolist()] == ["ev"] * 5
+    assert "kernel_details" not in t.stats
