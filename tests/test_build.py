@@ -328,6 +328,28 @@ def test_unique_first_is_numpys_unique_with_index(values, big):
     assert u.tolist() == wu.tolist() and first.tolist() == wfirst.tolist()
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(-1, 50), max_size=200), st.booleans(),
+       st.sampled_from([np.int32, np.int64]))
+def test_map_distinct_is_a_function_of_the_distinct_values_taken_per_element(values, big,
+                                                                             dtype):
+    """``of`` is asked once, with the sorted distinct values, and its answer is taken
+    for every element: through the table for small ids (−1 among them) and through the
+    sort for large ones."""
+    from tb_perfdiag.trace.build import map_distinct
+    x = np.array(values, np.int64) * (10**6 if big else 1)
+    x = x.astype(dtype)
+    asked = []
+
+    def of(u):
+        asked.append(u.tolist())
+        return u.astype(np.int64) * 7 - 3
+    got = map_distinct(x, of)
+    assert got.tolist() == [v * 7 - 3 for v in x.tolist()]
+    if x.size:
+        assert asked == [sorted(set(x.tolist()))]
+
+
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.integers(0, 40), max_size=200))
 def test_track_counts_is_numpys_unique_with_counts(values):

@@ -17,7 +17,7 @@ import re
 
 import numpy as np
 
-from ..trace.build import distinct, parent_down, unique_inverse, unique_rows
+from ..trace.build import distinct, map_distinct, parent_down, unique_inverse, unique_rows
 from ..trace.model import EventKind as K, Trace, TrackKind, isin_few, search
 from .result import AnnotationTable
 
@@ -104,10 +104,9 @@ def op_paths(trace: Trace, ops: np.ndarray, origin: np.ndarray,
         sid = np.where(sid >= 0, sid, _lookup(trace.stats["tf_op"], ops, memo))
     sid = sid.astype(np.int32, copy=False)
     if (sid >= 0).any():
-        u, inv = unique_inverse(sid)
-        mapped = np.array([intern(_scope_parts(trace.strings[x])) if x >= 0 else -1
-                           for x in u.tolist()], np.int32)
-        pid = mapped[inv.reshape(-1)]
+        pid = map_distinct(sid, lambda u: np.array(
+            [intern(_scope_parts(trace.strings[x])) if x >= 0 else -1 for x in u.tolist()],
+            np.int32))
         empty = index.get(())
         if empty is not None:
             pid[pid == empty] = -1
@@ -210,23 +209,30 @@ def op_runs(trace: Trace, ops: np.ndarray, memo: dict | None = None):
     are not told apart).  The host origin is no run key: XLA:CPU's flows reach the
     thunks of a run one by one."""
     run = _lookup(trace.stats.get("run_id"), ops, memo).astype(np.int64)
-    need = np.flatnonzero(run < 0)
+    need = run < 0
     modules = [t for t in np.flatnonzero(trace.track_kind == TrackKind.DEVICE).tolist()
                if trace.track_name[t] == "XLA Modules"]
-    if need.size and modules:
-        dev = trace.track_device[trace.track[ops[need]]]
+    if modules and need.any():
+        rows = np.flatnonzero(need)
+        dev = trace.track_device[trace.track[ops[rows]]]
         for t in modules:
             lo, hi = trace.track_slices([t])[0]
             if hi <= lo:
                 continue
-            sel = need[dev == trace.track_device[t]]
+            sel = rows[dev == trace.track_device[t]]
             k = np.searchsorted(trace.ts[lo:hi], trace.ts[ops[sel]], side="right") - 1
             ok = (k >= 0) & (trace.ts[ops[sel]] < trace.end_of(lo + np.maximum(k, 0)))
             run[sel[ok]] = (1 << 40) + lo + k[ok]      # apart from run ids
-        need = np.flatnonzero(run < 0)
-    if need.size:
-        prog = _lookup(trace.stats.get("program_id"), ops, memo)[need].astype(np.int64)
-        run[need] = np.where(prog >= 0, (2 << 40) + (prog & ((1 << 40) - 1)), -1)
+        need = run < 0
+    if need.any():
+        # over all ops with masks, not an index of those in need: with no run ids that
+        # is every op (20 M: two gathers and a scatter less)
+        key = _lookup(trace.stats.get("program_id"), ops, memo).astype(np.int64)
+        keyed = key >= 0
+        key &= (1 << 40) - 1
+        key += 2 << 40
+        key[~keyed] = -1
+        np.copyto(run, key, where=need)
     return None if not run.size or run.min() == run.max() else run
 
 
@@ -318,13 +324,17 @@ def device_time(trace: Trace, ops: np.ndarray, op_step: np.ndarray, step_ids: np
     dur = trace.dur[ops]
     st_all = np.where(op_step >= 0, op_step, n_steps).astype(np.int32)
     has = pid >= 0
-    no = ~has
-    unscoped_ps = np.bincount(st_all[no], weights=dur[no], minlength=n_steps + 1)
-    unscoped = (int(dur[no].sum()), int(no.sum()),
-                np.rint(unscoped_ps[:n_steps]).astype(np.int64))
-    del no
-    if not has.any():
-        return empty_table(n_steps, unscoped)
+    if has.all():
+        has = slice(None)       # every op scoped (XLA): no masked copies of 20 M ops
+        unscoped = (0, 0, np.zeros(n_steps, np.int64))
+    else:
+        no = ~has
+        unscoped_ps = np.bincount(st_all[no], weights=dur[no], minlength=n_steps + 1)
+        unscoped = (int(dur[no].sum()), int(no.sum()),
+                    np.rint(unscoped_ps[:n_steps]).astype(np.int64))
+        del no
+        if not has.any():
+            return empty_table(n_steps, unscoped)
     n_paths = len(paths)
     # every prefix of a path is an annotation too
     prefix_index: dict = {}

@@ -37,6 +37,29 @@ def unique_inverse(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return u, inv.reshape(-1)
 
 
+def map_distinct(x: np.ndarray, of) -> np.ndarray:
+    """``of(u)[inv]`` for ``u, inv = unique_inverse(x)``: ``of`` (an array over the
+    distinct values, in sorted order) taken for every element.  Small ids go through a
+    table over their range, with no inverse index (an int64 column the size of ``x``,
+    then a gather through it: 20 M ops, 0.4 s)."""
+    x = np.asarray(x)
+    if x.size and x.dtype.kind in "iu":
+        lo, hi = int(x.min()), int(x.max())
+        if lo >= -1 and (hi < (1 << 24) and hi < 8 * x.size + 1024
+                         or hi < 2**31 - 2 and hi < 4 * x.size + 1024):
+            k = x.astype(np.int64) + 1 if lo < 0 else x
+            present = np.zeros(hi + 2, bool)
+            present[k] = True
+            u = np.flatnonzero(present)
+            del present
+            vals = np.asarray(of((u - 1 if lo < 0 else u).astype(x.dtype)))
+            lut = np.empty(hi + 2, vals.dtype)
+            lut[u] = vals
+            return lut[k]
+    u, inv = unique_inverse(x)
+    return np.asarray(of(u))[inv]
+
+
 def unique_first(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``np.unique(x, return_index=True)`` (the distinct values and where each first
     occurs) through ``unique_inverse``'s table: no sort of ``x`` (20 M event indices:

@@ -17,7 +17,8 @@ from google.protobuf.message import DecodeError
 from ..progress import NULL
 from ..storage import read_bytes
 from . import classify
-from .build import (StringTable, Tracks, assemble, correlation_links, unique_inverse,
+from .build import (StringTable, Tracks, assemble, correlation_links, map_distinct,
+                    unique_inverse,
                     unique_rows)
 from .hlo import FIELDS as HLO_FIELDS, hlo_op_metadata
 from .model import Device, EventKind as K, LinkKind, TraceError, TrackKind, search
@@ -458,34 +459,17 @@ def _string_values(evs, raw, kinds, ev_rows, ev_plane, planes, strings,
         if not is_ref.all():
             rows = _where(rows, kinds == ST_REF)
         if _size(rows):
-            vals[rows] = _names_of_ids(raw[rows], lambda u, pm=pm: strings.intern_many(
+            vals[rows] = map_distinct(raw[rows], lambda u, pm=pm: strings.intern_many(
                 [pm.stat_name.get(x, "") for x in u.tolist()]))
     is_str = (kinds == ST_STR) | (kinds == ST_BYTES)
     if is_str.any():
         ssel = np.flatnonzero(is_str)
-        vals[ssel] = _names_of_ids(raw[ssel], lambda u: strings.intern_many(
+        vals[ssel] = map_distinct(raw[ssel], lambda u: strings.intern_many(
             [scan_strings[x].decode("utf-8", "replace") for x in u.tolist()]))
     other = ~(is_str | (kinds == ST_REF))
     if other.any():
         vals[other] = strings.intern("")
     return vals
-
-
-def _names_of_ids(ids: np.ndarray, names) -> np.ndarray:
-    """``names(distinct ids)`` (int32 string ids) taken for every id: through a table
-    over the id range when the ids are small (stat metadata ids are), with no inverse
-    index of the rows (20 M rows: an int64 column and a gather less)."""
-    if ids.size and 0 <= int(ids.min()) and int(ids.max()) < max(_LUT_MAX, 2 * ids.size):
-        hi = int(ids.max())
-        present = np.zeros(hi + 1, bool)
-        present[ids] = True
-        u = np.flatnonzero(present)
-        del present
-        lut = np.zeros(hi + 1, np.int32)
-        lut[u] = names(u)
-        return lut[ids]
-    u, inv = unique_inverse(ids)
-    return names(u)[inv]
 
 
 def _runtime_waits(trace) -> None:
