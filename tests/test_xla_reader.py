@@ -291,3 +291,34 @@ def test_string_stat_values_resolve_per_plane_and_kind(scanner):
         assert [t.strings[v] for v in s.values.tolist()] == names, stat
         assert [t.strings[int(t.name[e])] for e in s.events.tolist()] == ["ev"] * 5
     assert "kernel_details" not in t.stats
+
+
+_JOINS = {
+    "name in two modules": [("jit_a", 1, "fusion.1", "a/dense"), ("jit_b", 2, "fusion.1", "b/dense"),
+                            ("jit_a", 1, "dot.2", "a/head"), ("jit_a", 1, "fusion.1", "a/dense")],
+    "two programs of a module": [("jit_a", 1, "fusion.1", "a/dense"),
+                                 ("jit_a", 5, "fusion.1", "a5/dense")],
+    "names apart": [("jit_a", 1, "fusion.1", "a/dense"), ("jit_b", 2, "fusion.9", "b9/dense"),
+                    ("jit_a", 1, "dot.2", "a/head")],
+    "one module and program": [("jit_a", 1, "dot.2", "a/head"), ("jit_a", 1, "fusion.1", "a/dense"),
+                               ("jit_a", 1, "dot.2", "a/head")],
+    "module without a proto": [("jit_c", 3, "fusion.1", None), ("jit_a", 1, "fusion.1", "a/dense")],
+}
+
+
+@pytest.mark.parametrize("case", list(_JOINS))
+def test_ops_join_the_hlo_proto_of_their_own_module_and_program(case):
+    """Each device op takes the op metadata of the instruction of its own module and
+    program: one instruction name in two modules (or two programs of one module) names
+    two instructions; ops of a module with no Hlo Proto get none."""
+    b = TraceBuilder("xspace")
+    s = b.stream(gpu=0, stream=7)
+    b.hlo_module("jit_a", 1, {"fusion.1": "a/dense", "dot.2": "a/head"})
+    b.hlo_module("jit_b", 2, {"fusion.1": "b/dense", "fusion.9": "b9/dense"})
+    b.hlo_module("jit_a", 5, {"fusion.1": "a5/dense"})
+    runs = _JOINS[case]
+    ks = [b.kernel(s, f"k{i}", 10 + 100 * i, 50,
+                   stats={"hlo_op": op, "hlo_module": Ref(m), "program_id": p})
+          for i, (m, p, op, _) in enumerate(runs)]
+    t = b.build()
+    assert [t.stat_str("op_name", k.index) for k in ks] == [want for *_, want in runs]

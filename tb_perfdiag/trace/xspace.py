@@ -18,8 +18,7 @@ from ..progress import NULL
 from ..storage import read_bytes
 from . import classify
 from .build import (StringTable, Tracks, assemble, correlation_links, map_distinct,
-                    unique_inverse,
-                    unique_rows)
+                    unique_first, unique_inverse, unique_rows)
 from .hlo import FIELDS as HLO_FIELDS, hlo_op_metadata
 from .model import Device, EventKind as K, LinkKind, TraceError, TrackKind, search
 from .xplane_pb import XPlane, XSpace
@@ -636,8 +635,7 @@ def _join_hlo_metadata(planes, stats, strings, n, warnings):
                         warnings.append(f"unreadable Hlo Proto for {md.name}: {e}")
     if not table:
         return
-    # TPU ops name no module: their program id and instruction name find it
-    by_program = {(p, o): v for (_, p, o), v in table.items() if p is not None}
+    by_program: dict = {}
     evs, op_ids, _ = stats["hlo_op"]
     mod = stats.get("hlo_module")
     prog = stats.get("program_id")
@@ -657,7 +655,7 @@ def _join_hlo_metadata(planes, stats, strings, n, warnings):
             out[hit] = v[k[hit]]
         return out
     # join per distinct (module, program, op) key, then broadcast
-    u, inv = _distinct_keys(at_ops(mod), at_ops(prog), op_ids)
+    u, per_op = _distinct_keys(at_ops(mod), at_ops(prog), op_ids)
     empty = strings.intern("")
     names = strings.strings
     get = table.get
@@ -666,10 +664,16 @@ def _join_hlo_metadata(planes, stats, strings, n, warnings):
     for m_id, p_id, o_id in u.tolist():
         m, o = names[m_id] if m_id >= 0 else "", names[o_id]
         p = p_id % (1 << 64)           # program ids are uint64; stat columns hold int64
-        hits.append(get((m, p, o)) or get((m, None, o)) or by_program.get((p, o)) or none)
+        hit = get((m, p, o)) or get((m, None, o))
+        if hit is None:
+            # TPU ops name no module: their program id and instruction name find it
+            if not by_program:
+                by_program = {(p, o): v for (_, p, o), v in table.items() if p is not None}
+            hit = by_program.get((p, o)) or none
+        hits.append(hit)
     for c in ("op_name", "op_type", "source"):
         k = HLO_FIELDS.index(c)
-        v = strings.intern_many([h[k] for h in hits])[inv]
+        v = per_op(strings.intern_many([h[k] for h in hits]))
         keep = v != empty
         if c in stats:
             # an event's own stat (``source`` on TPU ops' metadata) wins over the join
@@ -687,17 +691,38 @@ def _join_hlo_metadata(planes, stats, strings, n, warnings):
 
 
 def _distinct_keys(mod: np.ndarray, prog: np.ndarray, op: np.ndarray):
-    """Distinct (module, program, op) rows and the inverse.  An HLO op name almost always
-    belongs to one (module, program) in a trace: then grouping by the op's string id (a
-    table lookup) is the answer, and only otherwise are all three columns sorted."""
-    u_op, inv_op = unique_inverse(op)
-    if u_op.size and u_op[0] >= 0:
-        first = np.full(u_op.shape[0], -1, np.int64)
-        first[inv_op[::-1]] = np.arange(inv_op.shape[0] - 1, -1, -1)   # first row per op
-        if (mod == mod[first][inv_op]).all() and (prog == prog[first][inv_op]).all():
+    """Distinct (module, program, op) rows, and a function that takes a value per row to
+    the value on every event.  An HLO op name almost always belongs to one (module,
+    program) in a trace: then the op's string id is the key (through a table over the
+    ids, no index per event), and only otherwise are all three columns sorted."""
+    if op.size and int(op.min()) >= 0 and int(op.max()) < max(1 << 24, 4 * op.size):
+        if mod.min() == mod.max() and prog.min() == prog.max():
+            # one (module, program), the usual case: no check per event
+            present = np.zeros(int(op.max()) + 1, bool)
+            present[op] = True
+            u_op = np.flatnonzero(present)
+            del present
+            rows = np.stack([np.full(u_op.shape[0], mod[0]), np.full(u_op.shape[0], prog[0]),
+                             u_op.astype(np.int64)], axis=1)
+            return rows, lambda per_row: _through_table(u_op, per_row, op)
+        u_op, first = unique_first(op)
+        row_of = np.full(int(u_op[-1]) + 1, -1, np.int64)
+        row_of[u_op] = np.arange(u_op.shape[0])
+        at = row_of[op]
+        if (mod == mod[first][at]).all() and (prog == prog[first][at]).all():
             rows = np.stack([mod[first], prog[first], u_op.astype(np.int64)], axis=1)
-            return rows, inv_op
-    return unique_rows(np.stack([mod, prog, op.astype(np.int64)], axis=1))
+            return rows, lambda per_row: _through_table(u_op, per_row, op)
+        del at, row_of
+    u, inv = unique_rows(np.stack([mod, prog, op.astype(np.int64)], axis=1))
+    return u, lambda per_row: np.asarray(per_row)[inv]
+
+
+def _through_table(ids: np.ndarray, per_id, x: np.ndarray) -> np.ndarray:
+    """``per_id`` (a value per sorted distinct id of ``x``) on every element of ``x``."""
+    per_id = np.asarray(per_id)
+    lut = np.zeros(int(ids[-1]) + 1 if ids.size else 0, per_id.dtype)
+    lut[ids] = per_id
+    return lut[x]
 
 
 def _flow_links(stats, n):
