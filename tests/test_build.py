@@ -358,3 +358,18 @@ def test_track_counts_is_numpys_unique_with_counts(values):
     tr, cnt = track_counts(x)
     wtr, wcnt = np.unique(x, return_counts=True)
     assert tr.tolist() == wtr.tolist() and cnt.tolist() == wcnt.tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 30),
+                          st.one_of(st.integers(0, 50), st.integers(2**40, 2**62))),
+                max_size=60))
+def test_gap_detail_order_is_the_lexsort(rows):
+    """Host ops per gap, most self time first, earlier op first at ties: the combined-key
+    sort and the lexsort fallback (times too long for the key) give the lexsort's order."""
+    from tb_perfdiag.analysis.detail import by_gap_then_most
+    rows = sorted({(g, op): t for g, op, t in rows}.items())   # sorted by (gap, op)
+    g = np.array([k[0] for k, _ in rows], np.int64)
+    op = np.array([k[1] for k, _ in rows], np.int64)
+    t = np.array([v for _, v in rows], np.int64)
+    assert by_gap_then_most(g, t, op).tolist() == np.lexsort((op, -t, g)).tolist()

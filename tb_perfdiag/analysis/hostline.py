@@ -134,9 +134,12 @@ class HostLine:
     def time_by_bucket(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """(len(a), n_buckets) time spent per bucket inside each window [a, b); time
         before the thread's first event is idle too."""
-        out = self._upto(b) - self._upto(a)
-        out[:, B_IDLE] += np.maximum(np.asarray(b, np.int64) - np.asarray(a, np.int64), 0) \
-            - out.sum(axis=1)
+        a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
+        # both ends in one pass: a thread's lines are asked about a few windows at a time,
+        # for each of hundreds of threads (numpy's per-call cost dominated)
+        both = self._upto(np.concatenate((b, a)))
+        out = both[:b.shape[0]] - both[b.shape[0]:]
+        out[:, B_IDLE] += np.maximum(b - a, 0) - out.sum(axis=1)
         return out
 
     def _upto(self, t: np.ndarray) -> np.ndarray:
@@ -147,9 +150,9 @@ class HostLine:
         # numpy would copy each column to the needles' width)
         k32 = k.astype(np.int32)
         for b in range(len(BUCKETS)):
-            if b != self.implicit:
-                out[:, b] = self.bucket_cum[b][np.searchsorted(self.bucket_segs[b], k32,
-                                                                side="left")]
+            segs = self.bucket_segs[b]
+            if b != self.implicit and segs.shape[0]:      # a bucket with no time: zeros
+                out[:, b] = self.bucket_cum[b][np.searchsorted(segs, k32, side="left")]
         # the segments before k span seg_start[k] - seg_start[0]: the implicit bucket had
         # what the others did not
         rows = np.flatnonzero(k >= 0)
