@@ -137,17 +137,26 @@ def launching_steps(trace: Trace, steps: StepTable, root: np.ndarray) -> np.ndar
     if ev.size:
         who = root.copy()
         who[ev] = disp
-    out = step_of_time(steps, np.where(who >= 0, trace.ts[np.maximum(who, 0)], trace.ts))
-    del who
-    if steps.source == "modules":
-        dev = trace.track_device[trace.track]
-        act = trace.is_device_activity()
-        for d, runs in steps.runs.items():
-            ops = np.flatnonzero((dev == d) & act)
-            out[ops] = run_of_op(trace, runs, ops)
-        del act
-        other = np.flatnonzero((dev >= 0) & ~isin_few(dev, list(steps.runs)))
-        out[other] = step_of_time(steps, trace.ts[other])
+    if steps.source != "modules":
+        return step_of_time(steps, np.where(who >= 0, trace.ts[np.maximum(who, 0)], trace.ts))
+    # program-run steps: the host's events (and a run device's other lines) by the time of
+    # their dispatch; a run device's ops by the run they ran in; other devices' events by
+    # their own time.  Each event is looked up once (device ops are most of a TPU trace)
+    dev = trace.track_device[trace.track]
+    act = trace.is_device_activity()
+    in_runs = isin_few(dev, list(steps.runs))
+    out = np.empty(trace.n_events, np.int64)
+    timed = np.flatnonzero((dev < 0) | (in_runs & ~act))
+    w = who[timed]
+    out[timed] = step_of_time(steps, np.where(w >= 0, trace.ts[np.maximum(w, 0)],
+                                              trace.ts[timed]))
+    del who, w, timed
+    for d, runs in steps.runs.items():
+        ops = np.flatnonzero((dev == d) & act)
+        out[ops] = run_of_op(trace, runs, ops)
+    del act
+    other = np.flatnonzero((dev >= 0) & ~in_runs)
+    out[other] = step_of_time(steps, trace.ts[other])
     return out
 
 
