@@ -101,12 +101,14 @@ def origins(trace: Trace, linked: np.ndarray | None = None) -> tuple[np.ndarray,
     if need.size:
         mod_tracks = [t for t, nm in enumerate(trace.track_name)
                       if nm == "XLA Modules" and trace.track_kind[t] == TrackKind.DEVICE]
+        need_dev = trace.track_device[trace.track[need]] if mod_tracks else None
         for t in mod_tracks:
-            mods = np.flatnonzero((trace.track == t) & (linked >= 0))
+            lo, hi = trace.track_slices([t])[0]           # a track is a slice of events
+            mods = lo + np.flatnonzero(linked[lo:hi] >= 0)
             if not mods.size:
                 continue
             d = trace.track_device[t]
-            sel = need[trace.track_device[trace.track[need]] == d]
+            sel = need[need_dev == d]
             k = np.searchsorted(trace.ts[mods], trace.ts[sel], side="right") - 1
             ok = k >= 0
             m = mods[np.maximum(k, 0)]

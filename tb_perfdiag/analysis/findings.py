@@ -482,9 +482,10 @@ def _transfers(trace, diag, G, steps, fw, add, out) -> None:
 def _memcpy_share(trace, diag, fw, add) -> None:
     """Copies taking a large share of one device's busy time."""
     D = diag.devices
+    mem = np.flatnonzero(trace.kind == K.MEMCPY)         # one pass, not one per device
+    mem_dev = trace.track_device[trace.track[mem]]
     for d in np.flatnonzero(D.ops > 0).tolist():
-        lo, hi = D.lo[d], D.hi[d]
-        ev = np.flatnonzero((trace.kind == K.MEMCPY) & (trace.track_device[trace.track] == d))
+        ev = mem[mem_dev == d]
         busy = int(round(int(D.busy[d]) / 1000))
         if not ev.size or not busy:
             continue
