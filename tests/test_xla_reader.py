@@ -322,3 +322,24 @@ def test_ops_join_the_hlo_proto_of_their_own_module_and_program(case):
           for i, (m, p, op, _) in enumerate(runs)]
     t = b.build()
     assert [t.stat_str("op_name", k.index) for k in ks] == [want for *_, want in runs]
+
+
+@pytest.mark.parametrize("order", ["sorted", "shuffled"])
+def test_metadata_stats_merge_into_the_events_own(order):
+    """What an event's metadata says fills in the events that do not carry the stat
+    themselves, in event order (before, between and after the own rows); an event's own
+    value wins."""
+    from tb_perfdiag.trace.build import StringTable
+    evs = np.array([1, 5, 7, 10, 12], np.int64)
+    rows = np.array([0, 1, 0, 2, 1], np.int64)           # each event's metadata row
+    if order == "shuffled":
+        o = np.array([4, 0, 3, 2, 1])              # 12 before 10: both after 9
+        evs, rows = evs[o], rows[o]
+    stats = {"program_id": (np.array([2, 5, 9], np.int64), np.array([20, 50, 90], np.int64),
+                            False)}
+    cols = {"program_id": (np.array([0, 1, 2], np.int64), [100, 101, 102], False)}
+    xspace._merge_metadata_stats(stats, evs, rows, cols, StringTable())
+    e, v, _ = stats["program_id"]
+    got = dict(zip(np.asarray(e).tolist(), np.asarray(v).tolist()))
+    assert np.asarray(e).tolist() == [1, 2, 5, 7, 9, 10, 12]
+    assert got == {1: 100, 2: 20, 5: 50, 7: 100, 9: 90, 10: 102, 12: 101}

@@ -509,22 +509,28 @@ def _merge_metadata_stats(stats: dict, evs: np.ndarray, rows: np.ndarray, cols: 
         at = np.full(max(int(rows.max()), int(md_rows.max())) + 1, -1, np.int64)
         at[md_rows] = np.arange(md_rows.shape[0])
         pos = at[rows]
-        e, pos = evs[pos >= 0], pos[pos >= 0]
+        ok = pos >= 0
+        e, pos = evs[ok], pos[ok]
         if not e.size:
             continue
         v = vals[pos]
         cur = stats.get(sname)
         if cur is not None:
             e0, v0, _ = cur
-            e0 = np.asarray(e0)
+            e0, v0 = np.asarray(e0), np.asarray(v0)
+            v = v.astype(v0.dtype)
+            if e.shape[0] > 1 and not (e[1:] > e[:-1]).all():
+                o = np.argsort(e, kind="stable")
+                e, v = e[o], v[o]
             if e0.size:
-                k = np.minimum(search(e0, e), e0.shape[0] - 1)
-                own = e0[k] == e
-                e, v = e[~own], v[~own]
-            e = np.concatenate([e0, e])
-            v = np.concatenate([np.asarray(v0), v.astype(np.asarray(v0).dtype)])
-            o = np.argsort(e, kind="stable")
-            e, v = e[o], v[o]
+                k = search(e0, e)
+                own = e0[np.minimum(k, e0.shape[0] - 1)] == e
+                e, v, k = e[~own], v[~own], k[~own]
+                # both sorted: the new rows go in before the first larger event (a merge,
+                # not a sort of both)
+                e, v = np.insert(e0, k, e), np.insert(v0, k, v)
+            stats[sname] = (e, v, is_string)
+            continue
         stats[sname] = (e, v, is_string)
 
 
