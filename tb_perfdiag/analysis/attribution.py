@@ -81,21 +81,23 @@ def _last_by_start(trace: Trace, src_of: np.ndarray, src: np.ndarray,
 def origins(trace: Trace, linked: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(origin, via) per event; ``linked``: ``incoming_host_link(trace)`` when at hand."""
     origin = incoming_host_link(trace) if linked is None else linked.copy()
-    via = np.where(origin >= 0, VIA_LINK, VIA_NONE).astype(np.int8)
+    via = np.where(origin >= 0, np.int8(VIA_LINK), np.int8(VIA_NONE))
     device_ev = ~host_side(trace)
     device_act = device_ev & trace.is_device_activity()
     # XLA:CPU ops sit on the same thread as the executor that received the flow
     linked = incoming_host_link_any(trace)
     need = np.flatnonzero(device_ev & (origin < 0))
-    cur = trace.parent[need].copy()
-    for _ in range(64):
+    cur = trace.parent[need]
+    for _ in range(64):                 # up the ancestors of the events still looking
         live = cur >= 0
-        if not live.any():
+        need, cur = need[live], cur[live]
+        if not need.size:
             break
-        hit = live & (linked[np.maximum(cur, 0)] >= 0)
-        origin[need[hit]] = linked[cur[hit]]
+        up = linked[cur]
+        hit = up >= 0
+        origin[need[hit]] = up[hit]
         via[need[hit]] = VIA_ANCESTOR_LINK
-        cur = np.where(hit | ~live, -1, trace.parent[np.maximum(cur, 0)])
+        need, cur = need[~hit], trace.parent[cur[~hit]]
     # TPU/GPU XLA: the flow goes to the module run (XLA Modules line) the op ran in
     need = np.flatnonzero(device_act & (origin < 0))
     if need.size:
