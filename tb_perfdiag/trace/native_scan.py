@@ -22,6 +22,7 @@ import orjson
 
 from .. import _native
 from .chrome_meta import METADATA_KEYS, metadata_event
+from .xspace_stats import STATS
 
 _XSPACE_COLUMNS = {
     "ev_line": np.int32, "ev_meta": np.int64, "ev_offset_ps": np.int64,
@@ -50,7 +51,7 @@ HAS_MAPPED = hasattr(_native, "scan_xspace_mapped") and os.name == "posix"
 
 def scan_xspace(buf, progress=None, wanted=None) -> dict:
     """XSpace bytes → the columns of ``xspace.scan_python`` (``wanted``: the stats kept,
-    by name; ``xspace.STATS`` when None)."""
+    by name; ``xspace_stats.STATS`` when None)."""
     return _xspace_columns(_native.scan_xspace(buf, _counter(buf, progress),
                                                _wanted(wanted)))
 
@@ -65,10 +66,7 @@ def scan_xspace_mapped(mapping, progress=None, wanted=None) -> dict:
 
 
 def _wanted(wanted) -> tuple:
-    if wanted is None:
-        from .xspace import STATS
-        return STATS
-    return tuple(wanted)
+    return STATS if wanted is None else tuple(wanted)
 
 
 def _xspace_columns(raw: dict) -> dict:

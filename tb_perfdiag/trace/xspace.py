@@ -22,6 +22,7 @@ from .build import (StringTable, Tracks, assemble, correlation_links, map_distin
 from .hlo import FIELDS as HLO_FIELDS, hlo_op_metadata
 from .model import Device, EventKind as K, LinkKind, TraceError, TrackKind, search
 from .xplane_pb import XPlane, XSpace
+from .xspace_stats import STATS, STR_STATS
 
 # stat value kinds in scan columns
 ST_NONE, ST_DOUBLE, ST_UINT, ST_INT, ST_STR, ST_BYTES, ST_REF = range(7)
@@ -29,16 +30,6 @@ _ONEOF_KIND = {"double_value": ST_DOUBLE, "uint64_value": ST_UINT, "int64_value"
                "str_value": ST_STR, "bytes_value": ST_BYTES, "ref_value": ST_REF}
 
 _DEVICE_PLANE = re.compile(r"^/device:(GPU|TPU|CPU|[A-Za-z_]+):(\d+)")
-# stats copied into trace columns (string-valued ones are interned)
-INT_STATS = ("step_num", "program_id", "run_id", "correlation_id", "device_ordinal",
-             "group_id", "_r", "bytes_transferred", "stream_id", "context_id")
-# per-kernel description strings (kernel_details, long_name) are unique per event and no
-# analysis reads them: they stay out of the model (``raw_event_stats`` reads them on demand)
-STR_STATS = ("hlo_op", "hlo_module", "tf_op", "memcpy_details", "hlo_category", "graph_hash",
-             "shape", "source")
-FLOW_STATS = ("_p", "_pt", "_c", "_ct", "flow")
-# the stats the scanners keep (every other stat row is dropped as it is read)
-STATS = INT_STATS + STR_STATS + FLOW_STATS
 # what an event's metadata may say about every event of that metadata (TPU ops keep their
 # program id and scope there); per-event facts (correlation, flows, steps) never come from it
 MD_INT_STATS = ("program_id",)
