@@ -459,7 +459,7 @@ static int utf8_valid(const unsigned char *p, size_t n) {
 
 enum { ST_NONE = 0, ST_DOUBLE, ST_UINT, ST_INT, ST_STR, ST_BYTES, ST_REF };
 
-/* The stats the model reads (tb_perfdiag.trace.xspace.STATS) are kept, split by stat as
+/* The stats the model reads (tb_perfdiag.trace.xspace_stats.STATS) are kept, split by stat as
  * they are read: a column of every stat row (its event, metadata id, kind and value) was
  * 1.7 GB on a 40 M-event file, and splitting it afterwards took two more passes. */
 #define X_MAX_WANTED 64
@@ -475,7 +475,7 @@ typedef struct {
 
 typedef struct {
     int64_t *keys;
-    int8_t *codes;       /* -1: a free slot, or an id no longer wanted */
+    int8_t *codes;       /* -1: an id no longer wanted (a free slot has key 0) */
     size_t cap, n;       /* cap a power of two; n slots used */
 } FarCodes;
 
