@@ -13,10 +13,11 @@ from .model import Device, Stat, Trace, TrackKind
 from .extension import native_fn
 
 
-def unique_inverse(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``np.unique(x, return_inverse=True)`` for integer ids; O(n) with a lookup table
-    when the ids are small non-negative numbers (names, metadata ids), which avoids the
-    sort ``np.unique`` does."""
+def small_ids(x: np.ndarray):
+    """``(k, u, shifted)`` when the integer ids ``x`` are small enough for a table over
+    their range (names, metadata ids, event indices: no sort): ``u`` the sorted distinct
+    table positions, ``k`` each element's position (``x``, or ``x + 1`` when −1 occurs
+    and ``shifted``); else None."""
     x = np.asarray(x)
     if x.size and x.dtype.kind in "iu":
         lo, hi = int(x.min()), int(x.max())
@@ -28,11 +29,21 @@ def unique_inverse(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             k = x.astype(np.int64) + 1 if lo < 0 else x
             present = np.zeros(hi + 2, bool)
             present[k] = True
-            u = np.flatnonzero(present)
-            del present
-            lut = np.empty(hi + 2, np.int32 if u.shape[0] < 2**31 else np.int64)
-            lut[u] = np.arange(u.shape[0])
-            return (u - 1 if lo < 0 else u).astype(x.dtype), lut[k].astype(np.int64)
+            return k, np.flatnonzero(present), lo < 0
+    return None
+
+
+def unique_inverse(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(x, return_inverse=True)`` for integer ids; O(n) with a lookup table
+    when the ids are small non-negative numbers (names, metadata ids), which avoids the
+    sort ``np.unique`` does."""
+    x = np.asarray(x)
+    small = small_ids(x)
+    if small is not None:
+        k, u, shifted = small
+        lut = np.empty(int(u[-1]) + 1, np.int32 if u.shape[0] < 2**31 else np.int64)
+        lut[u] = np.arange(u.shape[0])
+        return (u - 1 if shifted else u).astype(x.dtype), lut[k].astype(np.int64)
     u, inv = np.unique(x, return_inverse=True)
     return u, inv.reshape(-1)
 
@@ -43,19 +54,13 @@ def map_distinct(x: np.ndarray, of) -> np.ndarray:
     table over their range, with no inverse index (an int64 column the size of ``x``,
     then a gather through it: 20 M ops, 0.4 s)."""
     x = np.asarray(x)
-    if x.size and x.dtype.kind in "iu":
-        lo, hi = int(x.min()), int(x.max())
-        if lo >= -1 and (hi < (1 << 24) and hi < 8 * x.size + 1024
-                         or hi < 2**31 - 2 and hi < 4 * x.size + 1024):
-            k = x.astype(np.int64) + 1 if lo < 0 else x
-            present = np.zeros(hi + 2, bool)
-            present[k] = True
-            u = np.flatnonzero(present)
-            del present
-            vals = np.asarray(of((u - 1 if lo < 0 else u).astype(x.dtype)))
-            lut = np.empty(hi + 2, vals.dtype)
-            lut[u] = vals
-            return lut[k]
+    small = small_ids(x)
+    if small is not None:
+        k, u, shifted = small
+        vals = np.asarray(of((u - 1 if shifted else u).astype(x.dtype)))
+        lut = np.empty(int(u[-1]) + 1, vals.dtype)
+        lut[u] = vals
+        return lut[k]
     u, inv = unique_inverse(x)
     return np.asarray(of(u))[inv]
 

@@ -18,7 +18,7 @@ from ..progress import NULL
 from ..storage import read_bytes
 from . import classify
 from .build import (StringTable, Tracks, assemble, correlation_links, map_distinct,
-                    unique_first, unique_inverse, unique_rows)
+                    small_ids, unique_inverse, unique_rows)
 from .hlo import FIELDS as HLO_FIELDS, hlo_op_metadata
 from .model import Device, EventKind as K, LinkKind, TraceError, TrackKind, search
 from .xplane_pb import XPlane, XSpace
@@ -692,24 +692,23 @@ def _distinct_keys(mod: np.ndarray, prog: np.ndarray, op: np.ndarray):
     the value on every event.  An HLO op name almost always belongs to one (module,
     program) in a trace: then the op's string id is the key (through a table over the
     ids, no index per event), and only otherwise are all three columns sorted."""
-    if op.size and int(op.min()) >= 0 and int(op.max()) < max(1 << 24, 4 * op.size):
+    small = small_ids(op) if op.size and int(op.min()) >= 0 else None
+    if small is not None:
         if mod.min() == mod.max() and prog.min() == prog.max():
             # one (module, program), the usual case: no check per event
-            present = np.zeros(int(op.max()) + 1, bool)
-            present[op] = True
-            u_op = np.flatnonzero(present)
-            del present
+            u_op = small[1]
             rows = np.stack([np.full(u_op.shape[0], mod[0]), np.full(u_op.shape[0], prog[0]),
                              u_op.astype(np.int64)], axis=1)
             return rows, lambda per_row: _through_table(u_op, per_row, op)
-        u_op, first = unique_first(op)
-        row_of = np.full(int(u_op[-1]) + 1, -1, np.int64)
-        row_of[u_op] = np.arange(u_op.shape[0])
-        at = row_of[op]
-        if (mod == mod[first][at]).all() and (prog == prog[first][at]).all():
-            rows = np.stack([mod[first], prog[first], u_op.astype(np.int64)], axis=1)
-            return rows, lambda per_row: _through_table(u_op, per_row, op)
-        del at, row_of
+        u_op, inv = unique_inverse(op)
+        # each op's module and program as any of its events has them: the key when every
+        # event agrees
+        m, p = np.empty(u_op.shape[0], np.int64), np.empty(u_op.shape[0], np.int64)
+        m[inv], p[inv] = mod, prog
+        if (m[inv] == mod).all() and (p[inv] == prog).all():
+            rows = np.stack([m, p, u_op.astype(np.int64)], axis=1)
+            return rows, lambda per_row: np.asarray(per_row)[inv]
+        del m, p
     u, inv = unique_rows(np.stack([mod, prog, op.astype(np.int64)], axis=1))
     return u, lambda per_row: np.asarray(per_row)[inv]
 
