@@ -687,6 +687,40 @@ def test_kineto_invalid_json_raises_valueerror(raw):
         kineto.scan_python("bad.json", raw)
 
 
+# numbers where nobody reads them (an unread arg, an unknown event key, a bare element)
+# are checked without their value: the same numbers must pass and fail as where they
+# are read
+_SKIPPED_NUMBER_SPOTS = ('{"traceEvents": [{"ph": "X", "ts": 1, "pid": 1, "tid": 1, '
+                         '"args": {"registers": %s}}]}',
+                         '{"traceEvents": [{"ph": "X", "ts": 1, "pid": 1, "tid": 1, '
+                         '"grid": [1, %s]}]}',
+                         '{"traceEvents": [%s]}',
+                         '{"traceEvents": [], "other": {"x": %s}}')
+
+
+@pytest.mark.parametrize("text", [
+    "0", "-0", "7", "-12", "1.5", "-0.25e-3", "1E+2", "9" * 19, "9" * 20, "9" * 25,
+    "1e308", "1.7976931348623157e308", "1e-400", "0.000e999", "9" * 21 + "e287",
+    "1" + "0" * 300, "-1" + "0" * 300 + ".5",
+])
+def test_kineto_numbers_nobody_reads_are_accepted_as_orjson_does(text):
+    for spot in _SKIPPED_NUMBER_SPOTS:
+        _both_equal((spot % text).encode())
+
+
+@pytest.mark.parametrize("text", [
+    "1e400", "-1e309", "9" * 21 + "e288", "1" + "0" * 309, "1" + "0" * 309 + ".0",
+    "01", "-", "1.", ".5", "1e", "1e+", "-a", "+1", "0x1",
+])
+def test_kineto_numbers_nobody_reads_are_refused_as_orjson_does(text):
+    for spot in _SKIPPED_NUMBER_SPOTS:
+        raw = (spot % text).encode()
+        with pytest.raises(ValueError):
+            native_scan.scan_kineto(raw)
+        with pytest.raises(TraceError):
+            kineto.scan_python("bad.json", raw)
+
+
 def test_kineto_fallback_cases_raise_valueerror():
     """Inputs the C scanner hands back to the reference (which accepts them)."""
     for events in ([{"ph": "X", "name": 1.5, "pid": 1, "tid": 1, "ts": 1}],
