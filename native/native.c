@@ -2046,6 +2046,29 @@ static inline int event_key(JCtx *c, const unsigned char *s, const unsigned char
     return key_id(c, s, e, esc, EVENT_KEYS, K_NKEYS + 1);
 }
 
+/* most args keys are none of ours: told apart by their length first */
+static inline int args_key(JCtx *c, const unsigned char *s, const unsigned char *e, int esc) {
+    size_t n = (size_t)(e - s);
+    if (!esc) {
+        switch (n) {
+        case 5:
+            return memcmp(s, "bytes", 5) == 0 ? A_BYTES : A_OTHER;
+        case 6:
+            if (memcmp(s, "device", 6) == 0) return A_DEVICE;
+            if (memcmp(s, "stream", 6) == 0) return A_STREAM;
+            return A_OTHER;
+        case 11:
+            if (memcmp(s, "correlation", 11) == 0) return A_CORR;
+            if (memcmp(s, "External id", 11) == 0) return A_EXT1;
+            if (memcmp(s, "external id", 11) == 0) return A_EXT2;
+            return A_OTHER;
+        default:
+            return A_OTHER;
+        }
+    }
+    return key_id(c, s, e, esc, ARG_KEYS, A_NKEYS);
+}
+
 /* "args" object at p (its '{'): records the stat keys (last occurrence wins) */
 static const unsigned char *j_args(JCtx *c, const unsigned char *p, Tok *slots) {
     p = jnext(c, p + 1);
@@ -2055,7 +2078,7 @@ static const unsigned char *j_args(JCtx *c, const unsigned char *p, Tok *slots) 
         const unsigned char *ks = p + 1;
         int esc = 0;
         p = j_string(c, ks, &esc);
-        int k = key_id(c, ks, p - 1, esc, ARG_KEYS, A_NKEYS);
+        int k = args_key(c, ks, p - 1, esc);
         p = jnext(c, p);
         if (*p != ':') jfail(c, p, "expected ':'");
         p = jnext(c, p + 1);
