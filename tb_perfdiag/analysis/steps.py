@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..trace.model import EventKind as K, TrackKind, Trace, isin_few
+from ..trace.model import EventKind as K, TrackKind, Trace, isin_few, search
 from .attribution import run_dispatch
 
 DEFINITION = ("Step windows come from, in order: a device Steps line, host step annotations "
@@ -226,8 +226,7 @@ def launched_busy(start: np.ndarray, end: np.ndarray, step: np.ndarray,
 def step_of_time(steps: StepTable, t: np.ndarray) -> np.ndarray:
     """Index of the host step window containing each time, else the latest one before it
     (−1 before the first step)."""
-    k = np.searchsorted(steps.host_start, t, side="right") - 1
-    return k
+    return search(steps.host_start, t, side="right") - 1
 
 
 def device_windows(steps: StepTable, op_step: np.ndarray, op_end: np.ndarray,

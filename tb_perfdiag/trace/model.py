@@ -119,7 +119,8 @@ def search(a: np.ndarray, v, side: str = "left") -> np.ndarray:
     if v.ndim == 1 and v.shape[0] >= 4096 and a.ndim == 1 and a.shape[0] <= 32 * v.shape[0] \
             and a.dtype == v.dtype and a.dtype in (np.int32, np.int64) \
             and a.flags.c_contiguous and v.flags.c_contiguous:
-        # many sorted keys (ops searched in a stat's events): one merge of the two
+        # many keys: one merge of the two when the keys are sorted (ops searched in a
+        # stat's events), else a branch-free binary search each (host events in steps)
         fn = native_fn("sorted_search")
         got = fn(a, v, a.dtype.itemsize, side == "right") if fn is not None else None
         if got is not None:
