@@ -6,7 +6,7 @@ import os
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from tb_perfdiag.trace.build import event_order, nest, unique_inverse
@@ -244,10 +244,13 @@ def test_isin_few_is_numpys_isin(col, values):
 
 @settings(max_examples=100, deadline=None)
 @given(st.integers(0, 2**32 - 1), st.sampled_from(["left", "right"]),
-       st.sampled_from([np.int32, np.int64]), st.booleans())
-def test_search_by_merge_is_numpys_searchsorted(seed, side, dtype, keys_sorted):
-    """``search`` answers many keys by one merge in C when keys and column are sorted
-    (repeated values, keys past both ends), and by numpy otherwise: the same either way."""
+       st.sampled_from([np.int32, np.int64]), st.sampled_from(["sorted", "runs", "any"]),
+       st.booleans())
+def test_search_in_c_is_numpys_searchsorted(seed, side, dtype, keys, column_sorted):
+    """``search`` answers many keys in C over a sorted column: by one merge when the keys
+    are sorted, by a binary search each when not, galloping on from the last answer in a
+    rising run (repeated values, keys past both ends, an empty column); by numpy over a
+    column out of order.  The same either way."""
     from tb_perfdiag.trace import build as B
     from tb_perfdiag.trace.model import search
     if B.native_fn("sorted_search") is None:
@@ -256,8 +259,15 @@ def test_search_by_merge_is_numpys_searchsorted(seed, side, dtype, keys_sorted):
     hi = int(rng.integers(1, 20000))
     a = np.sort(rng.integers(-5, hi, int(rng.integers(0, 30000)))).astype(dtype)
     v = rng.integers(-10, hi + 10, int(rng.integers(4096, 9000))).astype(dtype)
-    if keys_sorted:
+    if keys == "sorted":
         v.sort()
+    elif keys == "runs":     # rising runs of any length, each starting anywhere
+        cuts = np.sort(rng.integers(0, v.size, int(rng.integers(1, 200))))
+        for part in np.split(v, cuts):
+            part.sort()
+    if not column_sorted and a.size > 1:
+        a[[0, -1]] = a[[-1, 0]]
+        assume(a[0] != a[-1])
     got = search(a, v, side)
     assert got.dtype == np.int64
     np.testing.assert_array_equal(got, np.searchsorted(a, v, side=side))
@@ -373,3 +383,18 @@ def test_gap_detail_order_is_the_lexsort(rows):
     op = np.array([k[1] for k, _ in rows], np.int64)
     t = np.array([v for _, v in rows], np.int64)
     assert by_gap_then_most(g, t, op).tolist() == np.lexsort((op, -t, g)).tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 5000), st.floats(0.0, 1.0), st.booleans())
+def test_sort_order_is_a_stable_argsort(seed, n, share, twice):
+    """``sort_order`` (values placed at their value where they are distinct and dense)
+    gives ``np.argsort(kind="stable")``: distinct values, a value twice, few values."""
+    from tb_perfdiag.trace.build import sort_order
+    rng = np.random.default_rng(seed)
+    m = int(share * n)
+    x = rng.permutation(n)[:m].astype(np.int32)
+    if twice and m >= 2:
+        x[int(rng.integers(0, m))] = x[int(rng.integers(0, m))]
+    got = sort_order(x, n)
+    np.testing.assert_array_equal(got, np.argsort(x, kind="stable"))
