@@ -83,7 +83,9 @@ class Culprits:
     def __init__(self, trace: Trace):
         self.t = trace
         self._memo: dict = {}          # (name ids, kinds) of a chain → description
-        self._by_event: dict = {}
+        self._by_event: dict = {}      # primed event → its chain id
+        self._made: dict = {}          # chain id → description, as first asked for
+        self._aside: list = []         # per prime: (first chain id, rows, row of each, step)
         self._clean: dict = {}
         # primed events (sorted) and the distinct chain (name, kind per frame) of each
         self._ev = np.zeros(0, np.int64)
@@ -98,8 +100,9 @@ class Culprits:
         return got
 
     def prime(self, events) -> None:
-        """Describe many events at once: their chains as rows of a matrix, each distinct
-        chain worked out once (100 k culprits on a 2 M-event trace share a few hundred)."""
+        """Ready many events to be described: their chains as rows of a matrix, each
+        distinct chain described once, when first asked for (100 k culprits on a 2 M-event
+        trace share a few hundred)."""
         t = self.t
         ev = distinct(np.asarray(events, np.int64))
         ev = ev[ev >= 0]
@@ -131,15 +134,13 @@ class Culprits:
         aside[one, step_at[one]] = -2 * 64 + int(K.STEP)    # name −2: not a string id
         ua, inv_a = unique_rows(aside)
         del aside
-        holder = "\0step\0"
-        made = [self._chain(r, holder) for r in ua.tolist()]
-        made = [made[a] for a in inv_a.tolist()]
-        for i in np.flatnonzero(one).tolist():
-            name, (where, ops, chain) = self._name(int(step_name[i])), made[i]
-            put = (lambda x: name if x == holder else x)  # noqa: E731
-            made[i] = (put(where), tuple(map(put, ops)), tuple(map(put, chain)))
-        self._by_event.update(zip(ev.tolist(), (made[i] for i in inv.reshape(-1).tolist())))
-        self._ev, self._chain_id = ev, inv.reshape(-1) + self._n_chains
+        # described when first asked for: most chains are never shown (a 2 M-event trace
+        # primes 9 k chains of which findings ask for half)
+        self._aside.append((self._n_chains, ua.tolist(), inv_a.reshape(-1).tolist(),
+                            np.where(one, step_name, -1).tolist()))
+        ids = inv.reshape(-1) + self._n_chains
+        self._by_event.update(zip(ev.tolist(), ids.tolist()))
+        self._ev, self._chain_id = ev, ids
         self._chain_rows.append((self._n_chains, u))
         self._n_chains += u.shape[0]
 
@@ -174,14 +175,34 @@ class Culprits:
                         if x >= 0]
         raise IndexError(chain_id)
 
+    def _primed(self, cid: int) -> tuple:
+        """The description of primed chain ``cid``: its chain with the step frame's name
+        set aside, worked out once, then the name put back."""
+        got = self._made.get(cid)
+        if got is not None:
+            return got
+        first, rows, row_of, step = next(x for x in reversed(self._aside) if cid >= x[0])
+        holder = "\0step\0"
+        a = row_of[cid - first]
+        if not isinstance(rows[a], tuple):      # a chain row, not yet described
+            rows[a] = self._chain(rows[a], holder)
+        where, ops, chain = rows[a]
+        name_id = step[cid - first]
+        if name_id >= 0:
+            name = self._name(name_id)
+            put = (lambda x: name if x == holder else x)  # noqa: E731
+            where, ops, chain = put(where), tuple(map(put, ops)), tuple(map(put, chain))
+        got = self._made[cid] = (where, ops, chain)
+        return got
+
     def describe(self, e: int) -> tuple:
         """(where, ops, chain) of event ``e``: the innermost user frame (else the innermost
         user annotation) above it, the op names from there down to ``e`` (recursion
         collapsed), and the whole cleaned chain.  Chains repeat from step to step: each
         distinct one is worked out once."""
-        got = self._by_event.get(e)
-        if got is not None:
-            return got
+        cid = self._by_event.get(e)
+        if cid is not None:
+            return self._primed(cid)
         t = self.t
         chain = t.chain(e) if e >= 0 else []
         key = (tuple(t.name[chain].tolist()), tuple(t.kind[chain].tolist())) if chain else ((), ())
