@@ -721,6 +721,21 @@ def test_kineto_numbers_nobody_reads_are_refused_as_orjson_does(text):
             kineto.scan_python("bad.json", raw)
 
 
+def test_kineto_keys_like_the_usual_ones_are_told_apart():
+    """The usual event keys are read by comparing bytes; keys that start like them, are
+    cut short, or spell them with escapes are read as the reference reads them."""
+    ev = ('{"ph": "X", "name": "real", "pid": 1, "tid": 2, "ts": 5, "dur": 3, '
+          '"cat": "c", "args": {"correlation": 7}')
+    near = ['"p": 1', '"phx": "M"', '"pidd": 9', '"tsx": 1', '"t": 1', '"durr": 9',
+            '"cats": "x"', '"names": "x"', '"nam": "x"', '"argss": {"correlation": 8}',
+            '"arg": 1', '"\\u0070h": "X"', '"n\\u0061me": "escaped"', '"ts\\"": 1']
+    for k in near:
+        for doc in (ev + ", " + k + "}", "{" + k + ", " + ev[1:] + "}"):
+            _both_equal(('{"traceEvents": [' + doc + "]}").encode())
+    # the keys in the last bytes of the text: fewer than the eight compared
+    _both_equal(b'{"traceEvents": [{"ts": 1, "pid": 1, "tid": 1, "name": "n", "ph": "X"}]}')
+
+
 def test_kineto_fallback_cases_raise_valueerror():
     """Inputs the C scanner hands back to the reference (which accepts them)."""
     for events in ([{"ph": "X", "name": 1.5, "pid": 1, "tid": 1, "ts": 1}],
