@@ -1602,7 +1602,7 @@ static const unsigned char *j_escape(JCtx *c, const unsigned char *p, unsigned *
 #define HIGHS 0x8080808080808080ULL
 
 /* p just after the opening quote: pointer after the closing quote */
-static const unsigned char *j_string(JCtx *c, const unsigned char *p, int *esc) {
+static const unsigned char *j_string_long(JCtx *c, const unsigned char *p, int *esc) {
     const unsigned char *end = c->end;
     for (;;) {
 #ifdef __SSE2__
@@ -1657,6 +1657,24 @@ static const unsigned char *j_string(JCtx *c, const unsigned char *p, int *esc) 
             p = q;
         }
     }
+}
+
+/* p just after an opening quote: the byte after the closing one.  Most strings in a
+ * trace are short keys and values: the first 16 bytes are looked at here, inline; a
+ * string with more, or with an escape or a byte to check, goes to j_string_long. */
+static inline const unsigned char *j_string(JCtx *c, const unsigned char *p, int *esc) {
+#ifdef __SSE2__
+    if (c->end - p >= 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)p);
+        int q = _mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')));
+        int other = _mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('\\')),
+                                                   _mm_cmplt_epi8(v, _mm_set1_epi8(0x20))));
+        /* a quote before any other byte to stop at */
+        if (q && (other == 0 || (q & -q) < (other & -other)))
+            return p + __builtin_ctz((unsigned)q) + 1;
+    }
+#endif
+    return j_string_long(c, p, esc);
 }
 
 /* decode validated string content s..e (escapes) into out (capacity >= e - s) */
