@@ -85,7 +85,9 @@ class Culprits:
         self._memo: dict = {}          # (name ids, kinds) of a chain → description
         self._by_event: dict = {}      # primed event → its chain id
         self._made: dict = {}          # chain id → description, as first asked for
-        self._aside: list = []         # per prime: (first chain id, rows, row of each, step)
+        # per prime: (first chain id, chain rows with the step set aside, their
+        # descriptions once made, the row of each chain, its step's name id or −1)
+        self._aside: list = []
         self._clean: dict = {}
         # primed events (sorted) and the distinct chain (name, kind per frame) of each
         self._ev = np.zeros(0, np.int64)
@@ -136,8 +138,8 @@ class Culprits:
         del aside
         # described when first asked for: most chains are never shown (a 2 M-event trace
         # primes 9 k chains of which findings ask for half)
-        self._aside.append((self._n_chains, ua.tolist(), inv_a.reshape(-1).tolist(),
-                            np.where(one, step_name, -1).tolist()))
+        self._aside.append((self._n_chains, ua.tolist(), [None] * ua.shape[0],
+                            inv_a.reshape(-1).tolist(), np.where(one, step_name, -1).tolist()))
         ids = inv.reshape(-1) + self._n_chains
         self._by_event.update(zip(ev.tolist(), ids.tolist()))
         self._ev, self._chain_id = ev, ids
@@ -181,12 +183,13 @@ class Culprits:
         got = self._made.get(cid)
         if got is not None:
             return got
-        first, rows, row_of, step = next(x for x in reversed(self._aside) if cid >= x[0])
+        first, rows, made, row_of, step = next(x for x in reversed(self._aside)
+                                               if cid >= x[0])
         holder = "\0step\0"
         a = row_of[cid - first]
-        if not isinstance(rows[a], tuple):      # a chain row, not yet described
-            rows[a] = self._chain(rows[a], holder)
-        where, ops, chain = rows[a]
+        if made[a] is None:
+            made[a] = self._chain(rows[a], holder)
+        where, ops, chain = made[a]
         name_id = step[cid - first]
         if name_id >= 0:
             name = self._name(name_id)
