@@ -18,7 +18,7 @@ from ..trace.build import distinct, unique_inverse, unique_rows
 from ..trace.classify import is_collective_kernel
 from ..trace.model import EventKind as K, Trace
 from . import causes as C
-from .culprits import (PYTORCH, PYTORCH_XLA, SYNC_LABELS, Culprits, chain_sync_kind, clean,
+from .culprits import (PYTORCH_XLA, SYNC_LABELS, Culprits, chain_sync_kind, clean,
                        framework, sync_kind)
 from . import tfdata
 from .fixes import fix_for
