@@ -1782,7 +1782,7 @@ slow:
 /* p at '-' or a digit: validated JSON number */
 static const unsigned char *j_number(JCtx *c, const unsigned char *p, Num *n) {
     const unsigned char *end = c->end;
-    /* field by field: a memset here (rep stos) cost a tenth of the scan */
+    /* field by field: a memset here (rep stos) was about 7 % of the scan */
     n->neg = n->has_frac = n->has_exp = n->is_float = n->fits_i64 = 0;
     n->i = 0;
     n->u = 0;
@@ -2066,8 +2066,8 @@ static inline int event_key(JCtx *c, const unsigned char *s, const unsigned char
 
 /* p at the opening quote of a key: one of the usual event keys, read by comparing the
  * eight bytes after the quote with its text and closing quote (where it returns the key
- * and the byte after that quote), else -1.  Calling j_string for these eight keys of
- * every event was a fifth of the scan. */
+ * and the byte after that quote), else -1: no string scan for the keys every event
+ * has (3 % of the scan). */
 static inline int event_key_quick(const unsigned char *p, const unsigned char *end,
                                   const unsigned char **after) {
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
@@ -2327,7 +2327,7 @@ static inline int64_t to_i64_checked(JCtx *c, double x, const unsigned char *at)
 static const unsigned char *j_event(JCtx *c, const unsigned char *p, int64_t i) {
     const unsigned char *ev_start = p;
     /* only the kind is cleared: every reader looks at it first (a memset of both
-     * arrays was a tenth of the scan) */
+     * arrays was about 7 % of the scan) */
     Tok tk[K_NKEYS];
     Tok slots[A_NKEYS];
     for (int j = 0; j < K_NKEYS; j++) tk[j].t = T_MISSING;
