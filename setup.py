@@ -44,7 +44,8 @@ setup(
                  # an S3-compatible server the result-store tests start (moto's server mode)
                  "s3fs>=2024.2", "moto[server]>=5"],
     },
-    ext_modules=[Extension("tb_perfdiag._native", ["native/native.c"], optional=True,
+    ext_modules=[Extension("tb_perfdiag._native", ["native/native.c", "native/pages.c"],
+                           depends=["native/pages.h"], optional=True,
                            extra_compile_args=["-O3"])],
     entry_points={
         "tensorboard_plugins": ["perfdiag = tb_perfdiag.plugin:DiagnoseLoader"],

@@ -28,6 +28,8 @@
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
+#include "pages.h"
+
 #if !defined(_WIN32)
 #include <sys/mman.h>
 #define HAVE_BUS_GUARD 1
@@ -155,6 +157,7 @@ typedef struct {
     PyObject_HEAD
     char *data;
     size_t len, cap;    /* bytes shown, bytes owned */
+    int pooled;         /* data from pages_take (new_column), else mapped by a Vec */
 } Column;
 
 static int column_getbuffer(PyObject *o, Py_buffer *view, int flags) {
@@ -165,7 +168,8 @@ static int column_getbuffer(PyObject *o, Py_buffer *view, int flags) {
 
 static void column_dealloc(PyObject *o) {
     Column *c = (Column *)o;
-    mem_free(c->data, c->cap);
+    if (c->pooled) pages_give(c->data);
+    else mem_free(c->data, c->cap);
     Py_TYPE(o)->tp_free(o);
 }
 
@@ -185,17 +189,32 @@ static PyTypeObject ColumnType = {
     .tp_doc = "A column of a scan: a writable buffer (np.frombuffer) that owns its memory.",
 };
 
-/* A bytearray of n bytes, not yet written, for outputs made at their final size. */
+/* A Column of n bytes, not yet written, for outputs made at their final size (or cut
+ * by column_cut).  Its memory comes from native/pages.c: inside a recycled_pages
+ * scope it reuses the pages of freed arrays, and counts toward that scope's peak. */
 static PyObject *new_column(Py_ssize_t n) {
-    PyObject *b = PyByteArray_FromStringAndSize(NULL, n);
-    if (b && n > 0) {
-        /* the page-aligned inside of its allocation (never resized but by a shrink) */
-        const uintptr_t huge = (uintptr_t)2 << 20;
-        uintptr_t p = (uintptr_t)PyByteArray_AS_STRING(b);
-        uintptr_t lo = (p + huge - 1) & ~(huge - 1), hi = (p + (size_t)n) & ~(huge - 1);
-        if (hi > lo) huge_hint((void *)lo, hi - lo);
+    Column *c = PyObject_New(Column, &ColumnType);
+    if (!c) return NULL;
+    c->data = pages_take((size_t)n);
+    c->len = c->cap = (size_t)n;
+    c->pooled = 1;
+    if (!c->data) {
+        c->pooled = 0;
+        Py_DECREF(c);
+        return PyErr_NoMemory();
     }
-    return b;
+    return (PyObject *)c;
+}
+
+#define COL_DATA(o) (((Column *)(o))->data)
+
+/* a new_column shortened to n bytes (the pages past them go back) */
+static void column_cut(PyObject *o, size_t n) {
+    Column *c = (Column *)o;
+    if (n < c->len) {
+        c->len = n;
+        pages_cut(c->data, n);
+    }
 }
 
 typedef struct {
@@ -262,6 +281,7 @@ static PyObject *vec_to_column(Vec *v) {
         c->data = v->data;
         c->len = v->len;
         c->cap = v->data ? v->cap : 0;
+        c->pooled = 0;
         v->col = (PyObject *)c;
     }
     Py_INCREF(v->col);
@@ -2899,8 +2919,8 @@ static PyObject *nest_sorted(PyObject *self, PyObject *args) {
     {
         const int32_t *track = tb.buf;
         const int64_t *ts = sb.buf, *end = eb.buf;
-        int16_t *depth = (int16_t *)PyByteArray_AS_STRING(depth_b);
-        int64_t *parent = (int64_t *)PyByteArray_AS_STRING(parent_b);
+        int16_t *depth = (int16_t *)COL_DATA(depth_b);
+        int64_t *parent = (int64_t *)COL_DATA(parent_b);
         Py_BEGIN_ALLOW_THREADS
         Py_ssize_t sn = 0;
         for (Py_ssize_t i = 0; i < n; i++) {
@@ -3036,7 +3056,7 @@ static PyObject *busy_union(PyObject *self, PyObject *args) {
         if (!(b[i] = new_column(sizes[i] * 8))) goto done;
     {
         int64_t *p[6];
-        for (int i = 0; i < 6; i++) p[i] = (int64_t *)PyByteArray_AS_STRING(b[i]);
+        for (int i = 0; i < 6; i++) p[i] = (int64_t *)COL_DATA(b[i]);
         g.gs = p[2]; g.ge = p[3]; g.prev = p[4]; g.next = p[5];
         Py_BEGIN_ALLOW_THREADS
         bu_pass(ts, dur, ev, runs, k, h, p[0], p[1], thr, &g);
@@ -3109,8 +3129,8 @@ static PyObject *corr_links(PyObject *self, PyObject *args) {
         goto done;
     }
     {
-        int64_t *src = (int64_t *)PyByteArray_AS_STRING(src_b);
-        int64_t *dst = (int64_t *)PyByteArray_AS_STRING(dst_b);
+        int64_t *src = (int64_t *)COL_DATA(src_b);
+        int64_t *dst = (int64_t *)COL_DATA(dst_b);
         Py_ssize_t k = 0;
         Py_BEGIN_ALLOW_THREADS
         for (int64_t v = 0; v <= hi; v++) lut[v] = -1;
@@ -3127,8 +3147,8 @@ static PyObject *corr_links(PyObject *self, PyObject *args) {
             }
         }
         Py_END_ALLOW_THREADS
-        if (PyByteArray_Resize(src_b, k * 8) < 0 || PyByteArray_Resize(dst_b, k * 8) < 0)
-            goto done;
+        column_cut(src_b, (size_t)k * 8);
+        column_cut(dst_b, (size_t)k * 8);
     }
 #undef CL_KIND_IN
     out = PyTuple_Pack(2, src_b, dst_b);
@@ -3238,7 +3258,7 @@ static PyObject *entry_walk(PyObject *self, PyObject *args) {
     {
         const int64_t *ev = evb.buf;
         const int32_t *linked = lkb.buf, *parent = pab.buf;
-        int64_t *out = (int64_t *)PyByteArray_AS_STRING(out_b);
+        int64_t *out = (int64_t *)COL_DATA(out_b);
         int bad = 0;
         Py_BEGIN_ALLOW_THREADS
         for (Py_ssize_t r = 0; r < m && !bad; r++) {
@@ -3318,7 +3338,7 @@ static PyObject *event_order_c(PyObject *self, PyObject *args) {
         goto done;
     }
     int bad = 0, unsorted = 0;
-    int64_t *o = (int64_t *)PyByteArray_AS_STRING(out_b);
+    int64_t *o = (int64_t *)COL_DATA(out_b);
     const int64_t *ts = tsb.buf, *dur = drb.buf;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -3416,9 +3436,9 @@ static PyObject *host_segments(PyObject *self, PyObject *args) {
             if (!PyErr_Occurred()) PyErr_NoMemory();
             goto done;
         }
-        int64_t *times = (int64_t *)PyByteArray_AS_STRING(times_b);
-        int32_t *inner = (int32_t *)PyByteArray_AS_STRING(inner_b);
-        int8_t *bucket = (int8_t *)PyByteArray_AS_STRING(bucket_b);
+        int64_t *times = (int64_t *)COL_DATA(times_b);
+        int32_t *inner = (int32_t *)COL_DATA(inner_b);
+        int8_t *bucket = (int8_t *)COL_DATA(bucket_b);
         int bad = 0;
         Py_BEGIN_ALLOW_THREADS
         Py_ssize_t i = 0, j = 0, k = 0, cur = -1;
@@ -3454,8 +3474,8 @@ static PyObject *host_segments(PyObject *self, PyObject *args) {
             if (!sb_ || !cb_) { Py_XDECREF(sb_); Py_XDECREF(cb_); goto done; }
             PyList_SET_ITEM(lists, 2 * b, sb_);
             PyList_SET_ITEM(lists, 2 * b + 1, cb_);
-            seg[b] = (int32_t *)PyByteArray_AS_STRING(sb_);
-            cum[b] = (int64_t *)PyByteArray_AS_STRING(cb_);
+            seg[b] = (int32_t *)COL_DATA(sb_);
+            cum[b] = (int64_t *)COL_DATA(cb_);
             cum[b][0] = 0;
         }
         Py_BEGIN_ALLOW_THREADS
@@ -3547,10 +3567,10 @@ static PyObject *op_counts(PyObject *self, PyObject *args) {
         int64_t *cnt[2], *tim[2];
         int8_t *kd[2];
         for (int sd = 0; sd < 2; sd++) {
-            ids[sd] = (int32_t *)PyByteArray_AS_STRING(ids_b[sd]);
-            cnt[sd] = (int64_t *)PyByteArray_AS_STRING(cnt_b[sd]);
-            tim[sd] = (int64_t *)PyByteArray_AS_STRING(tim_b[sd]);
-            kd[sd] = (int8_t *)PyByteArray_AS_STRING(kind_b[sd]);
+            ids[sd] = (int32_t *)COL_DATA(ids_b[sd]);
+            cnt[sd] = (int64_t *)COL_DATA(cnt_b[sd]);
+            tim[sd] = (int64_t *)COL_DATA(tim_b[sd]);
+            kd[sd] = (int8_t *)COL_DATA(kind_b[sd]);
             memset(cnt[sd], 0, 3 * k[sd] * 8);
             memset(tim[sd], 0, 3 * k[sd] * 8);
             memset(kd[sd], 0, k[sd]);
@@ -3719,7 +3739,7 @@ static PyObject *op_cells(PyObject *self, PyObject *args) {
     }
     for (int k = OC_RCNT; k < OC_N; k++)
         if (!bufs[k]) goto done;
-#define OC(k, T) ((T *)PyByteArray_AS_STRING(bufs[k]))
+#define OC(k, T) ((T *)COL_DATA(bufs[k]))
     {
         const int64_t *dur = db.buf;
         const unsigned char *shrt = fb.buf;
@@ -3951,7 +3971,7 @@ static PyObject *sorted_search(PyObject *self, PyObject *args) {
     Py_ssize_t n = ab.len / width, m = vb.len / width;
     out_b = new_column(m * 8);
     if (!out_b) goto done;
-    int64_t *o = (int64_t *)PyByteArray_AS_STRING(out_b);
+    int64_t *o = (int64_t *)COL_DATA(out_b);
     int sorted = 1;
     Py_BEGIN_ALLOW_THREADS
     if (width == 8) SS_SEARCH(int64_t);
@@ -4023,6 +4043,16 @@ static PyMethodDef methods[] = {
     {"sorted_search", sorted_search, METH_VARARGS,
      "sorted_search(a, v, width (4 or 8), right) -> int64 bytes of np.searchsorted(a, v, "
      "side) by one merge, or None where a or v is not sorted; see trace.model.search"},
+    {"pages_install", pages_install, METH_VARARGS,
+     "pages_install(numpy _ARRAY_API capsule) -> bool: whether the recycled pages can be "
+     "offered (numpy's own handler is the current one); see tb_perfdiag.pages"},
+    {"pages_enter", pages_enter, METH_NOARGS,
+     "pages_enter() -> the data-memory handler it replaced in this context"},
+    {"pages_leave", pages_leave, METH_VARARGS,
+     "pages_leave(old) -> None: puts old back; the last scope out unmaps the cached pages"},
+    {"pages_stats", pages_stats, METH_NOARGS,
+     "pages_stats() -> dict: bytes of large blocks live and kept, of small blocks live, "
+     "the peaks of in use and of held, hits and misses, open scopes"},
     {NULL, NULL, 0, NULL},
 };
 

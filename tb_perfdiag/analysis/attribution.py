@@ -256,7 +256,7 @@ def entry_of(trace: Trace, linked: np.ndarray, regions: dict, ev: np.ndarray,
     ev = np.asarray(ev, np.int64)
     fn = native_fn("entry_walk") if depth == 0 else None
     if fn is not None and linked.dtype == trace.parent.dtype == np.int32:
-        # a bytearray's buffer: writable, no copy
+        # a Column's buffer: writable, no copy
         out = np.frombuffer(fn(np.ascontiguousarray(ev), linked, trace.parent, _MAX_DEPTH),
                             np.int64)
         top = np.flatnonzero(out <= -2)

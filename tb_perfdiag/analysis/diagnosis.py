@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..pages import recycled_pages
 from ..progress import NULL
 from ..trace.build import unique_inverse
 from ..trace.classify import memcpy_kind
@@ -118,7 +119,7 @@ def diagnose_trace(trace: Trace, options: Options | None = None, progress=NULL) 
 def analyse(trace: Trace, options: Options | None = None, progress=NULL):
     """(Diagnosis, HostContext): the diagnosis and what later requests on the same trace
     need from the analysis (kept by the server beside the result)."""
-    with no_cyclic_gc():
+    with no_cyclic_gc(), recycled_pages():
         return _diagnose(trace, options or Options(), progress)
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
+from ..pages import recycled_pages
 from ..progress import NULL
 from ..storage import GZIP_MAGIC, OpenFile, is_blank, open_file
 from . import kineto, xspace
@@ -44,6 +45,11 @@ def load(path: str, progress=NULL, root: str | None = None,
 def load_open(f: OpenFile, progress=NULL, expect: int | None = None) -> Trace:
     """``load`` of a file already opened through the guard (``storage.open_file``);
     ``expect``: see ``OpenFile.read`` (a Kineto trace is streamed: it needs none)."""
+    with recycled_pages():
+        return _load_open(f, progress, expect)
+
+
+def _load_open(f: OpenFile, progress, expect: int | None) -> Trace:
     path = f.path
     fmt = detect_format(path) or _sniff(f)
     progress.format(fmt or "")

@@ -1,0 +1,403 @@
+/*
+ * Recycled pages for numpy's large arrays (a NEP 49 data-memory handler).
+ *
+ * Why: the analysis of a 40 M-event trace allocates and frees tens of GB of
+ * column-sized temporaries.  Each comes from a fresh mmap, so the kernel faults
+ * and zeroes every page again: clear_page took 29 % of the whole run.  Inside
+ * a scope (pages_enter .. pages_leave) a freed large block is kept and handed
+ * to the next request it fits, already faulted in.
+ *
+ * The peak stays the peak of what is in use: numpy's blocks, large and small,
+ * are counted as they are made and freed, and the kept blocks are trimmed
+ * (oldest first) so that in use + kept never passes the largest in-use total
+ * seen.  A kept block is thus memory the process held a moment before, and
+ * gives way as soon as anything else needs the room.  Small blocks (under 32 MB,
+ * which glibc recycles in its own heap) go to malloc.  On leaving the last
+ * scope the kept blocks are unmapped.
+ *
+ * numpy's C API is reached through its capsule at run time (no numpy headers at
+ * build time); the handler struct and the API slots used are numpy's stable ABI.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pages.h"
+
+#if !defined(_WIN32)
+#include <pthread.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+/* numpy's PyDataMem_Handler, version 1 (numpy/ndarraytypes.h) */
+typedef struct {
+    void *ctx;
+    void *(*malloc)(void *ctx, size_t size);
+    void *(*calloc)(void *ctx, size_t nelem, size_t elsize);
+    void *(*realloc)(void *ctx, void *ptr, size_t new_size);
+    void (*free)(void *ctx, void *ptr, size_t size);
+} DataAllocator;
+
+typedef struct {
+    char name[127];
+    uint8_t version;
+    DataAllocator allocator;
+} DataHandler;
+
+enum { API_SET_HANDLER = 304, API_GET_HANDLER = 305 };
+
+#define BIG ((size_t)32 << 20)         /* below this, malloc (glibc recycles those itself) */
+#define HEAD 64                         /* big blocks: data at base + 64 (cache-line aligned) */
+#define SLOTS 64
+#define MAGIC_SMALL ((size_t)0x534d414c4c504753ull)
+#define MAGIC_BIG ((size_t)0x42494750414745ull)
+
+typedef struct { char *base; size_t len; uint64_t age; } Block;
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static Block cache[SLOTS];
+static int n_cached;                    /* read without the lock by the small path */
+static int scopes;
+static uint64_t age;
+static size_t page;
+/* bytes: big blocks in arrays, big blocks kept, small blocks in arrays (atomic);
+   peak_use is the largest live + small seen, and the cache is trimmed so that
+   live + cached + small never passes it */
+static size_t live, cached, small, peak_use, peak_held;
+static uint64_t hits, misses;
+
+static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+static size_t small_now(void) { return __atomic_load_n(&small, __ATOMIC_RELAXED); }
+
+/* the header's two words sit just before the data, for either kind */
+static void put_head(char *data, size_t magic, size_t len) {
+    ((size_t *)data)[-2] = magic;
+    ((size_t *)data)[-1] = len;
+}
+
+static void cache_drop(int i, Block *out) {
+    *out = cache[i];
+    cache[i] = cache[n_cached - 1];
+    __atomic_store_n(&n_cached, n_cached - 1, __ATOMIC_RELAXED);
+    cached -= out->len;
+}
+
+static void cache_push(Block b) {
+    cache[n_cached] = b;
+    __atomic_store_n(&n_cached, n_cached + 1, __ATOMIC_RELAXED);
+    cached += b.len;
+}
+
+static int cache_drop_oldest(Block *gone) {
+    int oldest = 0;
+    for (int i = 1; i < n_cached; i++)
+        if (cache[i].age < cache[oldest].age) oldest = i;
+    cache_drop(oldest, gone);
+    return 1;
+}
+
+/* under the lock, after live or small changed: the peaks moved on, and cached
+   blocks (oldest first) collected in `gone` (to unmap after unlocking) until what
+   is held fits under the largest use; returns how many */
+static int cache_fit(Block *gone) {
+    int n = 0;
+    size_t s = small_now();
+    if (live + s > peak_use) peak_use = live + s;
+    while (n_cached && live + cached + s > peak_use) n += cache_drop_oldest(&gone[n]);
+    if (live + cached + s > peak_held) peak_held = live + cached + s;
+    return n;
+}
+
+/* under the lock: the smallest cached block of at least `len` bytes (page-rounded),
+   cut to `len`: a rest that a large request could use stays cached, a smaller one
+   is put in *tail to unmap after unlocking; returns its data or NULL */
+static char *cache_take(size_t len, Block *tail) {
+    int best = -1;
+    for (int i = 0; i < n_cached; i++)
+        if (cache[i].len >= len && (best < 0 || cache[i].len < cache[best].len)) best = i;
+    if (best < 0) return NULL;
+    Block b;
+    cache_drop(best, &b);
+    if (b.len > len) {
+        Block rest = {b.base + len, b.len - len, b.age};
+        if (rest.len >= BIG + HEAD) cache_push(rest);
+        else *tail = rest;
+        b.len = len;
+    }
+    live += b.len;
+    put_head(b.base + HEAD, MAGIC_BIG, b.len);
+    return b.base + HEAD;
+}
+
+static void unmap_all(Block *gone, int n) {
+    for (int i = 0; i < n; i++) munmap(gone[i].base, gone[i].len);
+}
+
+static void *big_alloc(size_t n, int zero) {
+    if (n > SIZE_MAX - HEAD - page) return NULL;
+    size_t len = round_up(n + HEAD, page);
+    Block gone[SLOTS + 1];
+    gone[SLOTS].base = NULL;            /* the cut-off tail of a cached block */
+    pthread_mutex_lock(&lock);
+    char *data = scopes ? cache_take(len, &gone[SLOTS]) : NULL;
+    if (data) hits++;
+    else {
+        misses++;
+        live += len;                    /* counted before mapping: a racing request sees it */
+    }
+    int n_gone = cache_fit(gone);
+    pthread_mutex_unlock(&lock);
+    unmap_all(gone, n_gone);
+    if (gone[SLOTS].base) munmap(gone[SLOTS].base, gone[SLOTS].len);
+    if (data) {
+        if (zero) {
+            /* as from a fresh mapping: pages nobody writes stay unbacked (a sparse
+               np.zeros would otherwise be touched whole) */
+            memset(data, 0, page - HEAD);
+            madvise(data - HEAD + page, len - page, MADV_DONTNEED);
+        }
+        return data;
+    }
+    char *base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED) {
+        pthread_mutex_lock(&lock);
+        live -= len;
+        pthread_mutex_unlock(&lock);
+        return NULL;
+    }
+#ifdef MADV_HUGEPAGE
+    madvise(base, len, MADV_HUGEPAGE);  /* as numpy asks for its own large arrays */
+#endif
+    put_head(base + HEAD, MAGIC_BIG, len);
+    return base + HEAD;
+}
+
+static void big_free(char *data) {
+    char *base = data - HEAD;
+    size_t len = ((size_t *)data)[-1];
+    Block gone = {NULL, 0, 0};
+    pthread_mutex_lock(&lock);
+    live -= len;
+    if (scopes) {
+        if (n_cached == SLOTS) cache_drop_oldest(&gone);
+        cache_push((Block){base, len, ++age});
+    } else {
+        gone = (Block){base, len, 0};
+    }
+    pthread_mutex_unlock(&lock);
+    if (gone.base) munmap(gone.base, gone.len);
+}
+
+/* small blocks are counted so that kept big blocks give way when they grow */
+static void small_grew(size_t n) {
+    __atomic_add_fetch(&small, n, __ATOMIC_RELAXED);
+    if (!__atomic_load_n(&n_cached, __ATOMIC_RELAXED)) return;
+    Block gone[SLOTS];
+    pthread_mutex_lock(&lock);
+    int n_gone = cache_fit(gone);
+    pthread_mutex_unlock(&lock);
+    unmap_all(gone, n_gone);
+}
+
+static void *small_alloc(size_t n, int zero) {
+    char *p = zero ? calloc(1, n + 16) : malloc(n + 16);
+    if (!p) return NULL;
+    put_head(p + 16, MAGIC_SMALL, n);
+    small_grew(n);
+    return p + 16;
+}
+
+static void small_free(char *data) {
+    __atomic_sub_fetch(&small, ((size_t *)data)[-1], __ATOMIC_RELAXED);
+    free(data - 16);
+}
+
+static void *h_malloc(void *ctx, size_t n) {
+    (void)ctx;
+    return n >= BIG ? big_alloc(n, 0) : small_alloc(n, 0);
+}
+
+static void *h_calloc(void *ctx, size_t nelem, size_t elsize) {
+    (void)ctx;
+    size_t n;
+    if (__builtin_mul_overflow(nelem, elsize, &n)) return NULL;
+    return n >= BIG ? big_alloc(n, 1) : small_alloc(n, 1);
+}
+
+static void h_free(void *ctx, void *ptr, size_t size) {
+    (void)ctx, (void)size;
+    if (!ptr) return;
+    char *data = ptr;
+    if (((size_t *)data)[-2] == MAGIC_BIG) big_free(data);
+    else small_free(data);
+}
+
+/* a big block cut to what n bytes need: the pages past them are unmapped */
+static void big_shrink(char *data, size_t n) {
+    char *base = data - HEAD;
+    size_t len = ((size_t *)data)[-1], keep = round_up(n + HEAD, page);
+    if (keep >= len) return;
+    munmap(base + keep, len - keep);
+    ((size_t *)data)[-1] = keep;
+    pthread_mutex_lock(&lock);
+    live -= len - keep;
+    pthread_mutex_unlock(&lock);
+}
+
+static void *h_realloc(void *ctx, void *ptr, size_t n) {
+    if (!ptr) return h_malloc(ctx, n);
+    char *data = ptr;
+    size_t magic = ((size_t *)data)[-2], had = ((size_t *)data)[-1];
+    if (magic == MAGIC_SMALL && n < BIG) {
+        char *p = realloc(data - 16, n + 16);
+        if (!p) return NULL;
+        put_head(p + 16, MAGIC_SMALL, n);
+        if (n > had) small_grew(n - had);
+        else __atomic_sub_fetch(&small, had - n, __ATOMIC_RELAXED);
+        return p + 16;
+    }
+    size_t room = magic == MAGIC_BIG ? had - HEAD : had;
+    if (magic == MAGIC_BIG && n >= BIG && n <= room) {
+        big_shrink(data, n);
+        return data;
+    }
+    char *to = h_malloc(ctx, n);
+    if (!to) return NULL;
+    memcpy(to, data, n < room ? n : room);
+    h_free(ctx, data, 0);
+    return to;
+}
+
+void *pages_take(size_t n) {
+    if (!page) page = (size_t)sysconf(_SC_PAGESIZE);
+    return h_malloc(NULL, n ? n : 1);
+}
+
+void pages_give(void *p) { h_free(NULL, p, 0); }
+
+void pages_cut(void *p, size_t n) {
+    char *data = p;
+    if (((size_t *)data)[-2] == MAGIC_BIG && n >= BIG) big_shrink(data, n);
+}
+
+static DataHandler handler = {
+    "tb_perfdiag_recycled_pages", 1,
+    {NULL, h_malloc, h_calloc, h_realloc, h_free},
+};
+
+/* a child forked while another thread held the lock would wait for it forever */
+static void fork_prepare(void) { pthread_mutex_lock(&lock); }
+static void fork_parent(void) { pthread_mutex_unlock(&lock); }
+static void fork_child(void) { pthread_mutex_unlock(&lock); }
+
+static PyObject *capsule;        /* our handler, as numpy wants it */
+static void **numpy_api;
+
+/* pages_install(array_api_capsule) -> bool: take numpy's API table; False when the
+   current handler is not numpy's default (someone else's: leave it alone) */
+PyObject *pages_install(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *api_capsule;
+    if (!PyArg_ParseTuple(args, "O", &api_capsule)) return NULL;
+    void **api = PyCapsule_GetPointer(api_capsule, NULL);
+    if (!api) return NULL;
+    PyObject *(*get)(void) = (PyObject *(*)(void))api[API_GET_HANDLER];
+    PyObject *current = get();
+    if (!current) return NULL;
+    DataHandler *h = PyCapsule_IsValid(current, "mem_handler")
+        ? PyCapsule_GetPointer(current, "mem_handler") : NULL;
+    int is_default = h && strcmp(h->name, "default_allocator") == 0;
+    Py_DECREF(current);
+    if (!is_default) Py_RETURN_FALSE;
+    if (!capsule) {
+        capsule = PyCapsule_New(&handler, "mem_handler", NULL);
+        if (!capsule) return NULL;
+    }
+    page = (size_t)sysconf(_SC_PAGESIZE);
+    if (!numpy_api) pthread_atfork(fork_prepare, fork_parent, fork_child);
+    numpy_api = api;
+    Py_RETURN_TRUE;
+}
+
+/* pages_enter() -> the handler it replaced (for pages_leave) */
+PyObject *pages_enter(PyObject *self, PyObject *unused) {
+    (void)self, (void)unused;
+    if (!numpy_api) {
+        PyErr_SetString(PyExc_RuntimeError, "pages_install first");
+        return NULL;
+    }
+    PyObject *(*set)(PyObject *) = (PyObject *(*)(PyObject *))numpy_api[API_SET_HANDLER];
+    PyObject *old = set(capsule);
+    if (!old) return NULL;
+    pthread_mutex_lock(&lock);
+    scopes++;
+    pthread_mutex_unlock(&lock);
+    return old;
+}
+
+/* pages_leave(old) -> None: put `old` back; the last scope out unmaps the cache
+   and restarts the peaks */
+PyObject *pages_leave(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *old;
+    if (!PyArg_ParseTuple(args, "O", &old)) return NULL;
+    PyObject *(*set)(PyObject *) = (PyObject *(*)(PyObject *))numpy_api[API_SET_HANDLER];
+    PyObject *ours = set(old);
+    Py_XDECREF(ours);
+    Block gone[SLOTS];
+    int n_gone = 0;
+    pthread_mutex_lock(&lock);
+    if (--scopes == 0) {
+        while (n_cached) n_gone += cache_drop_oldest(&gone[n_gone]);
+        /* the next scopes keep blocks under their own peak, not this one's */
+        peak_use = peak_held = live + small_now();
+    }
+    pthread_mutex_unlock(&lock);
+    unmap_all(gone, n_gone);
+    if (!ours) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* pages_stats() -> dict of the byte counts and peaks */
+PyObject *pages_stats(PyObject *self, PyObject *unused) {
+    (void)self, (void)unused;
+    pthread_mutex_lock(&lock);
+    size_t s = small_now();
+    if (live + s > peak_use) peak_use = live + s;   /* the small path leaves it lazy */
+    PyObject *d = Py_BuildValue(
+        "{s:n,s:n,s:n,s:n,s:n,s:K,s:K,s:i}", "live", (Py_ssize_t)live, "cached",
+        (Py_ssize_t)cached, "small", (Py_ssize_t)s, "peak_use", (Py_ssize_t)peak_use,
+        "peak_held", (Py_ssize_t)peak_held, "hits", (unsigned long long)hits, "misses",
+        (unsigned long long)misses, "scopes", scopes);
+    pthread_mutex_unlock(&lock);
+    return d;
+}
+
+#else /* no mmap: the handler is not offered */
+
+void *pages_take(size_t n) { return malloc(n ? n : 1); }
+void pages_give(void *p) { free(p); }
+void pages_cut(void *p, size_t n) { (void)p, (void)n; }
+
+PyObject *pages_install(PyObject *self, PyObject *args) {
+    (void)self, (void)args;
+    Py_RETURN_FALSE;
+}
+PyObject *pages_enter(PyObject *self, PyObject *unused) {
+    (void)self, (void)unused;
+    PyErr_SetString(PyExc_RuntimeError, "not offered here");
+    return NULL;
+}
+PyObject *pages_leave(PyObject *self, PyObject *args) {
+    (void)self, (void)args;
+    Py_RETURN_NONE;
+}
+PyObject *pages_stats(PyObject *self, PyObject *unused) {
+    (void)self, (void)unused;
+    return PyDict_New();
+}
+#endif

@@ -1,0 +1,18 @@
+/* native/pages.c: recycled pages for numpy's large arrays, used by
+   tb_perfdiag/pages.py */
+#ifndef TB_PERFDIAG_PAGES_H
+#define TB_PERFDIAG_PAGES_H
+#include <Python.h>
+
+PyObject *pages_install(PyObject *self, PyObject *args);
+PyObject *pages_enter(PyObject *self, PyObject *unused);
+PyObject *pages_leave(PyObject *self, PyObject *args);
+PyObject *pages_stats(PyObject *self, PyObject *unused);
+
+/* memory for the extension's own outputs, from the same pages as numpy's arrays
+   (within a scope, recycled); pages_cut gives back what lies past n bytes */
+void *pages_take(size_t n);
+void pages_give(void *p);
+void pages_cut(void *p, size_t n);
+
+#endif

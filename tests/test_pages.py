@@ -1,0 +1,141 @@
+"""Recycled pages (tb_perfdiag.pages, native/pages.c): numpy's large arrays made in a
+scope reuse freed pages, read and write as any array, and never make the process
+hold more than the most it had in use."""
+import random
+import threading
+
+import numpy as np
+import pytest
+
+from tb_perfdiag import pages
+
+pytestmark = pytest.mark.skipif(not pages.available(),
+                                reason="the C extension is not built here")
+
+MB = 1 << 20
+BIG = 40 * MB                       # above the handler's 32 MB line: a large block
+
+
+def _handler_name(a=None):
+    from numpy._core.multiarray import get_handler_name
+    return get_handler_name() if a is None else get_handler_name(a)
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096 / MB
+
+
+def _held(s):
+    return s["live"] + s["cached"] + s["small"]
+
+
+def test_only_the_scope_uses_it():
+    outside = _handler_name()
+    with pages.recycled_pages():
+        assert _handler_name() == "tb_perfdiag_recycled_pages"
+        seen = []
+        t = threading.Thread(target=lambda: seen.append(_handler_name()))
+        t.start()
+        t.join()
+        assert seen == [outside]            # another thread keeps its own handler
+        with pages.recycled_pages():        # nested: still ours, and back after
+            pass
+        assert _handler_name() == "tb_perfdiag_recycled_pages"
+    assert _handler_name() == outside
+    assert pages.stats()["scopes"] == 0
+
+
+def test_a_freed_block_is_reused_and_zeros_are_zeros():
+    with pages.recycled_pages():
+        a = np.full(BIG // 8, 7, np.int64)
+        del a
+        before = pages.stats()
+        b = np.zeros(BIG // 8, np.int64)    # the freed block, handed out again
+        after = pages.stats()
+        assert after["hits"] == before["hits"] + 1
+        assert after["misses"] == before["misses"]
+        assert not b.any()
+        c = np.empty(BIG // 16, np.int64)   # a smaller request: part of a kept block
+        c[:] = 3
+        b += 1
+        assert b.sum() == BIG // 8 and c.sum() == 3 * (BIG // 16)
+
+
+def test_reused_zeros_are_not_touched_whole():
+    """np.zeros from a kept block leaves the pages nobody writes unbacked, as a fresh
+    mapping would (a sparse table must not cost its whole size)."""
+    n = 256 * MB
+    with pages.recycled_pages():
+        a = np.ones(n, np.uint8)
+        del a
+        rss_kept = _rss_mb()                # the kept block is still resident
+        b = np.zeros(n, np.uint8)
+        assert pages.stats()["hits"] >= 1
+        b[:: 16 * MB] = 1                   # one byte per 16 MB (a huge page is 2 MB)
+        assert _rss_mb() < rss_kept - 200
+        assert int(b.sum()) == n // (16 * MB)
+
+
+def test_arrays_outlive_the_scope():
+    with pages.recycled_pages():
+        a = np.arange(BIG // 8, dtype=np.int64)
+        small = np.arange(1000)
+    assert _handler_name(a) == "tb_perfdiag_recycled_pages"
+    s = pages.stats()
+    assert s["cached"] == 0                  # kept blocks go when the scope ends
+    assert a[-1] == BIG // 8 - 1 and small.sum() == 499500
+    live = s["live"]
+    a2 = a * 2                               # made outside: numpy's own handler
+    assert _handler_name(a2) != "tb_perfdiag_recycled_pages"
+    del a
+    assert pages.stats()["live"] == live - (BIG + 4096)
+    assert pages.stats()["cached"] == 0      # freed outside a scope: unmapped at once
+
+
+def test_resize_in_place_keeps_the_data():
+    with pages.recycled_pages():
+        a = np.arange(BIG // 8, dtype=np.int64)
+        a.resize(BIG // 4, refcheck=False)   # grows: numpy's realloc
+        assert (a[: BIG // 8] == np.arange(BIG // 8)).all() and not a[BIG // 8:].any()
+        live = pages.stats()["live"]
+        a.resize(BIG // 8 + 5, refcheck=False)   # shrinks in place, giving the rest back
+        assert pages.stats()["live"] <= live - BIG + MB
+        assert a[BIG // 8 - 1] == BIG // 8 - 1 and len(a) == BIG // 8 + 5
+        b = np.arange(1000, dtype=np.int64)
+        b.resize(BIG // 8, refcheck=False)   # small to large
+        assert b[999] == 999 and not b[1000:].any()
+
+
+def test_kept_blocks_give_way_to_small_arrays():
+    """Kept blocks must not hold room that the scope's small arrays then need: what is
+    held stays under the most that was in use."""
+    with pages.recycled_pages():
+        a = np.ones(128 * MB, np.uint8)
+        del a                                # kept: 128 MB
+        assert pages.stats()["cached"] >= 128 * MB
+        smalls = [np.ones(MB, np.uint8) for _ in range(100)]   # 100 MB of small blocks
+        s = pages.stats()
+        assert _held(s) <= s["peak_use"]
+        assert s["cached"] < 40 * MB
+        del smalls
+
+
+def test_held_never_passes_the_most_in_use():
+    rng = random.Random(7)
+    with pages.recycled_pages():
+        alive = []
+        for _ in range(300):
+            if alive and rng.random() < 0.45:
+                alive.pop(rng.randrange(len(alive)))
+            else:
+                size = rng.choice([rng.randint(1, 4) * MB, rng.randint(33, 200) * MB])
+                make = rng.choice([np.empty, np.zeros])
+                a = make(size, np.uint8)
+                a[::4096] = 1
+                alive.append(a)
+            s = pages.stats()
+            assert _held(s) <= s["peak_use"]
+        s = pages.stats()
+        assert s["hits"] > 0 and s["peak_held"] <= s["peak_use"]
+        del alive
