@@ -4045,7 +4045,7 @@ static PyMethodDef methods[] = {
      "side) by one merge, or None where a or v is not sorted; see trace.model.search"},
     {"pages_install", pages_install, METH_VARARGS,
      "pages_install(numpy _ARRAY_API capsule) -> bool: whether the recycled pages can be "
-     "offered (numpy's own handler is the current one); see tb_perfdiag.pages"},
+     "offered (numpy's own handler is the current one); see tb_perfdiag.trace.pages"},
     {"pages_enter", pages_enter, METH_NOARGS,
      "pages_enter() -> the data-memory handler it replaced in this context"},
     {"pages_leave", pages_leave, METH_VARARGS,

@@ -67,6 +67,11 @@ static size_t page;
    peak_use is the largest live + small seen, and the cache is trimmed so that
    live + cached + small never passes it */
 static size_t live, cached, small, peak_use, peak_held;
+/* how far small may grow before kept blocks must give way: peak_use - live - cached,
+   set under the lock, read by the small path without it */
+static size_t small_room = SIZE_MAX;
+/* numpy's own handler: small blocks go to it, which keeps its cache of tiny ones */
+static DataAllocator dflt = {NULL, NULL, NULL, NULL, NULL};
 static uint64_t hits, misses;
 
 static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
@@ -109,6 +114,7 @@ static int cache_fit(Block *gone) {
     if (live + s > peak_use) peak_use = live + s;
     while (n_cached && live + cached + s > peak_use) n += cache_drop_oldest(&gone[n]);
     if (live + cached + s > peak_held) peak_held = live + cached + s;
+    __atomic_store_n(&small_room, peak_use - live - cached, __ATOMIC_RELAXED);
     return n;
 }
 
@@ -179,23 +185,27 @@ static void *big_alloc(size_t n, int zero) {
 static void big_free(char *data) {
     char *base = data - HEAD;
     size_t len = ((size_t *)data)[-1];
-    Block gone = {NULL, 0, 0};
+    Block gone[SLOTS + 1];
     pthread_mutex_lock(&lock);
+    int n_gone = cache_fit(gone);       /* the peak with this block still in use */
     live -= len;
     if (scopes) {
-        if (n_cached == SLOTS) cache_drop_oldest(&gone);
+        if (n_cached == SLOTS) n_gone += cache_drop_oldest(&gone[n_gone]);
         cache_push((Block){base, len, ++age});
     } else {
-        gone = (Block){base, len, 0};
+        gone[n_gone++] = (Block){base, len, 0};
     }
+    __atomic_store_n(&small_room, peak_use - live - cached, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&lock);
-    if (gone.base) munmap(gone.base, gone.len);
+    unmap_all(gone, n_gone);
 }
 
 /* small blocks are counted so that kept big blocks give way when they grow */
 static void small_grew(size_t n) {
-    __atomic_add_fetch(&small, n, __ATOMIC_RELAXED);
-    if (!__atomic_load_n(&n_cached, __ATOMIC_RELAXED)) return;
+    size_t s = __atomic_add_fetch(&small, n, __ATOMIC_RELAXED);
+    if (!__atomic_load_n(&n_cached, __ATOMIC_RELAXED) ||
+        s <= __atomic_load_n(&small_room, __ATOMIC_RELAXED))
+        return;
     Block gone[SLOTS];
     pthread_mutex_lock(&lock);
     int n_gone = cache_fit(gone);
@@ -204,16 +214,21 @@ static void small_grew(size_t n) {
 }
 
 static void *small_alloc(size_t n, int zero) {
-    char *p = zero ? calloc(1, n + 16) : malloc(n + 16);
+    char *p = !dflt.malloc ? (zero ? calloc(1, n + 16) : malloc(n + 16))
+              : zero ? dflt.calloc(dflt.ctx, 1, n + 16) : dflt.malloc(dflt.ctx, n + 16);
     if (!p) return NULL;
     put_head(p + 16, MAGIC_SMALL, n);
     small_grew(n);
     return p + 16;
 }
 
+/* numpy's own handler takes malloc's blocks (it is malloc with a cache), so a block
+   made before pages_install may go to it */
 static void small_free(char *data) {
-    __atomic_sub_fetch(&small, ((size_t *)data)[-1], __ATOMIC_RELAXED);
-    free(data - 16);
+    size_t n = ((size_t *)data)[-1];
+    __atomic_sub_fetch(&small, n, __ATOMIC_RELAXED);
+    if (dflt.free) dflt.free(dflt.ctx, data - 16, n + 16);
+    else free(data - 16);
 }
 
 static void *h_malloc(void *ctx, size_t n) {
@@ -253,7 +268,8 @@ static void *h_realloc(void *ctx, void *ptr, size_t n) {
     char *data = ptr;
     size_t magic = ((size_t *)data)[-2], had = ((size_t *)data)[-1];
     if (magic == MAGIC_SMALL && n < BIG) {
-        char *p = realloc(data - 16, n + 16);
+        char *p = dflt.realloc ? dflt.realloc(dflt.ctx, data - 16, n + 16)
+                               : realloc(data - 16, n + 16);
         if (!p) return NULL;
         put_head(p + 16, MAGIC_SMALL, n);
         if (n > had) small_grew(n - had);
@@ -310,7 +326,11 @@ PyObject *pages_install(PyObject *self, PyObject *args) {
     if (!current) return NULL;
     DataHandler *h = PyCapsule_IsValid(current, "mem_handler")
         ? PyCapsule_GetPointer(current, "mem_handler") : NULL;
-    int is_default = h && strcmp(h->name, "default_allocator") == 0;
+    int is_default = h && h->version >= 1 && strcmp(h->name, "default_allocator") == 0;
+    if (is_default && !dflt.malloc) {
+        Py_INCREF(current);             /* its functions are used for good */
+        dflt = h->allocator;
+    }
     Py_DECREF(current);
     if (!is_default) Py_RETURN_FALSE;
     if (!capsule) {
@@ -355,6 +375,7 @@ PyObject *pages_leave(PyObject *self, PyObject *args) {
         while (n_cached) n_gone += cache_drop_oldest(&gone[n_gone]);
         /* the next scopes keep blocks under their own peak, not this one's */
         peak_use = peak_held = live + small_now();
+        __atomic_store_n(&small_room, peak_use - live, __ATOMIC_RELAXED);
     }
     pthread_mutex_unlock(&lock);
     unmap_all(gone, n_gone);

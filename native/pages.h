@@ -1,5 +1,5 @@
 /* native/pages.c: recycled pages for numpy's large arrays, used by
-   tb_perfdiag/pages.py */
+   tb_perfdiag/trace/pages.py */
 #ifndef TB_PERFDIAG_PAGES_H
 #define TB_PERFDIAG_PAGES_H
 #include <Python.h>

@@ -1,4 +1,4 @@
-"""Recycled pages (tb_perfdiag.pages, native/pages.c): numpy's large arrays made in a
+"""Recycled pages (tb_perfdiag.trace.pages, native/pages.c): numpy's large arrays made in a
 scope reuse freed pages, read and write as any array, and never make the process
 hold more than the most it had in use."""
 import random
@@ -7,7 +7,7 @@ import threading
 import numpy as np
 import pytest
 
-from tb_perfdiag import pages
+from tb_perfdiag.trace import pages
 
 pytestmark = pytest.mark.skipif(not pages.available(),
                                 reason="the C extension is not built here")

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..pages import recycled_pages
+from ..trace.pages import recycled_pages
 from ..progress import NULL
 from ..trace.build import unique_inverse
 from ..trace.classify import memcpy_kind

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-from ..pages import recycled_pages
+from .pages import recycled_pages
 from ..progress import NULL
 from ..storage import GZIP_MAGIC, OpenFile, is_blank, open_file
 from . import kineto, xspace

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import threading
 
-from .trace.extension import native_fn
+from .extension import native_fn
 
 _lock = threading.Lock()
 _offered: bool | None = None
