@@ -10,10 +10,10 @@
  * The peak stays the peak of what is in use: numpy's blocks, large and small,
  * are counted as they are made and freed, and the kept blocks are trimmed
  * (oldest first) so that in use + kept never passes the largest in-use total
- * seen.  A kept block is thus memory the process held a moment before, and
- * gives way as soon as anything else needs the room.  Small blocks (under 32 MB,
- * which glibc recycles in its own heap) go to malloc.  On leaving the last
- * scope the kept blocks are unmapped.
+ * seen by more than 8 MB.  A kept block is thus memory the process held a moment
+ * before, and gives way as soon as anything else needs the room.  Small blocks
+ * (under 32 MB, which glibc recycles in its own heap) go to numpy's own handler.
+ * On leaving the last scope the kept blocks are unmapped.
  *
  * numpy's C API is reached through its capsule at run time (no numpy headers at
  * build time); the handler struct and the API slots used are numpy's stable ABI.
@@ -52,6 +52,9 @@ enum { API_SET_HANDLER = 304, API_GET_HANDLER = 305 };
 #define BIG ((size_t)32 << 20)         /* below this, malloc (glibc recycles those itself) */
 #define HEAD 64                         /* big blocks: data at base + 64 (cache-line aligned) */
 #define SLOTS 64
+/* what may be held past the peak in use: a kept block does not give way to the
+   scalars and shapes that any step makes */
+#define SLACK ((size_t)8 << 20)
 #define MAGIC_SMALL ((size_t)0x534d414c4c504753ull)
 #define MAGIC_BIG ((size_t)0x42494750414745ull)
 
@@ -67,7 +70,7 @@ static size_t page;
    peak_use is the largest live + small seen, and the cache is trimmed so that
    live + cached + small never passes it */
 static size_t live, cached, small, peak_use, peak_held;
-/* how far small may grow before kept blocks must give way: peak_use - live - cached,
+/* how far small may grow before kept blocks must give way: peak_use + SLACK - live - cached,
    set under the lock, read by the small path without it */
 static size_t small_room = SIZE_MAX;
 /* numpy's own handler: small blocks go to it, which keeps its cache of tiny ones */
@@ -112,9 +115,9 @@ static int cache_fit(Block *gone) {
     int n = 0;
     size_t s = small_now();
     if (live + s > peak_use) peak_use = live + s;
-    while (n_cached && live + cached + s > peak_use) n += cache_drop_oldest(&gone[n]);
+    while (n_cached && live + cached + s > peak_use + SLACK) n += cache_drop_oldest(&gone[n]);
     if (live + cached + s > peak_held) peak_held = live + cached + s;
-    __atomic_store_n(&small_room, peak_use - live - cached, __ATOMIC_RELAXED);
+    __atomic_store_n(&small_room, peak_use + SLACK - live - cached, __ATOMIC_RELAXED);
     return n;
 }
 
@@ -195,7 +198,7 @@ static void big_free(char *data) {
     } else {
         gone[n_gone++] = (Block){base, len, 0};
     }
-    __atomic_store_n(&small_room, peak_use - live - cached, __ATOMIC_RELAXED);
+    __atomic_store_n(&small_room, peak_use + SLACK - live - cached, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&lock);
     unmap_all(gone, n_gone);
 }
@@ -375,7 +378,7 @@ PyObject *pages_leave(PyObject *self, PyObject *args) {
         while (n_cached) n_gone += cache_drop_oldest(&gone[n_gone]);
         /* the next scopes keep blocks under their own peak, not this one's */
         peak_use = peak_held = live + small_now();
-        __atomic_store_n(&small_room, peak_use - live, __ATOMIC_RELAXED);
+        __atomic_store_n(&small_room, peak_use + SLACK - live, __ATOMIC_RELAXED);
     }
     pthread_mutex_unlock(&lock);
     unmap_all(gone, n_gone);
@@ -390,9 +393,9 @@ PyObject *pages_stats(PyObject *self, PyObject *unused) {
     size_t s = small_now();
     if (live + s > peak_use) peak_use = live + s;   /* the small path leaves it lazy */
     PyObject *d = Py_BuildValue(
-        "{s:n,s:n,s:n,s:n,s:n,s:K,s:K,s:i}", "live", (Py_ssize_t)live, "cached",
+        "{s:n,s:n,s:n,s:n,s:n,s:n,s:K,s:K,s:i}", "live", (Py_ssize_t)live, "cached",
         (Py_ssize_t)cached, "small", (Py_ssize_t)s, "peak_use", (Py_ssize_t)peak_use,
-        "peak_held", (Py_ssize_t)peak_held, "hits", (unsigned long long)hits, "misses",
+        "peak_held", (Py_ssize_t)peak_held, "slack", (Py_ssize_t)SLACK, "hits", (unsigned long long)hits, "misses",
         (unsigned long long)misses, "scopes", scopes);
     pthread_mutex_unlock(&lock);
     return d;

@@ -109,14 +109,14 @@ def test_resize_in_place_keeps_the_data():
 
 def test_kept_blocks_give_way_to_small_arrays():
     """Kept blocks must not hold room that the scope's small arrays then need: what is
-    held stays under the most that was in use."""
+    held stays under the most that was in use (and the handler's slack, 8 MB)."""
     with pages.recycled_pages():
         a = np.ones(128 * MB, np.uint8)
         del a                                # kept: 128 MB
         assert pages.stats()["cached"] >= 128 * MB
         smalls = [np.ones(MB, np.uint8) for _ in range(100)]   # 100 MB of small blocks
         s = pages.stats()
-        assert _held(s) <= s["peak_use"]
+        assert _held(s) <= s["peak_use"] + s["slack"]
         assert s["cached"] < 40 * MB
         del smalls
 
@@ -135,7 +135,23 @@ def test_held_never_passes_the_most_in_use():
                 a[::4096] = 1
                 alive.append(a)
             s = pages.stats()
-            assert _held(s) <= s["peak_use"]
+            assert _held(s) <= s["peak_use"] + s["slack"]
         s = pages.stats()
-        assert s["hits"] > 0 and s["peak_held"] <= s["peak_use"]
+        assert s["hits"] > 0 and s["peak_held"] <= s["peak_use"] + s["slack"]
         del alive
+
+
+def test_a_block_freed_at_the_peak_is_kept():
+    """The peak counts small arrays made while nothing was kept: a large block freed
+    at that peak stays for the next request instead of giving way at once."""
+    with pages.recycled_pages():
+        a = np.ones(64 * MB, np.uint8)
+        smalls = [np.ones(MB, np.uint8) for _ in range(100)]
+        del a
+        smalls.pop()
+        smalls.append(np.ones(MB, np.uint8))   # back to the same total: nothing to give
+        before = pages.stats()
+        assert before["cached"] >= 64 * MB
+        b = np.empty(64 * MB, np.uint8)
+        assert pages.stats()["hits"] == before["hits"] + 1
+        del b, smalls
