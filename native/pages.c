@@ -49,7 +49,7 @@ typedef struct {
 
 enum { API_SET_HANDLER = 304, API_GET_HANDLER = 305 };
 
-#define BIG ((size_t)32 << 20)         /* below this, malloc (glibc recycles those itself) */
+#define BIG ((size_t)32 << 20)         /* below: numpy's handler (glibc recycles those itself) */
 #define HEAD 64                         /* big blocks: data at base + 64 (cache-line aligned) */
 #define SLOTS 64
 /* what may be held past the peak in use: a kept block does not give way to the
@@ -68,7 +68,7 @@ static uint64_t age;
 static size_t page;
 /* bytes: big blocks in arrays, big blocks kept, small blocks in arrays (atomic);
    peak_use is the largest live + small seen, and the cache is trimmed so that
-   live + cached + small never passes it */
+   live + cached + small never passes it by more than SLACK */
 static size_t live, cached, small, peak_use, peak_held;
 /* how far small may grow before kept blocks must give way: peak_use + SLACK - live - cached,
    set under the lock, read by the small path without it */
@@ -393,10 +393,11 @@ PyObject *pages_stats(PyObject *self, PyObject *unused) {
     size_t s = small_now();
     if (live + s > peak_use) peak_use = live + s;   /* the small path leaves it lazy */
     PyObject *d = Py_BuildValue(
-        "{s:n,s:n,s:n,s:n,s:n,s:n,s:K,s:K,s:i}", "live", (Py_ssize_t)live, "cached",
-        (Py_ssize_t)cached, "small", (Py_ssize_t)s, "peak_use", (Py_ssize_t)peak_use,
-        "peak_held", (Py_ssize_t)peak_held, "slack", (Py_ssize_t)SLACK, "hits", (unsigned long long)hits, "misses",
-        (unsigned long long)misses, "scopes", scopes);
+        "{s:n,s:n,s:n,s:n,s:n,s:n,s:K,s:K,s:i}", "live", (Py_ssize_t)live,
+        "cached", (Py_ssize_t)cached, "small", (Py_ssize_t)s,
+        "peak_use", (Py_ssize_t)peak_use, "peak_held", (Py_ssize_t)peak_held,
+        "slack", (Py_ssize_t)SLACK, "hits", (unsigned long long)hits,
+        "misses", (unsigned long long)misses, "scopes", scopes);
     pthread_mutex_unlock(&lock);
     return d;
 }

@@ -4,10 +4,11 @@ A large trace's analysis makes and drops column-sized temporaries by the
 hundred; from fresh memory each one has its pages faulted in and zeroed by the
 kernel again (29 % of the whole run on a 40 M-event trace).  Within
 ``recycled_pages()`` numpy's large blocks come from the extension's handler
-(native/pages.c), which hands a freed block to the next request it fits.  The
-process never holds more than the largest live total of those blocks, and the
-kept ones are unmapped when the last scope ends.  Only the current context (this
-thread, this task) is affected; without the extension this is a no-op.
+(native/pages.c), which hands a freed block to the next request it fits.  Kept
+blocks give way whenever numpy's arrays, large or small, need the room: held
+memory stays within 8 MB of the most that was in use.  They are unmapped when the
+last scope ends.  Only the current context (this thread, this task) is affected;
+without the extension this is a no-op.
 """
 from __future__ import annotations
 
@@ -53,10 +54,10 @@ def recycled_pages():
 
 
 def stats() -> dict:
-    """The handler's byte counts: large blocks in arrays
-    (live) and kept (cached), small blocks in arrays (small), the largest
-    live + small (peak_use) and live + cached + small (peak_held) since the last
-    scope ended; large requests served from kept blocks (hits) and from fresh
-    pages (misses); open scopes."""
+    """The handler's byte counts: large blocks in arrays (live) and kept (cached),
+    small blocks in arrays (small), the largest live + small (peak_use) and
+    live + cached + small (peak_held) since the last scope ended, how far held may
+    pass peak_use (slack); large requests served from kept blocks (hits) and from
+    fresh pages (misses); open scopes."""
     fn = native_fn("pages_stats")
     return fn() if fn and available() else {}
