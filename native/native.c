@@ -4050,6 +4050,9 @@ static PyMethodDef methods[] = {
      "pages_enter() -> the data-memory handler it replaced in this context"},
     {"pages_leave", pages_leave, METH_VARARGS,
      "pages_leave(old) -> None: puts old back; the last scope out unmaps the cached pages"},
+    {"pages_tune", pages_tune, METH_VARARGS,
+     "pages_tune(big_line, poison) -> the old pair: for tests, the size from which blocks "
+     "are recycled, and whether blocks made by malloc are filled with garbage"},
     {"pages_stats", pages_stats, METH_NOARGS,
      "pages_stats() -> dict: bytes of large blocks live and kept, of small blocks live, "
      "the peaks of in use and of held, hits and misses, open scopes"},

@@ -76,6 +76,10 @@ static size_t small_room = SIZE_MAX;
 /* numpy's own handler: small blocks go to it, which keeps its cache of tiny ones */
 static DataAllocator dflt = {NULL, NULL, NULL, NULL, NULL};
 static uint64_t hits, misses;
+/* for tests (pages_tune): a lower line for large blocks, and garbage in every block
+   handed out by malloc, so that an answer read from memory nobody wrote shows */
+static size_t big_line = BIG;
+static int poison;
 
 static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
@@ -133,7 +137,7 @@ static char *cache_take(size_t len, Block *tail) {
     cache_drop(best, &b);
     if (b.len > len) {
         Block rest = {b.base + len, b.len - len, b.age};
-        if (rest.len >= BIG + HEAD) cache_push(rest);
+        if (rest.len >= big_line + HEAD) cache_push(rest);
         else *tail = rest;
         b.len = len;
     }
@@ -163,6 +167,7 @@ static void *big_alloc(size_t n, int zero) {
     unmap_all(gone, n_gone);
     if (gone[SLOTS].base) munmap(gone[SLOTS].base, gone[SLOTS].len);
     if (data) {
+        if (poison && !zero) memset(data, 0xa5, n);
         if (zero) {
             /* as from a fresh mapping: pages nobody writes stay unbacked (a sparse
                np.zeros would otherwise be touched whole) */
@@ -182,6 +187,7 @@ static void *big_alloc(size_t n, int zero) {
     madvise(base, len, MADV_HUGEPAGE);  /* as numpy asks for its own large arrays */
 #endif
     put_head(base + HEAD, MAGIC_BIG, len);
+    if (poison && !zero) memset(base + HEAD, 0xa5, n);
     return base + HEAD;
 }
 
@@ -222,6 +228,7 @@ static void *small_alloc(size_t n, int zero) {
     if (!p) return NULL;
     put_head(p + 16, MAGIC_SMALL, n);
     small_grew(n);
+    if (poison && !zero) memset(p + 16, 0xa5, n);
     return p + 16;
 }
 
@@ -236,14 +243,14 @@ static void small_free(char *data) {
 
 static void *h_malloc(void *ctx, size_t n) {
     (void)ctx;
-    return n >= BIG ? big_alloc(n, 0) : small_alloc(n, 0);
+    return n >= big_line ? big_alloc(n, 0) : small_alloc(n, 0);
 }
 
 static void *h_calloc(void *ctx, size_t nelem, size_t elsize) {
     (void)ctx;
     size_t n;
     if (__builtin_mul_overflow(nelem, elsize, &n)) return NULL;
-    return n >= BIG ? big_alloc(n, 1) : small_alloc(n, 1);
+    return n >= big_line ? big_alloc(n, 1) : small_alloc(n, 1);
 }
 
 static void h_free(void *ctx, void *ptr, size_t size) {
@@ -270,7 +277,7 @@ static void *h_realloc(void *ctx, void *ptr, size_t n) {
     if (!ptr) return h_malloc(ctx, n);
     char *data = ptr;
     size_t magic = ((size_t *)data)[-2], had = ((size_t *)data)[-1];
-    if (magic == MAGIC_SMALL && n < BIG) {
+    if (magic == MAGIC_SMALL && n < big_line) {
         char *p = dflt.realloc ? dflt.realloc(dflt.ctx, data - 16, n + 16)
                                : realloc(data - 16, n + 16);
         if (!p) return NULL;
@@ -280,7 +287,7 @@ static void *h_realloc(void *ctx, void *ptr, size_t n) {
         return p + 16;
     }
     size_t room = magic == MAGIC_BIG ? had - HEAD : had;
-    if (magic == MAGIC_BIG && n >= BIG && n <= room) {
+    if (magic == MAGIC_BIG && n >= big_line && n <= room) {
         big_shrink(data, n);
         return data;
     }
@@ -300,7 +307,7 @@ void pages_give(void *p) { h_free(NULL, p, 0); }
 
 void pages_cut(void *p, size_t n) {
     char *data = p;
-    if (((size_t *)data)[-2] == MAGIC_BIG && n >= BIG) big_shrink(data, n);
+    if (((size_t *)data)[-2] == MAGIC_BIG && n >= big_line) big_shrink(data, n);
 }
 
 static DataHandler handler = {
@@ -386,6 +393,24 @@ PyObject *pages_leave(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* pages_tune(big_line, poison) -> (the old pair): for tests only */
+PyObject *pages_tune(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_ssize_t line;
+    int p;
+    if (!PyArg_ParseTuple(args, "np", &line, &p)) return NULL;
+    if (line < 4096) {
+        PyErr_SetString(PyExc_ValueError, "big_line: at least 4 KB");
+        return NULL;
+    }
+    pthread_mutex_lock(&lock);
+    PyObject *old = Py_BuildValue("(nO)", (Py_ssize_t)big_line, poison ? Py_True : Py_False);
+    big_line = (size_t)line;
+    poison = p;
+    pthread_mutex_unlock(&lock);
+    return old;
+}
+
 /* pages_stats() -> dict of the byte counts and peaks */
 PyObject *pages_stats(PyObject *self, PyObject *unused) {
     (void)self, (void)unused;
@@ -424,5 +449,9 @@ PyObject *pages_leave(PyObject *self, PyObject *args) {
 PyObject *pages_stats(PyObject *self, PyObject *unused) {
     (void)self, (void)unused;
     return PyDict_New();
+}
+PyObject *pages_tune(PyObject *self, PyObject *args) {
+    (void)self, (void)args;
+    Py_RETURN_NONE;
 }
 #endif

@@ -8,6 +8,7 @@ PyObject *pages_install(PyObject *self, PyObject *args);
 PyObject *pages_enter(PyObject *self, PyObject *unused);
 PyObject *pages_leave(PyObject *self, PyObject *args);
 PyObject *pages_stats(PyObject *self, PyObject *unused);
+PyObject *pages_tune(PyObject *self, PyObject *args);
 
 /* memory for the extension's own outputs, from the same pages as numpy's arrays
    (within a scope, recycled); pages_cut gives back what lies past n bytes */

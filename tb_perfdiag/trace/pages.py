@@ -53,6 +53,18 @@ def recycled_pages():
         native_fn("pages_leave")(old)
 
 
+@contextlib.contextmanager
+def tuned(big_line: int, poison: bool):
+    """For tests: blocks from ``big_line`` bytes (at least 4 KB) are recycled, and with
+    ``poison`` what malloc hands out is filled with garbage, as reused memory may be."""
+    fn = native_fn("pages_tune")
+    old = fn(big_line, poison)
+    try:
+        yield
+    finally:
+        fn(*old)
+
+
 def stats() -> dict:
     """The handler's byte counts: large blocks in arrays (live) and kept (cached),
     small blocks in arrays (small), the largest live + small (peak_use) and
