@@ -171,18 +171,15 @@ def test_answers_do_not_depend_on_what_memory_held(rel, monkeypatch):
     """Recycled blocks hold old data: with every block from 4 KB recycled and every
     block malloc hands out filled with garbage, the diagnosis is the same, byte for
     byte, as with numpy's own handler (an array read before it is written shows)."""
-    import orjson
-
     from conftest import ROOT
     from tb_perfdiag import trace as TR
     from tb_perfdiag.analysis import diagnosis as G
-    from tb_perfdiag.render.json import diagnosis_json
+    from tb_perfdiag.render.json import diagnosis_json, json_bytes
 
     path = os.path.join(ROOT, rel)
 
     def answer():
-        return orjson.dumps(diagnosis_json(G.diagnose_trace(TR.load(path))),
-                            option=orjson.OPT_SORT_KEYS)
+        return json_bytes(diagnosis_json(G.diagnose_trace(TR.load(path))))
 
     def handed_out():
         s = pages.stats()
