@@ -110,54 +110,18 @@ static void raise_fail(Fail *f, const char *what) {
 }
 
 /* ---------------- growable byte vector ----------------
- * Its memory is a private anonymous mapping on Linux: it grows with mremap (no copy) and
- * asks for transparent huge pages over the whole mapping, as numpy does for its arrays.
- * A bytearray grown by realloc faulted its pages in 4 KiB at a time: 2.3 M page faults
- * and 14 s of system time for a 40 M-event XSpace on 2 cores.  (Advice over part of a
- * mapping would split it, and mremap cannot grow a split mapping: glibc then copies.)
- * A finished column is handed to Python as a Column, a buffer that owns the memory. */
-
-#if defined(__linux__) && defined(MREMAP_MAYMOVE)
-#define VEC_MAPPED 1
-#endif
-
-static void huge_hint(void *p, size_t n) {
-#if defined(MADV_HUGEPAGE)
-    if (p && n >= ((size_t)4 << 20)) madvise(p, n, MADV_HUGEPAGE);
-#else
-    (void)p; (void)n;
-#endif
-}
-
-/* new memory of nc bytes holding the first old bytes of p (NULL: none left) */
-static char *mem_grow(char *p, size_t old, size_t nc) {
-#ifdef VEC_MAPPED
-    void *q = p ? mremap(p, old, nc, MREMAP_MAYMOVE)
-                : mmap(NULL, nc, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (q == MAP_FAILED) return NULL;
-    huge_hint(q, nc);
-    return q;
-#else
-    (void)old;
-    return realloc(p, nc);
-#endif
-}
-
-static void mem_free(char *p, size_t cap) {
-    if (!p) return;
-#ifdef VEC_MAPPED
-    munmap(p, cap);
-#else
-    (void)cap;
-    free(p);
-#endif
-}
+ * Its memory comes from native/pages.c: a large block is a private anonymous mapping
+ * that grows with mremap (no copy) over transparent huge pages, as numpy asks for its
+ * own arrays.  (A bytearray grown by realloc faulted its pages in 4 KiB at a time:
+ * 2.3 M page faults and 14 s of system time for a 40 M-event XSpace on 2 cores.)
+ * Within a read's recycled_pages scope, the blocks of columns dropped later by the
+ * build are handed on to its numpy arrays.  A finished column is handed to Python as
+ * a Column, a buffer that owns the memory. */
 
 typedef struct {
     PyObject_HEAD
-    char *data;
-    size_t len, cap;    /* bytes shown, bytes owned */
-    int pooled;         /* data from pages_take (new_column), else mapped by a Vec */
+    char *data;         /* from pages_take or pages_resize */
+    size_t len;
 } Column;
 
 static int column_getbuffer(PyObject *o, Py_buffer *view, int flags) {
@@ -167,9 +131,7 @@ static int column_getbuffer(PyObject *o, Py_buffer *view, int flags) {
 }
 
 static void column_dealloc(PyObject *o) {
-    Column *c = (Column *)o;
-    if (c->pooled) pages_give(c->data);
-    else mem_free(c->data, c->cap);
+    pages_give(((Column *)o)->data);
     Py_TYPE(o)->tp_free(o);
 }
 
@@ -196,10 +158,8 @@ static PyObject *new_column(Py_ssize_t n) {
     Column *c = PyObject_New(Column, &ColumnType);
     if (!c) return NULL;
     c->data = pages_take((size_t)n);
-    c->len = c->cap = (size_t)n;
-    c->pooled = 1;
+    c->len = (size_t)n;
     if (!c->data) {
-        c->pooled = 0;
         Py_DECREF(c);
         return PyErr_NoMemory();
     }
@@ -227,11 +187,11 @@ static void vec_grow(Fail *f, Vec *v, size_t extra) {
     size_t need = v->len + extra;
     if (v->col || need < v->len || need > (size_t)PY_SSIZE_T_MAX / 2) fail_oom(f);
     size_t nc = v->cap ? v->cap : 256;
-#ifdef VEC_MAPPED
-    if (nc < 65536) nc = 65536;
-#endif
+    /* large columns grow by an eighth (mremap moves no bytes): the slack is counted as
+       in use by the pages' peak, though never written */
+    if (nc >= ((size_t)32 << 20)) nc += nc / 8;
     while (nc < need) nc *= 2;
-    char *q = mem_grow(v->data, v->cap, nc);
+    char *q = pages_resize(v->data, nc);
     if (!q) fail_oom(f);
     v->data = q;
     v->cap = nc;
@@ -247,7 +207,7 @@ static inline void vec_put(Fail *f, Vec *v, const void *src, size_t n) {
 
 static void vec_free(Vec *v) {
     if (v->col) Py_CLEAR(v->col);
-    else mem_free(v->data, v->cap);
+    else if (v->data) pages_give(v->data);
     v->data = NULL;
     v->len = v->cap = 0;
 }
@@ -259,29 +219,14 @@ static PyObject *vec_to_column(Vec *v) {
     if (!v->col) {
         Column *c = PyObject_New(Column, &ColumnType);
         if (!c) return NULL;
-#ifdef VEC_MAPPED
-        size_t page = (size_t)sysconf(_SC_PAGESIZE), keep = (v->len + page - 1) / page * page;
-        if (v->data && keep < v->cap) {
-            if (keep == 0) {
-                munmap(v->data, v->cap);
-                v->data = NULL;
-            } else if (mremap(v->data, v->cap, keep, 0) != MAP_FAILED) {
-                v->cap = keep;
-            }
+        if (!v->data) v->data = pages_take(0);
+        if (!v->data) {
+            Py_DECREF(c);
+            return PyErr_NoMemory();
         }
-#else
-        if (v->data && v->len && v->len < v->cap) {
-            char *q = realloc(v->data, v->len);
-            if (q) {
-                v->data = q;
-                v->cap = v->len;
-            }
-        }
-#endif
+        pages_cut(v->data, v->len);
         c->data = v->data;
         c->len = v->len;
-        c->cap = v->data ? v->cap : 0;
-        c->pooled = 0;
         v->col = (PyObject *)c;
     }
     Py_INCREF(v->col);

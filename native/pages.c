@@ -55,7 +55,8 @@ enum { API_SET_HANDLER = 304, API_GET_HANDLER = 305 };
 /* what may be held past the peak in use: a kept block does not give way to the
    scalars and shapes that any step makes */
 #define SLACK ((size_t)8 << 20)
-#define MAGIC_SMALL ((size_t)0x534d414c4c504753ull)
+#define MAGIC_SMALL ((size_t)0x534d414c4c504753ull)   /* numpy's handler made it */
+#define MAGIC_PLAIN ((size_t)0x504c41494e504753ull)   /* malloc made it: the extension's */
 #define MAGIC_BIG ((size_t)0x42494750414745ull)
 
 typedef struct { char *base; size_t len; uint64_t age; } Block;
@@ -222,35 +223,37 @@ static void small_grew(size_t n) {
     unmap_all(gone, n_gone);
 }
 
-static void *small_alloc(size_t n, int zero) {
-    char *p = !dflt.malloc ? (zero ? calloc(1, n + 16) : malloc(n + 16))
+/* Small blocks of numpy's arrays go to numpy's own handler (its cache of tiny blocks
+   wants the GIL, which numpy holds when it asks); the extension's own small blocks,
+   made and grown by scanners that let the GIL go, to plain malloc. */
+static void *small_alloc(size_t n, int zero, int plain) {
+    char *p = plain || !dflt.malloc ? (zero ? calloc(1, n + 16) : malloc(n + 16))
               : zero ? dflt.calloc(dflt.ctx, 1, n + 16) : dflt.malloc(dflt.ctx, n + 16);
     if (!p) return NULL;
-    put_head(p + 16, MAGIC_SMALL, n);
+    put_head(p + 16, plain || !dflt.malloc ? MAGIC_PLAIN : MAGIC_SMALL, n);
     small_grew(n);
     if (poison && !zero) memset(p + 16, 0xa5, n);
     return p + 16;
 }
 
-/* numpy's own handler takes malloc's blocks (it is malloc with a cache), so a block
-   made before pages_install may go to it */
 static void small_free(char *data) {
     size_t n = ((size_t *)data)[-1];
     __atomic_sub_fetch(&small, n, __ATOMIC_RELAXED);
-    if (dflt.free) dflt.free(dflt.ctx, data - 16, n + 16);
+    if (((size_t *)data)[-2] == MAGIC_SMALL) dflt.free(dflt.ctx, data - 16, n + 16);
     else free(data - 16);
 }
 
+/* the allocator's ctx: NULL when numpy asks, &extension_ctx when the extension does */
+static int extension_ctx;
+
 static void *h_malloc(void *ctx, size_t n) {
-    (void)ctx;
-    return n >= big_line ? big_alloc(n, 0) : small_alloc(n, 0);
+    return n >= big_line ? big_alloc(n, 0) : small_alloc(n, 0, ctx != NULL);
 }
 
 static void *h_calloc(void *ctx, size_t nelem, size_t elsize) {
-    (void)ctx;
     size_t n;
     if (__builtin_mul_overflow(nelem, elsize, &n)) return NULL;
-    return n >= big_line ? big_alloc(n, 1) : small_alloc(n, 1);
+    return n >= big_line ? big_alloc(n, 1) : small_alloc(n, 1, ctx != NULL);
 }
 
 static void h_free(void *ctx, void *ptr, size_t size) {
@@ -273,23 +276,52 @@ static void big_shrink(char *data, size_t n) {
     pthread_mutex_unlock(&lock);
 }
 
+/* a big block grown to n bytes where it lies or moved by mremap (no copy); NULL
+   when the kernel cannot */
+static char *big_grow(char *data, size_t n) {
+    char *base = data - HEAD;
+    size_t len = ((size_t *)data)[-1], to = round_up(n + HEAD, page);
+    Block gone[SLOTS];
+    pthread_mutex_lock(&lock);
+    live += to - len;
+    int n_gone = cache_fit(gone);
+    pthread_mutex_unlock(&lock);
+    unmap_all(gone, n_gone);
+    char *q = mremap(base, len, to, MREMAP_MAYMOVE);
+    if (q == MAP_FAILED) {
+        pthread_mutex_lock(&lock);
+        live -= to - len;
+        pthread_mutex_unlock(&lock);
+        return NULL;
+    }
+#ifdef MADV_HUGEPAGE
+    madvise(q, to, MADV_HUGEPAGE);
+#endif
+    put_head(q + HEAD, MAGIC_BIG, to);
+    return q + HEAD;
+}
+
 static void *h_realloc(void *ctx, void *ptr, size_t n) {
     if (!ptr) return h_malloc(ctx, n);
     char *data = ptr;
     size_t magic = ((size_t *)data)[-2], had = ((size_t *)data)[-1];
-    if (magic == MAGIC_SMALL && n < big_line) {
-        char *p = dflt.realloc ? dflt.realloc(dflt.ctx, data - 16, n + 16)
-                               : realloc(data - 16, n + 16);
+    if (magic != MAGIC_BIG && n < big_line) {
+        char *p = magic == MAGIC_SMALL ? dflt.realloc(dflt.ctx, data - 16, n + 16)
+                                       : realloc(data - 16, n + 16);
         if (!p) return NULL;
-        put_head(p + 16, MAGIC_SMALL, n);
+        put_head(p + 16, magic, n);
         if (n > had) small_grew(n - had);
         else __atomic_sub_fetch(&small, had - n, __ATOMIC_RELAXED);
         return p + 16;
     }
     size_t room = magic == MAGIC_BIG ? had - HEAD : had;
-    if (magic == MAGIC_BIG && n >= big_line && n <= room) {
-        big_shrink(data, n);
-        return data;
+    if (magic == MAGIC_BIG && n >= big_line) {
+        if (n <= room) {
+            big_shrink(data, n);
+            return data;
+        }
+        char *q = big_grow(data, n);
+        if (q) return q;
     }
     char *to = h_malloc(ctx, n);
     if (!to) return NULL;
@@ -300,7 +332,12 @@ static void *h_realloc(void *ctx, void *ptr, size_t n) {
 
 void *pages_take(size_t n) {
     if (!page) page = (size_t)sysconf(_SC_PAGESIZE);
-    return h_malloc(NULL, n ? n : 1);
+    return h_malloc(&extension_ctx, n ? n : 1);
+}
+
+void *pages_resize(void *p, size_t n) {
+    if (!page) page = (size_t)sysconf(_SC_PAGESIZE);
+    return h_realloc(&extension_ctx, p, n ? n : 1);
 }
 
 void pages_give(void *p) { h_free(NULL, p, 0); }
@@ -430,6 +467,7 @@ PyObject *pages_stats(PyObject *self, PyObject *unused) {
 #else /* no mmap: the handler is not offered */
 
 void *pages_take(size_t n) { return malloc(n ? n : 1); }
+void *pages_resize(void *p, size_t n) { return realloc(p, n ? n : 1); }
 void pages_give(void *p) { free(p); }
 void pages_cut(void *p, size_t n) { (void)p, (void)n; }
 

@@ -10,9 +10,12 @@ PyObject *pages_leave(PyObject *self, PyObject *args);
 PyObject *pages_stats(PyObject *self, PyObject *unused);
 PyObject *pages_tune(PyObject *self, PyObject *args);
 
-/* memory for the extension's own outputs, from the same pages as numpy's arrays
-   (within a scope, recycled); pages_cut gives back what lies past n bytes */
+/* memory for the extension's own columns, from the same pages as numpy's arrays
+   (within a scope, recycled); no GIL needed.  pages_resize keeps the first bytes
+   (a large block moves by mremap, not by a copy); pages_cut gives back what lies
+   past n bytes */
 void *pages_take(size_t n);
+void *pages_resize(void *p, size_t n);
 void pages_give(void *p);
 void pages_cut(void *p, size_t n);
 
