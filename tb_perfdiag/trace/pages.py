@@ -4,7 +4,9 @@ A large trace's analysis makes and drops column-sized temporaries by the
 hundred; from fresh memory each one has its pages faulted in and zeroed by the
 kernel again (29 % of the whole run on a 40 M-event trace).  Within
 ``recycled_pages()`` numpy's large blocks come from the extension's handler
-(native/pages.c), which hands a freed block to the next request it fits.  Kept
+(native/pages.c), which hands a freed block to the next request it fits; the
+extension's own columns (the scanners', the C passes' results) come from the same
+blocks, so a read's build reuses the scan columns it drops.  Kept
 blocks give way whenever numpy's arrays, large or small, need the room: held
 memory stays within 8 MB of the most that was in use.  They are unmapped when the
 last scope ends.  Only the current context (this thread, this task) is affected;
