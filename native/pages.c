@@ -80,6 +80,9 @@ static uint64_t hits, misses;
 /* for tests (pages_tune): a lower line for large blocks, and garbage in every block
    handed out by malloc, so that an answer read from memory nobody wrote shows */
 static size_t big_line = BIG;
+/* the extension's columns from this size on are mapped (grown by mremap, as before the
+   pages), but kept only from big_line on like numpy's */
+#define MAP_LINE ((size_t)64 << 10)
 static int poison;
 
 static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
@@ -157,7 +160,7 @@ static void *big_alloc(size_t n, int zero) {
     Block gone[SLOTS + 1];
     gone[SLOTS].base = NULL;            /* the cut-off tail of a cached block */
     pthread_mutex_lock(&lock);
-    char *data = scopes ? cache_take(len, &gone[SLOTS]) : NULL;
+    char *data = scopes && n >= big_line ? cache_take(len, &gone[SLOTS]) : NULL;
     if (data) hits++;
     else {
         misses++;
@@ -199,7 +202,7 @@ static void big_free(char *data) {
     pthread_mutex_lock(&lock);
     int n_gone = cache_fit(gone);       /* the peak with this block still in use */
     live -= len;
-    if (scopes) {
+    if (scopes && len >= big_line + HEAD) {
         if (n_cached == SLOTS) n_gone += cache_drop_oldest(&gone[n_gone]);
         cache_push((Block){base, len, ++age});
     } else {
@@ -247,13 +250,13 @@ static void small_free(char *data) {
 static int extension_ctx;
 
 static void *h_malloc(void *ctx, size_t n) {
-    return n >= big_line ? big_alloc(n, 0) : small_alloc(n, 0, ctx != NULL);
+    return n >= (ctx ? MAP_LINE : big_line) ? big_alloc(n, 0) : small_alloc(n, 0, ctx != NULL);
 }
 
 static void *h_calloc(void *ctx, size_t nelem, size_t elsize) {
     size_t n;
     if (__builtin_mul_overflow(nelem, elsize, &n)) return NULL;
-    return n >= big_line ? big_alloc(n, 1) : small_alloc(n, 1, ctx != NULL);
+    return n >= (ctx ? MAP_LINE : big_line) ? big_alloc(n, 1) : small_alloc(n, 1, ctx != NULL);
 }
 
 static void h_free(void *ctx, void *ptr, size_t size) {
@@ -305,7 +308,7 @@ static void *h_realloc(void *ctx, void *ptr, size_t n) {
     if (!ptr) return h_malloc(ctx, n);
     char *data = ptr;
     size_t magic = ((size_t *)data)[-2], had = ((size_t *)data)[-1];
-    if (magic != MAGIC_BIG && n < big_line) {
+    if (magic != MAGIC_BIG && n < (ctx ? MAP_LINE : big_line)) {
         char *p = magic == MAGIC_SMALL ? dflt.realloc(dflt.ctx, data - 16, n + 16)
                                        : realloc(data - 16, n + 16);
         if (!p) return NULL;
@@ -315,7 +318,7 @@ static void *h_realloc(void *ctx, void *ptr, size_t n) {
         return p + 16;
     }
     size_t room = magic == MAGIC_BIG ? had - HEAD : had;
-    if (magic == MAGIC_BIG && n >= big_line) {
+    if (magic == MAGIC_BIG && n >= (ctx ? MAP_LINE : big_line)) {
         if (n <= room) {
             big_shrink(data, n);
             return data;
@@ -344,7 +347,7 @@ void pages_give(void *p) { h_free(NULL, p, 0); }
 
 void pages_cut(void *p, size_t n) {
     char *data = p;
-    if (((size_t *)data)[-2] == MAGIC_BIG && n >= big_line) big_shrink(data, n);
+    if (((size_t *)data)[-2] == MAGIC_BIG) big_shrink(data, n);
 }
 
 static DataHandler handler = {
