@@ -47,6 +47,18 @@ def test_only_the_scope_uses_it():
     assert pages.stats()["scopes"] == 0
 
 
+def test_off_with_the_rest_of_the_extension(monkeypatch):
+    """TB_PERFDIAG_NO_NATIVE (the pure-Python path) turns the pages off too, even after
+    they were first used."""
+    with pages.recycled_pages():
+        pass
+    monkeypatch.setenv("TB_PERFDIAG_NO_NATIVE", "1")
+    with pages.recycled_pages():
+        assert _handler_name() == "default_allocator"
+        a = np.ones(BIG, np.uint8)
+    assert _handler_name(a) == "default_allocator"
+
+
 def test_a_freed_block_is_reused_and_zeros_are_zeros():
     with pages.recycled_pages():
         a = np.full(BIG // 8, 7, np.int64)

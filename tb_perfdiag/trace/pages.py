@@ -32,12 +32,16 @@ def _array_api():
 
 
 def available() -> bool:
-    """Whether the handler can be used here (built, and numpy's own handler current)."""
+    """Whether the handler can be used here: built, not turned off with the rest of the
+    extension (TB_PERFDIAG_NO_NATIVE, looked at every time), and numpy's own handler
+    current when first asked."""
     global _offered
+    install = native_fn("pages_install")
+    if install is None:
+        return False
     with _lock:
         if _offered is None:
-            install = native_fn("pages_install")
-            _offered = bool(install and install(_array_api()))
+            _offered = bool(install(_array_api()))
         return _offered
 
 
@@ -48,11 +52,13 @@ def recycled_pages():
     if not available():
         yield
         return
-    old = native_fn("pages_enter")()
+    # both looked up before entering: the setting may change while the block runs
+    enter, leave = native_fn("pages_enter"), native_fn("pages_leave")
+    old = enter()
     try:
         yield
     finally:
-        native_fn("pages_leave")(old)
+        leave(old)
 
 
 @contextlib.contextmanager
