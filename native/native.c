@@ -125,9 +125,8 @@ typedef struct {
 } Column;
 
 static int column_getbuffer(PyObject *o, Py_buffer *view, int flags) {
-    static char none[1];
-    Column *c = (Column *)o;
-    return PyBuffer_FillInfo(view, o, c->data ? c->data : none, (Py_ssize_t)c->len, 0, flags);
+    Column *c = (Column *)o;   /* data is never NULL: new_column and vec_to_column see to it */
+    return PyBuffer_FillInfo(view, o, c->data, (Py_ssize_t)c->len, 0, flags);
 }
 
 static void column_dealloc(PyObject *o) {

@@ -333,10 +333,7 @@ static void *h_realloc(void *ctx, void *ptr, size_t n) {
     return to;
 }
 
-void *pages_take(size_t n) {
-    if (!page) page = (size_t)sysconf(_SC_PAGESIZE);
-    return h_malloc(&extension_ctx, n ? n : 1);
-}
+void *pages_take(size_t n) { return pages_resize(NULL, n); }
 
 void *pages_resize(void *p, size_t n) {
     if (!page) page = (size_t)sysconf(_SC_PAGESIZE);
