@@ -406,3 +406,7 @@ def test_launched_busy_equals_each_steps_own_union_at_any_scale():
         every = np.full(3 * m, -1, np.int64)          # not the ops: never read
         every[at] = s
         assert launched_busy(every, e, k, n, at).tolist() == want, scale
+        # and their ends from every event's start and duration, with no column of ends
+        length = np.full(3 * m, -1, np.int64)
+        length[at] = e - s
+        assert launched_busy(every, None, k, n, at, length).tolist() == want, scale

@@ -205,14 +205,16 @@ def _diagnose(trace: Trace, opt: Options, progress):
         gaps_all.append(gt)
         own = steps.runs.get(d) if steps.source == "modules" else \
             np.flatnonzero((trace.kind == K.STEP) & (trace.track_device[trace.track] == d))
-        # one copy of the ops' steps and ends for both uses (20 M ops: 240 MB each)
-        op_step, op_end = ev_step[ops], trace.end_of(ops)
-        wb, we = device_windows(steps, op_step, op_end, hi, own, trace)
+        # one copy of the ops' steps for both uses; their ends are read a block at a
+        # time (20 M ops: 160 MB, at the peak of the analysis)
+        op_step = ev_step[ops]
+        wb, we = device_windows(steps, op_step, None, hi, own, trace, ops)
         if steps.source in ("host_annotations", "modules"):
             # per step, the device time it launched, wherever that ran (GUIDE §4); the
             # windows are cut so that it runs in them, which ``busy`` measures
-            launched[d] = launched_busy(trace.ts, op_end, op_step, steps.ids.shape[0], ops)
-        del op_step, op_end
+            launched[d] = launched_busy(trace.ts, None, op_step, steps.ids.shape[0], ops,
+                                        trace.dur)
+        del op_step
         wb, we, busy, by_cause = _window_numbers(wb, we, us, ue, gt, n_causes)
         sm_n, sm_t, dev_small_n[d], dev_small_t[d] = short_gaps(us, ue, threshold_ps, wb, we)
         windows[d] = (wb, we, busy, by_cause, sm_n, sm_t)

@@ -160,13 +160,15 @@ def launching_steps(trace: Trace, steps: StepTable, root: np.ndarray) -> np.ndar
     return out
 
 
-def launched_busy(start: np.ndarray, end: np.ndarray, step: np.ndarray,
-                  n_steps: int, at: np.ndarray | None = None) -> np.ndarray:
+def launched_busy(start: np.ndarray, end: np.ndarray | None, step: np.ndarray,
+                  n_steps: int, at: np.ndarray | None = None,
+                  length: np.ndarray | None = None) -> np.ndarray:
     """Per step: the union length of the device ops it launched (one device's ops with
     their step index, −1 none) — the device time a step launched, wherever it ran.
-    ``start`` is the ops' starts, or with ``at`` (the ops' event indices) the start of
-    every event, gathered a block at a time (a copy for all 20 M ops of a device was
-    the largest transient of the gap loop).
+    ``start`` and ``end`` are the ops' starts and ends, or with ``at`` (the ops' event
+    indices) ``start`` is the start of every event, and ``end`` is None and ``length``
+    every event's duration: they are gathered a block at a time (a copy of the starts
+    or ends of all 20 M ops of a device was the largest transient of the gap loop).
 
     One ordering of the ops by step, then blocks of whole steps (about a million ops
     each: a whole-array union would hold half a dozen copies of the op columns, 1 GB at
@@ -193,9 +195,16 @@ def launched_busy(start: np.ndarray, end: np.ndarray, step: np.ndarray,
 
     def starts(sel):
         return start[sel] if at is None else start[at[sel]]
+
+    def ends(sel):
+        if end is not None:
+            return end[sel]
+        ev = at[sel]
+        return start[ev] + length[ev]
     # any t0 at or before every start and span past every op will do: all of the ops'
-    t0 = min(int(starts(slice(i, i + (1 << 20))).min()) for i in range(0, end.shape[0], 1 << 20))
-    span = max(int(end.max()) - t0, 0) + 1
+    blocks = [slice(i, i + (1 << 20)) for i in range(0, step.shape[0], 1 << 20)]
+    t0 = min(int(starts(b).min()) for b in blocks)
+    span = max(max(int(ends(b).max()) for b in blocks) - t0, 0) + 1
     per_block = (1 << 62) // span        # steps in a block, so that step × span fits
     k = 0
     while k < n_steps:
@@ -208,11 +217,11 @@ def launched_busy(start: np.ndarray, end: np.ndarray, step: np.ndarray,
         sl = o[bounds[k]:bounds[k1]]
         if sl.size:
             if per_block == 0:
-                us, ue = union(starts(sl), end[sl])
+                us, ue = union(starts(sl), ends(sl))
                 out[k] = int((ue - us).sum())
             else:
                 shift = (step[sl].astype(np.int64) - k) * span - t0
-                us, ue = union(starts(sl) + shift, end[sl] + shift)
+                us, ue = union(starts(sl) + shift, ends(sl) + shift)
                 del shift
                 cum = np.zeros(us.shape[0] + 1, np.int64)
                 np.cumsum(ue - us, out=cum[1:])
@@ -229,10 +238,13 @@ def step_of_time(steps: StepTable, t: np.ndarray) -> np.ndarray:
     return search(steps.host_start, t, side="right") - 1
 
 
-def device_windows(steps: StepTable, op_step: np.ndarray, op_end: np.ndarray,
+def device_windows(steps: StepTable, op_step: np.ndarray, op_end: np.ndarray | None,
                    trace_end: int, own_steps: np.ndarray | None = None,
-                   trace: Trace | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Per-device window bounds (len n_steps) given the step index of each device op.
+                   trace: Trace | None = None,
+                   ops: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per-device window bounds (len n_steps) given the step index of each device op
+    and its end (or, with ``op_end`` None, the ops' event indices ``ops`` in ``trace``:
+    their ends are read a block at a time).
 
     With a device Steps line, each device's windows are its own Steps events; with
     program runs, [start of its run k, start of run k+1)."""
@@ -256,7 +268,9 @@ def device_windows(steps: StepTable, op_step: np.ndarray, op_end: np.ndarray,
         return steps.host_start.copy(), steps.host_end.copy()
     last_end = np.full(n, -1, np.int64)
     for i in range(0, op_step.shape[0], 1 << 20):      # in blocks: no copy of all the ops
-        st, en = op_step[i:i + (1 << 20)], op_end[i:i + (1 << 20)]
+        st = op_step[i:i + (1 << 20)]
+        en = op_end[i:i + (1 << 20)] if op_end is not None else \
+            trace.end_of(ops[i:i + (1 << 20)])
         ok = st >= 0
         np.maximum.at(last_end, st[ok], en[ok])
     b = steps.host_start.copy()

@@ -12,6 +12,12 @@ import numpy as np
 from .model import Device, Stat, Trace, TrackKind
 from .extension import native_fn
 
+# stats whose values name something (a launch, a program, a run, a flow): compared and
+# joined, never added, so they are held as int32 where every value fits (the correlation
+# ids of a 40 M-event trace: 153 MB less in the model)
+ID_STATS = frozenset(("correlation_id", "correlation", "external_id", "program_id", "run_id",
+                      "group_id"))
+
 
 def small_ids(x: np.ndarray):
     """``(k, u, shifted)`` when the integer ids ``x`` are small enough for a table over
@@ -343,8 +349,10 @@ def assemble(path: str, fmt: str, strings: StringTable, tracks: Tracks, devices:
             hit = (idx, new if o is None else new[o], o)
             remapped.append(hit)
         o = hit[2]
-        out_stats[sname] = Stat(hit[1], np.asarray(values) if o is None else
-                                np.asarray(values)[o], is_string)
+        values = np.asarray(values)
+        if sname in ID_STATS:
+            values = _narrowed(values)
+        out_stats[sname] = Stat(hit[1], values if o is None else values[o], is_string)
     del remapped
 
     src, dst, lkind = links
@@ -362,6 +370,15 @@ def assemble(path: str, fmt: str, strings: StringTable, tracks: Tracks, devices:
         link_kind=np.asarray(lkind, np.int8),
         metadata=metadata, warnings=warnings,
     )
+
+
+def _narrowed(values: np.ndarray) -> np.ndarray:
+    """Integer ids as int32 when all of them fit, else as they are."""
+    if values.dtype.kind != "i" or values.itemsize <= 4 or not values.size:
+        return values
+    if int(values.min()) >= -2**31 and int(values.max()) < 2**31:
+        return values.astype(np.int32)
+    return values
 
 
 def _owned(a: np.ndarray) -> bool:
