@@ -811,3 +811,27 @@ def test_short_gaps_per_step_and_device_match_a_count_of_the_holes(seed):
             inside = [(a, z) for a, z in short if wa <= a < wz]
             assert st.small_count[k, dev] == len(inside)
             assert st.small_total[k, dev] == sum(z - a for a, z in inside)
+
+
+def test_scattering_in_time_order_matches_the_sort():
+    """Ops already in time order skip the (group, time) sort: runs, blocks and neighbour
+    pairs are those the sort gives.  An unscoped op (pid −1) at the end forces the sort;
+    it counts for nothing, so the answers must agree."""
+    from tb_perfdiag.analysis.annotations import _scattering
+    rng = np.random.default_rng(7)
+    paths = [("a",), ("a", "b"), ("a", "c"), ("d",), ("d", "e", "f")]
+    prefix = {}
+    for p in paths:
+        for k in range(1, len(p) + 1):
+            prefix.setdefault(p[:k], len(prefix))
+    for rising_groups in (True, False):
+        n = 5000
+        ts = np.cumsum(rng.integers(0, 3, n)).astype(np.int64)      # ties included
+        group = np.sort(rng.integers(0, 6, n)) if rising_groups else rng.integers(0, 6, n)
+        pid = rng.integers(0, len(paths), n).astype(np.int32)
+        fast = _scattering(paths, prefix, len(prefix), pid, group.astype(np.int64), ts)
+        slow = _scattering(paths, prefix, len(prefix), np.append(pid, np.int32(-1)),
+                           np.append(group, 0).astype(np.int64), np.append(ts, 0))
+        assert fast[0].tolist() == slow[0].tolist() and fast[1].tolist() == slow[1].tolist()
+        assert sorted(map(tuple, fast[2].tolist())) == sorted(map(tuple, slow[2].tolist()))
+        assert fast[0].sum() > len(prefix)       # runs were split: the case is not trivial

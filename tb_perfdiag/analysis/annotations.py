@@ -236,6 +236,16 @@ def op_runs(trace: Trace, ops: np.ndarray, memo: dict | None = None):
     return None if not run.size or run.min() == run.max() else run
 
 
+def _rising(x: np.ndarray) -> bool:
+    """Non-decreasing, looked at a block at a time (no 20 M-element temporaries)."""
+    b = 1 << 22
+    for i in range(0, x.shape[0] - 1, b):
+        j = min(i + b, x.shape[0] - 1)
+        if not (x[i + 1:j + 1] >= x[i:j]).all():
+            return False
+    return True
+
+
 def _scattering(paths: list, prefix_index: dict, n_ann: int, pid: np.ndarray,
                 group: np.ndarray, ts: np.ndarray):
     """Per annotation: separate runs of its ops among its siblings', how many (group)
@@ -251,17 +261,29 @@ def _scattering(paths: list, prefix_index: dict, n_ann: int, pid: np.ndarray,
     has = pid >= 0
     if not has.any():
         return runs, blocks, np.zeros((0, 2), np.int64)
-    order = np.flatnonzero(has)
-    order = order[np.lexsort((ts[order], group[order]))]
-    g, p = group[order], pid[order]
-    del order
+    if has.all() and _rising(ts):
+        # ops in time order (one track per device, the usual XLA trace): the sort by
+        # (group, time) is a stable sort by group, and none at all when groups follow
+        # time as steps and runs do (20 M ops: a 0.45 s lexsort and two 160 MB copies)
+        if _rising(group):
+            g, p = group, pid
+        else:
+            order = np.argsort(group, kind="stable")
+            g, p = group[order], pid[order]
+            del order
+    else:
+        order = np.flatnonzero(has)
+        order = order[np.lexsort((ts[order], group[order]))]
+        g, p = group[order], pid[order]
+        del order
     # segments of equal (group, path): the unit of everything below; groups renumbered
-    # densely in sorted order
+    # densely in sorted order (each new group starts a segment: the count of new groups
+    # up to a segment is a running sum over the segments alone)
     new = np.ones(g.shape[0], bool)
     new[1:] = g[1:] != g[:-1]
     seg = new.copy()
     seg[1:] |= p[1:] != p[:-1]
-    g = (np.cumsum(new) - 1)[seg]
+    g = np.cumsum(new[seg]) - 1
     del new
     p = p[seg].astype(np.int64)
     del seg
