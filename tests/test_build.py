@@ -398,3 +398,38 @@ def test_sort_order_is_a_stable_argsort(seed, n, share, twice):
         x[int(rng.integers(0, m))] = x[int(rng.integers(0, m))]
     got = sort_order(x, n)
     np.testing.assert_array_equal(got, np.argsort(x, kind="stable"))
+
+
+def test_assemble_reorders_a_coded_stat_with_its_key_column_once():
+    """Events given out of the model's order: a stat held coded by another stat's values
+    (``Coded``) is moved with them, and its codes stay the key stat's moved values (one
+    array, not two), while every stat reads back per event as it was given."""
+    from tb_perfdiag.trace.build import StringTable, Tracks, assemble
+    from tb_perfdiag.trace.model import Coded, TrackKind
+    rng = np.random.default_rng(3)
+    n = 500
+    tracks = Tracks()
+    for t in range(3):
+        tracks.add(TrackKind.HOST, -1, f"t{t}", f"t{t}", "p")
+    strings = StringTable()
+    ts = rng.permutation(n).astype(np.int64) * 10 + 1         # out of order
+    events = {"ts": ts.copy(), "dur": np.full(n, 5, np.int64),
+              "track": rng.integers(0, 3, n).astype(np.int32),
+              "name": np.full(n, strings.intern("op"), np.int32), "kind": np.zeros(n, np.int8)}
+    evs = np.sort(rng.choice(n, 300, replace=False))
+    key = rng.integers(0, 20, evs.shape[0]).astype(np.int32)         # hlo_op-like ids
+    table = np.arange(20, dtype=np.int32) * 3 + 100                  # one value per id
+    other = rng.integers(0, 9, evs.shape[0]).astype(np.int64)
+    stats = {"key": (evs, key, False), "scope": (evs, Coded(key, table), False),
+             "other": (evs, other, False)}
+    want = {name: dict(zip((ts[evs]).tolist(), vals.tolist()))
+            for name, vals in (("key", key), ("scope", table[key]), ("other", other))}
+    t = assemble("x", "xspace", strings, tracks, [], events, stats,
+                 (np.zeros(0, np.int64),) * 2 + (np.zeros(0, np.int8),), {}, [], origin_ps=0)
+    assert not (np.diff(t.stats["key"].events) < 0).any()
+    assert t.stats["scope"].coded.codes is t.stats["key"].values
+    for name, by_ts in want.items():
+        s = t.stats[name]
+        assert dict(zip(t.ts[s.events].tolist(), s.values.tolist())) == by_ts, name
+        k = np.arange(s.events.shape[0])[::3]
+        assert s.take(k).tolist() == s.values[k].tolist(), name

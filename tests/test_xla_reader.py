@@ -324,6 +324,39 @@ def test_ops_join_the_hlo_proto_of_their_own_module_and_program(case):
     assert [t.stat_str("op_name", k.index) for k in ks] == [want for *_, want in runs]
 
 
+@pytest.mark.parametrize("case", ["one module and program", "names apart",
+                                  "name in two modules"])
+def test_joined_op_metadata_is_held_coded_by_the_hlo_op_column(case):
+    """The op metadata a join gives every op (scope, type, source) is one value per op:
+    it is held as a table over the ``hlo_op`` column, whose values are its codes (one
+    array in the model, reordered with the events when the model sorts them) where an
+    op's name tells its module and program; else the codes number the distinct (module,
+    program, op) keys.  Either way it reads back the same whole, per row and per event."""
+    from tb_perfdiag.trace.model import Coded
+    b = TraceBuilder("xspace")
+    s1, s2 = b.stream(gpu=0, stream=7), b.stream(gpu=0, stream=9)
+    b.hlo_module("jit_a", 1, {"fusion.1": "a/dense", "dot.2": "a/head"})
+    b.hlo_module("jit_b", 2, {"fusion.1": "b/dense", "fusion.9": "b9/dense"})
+    runs = _JOINS[case]
+    # ops written late first and on two streams: the model reorders its events
+    ks = [b.kernel(s1 if i % 2 else s2, f"k{i}", 1000 - 100 * i, 50,
+                   stats={"hlo_op": op, "hlo_module": Ref(m), "program_id": p})
+          for i, (m, p, op, _) in enumerate(runs)]
+    t = b.build()
+    st, hlo = t.stats["op_name"], t.stats["hlo_op"]
+    assert isinstance(st.coded, Coded)
+    assert (st.coded.codes is hlo.values) == (case != "name in two modules")
+    assert st.events is hlo.events
+    assert [t.stat_str("op_name", k.index) for k in ks] == [want for *_, want in runs]
+    names = [t.strings[v] for v in st.values.tolist()]
+    assert [t.strings[v] for v in st.take(np.arange(st.events.shape[0])[::-1]).tolist()] == \
+        names[::-1]
+    by_event = dict(zip(st.events.tolist(), names))
+    assert [by_event[k.index] for k in ks] == [want for *_, want in runs]
+    dense = t.stat("op_name")
+    assert [t.strings[dense[k.index]] for k in ks] == [want for *_, want in runs]
+
+
 @pytest.mark.parametrize("order", ["sorted", "shuffled"])
 def test_metadata_stats_merge_into_the_events_own(order):
     """What an event's metadata says fills in the events that do not carry the stat

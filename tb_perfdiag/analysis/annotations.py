@@ -80,7 +80,7 @@ def _lookup(stat, ops: np.ndarray, memo: dict | None = None) -> np.ndarray:
         if memo is not None:
             memo[id(stat.events)] = found
     _, k, hit = found
-    out = _at(stat.values, k)
+    out = stat.take(k.astype(np.intp, copy=False))
     out[~hit] = -1
     return out
 

@@ -413,8 +413,8 @@ def _program_runs(trace: Trace) -> list:
         ev = np.intersect1d(rid.events, mod.events)
         ev = ev[dev[ev]]
         if ev.size:
-            r = rid.values[np.searchsorted(rid.events, ev)].astype(np.int64)
-            m = mod.values[np.searchsorted(mod.events, ev)].astype(np.int64)
+            r = rid.take(np.searchsorted(rid.events, ev)).astype(np.int64)
+            m = mod.take(np.searchsorted(mod.events, ev)).astype(np.int64)
             d = trace.track_device[trace.track[ev]].astype(np.int64)
             key = np.stack([d, m, r], axis=1)
             u, inv = np.unique(key, axis=0, return_inverse=True)

@@ -59,17 +59,15 @@ class HostContext:
     via: np.ndarray
     memcpy_of: np.ndarray
     launch_memcpy: np.ndarray
-    buckets: np.ndarray
     lines: dict
 
     def nbytes(self) -> int:
         t = self.trace
         n = sum(getattr(t, f).nbytes for f in ("ts", "dur", "track", "name", "kind", "depth",
                                                 "parent", "link_src", "link_dst", "link_kind"))
-        n += sum(s.events.nbytes + s.values.nbytes for s in t.stats.values())
+        n += sum(s.nbytes() for s in t.stats.values())
         n += sum(len(x) + 50 for x in t.strings)
-        n += sum(a.nbytes for a in (self.origin, self.via, self.memcpy_of, self.buckets,
-                                    self.launch_memcpy))
+        n += sum(a.nbytes for a in (self.origin, self.via, self.memcpy_of, self.launch_memcpy))
         n += sum(ln.seg_start.nbytes * 2 + ln.seg_inner.nbytes for ln in self.lines.values())
         return int(n)
 
@@ -393,8 +391,8 @@ def host_context(trace: Trace, origin: np.ndarray | None = None,
     buckets = event_buckets(trace, launch_memcpy)
     blocking = blocking_mask(trace, launch_memcpy, pageable)
     lines = build_hostlines(trace, buckets, trace.host_tracks(), blocking)
-    del blocking
-    return HostContext(trace, origin, via, memcpy_of, launch_memcpy, buckets, lines)
+    del blocking, buckets
+    return HostContext(trace, origin, via, memcpy_of, launch_memcpy, lines)
 
 
 def gap_detail(ctx: HostContext, diag: Diagnosis, row: int) -> tuple:

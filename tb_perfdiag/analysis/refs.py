@@ -13,7 +13,7 @@ def _stat_ids(trace: Trace, key: str, events: np.ndarray) -> np.ndarray:
     if st is None or events.size == 0 or not st.is_string or st.events.size == 0:
         return np.full(events.shape[0], -1, np.int64)
     k = np.minimum(search(st.events, events), st.events.shape[0] - 1)
-    return np.where(st.events[k] == events, st.values[k].astype(np.int64), -1)
+    return np.where(st.events[k] == events, st.take(k).astype(np.int64), -1)
 
 
 def event_refs(trace: Trace, events) -> EventRefs:

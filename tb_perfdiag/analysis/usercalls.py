@@ -99,7 +99,7 @@ def _run_launches(trace: Trace, root: np.ndarray) -> tuple[np.ndarray, np.ndarra
     if mod is not None and mod.is_string and mod.events.size:
         k = np.minimum(np.searchsorted(mod.events, ops), mod.events.shape[0] - 1)
         hit = mod.events[k] == ops
-        sid[hit] = mod.values[k[hit]]
+        sid[hit] = mod.take(k[hit])
     for t in np.flatnonzero(np.asarray(trace.track_name, object) == "XLA Modules").tolist():
         lo, hi = trace.track_slices([t])[0]
         m = np.flatnonzero((sid < 0) & (trace.track_device[trace.track[ops]] ==

@@ -327,7 +327,7 @@ def _real_events(diag: Diagnosis, trace: Trace, lo, hi, rows: np.ndarray,
         hit = st.events[pos] == sel
         if not hit.any():
             continue
-        vals = st.values[pos].tolist()
+        vals = st.take(pos).tolist()
         if st.is_string:
             vals = [cut(strings[int(v)], MAX_ARG) if h else None for v, h in zip(vals, hit.tolist())]
         else:

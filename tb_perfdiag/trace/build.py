@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .model import Device, Stat, Trace, TrackKind
+from .model import Coded, Device, Stat, Trace, TrackKind
 from .extension import native_fn
 
 # stats whose values name something (a launch, a program, a run, a flow): compared and
@@ -336,6 +336,18 @@ def assemble(path: str, fmt: str, strings: StringTable, tracks: Tracks, devices:
     # Stats on the same events (the HLO op's module, scope, type, source…) share one
     # int32 event column.
     remapped: list = []          # (raw idx, sorted new idx, order or None)
+    # a value column reordered once: a coded stat's codes are its key stat's values
+    # (``Coded``), and stay one array in the model
+    moved: dict = {}             # (id of raw values, id of order) → (raw, reordered)
+    shared = {id(v.codes) for _, v, _ in stats.values() if isinstance(v, Coded)}
+
+    def reordered(values, o):
+        if o is None or id(values) not in shared:
+            return values if o is None else values[o]
+        key = (id(values), id(o))
+        if key not in moved:
+            moved[key] = (values, values[o])
+        return moved[key][1]
     for sname in list(stats):
         idx, values, is_string = stats.pop(sname)
         idx = np.asarray(idx)
@@ -349,11 +361,15 @@ def assemble(path: str, fmt: str, strings: StringTable, tracks: Tracks, devices:
             hit = (idx, new if o is None else new[o], o)
             remapped.append(hit)
         o = hit[2]
-        values = np.asarray(values)
-        if sname in ID_STATS:
-            values = _narrowed(values)
-        out_stats[sname] = Stat(hit[1], values if o is None else values[o], is_string)
-    del remapped
+        if isinstance(values, Coded):
+            values = Coded(reordered(values.codes, o), values.table)
+        else:
+            values = np.asarray(values)
+            if sname in ID_STATS:
+                values = _narrowed(values)
+            values = reordered(values, o)
+        out_stats[sname] = Stat(hit[1], values, is_string)
+    del remapped, moved
 
     src, dst, lkind = links
     src = np.asarray(src, np.int64)

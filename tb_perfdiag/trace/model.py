@@ -68,17 +68,56 @@ class Device:
 
 
 @dataclass
+class Coded:
+    """Values held as ``table[codes]``: a stat that has one value per distinct key (the
+    HLO op's scope, type and source, one per op) keeps the key column as its codes, so
+    that stats of one key share it (three 76 MB columns fewer at 40 M events)."""
+
+    codes: np.ndarray           # int32 per entry, into ``table``
+    table: np.ndarray
+
+    def take(self, k) -> np.ndarray:
+        return self.table[self.codes[k]]
+
+    def full(self) -> np.ndarray:
+        return self.table[self.codes]
+
+
 class Stat:
     """A sparse per-event column: ``values[k]`` belongs to event ``events[k]``."""
 
-    events: np.ndarray          # int32 event indices (int64 past 2**31 events), ascending
-    values: np.ndarray          # int64 / float64 / int32 string ids
-    is_string: bool = False     # values index Trace.strings
+    __slots__ = ("events", "is_string", "_held")
+
+    def __init__(self, events: np.ndarray, values, is_string: bool = False):
+        self.events = events        # int32 event indices (int64 past 2**31 events), ascending
+        self._held = values         # int64 / float64 / int32 string ids, or Coded
+        self.is_string = is_string  # values index Trace.strings
+
+    @property
+    def values(self) -> np.ndarray:
+        """All values (a new array when they are held coded)."""
+        v = self._held
+        return v.full() if isinstance(v, Coded) else v
+
+    @property
+    def coded(self) -> Coded | None:
+        return self._held if isinstance(self._held, Coded) else None
+
+    def take(self, k) -> np.ndarray:
+        """``values[k]``, without all the values when they are held coded."""
+        v = self._held
+        return v.take(k) if isinstance(v, Coded) else v[k]
+
+    def nbytes(self) -> int:
+        """Bytes of its own (a coded stat's codes are its key's)."""
+        v = self._held
+        return self.events.nbytes + (v.table.nbytes if isinstance(v, Coded) else v.nbytes)
 
     def dense(self, n: int, fill=-1) -> np.ndarray:
-        dtype = self.values.dtype if self.values.dtype.kind in "iuf" else np.int64
+        values = self.values
+        dtype = values.dtype if values.dtype.kind in "iuf" else np.int64
         out = np.full(n, fill, dtype=dtype)
-        out[self.events] = self.values
+        out[self.events] = values
         return out
 
 
@@ -184,7 +223,7 @@ class Trace:
             return None
         k = np.searchsorted(s.events, event)
         if k < s.events.shape[0] and s.events[k] == event:
-            v = s.values[k]
+            v = s.take(k)
             return self.strings[int(v)] if s.is_string else v.item()
         return None
 

@@ -20,7 +20,7 @@ from . import classify
 from .build import (StringTable, Tracks, assemble, correlation_links, map_distinct,
                     small_ids, unique_inverse, unique_rows)
 from .hlo import FIELDS as HLO_FIELDS, hlo_op_metadata
-from .model import Device, EventKind as K, LinkKind, TraceError, TrackKind, search
+from .model import Coded, Device, EventKind as K, LinkKind, TraceError, TrackKind, search
 from .xplane_pb import XPlane, XSpace
 from .xspace_stats import STATS, STR_STATS
 
@@ -670,8 +670,8 @@ def _join_hlo_metadata(planes, stats, strings, n, warnings):
         hits.append(hit)
     for c in ("op_name", "op_type", "source"):
         k = HLO_FIELDS.index(c)
-        v = per_op(strings.intern_many([h[k] for h in hits]))
-        keep = v != empty
+        coded = per_op(strings.intern_many([h[k] for h in hits]))
+        keep = (coded.table != empty)[coded.codes]
         if c in stats:
             # an event's own stat (``source`` on TPU ops' metadata) wins over the join
             e0, v0 = np.asarray(stats[c][0]), np.asarray(stats[c][1])
@@ -679,24 +679,27 @@ def _join_hlo_metadata(planes, stats, strings, n, warnings):
             if keep.any():
                 e = np.concatenate([e0, np.asarray(evs)[keep]])
                 o = np.argsort(e, kind="stable")
-                stats[c] = (e[o], np.concatenate([v0, v[keep]])[o], True)
+                stats[c] = (e[o], np.concatenate([v0, coded.full()[keep]])[o], True)
             continue
         if keep.all():
-            stats[c] = (evs, v, True)          # the hlo_op events themselves: shared later
+            # the hlo_op events and, as codes, its values themselves: shared in the model
+            stats[c] = (evs, coded, True)
         elif keep.any():
-            stats[c] = (evs[keep], v[keep], True)
+            stats[c] = (evs[keep], coded.full()[keep], True)
 
 
 def _distinct_keys(mod: np.ndarray, prog: np.ndarray, op: np.ndarray):
     """Distinct (module, program, op) rows, and a function that takes a value per row to
-    the value on every event.  An HLO op name almost always belongs to one (module,
-    program) in a trace: then the op's string id is the key (through a table over the
-    ids, no index per event), and only otherwise are all three columns sorted."""
+    the values of every event, held coded (``Coded``).  An HLO op name almost always
+    belongs to one (module, program) in a trace: then the op's string id is the key,
+    and the codes are the ``hlo_op`` column itself (a table over the ids: no index per
+    event); only otherwise are all three columns sorted."""
+    op = np.asarray(op)
     small = small_ids(op) if op.size and int(op.min()) >= 0 else None
     if small is not None:
+        u_op = small[1]
         if mod.min() == mod.max() and prog.min() == prog.max():
             # one (module, program), the usual case: no check per event
-            u_op = small[1]
             rows = np.stack([np.full(u_op.shape[0], mod[0]), np.full(u_op.shape[0], prog[0]),
                              u_op.astype(np.int64)], axis=1)
             return rows, lambda per_row: _through_table(u_op, per_row, op)
@@ -707,18 +710,20 @@ def _distinct_keys(mod: np.ndarray, prog: np.ndarray, op: np.ndarray):
         m[inv], p[inv] = mod, prog
         if (m[inv] == mod).all() and (p[inv] == prog).all():
             rows = np.stack([m, p, u_op.astype(np.int64)], axis=1)
-            return rows, lambda per_row: np.asarray(per_row)[inv]
+            return rows, lambda per_row: _through_table(u_op, per_row, op)
         del m, p
     u, inv = unique_rows(np.stack([mod, prog, op.astype(np.int64)], axis=1))
-    return u, lambda per_row: np.asarray(per_row)[inv]
+    codes = inv.astype(np.int32)
+    return u, lambda per_row: Coded(codes, np.asarray(per_row))
 
 
-def _through_table(ids: np.ndarray, per_id, x: np.ndarray) -> np.ndarray:
-    """``per_id`` (a value per sorted distinct id of ``x``) on every element of ``x``."""
+def _through_table(ids: np.ndarray, per_id, x: np.ndarray) -> Coded:
+    """``per_id`` (a value per sorted distinct id of ``x``) on every element of ``x``:
+    ``x`` itself is the codes, into a table over the ids."""
     per_id = np.asarray(per_id)
     lut = np.zeros(int(ids[-1]) + 1 if ids.size else 0, per_id.dtype)
     lut[ids] = per_id
-    return lut[x]
+    return Coded(x, lut)
 
 
 def _flow_links(stats, n):
