@@ -162,10 +162,12 @@ def root_origin(trace: Trace, origin: np.ndarray, max_hops: int = 32,
     # events a block at a time (an index of every op's origin and the walk's columns over
     # all of them held 1.4 GB at 40 M events)
     block = 1 << 22
-    mark = np.zeros(out.shape[0], bool)
+    # "none" (−1) marks and reads a slot past the events: no mask per block
+    assert int(out.min()) >= -1
+    mark = np.zeros(out.shape[0] + 1, bool)
     for i in range(0, out.shape[0], block):
-        o = out[i:i + block]
-        mark[o[o >= 0]] = True
+        mark[out[i:i + block]] = True
+    mark[-1] = False
     # held in the model's index type (int32 below 2**31 events): half the memory
     src = np.flatnonzero(mark).astype(out.dtype)
     del mark
@@ -177,12 +179,18 @@ def root_origin(trace: Trace, origin: np.ndarray, max_hops: int = 32,
     cur = src.copy()
     for i in range(0, cur.shape[0], block):
         c, lv = cur[i:i + block], live[i:i + block]
+        if lv.all():                    # host sources only (a launch per kernel): no gathers
+            nxt = entry_of(trace, linked, regions, c)
+            moved = (nxt >= 0) & (nxt != c)
+            np.copyto(c, nxt, casting="unsafe", where=moved)
+            lv[:] = moved
+            continue
         sel = np.flatnonzero(lv)
         nxt = entry_of(trace, linked, regions, c[sel])
         moved = (nxt >= 0) & (nxt != c[sel])
         c[sel[moved]] = nxt[moved]
         lv[sel[~moved]] = False
-    del sel, nxt, moved
+    del nxt, moved
     # past the first hop the sources share few places (a run's dispatch): one walk each
     u, inv = unique_inverse(cur)
     del cur
@@ -197,13 +205,13 @@ def root_origin(trace: Trace, origin: np.ndarray, max_hops: int = 32,
         moved = (nxt >= 0) & (nxt != u[sel])
         u[sel[moved]] = nxt[moved]
         ulive[sel[~moved]] = False
-    table = np.empty(int(src[-1]) + 1, out.dtype)
+    table = np.empty(out.shape[0] + 1, out.dtype)
     table[src] = u[inv]
+    table[-1] = -1
     del src, u, inv
     for i in range(0, out.shape[0], block):
         o = out[i:i + block]
-        has = o >= 0
-        o[has] = table[o[has]]
+        np.take(table, o, out=o)
     return out
 
 
