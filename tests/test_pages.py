@@ -90,6 +90,23 @@ def test_reused_zeros_are_not_touched_whole():
         assert int(b.sum()) == n // (16 * MB)
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm") or
+                    os.confstr("CS_GNU_LIBC_VERSION") is None, reason="glibc on Linux only")
+def test_the_last_scope_gives_malloc_heap_back():
+    """Arrays under the 32 MB line live in malloc's heap once glibc has raised its mmap
+    threshold; what a scope freed there goes back to the system when the last scope
+    ends, while an array still alive keeps its pages."""
+    with pages.recycled_pages():
+        np.ones(24 * MB // 8).sum()     # an mmap'd block freed: glibc raises its threshold
+        many = [np.ones(MB // 8 * 3) for _ in range(60)]        # 180 MB in the heap
+        keep = np.ones(MB // 8 * 3)     # above them: the heap's top stays in use
+        del many
+        before = _rss_mb()
+    after = _rss_mb()
+    assert before - after > 120, (before, after)
+    assert keep.sum() == keep.shape[0]
+
+
 def test_arrays_outlive_the_scope():
     with pages.recycled_pages():
         a = np.arange(BIG // 8, dtype=np.int64)
