@@ -3990,8 +3990,8 @@ static PyMethodDef methods[] = {
     {"pages_install", pages_install, METH_VARARGS,
      "pages_install(numpy _ARRAY_API capsule) -> bool: whether the recycled pages can be "
      "offered (numpy's own handler is the current one); see tb_perfdiag.trace.pages"},
-    {"pages_enter", pages_enter, METH_NOARGS,
-     "pages_enter() -> the data-memory handler it replaced in this context"},
+    {"pages_enter", pages_enter, METH_VARARGS,
+     "pages_enter(room=0) -> the data-memory handler it replaced in this context"},
     {"pages_leave", pages_leave, METH_VARARGS,
      "pages_leave(old) -> None: puts old back; the last scope out unmaps the cached pages"},
     {"pages_tune", pages_tune, METH_VARARGS,

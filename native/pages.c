@@ -393,9 +393,14 @@ PyObject *pages_install(PyObject *self, PyObject *args) {
     Py_RETURN_TRUE;
 }
 
-/* pages_enter() -> the handler it replaced (for pages_leave) */
-PyObject *pages_enter(PyObject *self, PyObject *unused) {
-    (void)self, (void)unused;
+/* pages_enter(room=0) -> the handler it replaced (for pages_leave).  `room`: bytes
+   the process already had in use for this work (the read of the trace an analysis
+   reads): kept blocks may fill up to it from the start, as that raises no high-water
+   mark, where the peak of the scope alone would let few be kept early on */
+PyObject *pages_enter(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_ssize_t room = 0;
+    if (!PyArg_ParseTuple(args, "|n", &room)) return NULL;
     if (!numpy_api) {
         PyErr_SetString(PyExc_RuntimeError, "pages_install first");
         return NULL;
@@ -405,6 +410,10 @@ PyObject *pages_enter(PyObject *self, PyObject *unused) {
     if (!old) return NULL;
     pthread_mutex_lock(&lock);
     scopes++;
+    if (room > 0 && (size_t)room > peak_use) {
+        peak_use = (size_t)room;
+        __atomic_store_n(&small_room, peak_use + SLACK - live - cached, __ATOMIC_RELAXED);
+    }
     pthread_mutex_unlock(&lock);
     return old;
 }
@@ -485,8 +494,8 @@ PyObject *pages_install(PyObject *self, PyObject *args) {
     (void)self, (void)args;
     Py_RETURN_FALSE;
 }
-PyObject *pages_enter(PyObject *self, PyObject *unused) {
-    (void)self, (void)unused;
+PyObject *pages_enter(PyObject *self, PyObject *args) {
+    (void)self, (void)args;
     PyErr_SetString(PyExc_RuntimeError, "not offered here");
     return NULL;
 }

@@ -5,7 +5,7 @@
 #include <Python.h>
 
 PyObject *pages_install(PyObject *self, PyObject *args);
-PyObject *pages_enter(PyObject *self, PyObject *unused);
+PyObject *pages_enter(PyObject *self, PyObject *args);
 PyObject *pages_leave(PyObject *self, PyObject *args);
 PyObject *pages_stats(PyObject *self, PyObject *unused);
 PyObject *pages_tune(PyObject *self, PyObject *args);

@@ -835,3 +835,23 @@ def test_scattering_in_time_order_matches_the_sort():
         assert fast[0].tolist() == slow[0].tolist() and fast[1].tolist() == slow[1].tolist()
         assert sorted(map(tuple, fast[2].tolist())) == sorted(map(tuple, slow[2].tolist()))
         assert fast[0].sum() > len(prefix)       # runs were split: the case is not trivial
+
+
+@pytest.mark.parametrize("rel", [
+    "kineto_launch_bound/worker0.1795400183000.pt.trace.json",
+    "xla_gpu_recompile/plugins/profile/2026_11_22_06_00_00/synthhost.xplane.pb"])
+def test_device_time_by_annotation_does_not_depend_on_the_block(rel, monkeypatch):
+    """The per-(path, step) sums go a block of ops at a time; blocks of 7 ops (scoped
+    and unscoped ops mixed within and across them) give the table one block gives."""
+    import os
+    from tb_perfdiag.analysis import annotations as ann
+    path = os.path.join(os.path.dirname(__file__), "..", "testdata", "synthetic", "logdir", rel)
+    whole = tb_perfdiag.diagnose(path).annotations
+    monkeypatch.setattr(ann, "_BLOCK", 7)
+    cut = tb_perfdiag.diagnose(path).annotations
+    assert whole.unscoped_ops and len(whole.paths)          # both kinds of op are there
+    for f in ("paths", "inclusive", "exclusive", "ops", "per_step_inclusive",
+              "per_step_exclusive", "unscoped", "unscoped_ops", "unscoped_per_step",
+              "scattered", "device_runs"):
+        a, b = getattr(whole, f), getattr(cut, f)
+        assert (np.array_equal(a, b) if isinstance(a, np.ndarray) else a == b), f

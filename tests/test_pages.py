@@ -187,6 +187,45 @@ def test_a_block_freed_at_the_peak_is_kept():
         del b, smalls
 
 
+def test_room_keeps_blocks_up_to_the_earlier_use():
+    """A scope given room (what the request's read had in use at its peak) keeps freed
+    blocks up to it from the start, where on its own it keeps them only up to its own
+    peak; it never holds more than the room or its peak, and tells its peak."""
+    def kept_after_churn(room):
+        with pages.recycled_pages(room) as scope:
+            a = np.ones(64 * MB, np.uint8)
+            b = np.ones(64 * MB, np.uint8)
+            del a                            # kept either way: its peak was 128 MB
+            c = np.ones(100 * MB, np.uint8)  # no kept block fits: fresh, the peak grows
+            del b, c
+            s = pages.stats()
+            assert _held(s) <= max(room, s["peak_use"]) + s["slack"]
+            cached = s["cached"]
+        assert scope.peak >= max(room, 164 * MB)
+        return cached
+    base = kept_after_churn(0)
+    roomy = kept_after_churn(400 * MB)
+    assert base <= 172 * MB < 228 * MB <= roomy    # the room kept all three blocks
+    s = pages.stats()
+    assert s["cached"] == 0 and s["scopes"] == 0   # and gave them back at the end
+
+
+def test_a_read_tells_the_analysis_its_peak():
+    """``load`` records what its read had in use at its peak, which ``analyse`` passes
+    on as the room its scope may keep freed blocks in."""
+    import tb_perfdiag
+    from tb_perfdiag.analysis import diagnosis
+    rel = "testdata/synthetic/logdir/kineto_launch_bound/worker0.1795400183000.pt.trace.json"
+    tr = tb_perfdiag.trace.load(os.path.join(os.path.dirname(__file__), "..", rel))
+    assert tr.read_peak > 0
+    seen = []
+    real = diagnosis.recycled_pages
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(diagnosis, "recycled_pages", lambda room=0: seen.append(room) or real(room))
+        diagnosis.analyse(tr)
+    assert seen == [tr.read_peak]
+
+
 ANSWER_TRACES = [
     "testdata/captures/torch_xla_cpu/plugins/profile/2026_11_22_05_09_13/cpuhost.xplane.pb",
     "testdata/captures/torch_cpu/toyhost.1795324137232776410.pt.trace.json",

@@ -236,9 +236,15 @@ def op_runs(trace: Trace, ops: np.ndarray, memo: dict | None = None):
     return None if not run.size or run.min() == run.max() else run
 
 
+# ops per block where a pass over all of a device's ops is cut into blocks: an int64
+# column of a block stays under the 32 MB from which arrays take pages of their own
+# (``trace.pages``; malloc's heap reuses smaller ones without faulting them in again)
+_BLOCK = (1 << 22) - (1 << 12)
+
+
 def _rising(x: np.ndarray) -> bool:
     """Non-decreasing, looked at a block at a time (no 20 M-element temporaries)."""
-    b = 1 << 22
+    b = _BLOCK
     for i in range(0, x.shape[0] - 1, b):
         j = min(i + b, x.shape[0] - 1)
         if not (x[i + 1:j + 1] >= x[i:j]).all():
@@ -343,21 +349,35 @@ def device_time(trace: Trace, ops: np.ndarray, op_step: np.ndarray, step_ids: np
         paths_out.update(pid=pid, paths=paths, memo=memo)
     run = op_runs(trace, ops, memo) if paths else None
     del memo
-    dur = trace.dur[ops]
     st_all = np.where(op_step >= 0, op_step, n_steps).astype(np.int32)
-    has = pid >= 0
-    if has.all():
-        has = slice(None)       # every op scoped (XLA): no masked copies of 20 M ops
-        unscoped = (0, 0, np.zeros(n_steps, np.int64))
-    else:
-        no = ~has
-        unscoped_ps = np.bincount(st_all[no], weights=dur[no], minlength=n_steps + 1)
-        unscoped = (int(dur[no].sum()), int(no.sum()),
-                    np.rint(unscoped_ps[:n_steps]).astype(np.int64))
-        del no
-        if not has.any():
-            return empty_table(n_steps, unscoped)
     n_paths = len(paths)
+    # time and ops per (path, step), and per step of the unscoped ops, a block of ops at a
+    # time: no column of all the ops' durations, cells and paths (three of 160 MB at 40 M
+    # events, each fresh pages).  Durations are whole picoseconds: the float sums are
+    # exact, so the blocks' order does not matter
+    size = n_paths * (n_steps + 1)
+    step_sums = np.zeros(size, np.float64)
+    path_ops = np.zeros(n_paths, np.int64)
+    un_ps = np.zeros(n_steps + 1, np.float64)
+    un_t = un_n = 0
+    block = _BLOCK
+    for i in range(0, ops.shape[0], block):
+        p, st = pid[i:i + block], st_all[i:i + block]
+        d = trace.dur[ops[i:i + block]]
+        has = p >= 0
+        if not has.all():           # every op scoped (XLA): no masked copies
+            no = ~has
+            un_ps += np.bincount(st[no], weights=d[no], minlength=n_steps + 1)
+            un_t += int(d[no].sum())
+            un_n += int(no.sum())
+            p, st, d = p[has], st[has], d[has]
+        p = p.astype(np.int64)
+        step_sums += np.bincount(p * (n_steps + 1) + st, weights=d, minlength=size)
+        path_ops += np.bincount(p, minlength=n_paths)
+    del p, st, d, has
+    unscoped = (un_t, un_n, np.rint(un_ps[:n_steps]).astype(np.int64))
+    if un_n == ops.shape[0]:
+        return empty_table(n_steps, unscoped)
     # every prefix of a path is an annotation too
     prefix_index: dict = {}
     for p in paths:
@@ -377,14 +397,8 @@ def device_time(trace: Trace, ops: np.ndarray, op_step: np.ndarray, step_ids: np
     prow, pann = _expand(pflat, poff, pcnt, np.arange(n_paths))   # (path, annotation) pairs
 
     # sums per (path, step) first — a few thousand cells — then onto the annotations
-    p_ok = pid[has].astype(np.int64)
-    cell = p_ok * (n_steps + 1) + st_all[has]
-    size = n_paths * (n_steps + 1)
-    path_step_dur = np.rint(np.bincount(cell, weights=dur[has], minlength=size)) \
-        .astype(np.int64).reshape(n_paths, n_steps + 1)
-    del cell, dur, has
-    path_ops = np.bincount(p_ok, minlength=n_paths).astype(np.int64)
-    del p_ok
+    path_step_dur = np.rint(step_sums).astype(np.int64).reshape(n_paths, n_steps + 1)
+    del step_sums
     per_step_incl = np.zeros((n_ann, n_steps + 1), np.int64)
     np.add.at(per_step_incl, pann, path_step_dur[prow])
     incl = per_step_incl.sum(axis=1)

@@ -117,7 +117,7 @@ def diagnose_trace(trace: Trace, options: Options | None = None, progress=NULL) 
 def analyse(trace: Trace, options: Options | None = None, progress=NULL):
     """(Diagnosis, HostContext): the diagnosis and what later requests on the same trace
     need from the analysis (kept by the server beside the result)."""
-    with no_cyclic_gc(), recycled_pages():
+    with no_cyclic_gc(), recycled_pages(trace.read_peak):
         return _diagnose(trace, options or Options(), progress)
 
 

@@ -45,8 +45,10 @@ def load(path: str, progress=NULL, root: str | None = None,
 def load_open(f: OpenFile, progress=NULL, expect: int | None = None) -> Trace:
     """``load`` of a file already opened through the guard (``storage.open_file``);
     ``expect``: see ``OpenFile.read`` (a Kineto trace is streamed: it needs none)."""
-    with recycled_pages():
-        return _load_open(f, progress, expect)
+    with recycled_pages() as scope:
+        trace = _load_open(f, progress, expect)
+    trace.read_peak = scope.peak
+    return trace
 
 
 def _load_open(f: OpenFile, progress, expect: int | None) -> Trace:

@@ -195,6 +195,9 @@ class Trace:
     link_kind: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))
     metadata: dict = field(default_factory=dict)
     warnings: list = field(default_factory=list)
+    # bytes the read had in numpy's and the extension's arrays at its peak (0: unknown):
+    # the analysis may keep freed pages up to it (``trace.pages``)
+    read_peak: int = 0
 
     # ---- conveniences (cheap, vectorised) ----
     @property

@@ -46,19 +46,35 @@ def available() -> bool:
 
 
 @contextlib.contextmanager
-def recycled_pages():
+def recycled_pages(room: int = 0):
     """numpy's large arrays made in this block (and their temporaries) reuse freed
-    pages.  Arrays made here may outlive it: they are freed as usual later."""
+    pages.  Arrays made here may outlive it: they are freed as usual later.
+
+    ``room``: bytes in use at the peak of earlier work for the same request (the read
+    of the trace an analysis reads, ``Trace.read_peak``): freed blocks may be kept up to
+    it from the start, as that raises no high-water mark of the process.  The block
+    yields a ``Scope`` whose ``peak`` is, once the block is left, the most its arrays had
+    in use (0 where the pages are off)."""
+    scope = Scope()
     if not available():
-        yield
+        yield scope
         return
     # both looked up before entering: the setting may change while the block runs
-    enter, leave = native_fn("pages_enter"), native_fn("pages_leave")
-    old = enter()
+    enter, leave, stats_fn = (native_fn(n) for n in ("pages_enter", "pages_leave",
+                                                       "pages_stats"))
+    old = enter(int(room))
     try:
-        yield
+        yield scope
     finally:
+        # the peaks restart when the last scope ends: read before
+        scope.peak = int(stats_fn().get("peak_use", 0))
         leave(old)
+
+
+class Scope:
+    """What a ``recycled_pages`` block saw."""
+
+    peak = 0
 
 
 @contextlib.contextmanager
