@@ -119,6 +119,11 @@ static int cache_drop_oldest(Block *gone) {
     return 1;
 }
 
+/* under the lock: how far small blocks may grow before kept blocks must give way */
+static void small_room_set(void) {
+    __atomic_store_n(&small_room, peak_use + SLACK - live - cached, __ATOMIC_RELAXED);
+}
+
 /* under the lock, after live or small changed: the peaks moved on, and cached
    blocks (oldest first) collected in `gone` (to unmap after unlocking) until what
    is held fits under the largest use; returns how many */
@@ -128,7 +133,7 @@ static int cache_fit(Block *gone) {
     if (live + s > peak_use) peak_use = live + s;
     while (n_cached && live + cached + s > peak_use + SLACK) n += cache_drop_oldest(&gone[n]);
     if (live + cached + s > peak_held) peak_held = live + cached + s;
-    __atomic_store_n(&small_room, peak_use + SLACK - live - cached, __ATOMIC_RELAXED);
+    small_room_set();
     return n;
 }
 
@@ -211,7 +216,7 @@ static void big_free(char *data) {
     } else {
         gone[n_gone++] = (Block){base, len, 0};
     }
-    __atomic_store_n(&small_room, peak_use + SLACK - live - cached, __ATOMIC_RELAXED);
+    small_room_set();
     pthread_mutex_unlock(&lock);
     unmap_all(gone, n_gone);
 }
@@ -252,14 +257,18 @@ static void small_free(char *data) {
 /* the allocator's ctx: NULL when numpy asks, &extension_ctx when the extension does */
 static int extension_ctx;
 
+/* from this size a block is a big one: numpy's from big_line, the extension's (ctx
+   set) from MAP_LINE */
+static size_t line_of(void *ctx) { return ctx ? MAP_LINE : big_line; }
+
 static void *h_malloc(void *ctx, size_t n) {
-    return n >= (ctx ? MAP_LINE : big_line) ? big_alloc(n, 0) : small_alloc(n, 0, ctx != NULL);
+    return n >= line_of(ctx) ? big_alloc(n, 0) : small_alloc(n, 0, ctx != NULL);
 }
 
 static void *h_calloc(void *ctx, size_t nelem, size_t elsize) {
     size_t n;
     if (__builtin_mul_overflow(nelem, elsize, &n)) return NULL;
-    return n >= (ctx ? MAP_LINE : big_line) ? big_alloc(n, 1) : small_alloc(n, 1, ctx != NULL);
+    return n >= line_of(ctx) ? big_alloc(n, 1) : small_alloc(n, 1, ctx != NULL);
 }
 
 static void h_free(void *ctx, void *ptr, size_t size) {
@@ -311,7 +320,7 @@ static void *h_realloc(void *ctx, void *ptr, size_t n) {
     if (!ptr) return h_malloc(ctx, n);
     char *data = ptr;
     size_t magic = ((size_t *)data)[-2], had = ((size_t *)data)[-1];
-    if (magic != MAGIC_BIG && n < (ctx ? MAP_LINE : big_line)) {
+    if (magic != MAGIC_BIG && n < line_of(ctx)) {
         char *p = magic == MAGIC_SMALL ? dflt.realloc(dflt.ctx, data - 16, n + 16)
                                        : realloc(data - 16, n + 16);
         if (!p) return NULL;
@@ -321,7 +330,7 @@ static void *h_realloc(void *ctx, void *ptr, size_t n) {
         return p + 16;
     }
     size_t room = magic == MAGIC_BIG ? had - HEAD : had;
-    if (magic == MAGIC_BIG && n >= (ctx ? MAP_LINE : big_line)) {
+    if (magic == MAGIC_BIG && n >= line_of(ctx)) {
         if (n <= room) {
             big_shrink(data, n);
             return data;
@@ -412,7 +421,7 @@ PyObject *pages_enter(PyObject *self, PyObject *args) {
     scopes++;
     if (room > 0 && (size_t)room > peak_use) {
         peak_use = (size_t)room;
-        __atomic_store_n(&small_room, peak_use + SLACK - live - cached, __ATOMIC_RELAXED);
+        small_room_set();
     }
     pthread_mutex_unlock(&lock);
     return old;
@@ -435,7 +444,7 @@ PyObject *pages_leave(PyObject *self, PyObject *args) {
         while (n_cached) n_gone += cache_drop_oldest(&gone[n_gone]);
         /* the next scopes keep blocks under their own peak, not this one's */
         peak_use = peak_held = live + small_now();
-        __atomic_store_n(&small_room, peak_use + SLACK - live, __ATOMIC_RELAXED);
+        small_room_set();                   /* nothing is kept now */
     }
     pthread_mutex_unlock(&lock);
     unmap_all(gone, n_gone);

@@ -244,9 +244,8 @@ _BLOCK = (1 << 22) - (1 << 12)
 
 def _rising(x: np.ndarray) -> bool:
     """Non-decreasing, looked at a block at a time (no 20 M-element temporaries)."""
-    b = _BLOCK
-    for i in range(0, x.shape[0] - 1, b):
-        j = min(i + b, x.shape[0] - 1)
+    for i in range(0, x.shape[0] - 1, _BLOCK):
+        j = min(i + _BLOCK, x.shape[0] - 1)
         if not (x[i + 1:j + 1] >= x[i:j]).all():
             return False
     return True
@@ -360,10 +359,9 @@ def device_time(trace: Trace, ops: np.ndarray, op_step: np.ndarray, step_ids: np
     path_ops = np.zeros(n_paths, np.int64)
     un_ps = np.zeros(n_steps + 1, np.float64)
     un_t = un_n = 0
-    block = _BLOCK
-    for i in range(0, ops.shape[0], block):
-        p, st = pid[i:i + block], st_all[i:i + block]
-        d = trace.dur[ops[i:i + block]]
+    for i in range(0, ops.shape[0], _BLOCK):
+        p, st = pid[i:i + _BLOCK], st_all[i:i + _BLOCK]
+        d = trace.dur[ops[i:i + _BLOCK]]
         has = p >= 0
         if not has.all():           # every op scoped (XLA): no masked copies
             no = ~has
