@@ -376,3 +376,33 @@ def test_metadata_stats_merge_into_the_events_own(order):
     got = dict(zip(np.asarray(e).tolist(), np.asarray(v).tolist()))
     assert np.asarray(e).tolist() == [1, 2, 5, 7, 9, 10, 12]
     assert got == {1: 100, 2: 20, 5: 50, 7: 100, 9: 90, 10: 102, 12: 101}
+
+
+@pytest.mark.parametrize("n_types", [3, 90])
+def test_flow_links_join_each_consumer_to_the_first_producer_of_its_type_and_id(n_types):
+    """Producer (``_p``, ``_pt``) → consumer (``_c``, ``_ct``) links: a consumer links to
+    the first producer with its (type, id), never to itself; ids span the whole int64
+    range; events with no type stat are type 0.  Few types are joined per type, many by
+    one sort of the (type, id) rows: both agree with a dict."""
+    rng = np.random.default_rng(n_types)
+    n = 4000
+    ev = rng.permutation(n)
+    pe, ce = np.sort(ev[:900]), np.sort(ev[800:2200])          # 100 events do both
+    ids = rng.integers(-2**63, 2**63 - 1, 50, dtype=np.int64)
+    pid, cid = ids[rng.integers(0, 50, pe.size)], ids[rng.integers(0, 50, ce.size)]
+    typed_p, typed_c = pe[rng.random(pe.size) < 0.8], ce[rng.random(ce.size) < 0.8]
+    ptype = rng.integers(0, n_types, typed_p.size)
+    ctype = rng.integers(0, n_types, typed_c.size)
+    stats = {"_p": (pe, pid, False), "_c": (ce, cid, False),
+             "_pt": (typed_p, ptype, False), "_ct": (typed_c, ctype, False)}
+    src, dst, kind = xspace._flow_links(stats, n)
+    type_of_p = dict(zip(typed_p.tolist(), ptype.tolist()))
+    type_of_c = dict(zip(typed_c.tolist(), ctype.tolist()))
+    first = {}
+    for e, i in zip(pe.tolist(), pid.tolist()):
+        first.setdefault((type_of_p.get(e, 0), i), e)
+    want = [(first[k], c) for c, i in zip(ce.tolist(), cid.tolist())
+            for k in [(type_of_c.get(c, 0), i)] if k in first and first[k] != c]
+    assert len(want) > 100
+    assert list(zip(src.tolist(), dst.tolist())) == want
+    assert (kind == LinkKind.FLOW).all()
