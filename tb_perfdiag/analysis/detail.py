@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..trace.extension import native_fn
 from ..trace.model import Trace
 from .result import HostOps
 
@@ -35,6 +36,41 @@ def by_gap_then_most(g: np.ndarray, t: np.ndarray, op: np.ndarray) -> np.ndarray
     return np.lexsort((op, -t, g))
 
 
+def top_self_ops(line, a: np.ndarray, b: np.ndarray, per: int = HOST_OPS_PER_THREAD):
+    """(window, op, self time) of the ``per`` ops with the most self time on one thread
+    inside each window [a, b), by window, then most time, then the lower op: in one C
+    pass, else ``_top_self_ops``."""
+    fn = native_fn("top_self_ops")
+    if fn is None:
+        return _top_self_ops(line, a, b, per)
+    got = fn(np.ascontiguousarray(line.seg_start, np.int64),
+             np.ascontiguousarray(line.seg_inner, np.int32), np.ascontiguousarray(a, np.int64),
+             np.ascontiguousarray(b, np.int64), int(per))
+    return tuple(np.frombuffer(x, np.int64) for x in got)
+
+
+def _top_self_ops(line, a: np.ndarray, b: np.ndarray, per: int):
+    gi, k, s, e = line.pieces(a, b)
+    inner = line.seg_inner[k]
+    keep = (e > s) & (inner >= 0)
+    gi, inner, ln = gi[keep], inner[keep], (e - s)[keep]
+    if not gi.size:
+        return gi.astype(np.int64), inner.astype(np.int64), ln
+    # self time per (gap, op), then each gap's largest (ties: earlier op first); one sort
+    # of a combined key (gaps and events both fit 31 bits)
+    o = np.argsort(gi.astype(np.int64) << 31 | inner, kind="stable")
+    gi, inner, ln = gi[o], inner[o], ln[o]
+    first = np.ones(gi.shape[0], bool)
+    first[1:] = (gi[1:] != gi[:-1]) | (inner[1:] != inner[:-1])
+    at = np.flatnonzero(first)
+    g_u, op_u, self_u = gi[at], inner[at], np.add.reduceat(ln, at)
+    o = by_gap_then_most(g_u, self_u, op_u)
+    g_u, op_u, self_u = g_u[o], op_u[o], self_u[o]
+    gfirst = np.searchsorted(g_u, g_u, side="left")
+    top = (np.arange(g_u.shape[0]) - gfirst) < per
+    return g_u[top].astype(np.int64), op_u[top].astype(np.int64), self_u[top]
+
+
 def host_ops(trace: Trace, lines: dict, rows: np.ndarray,
              a: np.ndarray, b: np.ndarray) -> HostOps:
     """Per gap row in ``rows`` (window [a, b)): each thread's ops by self time inside the
@@ -43,28 +79,12 @@ def host_ops(trace: Trace, lines: dict, rows: np.ndarray,
     parts_g, parts_t, parts_e, parts_s = [], [], [], []
     syncs = [[] for _ in range(n)]
     for t, line in lines.items():
-        gi, k, s, e = line.pieces(a, b)
-        inner = line.seg_inner[k]
-        keep = (e > s) & (inner >= 0)
-        gi, inner, ln = gi[keep], inner[keep], (e - s)[keep]
-        if gi.size:
-            # self time per (gap, op), then each gap's largest (ties: earlier op first);
-            # one sort of a combined key (gaps and events both fit 31 bits): a lexsort of
-            # two keys per thread was a third of the detail of a 122-thread TPU trace
-            o = np.argsort(gi.astype(np.int64) << 31 | inner, kind="stable")
-            gi, inner, ln = gi[o], inner[o], ln[o]
-            first = np.ones(gi.shape[0], bool)
-            first[1:] = (gi[1:] != gi[:-1]) | (inner[1:] != inner[:-1])
-            at = np.flatnonzero(first)
-            g_u, op_u, self_u = gi[at], inner[at], np.add.reduceat(ln, at)
-            o = by_gap_then_most(g_u, self_u, op_u)
-            g_u, op_u, self_u = g_u[o], op_u[o], self_u[o]
-            gfirst = np.searchsorted(g_u, g_u, side="left")
-            top = (np.arange(g_u.shape[0]) - gfirst) < HOST_OPS_PER_THREAD
-            parts_g.append(g_u[top])
-            parts_e.append(op_u[top].astype(np.int64))
-            parts_s.append(self_u[top])
-            parts_t.append(np.full(int(top.sum()), t, np.int32))
+        g_u, op_u, self_u = top_self_ops(line, a, b)
+        if g_u.size:
+            parts_g.append(g_u)
+            parts_e.append(op_u)
+            parts_s.append(self_u)
+            parts_t.append(np.full(g_u.shape[0], t, np.int32))
         got = _on_line(line, a)
         for gg in np.flatnonzero(got >= 0).tolist():
             syncs[gg].append((int(t), int(got[gg])))

@@ -115,8 +115,10 @@ class HostLine:
     blocking: tuple = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
 
     def __post_init__(self):
-        counts = [x.shape[0] if x is not None else -1 for x in self.bucket_segs]
-        self.implicit = int(np.argmax(counts))
+        # the native pass leaves it out already (None); the reference makes them all
+        missing = [b for b, x in enumerate(self.bucket_segs) if x is None]
+        self.implicit = missing[0] if missing else \
+            int(np.argmax([x.shape[0] for x in self.bucket_segs]))
         self.bucket_segs = list(self.bucket_segs)
         self.bucket_cum = list(self.bucket_cum)
         self.bucket_segs[self.implicit] = self.bucket_cum[self.implicit] = None
@@ -231,8 +233,8 @@ def _native_segments():
             len(BUCKETS))
         return (np.frombuffer(times, np.int64), np.frombuffer(inner, np.int32),
                 np.frombuffer(bucket, np.int8),
-                [np.frombuffer(x, np.int32) for x in lists[0::2]],
-                [np.frombuffer(x, np.int64) for x in lists[1::2]])
+                [None if x is None else np.frombuffer(x, np.int32) for x in lists[0::2]],
+                [None if x is None else np.frombuffer(x, np.int64) for x in lists[1::2]])
     return segments
 
 
