@@ -791,6 +791,30 @@ def test_entry_walk_in_c_is_the_numpy_one(seed, monkeypatch):
 
 
 @pytest.mark.parametrize("seed", range(4))
+def test_time_except_some_buckets_is_time_by_bucket_summed_over_the_rest(seed):
+    """``time_except`` (the busiest-thread scan's work per window) equals the windows'
+    ``time_by_bucket`` summed over the buckets not skipped, for skip sets with and
+    without the implicit bucket, windows before and after the thread and reversed."""
+    from tb_perfdiag.analysis import hostline as H
+    rng = np.random.default_rng(seed)
+    b = TraceBuilder()
+    _random_thread(b, b.thread("main"), rng, 0.0, 400.0)
+    t = b.build()
+    bk = H.event_buckets(t, np.zeros(t.n_events, np.int8))
+    tr = int(t.host_tracks()[0])
+    line = H.build_hostlines(t, bk, [tr])[tr]
+    s = line.seg_start
+    a = rng.integers(int(s[0]) - 10**7, int(s[-1]) + 10**7, 300)
+    z = a + rng.integers(-10**7, 10**8, 300)
+    full = line.time_by_bucket(a, z)
+    skips = [(H.B_IDLE, H.B_WAIT, H.B_SYNC), (line.implicit,), (line.implicit, H.B_SYNC),
+             tuple(x for x in range(len(H.BUCKETS)) if x != line.implicit), ()]
+    for skip in skips:
+        keep = [x for x in range(len(H.BUCKETS)) if x not in skip]
+        np.testing.assert_array_equal(line.time_except(a, z, skip), full[:, keep].sum(axis=1))
+
+
+@pytest.mark.parametrize("seed", range(4))
 def test_time_by_bucket_is_each_windows_segments_summed(seed):
     """A thread's time per bucket inside windows (the busiest bucket kept as no column of
     its own, read off the segments' span) equals the window's overlap with each segment

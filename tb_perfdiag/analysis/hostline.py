@@ -144,6 +144,43 @@ class HostLine:
         out[:, B_IDLE] += np.maximum(b - a, 0) - out.sum(axis=1)
         return out
 
+    def time_except(self, a: np.ndarray, b: np.ndarray, skip) -> np.ndarray:
+        """Per window [a, b): the time in buckets other than ``skip``, which is
+        ``time_by_bucket`` summed over the others, read from the fewer buckets' columns
+        (the busiest-thread scan asks every thread, window set by window set)."""
+        a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
+        n = b.shape[0]
+        got, span = self._except_upto(np.concatenate((b, a)), tuple(skip))
+        out = got[:n] - got[n:]
+        if B_IDLE not in skip:
+            # idle holds what the segments do not: a window's time before the thread's
+            # first event, as in time_by_bucket
+            out += np.maximum(b - a, 0) - (span[:n] - span[n:])
+        return out
+
+    def _except_upto(self, t: np.ndarray, skip: tuple) -> np.ndarray:
+        """(time up to each t in buckets other than ``skip``, the thread's span up to
+        it): the span less the skipped buckets' time, or, when the implicit bucket is
+        skipped (it has no columns), the kept buckets' time."""
+        k = np.searchsorted(self.seg_start, t, side="right") - 1
+        on = k >= 0
+        kk = np.maximum(k, 0)
+        k32 = k.astype(np.int32)
+        minus = self.implicit not in skip
+        sum_of = skip if minus else [x for x in range(len(BUCKETS)) if x not in skip]
+        out = np.zeros(t.shape[0], np.int64)
+        for x in sum_of:
+            segs = self.bucket_segs[x]
+            if segs.shape[0]:
+                out += self.bucket_cum[x][np.searchsorted(segs, k32, side="left")]
+        # the part of segment k up to t
+        summed = np.zeros(len(BUCKETS), bool)
+        summed[list(sum_of)] = True
+        part = on & summed[self.seg_bucket[kk]]
+        out[part] += t[part] - self.seg_start[kk[part]]
+        span = np.where(on, t - self.seg_start[0], 0)
+        return (span - out if minus else out), span
+
     def _upto(self, t: np.ndarray) -> np.ndarray:
         t = np.asarray(t, np.int64)
         k = np.searchsorted(self.seg_start, t, side="right") - 1      # segment containing t

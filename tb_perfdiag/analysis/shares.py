@@ -157,8 +157,7 @@ def _busiest_other(lines: dict, t: int, a: np.ndarray, b: np.ndarray) -> np.ndar
     for u, line in lines.items():
         if u == t:
             continue
-        bt = line.time_by_bucket(a, b)
-        work = bt.sum(axis=1) - bt[:, B_IDLE] - bt[:, B_WAIT] - bt[:, B_SYNC]
+        work = line.time_except(a, b, (B_IDLE, B_WAIT, B_SYNC))
         better = work > best
         best = np.where(better, work, best)
         who = np.where(better, u, who)
