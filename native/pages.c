@@ -345,7 +345,15 @@ static void *h_realloc(void *ctx, void *ptr, size_t n) {
     return to;
 }
 
-void *pages_take(size_t n) { return pages_resize(NULL, n); }
+/* a column made at its final size: from malloc's heap below the big line, like numpy's
+   arrays (a fresh mapping per column faulted and zeroed its pages again each time: half
+   the system time of a TPU trace's analysis); only columns that grow (pages_resize)
+   are mapped from MAP_LINE on, to move by mremap */
+void *pages_take(size_t n) {
+    if (!page) page = (size_t)sysconf(_SC_PAGESIZE);
+    if (n >= big_line) return big_alloc(n, 0);
+    return small_alloc(n ? n : 1, 0, 1);
+}
 
 void *pages_resize(void *p, size_t n) {
     if (!page) page = (size_t)sysconf(_SC_PAGESIZE);

@@ -107,6 +107,29 @@ def test_the_last_scope_gives_malloc_heap_back():
     assert keep.sum() == keep.shape[0]
 
 
+def test_extension_columns_of_final_size_under_the_line_come_from_the_heap():
+    """A column the extension makes at its final size (a C pass's result) is a small
+    block under the 32 MB line, from malloc's heap that freed arrays return to, and a
+    big block from it; its values are the pass's either way."""
+    from tb_perfdiag.trace.extension import native_fn
+    search = native_fn("sorted_search")
+    a = np.arange(0, 4 * MB, 2, dtype=np.int64)
+    for n, big in ((MB, False), (5 * MB, True)):            # 8 MB and 40 MB of int64
+        keys = np.arange(n, dtype=np.int64)
+        with pages.recycled_pages():
+            s0 = pages.stats()
+            col = search(a, keys, 8, False)
+            s1 = pages.stats()
+            got = np.frombuffer(col, np.int64)
+            np.testing.assert_array_equal(got, np.searchsorted(a, keys))
+            grew_small, grew_live = s1["small"] - s0["small"], s1["live"] - s0["live"]
+            if big:
+                assert grew_live >= 8 * n and grew_small < MB, (grew_live, grew_small)
+            else:
+                assert grew_small >= 8 * n and grew_live == 0, (grew_live, grew_small)
+            del got, col
+
+
 def test_arrays_outlive_the_scope():
     with pages.recycled_pages():
         a = np.arange(BIG // 8, dtype=np.int64)
