@@ -357,11 +357,12 @@ def test_joined_op_metadata_is_held_coded_by_the_hlo_op_column(case):
     assert [t.strings[dense[k.index]] for k in ks] == [want for *_, want in runs]
 
 
-@pytest.mark.parametrize("order", ["sorted", "shuffled"])
+@pytest.mark.parametrize("order", ["sorted", "shuffled", "planes reversed"])
 def test_metadata_stats_merge_into_the_events_own(order):
     """What an event's metadata says fills in the events that do not carry the stat
-    themselves, in event order (before, between and after the own rows); an event's own
-    value wins."""
+    themselves, in event order (before, between and after the own rows), from every
+    plane at once whatever order the planes come in; an event's own value wins; a stat
+    no event carries comes from the metadata alone, strings interned."""
     from tb_perfdiag.trace.build import StringTable
     evs = np.array([1, 5, 7, 10, 12], np.int64)
     rows = np.array([0, 1, 0, 2, 1], np.int64)           # each event's metadata row
@@ -370,12 +371,22 @@ def test_metadata_stats_merge_into_the_events_own(order):
         evs, rows = evs[o], rows[o]
     stats = {"program_id": (np.array([2, 5, 9], np.int64), np.array([20, 50, 90], np.int64),
                             False)}
-    cols = {"program_id": (np.array([0, 1, 2], np.int64), [100, 101, 102], False)}
-    xspace._merge_metadata_stats(stats, evs, rows, cols, StringTable())
-    e, v, _ = stats["program_id"]
+    cols = {"program_id": (np.array([0, 1, 2], np.int64), [100, 101, 102], False),
+            "tf_op": (np.array([1, 2], np.int64), ["b", "c"], True)}
+    # two planes: events 1, 5, 7 and 10, 12, each with its own metadata rows
+    planes = [(evs[:3], rows[:3], cols), (evs[3:], rows[3:], cols)]
+    if order == "planes reversed":
+        planes = planes[::-1]
+    strings = StringTable()
+    xspace._merge_metadata_stats(stats, planes, strings)
+    e, v, is_string = stats["program_id"]
     got = dict(zip(np.asarray(e).tolist(), np.asarray(v).tolist()))
-    assert np.asarray(e).tolist() == [1, 2, 5, 7, 9, 10, 12]
+    assert np.asarray(e).tolist() == [1, 2, 5, 7, 9, 10, 12] and not is_string
     assert got == {1: 100, 2: 20, 5: 50, 7: 100, 9: 90, 10: 102, 12: 101}
+    e, v, is_string = stats["tf_op"]
+    got = {ev: strings.strings[x] for ev, x in zip(np.asarray(e).tolist(), v.tolist())}
+    want = {ev: {1: "b", 2: "c"}[r] for ev, r in zip(evs.tolist(), rows.tolist()) if r}
+    assert sorted(got) == np.asarray(e).tolist() and got == want and is_string
 
 
 @pytest.mark.parametrize("n_types", [3, 90])
