@@ -486,3 +486,53 @@ def test_overlap_per_key_is_each_key_alone(far):
         m = key == k
         alone = overlap(starts[m], ends[m], klass[m], np.zeros(int(m.sum()), np.int64), 1)[0]
         assert got[k].tolist() == alone.tolist(), k
+
+
+def _union_length(s, e) -> int:
+    """The union length of intervals, the plain way."""
+    total, reach = 0, None
+    for a, b in sorted(zip(s.tolist(), e.tolist())):
+        if reach is None or a > reach:
+            total += b - a
+            reach = b
+        elif b > reach:
+            total += b - reach
+            reach = b
+    return total
+
+
+@pytest.mark.parametrize("mix", ["all", "no copies", "no collectives", "compute only",
+                                 "no compute"])
+def test_overlap_unions_in_c_are_each_class_set_unioned_alone(mix, monkeypatch):
+    """The six unions per key behind the overlap split (all ops, compute, copies,
+    collectives, compute with copies, compute with collectives) in one C pass equal
+    numpy's passes and a plain union of each set; nested, touching and empty ops."""
+    from tb_perfdiag.analysis import device_ops as D
+    from tb_perfdiag.trace.build import native_fn
+    if native_fn("overlap_unions") is None:
+        pytest.skip("the native extension is not built (setup.py build_ext)")
+    C = D.OpClass
+    rng = np.random.default_rng(len(mix))
+    n, n_keys = 3000, 23
+    key = rng.integers(0, n_keys, n)
+    starts = rng.integers(0, 10**7, n) + key * 10**8
+    ends = starts + rng.integers(0, 10**5, n) * (rng.random(n) < 0.95)   # some empty
+    klass = rng.integers(0, 4, n).astype(np.int8)
+    drop = {"no copies": (C.MEMCPY, C.MEMSET), "no collectives": (C.COLLECTIVE,),
+            "compute only": (C.MEMCPY, C.MEMSET, C.COLLECTIVE),
+            "no compute": (C.COMPUTE,)}.get(mix, ())
+    klass[np.isin(klass, [int(c) for c in drop])] = \
+        int(C.MEMSET) if mix == "no compute" else int(C.COMPUTE)
+    got = D.overlap(starts, ends, klass, key, n_keys)
+    monkeypatch.setenv("TB_PERFDIAG_NO_NATIVE", "1")
+    want = D.overlap(starts, ends, klass, key, n_keys)
+    np.testing.assert_array_equal(got, want)
+    sets = {D.Overlap.BUSY: (0, 1, 2, 3), D.Overlap.COMPUTE: (0,), D.Overlap.COPIES: (2, 3),
+            D.Overlap.COLLECTIVES: (1,)}
+    for k in range(n_keys):
+        m = key == k
+        for col, classes in sets.items():
+            sel = m & np.isin(klass, classes)
+            assert got[k, col] == _union_length(starts[sel], ends[sel]), (k, col)
+        cm = _union_length(starts[m & np.isin(klass, (0, 2, 3))], ends[m & np.isin(klass, (0, 2, 3))])
+        assert got[k, D.Overlap.COPIES_EXPOSED] == cm - got[k, D.Overlap.COMPUTE]

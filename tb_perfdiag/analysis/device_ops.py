@@ -36,6 +36,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..trace.classify import memcpy_kind
+from ..trace.extension import native_fn
 from ..trace.model import DEVICE_ACTIVITY, EventKind as K, Trace
 from .annotations import _at, _lookup
 from .result import DeviceOpTable, OpClass, Overlap
@@ -487,6 +488,15 @@ def _overlap_rows(blk: np.ndarray, s: np.ndarray, e: np.ndarray, kl: np.ndarray,
     if kk.size:
         kk = kk[o]
     del o
+    fn = native_fn("overlap_unions")
+    if fn is not None:
+        got = np.frombuffer(fn(s, e, np.ascontiguousarray(kl, np.int8),
+                               np.ascontiguousarray(kk, np.int64) if kk.size else b"", n,
+                               int(OpClass.COMPUTE), int(OpClass.COLLECTIVE),
+                               int(OpClass.MEMCPY), int(OpClass.MEMSET)),
+                            np.int64).reshape(n, 6)
+        _overlap_columns(blk, *got.T)
+        return
     busy = _union_lengths(s, e, kk, n)
     zero = np.zeros(n, np.int64)
 
@@ -507,6 +517,12 @@ def _overlap_rows(blk: np.ndarray, s: np.ndarray, e: np.ndarray, kl: np.ndarray,
     u_comp, u_copy, u_coll = u(c), u(m), u(x)
     u_cm = u(c | m) if m.any() else u_comp
     u_cx = u(c | x) if x.any() else u_comp
+    _overlap_columns(blk, busy, u_comp, u_copy, u_coll, u_cm, u_cx)
+
+
+def _overlap_columns(blk, busy, u_comp, u_copy, u_coll, u_cm, u_cx) -> None:
+    """The overlap rows from the six unions: all, compute, copies, collectives, compute
+    with copies, compute with collectives."""
     blk[:, Overlap.BUSY] = busy
     blk[:, Overlap.COMPUTE] = u_comp
     blk[:, Overlap.COPIES] = u_copy
