@@ -4139,6 +4139,84 @@ done:
     return out_b;
 }
 
+/* The step each event belongs to by a time (tb_perfdiag.analysis.steps.launching_steps):
+ * the start of the event that dispatched it (who, >= 0) unless own[i] says its own
+ * start, then the last step window starting at or before that time (-1 before the first
+ * one).  One pass, galloping from the last answer (events come thread by thread in time
+ * order); numpy gathered, masked and searched in five columns of the events' size. */
+#define SOE_PASS(W)                                                                     \
+    do {                                                                                \
+        const W *who = wb.buf;                                                          \
+        Py_ssize_t prev = 0;                                                            \
+        int64_t last = INT64_MIN;                                                       \
+        for (Py_ssize_t i = 0; i < n; i++) {                                            \
+            int64_t w = who[i];                                                         \
+            if (w >= n) { bad = 1; break; }                                             \
+            int64_t t = (w >= 0 && !(own && own[i])) ? ts[w] : ts[i];                   \
+            Py_ssize_t lo, len;                                                         \
+            if (t >= last) {                  /* on from the last answer */             \
+                Py_ssize_t step = 1;                                                    \
+                lo = prev;                                                              \
+                while (lo + step <= m && hs[lo + step - 1] <= t) { lo += step; step <<= 1; } \
+                len = step < m - lo ? step : m - lo;                                    \
+            } else {                                                                    \
+                lo = 0;                                                                 \
+                len = m;                                                                \
+            }                                                                           \
+            /* the answer (windows starting at or before t) is in [lo, lo + len] */     \
+            while (len > 0) {                                                           \
+                Py_ssize_t half = len >> 1;                                             \
+                if (hs[lo + half] <= t) { lo += half + 1; len -= half + 1; }            \
+                else len = half;                                                        \
+            }                                                                           \
+            prev = lo;                                                                  \
+            last = t;                                                                   \
+            o[i] = (int64_t)lo - 1;                                                     \
+        }                                                                               \
+    } while (0)
+
+static PyObject *steps_of_events(PyObject *self, PyObject *args) {
+    Py_buffer tb, wb, ob, hb;
+    int width;
+    if (!PyArg_ParseTuple(args, "y*y*iy*y*", &tb, &wb, &width, &ob, &hb)) return NULL;
+    PyObject *out_b = NULL;
+    Py_ssize_t n = tb.len / 8, m = hb.len / 8;
+    if (tb.len % 8 || (width != 4 && width != 8) || wb.len != n * width ||
+        (ob.len && ob.len != n) || hb.len % 8) {
+        PyErr_SetString(PyExc_ValueError, "steps_of_events: want int64 starts, int32 or int64 "
+                        "dispatching events, bool own times (or none), int64 window starts");
+        goto done;
+    }
+    out_b = new_column(n * 8);
+    if (!out_b) goto done;
+    {
+        const int64_t *ts = tb.buf, *hs = hb.buf;
+        const uint8_t *own = ob.len ? ob.buf : NULL;
+        int64_t *o = (int64_t *)COL_DATA(out_b);
+        int bad = 0;
+        for (Py_ssize_t j = 1; j < m; j++)
+            if (hs[j] < hs[j - 1]) bad = 2;
+        Py_BEGIN_ALLOW_THREADS
+        if (!bad) {
+            if (width == 4) SOE_PASS(int32_t);
+            else SOE_PASS(int64_t);
+        }
+        Py_END_ALLOW_THREADS
+        if (bad) {
+            PyErr_SetString(PyExc_ValueError, bad == 1 ? "steps_of_events: an event out of range"
+                                                       : "steps_of_events: windows not sorted");
+            Py_CLEAR(out_b);
+        }
+    }
+done:
+    PyBuffer_Release(&tb);
+    PyBuffer_Release(&wb);
+    PyBuffer_Release(&ob);
+    PyBuffer_Release(&hb);
+    return out_b;
+}
+#undef SOE_PASS
+
 /* ====================================================================== */
 
 static PyMethodDef methods[] = {
@@ -4199,6 +4277,10 @@ static PyMethodDef methods[] = {
      "collective, memcpy, memset) -> int64 bytes (n_keys, 6): per key the union lengths of "
      "all ops, compute, copies, collectives, compute+copies, compute+collectives; see "
      "analysis.device_ops._overlap_rows"},
+    {"steps_of_events", steps_of_events, METH_VARARGS,
+     "steps_of_events(ts_i64, who_i32_or_i64, width, own_bool or b\"\", window_starts_i64) "
+     "-> int64 bytes: per event the last window starting at or before its dispatcher's "
+     "start (or its own); see analysis.steps.launching_steps"},
     {"sorted_search", sorted_search, METH_VARARGS,
      "sorted_search(a, v, width (4 or 8), right) -> int64 bytes of np.searchsorted(a, v, "
      "side) by one merge, or None where a or v is not sorted; see trace.model.search"},

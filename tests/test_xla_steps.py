@@ -410,3 +410,38 @@ def test_launched_busy_equals_each_steps_own_union_at_any_scale():
         length = np.full(3 * m, -1, np.int64)
         length[at] = e - s
         assert launched_busy(every, None, k, n, at, length).tolist() == want, scale
+
+
+def test_steps_by_dispatch_in_c_are_numpys(monkeypatch):
+    """Each event's step by the start of the event that dispatched it (or its own, where
+    it has none or is told to use its own), in one C pass galloping from the last answer,
+    equals numpy's gathers and search: events in rising runs and out of order, windows
+    with equal starts, times on a window's start, before the first and after the last."""
+    import types
+    from tb_perfdiag.analysis import steps as S
+    from tb_perfdiag.trace.build import native_fn
+    if native_fn("steps_of_events") is None:
+        import pytest
+        pytest.skip("the native extension is not built (setup.py build_ext)")
+    rng = np.random.default_rng(3)
+    n = 20000
+    ts = np.concatenate([np.sort(rng.integers(-10**6, 10**9, n // 4)) for _ in range(4)])
+    moved = rng.choice(n, n // 20, replace=False)            # some out of order
+    ts[moved] = rng.integers(-10**6, 2 * 10**9, moved.shape[0])
+    host_start = np.sort(rng.integers(0, 10**9, 300))
+    host_start[10:14] = host_start[10]                       # equal starts
+    at = rng.choice(n, n // 10, replace=False)               # times on a window's start
+    ts[at] = rng.choice(host_start, at.shape[0])
+    steps = types.SimpleNamespace(host_start=host_start)
+    trace = types.SimpleNamespace(ts=ts)
+    for dtype in (np.int32, np.int64):
+        who = np.where(rng.random(n) < 0.3, rng.integers(0, n, n), -1).astype(dtype)
+        for own in (None, rng.random(n) < 0.2):
+            got = S.steps_by_dispatch(trace, steps, who, own)
+            use = who >= 0 if own is None else (who >= 0) & ~own
+            want = np.searchsorted(host_start, np.where(use, ts[np.maximum(who, 0)], ts),
+                                   side="right") - 1
+            np.testing.assert_array_equal(got, want)
+            assert got.dtype == np.int64 and (got == -1).any() and (got == 299).any()
+    monkeypatch.setenv("TB_PERFDIAG_NO_NATIVE", "1")
+    np.testing.assert_array_equal(S.steps_by_dispatch(trace, steps, who, own), got)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..trace.extension import native_fn
 from ..trace.model import EventKind as K, TrackKind, Trace, isin_few, search
 from .attribution import run_dispatch
 
@@ -138,26 +139,37 @@ def launching_steps(trace: Trace, steps: StepTable, root: np.ndarray) -> np.ndar
         who = root.copy()
         who[ev] = disp
     if steps.source != "modules":
-        return step_of_time(steps, np.where(who >= 0, trace.ts[np.maximum(who, 0)], trace.ts))
+        return steps_by_dispatch(trace, steps, who)
     # program-run steps: the host's events (and a run device's other lines) by the time of
-    # their dispatch; a run device's ops by the run they ran in; other devices' events by
-    # their own time.  Each event is looked up once (device ops are most of a TPU trace)
+    # their dispatch; other devices' events by their own time; then a run device's ops
+    # by the run they ran in
     dev = trace.track_device[trace.track]
-    act = trace.is_device_activity()
     in_runs = isin_few(dev, list(steps.runs))
-    out = np.empty(trace.n_events, np.int64)
-    timed = np.flatnonzero((dev < 0) | (in_runs & ~act))
-    w = who[timed]
-    out[timed] = step_of_time(steps, np.where(w >= 0, trace.ts[np.maximum(w, 0)],
-                                              trace.ts[timed]))
-    del who, w, timed
+    out = steps_by_dispatch(trace, steps, who, (dev >= 0) & ~in_runs)
+    del who, in_runs
+    act = trace.is_device_activity()
     for d, runs in steps.runs.items():
         ops = np.flatnonzero((dev == d) & act)
         out[ops] = run_of_op(trace, runs, ops)
-    del act
-    other = np.flatnonzero((dev >= 0) & ~in_runs)
-    out[other] = step_of_time(steps, trace.ts[other])
     return out
+
+
+def steps_by_dispatch(trace: Trace, steps: StepTable, who: np.ndarray,
+                      own: np.ndarray | None = None) -> np.ndarray:
+    """Per event, ``step_of_time`` of the start of the event that dispatched it (``who``,
+    −1 none), or of its own start where it has none or ``own`` says so: in one C pass
+    over the events, else by numpy."""
+    fn = native_fn("steps_of_events")
+    hs = np.ascontiguousarray(steps.host_start, np.int64)
+    if fn is not None and who.dtype in (np.int32, np.int64) and who.flags.c_contiguous:
+        try:
+            got = fn(np.ascontiguousarray(trace.ts, np.int64), who, who.dtype.itemsize,
+                     np.ascontiguousarray(own, bool) if own is not None else b"", hs)
+            return np.frombuffer(got, np.int64)
+        except ValueError:          # windows out of order: numpy's answer, as before
+            pass
+    use = who >= 0 if own is None else (who >= 0) & ~own
+    return step_of_time(steps, np.where(use, trace.ts[np.maximum(who, 0)], trace.ts))
 
 
 def launched_busy(start: np.ndarray, end: np.ndarray | None, step: np.ndarray,
