@@ -220,7 +220,7 @@ def op_runs(trace: Trace, ops: np.ndarray, memo: dict | None = None):
             if hi <= lo:
                 continue
             sel = rows[dev == trace.track_device[t]]
-            k = np.searchsorted(trace.ts[lo:hi], trace.ts[ops[sel]], side="right") - 1
+            k = search(trace.ts[lo:hi], trace.ts[ops[sel]], side="right") - 1
             ok = (k >= 0) & (trace.ts[ops[sel]] < trace.end_of(lo + np.maximum(k, 0)))
             run[sel[ok]] = (1 << 40) + lo + k[ok]      # apart from run ids
         need = run < 0

@@ -18,7 +18,7 @@ import re
 import numpy as np
 
 from ..trace.build import distinct, native_fn, unique_inverse
-from ..trace.model import EventKind as K, TrackKind, Trace, isin_few, track_counts
+from ..trace.model import EventKind as K, TrackKind, Trace, isin_few, search, track_counts
 
 VIA_NONE, VIA_LINK, VIA_ANCESTOR_LINK, VIA_EXECUTE, VIA_REGION = range(5)
 VIA_NAMES = {VIA_NONE: "none", VIA_LINK: "correlation/flow link",
@@ -111,7 +111,7 @@ def origins(trace: Trace, linked: np.ndarray | None = None) -> tuple[np.ndarray,
                 continue
             d = trace.track_device[t]
             sel = need[need_dev == d]
-            k = np.searchsorted(trace.ts[mods], trace.ts[sel], side="right") - 1
+            k = search(trace.ts[mods], trace.ts[sel], side="right") - 1
             ok = k >= 0
             m = mods[np.maximum(k, 0)]
             ok &= trace.end_of(m) >= trace.end_of(sel)
@@ -133,7 +133,7 @@ def origins(trace: Trace, linked: np.ndarray | None = None) -> tuple[np.ndarray,
         ex = ex[~np.isin(trace.parent[ex], ex)]
         o = np.argsort(trace.ts[ex], kind="stable")
         ex = ex[o]
-        k = np.searchsorted(trace.ts[ex], trace.ts[need], side="right") - 1
+        k = search(trace.ts[ex], trace.ts[need], side="right") - 1
         ok = k >= 0
         origin[need[ok]] = ex[k[ok]]
         via[need[ok]] = VIA_EXECUTE
@@ -421,8 +421,8 @@ def _program_runs(trace: Trace) -> list:
         ev = np.intersect1d(rid.events, mod.events)
         ev = ev[dev[ev]]
         if ev.size:
-            r = rid.take(np.searchsorted(rid.events, ev)).astype(np.int64)
-            m = mod.take(np.searchsorted(mod.events, ev)).astype(np.int64)
+            r = rid.take(search(rid.events, ev)).astype(np.int64)
+            m = mod.take(search(mod.events, ev)).astype(np.int64)
             d = trace.track_device[trace.track[ev]].astype(np.int64)
             key = np.stack([d, m, r], axis=1)
             u, inv = np.unique(key, axis=0, return_inverse=True)
@@ -455,8 +455,8 @@ def _program_runs(trace: Trace) -> list:
         mods = np.arange(lo, hi)
         ops = np.flatnonzero(ev_dev == d)
         ops = ops[np.argsort(trace.ts[ops], kind="stable")]
-        a = np.searchsorted(trace.ts[ops], trace.ts[mods], side="left")
-        b = np.searchsorted(trace.ts[ops], trace.end_of(mods), side="left")
+        a = search(trace.ts[ops], trace.ts[mods], side="left")
+        b = search(trace.ts[ops], trace.end_of(mods), side="left")
         n = np.maximum(b - a, 0)
         # the program of each run: its name without the "(fingerprint)", in the order
         # the names first occur

@@ -37,7 +37,7 @@ import numpy as np
 
 from ..trace.classify import memcpy_kind
 from ..trace.extension import native_fn
-from ..trace.model import DEVICE_ACTIVITY, EventKind as K, Trace
+from ..trace.model import DEVICE_ACTIVITY, EventKind as K, Trace, search
 from .annotations import _at, _lookup
 from .result import DeviceOpTable, OpClass, Overlap
 from .shares import LAUNCH_LATENCY_PS
@@ -798,7 +798,7 @@ def _full_overlap(trace, table, d, ops, nc_ev, nc_cls, op_step_all, per_step):
     """Device ``d``'s overlap rows from every op of its busy set ``ops`` (ascending);
     ``nc_ev``/``nc_cls``: its ops that are no compute, with their class."""
     kl = np.zeros(ops.shape[0], np.int8)
-    k = np.searchsorted(ops, nc_ev)
+    k = search(ops, nc_ev)
     hit = (k < ops.shape[0]) & (ops[np.minimum(k, ops.shape[0] - 1)] == nc_ev)
     kl[k[hit]] = nc_cls[hit]
     ts, end = trace.ts[ops], trace.end_of(ops)

@@ -103,7 +103,7 @@ def program_runs(trace: Trace) -> dict:
 
 def run_of_op(trace: Trace, runs: np.ndarray, ops: np.ndarray) -> np.ndarray:
     """Index of the run (events sorted by start, one device) each op ran inside (−1)."""
-    k = np.searchsorted(trace.ts[runs], trace.ts[ops], side="right") - 1
+    k = search(trace.ts[runs], trace.ts[ops], side="right") - 1
     kk = np.maximum(k, 0)
     inside = (k >= 0) & (trace.ts[ops] < trace.end_of(runs[kk])) if runs.size else \
         np.zeros(ops.shape[0], bool)

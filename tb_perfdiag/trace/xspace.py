@@ -480,7 +480,7 @@ def _runtime_waits(trace) -> None:
 def _events_of_metadata(sel, meta_ids: np.ndarray, md_ids: np.ndarray):
     """(events of a plane whose metadata id is one of ``md_ids`` (sorted), the row of
     their id in ``md_ids``)."""
-    k = np.minimum(np.searchsorted(md_ids, meta_ids), md_ids.shape[0] - 1)
+    k = np.minimum(search(md_ids, meta_ids), md_ids.shape[0] - 1)
     hit = md_ids[k] == meta_ids
     evs = sel.start + np.flatnonzero(hit) if isinstance(sel, slice) else sel[hit]
     return evs, k[hit]
@@ -769,7 +769,7 @@ def _flow_links(stats, n):
             o = np.argsort(ids, kind="stable")     # stable: the first of equal ids first
             ids = ids[o]
             want = cid[cs]
-            at = np.minimum(np.searchsorted(ids, want), ids.shape[0] - 1)
+            at = np.minimum(search(ids, want), ids.shape[0] - 1)
             hit = ids[at] == want
             src[cs[hit]] = pe[ps[o[at[hit]]]]
     else:
