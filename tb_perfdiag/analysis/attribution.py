@@ -491,7 +491,10 @@ def _dispatch_calls(trace: Trace, modules: set, thread: int) -> dict:
     ids = {i: want[n] for n in want if (i := _name_id(trace, n)) >= 0}
     if not ids:
         return {}
-    ev = np.flatnonzero(np.isin(trace.name, list(ids)) & host_side(trace))
+    # the names looked up in a table over the strings: one gather, where np.isin sorted
+    wanted = np.zeros(len(trace.strings), bool)
+    wanted[list(ids)] = True
+    ev = np.flatnonzero(wanted[trace.name] & host_side(trace))
     p = trace.parent[ev]
     ev = ev[(p < 0) | (trace.name[np.maximum(p, 0)] != trace.name[ev])]
     out = {}
