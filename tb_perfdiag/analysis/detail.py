@@ -50,6 +50,7 @@ def top_self_ops(line, a: np.ndarray, b: np.ndarray, per: int = HOST_OPS_PER_THR
 
 
 def _top_self_ops(line, a: np.ndarray, b: np.ndarray, per: int):
+    """``top_self_ops`` by numpy (the C pass's reference)."""
     gi, k, s, e = line.pieces(a, b)
     inner = line.seg_inner[k]
     keep = (e > s) & (inner >= 0)

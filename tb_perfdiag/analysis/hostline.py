@@ -158,7 +158,7 @@ class HostLine:
             out += np.maximum(b - a, 0) - (span[:n] - span[n:])
         return out
 
-    def _except_upto(self, t: np.ndarray, skip: tuple) -> np.ndarray:
+    def _except_upto(self, t: np.ndarray, skip: tuple) -> tuple:
         """(time up to each t in buckets other than ``skip``, the thread's span up to
         it): the span less the skipped buckets' time, or, when the implicit bucket is
         skipped (it has no columns), the kept buckets' time."""
