@@ -83,6 +83,19 @@ def test_start_region_flow_reaches_the_dispatching_record():
     assert root[idx].tolist() == [rec0.index] * 3 + [rec1.index]
 
 
+def test_root_origin_refuses_an_origin_below_none():
+    """−1 is the one "none": another negative origin is refused, not read as a slot past
+    the events (an assert would be gone under python -O)."""
+    import pytest
+    b, _, _ = _torch_xla_like()
+    t = b.build()
+    origin, _ = origins(t)
+    bad = origin.copy()
+    bad[int(np.flatnonzero(bad >= 0)[0])] = -2
+    with pytest.raises(ValueError, match="below -1"):
+        root_origin(t, bad)
+
+
 def test_work_is_charged_to_the_step_that_launched_it():
     b, _, (op_a, op_b, op_c, op_d) = _torch_xla_like()
     t = b.build()

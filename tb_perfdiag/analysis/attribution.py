@@ -162,8 +162,10 @@ def root_origin(trace: Trace, origin: np.ndarray, max_hops: int = 32,
     # events a block at a time (an index of every op's origin and the walk's columns over
     # all of them held 1.4 GB at 40 M events)
     block = 1 << 22
-    # "none" (−1) marks and reads a slot past the events: no mask per block
-    assert int(out.min()) >= -1
+    # "none" (−1) marks and reads a slot past the events: no mask per block; any other
+    # negative value would read a wrong slot (checked even under python -O)
+    if int(out.min()) < -1:
+        raise ValueError("root_origin: an origin below -1, the one value for none")
     mark = np.zeros(out.shape[0] + 1, bool)
     for i in range(0, out.shape[0], block):
         mark[out[i:i + block]] = True
