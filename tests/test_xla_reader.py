@@ -390,11 +390,14 @@ def test_metadata_stats_merge_into_the_events_own(order):
 
 
 @pytest.mark.parametrize("n_types", [3, 90])
-def test_flow_links_join_each_consumer_to_the_first_producer_of_its_type_and_id(n_types):
+@pytest.mark.parametrize("type_rows", ["sorted", "shuffled"])
+def test_flow_links_join_each_consumer_to_the_first_producer_of_its_type_and_id(n_types,
+                                                                               type_rows):
     """Producer (``_p``, ``_pt``) → consumer (``_c``, ``_ct``) links: a consumer links to
     the first producer with its (type, id), never to itself; ids span the whole int64
-    range; events with no type stat are type 0.  Few types are joined per type, many by
-    one sort of the (type, id) rows: both agree with a dict."""
+    range; events with no type stat are type 0, an event with two the last.  Few types
+    are joined per type, many by one sort of the (type, id) rows; type rows in event
+    order are looked up, others spread over the events: all agree with a dict."""
     rng = np.random.default_rng(n_types)
     n = 4000
     ev = rng.permutation(n)
@@ -402,8 +405,12 @@ def test_flow_links_join_each_consumer_to_the_first_producer_of_its_type_and_id(
     ids = rng.integers(-2**63, 2**63 - 1, 50, dtype=np.int64)
     pid, cid = ids[rng.integers(0, 50, pe.size)], ids[rng.integers(0, 50, ce.size)]
     typed_p, typed_c = pe[rng.random(pe.size) < 0.8], ce[rng.random(ce.size) < 0.8]
+    typed_p = np.sort(np.concatenate([typed_p, typed_p[::7]]))     # some typed twice
     ptype = rng.integers(0, n_types, typed_p.size)
     ctype = rng.integers(0, n_types, typed_c.size)
+    if type_rows == "shuffled":
+        o = rng.permutation(typed_c.size)
+        typed_c, ctype = typed_c[o], ctype[o]
     stats = {"_p": (pe, pid, False), "_c": (ce, cid, False),
              "_pt": (typed_p, ptype, False), "_ct": (typed_c, ctype, False)}
     src, dst, kind = xspace._flow_links(stats, n)

@@ -748,10 +748,20 @@ def _flow_links(stats, n):
         return empty
     def keyed(idname, typename):
         evs, ids, _ = stats[idname]
-        types = np.zeros(n, np.int64)
-        if typename in stats:
-            types[stats[typename][0]] = stats[typename][1]
-        return evs, ids, types[evs]
+        evs = np.asarray(evs)
+        if typename not in stats:
+            return evs, ids, np.zeros(evs.shape[0], np.int64)
+        te, tv = np.asarray(stats[typename][0]), np.asarray(stats[typename][1], np.int64)
+        if te.shape[0] > 1 and not (te[1:] >= te[:-1]).all():
+            types = np.zeros(n, np.int64)
+            types[te] = tv
+            return evs, ids, types[evs]
+        # each event's type row looked up (the last where an event has two, as an
+        # assignment over all events would leave it), not a column over all events
+        k = search(te, evs, side="right") - 1
+        kk = np.maximum(k, 0)
+        hit = (k >= 0) & (te[kk] == evs) if te.size else np.zeros(evs.shape[0], bool)
+        return evs, ids, np.where(hit, tv[kk] if te.size else 0, 0)
     pe, pid_, pt = keyed("_p", "_pt")
     ce, cid, ct = keyed("_c", "_ct")
     # one producer per (type, id), the first; consumers may be many
