@@ -458,3 +458,29 @@ def test_steps_by_dispatch_in_c_are_numpys(monkeypatch):
             assert got.dtype == np.int64 and (got == -1).any() and (got == 299).any()
     monkeypatch.setenv("TB_PERFDIAG_NO_NATIVE", "1")
     np.testing.assert_array_equal(S.steps_by_dispatch(trace, steps, who, own), got)
+
+
+def test_a_devices_activity_read_from_its_tracks_is_the_mask_over_all_events():
+    """``Trace.activity_of(d)``: the events of device d's activity, read track by track,
+    are the mask over all events, on every capture and synthetic trace of testdata whose
+    device tracks hold any, with and without host tracks of the device."""
+    import glob
+    import os
+    from tb_perfdiag.trace.model import TrackKind
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    files = sorted(glob.glob(os.path.join(here, "testdata", "**", "*.xplane.pb"), recursive=True)
+                   + glob.glob(os.path.join(here, "testdata", "**", "*.pt.trace.json*"),
+                               recursive=True))
+    seen = 0
+    for path in files:
+        t = tb_perfdiag.load(path)
+        dev = t.track_device[t.track]
+        host = t.track_kind[t.track] == TrackKind.HOST
+        act = t.is_device_activity()
+        for d in range(len(t.devices)):
+            got = t.activity_of(d)
+            np.testing.assert_array_equal(got, np.flatnonzero((dev == d) & act))
+            np.testing.assert_array_equal(t.activity_of(d, host_tracks=False),
+                                          np.flatnonzero((dev == d) & act & ~host))
+            seen += int(got.size > 0)
+    assert seen >= 5

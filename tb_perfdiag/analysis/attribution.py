@@ -18,7 +18,8 @@ import re
 import numpy as np
 
 from ..trace.build import distinct, native_fn, unique_inverse
-from ..trace.model import EventKind as K, TrackKind, Trace, isin_few, search, track_counts
+from ..trace.model import (DEVICE_ACTIVITY, EventKind as K, TrackKind, Trace, isin_few,
+                           search, track_counts)
 
 VIA_NONE, VIA_LINK, VIA_ANCESTOR_LINK, VIA_EXECUTE, VIA_REGION = range(5)
 VIA_NAMES = {VIA_NONE: "none", VIA_LINK: "correlation/flow link",
@@ -417,11 +418,12 @@ def _program_runs(trace: Trace) -> list:
     between runs) per (device, module): arrays, never a Python object per run (a long
     capture runs one program tens of thousands of times)."""
     groups: dict = {}
-    dev = trace.is_device_activity() & ~host_side(trace)
     rid, mod = trace.stats.get("run_id"), trace.stats.get("hlo_module")
     if rid is not None and mod is not None and mod.is_string:
         ev = np.intersect1d(rid.events, mod.events)
-        ev = ev[dev[ev]]
+        # device activity off the host's tracks, asked of these events alone
+        ev = ev[isin_few(trace.kind[ev], DEVICE_ACTIVITY) &
+                (trace.track_kind[trace.track[ev]] != TrackKind.HOST)]
         if ev.size:
             r = rid.take(search(rid.events, ev)).astype(np.int64)
             m = mod.take(search(mod.events, ev)).astype(np.int64)
@@ -444,18 +446,15 @@ def _program_runs(trace: Trace) -> list:
                           first[j0:j1], members[c[0]:c[-1]], c - c[0])
     # TPU/GPU: each XLA Modules event is one run of its program on that device
     from_modules: dict = {}
-    ev_dev = None                       # the device of every event, once for all lines
     for t in np.flatnonzero(trace.track_kind == TrackKind.DEVICE).tolist():
         if trace.track_name[t] != "XLA Modules":
             continue
-        if ev_dev is None:
-            ev_dev = np.where(dev, trace.track_device[trace.track], -1)
         d = int(trace.track_device[t])
         lo, hi = trace.track_slices([t])[0]
         if hi == lo:
             continue
         mods = np.arange(lo, hi)
-        ops = np.flatnonzero(ev_dev == d)
+        ops = trace.activity_of(d, host_tracks=False)
         ops = ops[np.argsort(trace.ts[ops], kind="stable")]
         a = search(trace.ts[ops], trace.ts[mods], side="left")
         b = search(trace.ts[ops], trace.end_of(mods), side="left")

@@ -147,9 +147,8 @@ def launching_steps(trace: Trace, steps: StepTable, root: np.ndarray) -> np.ndar
     in_runs = isin_few(dev, list(steps.runs))
     out = steps_by_dispatch(trace, steps, who, (dev >= 0) & ~in_runs)
     del who, in_runs
-    act = trace.is_device_activity()
     for d, runs in steps.runs.items():
-        ops = np.flatnonzero((dev == d) & act)
+        ops = trace.activity_of(d)
         out[ops] = run_of_op(trace, runs, ops)
     return out
 
