@@ -3884,36 +3884,42 @@ done:
             Py_ssize_t prev = 0;                                                        \
             for (Py_ssize_t j = 0; j < m; j++) {                                        \
                 const T x = v[j];                                                       \
-                /* a key not below the last one gallops on from its answer (keys     */ \
-                /* mostly in order: one or two steps); others search the whole column */ \
-                Py_ssize_t lo = 0, len = n;                                             \
-                if (j && x >= v[j - 1]) {                                               \
-                    Py_ssize_t step = 1;                                                \
-                    lo = prev;                                                          \
-                    while (lo + step <= n && SS_BELOW(a[lo + step - 1], x)) {           \
-                        lo += step;                                                     \
-                        step <<= 1;                                                     \
-                    }                                                                   \
-                    len = step < n - lo ? step : n - lo;                                \
-                }                                                                       \
-                /* the answer is in [lo, lo + len]: halve by conditional moves */       \
-                const T *base = a + lo;                                                 \
-                if (len == 0) {                                                         \
-                    prev = lo;                                                          \
-                } else {                                                                \
-                    while (len > 1) {                                                   \
-                        Py_ssize_t half = len >> 1;                                     \
-                        base = SS_BELOW(base[half], x) ? base + half : base;            \
-                        len -= half;                                                    \
-                    }                                                                   \
-                    prev = (base - a) + SS_BELOW(*base, x);                             \
-                }                                                                       \
+                SS_FIND(T, a, n, x, j && x >= v[j - 1], prev);                          \
                 o[j] = prev;                                                            \
             }                                                                           \
         }                                                                               \
     } while (0)
 
-/* a column value counted before key x: side right counts equal values, left not */
+/* The answer for key x: how many of the sorted a[0..n) are below it (SS_BELOW), left in
+ * prev.  Where `on` (x is not below the last key, whose answer prev holds) it gallops on
+ * from there: keys mostly in order take one or two steps; else the whole column.  Then
+ * it halves by conditional moves. */
+#define SS_FIND(T, a, n, x, on, prev)                                                   \
+    do {                                                                                \
+        Py_ssize_t lo_ = 0, len_ = (n);                                                 \
+        if (on) {                                                                       \
+            Py_ssize_t step_ = 1;                                                       \
+            lo_ = (prev);                                                               \
+            while (lo_ + step_ <= (n) && SS_BELOW((a)[lo_ + step_ - 1], (x))) {         \
+                lo_ += step_;                                                           \
+                step_ <<= 1;                                                            \
+            }                                                                           \
+            len_ = step_ < (n) - lo_ ? step_ : (n) - lo_;                               \
+        }                                                                               \
+        /* the answer is in [lo_, lo_ + len_] */                                        \
+        const T *base_ = (a) + lo_;                                                     \
+        if (len_ == 0) {                                                                \
+            (prev) = lo_;                                                               \
+        } else {                                                                        \
+            while (len_ > 1) {                                                          \
+                Py_ssize_t half_ = len_ >> 1;                                           \
+                base_ = SS_BELOW(base_[half_], (x)) ? base_ + half_ : base_;            \
+                len_ -= half_;                                                          \
+            }                                                                           \
+            (prev) = (base_ - (a)) + SS_BELOW(*base_, (x));                             \
+        }                                                                               \
+    } while (0)
+
 #define SS_BELOW(y, x) (right ? (y) <= (x) : (y) < (x))
 
 static PyObject *sorted_search(PyObject *self, PyObject *args) {
@@ -3944,8 +3950,6 @@ done:
     PyBuffer_Release(&vb);
     return out_b;
 }
-#undef SS_SEARCH
-#undef SS_BELOW
 
 /* The ops with the most self time in each window of one host thread
  * (tb_perfdiag.analysis.detail.host_ops): the thread's segments clipped to a window
@@ -3953,22 +3957,11 @@ done:
  * the `per` largest kept (most time first, then the lower op).  Rows come by window,
  * then in that order.  numpy sorted every piece of every window twice per thread: a
  * tenth of a 122-thread TPU trace's analysis. */
-static Py_ssize_t tso_upper(const int64_t *x, Py_ssize_t n, int64_t v) {
-    Py_ssize_t lo = 0, hi = n;                    /* first index with x > v */
-    while (lo < hi) {
-        Py_ssize_t mid = lo + (hi - lo) / 2;
-        if (x[mid] <= v) lo = mid + 1; else hi = mid;
-    }
-    return lo;
-}
-
-static Py_ssize_t tso_lower(const int64_t *x, Py_ssize_t n, int64_t v) {
-    Py_ssize_t lo = 0, hi = n;                    /* first index with x >= v */
-    while (lo < hi) {
-        Py_ssize_t mid = lo + (hi - lo) / 2;
-        if (x[mid] < v) lo = mid + 1; else hi = mid;
-    }
-    return lo;
+/* how many of the sorted x[0..n) are below v: counting equal ones (right) or not */
+static Py_ssize_t count_below(const int64_t *x, Py_ssize_t n, int64_t v, int right) {
+    Py_ssize_t at = 0;
+    SS_FIND(int64_t, x, n, v, 0, at);
+    return at;
 }
 
 /* op x with time tx ranks before op y with time ty */
@@ -3994,7 +3987,7 @@ static PyObject *top_self_ops(PyObject *self, PyObject *args) {
         /* the table's size: twice the most segments one window touches, a power of 2 */
         Py_ssize_t most = 0;
         for (Py_ssize_t w = 0; w < n; w++) {
-            Py_ssize_t lo = tso_upper(st, m, a[w]) - 1, hi = tso_lower(st, m, b[w]);
+            Py_ssize_t lo = count_below(st, m, a[w], 1) - 1, hi = count_below(st, m, b[w], 0);
             if (lo < 0) lo = 0;
             if (hi - lo > most) most = hi - lo;
         }
@@ -4009,7 +4002,7 @@ static PyObject *top_self_ops(PyObject *self, PyObject *args) {
         Py_ssize_t k_out = 0;
         Py_BEGIN_ALLOW_THREADS
         for (Py_ssize_t w = 0; w < n && per > 0; w++) {
-            Py_ssize_t lo = tso_upper(st, m, a[w]) - 1, hi = tso_lower(st, m, b[w]);
+            Py_ssize_t lo = count_below(st, m, a[w], 1) - 1, hi = count_below(st, m, b[w], 0);
             if (lo < 0) lo = 0;
             if (hi <= lo) continue;
             size_t c = 16;
@@ -4153,25 +4146,9 @@ done:
             int64_t w = who[i];                                                         \
             if (w >= n) { bad = 1; break; }                                             \
             int64_t t = (w >= 0 && !(own && own[i])) ? ts[w] : ts[i];                   \
-            Py_ssize_t lo, len;                                                         \
-            if (t >= last) {                  /* on from the last answer */             \
-                Py_ssize_t step = 1;                                                    \
-                lo = prev;                                                              \
-                while (lo + step <= m && hs[lo + step - 1] <= t) { lo += step; step <<= 1; } \
-                len = step < m - lo ? step : m - lo;                                    \
-            } else {                                                                    \
-                lo = 0;                                                                 \
-                len = m;                                                                \
-            }                                                                           \
-            /* the answer (windows starting at or before t) is in [lo, lo + len] */     \
-            while (len > 0) {                                                           \
-                Py_ssize_t half = len >> 1;                                             \
-                if (hs[lo + half] <= t) { lo += half + 1; len -= half + 1; }            \
-                else len = half;                                                        \
-            }                                                                           \
-            prev = lo;                                                                  \
+            SS_FIND(int64_t, hs, m, t, t >= last, prev);                                \
             last = t;                                                                   \
-            o[i] = (int64_t)lo - 1;                                                     \
+            o[i] = (int64_t)prev - 1;                                                   \
         }                                                                               \
     } while (0)
 
@@ -4193,7 +4170,7 @@ static PyObject *steps_of_events(PyObject *self, PyObject *args) {
         const int64_t *ts = tb.buf, *hs = hb.buf;
         const uint8_t *own = ob.len ? ob.buf : NULL;
         int64_t *o = (int64_t *)COL_DATA(out_b);
-        int bad = 0;
+        int bad = 0, right = 1;            /* windows starting at or before the time */
         for (Py_ssize_t j = 1; j < m; j++)
             if (hs[j] < hs[j - 1]) bad = 2;
         Py_BEGIN_ALLOW_THREADS
@@ -4216,6 +4193,9 @@ done:
     return out_b;
 }
 #undef SOE_PASS
+#undef SS_FIND
+#undef SS_SEARCH
+#undef SS_BELOW
 
 /* ====================================================================== */
 

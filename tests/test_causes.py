@@ -790,11 +790,8 @@ def test_entry_walk_in_c_is_the_numpy_one(seed, monkeypatch):
     np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_time_except_some_buckets_is_time_by_bucket_summed_over_the_rest(seed):
-    """``time_except`` (the busiest-thread scan's work per window) equals the windows'
-    ``time_by_bucket`` summed over the buckets not skipped, for skip sets with and
-    without the implicit bucket, windows before and after the thread and reversed."""
+def _random_line(seed):
+    """(the rng, the host timeline of one random nested thread)."""
     from tb_perfdiag.analysis import hostline as H
     rng = np.random.default_rng(seed)
     b = TraceBuilder()
@@ -802,7 +799,16 @@ def test_time_except_some_buckets_is_time_by_bucket_summed_over_the_rest(seed):
     t = b.build()
     bk = H.event_buckets(t, np.zeros(t.n_events, np.int8))
     tr = int(t.host_tracks()[0])
-    line = H.build_hostlines(t, bk, [tr])[tr]
+    return rng, H.build_hostlines(t, bk, [tr])[tr]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_time_except_some_buckets_is_time_by_bucket_summed_over_the_rest(seed):
+    """``time_except`` (the busiest-thread scan's work per window) equals the windows'
+    ``time_by_bucket`` summed over the buckets not skipped, for skip sets with and
+    without the implicit bucket, windows before and after the thread and reversed."""
+    from tb_perfdiag.analysis import hostline as H
+    rng, line = _random_line(seed)
     s = line.seg_start
     a = rng.integers(int(s[0]) - 10**7, int(s[-1]) + 10**7, 300)
     z = a + rng.integers(-10**7, 10**8, 300)
@@ -820,13 +826,7 @@ def test_time_by_bucket_is_each_windows_segments_summed(seed):
     its own, read off the segments' span) equals the window's overlap with each segment
     summed by bucket, before the first event and after the last included."""
     from tb_perfdiag.analysis import hostline as H
-    rng = np.random.default_rng(seed)
-    b = TraceBuilder()
-    _random_thread(b, b.thread("main"), rng, 0.0, 400.0)
-    t = b.build()
-    bk = H.event_buckets(t, np.zeros(t.n_events, np.int8))
-    tr = int(t.host_tracks()[0])
-    line = H.build_hostlines(t, bk, [tr])[tr]
+    rng, line = _random_line(seed)
     assert line.bucket_segs[line.implicit] is None
     s, kb = line.seg_start, line.seg_bucket
     ends = np.append(s[1:], np.iinfo(np.int64).max)

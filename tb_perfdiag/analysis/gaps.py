@@ -11,14 +11,10 @@ def device_busy(trace: Trace, device: int, kernels_only: bool, threshold_ps: int
     """(the device's ops, its busy set's starts and ends, its gaps of at least the
     threshold as ``find_gaps`` gives them, or None where they are still to be found)."""
     from .intervals import union_of_runs
-    # the device's tracks are slices of the event columns (sorted by track, then start):
-    # no mask over all events, and each track's ops come sorted by start
-    parts = []
-    for lo, hi in trace.track_slices(np.flatnonzero(trace.track_device == device)):
-        parts.append(lo + np.flatnonzero(trace.is_device_activity(kernels_only, lo, hi)))
-    bounds = np.cumsum([0] + [p.shape[0] for p in parts])
-    ev = np.concatenate(parts) if parts else np.zeros(0, np.int64)
-    del parts
+    # each track's ops come sorted by start: the runs are the tracks' shares of ``ev``
+    ev = trace.activity_of(device, kernels_only=kernels_only)
+    starts = [lo for lo, _ in trace.track_slices(np.flatnonzero(trace.track_device == device))]
+    bounds = np.searchsorted(ev, starts + [trace.n_events])
     return (ev, *union_of_runs(trace.ts, trace.dur, ev, bounds, threshold_ps))
 
 

@@ -256,14 +256,16 @@ class Trace:
             return kind == EventKind.KERNEL
         return isin_few(kind, DEVICE_ACTIVITY)
 
-    def activity_of(self, device: int, host_tracks: bool = True) -> np.ndarray:
-        """Indices (ascending) of a device's activity (kernels, copies, sets), read from
-        its tracks' slices: no mask over all events (a TPU trace's are three quarters
-        host events).  ``host_tracks``: whether host tracks of the device count."""
+    def activity_of(self, device: int, host_tracks: bool = True,
+                    kernels_only: bool = False) -> np.ndarray:
+        """Indices (ascending) of a device's activity (kernels, copies, sets; kernels
+        alone with ``kernels_only``), read from its tracks' slices: no mask over all
+        events (a TPU trace's are three quarters host events).  ``host_tracks``: whether
+        host tracks of the device count."""
         tracks = np.flatnonzero(self.track_device == device)
         if not host_tracks:
             tracks = tracks[self.track_kind[tracks] != TrackKind.HOST]
-        parts = [lo + np.flatnonzero(self.is_device_activity(False, lo, hi))
+        parts = [lo + np.flatnonzero(self.is_device_activity(kernels_only, lo, hi))
                  for lo, hi in self.track_slices(tracks) if hi > lo]
         return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
