@@ -2844,17 +2844,20 @@ static PyObject *kineto_feed(PyObject *self, PyObject *args) {
  * depth(parent) + 1. */
 
 static PyObject *nest_sorted(PyObject *self, PyObject *args) {
-    Py_buffer tb, sb, eb;
-    if (!PyArg_ParseTuple(args, "y*y*y*", &tb, &sb, &eb)) return NULL;
+    Py_buffer tb, sb, db;
+    int wide = 1;
+    if (!PyArg_ParseTuple(args, "y*y*y*|p", &tb, &sb, &db, &wide)) return NULL;
     PyObject *out = NULL, *depth_b = NULL, *parent_b = NULL;
     int64_t *stack = NULL;
     Py_ssize_t n = sb.len / 8;
-    if (sb.len % 8 || eb.len != sb.len || tb.len != n * 4) {
-        PyErr_SetString(PyExc_ValueError, "nest_sorted: want int32 track, int64 ts, int64 end");
+    if (sb.len % 8 || db.len != sb.len || tb.len != n * 4 || (!wide && n >= INT32_MAX)) {
+        PyErr_SetString(PyExc_ValueError, "nest_sorted: want int32 track, int64 ts, int64 dur "
+                        "(int32 parents: fewer than 2**31 - 1 events)");
         goto done;
     }
     depth_b = new_column(n * 2);
-    parent_b = new_column(n * 8);
+    parent_b = new_column(n * (wide ? 8 : 4));
+    /* only as deep as the deepest nesting is ever touched */
     stack = malloc(sizeof(int64_t) * (n + 1));
     if (!depth_b || !parent_b || !stack) {
         if (!PyErr_Occurred()) PyErr_NoMemory();
@@ -2862,16 +2865,19 @@ static PyObject *nest_sorted(PyObject *self, PyObject *args) {
     }
     {
         const int32_t *track = tb.buf;
-        const int64_t *ts = sb.buf, *end = eb.buf;
+        const int64_t *ts = sb.buf, *dur = db.buf;
         int16_t *depth = (int16_t *)COL_DATA(depth_b);
-        int64_t *parent = (int64_t *)COL_DATA(parent_b);
+        int64_t *parent64 = wide ? (int64_t *)COL_DATA(parent_b) : NULL;
+        int32_t *parent32 = wide ? NULL : (int32_t *)COL_DATA(parent_b);
         Py_BEGIN_ALLOW_THREADS
         Py_ssize_t sn = 0;
         for (Py_ssize_t i = 0; i < n; i++) {
             if (i == 0 || track[i] != track[i - 1]) sn = 0;
-            while (sn > 0 && end[stack[sn - 1]] <= ts[i]) sn--;
+            /* ends from durations: an end column would be one more int64 per event */
+            while (sn > 0 && ts[stack[sn - 1]] + dur[stack[sn - 1]] <= ts[i]) sn--;
             int64_t p = sn > 0 ? stack[sn - 1] : -1;
-            parent[i] = p;
+            if (wide) parent64[i] = p;
+            else parent32[i] = (int32_t)p;
             int d = p >= 0 ? depth[p] + 1 : 0;
             depth[i] = (int16_t)(d > 32767 ? 32767 : d);
             stack[sn++] = i;
@@ -2885,7 +2891,7 @@ done:
     free(stack);
     PyBuffer_Release(&tb);
     PyBuffer_Release(&sb);
-    PyBuffer_Release(&eb);
+    PyBuffer_Release(&db);
     return out;
 }
 
@@ -3027,25 +3033,34 @@ done:
 static PyObject *corr_links(PyObject *self, PyObject *args) {
     Py_buffer kdb, odb, ixb, vlb;
     unsigned long long host_mask, dev_mask;
-    if (!PyArg_ParseTuple(args, "y*y*y*y*KK", &kdb, &odb, &ixb, &vlb, &host_mask, &dev_mask))
+    int wide_out = 1;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*KK|p", &kdb, &odb, &ixb, &vlb, &host_mask, &dev_mask,
+                          &wide_out))
         return NULL;
     PyObject *out = NULL, *src_b = NULL, *dst_b = NULL;
     int64_t *lut = NULL;
-    Py_ssize_t n_ev = kdb.len, m = ixb.len / 8;
-    if (odb.len != n_ev || ixb.len % 8 || vlb.len != ixb.len) {
+    Py_ssize_t n_ev = kdb.len, m = vlb.len / 8;
+    /* event indices as the stat holds them (int32 below 2**31 events): an int64 copy of
+     * them was 320 MB at 40 M rows */
+    int wide_in = m && ixb.len == m * 8;
+    if (odb.len != n_ev || vlb.len % 8 || (ixb.len != m * 4 && ixb.len != m * 8) ||
+        (!wide_out && n_ev > INT32_MAX)) {
         PyErr_SetString(PyExc_ValueError, "corr_links: want int8 kind and bool on_device per "
-                        "event, int64 event indices and int64 ids");
+                        "event, int32 or int64 event indices and int64 ids");
         goto done;
     }
     const int8_t *kind = kdb.buf;
     const uint8_t *on_dev = odb.buf;
-    const int64_t *idx = ixb.buf, *val = vlb.buf;
+    const int64_t *val = vlb.buf;
+    const int64_t *idx64 = ixb.buf;
+    const int32_t *idx32 = ixb.buf;
+#define CL_IDX(r) (wide_in ? idx64[r] : (int64_t)idx32[r])
     /* kinds are 0..63: a bit each */
 #define CL_KIND_IN(e, mask) (kind[e] >= 0 && kind[e] < 64 && (((mask) >> kind[e]) & 1))
     Py_ssize_t n_host = 0, n_dev = 0;
     int64_t lo = 0, hi = -1;
     for (Py_ssize_t r = 0; r < m; r++) {
-        int64_t e = idx[r];
+        int64_t e = CL_IDX(r);
         if (e < 0 || e >= n_ev) {
             PyErr_SetString(PyExc_ValueError, "corr_links: an event index out of range");
             goto done;
@@ -3065,41 +3080,47 @@ static PyObject *corr_links(PyObject *self, PyObject *args) {
         out = Py_None;
         goto done;
     }
-    lut = malloc(sizeof(int64_t) * (size_t)(hi + 1));
-    src_b = new_column(n_dev * 8);
-    dst_b = new_column(n_dev * 8);
+    lut = pages_take(sizeof(int64_t) * (size_t)(hi + 1));
+    const size_t w = wide_out ? 8 : 4;
+    src_b = new_column(n_dev * (Py_ssize_t)w);
+    dst_b = new_column(n_dev * (Py_ssize_t)w);
     if (!lut || !src_b || !dst_b) {
         if (!PyErr_Occurred()) PyErr_NoMemory();
         goto done;
     }
     {
-        int64_t *src = (int64_t *)COL_DATA(src_b);
-        int64_t *dst = (int64_t *)COL_DATA(dst_b);
+        char *src = COL_DATA(src_b), *dst = COL_DATA(dst_b);
         Py_ssize_t k = 0;
         Py_BEGIN_ALLOW_THREADS
         for (int64_t v = 0; v <= hi; v++) lut[v] = -1;
         for (Py_ssize_t r = 0; r < m; r++) {
-            int64_t e = idx[r];
+            int64_t e = CL_IDX(r);
             if (!on_dev[e] && CL_KIND_IN(e, host_mask) && lut[val[r]] < 0) lut[val[r]] = e;
         }
         for (Py_ssize_t r = 0; r < m; r++) {
-            int64_t e = idx[r], v = val[r];
+            int64_t e = CL_IDX(r), v = val[r];
             if (on_dev[e] && CL_KIND_IN(e, dev_mask) && v >= 0 && v <= hi && lut[v] >= 0) {
-                src[k] = lut[v];
-                dst[k] = e;
+                if (wide_out) {
+                    ((int64_t *)src)[k] = lut[v];
+                    ((int64_t *)dst)[k] = e;
+                } else {
+                    ((int32_t *)src)[k] = (int32_t)lut[v];
+                    ((int32_t *)dst)[k] = (int32_t)e;
+                }
                 k++;
             }
         }
         Py_END_ALLOW_THREADS
-        column_cut(src_b, (size_t)k * 8);
-        column_cut(dst_b, (size_t)k * 8);
+        column_cut(src_b, (size_t)k * w);
+        column_cut(dst_b, (size_t)k * w);
     }
 #undef CL_KIND_IN
+#undef CL_IDX
     out = PyTuple_Pack(2, src_b, dst_b);
 done:
     Py_XDECREF(src_b);
     Py_XDECREF(dst_b);
-    free(lut);
+    pages_give(lut);
     PyBuffer_Release(&kdb);
     PyBuffer_Release(&odb);
     PyBuffer_Release(&ixb);
@@ -3304,7 +3325,7 @@ static PyObject *event_order_c(PyObject *self, PyObject *args) {
             lo = hi;
         }
         if (unsorted) {
-            tmp = malloc(sizeof(int64_t) * (size_t)(longest / 2 + 1));
+            tmp = pages_take(sizeof(int64_t) * (size_t)(longest / 2 + 1));
             if (!tmp) bad = 2;
             lo = 0;
             for (Py_ssize_t t = 0; t < n_tracks && tmp; t++) {
@@ -3325,7 +3346,7 @@ static PyObject *event_order_c(PyObject *self, PyObject *args) {
 #undef eo_less
 done:
     free(start);
-    free(tmp);
+    pages_give(tmp);
     PyBuffer_Release(&trb);
     PyBuffer_Release(&tsb);
     PyBuffer_Release(&drb);
@@ -3657,7 +3678,7 @@ static PyObject *op_cells(PyObject *self, PyObject *args) {
         goto done;
     }
     if (keep == 0 || keep > n_lab) keep = n_lab;          /* 0: every cell */
-    lut = calloc((size_t)(n_codes + 1), sizeof(int32_t));
+    lut = pages_take_zeroed(sizeof(int32_t) * (size_t)(n_codes + 1));
     if (!lut) { PyErr_NoMemory(); goto done; }
     {
         int bad = 0;
@@ -3680,11 +3701,11 @@ static PyObject *op_cells(PyObject *self, PyObject *args) {
         }
     }
     /* every cell's figures are scratch: only the kept cells come back */
-    ccnt = calloc((size_t)(n_cells + 1), sizeof(int32_t));
-    cpos = malloc(sizeof(int32_t) * (size_t)(n_cells + 1));
-    ctim = calloc((size_t)(n_cells + 1), sizeof(int64_t));
+    ccnt = pages_take_zeroed(sizeof(int32_t) * (size_t)(n_cells + 1));
+    cpos = pages_take(sizeof(int32_t) * (size_t)(n_cells + 1));
+    ctim = pages_take_zeroed(sizeof(int64_t) * (size_t)(n_cells + 1));
     row = calloc((size_t)(n_dl + 1), sizeof(oc_row));
-    kept = malloc((size_t)(n_cells + 1));
+    kept = pages_take((size_t)(n_cells + 1));
     heap = malloc(sizeof(oc_key) * (size_t)(2 * keep + 64));
     for (int k = OC_RCNT; k <= OC_RTT; k++)
         bufs[k] = new_column(n_dl * 8);
@@ -3838,12 +3859,12 @@ static PyObject *op_cells(PyObject *self, PyObject *args) {
         for (int k = 0; k < OC_N; k++) { PyTuple_SET_ITEM(out, k, bufs[k]); bufs[k] = NULL; }
 done:
     for (int k = 0; k < OC_N; k++) Py_XDECREF(bufs[k]);
-    free(lut);
-    free(ccnt);
-    free(cpos);
-    free(ctim);
+    pages_give(lut);
+    pages_give(ccnt);
+    pages_give(cpos);
+    pages_give(ctim);
     free(row);
-    free(kept);
+    pages_give(kept);
     free(heap);
     PyBuffer_Release(&lb);
     PyBuffer_Release(&sb);
@@ -3993,8 +4014,8 @@ static PyObject *top_self_ops(PyObject *self, PyObject *args) {
         }
         size_t cap = 16;
         while (cap < (size_t)most * 2) cap <<= 1;
-        key = malloc(cap * sizeof(int32_t));
-        sum = malloc(cap * sizeof(int64_t));
+        key = pages_take(cap * sizeof(int32_t));
+        sum = pages_take(cap * sizeof(int64_t));
         rows = malloc(sizeof(int64_t) * 3 * (size_t)(n * (Py_ssize_t)per + 1));
         best_t = malloc(sizeof(int64_t) * ((size_t)per + 1));
         best_op = malloc(sizeof(int32_t) * ((size_t)per + 1));
@@ -4053,8 +4074,8 @@ static PyObject *top_self_ops(PyObject *self, PyObject *args) {
     }
 done:
     for (int c = 0; c < 3; c++) Py_XDECREF(cols[c]);
-    free(key);
-    free(sum);
+    pages_give(key);
+    pages_give(sum);
     free(rows);
     free(best_t);
     free(best_op);
@@ -4130,6 +4151,67 @@ done:
     PyBuffer_Release(&cb);
     PyBuffer_Release(&kb);
     return out_b;
+}
+
+/* Ops ordered by their step (-1: none, first), stable, by counting: numpy's stable
+ * argsort of 20 M steps held an int64 order and as much again of its own scratch
+ * (tb_perfdiag.analysis.steps.launched_busy).  Returns (order int32 bytes, int64 where
+ * the ops are 2**31 or more; bounds int64 bytes, n_steps + 1: where the ops of no step,
+ * then of each step, end in the order). */
+static PyObject *order_by_step(PyObject *self, PyObject *args) {
+    Py_buffer sb;
+    int width;
+    Py_ssize_t n_steps;
+    if (!PyArg_ParseTuple(args, "y*in", &sb, &width, &n_steps)) return NULL;
+    PyObject *out = NULL, *order_b = NULL, *bounds_b = NULL;
+    Py_ssize_t n = (width == 4 || width == 8) ? sb.len / width : 0;
+    if ((width != 4 && width != 8) || sb.len % width || n_steps < 0) {
+        PyErr_SetString(PyExc_ValueError, "order_by_step: want int32 or int64 steps, n_steps >= 0");
+        goto done;
+    }
+    int wide = n >= INT32_MAX;
+    order_b = new_column(n * (wide ? 8 : 4));
+    bounds_b = new_column((n_steps + 1) * 8);
+    if (!order_b || !bounds_b) goto done;
+    {
+        const int32_t *s32 = sb.buf;
+        const int64_t *s64 = sb.buf;
+        int64_t *at = (int64_t *)COL_DATA(bounds_b);
+        char *o = COL_DATA(order_b);
+        int bad = 0;
+        Py_BEGIN_ALLOW_THREADS
+        memset(at, 0, (size_t)(n_steps + 1) * 8);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int64_t st = width == 4 ? s32[i] : s64[i];
+            if (st < -1 || st >= n_steps) { bad = 1; break; }
+            at[st + 1]++;
+        }
+        if (!bad) {
+            int64_t run = 0;
+            for (Py_ssize_t k = 0; k <= n_steps; k++) {
+                int64_t c = at[k];
+                at[k] = run;
+                run += c;
+            }
+            /* each bucket's cursor ends where the bucket ends: the bounds */
+            for (Py_ssize_t i = 0; i < n; i++) {
+                int64_t st = (width == 4 ? s32[i] : s64[i]) + 1;
+                if (wide) ((int64_t *)o)[at[st]++] = i;
+                else ((int32_t *)o)[at[st]++] = (int32_t)i;
+            }
+        }
+        Py_END_ALLOW_THREADS
+        if (bad) {
+            PyErr_SetString(PyExc_ValueError, "order_by_step: a step out of range");
+            goto done;
+        }
+    }
+    out = PyTuple_Pack(2, order_b, bounds_b);
+done:
+    Py_XDECREF(order_b);
+    Py_XDECREF(bounds_b);
+    PyBuffer_Release(&sb);
+    return out;
 }
 
 /* The step each event belongs to by a time (tb_perfdiag.analysis.steps.launching_steps):
@@ -4212,15 +4294,17 @@ static PyMethodDef methods[] = {
     {"kineto_feed", kineto_feed, METH_VARARGS,
      "kineto_feed(state, chunk, final) -> None, or (final) the dict of scan_kineto"},
     {"nest_sorted", nest_sorted, METH_VARARGS,
-     "nest_sorted(track_i32, ts_i64, end_i64) -> (depth int16 bytes, parent int64 bytes)"},
+     "nest_sorted(track_i32, ts_i64, dur_i64[, wide=True]) -> (depth int16 bytes, parent "
+     "int64 bytes, int32 when not wide)"},
     {"busy_union", busy_union, METH_VARARGS,
      "busy_union(ts_i64, dur_i64, ev_i64, run_bounds_i64[, threshold]) -> (starts, ends) "
      "bytes of the union of the events' intervals, and with a threshold (gap starts, ends, "
      "positions in ev of the op before and after) of the gaps at least that long; see "
      "analysis.intervals.union_of_runs"},
     {"corr_links", corr_links, METH_VARARGS,
-     "corr_links(kind_i8, on_device_bool, idx_i64, ids_i64, host_kind_bits, "
-     "device_kind_bits) -> (src, dst) int64 bytes, or None where the host ids are not "
+     "corr_links(kind_i8, on_device_bool, idx_i32_or_i64, ids_i64, host_kind_bits, "
+     "device_kind_bits[, wide=True]) -> (src, dst) int64 bytes (int32 when not wide), or "
+     "None where the host ids are not "
      "dense; see trace.build.correlation_links"},
     {"parent_down_index", parent_down_index, METH_VARARGS,
      "parent_down_index(parent_i32, values_i32 (written)) -> None: an event without a value "
@@ -4257,6 +4341,10 @@ static PyMethodDef methods[] = {
      "collective, memcpy, memset) -> int64 bytes (n_keys, 6): per key the union lengths of "
      "all ops, compute, copies, collectives, compute+copies, compute+collectives; see "
      "analysis.device_ops._overlap_rows"},
+    {"order_by_step", order_by_step, METH_VARARGS,
+     "order_by_step(steps, width, n_steps) -> (order bytes: int32, int64 from 2**31 ops; "
+     "bounds int64 bytes): the ops by step, -1 first, stable; see "
+     "analysis.steps.launched_busy"},
     {"steps_of_events", steps_of_events, METH_VARARGS,
      "steps_of_events(ts_i64, who_i32_or_i64, width, own_bool or b\"\", window_starts_i64) "
      "-> int64 bytes: per event the last window starting at or before its dispatcher's "

@@ -355,6 +355,12 @@ void *pages_take(size_t n) {
     return small_alloc(n ? n : 1, 0, 1);
 }
 
+void *pages_take_zeroed(size_t n) {
+    if (!page) page = (size_t)sysconf(_SC_PAGESIZE);
+    if (n >= big_line) return big_alloc(n, 1);
+    return small_alloc(n ? n : 1, 1, 1);
+}
+
 void *pages_resize(void *p, size_t n) {
     if (!page) page = (size_t)sysconf(_SC_PAGESIZE);
     return h_realloc(&extension_ctx, p, n ? n : 1);
@@ -503,6 +509,7 @@ PyObject *pages_stats(PyObject *self, PyObject *unused) {
 #else /* no mmap: the handler is not offered */
 
 void *pages_take(size_t n) { return malloc(n ? n : 1); }
+void *pages_take_zeroed(size_t n) { return calloc(1, n ? n : 1); }
 void *pages_resize(void *p, size_t n) { return realloc(p, n ? n : 1); }
 void pages_give(void *p) { free(p); }
 void pages_cut(void *p, size_t n) { (void)p, (void)n; }

@@ -53,7 +53,7 @@ def _nested_events(rng, n_tracks=3, flat_track=1):
 def test_nest_matches_stack_walk(seed):
     evs = _nested_events(np.random.default_rng(seed))
     track, ts, dur = evs[:, 0], evs[:, 1], evs[:, 2]
-    depth, parent = nest(track, ts, ts + dur)
+    depth, parent = nest(track, ts, dur)
     for i in range(len(ts)):
         # ancestors: earlier events on the track still open when i starts
         anc = [j for j in range(i) if track[j] == track[i] and ts[j] + dur[j] > ts[i]]
@@ -111,9 +111,12 @@ def test_native_nest_equals_array_nest(rows):
     a = np.array(rows, np.int64)
     o = np.lexsort((-a[:, 2], a[:, 1], a[:, 0]))
     tr, ts, du = a[o, 0].astype(np.int32), a[o, 1], a[o, 2]
-    d1, p1 = nest(tr, ts, ts + du)
     d2, p2 = nest_arrays(tr, ts, ts + du)
-    assert d1.tolist() == d2.tolist() and p1.tolist() == p2.tolist()
+    for dt in (np.int64, np.int32):
+        # int32 parents are what the model keeps below 2**31 events
+        d1, p1 = nest(tr, ts, du, dt)
+        assert p1.dtype == dt
+        assert d1.tolist() == d2.tolist() and p1.tolist() == p2.tolist()
 
 
 @settings(max_examples=200, deadline=None)
@@ -223,11 +226,15 @@ def test_correlation_links_in_c_are_the_numpy_ones(seed, offset):
     on_device = rng.random(n) < 0.5
     idx = rng.choice(n, int(rng.integers(0, n + 1)), replace=False).astype(np.int64)
     vals = rng.integers(0, max(2, n // 2), idx.shape[0]).astype(np.int64) + offset
-    got = B.correlation_links(kind, on_device, idx, vals)
     with _numpy_only():
         want = B.correlation_links(kind, on_device, idx, vals)
-    for w, g in zip(want, got):
-        np.testing.assert_array_equal(w, g)
+    # the stat's int32 event indices read as they are, int32 links made directly
+    for ix, dt in ((idx, np.int64), (idx.astype(np.int32), np.int32),
+                   (idx.astype(np.int32), np.int64)):
+        got = B.correlation_links(kind, on_device, ix, vals, dt)
+        assert got[0].dtype == got[1].dtype == dt
+        for w, g in zip(want, got):
+            np.testing.assert_array_equal(w, g)
 
 
 @settings(max_examples=200, deadline=None)
@@ -433,3 +440,31 @@ def test_assemble_reorders_a_coded_stat_with_its_key_column_once():
         assert dict(zip(t.ts[s.events].tolist(), s.values.tolist())) == by_ts, name
         k = np.arange(s.events.shape[0])[::3]
         assert s.take(k).tolist() == s.values[k].tolist(), name
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_covered_read_a_block_at_a_time_is_the_whole_sum(seed):
+    """The length of a busy set inside windows, with the set summed a block at a time (as
+    for millions of intervals): equal to the whole running sum's answer and to a plain
+    clip of every interval, for windows before, over, inside and after the set, empty and
+    reversed ones, and scalar ends."""
+    from tb_perfdiag.analysis import intervals as I
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 40))
+    cuts = np.sort(rng.choice(np.arange(1, 4 * n + 2), 2 * n, replace=False))
+    us, ue = cuts[0::2].astype(np.int64), cuts[1::2].astype(np.int64)
+    a = rng.integers(-3, 4 * n + 5, int(rng.integers(0, 30)))
+    b = a + rng.integers(-2, 2 * n + 3, a.shape[0])
+    want = np.array([max(int(np.clip(ue, x, y).sum() - np.clip(us, x, y).sum()), 0)
+                     for x, y in zip(a, b)], np.int64)
+    whole = I.covered(us, ue, a, b)
+    old = I._BLOCK
+    try:
+        I._BLOCK = int(rng.integers(1, 4))       # n > 2 blocks: the blocked sum
+        blocked = I.covered(us, ue, a, b)
+        scalar = I.covered(us, ue, 0, b)
+    finally:
+        I._BLOCK = old
+    assert whole.tolist() == want.tolist() and blocked.tolist() == want.tolist()
+    assert scalar.tolist() == I.covered(us, ue, 0, b).tolist()

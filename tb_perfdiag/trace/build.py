@@ -169,15 +169,20 @@ def unique_rows(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return k[new], inv
 
 
-def nest(track: np.ndarray, ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Depth and parent of events sorted by (track, ts, -dur): ``nest_arrays``, done in
-    one C pass when the native extension is built (a tenth of the time on 2 M events)."""
+def nest(track: np.ndarray, ts: np.ndarray, dur: np.ndarray,
+         idx_dtype=np.int64) -> tuple[np.ndarray, np.ndarray]:
+    """Depth and parent (``idx_dtype``) of events sorted by (track, ts, -dur):
+    ``nest_arrays``, done in one C pass when the native extension is built (a tenth of
+    the time on 2 M events).  The C pass reads the durations and writes int32 parents
+    itself: an end column and int64 parents cost 610 MB at 40 M events."""
     fn = _native_nest()
     if fn is None or ts.shape[0] == 0:
-        return nest_arrays(track, ts, end)
+        depth, parent = nest_arrays(track, ts, ts + dur)
+        return depth, parent.astype(idx_dtype, copy=False)
+    wide = np.dtype(idx_dtype) != np.int32
     d, p = fn(np.ascontiguousarray(track, np.int32), np.ascontiguousarray(ts, np.int64),
-              np.ascontiguousarray(end, np.int64))
-    return np.frombuffer(d, np.int16), np.frombuffer(p, np.int64)
+              np.ascontiguousarray(dur, np.int64), wide)
+    return np.frombuffer(d, np.int16), np.frombuffer(p, np.int64 if wide else np.int32)
 
 
 def _native_nest():
@@ -328,8 +333,7 @@ def assemble(path: str, fmt: str, strings: StringTable, tracks: Tracks, devices:
         name = name[order]
         kind = kind[order]
     del order
-    depth, parent = nest(track, ts, ts + dur)
-    parent = parent.astype(idx_dtype)
+    depth, parent = nest(track, ts, dur, idx_dtype)
 
     out_stats = {}
     # consumed as remapped: the raw stat columns are freed one by one, not all at the end.
@@ -372,8 +376,7 @@ def assemble(path: str, fmt: str, strings: StringTable, tracks: Tracks, devices:
     del remapped, moved
 
     src, dst, lkind = links
-    src = np.asarray(src, np.int64)
-    dst = np.asarray(dst, np.int64)
+    src, dst = np.asarray(src), np.asarray(dst)
     return Trace(
         path=path, format=fmt, origin_ps=int(origin_ps), strings=strings.strings,
         track_kind=np.asarray(tracks.kind, np.int8),
@@ -407,31 +410,44 @@ def _moved(inverse, idx: np.ndarray, idx_dtype) -> np.ndarray:
     """Raw event indices as model indices (``inverse`` None: the same)."""
     if not idx.size:
         return idx
-    return (idx if inverse is None else inverse[idx]).astype(idx_dtype)
+    return (idx if inverse is None else inverse[idx]).astype(idx_dtype, copy=False)
 
 
 def correlation_links(kind: np.ndarray, on_device: np.ndarray, idx: np.ndarray,
-                      vals: np.ndarray):
+                      vals: np.ndarray, idx_dtype=np.int64):
     """Host runtime call → device activity carrying the same correlation id.
 
     ``idx``/``vals``: raw event indices and correlation values; ``on_device``: per raw
-    event, whether it sits on a device track.
+    event, whether it sits on a device track.  The links' event indices are
+    ``idx_dtype`` (int32 below 2**31 events: 160 MB less per 20 M links).
     """
     from .model import EventKind as K, LinkKind
-    empty = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int8))
+    empty = (np.zeros(0, idx_dtype), np.zeros(0, idx_dtype), np.zeros(0, np.int8))
     if idx is None or len(idx) == 0:
         return empty
-    idx = np.ascontiguousarray(idx, np.int64)
+    idx = np.ascontiguousarray(idx)
+    if idx.dtype not in (np.int32, np.int64):
+        idx = idx.astype(np.int64)
     vals = np.ascontiguousarray(vals, np.int64)
     fn = native_fn("corr_links")
     if fn is not None and idx.shape == vals.shape:
         bits = lambda kinds: sum(1 << int(k) for k in kinds)  # noqa: E731
+        wide = np.dtype(idx_dtype) != np.int32
         got = fn(np.ascontiguousarray(kind, np.int8), np.ascontiguousarray(on_device, bool),
                  idx, vals, bits((K.LAUNCH, K.RUNTIME, K.SYNC)),
-                 bits((K.KERNEL, K.MEMCPY, K.MEMSET)))
+                 bits((K.KERNEL, K.MEMCPY, K.MEMSET)), wide)
         if got is not None:       # else the ids are no counter's: sorted below
-            src, dst = (np.frombuffer(x, np.int64) for x in got)
+            src, dst = (np.frombuffer(x, np.int64 if wide else np.int32) for x in got)
             return src, dst, np.full(src.shape[0], LinkKind.CORRELATION, np.int8)
+    src, dst, lk = _sorted_correlation_links(kind, on_device, idx, vals)
+    return src.astype(idx_dtype, copy=False), dst.astype(idx_dtype, copy=False), lk
+
+
+def _sorted_correlation_links(kind, on_device, idx, vals):
+    """numpy's ``correlation_links``: a table where the host ids are a counter's, else a
+    sorted search."""
+    from .model import EventKind as K, LinkKind
+    empty = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int8))
     host_side = np.isin(kind[idx], (K.LAUNCH, K.RUNTIME, K.SYNC)) & ~on_device[idx]
     dev_side = on_device[idx] & np.isin(kind[idx], (K.KERNEL, K.MEMCPY, K.MEMSET))
     h_idx, h_val = idx[host_side], vals[host_side]

@@ -689,7 +689,8 @@ def build(path: str, scan: dict, progress=NULL):
 
     corr = stats.get("correlation")
     links = correlation_links(kind, ev_device_cat, corr[0] if corr else None,
-                              corr[1] if corr else None)
+                              corr[1] if corr else None,
+                              np.int32 if kind.shape[0] < 2**31 - 1 else np.int64)
     del ev_device_cat
     metadata = dict(scan["metadata"])
     metadata["process_names"] = {str(k): v for k, v in process_name.items()}

@@ -411,9 +411,10 @@ def build(path: str, scan: dict, progress=NULL):
     corr = stats.get("correlation_id")
     if corr is not None:
         on_device = np.asarray(tracks.kind, np.int8)[track] == TrackKind.DEVICE
-        c_src, c_dst, c_kind = correlation_links(kind, on_device, corr[0], corr[1])
+        idx_dtype = np.int32 if n < 2**31 - 1 else np.int64
+        c_links = correlation_links(kind, on_device, corr[0], corr[1], idx_dtype)
         del on_device
-        links = tuple(np.concatenate([a, b]) for a, b in zip(links, (c_src, c_dst, c_kind)))
+        links = tuple(np.concatenate([a, b], dtype=b.dtype) for a, b in zip(links, c_links))
     metadata = {"hostnames": hostnames}
     origin = _profile_start_ps(planes)
     if origin is not None:
@@ -601,25 +602,31 @@ def _name_kinds(strings: StringTable):
     """A lookup name id → host EventKind.  Each distinct name is classified once for all
     lines: the threads of a long trace share their names, and classifying them again per
     line took an eighth of a TPU trace's build."""
-    known = np.full(0, -1, np.int8)             # per string id; −1 not classified yet
+    return _NameKinds(strings.strings)
 
-    class _Lookup:
-        def __getitem__(self, ids):
-            nonlocal known
-            if not ids.size:
-                return np.zeros(0, np.int8)
-            top = int(ids.max()) + 1
-            if top > known.shape[0]:
-                known = np.concatenate((known, np.full(max(top, len(strings.strings))
-                                                       - known.shape[0], -1, np.int8)))
-            ks = known[ids]
-            new = ks < 0
-            if new.any():
-                u = unique_inverse(ids[new])[0]
-                known[u] = [classify.host_kind(strings.strings[x]) for x in u.tolist()]
-                ks = known[ids]
-            return ks
-    return _Lookup()
+
+class _NameKinds:
+    # a module-level class holding the strings' list: a class made per call is a
+    # reference cycle, which kept the string table's index (29 MB at 1 M names) alive
+    # until the cyclic collector ran (never during an analysis)
+    def __init__(self, names: list):
+        self.names = names
+        self.known = np.full(0, -1, np.int8)          # per string id; −1 not classified yet
+
+    def __getitem__(self, ids):
+        if not ids.size:
+            return np.zeros(0, np.int8)
+        top = int(ids.max()) + 1
+        if top > self.known.shape[0]:
+            self.known = np.concatenate((self.known, np.full(
+                max(top, len(self.names)) - self.known.shape[0], -1, np.int8)))
+        ks = self.known[ids]
+        new = ks < 0
+        if new.any():
+            u = unique_inverse(ids[new])[0]
+            self.known[u] = [classify.host_kind(self.names[x]) for x in u.tolist()]
+            ks = self.known[ids]
+        return ks
 
 
 def _profile_start_ps(planes) -> int | None:
