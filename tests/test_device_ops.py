@@ -536,3 +536,36 @@ def test_overlap_unions_in_c_are_each_class_set_unioned_alone(mix, monkeypatch):
             assert got[k, col] == _union_length(starts[sel], ends[sel]), (k, col)
         cm = _union_length(starts[m & np.isin(klass, (0, 2, 3))], ends[m & np.isin(klass, (0, 2, 3))])
         assert got[k, D.Overlap.COPIES_EXPOSED] == cm - got[k, D.Overlap.COMPUTE]
+
+
+def test_track_ends_searched_and_checked_without_a_column_of_them(monkeypatch):
+    """The overlap's windows are read off a serial track's ends without a column of them:
+    the binary search over the probed ends is ``np.searchsorted`` of the ends for keys
+    before, on, between and past them (equal ends and zero-length ops included), and the
+    block-wise order check is numpy's, also where the ends fall across a block boundary."""
+    from types import SimpleNamespace
+    from tb_perfdiag.analysis import device_ops as D
+    rng = np.random.default_rng(11)
+    monkeypatch.setattr(D, "_BLOCK", 3)
+    for m in (1, 2, 5, 9, 40):
+        dur = rng.integers(0, 4, m).astype(np.int64)
+        ts = np.cumsum(rng.integers(0, 5, m)).astype(np.int64) + 7
+        ts = np.maximum(ts, np.r_[0, np.maximum.accumulate(ts + dur)[:-1]] - dur)
+        pad = 4                                    # other tracks' events around the slice
+        tr = SimpleNamespace(ts=np.r_[np.full(pad, 99), ts, np.full(pad, -5)],
+                             dur=np.r_[np.zeros(pad, np.int64), dur, np.zeros(pad, np.int64)])
+        en = ts + dur
+        assert (en[1:] >= en[:-1]).all()
+        keys = np.r_[en, en - 1, en + 1, ts, -1, en.max() + 9].astype(np.int64)
+        got = D._search_ends(tr, pad, pad + m, keys)
+        assert got.tolist() == np.searchsorted(en, keys, side="right").tolist()
+        assert D._ends_sorted(tr, pad, pad + m)
+        if m > 1:
+            for j in range(1, m):                  # one end falls: every place of it
+                bad = SimpleNamespace(ts=tr.ts.copy(), dur=tr.dur.copy())
+                bad.dur[pad + j] = 0
+                bad.ts[pad + j] = en[j - 1] - 1 - bad.dur[pad + j]
+                want = bool(((bad.ts + bad.dur)[pad + 1:pad + m] >=
+                             (bad.ts + bad.dur)[pad:pad + m - 1]).all())
+                assert D._ends_sorted(bad, pad, pad + m) == want
+    assert D._search_ends(tr, pad, pad, np.array([3], np.int64)).tolist() == [0]

@@ -425,6 +425,34 @@ def test_launched_busy_equals_each_steps_own_union_at_any_scale():
         assert launched_busy(every, None, k, n, at, length).tolist() == want, scale
 
 
+def test_order_by_step_in_c_is_numpys_stable_sort(monkeypatch):
+    """The ops by step (none first), stable, and where each step's ops end: the C
+    counting sort equals numpy's stable argsort and counts, for int32 and int64 steps,
+    steps with no ops, all ops of no step, and no ops; a step out of range is refused."""
+    from tb_perfdiag.analysis.steps import order_by_step
+    from tb_perfdiag.trace.extension import native_fn
+    if native_fn("order_by_step") is None:
+        import pytest
+        pytest.skip("the native extension is not built (setup.py build_ext)")
+    rng = np.random.default_rng(3)
+    cases = [(rng.integers(-1, n, m), n) for n, m in ((1, 50), (7, 1000), (300, 20_000))]
+    cases += [(np.full(30, -1), 4), (np.zeros(0, np.int64), 5), (np.array([2, 0, 2, 1]), 0 + 3)]
+    for step, n in cases:
+        for dt in (np.int32, np.int64):
+            st = step.astype(dt)
+            o, b = order_by_step(st, n)
+            assert o.dtype == np.int32 and b.shape == (n + 1,)
+            monkeypatch.setenv("TB_PERFDIAG_NO_NATIVE", "1")
+            wo, wb = order_by_step(st, n)
+            monkeypatch.delenv("TB_PERFDIAG_NO_NATIVE")
+            assert o.tolist() == wo.tolist() and b.tolist() == wb.tolist()
+            assert o.tolist() == np.argsort(st, kind="stable").tolist()
+    import pytest
+    for bad in ([0, 3], [-2, 0]):
+        with pytest.raises(ValueError):
+            order_by_step(np.array(bad, np.int32), 3)
+
+
 def test_steps_by_dispatch_in_c_are_numpys(monkeypatch):
     """Each event's step by the start of the event that dispatched it (or its own, where
     it has none or is told to use its own), in one C pass galloping from the last answer,
@@ -458,6 +486,42 @@ def test_steps_by_dispatch_in_c_are_numpys(monkeypatch):
             assert got.dtype == np.int64 and (got == -1).any() and (got == 299).any()
     monkeypatch.setenv("TB_PERFDIAG_NO_NATIVE", "1")
     np.testing.assert_array_equal(S.steps_by_dispatch(trace, steps, who, own), got)
+
+
+def test_columns_read_a_block_at_a_time_are_the_whole_columns(monkeypatch):
+    """What the analysis reads a block at a time instead of over a column of all events:
+    the trace's last end, each device's step events and the first op of least start are
+    the whole-column answers, on every trace of testdata, blocks of 7 events."""
+    import glob
+    import os
+    from tb_perfdiag.analysis import diagnosis as Dg
+    from tb_perfdiag.trace import model as M
+    from tb_perfdiag.trace.model import EventKind
+    monkeypatch.setattr(M, "_BLOCK", 7)
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    files = sorted(glob.glob(os.path.join(here, "testdata", "**", "*.xplane.pb"), recursive=True)
+                   + glob.glob(os.path.join(here, "testdata", "**", "*.pt.trace.json*"),
+                               recursive=True))
+    steps_seen = 0
+    for path in files:
+        t = tb_perfdiag.load(path)
+        if not t.n_events:
+            continue
+        assert t.last_end() == int(np.max(t.ts + t.dur)), path
+        dev = t.track_device[t.track]
+        for d in range(len(t.devices)):
+            want = np.flatnonzero((t.kind == EventKind.STEP) & (dev == d))
+            np.testing.assert_array_equal(Dg._step_events(t, d), want)
+            steps_seen += int(want.size > 0)
+            ops = t.activity_of(d)
+            if ops.size:
+                for at in (ops, ops[::-1]):      # ties: the first in ``at``, as argmin
+                    assert Dg._first_min(t.ts, at, 7) == int(np.argmin(t.ts[at]))
+    v = np.random.default_rng(5).integers(0, 4, 5000)
+    for at in (np.arange(5000), np.arange(5000)[::-1]):
+        assert Dg._first_min(v, at, 7) == int(np.argmin(v[at]))
+    assert steps_seen >= 1
+    assert len(files) >= 10
 
 
 def test_a_devices_activity_read_from_its_tracks_is_the_mask_over_all_events():

@@ -83,6 +83,10 @@ class Coded:
         return self.table[self.codes]
 
 
+# events read a block at a time where a column over all of them is not needed
+_BLOCK = 1 << 20
+
+
 class Stat:
     """A sparse per-event column: ``values[k]`` belongs to event ``events[k]``."""
 
@@ -212,6 +216,14 @@ class Trace:
     def end_of(self, idx) -> np.ndarray:
         """End of the events ``idx``, without an end column over all events."""
         return self.ts[idx] + self.dur[idx]
+
+    def last_end(self) -> int:
+        """The latest end of any event, a block at a time (an end column over all events
+        was 305 MB at 40 M events, at the analysis' peak)."""
+        if self.n_events == 0:
+            raise ValueError("a trace with no events has no last end")
+        return max(int((self.ts[i:i + _BLOCK] + self.dur[i:i + _BLOCK]).max())
+                   for i in range(0, self.n_events, _BLOCK))
 
     def stat(self, name: str, fill=-1) -> np.ndarray:
         """Dense column of a stat (``fill`` where absent)."""
