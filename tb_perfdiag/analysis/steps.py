@@ -212,7 +212,7 @@ def launched_busy(start: np.ndarray, end: np.ndarray | None, step: np.ndarray,
     out = np.zeros(n_steps, np.int64)
     if n_steps == 0 or step.shape[0] == 0 or int(step.max()) < 0:
         return out
-    # the ops by step (those of no step first, then skipped), and where each step's end
+    # the ops by step (those of no step first, then skipped), and where each step's ops end
     o, bounds = order_by_step(step, n_steps)
 
     def starts(sel):
