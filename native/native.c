@@ -3360,36 +3360,88 @@ done:
  * segments in it with their cumulative time.  One pass with no copy of the events: the
  * numpy version held ten columns of twice the thread's events at once (the largest
  * transient of a 40 M-event trace's analysis). */
+/* The boundaries of a track's timeline in order: its starts merged with its ends, the
+ * ends taken from a min-heap of the events already started (an end comes before every
+ * later start unless equal to it, so only started events' ends can be next).  A sorted
+ * column of all ends was 160 MB at 20 M events, at the analysis' peak; the heap holds
+ * the events open at once. */
+typedef struct { const int64_t *ts, *dur; Py_ssize_t n, i, hn; int64_t *heap; } hs_merge;
+
+static void hs_push(hs_merge *g, int64_t v) {
+    Py_ssize_t c = g->hn++;
+    while (c > 0) {
+        Py_ssize_t p = (c - 1) / 2;
+        if (g->heap[p] <= v) break;
+        g->heap[c] = g->heap[p];
+        c = p;
+    }
+    g->heap[c] = v;
+}
+
+static int64_t hs_pop(hs_merge *g) {
+    int64_t top = g->heap[0], v = g->heap[--g->hn];
+    Py_ssize_t c = 0;
+    for (;;) {
+        Py_ssize_t l = 2 * c + 1;
+        if (l >= g->hn) break;
+        if (l + 1 < g->hn && g->heap[l + 1] < g->heap[l]) l++;
+        if (v <= g->heap[l]) break;
+        g->heap[c] = g->heap[l];
+        c = l;
+    }
+    if (g->hn) g->heap[c] = v;
+    return top;
+}
+
+/* the next boundary (a start before an equal end), or 0 when there is none */
+static int hs_next(hs_merge *g, int64_t *t) {
+    if (g->i < g->n && (g->hn == 0 || g->ts[g->i] <= g->heap[0])) {
+        *t = g->ts[g->i];
+        hs_push(g, g->ts[g->i] + g->dur[g->i]);
+        g->i++;
+        return 1;
+    }
+    if (g->hn == 0) return 0;
+    *t = hs_pop(g);
+    return 1;
+}
+
 static PyObject *host_segments(PyObject *self, PyObject *args) {
-    Py_buffer tsb, durb, endb, parb, bkb, kdb;
+    Py_buffer tsb, durb, parb, bkb, kdb;
     long long lo;
     int b_idle, k_idle, n_b;
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*Liii", &tsb, &durb, &endb, &parb, &bkb, &kdb,
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*Liii", &tsb, &durb, &parb, &bkb, &kdb,
                           &lo, &b_idle, &k_idle, &n_b))
         return NULL;
     PyObject *out = NULL, *times_b = NULL, *inner_b = NULL, *bucket_b = NULL, *lists = NULL;
-    int64_t *count = NULL, **cum = NULL;
+    int64_t *count = NULL, **cum = NULL, *heap = NULL;
     int32_t **seg = NULL;
     Py_ssize_t n = tsb.len / 8;
-    if (tsb.len % 8 || durb.len != tsb.len || endb.len != tsb.len || parb.len != n * 4 ||
+    if (tsb.len % 8 || durb.len != tsb.len || parb.len != n * 4 ||
         bkb.len != n || kdb.len != n || n_b <= 0 || b_idle < 0 || b_idle >= n_b) {
-        PyErr_SetString(PyExc_ValueError, "host_segments: want int64 ts, dur, sorted ends, "
+        PyErr_SetString(PyExc_ValueError, "host_segments: want int64 ts (sorted) and dur, "
                         "int32 parent, int8 bucket, int8 kind of one track");
         goto done;
     }
+    /* only as deep as the most events open at once is ever touched */
+    heap = malloc(sizeof(int64_t) * (size_t)(n + 1));
+    if (!heap) { PyErr_NoMemory(); goto done; }
     {
-        const int64_t *ts = tsb.buf, *dur = durb.buf, *ends = endb.buf;
+        const int64_t *ts = tsb.buf, *dur = durb.buf;
         const int32_t *par = parb.buf;
         const int8_t *bk = bkb.buf, *kd = kdb.buf;
-        /* the distinct boundaries: two sorted runs merged */
+        for (Py_ssize_t q = 1; q < n; q++)
+            if (ts[q] < ts[q - 1]) {
+                PyErr_SetString(PyExc_ValueError, "host_segments: starts out of order");
+                goto done;
+            }
+        /* the distinct boundaries, counted */
         Py_ssize_t m = 0;
         {
-            Py_ssize_t i = 0, j = 0;
-            int64_t last = 0;
-            while (i < n || j < n) {
-                int64_t t = (j >= n || (i < n && ts[i] <= ends[j])) ? ts[i++] : ends[j++];
+            hs_merge g = {ts, dur, n, 0, 0, heap};
+            int64_t t, last = 0;
+            while (hs_next(&g, &t))
                 if (m == 0 || t != last) { m++; last = t; }
-            }
         }
         times_b = new_column(m * 8);
         inner_b = new_column(m * 4);
@@ -3406,9 +3458,10 @@ static PyObject *host_segments(PyObject *self, PyObject *args) {
         int8_t *bucket = (int8_t *)COL_DATA(bucket_b);
         int bad = 0;
         Py_BEGIN_ALLOW_THREADS
-        Py_ssize_t i = 0, j = 0, k = 0, cur = -1;
-        while (i < n || j < n) {
-            int64_t t = (j >= n || (i < n && ts[i] <= ends[j])) ? ts[i++] : ends[j++];
+        Py_ssize_t k = 0, cur = -1;
+        hs_merge g = {ts, dur, n, 0, 0, heap};
+        int64_t t;
+        while (hs_next(&g, &t)) {
             if (k && t == times[k - 1]) continue;
             times[k] = t;
             while (cur + 1 < n && ts[cur + 1] <= t) cur++;     /* the last started by t */
@@ -3476,9 +3529,9 @@ done:
     free(count);
     free(seg);
     free(cum);
+    free(heap);
     PyBuffer_Release(&tsb);
     PyBuffer_Release(&durb);
-    PyBuffer_Release(&endb);
     PyBuffer_Release(&parb);
     PyBuffer_Release(&bkb);
     PyBuffer_Release(&kdb);
@@ -3652,6 +3705,12 @@ static inline void oc_offer(oc_key *h, Py_ssize_t *m, Py_ssize_t cap, oc_key x) 
     }
 }
 
+/* a code's cell: its rank among the codes in use, or -1 where none is */
+static inline int32_t oc_cell(const uint64_t *bits, const int32_t *wrank, Py_ssize_t c) {
+    uint64_t w = bits[c >> 6], m = (uint64_t)1 << (c & 63);
+    return (w & m) ? wrank[c >> 6] + __builtin_popcountll(w & (m - 1)) : -1;
+}
+
 static PyObject *op_cells(PyObject *self, PyObject *args) {
     Py_buffer lb, sb, vb, db, fb, tb;
     Py_ssize_t n_steps, n_dev, n_lab, keep;
@@ -3659,7 +3718,8 @@ static PyObject *op_cells(PyObject *self, PyObject *args) {
                           &n_dev, &n_lab, &keep))
         return NULL;
     PyObject *out = NULL, *bufs[OC_N] = {NULL};
-    int32_t *lut = NULL, *ccnt = NULL, *cpos = NULL;
+    int32_t *wrank = NULL, *ccnt = NULL, *cpos = NULL;
+    uint64_t *bits = NULL;
     oc_key *heap = NULL;
     int64_t *ctim = NULL;
     oc_row *row = NULL;
@@ -3678,8 +3738,12 @@ static PyObject *op_cells(PyObject *self, PyObject *args) {
         goto done;
     }
     if (keep == 0 || keep > n_lab) keep = n_lab;          /* 0: every cell */
-    lut = pages_take_zeroed(sizeof(int32_t) * (size_t)(n_codes + 1));
-    if (!lut) { PyErr_NoMemory(); goto done; }
+    /* the codes in use as a bitmap with each word's rank: a code's cell is its rank among
+     * them (a table of an int32 per code was 320 MB at 20 M ops) */
+    Py_ssize_t n_words = n_codes / 64 + 1;
+    bits = pages_take_zeroed(sizeof(uint64_t) * (size_t)n_words);
+    wrank = pages_take(sizeof(int32_t) * (size_t)n_words);
+    if (!bits || !wrank) { PyErr_NoMemory(); goto done; }
     {
         int bad = 0;
         Py_BEGIN_ALLOW_THREADS
@@ -3689,11 +3753,14 @@ static PyObject *op_cells(PyObject *self, PyObject *args) {
                 bad = 1;
                 break;
             }
-            lut[OC_CODE(i)] = 1;
+            Py_ssize_t c = OC_CODE(i);
+            bits[c >> 6] |= (uint64_t)1 << (c & 63);
         }
         if (!bad)
-            for (Py_ssize_t c = 0; c < n_codes; c++)
-                lut[c] = lut[c] ? (int32_t)n_cells++ : -1;
+            for (Py_ssize_t w = 0; w < n_words; w++) {
+                wrank[w] = (int32_t)n_cells;
+                n_cells += __builtin_popcountll(bits[w]);
+            }
         Py_END_ALLOW_THREADS
         if (bad) {
             PyErr_SetString(PyExc_ValueError, "op_cells: a label, step or device out of range");
@@ -3737,7 +3804,7 @@ static PyObject *op_cells(PyObject *self, PyObject *args) {
         memset(sdrt, 0, n_sd * 8);
         /* ops in increasing position: a strict > keeps the earliest longest op */
         for (Py_ssize_t i = 0; i < n; i++) {
-            int32_t c = lut[OC_CODE(i)];
+            int32_t c = oc_cell(bits, wrank, OC_CODE(i));
             int32_t dv = dvc ? dvc[i] : 0, dl = dv * (int32_t)n_lab + lab[i];
             Py_ssize_t s = OC_STEP_OF(i);
             int64_t d = dur[i];
@@ -3773,13 +3840,13 @@ static PyObject *op_cells(PyObject *self, PyObject *args) {
          * r-th of every stride-th group, r chosen so that about 1.25 keep pass: sifting
          * the heap over them all costs most of the pass. */
         for (Py_ssize_t sd = 0; sd < n_sd; sd++) {
-            const int32_t *seg = lut + sd * n_lab;
+            const Py_ssize_t seg = sd * n_lab;     /* the codes of this (step, device) */
             const int64_t *rt = rtim + (sd % n_dev) * n_lab;
             Py_ssize_t m = 0, used = 0;
-            for (Py_ssize_t j = 0; j < n_lab; j++) used += seg[j] >= 0;
+            for (Py_ssize_t j = 0; j < n_lab; j++) used += oc_cell(bits, wrank, seg + j) >= 0;
             if (used <= keep) {
                 for (Py_ssize_t j = 0; j < n_lab; j++)
-                    if (seg[j] >= 0) kept[seg[j]] = 1;
+                    if (oc_cell(bits, wrank, seg + j) >= 0) kept[oc_cell(bits, wrank, seg + j)] = 1;
                 n_kept += used;
                 continue;
             }
@@ -3789,7 +3856,7 @@ static PyObject *op_cells(PyObject *self, PyObject *args) {
                 Py_ssize_t r = 5 * keep / (4 * stride) + 32, skip = 0;
                 if (r > (used + stride - 1) / stride) r = (used + stride - 1) / stride;
                 for (Py_ssize_t j = 0; j < n_lab; j++) {
-                    int32_t k = seg[j];
+                    int32_t k = oc_cell(bits, wrank, seg + j);
                     if (k < 0 || skip-- > 0) continue;
                     skip = stride - 1;
                     oc_offer(heap, &m, r, (oc_key){ctim[k], rt[j], (int32_t)j});
@@ -3799,7 +3866,7 @@ static PyObject *op_cells(PyObject *self, PyObject *args) {
             }
             Py_ssize_t passed = 0;
             for (Py_ssize_t j = 0; j < n_lab; j++) {
-                int32_t k = seg[j];
+                int32_t k = oc_cell(bits, wrank, seg + j);
                 if (k < 0) continue;
                 kept[k] = 0;
                 all_c += ccnt[k];
@@ -3812,11 +3879,11 @@ static PyObject *op_cells(PyObject *self, PyObject *args) {
             if (passed < keep) {                  /* the sample misled: every group */
                 m = 0;
                 for (Py_ssize_t j = 0; j < n_lab; j++)
-                    if (seg[j] >= 0)
-                        oc_offer(heap, &m, keep, (oc_key){ctim[seg[j]], rt[j], (int32_t)j});
+                    if (oc_cell(bits, wrank, seg + j) >= 0)
+                        oc_offer(heap, &m, keep, (oc_key){ctim[oc_cell(bits, wrank, seg + j)], rt[j], (int32_t)j});
             }
             for (Py_ssize_t h = 0; h < m; h++) {
-                int32_t k = seg[heap[h].j];
+                int32_t k = oc_cell(bits, wrank, seg + heap[h].j);
                 kept[k] = 1;
                 all_c -= ccnt[k];
                 all_t -= ctim[k];
@@ -3840,17 +3907,18 @@ static PyObject *op_cells(PyObject *self, PyObject *args) {
         int64_t *cnt = OC(OC_CNT, int64_t), *tim = OC(OC_TIM, int64_t);
         Py_BEGIN_ALLOW_THREADS
         Py_ssize_t o = 0;
-        for (Py_ssize_t c = 0, s = 0, dl = 0; c < n_codes; c++) {
-            int32_t k = lut[c];
-            if (k >= 0 && kept[k]) {
-                cst[o] = (int32_t)s;
-                cdl[o] = (int32_t)dl;
+        /* the codes in use in order, a word's set bits at a time: cell k is the k-th */
+        int32_t k = 0;
+        for (Py_ssize_t w = 0; w < n_words; w++)
+            for (uint64_t x = bits[w]; x; x &= x - 1, k++) {
+                if (!kept[k]) continue;
+                Py_ssize_t c = w * 64 + __builtin_ctzll(x);
+                cst[o] = (int32_t)(c / n_dl);
+                cdl[o] = (int32_t)(c % n_dl);
                 pos[o] = cpos[k];
                 cnt[o] = ccnt[k];
                 tim[o++] = ctim[k];
             }
-            if (++dl == n_dl) { dl = 0; s++; }
-        }
         Py_END_ALLOW_THREADS
     }
 #undef OC
@@ -3859,7 +3927,8 @@ static PyObject *op_cells(PyObject *self, PyObject *args) {
         for (int k = 0; k < OC_N; k++) { PyTuple_SET_ITEM(out, k, bufs[k]); bufs[k] = NULL; }
 done:
     for (int k = 0; k < OC_N; k++) Py_XDECREF(bufs[k]);
-    pages_give(lut);
+    pages_give(bits);
+    pages_give(wrank);
     pages_give(ccnt);
     pages_give(cpos);
     pages_give(ctim);
@@ -4320,7 +4389,7 @@ static PyMethodDef methods[] = {
      "event_order(track_i32, ts_i64, dur_i64, n_tracks) -> int64 bytes: the order by "
      "(track, ts, -dur), ties in input order; see trace.build.event_order"},
     {"host_segments", host_segments, METH_VARARGS,
-     "host_segments(ts_i64, dur_i64, sorted_ends_i64, parent_i32, bucket_i8, kind_i8, lo, "
+     "host_segments(ts_i64 (sorted), dur_i64, parent_i32, bucket_i8, kind_i8, lo, "
      "b_idle, k_idle, n_buckets) -> (times, inner, bucket, [segs, cums] per bucket, None for "
      "the bucket with the most segments) of "
      "analysis.hostline"},

@@ -654,6 +654,32 @@ def test_host_timeline_in_one_c_pass_is_the_numpy_one(seed):
 
 
 @pytest.mark.parametrize("seed", range(6))
+def test_host_timeline_of_overlapping_events_in_c_is_the_numpy_one(seed):
+    """The C pass takes a timeline's ends in order from a heap of the events open at
+    once, not from a sorted column: on threads whose events overlap at random (many open
+    together, ends in any order, equal starts and ends, zero-length events) its
+    boundaries, innermost ops and buckets are numpy's."""
+    from tb_perfdiag.analysis import hostline as H
+    native = H._native_segments()
+    if native is None:
+        pytest.skip("the native extension is not built (setup.py build_ext)")
+    rng = np.random.default_rng(100 + seed)
+    b = TraceBuilder()
+    th = b.thread("busy")
+    for _ in range(600):
+        name, cat = _HOST_NAMES[int(rng.integers(0, len(_HOST_NAMES)))]
+        b.op(th, name, float(rng.integers(0, 400)), float(rng.choice([0, 1, 3, 7, 40, 150])),
+             cat)
+    t = b.build()
+    bk = H.event_buckets(t, np.zeros(t.n_events, np.int8))
+    (lo, hi), = t.track_slices(t.host_tracks())
+    want, got = H.track_segments(t, lo, hi, bk), native(t, lo, hi, bk)
+    assert want[0].shape[0] > 300
+    for w, g in zip(want[:3], got[:3]):
+        np.testing.assert_array_equal(w, g)
+
+
+@pytest.mark.parametrize("seed", range(6))
 def test_top_self_ops_in_one_c_pass_are_the_numpy_ones(seed):
     """Per window, a thread's ops with the most self time (``detail.top_self_ops``): the
     C pass and the numpy one give the same rows, windows before, across and after the

@@ -490,13 +490,14 @@ def test_steps_by_dispatch_in_c_are_numpys(monkeypatch):
 
 def test_columns_read_a_block_at_a_time_are_the_whole_columns(monkeypatch):
     """What the analysis reads a block at a time instead of over a column of all events:
-    the trace's last end, each device's step events and the first op of least start are
-    the whole-column answers, on every trace of testdata, blocks of 7 events."""
+    the trace's last end, the host events meeting a condition, each device's step events
+    and the first op of least start are the whole-column answers, on every trace of
+    testdata, blocks of 7 events."""
     import glob
     import os
     from tb_perfdiag.analysis import diagnosis as Dg
     from tb_perfdiag.trace import model as M
-    from tb_perfdiag.trace.model import EventKind
+    from tb_perfdiag.trace.model import EventKind, TrackKind
     monkeypatch.setattr(M, "_BLOCK", 7)
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     files = sorted(glob.glob(os.path.join(here, "testdata", "**", "*.xplane.pb"), recursive=True)
@@ -508,6 +509,12 @@ def test_columns_read_a_block_at_a_time_are_the_whole_columns(monkeypatch):
         if not t.n_events:
             continue
         assert t.last_end() == int(np.max(t.ts + t.dur)), path
+        host = t.track_kind[t.track] == TrackKind.HOST
+        for want_mask, pred in (
+                (t.dur > 0, lambda lo, hi: t.dur[lo:hi] > 0),
+                (t.kind == EventKind.LAUNCH, lambda lo, hi: t.kind[lo:hi] == EventKind.LAUNCH)):
+            np.testing.assert_array_equal(t.host_events_where(pred),
+                                          np.flatnonzero(want_mask & host))
         dev = t.track_device[t.track]
         for d in range(len(t.devices)):
             want = np.flatnonzero((t.kind == EventKind.STEP) & (dev == d))

@@ -258,13 +258,10 @@ def _native_segments():
         return None
 
     def segments(trace: Trace, lo: int, hi: int, buckets: np.ndarray):
-        ends = trace.end_of(slice(lo, hi))
-        # the ends of events in start order are long rising runs: the adaptive sort
-        # takes them as such (20 M ends: 0.06 s against quicksort's 0.3 s)
-        ends.sort(kind="stable")
+        # the pass finds the ends in order itself, from a heap of the open events
         times, inner, bucket, lists = fn(
             np.ascontiguousarray(trace.ts[lo:hi]), np.ascontiguousarray(trace.dur[lo:hi]),
-            ends, np.ascontiguousarray(trace.parent[lo:hi], np.int32),
+            np.ascontiguousarray(trace.parent[lo:hi], np.int32),
             np.ascontiguousarray(buckets[lo:hi], np.int8),
             np.ascontiguousarray(trace.kind[lo:hi], np.int8), lo, B_IDLE, int(K.IDLE),
             len(BUCKETS))

@@ -61,10 +61,12 @@ def _outermost(trace: Trace, ev: np.ndarray) -> np.ndarray:
 def _candidates(trace: Trace, kinds, users: list, extra_names=()) -> np.ndarray:
     """Host events of ``kinds`` (or named ``extra_names``) with a duration, no Python-
     tracer frames, outermost; those on the user's threads when any are there."""
-    sel = isin_few(trace.kind, kinds)
-    if len(extra_names):
-        sel |= np.isin(trace.name, extra_names)
-    ev = np.flatnonzero(sel & host_side(trace) & (trace.dur > 0))
+    def pred(lo, hi):
+        sel = isin_few(trace.kind[lo:hi], kinds)
+        if len(extra_names):
+            sel |= np.isin(trace.name[lo:hi], extra_names)
+        return sel & (trace.dur[lo:hi] > 0)
+    ev = trace.host_events_where(pred)
     if ev.size:
         ev = ev[~_where_named(trace, ev, lambda n: n.startswith(_PY_FRAME))]
     ev = _outermost(trace, ev)

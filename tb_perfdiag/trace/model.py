@@ -254,6 +254,15 @@ class Trace:
     def host_tracks(self) -> np.ndarray:
         return np.flatnonzero(self.track_kind == TrackKind.HOST)
 
+    def host_events_where(self, pred) -> np.ndarray:
+        """Indices (ascending) of the host events where ``pred(lo, hi)``, a mask over
+        events [lo, hi), holds: asked a block of a host track at a time, so that no mask
+        spans all events (five of them were 0.2 GB at 40 M events)."""
+        parts = [a + np.flatnonzero(pred(a, min(a + _BLOCK, hi)))
+                 for lo, hi in self.track_slices(self.host_tracks())
+                 for a in range(lo, hi, _BLOCK)]
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
     def events_on_tracks(self, tracks) -> np.ndarray:
         return np.flatnonzero(np.isin(self.track, np.asarray(tracks)))
 
