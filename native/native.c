@@ -3353,13 +3353,6 @@ done:
     return out_b;
 }
 
-/* One host thread's timeline (tb_perfdiag.analysis.hostline): the boundaries are the
- * distinct starts and ends of its events; in each segment the innermost op is the first
- * ancestor-or-self of the last event started by then that has not ended.  Its bucket is
- * the op's (idle where none), an idle marker stands for its parent, and per bucket the
- * segments in it with their cumulative time.  One pass with no copy of the events: the
- * numpy version held ten columns of twice the thread's events at once (the largest
- * transient of a 40 M-event trace's analysis). */
 /* The boundaries of a track's timeline in order: its starts merged with its ends, the
  * ends taken from a min-heap of the events already started (an end comes before every
  * later start unless equal to it, so only started events' ends can be next).  A sorted
@@ -3406,6 +3399,13 @@ static int hs_next(hs_merge *g, int64_t *t) {
     return 1;
 }
 
+/* One host thread's timeline (tb_perfdiag.analysis.hostline): the boundaries are the
+ * distinct starts and ends of its events; in each segment the innermost op is the first
+ * ancestor-or-self of the last event started by then that has not ended.  Its bucket is
+ * the op's (idle where none), an idle marker stands for its parent, and per bucket the
+ * segments in it with their cumulative time.  One pass with no copy of the events: the
+ * numpy version held ten columns of twice the thread's events at once (the largest
+ * transient of a 40 M-event trace's analysis). */
 static PyObject *host_segments(PyObject *self, PyObject *args) {
     Py_buffer tsb, durb, parb, bkb, kdb;
     long long lo;

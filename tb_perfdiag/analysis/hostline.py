@@ -258,13 +258,17 @@ def _native_segments():
         return None
 
     def segments(trace: Trace, lo: int, hi: int, buckets: np.ndarray):
-        # the pass finds the ends in order itself, from a heap of the open events
-        times, inner, bucket, lists = fn(
-            np.ascontiguousarray(trace.ts[lo:hi]), np.ascontiguousarray(trace.dur[lo:hi]),
-            np.ascontiguousarray(trace.parent[lo:hi], np.int32),
-            np.ascontiguousarray(buckets[lo:hi], np.int8),
-            np.ascontiguousarray(trace.kind[lo:hi], np.int8), lo, B_IDLE, int(K.IDLE),
-            len(BUCKETS))
+        # the pass finds the ends in order itself, from a heap of the open events; it
+        # refuses starts out of order (the model sorts them), which numpy's walk takes
+        try:
+            times, inner, bucket, lists = fn(
+                np.ascontiguousarray(trace.ts[lo:hi]), np.ascontiguousarray(trace.dur[lo:hi]),
+                np.ascontiguousarray(trace.parent[lo:hi], np.int32),
+                np.ascontiguousarray(buckets[lo:hi], np.int8),
+                np.ascontiguousarray(trace.kind[lo:hi], np.int8), lo, B_IDLE, int(K.IDLE),
+                len(BUCKETS))
+        except ValueError:
+            return track_segments(trace, lo, hi, buckets)
         return (np.frombuffer(times, np.int64), np.frombuffer(inner, np.int32),
                 np.frombuffer(bucket, np.int8),
                 [None if x is None else np.frombuffer(x, np.int32) for x in lists[0::2]],
