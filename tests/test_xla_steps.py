@@ -488,21 +488,26 @@ def test_steps_by_dispatch_in_c_are_numpys(monkeypatch):
     np.testing.assert_array_equal(S.steps_by_dispatch(trace, steps, who, own), got)
 
 
+def _testdata_traces() -> list:
+    """Every XSpace and Kineto trace under testdata (captures and synthetic)."""
+    import glob
+    import os
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return sorted(glob.glob(os.path.join(here, "testdata", "**", "*.xplane.pb"), recursive=True)
+                  + glob.glob(os.path.join(here, "testdata", "**", "*.pt.trace.json*"),
+                              recursive=True))
+
+
 def test_columns_read_a_block_at_a_time_are_the_whole_columns(monkeypatch):
     """What the analysis reads a block at a time instead of over a column of all events:
     the trace's last end, the host events meeting a condition, each device's step events
     and the first op of least start are the whole-column answers, on every trace of
     testdata, blocks of 7 events."""
-    import glob
-    import os
     from tb_perfdiag.analysis import diagnosis as Dg
     from tb_perfdiag.trace import model as M
     from tb_perfdiag.trace.model import EventKind, TrackKind
     monkeypatch.setattr(M, "_BLOCK", 7)
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    files = sorted(glob.glob(os.path.join(here, "testdata", "**", "*.xplane.pb"), recursive=True)
-                   + glob.glob(os.path.join(here, "testdata", "**", "*.pt.trace.json*"),
-                               recursive=True))
+    files = _testdata_traces()
     steps_seen = 0
     for path in files:
         t = tb_perfdiag.load(path)
@@ -535,13 +540,8 @@ def test_a_devices_activity_read_from_its_tracks_is_the_mask_over_all_events():
     """``Trace.activity_of(d)``: the events of device d's activity, read track by track,
     are the mask over all events, on every capture and synthetic trace of testdata whose
     device tracks hold any, with and without host tracks of the device."""
-    import glob
-    import os
     from tb_perfdiag.trace.model import TrackKind
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    files = sorted(glob.glob(os.path.join(here, "testdata", "**", "*.xplane.pb"), recursive=True)
-                   + glob.glob(os.path.join(here, "testdata", "**", "*.pt.trace.json*"),
-                               recursive=True))
+    files = _testdata_traces()
     seen = 0
     for path in files:
         t = tb_perfdiag.load(path)
