@@ -235,7 +235,7 @@ def test_room_keeps_blocks_up_to_the_earlier_use():
 
 def test_a_read_tells_the_analysis_its_peak():
     """``load`` records what its read had in use at its peak, which ``analyse`` passes
-    on as the room its scope may keep freed blocks in."""
+    on as the least room its scope may keep freed blocks in."""
     import tb_perfdiag
     from tb_perfdiag.analysis import diagnosis
     rel = "testdata/synthetic/logdir/kineto_launch_bound/worker0.1795400183000.pt.trace.json"
@@ -246,7 +246,38 @@ def test_a_read_tells_the_analysis_its_peak():
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(diagnosis, "recycled_pages", lambda room=0: seen.append(room) or real(room))
         diagnosis.analyse(tr)
-    assert seen == [tr.read_peak]
+    assert len(seen) == 1 and seen[0] >= tr.read_peak
+    if os.path.exists("/proc/self/status"):
+        assert seen[0] <= _status_kb("VmHWM") * 1024
+
+
+def _status_kb(key: str) -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(key + ":"))
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux's /proc")
+def test_room_is_the_headroom_under_the_process_high_water_mark(monkeypatch):
+    """With no scope open, the room is the process' high-water mark less what it holds
+    outside the pages: a 300 MB array made and dropped outside any scope leaves that
+    much headroom, and an array of the pages' that is still alive counts in it (the
+    analysis' own trace).  With a scope open, or no /proc, the room is the floor given."""
+    a = np.ones(300 * MB, np.uint8)
+    del a
+    with pages.recycled_pages():
+        kept = np.ones(200 * MB, np.uint8)
+    room = pages.room_under_high_water(0)
+    hwm, rss = _status_kb("VmHWM") * 1024, _status_kb("VmRSS") * 1024
+    assert 280 * MB <= hwm - rss and hwm - rss + 190 * MB <= room <= hwm
+    del kept
+    assert pages.room_under_high_water(hwm + MB) == hwm + MB    # never under the floor
+    with pages.recycled_pages():
+        assert pages.room_under_high_water(5) == 5
+    import builtins
+    real_open = builtins.open
+    monkeypatch.setattr(builtins, "open", lambda p, *a, **k: (_ for _ in ()).throw(
+        OSError("no /proc")) if p == "/proc/self/status" else real_open(p, *a, **k))
+    assert pages.room_under_high_water(7) == 7
 
 
 ANSWER_TRACES = [

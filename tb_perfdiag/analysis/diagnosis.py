@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..trace.pages import recycled_pages
+from ..trace.pages import recycled_pages, room_under_high_water
 from ..progress import NULL
 from ..trace.build import unique_inverse
 from ..trace.classify import memcpy_kind
@@ -117,7 +117,7 @@ def diagnose_trace(trace: Trace, options: Options | None = None, progress=NULL) 
 def analyse(trace: Trace, options: Options | None = None, progress=NULL):
     """(Diagnosis, HostContext): the diagnosis and what later requests on the same trace
     need from the analysis (kept by the server beside the result)."""
-    with no_cyclic_gc(), recycled_pages(trace.read_peak):
+    with no_cyclic_gc(), recycled_pages(room_under_high_water(trace.read_peak)):
         return _diagnose(trace, options or Options(), progress)
 
 
