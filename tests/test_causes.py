@@ -925,6 +925,33 @@ def test_short_gaps_per_step_and_device_match_a_count_of_the_holes(seed):
             assert st.small_total[k, dev] == sum(z - a for a, z in inside)
 
 
+@pytest.mark.parametrize("block", [1, 3, 7, 1 << 20])
+def test_short_gaps_a_block_of_holes_at_a_time(block, monkeypatch):
+    """The running counts behind ``short_gaps`` are taken a block of holes at a time:
+    for any block size, windows before, over, inside and after the busy set (empty ones
+    too, at both ends and on block boundaries) get the holes under the threshold that
+    start in them, counted one by one."""
+    from tb_perfdiag.analysis import gaps as G
+    real = G._short_before
+    monkeypatch.setattr(G, "_short_before", lambda *a: real(*a, block=block))
+    rng = np.random.default_rng(block)
+    ln = rng.integers(1, 9, 40)
+    hole = rng.choice([1, 2, 3, 10, 20], 39)
+    us = np.concatenate(([0], np.cumsum(ln[:-1] + hole))).astype(np.int64)
+    ue = us + ln
+    thr = 10
+    wb = np.sort(np.concatenate((rng.integers(-20, int(ue[-1]) + 20, 30), ue[[0, 7, 20]],
+                                 [ue[-2], ue[-1]])))
+    we = wb + rng.integers(0, 60, wb.shape[0])
+    n, t, tn, tt = G.short_gaps(us, ue, thr, wb, we)
+    hs, he = ue[:-1], us[1:]
+    short = (he - hs) < thr
+    assert tn == short.sum() and tt == (he - hs)[short].sum() and 0 < tn < 39
+    for i in range(wb.shape[0]):
+        inside = short & (hs >= wb[i]) & (hs < we[i])
+        assert n[i] == inside.sum() and t[i] == (he - hs)[inside].sum()
+
+
 def test_scattering_in_time_order_matches_the_sort():
     """Ops already in time order skip the (group, time) sort: runs, blocks and neighbour
     pairs are those the sort gives.  An unscoped op (pid −1) at the end forces the sort;
@@ -936,17 +963,51 @@ def test_scattering_in_time_order_matches_the_sort():
     for p in paths:
         for k in range(1, len(p) + 1):
             prefix.setdefault(p[:k], len(prefix))
-    for rising_groups in (True, False):
+    for rising_groups, rising_ts in ((True, True), (False, True), (False, False)):
         n = 5000
         ts = np.cumsum(rng.integers(0, 3, n)).astype(np.int64)      # ties included
+        if not rising_ts:          # two streams' ops, each in time order, one after other
+            ts = np.concatenate((ts[0::2], ts[1::2]))
         group = np.sort(rng.integers(0, 6, n)) if rising_groups else rng.integers(0, 6, n)
         pid = rng.integers(0, len(paths), n).astype(np.int32)
-        fast = _scattering(paths, prefix, len(prefix), pid, group.astype(np.int64), ts)
+        fast = _scattering(paths, prefix, len(prefix), pid, [group.astype(np.int64)], ts)
         slow = _scattering(paths, prefix, len(prefix), np.append(pid, np.int32(-1)),
-                           np.append(group, 0).astype(np.int64), np.append(ts, 0))
-        assert fast[0].tolist() == slow[0].tolist() and fast[1].tolist() == slow[1].tolist()
-        assert sorted(map(tuple, fast[2].tolist())) == sorted(map(tuple, slow[2].tolist()))
+                           [np.append(group, 0).astype(np.int64)], np.append(ts, 0))
+        # the starts read through the ops' event indices, in a longer column
+        ops = np.arange(n) * 3 + 1
+        wide = np.full(3 * n + 2, -5, np.int64)
+        wide[ops] = ts
+        via = _scattering(paths, prefix, len(prefix), pid, [group.astype(np.int64)], wide, ops)
+        for other in (slow, via):
+            assert fast[0].tolist() == other[0].tolist()
+            assert fast[1].tolist() == other[1].tolist()
+            assert sorted(map(tuple, fast[2].tolist())) == sorted(map(tuple, other[2].tolist()))
         assert fast[0].sum() > len(prefix)       # runs were split: the case is not trivial
+
+
+@pytest.mark.parametrize("block", [1, 5, 1 << 20])
+def test_op_groups_key_device_step_and_run(block, monkeypatch):
+    """The ops' (device, step, program run) groups are written a block at a time as one
+    key: two ops share a key exactly when they share all three, with and without runs,
+    and through the numbered pairs where the runs are too far apart to fold in."""
+    from tb_perfdiag.analysis import annotations as A
+    monkeypatch.setattr(A, "_BLOCK", block)
+    rng = np.random.default_rng(block)
+    n, n_steps = 60, 3
+    trace = SimpleNamespace(track=rng.integers(0, 4, 100).astype(np.int32),
+                            track_device=np.array([0, 1, 1, 2], np.int32),
+                            devices=[0, 1, 2])
+    ops = np.sort(rng.choice(100, n, replace=False))
+    st = rng.integers(0, n_steps + 1, n).astype(np.int32)
+    dev = trace.track_device[trace.track[ops]]
+    for run in (None, rng.integers(7, 10, n).astype(np.int64),
+                rng.choice(np.array([-2**61, 0, 2**61], np.int64), n)):
+        got = A._op_groups(trace, ops, st, n_steps, run)
+        assert got.shape == (n,) and got.dtype == np.int64
+        want = list(zip(dev.tolist(), st.tolist(), [0] * n if run is None else run.tolist()))
+        for i in range(n):
+            for j in range(n):
+                assert (got[i] == got[j]) == (want[i] == want[j])
 
 
 @pytest.mark.parametrize("rel", [

@@ -242,31 +242,38 @@ def op_runs(trace: Trace, ops: np.ndarray, memo: dict | None = None):
 _BLOCK = (1 << 22) - (1 << 12)
 
 
-def _rising(x: np.ndarray) -> bool:
-    """Non-decreasing, looked at a block at a time (no 20 M-element temporaries)."""
-    for i in range(0, x.shape[0] - 1, _BLOCK):
-        j = min(i + _BLOCK, x.shape[0] - 1)
-        if not (x[i + 1:j + 1] >= x[i:j]).all():
+def _rising(x: np.ndarray, at: np.ndarray | None = None) -> bool:
+    """``x`` (or ``x[at]``) non-decreasing, looked at a block at a time (no 20 M-element
+    temporaries, and no gather of ``x[at]`` whole)."""
+    n = x.shape[0] if at is None else at.shape[0]
+    for i in range(0, n - 1, _BLOCK):
+        j = min(i + _BLOCK, n - 1)
+        v = x[i:j + 1] if at is None else x[at[i:j + 1]]
+        if not (v[1:] >= v[:-1]).all():
             return False
     return True
 
 
 def _scattering(paths: list, prefix_index: dict, n_ann: int, pid: np.ndarray,
-                group: np.ndarray, ts: np.ndarray):
+                groups: list, ts: np.ndarray, ops: np.ndarray | None = None):
     """Per annotation: separate runs of its ops among its siblings', how many (group)
     blocks it has ops in, and the siblings its runs border (pairs of annotation ids).
 
     At each depth k the ops under a common parent (a path prefix of length k) are taken
     in time order per group (device, step, program run); a child's runs are maximal
-    stretches of its ops there.
+    stretches of its ops there.  ``groups``: a list holding the ops' group column alone,
+    taken out of it here so that it is freed once sorted (a 160 MB column at 20 M ops,
+    at the analysis' peak); ``ts[ops]``: the ops' starts (``ts`` itself without ``ops``),
+    gathered only where the time order must be sorted.
     """
+    group = groups.pop()
     runs = np.zeros(n_ann, np.int64)
     blocks = np.zeros(n_ann, np.int64)
     pairs = []
     has = pid >= 0
     if not has.any():
         return runs, blocks, np.zeros((0, 2), np.int64)
-    if has.all() and _rising(ts):
+    if has.all() and _rising(ts, ops):
         # ops in time order (one track per device, the usual XLA trace): the sort by
         # (group, time) is a stable sort by group, and none at all when groups follow
         # time as steps and runs do (20 M ops: a 0.45 s lexsort and two 160 MB copies)
@@ -276,10 +283,20 @@ def _scattering(paths: list, prefix_index: dict, n_ann: int, pid: np.ndarray,
             order = np.argsort(group, kind="stable")
             g, p = group[order], pid[order]
             del order
+    elif has.all():
+        # every op scoped: the keys sorted as they are, with no index of the scoped ops
+        # and no gathered copies of the keys by it
+        order = np.lexsort((ts[ops] if ops is not None else ts, group))
+        g = group[order]
+        del group
+        p = pid[order]
+        del order
     else:
         order = np.flatnonzero(has)
-        order = order[np.lexsort((ts[order], group[order]))]
-        g, p = group[order], pid[order]
+        order = order[np.lexsort((ts[order if ops is None else ops[order]], group[order]))]
+        g = group[order]
+        del group
+        p = pid[order]
         del order
     # segments of equal (group, path): the unit of everything below; groups renumbered
     # densely in sorted order (each new group starts a segment: the count of new groups
@@ -333,6 +350,34 @@ def _scattering(paths: list, prefix_index: dict, n_ann: int, pid: np.ndarray,
             pairs.append(np.stack([rc[b + 1], rc[b]], axis=1)[~is_first[b + 1]])
     pairs = np.unique(np.concatenate(pairs), axis=0) if pairs else np.zeros((0, 2), np.int64)
     return runs, blocks, pairs
+
+
+def _op_groups(trace: Trace, ops: np.ndarray, st_all: np.ndarray, n_steps: int,
+               run: np.ndarray | None) -> np.ndarray:
+    """The (device, step, program run) group of each op as one int64 key, written a block
+    of ops at a time: the whole-column expression made four 160 MB temporaries at 20 M
+    ops."""
+    n = ops.shape[0]
+    lo = span = 1
+    if run is not None and n:
+        lo = int(run.min())
+        span = int(run.max()) - lo + 1
+        if span * (len(trace.devices) + 1) * (n_steps + 1) >= 2**62:
+            # too many runs to fold into one number: the (group, run) pairs numbered
+            key = (trace.track_device[trace.track[ops]].astype(np.int64) * (n_steps + 1)
+                   + st_all)
+            return unique_rows(np.stack([key, run], axis=1))[1]
+    out = np.empty(n, np.int64)
+    for i in range(0, n, _BLOCK):
+        o = out[i:i + _BLOCK]
+        np.copyto(o, trace.track_device[trace.track[ops[i:i + _BLOCK]]])
+        o *= n_steps + 1
+        o += st_all[i:i + _BLOCK]
+        if run is not None:
+            o *= span
+            o += run[i:i + _BLOCK]
+            o -= lo
+    return out
 
 
 def device_time(trace: Trace, ops: np.ndarray, op_step: np.ndarray, step_ids: np.ndarray,
@@ -408,17 +453,11 @@ def device_time(trace: Trace, ops: np.ndarray, op_step: np.ndarray, step_ids: np
     excl = per_step_excl.sum(axis=1)
 
     # scattering among siblings, per (device, step, program run)
-    group = trace.track_device[trace.track[ops]].astype(np.int64) * (n_steps + 1) + st_all
-    del st_all
-    if run is not None:
-        lo, span = int(run.min()), int(run.max()) - int(run.min()) + 1
-        if span * (int(group.max()) + 1) < 2**62:
-            group = group * span + (run - lo)
-        else:
-            group = unique_rows(np.stack([group, run], axis=1))[1]
-    del run
-    runs, blocks, pairs = _scattering(paths, prefix_index, n_ann, pid, group, trace.ts[ops])
-    del group
+    group = _op_groups(trace, ops, st_all, n_steps, run)
+    del st_all, run
+    groups = [group]
+    del group                   # _scattering frees it once sorted
+    runs, blocks, pairs = _scattering(paths, prefix_index, n_ann, pid, groups, trace.ts, ops)
     scattered = runs > blocks
     inter: list = [set() for _ in range(n_ann)]
     listed = set(np.flatnonzero(scattered)[:MAX_INTERLEAVED].tolist())

@@ -293,7 +293,8 @@ def _copy_kind(trace: Trace, ctx, op: int) -> str:
     if launches.size == 0:
         return "d2h_copy"
     direction = int(ctx.launch_memcpy[launches[0]])
-    dev = np.flatnonzero(np.isin(ctx.origin, launches) & (ctx.memcpy_of > 0))
+    copies = ctx.memcpy_of.with_code()
+    dev = copies[np.isin(ctx.origin[copies], launches)]
     pageable = any("pageable" in trace.strings[int(trace.name[d])].lower() for d in dev[:4])
     if direction == 1:
         return "pageable_h2d" if pageable else "h2d_copy"

@@ -27,6 +27,7 @@ from .gaps import device_busy, find_gaps, short_gaps, user_threads
 from .hostline import blocking_mask, build_hostlines, event_buckets
 from .intervals import covered
 from .culprits import framework
+from .eventcodes import EventCodes
 from .refs import event_refs
 from .ops import op_table
 from .device_ops import device_op_table, fill_overlap
@@ -57,8 +58,8 @@ class HostContext:
     trace: Trace
     origin: np.ndarray
     via: np.ndarray
-    memcpy_of: np.ndarray
-    launch_memcpy: np.ndarray
+    memcpy_of: EventCodes       # the copy's direction, 1 h2d, 2 d2h, on device memcpys
+    launch_memcpy: EventCodes   # the same on the host calls that issued them
     lines: dict
 
     def nbytes(self) -> int:
@@ -411,7 +412,8 @@ def host_context(trace: Trace, origin: np.ndarray | None = None,
     blocking = blocking_mask(trace, launch_memcpy, pageable)
     lines = build_hostlines(trace, buckets, trace.host_tracks(), blocking)
     del blocking, buckets
-    return HostContext(trace, origin, via, memcpy_of, launch_memcpy, lines)
+    return HostContext(trace, origin, via, EventCodes.of(memcpy_of),
+                       EventCodes.of(launch_memcpy), lines)
 
 
 def gap_detail(ctx: HostContext, diag: Diagnosis, row: int) -> tuple:
