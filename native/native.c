@@ -2922,15 +2922,17 @@ static void bu_sift(bu_head *h, Py_ssize_t n, Py_ssize_t i) {
  * Without output arrays it only counts. */
 typedef struct { int64_t *gs, *ge, *prev, *next; Py_ssize_t n; } bu_gaps;
 
+/* ev: the device's event indices, int32 (w32) or int64 (ev) */
+#define BU_EV(i) (w32 ? (int64_t)w32[i] : ev[i])
 static Py_ssize_t bu_pass(const int64_t *ts, const int64_t *dur, const int64_t *ev,
-                          const int64_t *runs, Py_ssize_t k, bu_head *h, int64_t *us,
+                          const int32_t *w32, const int64_t *runs, Py_ssize_t k, bu_head *h, int64_t *us,
                           int64_t *ue, int64_t thr, bu_gaps *g) {
     Py_ssize_t nh = 0, m = 0;
     for (Py_ssize_t r = 0; r < k; r++)
         if (runs[r] < runs[r + 1]) {
             h[nh].pos = runs[r];
             h[nh].end = runs[r + 1];
-            h[nh].t = ts[ev[runs[r]]];
+            h[nh].t = ts[BU_EV(runs[r])];
             nh++;
         }
     for (Py_ssize_t i = nh / 2; i-- > 0;) bu_sift(h, nh, i);
@@ -2940,7 +2942,7 @@ static Py_ssize_t bu_pass(const int64_t *ts, const int64_t *dur, const int64_t *
     g->n = 0;
     while (nh > 0) {
         Py_ssize_t pos = h[0].pos;
-        int64_t e = ev[pos];
+        int64_t e = BU_EV(pos);
         int64_t s = ts[e], f = s + dur[e];
         if (!open) { cs = s; ce = f; open = 1; last = pos; }
         else if (s > ce) {
@@ -2961,7 +2963,7 @@ static Py_ssize_t bu_pass(const int64_t *ts, const int64_t *dur, const int64_t *
             if (s == cs && refine >= 0 && g->gs && pos < g->next[refine]) g->next[refine] = pos;
             if (f > ce || (f == ce && pos > last)) { ce = f; last = pos; }
         }
-        if (++h[0].pos < h[0].end) h[0].t = ts[ev[h[0].pos]];
+        if (++h[0].pos < h[0].end) h[0].t = ts[BU_EV(h[0].pos)];
         else h[0] = h[--nh];
         if (nh > 0) bu_sift(h, nh, 0);
     }
@@ -2971,27 +2973,38 @@ static Py_ssize_t bu_pass(const int64_t *ts, const int64_t *dur, const int64_t *
     }
     return m;
 }
+#undef BU_EV
 
 static PyObject *busy_union(PyObject *self, PyObject *args) {
     Py_buffer tsb, durb, evb, rb;
     long long thr = -1;
-    if (!PyArg_ParseTuple(args, "y*y*y*y*|L", &tsb, &durb, &evb, &rb, &thr)) return NULL;
+    int width = 8;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*|Li", &tsb, &durb, &evb, &rb, &thr, &width))
+        return NULL;
     PyObject *out = NULL, *b[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
     bu_head *h = NULL;
-    Py_ssize_t n_all = tsb.len / 8, n = evb.len / 8, k = rb.len / 8 - 1;
-    int ok = !(tsb.len % 8) && durb.len == tsb.len && !(evb.len % 8) && !(rb.len % 8) && k >= 0;
-    const int64_t *ts = tsb.buf, *dur = durb.buf, *ev = evb.buf, *runs = rb.buf;
+    Py_ssize_t n_all = tsb.len / 8, n = (width == 4 || width == 8) ? evb.len / width : 0,
+               k = rb.len / 8 - 1;
+    int ok = !(tsb.len % 8) && durb.len == tsb.len && (width == 4 || width == 8) &&
+             !(evb.len % width) && !(rb.len % 8) && k >= 0;
+    const int64_t *ts = tsb.buf, *dur = durb.buf, *runs = rb.buf;
+    /* int32 event indices (a device of 20 M ops: 80 MB fewer held through the gap loop) */
+    const int64_t *ev = width == 8 ? evb.buf : NULL;
+    const int32_t *w32 = width == 4 ? evb.buf : NULL;
+#define BU_EV(i) (w32 ? (int64_t)w32[i] : ev[i])
     if (ok) {
         ok = runs[0] == 0 && runs[k] == n;
         for (Py_ssize_t r = 0; ok && r < k; r++) ok = runs[r] <= runs[r + 1];
-        for (Py_ssize_t i = 0; ok && i < n; i++) ok = ev[i] >= 0 && ev[i] < n_all;
+        for (Py_ssize_t i = 0; ok && i < n; i++) ok = BU_EV(i) >= 0 && BU_EV(i) < n_all;
         for (Py_ssize_t r = 0; ok && r < k; r++)
             for (Py_ssize_t i = runs[r] + 1; ok && i < runs[r + 1]; i++)
-                ok = ts[ev[i - 1]] <= ts[ev[i]];
+                ok = ts[BU_EV(i - 1)] <= ts[BU_EV(i)];
     }
+#undef BU_EV
     if (!ok) {
         PyErr_SetString(PyExc_ValueError, "busy_union: want int64 ts and dur of all events, "
-                        "int64 event indices in runs sorted by start, int64 run bounds");
+                        "int32 or int64 event indices (width) in runs sorted by start, "
+                        "int64 run bounds");
         goto done;
     }
     h = malloc(sizeof(bu_head) * (size_t)(k > 0 ? k : 1));
@@ -2999,7 +3012,7 @@ static PyObject *busy_union(PyObject *self, PyObject *args) {
     Py_ssize_t m;
     bu_gaps g = {NULL, NULL, NULL, NULL, 0};
     Py_BEGIN_ALLOW_THREADS
-    m = bu_pass(ts, dur, ev, runs, k, h, NULL, NULL, thr, &g);
+    m = bu_pass(ts, dur, ev, w32, runs, k, h, NULL, NULL, thr, &g);
     Py_END_ALLOW_THREADS
     Py_ssize_t sizes[6] = {m, m, g.n, g.n, g.n, g.n};
     for (int i = 0; i < 6; i++)
@@ -3009,7 +3022,7 @@ static PyObject *busy_union(PyObject *self, PyObject *args) {
         for (int i = 0; i < 6; i++) p[i] = (int64_t *)COL_DATA(b[i]);
         g.gs = p[2]; g.ge = p[3]; g.prev = p[4]; g.next = p[5];
         Py_BEGIN_ALLOW_THREADS
-        bu_pass(ts, dur, ev, runs, k, h, p[0], p[1], thr, &g);
+        bu_pass(ts, dur, ev, w32, runs, k, h, p[0], p[1], thr, &g);
         Py_END_ALLOW_THREADS
     }
     out = thr >= 0 ? PyTuple_Pack(6, b[0], b[1], b[2], b[3], b[4], b[5])
@@ -4228,14 +4241,21 @@ done:
  * the ops are 2**31 or more; bounds int64 bytes, n_steps + 1: where the ops of no step,
  * then of each step, end in the order). */
 static PyObject *order_by_step(PyObject *self, PyObject *args) {
-    Py_buffer sb;
-    int width;
+    Py_buffer sb, ab = {0};
+    int width, at_width = 0;
     Py_ssize_t n_steps;
-    if (!PyArg_ParseTuple(args, "y*in", &sb, &width, &n_steps)) return NULL;
+    if (!PyArg_ParseTuple(args, "y*in|y*i", &sb, &width, &n_steps, &ab, &at_width))
+        return NULL;
     PyObject *out = NULL, *order_b = NULL, *bounds_b = NULL;
-    Py_ssize_t n = (width == 4 || width == 8) ? sb.len / width : 0;
-    if ((width != 4 && width != 8) || sb.len % width || n_steps < 0) {
-        PyErr_SetString(PyExc_ValueError, "order_by_step: want int32 or int64 steps, n_steps >= 0");
+    /* with `at` (int32 or int64 event indices), op i's step is step[at[i]]: no column of
+       the ops' steps (80 MB at 20 M ops, held at the gap loop's peak) */
+    int indirect = ab.buf != NULL;
+    Py_ssize_t n_step = (width == 4 || width == 8) ? sb.len / width : 0;
+    Py_ssize_t n = !indirect ? n_step : (at_width == 4 || at_width == 8) ? ab.len / at_width : 0;
+    if ((width != 4 && width != 8) || sb.len % width || n_steps < 0 ||
+        (indirect && ((at_width != 4 && at_width != 8) || ab.len % at_width))) {
+        PyErr_SetString(PyExc_ValueError, "order_by_step: want int32 or int64 steps, n_steps >= 0 "
+                        "(and int32 or int64 event indices into them)");
         goto done;
     }
     int wide = n >= INT32_MAX;
@@ -4243,15 +4263,27 @@ static PyObject *order_by_step(PyObject *self, PyObject *args) {
     bounds_b = new_column((n_steps + 1) * 8);
     if (!order_b || !bounds_b) goto done;
     {
-        const int32_t *s32 = sb.buf;
-        const int64_t *s64 = sb.buf;
+        const int32_t *s32 = sb.buf, *a32 = ab.buf;
+        const int64_t *s64 = sb.buf, *a64 = ab.buf;
         int64_t *at = (int64_t *)COL_DATA(bounds_b);
         char *o = COL_DATA(order_b);
         int bad = 0;
+#define OBS_STEP(i, st)                                                                 \
+        do {                                                                            \
+            Py_ssize_t j_ = i;                                                          \
+            if (indirect) {                                                             \
+                int64_t e_ = at_width == 4 ? a32[i] : a64[i];                           \
+                if (e_ < 0 || e_ >= n_step) { bad = 2; break; }                         \
+                j_ = (Py_ssize_t)e_;                                                    \
+            }                                                                           \
+            st = width == 4 ? s32[j_] : s64[j_];                                        \
+        } while (0)
         Py_BEGIN_ALLOW_THREADS
         memset(at, 0, (size_t)(n_steps + 1) * 8);
         for (Py_ssize_t i = 0; i < n; i++) {
-            int64_t st = width == 4 ? s32[i] : s64[i];
+            int64_t st = 0;
+            OBS_STEP(i, st);
+            if (bad) break;
             if (st < -1 || st >= n_steps) { bad = 1; break; }
             at[st + 1]++;
         }
@@ -4264,14 +4296,18 @@ static PyObject *order_by_step(PyObject *self, PyObject *args) {
             }
             /* each bucket's cursor ends where the bucket ends: the bounds */
             for (Py_ssize_t i = 0; i < n; i++) {
-                int64_t st = (width == 4 ? s32[i] : s64[i]) + 1;
+                int64_t st = 0;
+                OBS_STEP(i, st);
+                st++;
                 if (wide) ((int64_t *)o)[at[st]++] = i;
                 else ((int32_t *)o)[at[st]++] = (int32_t)i;
             }
         }
+#undef OBS_STEP
         Py_END_ALLOW_THREADS
         if (bad) {
-            PyErr_SetString(PyExc_ValueError, "order_by_step: a step out of range");
+            PyErr_SetString(PyExc_ValueError, bad == 1 ? "order_by_step: a step out of range"
+                                                       : "order_by_step: an event out of range");
             goto done;
         }
     }
@@ -4280,6 +4316,7 @@ done:
     Py_XDECREF(order_b);
     Py_XDECREF(bounds_b);
     PyBuffer_Release(&sb);
+    if (ab.buf) PyBuffer_Release(&ab);
     return out;
 }
 
@@ -4366,7 +4403,8 @@ static PyMethodDef methods[] = {
      "nest_sorted(track_i32, ts_i64, dur_i64[, wide=True]) -> (depth int16 bytes, parent "
      "int64 bytes, int32 when not wide)"},
     {"busy_union", busy_union, METH_VARARGS,
-     "busy_union(ts_i64, dur_i64, ev_i64, run_bounds_i64[, threshold]) -> (starts, ends) "
+     "busy_union(ts_i64, dur_i64, ev, run_bounds_i64[, threshold (-1 none), ev width 4 or 8]) "
+     "-> (starts, ends) "
      "bytes of the union of the events' intervals, and with a threshold (gap starts, ends, "
      "positions in ev of the op before and after) of the gaps at least that long; see "
      "analysis.intervals.union_of_runs"},
@@ -4411,7 +4449,8 @@ static PyMethodDef methods[] = {
      "all ops, compute, copies, collectives, compute+copies, compute+collectives; see "
      "analysis.device_ops._overlap_rows"},
     {"order_by_step", order_by_step, METH_VARARGS,
-     "order_by_step(steps, width, n_steps) -> (order bytes: int32, int64 from 2**31 ops; "
+     "order_by_step(steps, width, n_steps[, at, at_width]) -> (order bytes: int32, int64 "
+     "from 2**31 ops; "
      "bounds int64 bytes): the ops by step, -1 first, stable; see "
      "analysis.steps.launched_busy"},
     {"steps_of_events", steps_of_events, METH_VARARGS,

@@ -179,10 +179,12 @@ def test_union_of_runs_is_the_union(rows, n_other):
     ts, dur = np.array(ts, np.int64), np.array(dur, np.int64)
     ev, bounds = np.array(ev, np.int64), np.array(bounds, np.int64)
     want = I.union(ts[ev], ts[ev] + dur[ev])
-    got = I.union_of_runs(ts, dur, ev, bounds)
-    for w, g in zip(want, got):
-        np.testing.assert_array_equal(w, g)
-        assert g.dtype == np.int64
+    # the ops' indices as the model gives them (int32) and as int64: the same answers
+    for idx in (ev, ev.astype(np.int32)):
+        got = I.union_of_runs(ts, dur, idx, bounds)
+        for w, g in zip(want, got):
+            np.testing.assert_array_equal(w, g)
+            assert g.dtype == np.int64
     # the gaps of at least a threshold found in the same merge are find_gaps' (ties of
     # start and of end included: the op before is the last in ev of those ending at the
     # gap, the op after the first of those starting at its end)
@@ -191,11 +193,14 @@ def test_union_of_runs_is_the_union(rows, n_other):
     from tb_perfdiag.analysis.gaps import find_gaps
     fake = SimpleNamespace(ts=ts, dur=dur, end_of=lambda i: ts[i] + dur[i])
     for thr in (0, 1, 3, 10):
-        us, ue, big = I.union_of_runs(ts, dur, ev, bounds, thr)
-        np.testing.assert_array_equal(us, want[0])
         want_gaps = find_gaps(fake, 0, ev, *want, max(thr, 1))
-        for w, g in zip(want_gaps, big):
-            np.testing.assert_array_equal(w, g)
+        for idx in (ev, ev.astype(np.int32)):
+            us, ue, big = I.union_of_runs(ts, dur, idx, bounds, thr)
+            np.testing.assert_array_equal(us, want[0])
+            assert big is not None          # found by the native merge, not the caller
+            for w, g in zip(want_gaps, big):
+                np.testing.assert_array_equal(w, g)
+                assert g.dtype == np.int64
 
 
 def test_union_of_runs_out_of_order_falls_back_to_the_union():

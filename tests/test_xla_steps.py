@@ -423,6 +423,13 @@ def test_launched_busy_equals_each_steps_own_union_at_any_scale():
         length = np.full(3 * m, -1, np.int64)
         length[at] = e - s
         assert launched_busy(every, None, k, n, at, length).tolist() == want, scale
+        # and their steps from every event's, read at the ops (int32 indices, as the
+        # model's), with no column of the ops' steps
+        ev_step = np.full(3 * m, n + 5, np.int32)     # not the ops': out of range if read
+        ev_step[at] = k
+        got = launched_busy(every, None, None, n, at.astype(np.int32), length,
+                            event_step=ev_step)
+        assert got.tolist() == want, scale
 
 
 def test_order_by_step_in_c_is_numpys_stable_sort(monkeypatch):
@@ -447,10 +454,25 @@ def test_order_by_step_in_c_is_numpys_stable_sort(monkeypatch):
             monkeypatch.delenv("TB_PERFDIAG_NO_NATIVE")
             assert o.tolist() == wo.tolist() and b.tolist() == wb.tolist()
             assert o.tolist() == np.argsort(st, kind="stable").tolist()
+            # the same steps read through event indices into a longer column of every
+            # event's step (int32 and int64 indices; the other events' out of range)
+            at = np.sort(rng.choice(3 * st.shape[0] + 1, st.shape[0], replace=False))
+            every = np.full(3 * st.shape[0] + 1, n + 9, dt)
+            every[at] = st
+            for at_dt in (np.int32, np.int64):
+                io, ib = order_by_step(every, n, at.astype(at_dt))
+                assert io.tolist() == o.tolist() and ib.tolist() == b.tolist()
+                monkeypatch.setenv("TB_PERFDIAG_NO_NATIVE", "1")
+                ro, rb = order_by_step(every, n, at.astype(at_dt))
+                monkeypatch.delenv("TB_PERFDIAG_NO_NATIVE")
+                assert ro.tolist() == o.tolist() and rb.tolist() == b.tolist()
     import pytest
     for bad in ([0, 3], [-2, 0]):
         with pytest.raises(ValueError):
             order_by_step(np.array(bad, np.int32), 3)
+    for at in ([0, 2], [-1], [5]):                # an event past the steps' column
+        with pytest.raises(ValueError):
+            order_by_step(np.array([0, 1], np.int32), 3, np.array(at, np.int32))
 
 
 def test_steps_by_dispatch_in_c_are_numpys(monkeypatch):
@@ -555,3 +577,28 @@ def test_a_devices_activity_read_from_its_tracks_is_the_mask_over_all_events():
                                           np.flatnonzero((dev == d) & act & ~host))
             seen += int(got.size > 0)
     assert seen >= 5
+
+
+def test_device_windows_read_the_ops_steps_in_place():
+    """Host-annotated steps' device windows from every event's step read at the ops
+    (``event_step``) are the windows from a column of the ops' steps: ops of no step,
+    steps with no ops, ends past the next step's start."""
+    from types import SimpleNamespace
+
+    from tb_perfdiag.analysis import steps as S
+    rng = np.random.default_rng(11)
+    n_steps, m = 6, 400
+    steps = S.StepTable(np.arange(n_steps), np.arange(n_steps, dtype=np.int64) * 1000,
+                        np.arange(n_steps, dtype=np.int64) * 1000 + 900, "host_annotations",
+                        0, np.arange(n_steps))
+    ts = rng.integers(0, 7000, 3 * m).astype(np.int64)
+    dur = rng.integers(0, 1500, 3 * m).astype(np.int64)
+    trace = SimpleNamespace(ts=ts, dur=dur, end_of=lambda i: ts[i] + dur[i])
+    ops = np.sort(rng.choice(3 * m, m, replace=False)).astype(np.int32)
+    ev_step = np.full(3 * m, n_steps + 7, np.int32)     # not the ops': out of range
+    ev_step[ops] = np.where(rng.random(m) < 0.1, -1, rng.choice([0, 1, 2, 4, 5], m))
+    want = S.device_windows(steps, ev_step[ops], None, 9000, None, trace, ops)
+    got = S.device_windows(steps, None, None, 9000, None, trace, ops, event_step=ev_step)
+    for w, g in zip(want, got):
+        assert w.tolist() == g.tolist()
+    assert want[0].tolist() != steps.host_start.tolist()    # the ops' ends moved them

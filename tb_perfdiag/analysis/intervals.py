@@ -40,10 +40,11 @@ def union_of_runs(ts: np.ndarray, dur: np.ndarray, ev: np.ndarray, bounds: np.nd
     finds them)."""
     fn = _native_union()
     if fn is not None and ts.dtype == dur.dtype == np.int64:
-        ev64 = np.ascontiguousarray(ev, np.int64)
+        # int32 indices as they are (a device's ops are held so through the gap loop)
+        evc = np.ascontiguousarray(ev, np.int32 if ev.dtype == np.int32 else np.int64)
         try:
-            got = fn(ts, dur, ev64, np.ascontiguousarray(bounds, np.int64),
-                     *(() if threshold is None else (int(threshold),)))
+            got = fn(ts, dur, evc, np.ascontiguousarray(bounds, np.int64),
+                     -1 if threshold is None else int(threshold), evc.dtype.itemsize)
         except ValueError:
             got = None         # runs not sorted as promised: the general union says the same
         if got is not None:
@@ -51,7 +52,7 @@ def union_of_runs(ts: np.ndarray, dur: np.ndarray, ev: np.ndarray, bounds: np.nd
             if threshold is None:
                 return us, ue
             gs, ge, prev, nxt = (np.frombuffer(x, np.int64) for x in got[2:])
-            return us, ue, (gs, ge, ev64[prev], ev64[nxt])
+            return us, ue, (gs, ge, evc[prev].astype(np.int64), evc[nxt].astype(np.int64))
     us, ue = union(ts[ev], ts[ev] + dur[ev])
     return (us, ue) if threshold is None else (us, ue, None)
 

@@ -171,16 +171,23 @@ def steps_by_dispatch(trace: Trace, steps: StepTable, who: np.ndarray,
     return step_of_time(steps, np.where(use, trace.ts[np.maximum(who, 0)], trace.ts))
 
 
-def order_by_step(step: np.ndarray, n_steps: int) -> tuple[np.ndarray, np.ndarray]:
+def order_by_step(step: np.ndarray, n_steps: int,
+                  at: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(order, bounds): the ops by step, stable, those of no step (−1) first, and where
     the ops of no step, then of each step, end in that order (``n_steps`` + 1).  A
     counting sort in C into an int32 order (20 M ops: 80 MB, where numpy's stable argsort
-    held an int64 order and as much scratch of its own); numpy's otherwise."""
+    held an int64 order and as much scratch of its own); numpy's otherwise.  With ``at``
+    (event indices), op i's step is ``step[at[i]]``, read in place."""
     fn = native_fn("order_by_step")
-    if fn is not None and step.dtype in (np.int32, np.int64):
-        o, b = fn(np.ascontiguousarray(step), step.dtype.itemsize, n_steps)
-        return (np.frombuffer(o, np.int32 if step.shape[0] < 2**31 - 1 else np.int64),
+    if fn is not None and step.dtype in (np.int32, np.int64) and \
+            (at is None or at.dtype in (np.int32, np.int64)):
+        n = step.shape[0] if at is None else at.shape[0]
+        extra = () if at is None else (np.ascontiguousarray(at), at.dtype.itemsize)
+        o, b = fn(np.ascontiguousarray(step), step.dtype.itemsize, n_steps, *extra)
+        return (np.frombuffer(o, np.int32 if n < 2**31 - 1 else np.int64),
                 np.frombuffer(b, np.int64))
+    if at is not None:
+        step = step[at]
     # a radix sort where steps fit int16
     key = step.astype(np.int16) if n_steps < 2**15 - 1 else step
     o = np.argsort(key, kind="stable")
@@ -192,15 +199,18 @@ def order_by_step(step: np.ndarray, n_steps: int) -> tuple[np.ndarray, np.ndarra
     return o, np.cumsum(counts)
 
 
-def launched_busy(start: np.ndarray, end: np.ndarray | None, step: np.ndarray,
+def launched_busy(start: np.ndarray, end: np.ndarray | None, step: np.ndarray | None,
                   n_steps: int, at: np.ndarray | None = None,
-                  length: np.ndarray | None = None) -> np.ndarray:
+                  length: np.ndarray | None = None,
+                  event_step: np.ndarray | None = None) -> np.ndarray:
     """Per step: the union length of the device ops it launched (one device's ops with
     their step index, −1 none) — the device time a step launched, wherever it ran.
     ``start`` and ``end`` are the ops' starts and ends, or with ``at`` (the ops' event
     indices) ``start`` is the start of every event, and ``end`` is None and ``length``
     every event's duration: they are gathered a block at a time (a copy of the starts
     or ends of all 20 M ops of a device was the largest transient of the gap loop).
+    ``event_step`` (with ``at``, in place of ``step``): the step of every event, read at
+    the ops likewise.
 
     One ordering of the ops by step, then blocks of whole steps (about a million ops
     each: a whole-array union would hold half a dozen copies of the op columns, 1 GB at
@@ -210,10 +220,16 @@ def launched_busy(start: np.ndarray, end: np.ndarray | None, step: np.ndarray,
     of a running sum."""
     from .intervals import union
     out = np.zeros(n_steps, np.int64)
-    if n_steps == 0 or step.shape[0] == 0 or int(step.max()) < 0:
+    n_ops = step.shape[0] if event_step is None else at.shape[0]
+
+    def steps_of(sel):
+        return step[sel] if event_step is None else event_step[at[sel]]
+    blocks = [slice(i, i + (1 << 20)) for i in range(0, n_ops, 1 << 20)]
+    if n_steps == 0 or n_ops == 0 or max(int(steps_of(b).max()) for b in blocks) < 0:
         return out
     # the ops by step (those of no step first, then skipped), and where each step's ops end
-    o, bounds = order_by_step(step, n_steps)
+    o, bounds = order_by_step(step, n_steps) if event_step is None else \
+        order_by_step(event_step, n_steps, at)
 
     def starts(sel):
         return start[sel] if at is None else start[at[sel]]
@@ -224,7 +240,6 @@ def launched_busy(start: np.ndarray, end: np.ndarray | None, step: np.ndarray,
         ev = at[sel]
         return start[ev] + length[ev]
     # any t0 at or before every start and span past every op will do: all of the ops'
-    blocks = [slice(i, i + (1 << 20)) for i in range(0, step.shape[0], 1 << 20)]
     t0 = min(int(starts(b).min()) for b in blocks)
     span = max(max(int(ends(b).max()) for b in blocks) - t0, 0) + 1
     per_block = (1 << 62) // span        # steps in a block, so that step × span fits
@@ -242,7 +257,7 @@ def launched_busy(start: np.ndarray, end: np.ndarray | None, step: np.ndarray,
                 us, ue = union(starts(sl), ends(sl))
                 out[k] = int((ue - us).sum())
             else:
-                shift = (step[sl].astype(np.int64) - k) * span - t0
+                shift = (steps_of(sl).astype(np.int64) - k) * span - t0
                 us, ue = union(starts(sl) + shift, ends(sl) + shift)
                 del shift
                 cum = np.zeros(us.shape[0] + 1, np.int64)
@@ -260,13 +275,15 @@ def step_of_time(steps: StepTable, t: np.ndarray) -> np.ndarray:
     return search(steps.host_start, t, side="right") - 1
 
 
-def device_windows(steps: StepTable, op_step: np.ndarray, op_end: np.ndarray | None,
+def device_windows(steps: StepTable, op_step: np.ndarray | None, op_end: np.ndarray | None,
                    trace_end: int, own_steps: np.ndarray | None = None,
                    trace: Trace | None = None,
-                   ops: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                   ops: np.ndarray | None = None,
+                   event_step: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Per-device window bounds (len n_steps) given the step index of each device op
     and its end (or, with ``op_end`` None, the ops' event indices ``ops`` in ``trace``:
-    their ends are read a block at a time).
+    their ends are read a block at a time; with ``event_step`` in place of ``op_step``,
+    their steps too, from every event's).
 
     With a device Steps line, each device's windows are its own Steps events; with
     program runs, [start of its run k, start of run k+1)."""
@@ -289,8 +306,10 @@ def device_windows(steps: StepTable, op_step: np.ndarray, op_end: np.ndarray | N
     if steps.source == "whole_trace":
         return steps.host_start.copy(), steps.host_end.copy()
     last_end = np.full(n, -1, np.int64)
-    for i in range(0, op_step.shape[0], 1 << 20):      # in blocks: no copy of all the ops
-        st = op_step[i:i + (1 << 20)]
+    n_ops = op_step.shape[0] if event_step is None else ops.shape[0]
+    for i in range(0, n_ops, 1 << 20):      # in blocks: no copy of all the ops
+        st = op_step[i:i + (1 << 20)] if event_step is None else \
+            event_step[ops[i:i + (1 << 20)]]
         en = op_end[i:i + (1 << 20)] if op_end is not None else \
             trace.end_of(ops[i:i + (1 << 20)])
         ok = st >= 0

@@ -282,13 +282,21 @@ class Trace:
         """Indices (ascending) of a device's activity (kernels, copies, sets; kernels
         alone with ``kernels_only``), read from its tracks' slices: no mask over all
         events (a TPU trace's are three quarters host events).  ``host_tracks``: whether
-        host tracks of the device count."""
+        host tracks of the device count.  int32 below 2**31 events, like the model's
+        other event indices (a device of 20 M ops: 80 MB fewer through the gap loop),
+        found a block of a track at a time (no int64 index of a whole track)."""
         tracks = np.flatnonzero(self.track_device == device)
         if not host_tracks:
             tracks = tracks[self.track_kind[tracks] != TrackKind.HOST]
-        parts = [lo + np.flatnonzero(self.is_device_activity(kernels_only, lo, hi))
-                 for lo, hi in self.track_slices(tracks) if hi > lo]
-        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        dtype = np.int32 if self.n_events < 2**31 - 1 else np.int64
+        parts = []
+        for lo, hi in self.track_slices(tracks):
+            for a in range(lo, hi, _BLOCK):
+                b = min(a + _BLOCK, hi)
+                got = np.flatnonzero(self.is_device_activity(kernels_only, a, b))
+                got += a
+                parts.append(got.astype(dtype, copy=False))
+        return np.concatenate(parts) if parts else np.zeros(0, dtype)
 
     def track_slices(self, tracks) -> list:
         """(lo, hi) event range of each track (events are sorted by track)."""
