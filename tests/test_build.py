@@ -473,3 +473,43 @@ def test_covered_read_a_block_at_a_time_is_the_whole_sum(seed):
         I._BLOCK = old
     assert whole.tolist() == want.tolist() and blocked.tolist() == want.tolist()
     assert scalar.tolist() == I.covered(us, ue, 0, b).tolist()
+
+
+def test_a_spread_stat_reads_as_the_sparse_one():
+    """A stat on more than three quarters of the events is held as a column over them all
+    (``Spread``): its events, values, takes, lookups and dense column are the sparse
+    stat's, in fewer bytes.  It stays sparse on fewer events, when another stat shares
+    its events, when its values take the least of their type or are not integers, and
+    when they are coded."""
+    from tb_perfdiag.trace.model import Coded, Spread, Stat, spread_if_dense
+    rng = np.random.default_rng(5)
+    n = 1000
+    ev = np.sort(rng.choice(n, 900, replace=False)).astype(np.int32)
+    vals = rng.integers(-50, 10**9, 900).astype(np.int32)
+    sparse = Stat(ev, vals)
+    spread = spread_if_dense(sparse, n, False)
+    assert isinstance(spread._held, Spread) and spread.nbytes() < sparse.nbytes()
+    assert spread.events.dtype == np.int32
+    np.testing.assert_array_equal(spread.events, ev)
+    np.testing.assert_array_equal(spread.values, vals)
+    k = rng.integers(0, 900, 50)
+    np.testing.assert_array_equal(spread.take(k), vals[k])
+    at = rng.integers(0, n, 300)
+    for st in (sparse, spread):
+        got, has = st.lookup(at)
+        np.testing.assert_array_equal(has, np.isin(at, ev))
+        np.testing.assert_array_equal(got[has], vals[np.searchsorted(ev, at[has])])
+        for fill in (-1, 7):
+            np.testing.assert_array_equal(st.dense(n, fill), sparse.dense(n, fill))
+    least = vals.copy()
+    least[3] = np.iinfo(np.int32).min                 # no value left to mark "none"
+    for keep in (spread_if_dense(Stat(ev[:700], vals[:700]), n, False),       # too few
+                 spread_if_dense(sparse, n, True),                             # shared
+                 spread_if_dense(Stat(ev, least), n, False),
+                 spread_if_dense(Stat(ev, vals.astype(np.float64)), n, False),
+                 spread_if_dense(Stat(ev, Coded(np.zeros(900, np.int32),
+                                                np.array([4]))), n, False)):
+        assert not isinstance(keep._held, Spread)
+    empty = Stat(np.zeros(0, np.int32), np.zeros(0, np.int64))
+    got, has = empty.lookup(np.array([1, 2]))
+    assert not has.any() and got.shape == (2,)

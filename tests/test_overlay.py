@@ -148,3 +148,29 @@ def test_long_names_are_cut_with_the_full_name_in_args():
     assert len(op["name"]) <= chrome.MAX_NAME and op["args"]["full name"].startswith("xxx")
     names = [e["args"]["name"] for e in ov["traceEvents"] if e.get("name") == "thread_name"]
     assert all(len(n) <= 120 for n in names)
+
+
+def test_a_stat_on_nearly_every_event_reads_the_same_spread():
+    """A stat on more than three quarters of the events (a correlation id: every launch
+    and kernel here) is held as one column over all events; the overlay's details show
+    each launch's and kernel's correlation id as before, and none on the step."""
+    from tb_perfdiag.trace.model import Spread
+    b = TraceBuilder()
+    main, s7 = b.thread("python main"), b.stream(gpu=0, stream=7)
+    pairs = []
+    with b.step(main, 1, 0, 2000):
+        for i in range(12):
+            k = b.kernel(s7, f"gemm_{i}", 100 + 150 * i, 100)
+            pairs.append((b.launch(main, "cudaLaunchKernel", 20 + 150 * i, 5, kernel=k), k))
+    trace = b.build()
+    st = trace.stats["correlation"]
+    assert isinstance(st._held, Spread) and st.events.shape[0] == 24
+    rep = tb_perfdiag.diagnose(trace)
+    gap = _largest(rep)
+    events = rep.to_chrome_trace(gap=gap["id"])["traceEvents"]
+    corr = {e["name"]: e["args"].get("correlation") for e in events
+            if e.get("ph") == "X" and e.get("cat") not in ("gap", "step", "blocking")}
+    shown = [(launch.corr, k.name) for launch, k in pairs if k.name in corr]
+    assert shown and all(corr[name] == c for c, name in shown)
+    assert all(e["args"].get("correlation") is None for e in events
+               if e.get("ph") == "X" and e["name"] == "ProfilerStep#1")

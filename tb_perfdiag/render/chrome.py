@@ -321,13 +321,12 @@ def _real_events(diag: Diagnosis, trace: Trace, lo, hi, rows: np.ndarray,
     # stats a reader of the details pane wants (correlation, stream, hlo_op…)
     for k in (_STAT_ARGS if focus is not None else ()):
         st = trace.stats.get(k)
-        if st is None or st.events.shape[0] == 0:
+        if st is None:
             continue
-        pos = np.minimum(np.searchsorted(st.events, sel), st.events.shape[0] - 1)
-        hit = st.events[pos] == sel
+        vals, hit = st.lookup(sel)
         if not hit.any():
             continue
-        vals = st.take(pos).tolist()
+        vals = vals.tolist()
         if st.is_string:
             vals = [cut(strings[int(v)], MAX_ARG) if h else None for v, h in zip(vals, hit.tolist())]
         else:

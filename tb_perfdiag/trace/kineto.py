@@ -17,7 +17,8 @@ import orjson
 from ..progress import NULL
 from ..storage import is_blank, read_ahead
 from . import classify
-from .build import StringTable, Tracks, assemble, correlation_links, distinct, unique_inverse
+from .build import (StringTable, Tracks, assemble, correlation_links, distinct, spread_stats,
+                    unique_inverse)
 from .chrome_meta import METADATA_KEYS, metadata_event
 from .model import Device, EventKind as K, TraceError, TrackKind
 
@@ -699,5 +700,6 @@ def build(path: str, scan: dict, progress=NULL):
     progress.within(0.6, "event order and nesting")
     trace = assemble(path, "kineto", strings, tracks, devices, events, stats, links, metadata,
                      warnings, origin_ps=0)
+    spread_stats(trace)
     trace.origin_ps = origin
     return trace

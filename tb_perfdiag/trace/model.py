@@ -87,20 +87,43 @@ class Coded:
 _BLOCK = 1 << 20
 
 
+@dataclass
+class Spread:
+    """Values held as a column over all events, ``absent`` where an event has none: for a
+    stat on nearly every event (a correlation id on 99.99 % of a 40 M-event trace is
+    305 MB as events and values, 152 MB so)."""
+
+    column: np.ndarray
+    absent: int
+
+    def events(self) -> np.ndarray:
+        ev = np.flatnonzero(self.column != self.absent)
+        return ev.astype(np.int32) if self.column.shape[0] < 2**31 - 1 else ev
+
+
 class Stat:
     """A sparse per-event column: ``values[k]`` belongs to event ``events[k]``."""
 
-    __slots__ = ("events", "is_string", "_held")
+    __slots__ = ("_events", "is_string", "_held")
 
-    def __init__(self, events: np.ndarray, values, is_string: bool = False):
-        self.events = events        # int32 event indices (int64 past 2**31 events), ascending
-        self._held = values         # int64 / float64 / int32 string ids, or Coded
+    def __init__(self, events: np.ndarray | None, values, is_string: bool = False):
+        # int32 event indices (int64 past 2**31 events), ascending; None with ``Spread``
+        self._events = events
+        self._held = values         # int64 / float64 / int32 string ids, Coded or Spread
         self.is_string = is_string  # values index Trace.strings
 
     @property
-    def values(self) -> np.ndarray:
-        """All values (a new array when they are held coded)."""
+    def events(self) -> np.ndarray:
+        """The events that have a value (a new array when the values are spread)."""
         v = self._held
+        return v.events() if isinstance(v, Spread) else self._events
+
+    @property
+    def values(self) -> np.ndarray:
+        """All values (a new array when they are held coded or spread)."""
+        v = self._held
+        if isinstance(v, Spread):
+            return v.column[v.column != v.absent]
         return v.full() if isinstance(v, Coded) else v
 
     @property
@@ -110,19 +133,60 @@ class Stat:
     def take(self, k) -> np.ndarray:
         """``values[k]``, without all the values when they are held coded."""
         v = self._held
+        if isinstance(v, Spread):
+            return v.column[self.events[k]]
         return v.take(k) if isinstance(v, Coded) else v[k]
+
+    def lookup(self, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(values, has): the value of each event of ``at`` and whether it has one (the
+        value there is meaningless where not)."""
+        at = np.asarray(at)
+        v = self._held
+        if isinstance(v, Spread):
+            got = v.column[at]
+            return got, got != v.absent
+        ev = self._events
+        if ev.shape[0] == 0 or at.shape[0] == 0:
+            return np.zeros(at.shape[0], self.values.dtype if ev.shape[0] else np.int64), \
+                np.zeros(at.shape[0], bool)
+        k = np.minimum(np.searchsorted(ev, at), ev.shape[0] - 1)
+        return self.take(k), ev[k] == at
 
     def nbytes(self) -> int:
         """Bytes of its own (a coded stat's codes are its key's)."""
         v = self._held
-        return self.events.nbytes + (v.table.nbytes if isinstance(v, Coded) else v.nbytes)
+        if isinstance(v, Spread):
+            return v.column.nbytes
+        return self._events.nbytes + (v.table.nbytes if isinstance(v, Coded) else v.nbytes)
 
     def dense(self, n: int, fill=-1) -> np.ndarray:
+        v = self._held
+        if isinstance(v, Spread):
+            out = v.column.astype(v.column.dtype if v.column.dtype.kind in "iuf" else np.int64)
+            out[v.column == v.absent] = fill
+            return out
         values = self.values
         dtype = values.dtype if values.dtype.kind in "iuf" else np.int64
         out = np.full(n, fill, dtype=dtype)
         out[self.events] = values
         return out
+
+
+def spread_if_dense(stat: Stat, n: int, shared: bool) -> Stat:
+    """``stat`` held as a column over all ``n`` events (``Spread``) where it is on more
+    than three quarters of them, its values are integers with a value they never take
+    (the least of their type) and no other stat shares its events; else as it is."""
+    v = stat._held
+    ev = stat._events
+    if shared or isinstance(v, (Coded, Spread)) or ev is None or ev.shape[0] * 4 <= n * 3 \
+            or v.dtype.kind != "i":
+        return stat
+    absent = int(np.iinfo(v.dtype).min)
+    if int(v.min()) == absent:
+        return stat
+    col = np.full(n, absent, v.dtype)
+    col[ev] = v
+    return Stat(None, Spread(col, absent), stat.is_string)
 
 
 def isin_few(kind: np.ndarray, kinds) -> np.ndarray:
@@ -236,9 +300,9 @@ class Trace:
         s = self.stats.get(name)
         if s is None:
             return None
-        k = np.searchsorted(s.events, event)
-        if k < s.events.shape[0] and s.events[k] == event:
-            v = s.take(k)
+        got, has = s.lookup(np.array([event], np.int64))
+        if has[0]:
+            v = got[0]
             return self.strings[int(v)] if s.is_string else v.item()
         return None
 

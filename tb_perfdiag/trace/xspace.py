@@ -17,7 +17,7 @@ from google.protobuf.message import DecodeError
 from ..progress import NULL
 from ..storage import read_bytes
 from . import classify
-from .build import (StringTable, Tracks, assemble, correlation_links, map_distinct,
+from .build import (StringTable, Tracks, assemble, correlation_links, map_distinct, spread_stats,
                     small_ids, unique_inverse, unique_rows)
 from .hlo import FIELDS as HLO_FIELDS, hlo_op_metadata
 from .model import Coded, Device, EventKind as K, LinkKind, TraceError, TrackKind, search
@@ -424,6 +424,7 @@ def build(path: str, scan: dict, progress=NULL):
     progress.within(0.7, "event order and nesting")
     trace = assemble(path, "xspace", strings, tracks, devices, events, stats, links, metadata,
                      warnings)
+    spread_stats(trace)
     _runtime_waits(trace)
     return trace
 
