@@ -453,7 +453,7 @@ def test_covered_read_a_block_at_a_time_is_the_whole_sum(seed):
     """The length of a busy set inside windows, with the set summed a block at a time (as
     for millions of intervals): equal to the whole running sum's answer and to a plain
     clip of every interval, for windows before, over, inside and after the set, empty and
-    reversed ones, and scalar ends."""
+    reversed ones, and scalar ends; and the set's total length likewise."""
     from tb_perfdiag.analysis import intervals as I
     rng = np.random.default_rng(seed)
     n = int(rng.integers(1, 40))
@@ -469,9 +469,11 @@ def test_covered_read_a_block_at_a_time_is_the_whole_sum(seed):
         I._BLOCK = int(rng.integers(1, 4))       # n > 2 blocks: the blocked sum
         blocked = I.covered(us, ue, a, b)
         scalar = I.covered(us, ue, 0, b)
+        total = I.total_length(us, ue)
     finally:
         I._BLOCK = old
     assert whole.tolist() == want.tolist() and blocked.tolist() == want.tolist()
+    assert total == I.total_length(us, ue) == int((ue - us).sum())
     assert scalar.tolist() == I.covered(us, ue, 0, b).tolist()
 
 

@@ -25,7 +25,7 @@ from .attribution import (dispatch_threads, incoming_host_link, origins, region_
 from .detail import host_ops
 from .gaps import device_busy, find_gaps, short_gaps, user_threads
 from .hostline import blocking_mask, build_hostlines, event_buckets
-from .intervals import covered
+from .intervals import covered, total_length
 from .culprits import framework
 from .eventcodes import EventCodes
 from .refs import event_refs
@@ -212,7 +212,7 @@ def _diagnose(trace: Trace, opt: Options, progress):
         ops, us, ue, big = device_busy(trace, d, opt.kernels_only, threshold_ps)
         if ops.size == 0:
             continue
-        lo, hi, busy_t = int(us[0]), int(ue[-1]), int((ue - us).sum())
+        lo, hi, busy_t = int(us[0]), int(ue[-1]), total_length(us, ue)
         gs, ge, prev, nxt = big if big is not None else \
             find_gaps(trace, d, ops, us, ue, threshold_ps)
         del big

@@ -83,6 +83,13 @@ def covered(us: np.ndarray, ue: np.ndarray, a, b) -> np.ndarray:
 _BLOCK = 1 << 20
 
 
+def total_length(us: np.ndarray, ue: np.ndarray) -> int:
+    """The summed length of the intervals, a block at a time (``ue - us`` of a device's
+    20 M-interval busy set was 116 MB, the peak of the gap loop)."""
+    return sum(int((ue[i:i + _BLOCK] - us[i:i + _BLOCK]).sum())
+               for i in range(0, us.shape[0], _BLOCK))
+
+
 def _lengths_before(us: np.ndarray, ue: np.ndarray, k: np.ndarray) -> np.ndarray:
     """Per k: the total length of intervals [0, k).  A busy set of millions of intervals
     is summed a block at a time for the few k asked (its whole running sum was 160 MB at
