@@ -827,6 +827,16 @@ def test_entry_walk_in_c_is_the_numpy_one(seed, monkeypatch):
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.fixture(params=["whole", "thinned"])
+def thinning(request, monkeypatch):
+    """Each bucket's running time kept whole, or (as for millions of segments) every
+    8th segment's only, whatever the bucket's size."""
+    from tb_perfdiag.analysis import hostline as H
+    if request.param == "thinned":
+        monkeypatch.setattr(H, "_THIN_ABOVE", 0)
+    return request.param
+
+
 def _random_line(seed):
     """(the rng, the host timeline of one random nested thread)."""
     from tb_perfdiag.analysis import hostline as H
@@ -839,8 +849,24 @@ def _random_line(seed):
     return rng, H.build_hostlines(t, bk, [tr])[tr]
 
 
+def test_a_thinned_line_holds_an_eighth_of_its_running_times(monkeypatch):
+    """Thinned, each bucket keeps every 8th running time: a line's bytes (what the
+    server's cache counts) fall by that, and its totals stay."""
+    from tb_perfdiag.analysis import hostline as H
+    _, whole = _random_line(1)
+    monkeypatch.setattr(H, "_THIN_ABOVE", 0)
+    _, thin = _random_line(1)
+    saved = 0
+    for b, c in enumerate(whole.bucket_cum):
+        if c is not None:
+            assert thin.bucket_cum[b].tolist() == c[::8].tolist()
+            saved += c.nbytes - thin.bucket_cum[b].nbytes
+    assert saved > 0 and whole.nbytes() - thin.nbytes() == saved
+    assert thin._totals() == whole._totals() and thin.busy_ns() == whole.busy_ns()
+
+
 @pytest.mark.parametrize("seed", range(4))
-def test_time_except_some_buckets_is_time_by_bucket_summed_over_the_rest(seed):
+def test_time_except_some_buckets_is_time_by_bucket_summed_over_the_rest(seed, thinning):
     """``time_except`` (the busiest-thread scan's work per window) equals the windows'
     ``time_by_bucket`` summed over the buckets not skipped, for skip sets with and
     without the implicit bucket, windows before and after the thread and reversed."""
@@ -858,13 +884,14 @@ def test_time_except_some_buckets_is_time_by_bucket_summed_over_the_rest(seed):
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_time_by_bucket_is_each_windows_segments_summed(seed):
+def test_time_by_bucket_is_each_windows_segments_summed(seed, thinning):
     """A thread's time per bucket inside windows (the busiest bucket kept as no column of
     its own, read off the segments' span) equals the window's overlap with each segment
     summed by bucket, before the first event and after the last included."""
     from tb_perfdiag.analysis import hostline as H
     rng, line = _random_line(seed)
     assert line.bucket_segs[line.implicit] is None
+    assert any(line.thinned) == (thinning == "thinned")
     s, kb = line.seg_start, line.seg_bucket
     ends = np.append(s[1:], np.iinfo(np.int64).max)
     a = rng.integers(int(s[0]) - 10**7, int(s[-1]) + 10**7, 200)

@@ -69,7 +69,7 @@ class HostContext:
         n += sum(s.nbytes() for s in t.stats.values())
         n += sum(len(x) + 50 for x in t.strings)
         n += sum(a.nbytes for a in (self.origin, self.via, self.memcpy_of, self.launch_memcpy))
-        n += sum(ln.seg_start.nbytes * 2 + ln.seg_inner.nbytes for ln in self.lines.values())
+        n += sum(ln.nbytes() for ln in self.lines.values())
         return int(n)
 
 
