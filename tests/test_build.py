@@ -515,3 +515,34 @@ def test_a_spread_stat_reads_as_the_sparse_one():
     empty = Stat(np.zeros(0, np.int32), np.zeros(0, np.int64))
     got, has = empty.lookup(np.array([1, 2]))
     assert not has.any() and got.shape == (2,)
+    # the analysis' per-op lookup reads a spread stat in place, with the sparse answers
+    from tb_perfdiag.analysis.annotations import _lookup
+    assert spread.spread and not sparse.spread
+    np.testing.assert_array_equal(_lookup(spread, at), _lookup(sparse, at))
+
+
+@pytest.mark.parametrize("block", [1, 3, 1 << 20])
+def test_per_op_stat_lookup_a_block_at_a_time(block, monkeypatch):
+    """``_lookup`` (a stat's value per op, −1 where none) takes the values a block of ops
+    at a time: the same answers for any block, for plain and coded stats, with the
+    search memo shared between stats of one event column."""
+    from tb_perfdiag.analysis import annotations as A
+    from tb_perfdiag.trace.model import Coded, Stat
+    rng = np.random.default_rng(block)
+    ev = np.sort(rng.choice(500, 200, replace=False)).astype(np.int32)
+    plain = Stat(ev, rng.integers(0, 10**6, 200).astype(np.int64))
+    codes = rng.integers(0, 4, 200).astype(np.int32)
+    coded = Stat(ev, Coded(codes, np.array([7, 8, 9, 10], np.int32)))
+    # the last op has a value (a block's end left unwritten would show there)
+    ops = np.sort(np.append(rng.choice(int(ev[-1]), 119, replace=False), ev[-1]))
+    want = {}
+    for name, st in (("plain", plain), ("coded", coded)):
+        v = np.full(500, -1, np.int64)
+        v[ev] = st.values
+        want[name] = v[ops]
+    monkeypatch.setattr(A, "_BLOCK", block)
+    memo: dict = {}
+    for name, st in (("plain", plain), ("coded", coded)):
+        got = A._lookup(st, ops, memo)
+        assert got.tolist() == want[name].tolist(), name
+    assert len(memo) == 1 and (want["plain"] >= 0).sum() > 20

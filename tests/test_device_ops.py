@@ -569,3 +569,39 @@ def test_track_ends_searched_and_checked_without_a_column_of_them(monkeypatch):
                              (bad.ts + bad.dur)[pad:pad + m - 1]).all())
                 assert D._ends_sorted(bad, pad, pad + m) == want
     assert D._search_ends(tr, pad, pad, np.array([3], np.int64)).tolist() == [0]
+
+
+@pytest.mark.parametrize("block", [1, 7, 1 << 20])
+def test_dominant_key_per_row_read_a_block_of_ops_at_a_time(block, monkeypatch):
+    """Each row's key with the most weight (its longest instance's where all its ops
+    share that key; ties to the lower key, none where no weight), found reading the ops
+    a block at a time: the same for every block size, and as counted op by op; rows
+    with no ops keep their own key."""
+    from tb_perfdiag.analysis import device_ops as DO
+    monkeypatch.setattr(DO, "_BLOCK", block)
+    rng = np.random.default_rng(block)
+    n_rows, n = 12, 300
+    row = rng.integers(0, n_rows - 1, n).astype(np.int32)       # the last row has no ops
+    key = rng.integers(-1, 5, n).astype(np.int32)
+    key[row < 4] = 3                                           # rows that all share a key
+    weight = rng.integers(0, 50, n).astype(np.int64)
+    own = rng.integers(-1, 5, n_rows).astype(np.int32)
+    own[:4] = 3
+    # a row whose ops share its own key but the very last op, heavier and of another key
+    # (seen only by the last block)
+    row[row == 10] = 9
+    row[-3:] = 10
+    key[-3:] = [2, 2, 4]
+    weight[-3:] = [5, 5, 40]
+    own[10] = 2
+    got = DO._dominant(row, key, weight, n_rows, own)
+    assert got[10] == 4
+    for r in range(n_rows):
+        mine = row == r
+        if not mine.any() or (key[mine] == own[r]).all():
+            assert got[r] == own[r]
+            continue
+        ks = sorted(set(key[mine].tolist()))
+        tot = [int(weight[mine & (key == k)].sum()) for k in ks]
+        want = ks[int(np.argmax(tot))] if max(tot) > 0 else -1
+        assert got[r] == want, r

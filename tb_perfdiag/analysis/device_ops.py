@@ -367,11 +367,13 @@ def _host_ops(trace: Trace, ops: np.ndarray, origin: np.ndarray, memo: dict) -> 
     out = _lookup(trace.stats.get("tf_op"), ops, memo).astype(np.int32)
     need = out < 0
     if "hlo_module" in trace.stats and need.any():
-        prog = _lookup(trace.stats["hlo_module"], ops, memo)
         if need.all():                        # no tf_op (JAX, PyTorch/XLA): no mask
-            out = prog.astype(np.int32)
+            del out, need                     # (not held beside the programs' ids)
+            out = _lookup(trace.stats["hlo_module"], ops, memo).astype(np.int32)
         else:
+            prog = _lookup(trace.stats["hlo_module"], ops, memo)
             out[need] = prog[need]
+            del prog
     need = np.flatnonzero(out < 0)
     if need.size:
         src = origin[ops[need]].astype(np.int64)
@@ -401,13 +403,18 @@ def _dominant(row: np.ndarray, key: np.ndarray, weight: np.ndarray, n_rows: int,
     if not row.size:
         return np.full(n_rows, -1, np.int64)
     out = np.asarray(own, np.int64).copy()
+    own = np.asarray(own)
     mixed = np.zeros(n_rows + 1, bool)
-    row = row.astype(np.intp, copy=False)
-    mixed[row[key != own[row]]] = True
+    # a block of ops at a time: an intp copy of the rows of 20 M ops, the gather of their
+    # own keys and the mask were the analysis' peak at 40 M events
+    for i in range(0, row.shape[0], _BLOCK):
+        r = row[i:i + _BLOCK].astype(np.intp, copy=False)
+        mixed[r[key[i:i + _BLOCK] != own[r]]] = True
     if not mixed.any():
         return out
-    sel = np.flatnonzero(mixed[row])
-    row, key, weight = row[sel], key[sel], weight[sel]
+    sel = np.concatenate([i + np.flatnonzero(mixed[row[i:i + _BLOCK].astype(np.intp, copy=False)])
+                          for i in range(0, row.shape[0], _BLOCK)])
+    row, key, weight = row[sel].astype(np.intp, copy=False), key[sel], weight[sel]
     u, lut = _dense(key.astype(np.int64), int(max(key.max(), 0)) + 1)
     nk = u.shape[0] + 1
     rows = np.flatnonzero(mixed[:n_rows])

@@ -130,6 +130,11 @@ class Stat:
     def coded(self) -> Coded | None:
         return self._held if isinstance(self._held, Coded) else None
 
+    @property
+    def spread(self) -> bool:
+        """Held as a column over all events (``events`` is then made on each call)."""
+        return isinstance(self._held, Spread)
+
     def take(self, k) -> np.ndarray:
         """``values[k]``, without all the values when they are held coded."""
         v = self._held
