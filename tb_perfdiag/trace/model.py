@@ -152,8 +152,9 @@ class Stat:
             return got, got != v.absent
         ev = self._events
         if ev.shape[0] == 0 or at.shape[0] == 0:
-            return np.zeros(at.shape[0], self.values.dtype if ev.shape[0] else np.int64), \
-                np.zeros(at.shape[0], bool)
+            # the values' type from an empty take (``values`` would expand coded ones)
+            return np.zeros(at.shape[0], self.take(np.zeros(0, np.intp)).dtype
+                            if ev.shape[0] else np.int64), np.zeros(at.shape[0], bool)
         k = np.minimum(np.searchsorted(ev, at), ev.shape[0] - 1)
         return self.take(k), ev[k] == at
 
@@ -327,10 +328,19 @@ class Trace:
         """Indices (ascending) of the host events where ``pred(lo, hi)``, a mask over
         events [lo, hi), holds: asked a block of a host track at a time, so that no mask
         spans all events (five of them were 0.2 GB at 40 M events)."""
-        parts = [a + np.flatnonzero(pred(a, min(a + _BLOCK, hi)))
-                 for lo, hi in self.track_slices(self.host_tracks())
-                 for a in range(lo, hi, _BLOCK)]
-        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        return self._events_where(self.host_tracks(), pred, np.int64)
+
+    def _events_where(self, tracks, pred, dtype) -> np.ndarray:
+        """Indices (ascending, as ``dtype``) of the events of ``tracks`` where
+        ``pred(lo, hi)``, a mask over events [lo, hi), holds: a block of a track at a
+        time (no mask or int64 index over a whole track)."""
+        parts = []
+        for lo, hi in self.track_slices(tracks):
+            for a in range(lo, hi, _BLOCK):
+                got = np.flatnonzero(pred(a, min(a + _BLOCK, hi)))
+                got += a
+                parts.append(got.astype(dtype, copy=False))
+        return np.concatenate(parts) if parts else np.zeros(0, dtype)
 
     def events_on_tracks(self, tracks) -> np.ndarray:
         return np.flatnonzero(np.isin(self.track, np.asarray(tracks)))
@@ -357,15 +367,9 @@ class Trace:
         tracks = np.flatnonzero(self.track_device == device)
         if not host_tracks:
             tracks = tracks[self.track_kind[tracks] != TrackKind.HOST]
-        dtype = np.int32 if self.n_events < 2**31 - 1 else np.int64
-        parts = []
-        for lo, hi in self.track_slices(tracks):
-            for a in range(lo, hi, _BLOCK):
-                b = min(a + _BLOCK, hi)
-                got = np.flatnonzero(self.is_device_activity(kernels_only, a, b))
-                got += a
-                parts.append(got.astype(dtype, copy=False))
-        return np.concatenate(parts) if parts else np.zeros(0, dtype)
+        return self._events_where(
+            tracks, lambda a, b: self.is_device_activity(kernels_only, a, b),
+            np.int32 if self.n_events < 2**31 - 1 else np.int64)
 
     def track_slices(self, tracks) -> list:
         """(lo, hi) event range of each track (events are sorted by track)."""
