@@ -2922,11 +2922,11 @@ static void bu_sift(bu_head *h, Py_ssize_t n, Py_ssize_t i) {
  * Without output arrays it only counts. */
 typedef struct { int64_t *gs, *ge, *prev, *next; Py_ssize_t n; } bu_gaps;
 
-/* ev: the device's event indices, int32 (w32) or int64 (ev) */
+/* ev: the device's event indices, int32 (w32) or int64 (ev); bu_pass and busy_union */
 #define BU_EV(i) (w32 ? (int64_t)w32[i] : ev[i])
 static Py_ssize_t bu_pass(const int64_t *ts, const int64_t *dur, const int64_t *ev,
-                          const int32_t *w32, const int64_t *runs, Py_ssize_t k, bu_head *h, int64_t *us,
-                          int64_t *ue, int64_t thr, bu_gaps *g) {
+                          const int32_t *w32, const int64_t *runs, Py_ssize_t k, bu_head *h,
+                          int64_t *us, int64_t *ue, int64_t thr, bu_gaps *g) {
     Py_ssize_t nh = 0, m = 0;
     for (Py_ssize_t r = 0; r < k; r++)
         if (runs[r] < runs[r + 1]) {
@@ -2973,7 +2973,6 @@ static Py_ssize_t bu_pass(const int64_t *ts, const int64_t *dur, const int64_t *
     }
     return m;
 }
-#undef BU_EV
 
 static PyObject *busy_union(PyObject *self, PyObject *args) {
     Py_buffer tsb, durb, evb, rb;
@@ -2991,7 +2990,6 @@ static PyObject *busy_union(PyObject *self, PyObject *args) {
     /* int32 event indices (a device of 20 M ops: 80 MB fewer held through the gap loop) */
     const int64_t *ev = width == 8 ? evb.buf : NULL;
     const int32_t *w32 = width == 4 ? evb.buf : NULL;
-#define BU_EV(i) (w32 ? (int64_t)w32[i] : ev[i])
     if (ok) {
         ok = runs[0] == 0 && runs[k] == n;
         for (Py_ssize_t r = 0; ok && r < k; r++) ok = runs[r] <= runs[r + 1];
