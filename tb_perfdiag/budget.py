@@ -31,6 +31,7 @@ import numpy as np
 
 from .errors import Unavailable
 from .progress import NULL
+from .trace.strings import Strings
 
 MB = 1_000_000
 
@@ -63,7 +64,8 @@ def measure(value) -> int:
                 stack.extend(o.ravel().tolist())
             continue
         total += sys.getsizeof(o)
-        if isinstance(o, (str, bytes, bytearray, int, float, complex, bool)) or o is None:
+        if isinstance(o, (str, bytes, bytearray, int, float, complex, bool, Strings)) \
+                or o is None:      # a ``Strings``' size has its buffers
             continue
         if isinstance(o, dict):
             stack.extend(o.keys())

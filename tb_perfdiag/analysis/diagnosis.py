@@ -15,6 +15,7 @@ from ..trace.pages import recycled_pages, room_under_high_water
 from ..progress import NULL
 from ..trace.build import unique_inverse
 from ..trace.classify import memcpy_kind
+from ..trace.strings import strings_nbytes
 from ..trace.model import EventKind as K, Trace
 from . import annotations as ann_mod
 from . import causes as C
@@ -67,7 +68,7 @@ class HostContext:
         n = sum(getattr(t, f).nbytes for f in ("ts", "dur", "track", "name", "kind", "depth",
                                                 "parent", "link_src", "link_dst", "link_kind"))
         n += sum(s.nbytes() for s in t.stats.values())
-        n += sum(len(x) + 50 for x in t.strings)
+        n += strings_nbytes(t.strings)
         n += sum(a.nbytes for a in (self.origin, self.via, self.memcpy_of, self.launch_memcpy))
         n += sum(ln.nbytes() for ln in self.lines.values())
         return int(n)
@@ -385,8 +386,9 @@ def host_context(trace: Trace, origin: np.ndarray | None = None,
     mk = trace.stats.get("memcpy_kind")
     code = {"h2d": 1, "d2h": 2}
     if mk is not None:
-        vals = np.array([code.get(trace.strings[v], 0) for v in mk.values.tolist()], np.int8)
-        memcpy_of[mk.events] = vals
+        u, inv = unique_inverse(mk.values)         # each distinct direction read once
+        vals = np.array([code.get(trace.strings[v], 0) for v in u.tolist()], np.int8)
+        memcpy_of[mk.events] = vals[inv.reshape(-1)] if u.size else 0
     else:
         mem = np.flatnonzero(trace.kind == K.MEMCPY)
         u, inv = unique_inverse(trace.name[mem])

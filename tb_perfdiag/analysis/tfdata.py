@@ -13,6 +13,7 @@ import re
 import numpy as np
 
 from ..trace.classify import is_input_pipeline_thread, iterator_stage
+from ..trace.strings import contains_text
 from ..trace.model import Trace
 from .intervals import union
 
@@ -26,7 +27,7 @@ STAGE_KIND = {"py_function": "Python function", "tf_ops": "TF ops"}
 def _get_next_ids(trace: Trace) -> list:
     """String ids of tf.data's get_next ops: one search of all strings at once (a test
     per string costs more than the rest of this module on a trace without tf.data)."""
-    if "GetNext" not in "\n".join(trace.strings):
+    if not contains_text(trace.strings, "GetNext"):
         return []
     return [i for i, n in enumerate(trace.strings) if "GetNext" in n and _GET_NEXT.match(n)]
 
