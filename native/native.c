@@ -3420,16 +3420,19 @@ static int hs_next(hs_merge *g, int64_t *t) {
 static PyObject *host_segments(PyObject *self, PyObject *args) {
     Py_buffer tsb, durb, parb, bkb, kdb;
     long long lo;
-    int b_idle, k_idle, n_b;
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*Liii", &tsb, &durb, &parb, &bkb, &kdb,
-                          &lo, &b_idle, &k_idle, &n_b))
+    int b_idle, k_idle, n_b, thin_every;
+    Py_ssize_t thin_above;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*Liiini", &tsb, &durb, &parb, &bkb, &kdb,
+                          &lo, &b_idle, &k_idle, &n_b, &thin_above, &thin_every))
         return NULL;
-    PyObject *out = NULL, *times_b = NULL, *inner_b = NULL, *bucket_b = NULL, *lists = NULL;
-    int64_t *count = NULL, **cum = NULL, *heap = NULL;
+    PyObject *out = NULL, *times_b = NULL, *inner_b = NULL, *bucket_b = NULL, *lists = NULL,
+             *totals = NULL;
+    int64_t *count = NULL, **cum = NULL, *heap = NULL, *run = NULL, *every = NULL;
     int32_t **seg = NULL;
     Py_ssize_t n = tsb.len / 8;
     if (tsb.len % 8 || durb.len != tsb.len || parb.len != n * 4 ||
-        bkb.len != n || kdb.len != n || n_b <= 0 || b_idle < 0 || b_idle >= n_b) {
+        bkb.len != n || kdb.len != n || n_b <= 0 || b_idle < 0 || b_idle >= n_b ||
+        thin_every < 1) {
         PyErr_SetString(PyExc_ValueError, "host_segments: want int64 ts (sorted) and dur, "
                         "int32 parent, int8 bucket, int8 kind of one track");
         goto done;
@@ -3460,7 +3463,9 @@ static PyObject *host_segments(PyObject *self, PyObject *args) {
         count = calloc((size_t)n_b, sizeof(int64_t));
         seg = calloc((size_t)n_b, sizeof(int32_t *));
         cum = calloc((size_t)n_b, sizeof(int64_t *));
-        if (!times_b || !inner_b || !bucket_b || !count || !seg || !cum) {
+        run = calloc((size_t)n_b, sizeof(int64_t));
+        every = calloc((size_t)n_b, sizeof(int64_t));
+        if (!times_b || !inner_b || !bucket_b || !count || !seg || !cum || !run || !every) {
             if (!PyErr_Occurred()) PyErr_NoMemory();
             goto done;
         }
@@ -3496,7 +3501,8 @@ static PyObject *host_segments(PyObject *self, PyObject *args) {
             goto done;
         }
         lists = PyList_New(2 * n_b);
-        if (!lists) goto done;
+        totals = PyList_New(n_b);
+        if (!lists || !totals) goto done;
         /* the bucket with the most segments (the first such) gets no columns: HostLine
            derives its time from the others' (its columns were made only to be dropped:
            half the segments of a launch loop, 240 MB on a 20 M-event thread) */
@@ -3510,8 +3516,12 @@ static PyObject *host_segments(PyObject *self, PyObject *args) {
                 PyList_SET_ITEM(lists, 2 * b + 1, Py_None);
                 continue;
             }
+            /* a bucket of more running times than thin_above keeps every thin_every-th
+               (the time before its segments 0, E, 2E…): the whole column was made only to
+               be thinned, 150 MB of the analysis' peak on a 20 M-event thread */
+            every[b] = count[b] + 1 > thin_above ? thin_every : 1;
             PyObject *sb_ = new_column(count[b] * 4);
-            PyObject *cb_ = new_column((count[b] + 1) * 8);
+            PyObject *cb_ = new_column((count[b] / every[b] + 1) * 8);
             if (!sb_ || !cb_) { Py_XDECREF(sb_); Py_XDECREF(cb_); goto done; }
             PyList_SET_ITEM(lists, 2 * b, sb_);
             PyList_SET_ITEM(lists, 2 * b + 1, cb_);
@@ -3520,26 +3530,34 @@ static PyObject *host_segments(PyObject *self, PyObject *args) {
             cum[b][0] = 0;
         }
         Py_BEGIN_ALLOW_THREADS
+        memset(count, 0, sizeof(int64_t) * (size_t)n_b);     /* now: segments written */
         for (Py_ssize_t q = 0; q < m; q++) {
             int b = bucket[q];
             if (b == implicit) continue;
             int64_t len = q + 1 < m ? times[q + 1] - times[q] : 0;
-            *seg[b] = (int32_t)q;
-            cum[b][1] = cum[b][0] + len;
-            seg[b]++;
-            cum[b]++;
+            seg[b][count[b]++] = (int32_t)q;
+            run[b] += len;
+            if (count[b] % every[b] == 0) cum[b][count[b] / every[b]] = run[b];
         }
         Py_END_ALLOW_THREADS
-        out = Py_BuildValue("(OOOO)", times_b, inner_b, bucket_b, lists);
+        for (int b = 0; b < n_b; b++) {
+            PyObject *v = PyLong_FromLongLong(run[b]);
+            if (!v) goto done;
+            PyList_SET_ITEM(totals, b, v);
+        }
+        out = Py_BuildValue("(OOOOO)", times_b, inner_b, bucket_b, lists, totals);
     }
 done:
     Py_XDECREF(times_b);
     Py_XDECREF(inner_b);
     Py_XDECREF(bucket_b);
     Py_XDECREF(lists);
+    Py_XDECREF(totals);
     free(count);
     free(seg);
     free(cum);
+    free(run);
+    free(every);
     free(heap);
     PyBuffer_Release(&tsb);
     PyBuffer_Release(&durb);
@@ -4426,8 +4444,9 @@ static PyMethodDef methods[] = {
      "(track, ts, -dur), ties in input order; see trace.build.event_order"},
     {"host_segments", host_segments, METH_VARARGS,
      "host_segments(ts_i64 (sorted), dur_i64, parent_i32, bucket_i8, kind_i8, lo, "
-     "b_idle, k_idle, n_buckets) -> (times, inner, bucket, [segs, cums] per bucket, None for "
-     "the bucket with the most segments) of "
+     "b_idle, k_idle, n_buckets, thin_above, thin_every) -> (times, inner, bucket, [segs, "
+     "cums] per bucket (None for the bucket with the most segments; cums of more than "
+     "thin_above entries kept every thin_every-th), total time per bucket) of "
      "analysis.hostline"},
     {"op_counts", op_counts, METH_VARARGS,
      "op_counts(name_i32, kind_i8, track_i32, dur_i64, step_i32, typical_bool, "

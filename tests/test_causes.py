@@ -625,10 +625,11 @@ def _random_trace(seed: int, threads: int = 2):
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_host_timeline_in_one_c_pass_is_the_numpy_one(seed):
+def test_host_timeline_in_one_c_pass_is_the_numpy_one(seed, thinning):
     """The native timeline (``host_segments``) and the numpy one agree boundary by
-    boundary: the innermost op, its bucket, and per bucket the segments and their
-    cumulative time, on random nested threads."""
+    boundary: the innermost op, its bucket, and per bucket the segments, their
+    cumulative time (every 8th of it where thinned, as the C pass writes it) and their
+    total, on random nested threads."""
     from tb_perfdiag.analysis import hostline as H
     native = H._native_segments()
     if native is None:
@@ -647,12 +648,22 @@ def test_host_timeline_in_one_c_pass_is_the_numpy_one(seed):
         busiest = int(np.argmax([w.shape[0] for w in want[3]]))
         assert [b for b, g in enumerate(got[3]) if g is None] == [busiest]
         assert [b for b, g in enumerate(got[4]) if g is None] == [busiest]
+        thin = thinning == "thinned"
+        assert got[6] == [b != busiest and thin for b in range(len(H.BUCKETS))]
         for b in range(len(H.BUCKETS)):
             if b == busiest:
+                assert got[5][b] == 0
                 continue
-            for w, g in ((want[3][b], got[3][b]), (want[4][b], got[4][b])):
+            assert got[5][b] == int(want[4][b][-1])
+            for w, g in ((want[3][b], got[3][b]), (want[4][b][::8] if thin else want[4][b],
+                                                    got[4][b])):
                 np.testing.assert_array_equal(w, g)
                 assert w.dtype == g.dtype
+        # a line of the native pass is the line of numpy's columns
+        a, z = H.HostLine(0, *got[:5], bucket_total=got[5], thinned=got[6]), H.HostLine(0, *want)
+        assert a.thinned == z.thinned and a.bucket_total == z.bucket_total
+        for x, y in zip(a.bucket_cum, z.bucket_cum):
+            assert (x is None and y is None) or x.tolist() == y.tolist()
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -684,10 +695,15 @@ def test_host_timeline_of_overlapping_events_in_c_is_the_numpy_one(seed, monkeyp
     with pytest.raises(ValueError, match="out of order"):
         H.native_fn("host_segments")(shuffled.ts[lo:hi], t.dur[lo:hi],
                                      t.parent[lo:hi].astype(np.int32), bk[lo:hi].astype(np.int8),
-                                     t.kind[lo:hi], lo, H.B_IDLE, 0, len(H.BUCKETS))
+                                     t.kind[lo:hi], lo, H.B_IDLE, 0, len(H.BUCKETS),
+                                     H._THIN_ABOVE, H._THIN_EVERY)
+    assert native(shuffled, lo, hi, bk) is None
+    # where the C pass refuses a track, the line is numpy's walk
     seen = []
+    monkeypatch.setattr(H, "_native_segments", lambda: lambda *a: None)
     monkeypatch.setattr(H, "track_segments", lambda *a: seen.append(a) or want)
-    assert native(shuffled, lo, hi, bk) is want and len(seen) == 1
+    line = H.build_hostlines(t, bk, t.host_tracks())[int(t.host_tracks()[0])]
+    assert len(seen) == 1 and line.seg_start is want[0]
 
 
 @pytest.mark.parametrize("seed", range(6))

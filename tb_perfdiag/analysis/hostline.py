@@ -118,6 +118,9 @@ class HostLine:
     bucket_cum: list
     # the thread's blocking calls: disjoint sorted intervals and the outermost call of each
     blocking: tuple = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
+    # given by the native pass, which thins as it writes; else found from whole columns
+    bucket_total: list | None = None
+    thinned: list | None = None
 
     def __post_init__(self):
         # the native pass leaves it out already (None); the reference makes them all
@@ -127,6 +130,9 @@ class HostLine:
         self.bucket_segs = list(self.bucket_segs)
         self.bucket_cum = list(self.bucket_cum)
         self.bucket_segs[self.implicit] = self.bucket_cum[self.implicit] = None
+        if self.thinned is not None:
+            self.bucket_total[self.implicit] = 0
+            return
         # a bucket of millions of segments keeps its running time every _THIN_EVERY-th
         # segment only; the few between are summed off seg_start when asked (the launch
         # bucket of a 20 M-event thread: 150 MB fewer, held through the gap loop and by
@@ -281,9 +287,9 @@ def build_hostlines(trace: Trace, buckets: np.ndarray, tracks,
         lo, hi = int(bounds[t]), int(bounds[t + 1])
         if hi == lo:
             continue
-        cols = native(trace, lo, hi, buckets) if native else \
-            track_segments(trace, lo, hi, buckets)
-        line = HostLine(int(t), *cols)
+        cols = native(trace, lo, hi, buckets) if native else None
+        line = HostLine(int(t), *cols[:5], bucket_total=cols[5], thinned=cols[6]) if cols \
+            else HostLine(int(t), *track_segments(trace, lo, hi, buckets))
         if blocking is not None:
             line.blocking = _blocking_intervals(trace, lo, hi, blocking)
         out[int(t)] = line
@@ -299,19 +305,21 @@ def _native_segments():
     def segments(trace: Trace, lo: int, hi: int, buckets: np.ndarray):
         # the pass finds the ends in order itself, from a heap of the open events; it
         # refuses starts out of order (the model sorts them), which numpy's walk takes
+        # the running times of a large bucket are thinned as they are written
         try:
-            times, inner, bucket, lists = fn(
+            times, inner, bucket, lists, totals = fn(
                 np.ascontiguousarray(trace.ts[lo:hi]), np.ascontiguousarray(trace.dur[lo:hi]),
                 np.ascontiguousarray(trace.parent[lo:hi], np.int32),
                 np.ascontiguousarray(buckets[lo:hi], np.int8),
                 np.ascontiguousarray(trace.kind[lo:hi], np.int8), lo, B_IDLE, int(K.IDLE),
-                len(BUCKETS))
+                len(BUCKETS), _THIN_ABOVE, _THIN_EVERY)
         except ValueError:
-            return track_segments(trace, lo, hi, buckets)
+            return None
+        segs = [None if x is None else np.frombuffer(x, np.int32) for x in lists[0::2]]
         return (np.frombuffer(times, np.int64), np.frombuffer(inner, np.int32),
-                np.frombuffer(bucket, np.int8),
-                [None if x is None else np.frombuffer(x, np.int32) for x in lists[0::2]],
-                [None if x is None else np.frombuffer(x, np.int64) for x in lists[1::2]])
+                np.frombuffer(bucket, np.int8), segs,
+                [None if x is None else np.frombuffer(x, np.int64) for x in lists[1::2]],
+                totals, [x is not None and x.shape[0] + 1 > _THIN_ABOVE for x in segs])
     return segments
 
 
