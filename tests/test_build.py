@@ -521,6 +521,91 @@ def test_a_spread_stat_reads_as_the_sparse_one():
     np.testing.assert_array_equal(_lookup(spread, at), _lookup(sparse, at))
 
 
+@pytest.mark.parametrize("block", [1, 7, 1 << 20])
+def test_a_stat_of_few_values_reads_as_the_plain_one(block, monkeypatch):
+    """A stat of few distinct integer values (a program id, a stream) is held as one- or
+    two-byte codes of its own into a table of them (``coded_if_few``): its events,
+    values, takes, lookups, dense column and the analysis' per-op lookup are the plain
+    stat's, in fewer bytes (counted: the codes are its own), whatever the block the codes
+    are written by.  It stays plain with too many values, too wide a range, too few
+    events or values that are not integers."""
+    from tb_perfdiag.analysis.annotations import _lookup
+    from tb_perfdiag.trace import model as M
+    from tb_perfdiag.trace.model import Coded, Stat, coded_if_few
+    monkeypatch.setattr(M, "_FEW_FROM", 100)
+    monkeypatch.setattr(M, "_BLOCK", block)
+    rng = np.random.default_rng(8)
+    n = 5000
+    ev = np.sort(rng.choice(n, 3000, replace=False)).astype(np.int32)
+    at = rng.integers(0, n, 400)
+    for vals, width in ((rng.choice([-1, 7, 2**40], 3000), 1),
+                        (rng.integers(-300, 300, 3000).astype(np.int32), 2),
+                        (rng.integers(10**6, 10**6 + 256, 3000), 1)):
+        plain = Stat(ev, vals)
+        few = coded_if_few(plain)
+        assert isinstance(few._held, Coded) and few._held.own
+        assert few._held.codes.itemsize == width
+        assert few.nbytes() == ev.nbytes + few._held.codes.nbytes + few._held.table.nbytes
+        assert few.nbytes() < plain.nbytes()
+        np.testing.assert_array_equal(few.events, ev)
+        np.testing.assert_array_equal(few.values, vals)
+        assert few.values.dtype == vals.dtype
+        k = rng.integers(0, 3000, 50)
+        np.testing.assert_array_equal(few.take(k), vals[k])
+        got, has = few.lookup(at)
+        want, whas = plain.lookup(at)
+        np.testing.assert_array_equal(has, whas)
+        np.testing.assert_array_equal(got[has], want[whas])
+        np.testing.assert_array_equal(few.dense(n, -5), plain.dense(n, -5))
+        np.testing.assert_array_equal(_lookup(few, at), _lookup(plain, at))
+    for keep in (Stat(ev, np.arange(3000) * 7000),                            # wide
+                 Stat(ev, np.arange(3000) % 70000 + (np.arange(3000) // 3) * 66000),
+                 Stat(ev[:99], np.zeros(99, np.int64)),                         # few events
+                 Stat(ev, np.zeros(3000, np.float64))):
+        assert coded_if_few(keep) is keep
+    many = Stat(np.arange(70000, dtype=np.int32), np.arange(70000))             # > 65536
+    assert coded_if_few(many) is many
+    # a wide range: the sample finds the values, and a value it missed keeps it plain
+    monkeypatch.setattr(M, "_SAMPLE", 30)
+    wide = np.where(np.arange(3000) % 3, 2**40, -7)
+    assert isinstance(coded_if_few(Stat(ev, wide))._held, Coded)
+    wide[1501] = 5
+    assert coded_if_few(Stat(ev, wide)).values is wide
+    assert coded_if_few(Stat(ev, np.arange(3000) * 2**30)).values.shape == (3000,)
+
+
+def test_the_read_holds_ids_narrow_before_moving_events():
+    """``assemble`` narrows an id stat's int64 values before the events are moved (the
+    reader's reference dropped), and the model's ids are the same numbers."""
+    from tb_perfdiag.trace.build import StringTable, Tracks, assemble
+    from tb_perfdiag.trace.model import TrackKind
+    tracks = Tracks()
+    tracks.add(TrackKind.HOST, -1, "t", "t", "p")
+    strings = StringTable()
+    strings.intern("x")
+    ts = np.array([30, 10, 20], np.int64)
+    wide = np.array([5, 6, 7], np.int64)
+    stats = {"correlation_id": (np.array([0, 1, 2]), wide, False)}
+    seen = []
+    import tb_perfdiag.trace.build as B
+    order = B.event_order
+
+    def spy(*a):
+        seen.append(stats["correlation_id"][1].dtype)   # as the events are about to move
+        return order(*a)
+    B.event_order = spy
+    try:
+        t = assemble("p", "kineto", strings, tracks, [],
+                     {"ts": ts, "dur": np.ones(3, np.int64), "track": np.zeros(3, np.int32),
+                      "name": np.zeros(3, np.int32), "kind": np.zeros(3, np.int8)},
+                     stats, (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int8)),
+                     {}, [], origin_ps=0)
+    finally:
+        B.event_order = order
+    assert seen == [np.int32]
+    assert t.stats["correlation_id"].values.tolist() == [6, 7, 5]
+
+
 @pytest.mark.parametrize("block", [1, 3, 1 << 20])
 def test_per_op_stat_lookup_a_block_at_a_time(block, monkeypatch):
     """``_lookup`` (a stat's value per op, −1 where none) takes the values a block of ops

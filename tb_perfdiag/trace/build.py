@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .model import Coded, Device, Stat, Trace, TrackKind, spread_if_dense
+from .model import Coded, Device, Stat, Trace, TrackKind, coded_if_few, spread_if_dense
 from .extension import native_fn
 from .strings import Strings
 
@@ -312,6 +312,13 @@ def assemble(path: str, fmt: str, strings: StringTable, tracks: Tracks, devices:
     # before the columns are moved: the list's strings sit in pools that the reader's
     # temporaries left a third full (207 MB for 63 MB of strings at 40 M events)
     frozen = strings.freeze()
+    # ids as int32 before the events are moved, not after: a correlation id on every
+    # event held as int64 through the moves was 305 MB at 40 M events, at the read's peak
+    for sname in ID_STATS & stats.keys():
+        idx, values, is_string = stats[sname]
+        if not isinstance(values, Coded):
+            stats[sname] = (idx, _narrowed(np.asarray(values)), is_string)
+        del values
     ts = np.asarray(events.pop("ts"), dtype=np.int64)
     dur = np.asarray(events.pop("dur"), dtype=np.int64)
     neg = dur < 0
@@ -404,18 +411,19 @@ def assemble(path: str, fmt: str, strings: StringTable, tracks: Tracks, devices:
     )
 
 
-def spread_stats(trace: Trace) -> None:
+def compact_stats(trace: Trace) -> None:
     """Each stat on nearly every event held as a column over them all (``Spread``: no
-    event index), once ``assemble`` has returned: its column is made while the old
-    events and values are still held, which in ``assemble`` would add to the read's peak
-    (76 MB at 40 M events)."""
+    event index), and each of few distinct values as narrow codes (``coded_if_few``),
+    once ``assemble`` has returned: the new form is made while the old is still held,
+    which in ``assemble`` would add to the read's peak (76 MB at 40 M events)."""
     users: dict = {}
     for st in trace.stats.values():
         users[id(st.events)] = users.get(id(st.events), 0) + 1
     for sname in list(trace.stats):
         st = trace.stats[sname]
-        trace.stats[sname] = spread_if_dense(st, trace.n_events, users[id(st.events)] > 1)
-        del st
+        new = spread_if_dense(st, trace.n_events, users[id(st.events)] > 1)
+        trace.stats[sname] = new if new is not st else coded_if_few(st)
+        del st, new
 
 
 def _narrowed(values: np.ndarray) -> np.ndarray:

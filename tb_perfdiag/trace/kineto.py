@@ -17,7 +17,7 @@ import orjson
 from ..progress import NULL
 from ..storage import is_blank, read_ahead
 from . import classify
-from .build import (StringTable, Tracks, assemble, correlation_links, distinct, spread_stats,
+from .build import (StringTable, Tracks, assemble, compact_stats, correlation_links, distinct,
                     unique_inverse)
 from .chrome_meta import METADATA_KEYS, metadata_event
 from .model import Device, EventKind as K, TraceError, TrackKind
@@ -692,7 +692,7 @@ def build(path: str, scan: dict, progress=NULL):
     links = correlation_links(kind, ev_device_cat, corr[0] if corr else None,
                               corr[1] if corr else None,
                               np.int32 if kind.shape[0] < 2**31 - 1 else np.int64)
-    del ev_device_cat
+    del ev_device_cat, corr     # assemble narrows its values: this reference would keep them
     metadata = dict(scan["metadata"])
     metadata["process_names"] = {str(k): v for k, v in process_name.items()}
     events = {"ts": ts_rel, "dur": dur_ps, "track": track, "name": name_ids, "kind": kind}
@@ -700,6 +700,6 @@ def build(path: str, scan: dict, progress=NULL):
     progress.within(0.6, "event order and nesting")
     trace = assemble(path, "kineto", strings, tracks, devices, events, stats, links, metadata,
                      warnings, origin_ps=0)
-    spread_stats(trace)
+    compact_stats(trace)
     trace.origin_ps = origin
     return trace

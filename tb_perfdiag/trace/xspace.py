@@ -17,7 +17,7 @@ from google.protobuf.message import DecodeError
 from ..progress import NULL
 from ..storage import read_bytes
 from . import classify
-from .build import (StringTable, Tracks, assemble, correlation_links, map_distinct, spread_stats,
+from .build import (StringTable, Tracks, assemble, compact_stats, correlation_links, map_distinct,
                     small_ids, unique_inverse, unique_rows)
 from .hlo import FIELDS as HLO_FIELDS, hlo_op_metadata
 from .model import Coded, Device, EventKind as K, LinkKind, TraceError, TrackKind, search
@@ -415,6 +415,7 @@ def build(path: str, scan: dict, progress=NULL):
         c_links = correlation_links(kind, on_device, corr[0], corr[1], idx_dtype)
         del on_device
         links = tuple(np.concatenate([a, b], dtype=b.dtype) for a, b in zip(links, c_links))
+    del corr                   # assemble narrows its values: this reference would keep them
     metadata = {"hostnames": hostnames}
     origin = _profile_start_ps(planes)
     if origin is not None:
@@ -424,7 +425,7 @@ def build(path: str, scan: dict, progress=NULL):
     progress.within(0.7, "event order and nesting")
     trace = assemble(path, "xspace", strings, tracks, devices, events, stats, links, metadata,
                      warnings)
-    spread_stats(trace)
+    compact_stats(trace)
     _runtime_waits(trace)
     return trace
 
