@@ -4487,6 +4487,9 @@ static PyMethodDef methods[] = {
     {"pages_tune", pages_tune, METH_VARARGS,
      "pages_tune(big_line, poison) -> the old pair: for tests, the size from which blocks "
      "are recycled, and whether blocks made by malloc are filled with garbage"},
+    {"pages_let_go", pages_let_go, METH_NOARGS,
+     "pages_let_go() -> bytes: unmaps the kept blocks, and keeps blocks from then on only "
+     "up to the use from then (before work that grows the process' other memory)"},
     {"pages_stats", pages_stats, METH_NOARGS,
      "pages_stats() -> dict: bytes of large blocks live and kept, of small blocks live, "
      "the peaks of in use and of held, hits and misses, open scopes"},

@@ -74,6 +74,11 @@ static size_t page;
    peak_use is the largest live + small seen, and the cache is trimmed so that
    live + cached + small never passes it by more than SLACK */
 static size_t live, cached, small, peak_use, peak_held;
+/* what live + cached + small may reach (past SLACK): the largest use since the kept
+   blocks last let go (pages_let_go), or the scope's room.  The process' other memory
+   (Python objects) can grow into what the kept blocks held: letting go before such
+   work keeps the blocks from sitting on top of it */
+static size_t bound;
 /* how far small may grow before kept blocks must give way: peak_use + SLACK - live - cached,
    set under the lock, read by the small path without it */
 static size_t small_room = SIZE_MAX;
@@ -121,7 +126,9 @@ static int cache_drop_oldest(Block *gone) {
 
 /* under the lock: how far small blocks may grow before kept blocks must give way */
 static void small_room_set(void) {
-    __atomic_store_n(&small_room, peak_use + SLACK - live - cached, __ATOMIC_RELAXED);
+    size_t held = live + cached;
+    __atomic_store_n(&small_room, bound + SLACK > held ? bound + SLACK - held : 0,
+                     __ATOMIC_RELAXED);
 }
 
 /* under the lock, after live or small changed: the peaks moved on, and cached
@@ -131,7 +138,8 @@ static int cache_fit(Block *gone) {
     int n = 0;
     size_t s = small_now();
     if (live + s > peak_use) peak_use = live + s;
-    while (n_cached && live + cached + s > peak_use + SLACK) n += cache_drop_oldest(&gone[n]);
+    if (live + s > bound) bound = live + s;
+    while (n_cached && live + cached + s > bound + SLACK) n += cache_drop_oldest(&gone[n]);
     if (live + cached + s > peak_held) peak_held = live + cached + s;
     small_room_set();
     return n;
@@ -433,10 +441,9 @@ PyObject *pages_enter(PyObject *self, PyObject *args) {
     if (!old) return NULL;
     pthread_mutex_lock(&lock);
     scopes++;
-    if (room > 0 && (size_t)room > peak_use) {
-        peak_use = (size_t)room;
-        small_room_set();
-    }
+    if (room > 0 && (size_t)room > peak_use) peak_use = (size_t)room;
+    if (room > 0 && (size_t)room > bound) bound = (size_t)room;
+    small_room_set();
     pthread_mutex_unlock(&lock);
     return old;
 }
@@ -457,7 +464,7 @@ PyObject *pages_leave(PyObject *self, PyObject *args) {
         last = 1;
         while (n_cached) n_gone += cache_drop_oldest(&gone[n_gone]);
         /* the next scopes keep blocks under their own peak, not this one's */
-        peak_use = peak_held = live + small_now();
+        peak_use = peak_held = bound = live + small_now();
         small_room_set();                   /* nothing is kept now */
     }
     pthread_mutex_unlock(&lock);
@@ -470,6 +477,23 @@ PyObject *pages_leave(PyObject *self, PyObject *args) {
 #endif
     if (!ours) return NULL;
     Py_RETURN_NONE;
+}
+
+/* pages_let_go() -> bytes unmapped: the kept blocks go now, and from now on are kept
+   only up to the use from here (not the earlier peak) */
+PyObject *pages_let_go(PyObject *self, PyObject *unused) {
+    (void)self, (void)unused;
+    Block gone[SLOTS];
+    int n_gone = 0;
+    size_t freed = 0;
+    pthread_mutex_lock(&lock);
+    while (n_cached) n_gone += cache_drop_oldest(&gone[n_gone]);
+    bound = live + small_now();
+    small_room_set();
+    pthread_mutex_unlock(&lock);
+    for (int i = 0; i < n_gone; i++) freed += gone[i].len;
+    unmap_all(gone, n_gone);
+    return PyLong_FromSize_t(freed);
 }
 
 /* pages_tune(big_line, poison) -> (the old pair): for tests only */
@@ -496,6 +520,7 @@ PyObject *pages_stats(PyObject *self, PyObject *unused) {
     pthread_mutex_lock(&lock);
     size_t s = small_now();
     if (live + s > peak_use) peak_use = live + s;   /* the small path leaves it lazy */
+    if (live + s > bound) bound = live + s;
     PyObject *d = Py_BuildValue(
         "{s:n,s:n,s:n,s:n,s:n,s:n,s:K,s:K,s:i}", "live", (Py_ssize_t)live,
         "cached", (Py_ssize_t)cached, "small", (Py_ssize_t)s,
@@ -530,6 +555,10 @@ PyObject *pages_leave(PyObject *self, PyObject *args) {
 PyObject *pages_stats(PyObject *self, PyObject *unused) {
     (void)self, (void)unused;
     return PyDict_New();
+}
+PyObject *pages_let_go(PyObject *self, PyObject *unused) {
+    (void)self, (void)unused;
+    return PyLong_FromLong(0);
 }
 PyObject *pages_tune(PyObject *self, PyObject *args) {
     (void)self, (void)args;

@@ -9,6 +9,7 @@ PyObject *pages_enter(PyObject *self, PyObject *args);
 PyObject *pages_leave(PyObject *self, PyObject *args);
 PyObject *pages_stats(PyObject *self, PyObject *unused);
 PyObject *pages_tune(PyObject *self, PyObject *args);
+PyObject *pages_let_go(PyObject *self, PyObject *unused);
 
 /* memory for the extension's own columns, from the same pages as numpy's arrays
    (within a scope, recycled); no GIL needed.  pages_resize keeps the first bytes

@@ -298,7 +298,8 @@ def event_order(track: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> np.ndarra
     return o
 
 
-def assemble(path: str, fmt: str, strings: StringTable, tracks: Tracks, devices: list[Device],
+def assemble(path: str, fmt: str, strings: StringTable | Strings, tracks: Tracks,
+             devices: list[Device],
              events: dict, stats: dict, links: tuple, metadata: dict, warnings: list,
              origin_ps: int | None = None) -> Trace:
     """Sort raw event columns and build the Trace.
@@ -309,9 +310,10 @@ def assemble(path: str, fmt: str, strings: StringTable, tracks: Tracks, devices:
     dicts are emptied on the way, so each raw column is freed once its sorted copy
     exists (the caller must not keep references to them).
     """
-    # before the columns are moved: the list's strings sit in pools that the reader's
-    # temporaries left a third full (207 MB for 63 MB of strings at 40 M events)
-    frozen = strings.freeze()
+    # before the columns are moved, where the reader has not done it already: the list's
+    # strings sit in pools that the reader's temporaries left a third full (207 MB for
+    # 63 MB of strings at 40 M events)
+    frozen = strings if isinstance(strings, Strings) else strings.freeze()
     # ids as int32 before the events are moved, not after: a correlation id on every
     # event held as int64 through the moves was 305 MB at 40 M events, at the read's peak
     for sname in ID_STATS & stats.keys():

@@ -578,7 +578,7 @@ def build(path: str, scan: dict, progress=NULL):
         raise TraceError(path, "trace has no events")
     strings = StringTable()
     name_ids = np.asarray(scan.pop("name_ids"), np.int32)
-    for s_ in scan["names"]:
+    for s_ in scan.pop("names"):      # the table holds them now (freed by its freeze)
         strings.intern(s_)
     names = strings.strings
     cat_names = scan["cats"]
@@ -687,6 +687,8 @@ def build(path: str, scan: dict, progress=NULL):
         mk = np.array([strings.intern(classify.memcpy_kind(names[x])) for x in u.tolist()],
                       np.int32)[inv_mk]
         stats["memcpy_kind"] = (mk_idx, mk, True)
+    strings = strings.freeze()      # the last name is interned: see ``StringTable.freeze``
+    del names
 
     corr = stats.get("correlation")
     links = correlation_links(kind, ev_device_cat, corr[0] if corr else None,

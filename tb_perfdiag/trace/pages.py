@@ -120,3 +120,13 @@ def stats() -> dict:
     fresh pages (misses); open scopes."""
     fn = native_fn("pages_stats")
     return fn() if fn and available() else {}
+
+
+def let_go() -> int:
+    """Unmaps the kept blocks now, and keeps blocks from here on only up to the arrays'
+    use from here, not the earlier peak: before work that grows the process' other
+    memory (Python objects), which would otherwise sit on top of them (the HLO join of
+    a 40 M-event read: 0.23 GB of objects over 0.7 GB of kept blocks).  Bytes unmapped;
+    0 where the pages are off."""
+    fn = native_fn("pages_let_go")
+    return int(fn()) if fn and available() else 0

@@ -16,7 +16,7 @@ from google.protobuf.message import DecodeError
 
 from ..progress import NULL
 from ..storage import read_bytes
-from . import classify
+from . import classify, pages
 from .build import (StringTable, Tracks, assemble, compact_stats, correlation_links, map_distinct,
                     small_ids, unique_inverse, unique_rows)
 from .hlo import FIELDS as HLO_FIELDS, hlo_op_metadata
@@ -184,7 +184,6 @@ class _PlaneMeta:
             o, ids = o[last], ids[last]
         self.ev_ids = ids
         self.ev_name_id = strings.intern_many([shown[i] for i in o.tolist()])
-        self.ev_raw_name = [raw[i] for i in o.tolist()]
 
     @property
     def msg(self) -> XPlane:
@@ -283,6 +282,10 @@ def build(path: str, scan: dict, progress=NULL):
     for pid, pname, meta_bytes, *tables in scan["planes"]:
         planes.append((pid, pname, _PlaneMeta(path, pname, meta_bytes, strings,
                                               tables[0] if tables else None)))
+    # the scanner's name lists (two strings per event metadata: 1 M at 40 M events) are
+    # interned now
+    tables = None
+    scan["planes"] = None
     lines = scan["lines"]
     # columns are taken out of ``scan`` and dropped as soon as they are used: on a 40 M-
     # event file each stat column is 0.4–0.8 GB
@@ -318,6 +321,7 @@ def build(path: str, scan: dict, progress=NULL):
 
     # ---- stats: the scanner kept the rows of the stats in STATS, split by stat ----
     progress.within(0.15, "stats")
+    pages.let_go()                  # string stats are interned as Python strings
     parts = scan.pop("stats")
     stats = {}
     for sname in STATS:
@@ -406,7 +410,11 @@ def build(path: str, scan: dict, progress=NULL):
     scan.clear()
     # HLO metadata from /host:metadata joined on (module, program_id, hlo_op)
     progress.within(0.5, "HLO op metadata")
+    pages.let_go()                  # the HLO protos' table is Python objects
     _join_hlo_metadata(planes, stats, strings, n, warnings)
+    # the last name is interned: the strings compact before the links and the event
+    # order are made (see ``StringTable.freeze``)
+    strings = strings.freeze()
     links = _flow_links(stats, n)
     corr = stats.get("correlation_id")
     if corr is not None:
@@ -420,6 +428,7 @@ def build(path: str, scan: dict, progress=NULL):
     origin = _profile_start_ps(planes)
     if origin is not None:
         metadata["profile_start_ps"] = origin
+    del planes          # their metadata bytes and parsed protos (HLO protos: 50 MB at 40 M)
     events = {"ts": ts, "dur": dur, "track": track, "name": name, "kind": kind}
     del ts, dur, track, name, kind
     progress.within(0.7, "event order and nesting")
