@@ -706,3 +706,43 @@ def test_finding_list_rules(name):
         if f["share_of_step"] is not None:
             assert f["top"] == (f["time_lost_ns_per_step"] > 0 and f["share_of_step"] >= 0.01), \
                 (f["title"], f["share_of_step"], f["top"])
+
+
+@pytest.mark.parametrize("block", [1, 3, 1 << 20])
+def test_per_device_kernels_and_collective_time_a_block_at_a_time(block, monkeypatch):
+    """The multi-device finding counts each device's kernels and sums its collective
+    kernels' time a block of events at a time: the same numbers as whole-column masks,
+    for any block, with copies (no kernels, not collective) and host work beside."""
+    import numpy as np
+    from tb_perfdiag.analysis import findings as F
+    from tb_perfdiag.trace.classify import is_collective_kernel
+    from tb_perfdiag.trace.model import EventKind as K
+    monkeypatch.setattr(F, "_BLOCK", block)
+    rng = np.random.default_rng(3)
+    b = TraceBuilder()
+    py = b.thread("python")
+    names = ["ncclDevKernel_AllReduce_Sum_f32_RING_LL", "volta_sgemm_128x64_nn",
+             "ncclKernel_AllGather_RING_LL_Sum_int8_t", "elementwise_kernel"]
+    for gpu in (0, 1):
+        for stream in (7, 9):
+            s = b.stream(gpu=gpu, stream=stream)
+            t = 0.0
+            for _ in range(int(rng.integers(5, 30))):
+                t += float(rng.integers(1, 20))
+                dur = float(rng.integers(1, 40))
+                if rng.random() < 0.2:
+                    b.memcpy(s, "Memcpy HtoD (Pageable -> Device)", t, dur)
+                else:
+                    b.kernel(s, names[int(rng.integers(0, 4))], t, dur)
+                t += dur
+    b.op(py, "aten::mm", 0.0, 10.0)
+    t = b.build()
+    dev = t.track_device[t.track]
+    want = np.bincount(dev[(t.kind == K.KERNEL) & (dev >= 0)], minlength=len(t.devices))
+    np.testing.assert_array_equal(F._kernels_per_device(t, len(t.devices)), want)
+    act = t.is_device_activity()
+    for d in range(len(t.devices)):
+        ev = np.flatnonzero(act & (dev == d))
+        coll = np.array([is_collective_kernel(t.strings[int(x)]) for x in t.name[ev]], bool)
+        assert coll.any() and not coll.all()
+        assert F._collective_ps(t, d) == int(t.dur[ev[coll]].sum())
