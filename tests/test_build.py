@@ -631,3 +631,20 @@ def test_per_op_stat_lookup_a_block_at_a_time(block, monkeypatch):
         got = A._lookup(st, ops, memo)
         assert got.tolist() == want[name].tolist(), name
     assert len(memo) == 1 and (want["plain"] >= 0).sum() > 20
+
+
+def test_depth_is_one_byte_unless_a_track_nests_deeper_than_127():
+    """The model's depth column is int8 for the usual nesting and int16 where an event
+    sits deeper than 127, with the same depths either way (and the same nesting levels)."""
+    from tb_perfdiag.testing import TraceBuilder
+    for levels, dtype in ((128, np.int8), (129, np.int16)):
+        b = TraceBuilder()
+        th = b.thread("deep")
+        ops = [b.op(th, f"f{i}", float(i), float(2000 - 2 * i)) for i in range(levels)]
+        b.op(b.thread("flat"), "g", 0.0, 5.0)
+        t = b.build()
+        assert t.depth.dtype == dtype
+        assert [int(t.depth[o.index]) for o in ops] == list(range(levels))
+        got = [(idx.tolist(), p.tolist()) for idx, p in t.nested_levels()]
+        assert [x for x, _ in got] == [[ops[i].index] for i in range(1, levels)]
+        assert [p for _, p in got] == [[ops[i - 1].index] for i in range(1, levels)]

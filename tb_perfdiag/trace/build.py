@@ -356,6 +356,8 @@ def assemble(path: str, fmt: str, strings: StringTable | Strings, tracks: Tracks
         kind = kind[order]
     del order
     depth, parent = nest(track, ts, dur, idx_dtype)
+    if depth.size and int(depth.max()) <= np.iinfo(np.int8).max:
+        depth = depth.astype(np.int8)   # nearly every trace nests under 128 deep: 38 MB at 40 M
 
     out_stats = {}
     # consumed as remapped: the raw stat columns are freed one by one, not all at the end.

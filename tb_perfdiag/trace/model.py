@@ -309,7 +309,8 @@ class Trace:
     track: np.ndarray                   # int32
     name: np.ndarray                    # int32 index into strings
     kind: np.ndarray                    # int8 EventKind
-    depth: np.ndarray                   # int16 nesting depth on its track (0 = outermost)
+    depth: np.ndarray                   # int8 nesting depth on its track (0 = outermost;
+                                        # int16 where some event is deeper than 127)
     parent: np.ndarray                  # int32 enclosing event on the same track, -1 if none
     stats: dict = field(default_factory=dict)   # name → Stat
     # links (src → dst event indices)
@@ -436,7 +437,7 @@ class Trace:
         value flow from every event to the events it encloses in depth-many array steps."""
         if self.n_events == 0:
             return
-        # only the nested events, by depth (int16: a radix sort); level 0 has no parent
+        # only the nested events, by depth (int8 or int16: a radix sort); level 0 has no parent
         nested = np.flatnonzero(self.depth > 0)
         if nested.size == 0:
             return
