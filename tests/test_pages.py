@@ -14,7 +14,7 @@ pytestmark = pytest.mark.skipif(not pages.available(),
                                 reason="the C extension is not built here")
 
 MB = 1 << 20
-BIG = 40 * MB                       # above the handler's 4 MB line: a large block
+BIG = 40 * MB                       # above the handler's 32 MB line: a large block
 
 
 def _handler_name(a=None):
@@ -93,11 +93,11 @@ def test_reused_zeros_are_not_touched_whole():
 @pytest.mark.skipif(not os.path.exists("/proc/self/statm") or
                     os.confstr("CS_GNU_LIBC_VERSION") is None, reason="glibc on Linux only")
 def test_the_last_scope_gives_malloc_heap_back():
-    """Arrays under the 4 MB line live in malloc's heap once glibc has raised its mmap
+    """Arrays under the 32 MB line live in malloc's heap once glibc has raised its mmap
     threshold; what a scope freed there goes back to the system when the last scope
     ends, while an array still alive keeps its pages."""
     with pages.recycled_pages():
-        np.ones(7 * MB // 16).sum()     # an mmap'd 3.5 MB block freed: glibc raises its threshold
+        np.ones(24 * MB // 8).sum()     # an mmap'd block freed: glibc raises its threshold
         many = [np.ones(MB // 8 * 3) for _ in range(60)]        # 180 MB in the heap
         keep = np.ones(MB // 8 * 3)     # above them: the heap's top stays in use
         del many
@@ -109,12 +109,12 @@ def test_the_last_scope_gives_malloc_heap_back():
 
 def test_extension_columns_of_final_size_under_the_line_come_from_the_heap():
     """A column the extension makes at its final size (a C pass's result) is a small
-    block under the 4 MB line, from malloc's heap that freed arrays return to, and a
+    block under the 32 MB line, from malloc's heap that freed arrays return to, and a
     big block from it; its values are the pass's either way."""
     from tb_perfdiag.trace.extension import native_fn
     search = native_fn("sorted_search")
     a = np.arange(0, 4 * MB, 2, dtype=np.int64)
-    for n, big in ((MB // 4, False), (MB, True)):           # 2 MB and 8 MB of int64
+    for n, big in ((MB, False), (5 * MB, True)):            # 8 MB and 40 MB of int64
         keys = np.arange(n, dtype=np.int64)
         with pages.recycled_pages():
             s0 = pages.stats()

@@ -247,7 +247,8 @@ def op_runs(trace: Trace, ops: np.ndarray, memo: dict | None = None):
 
 
 # ops per block where a pass over all of a device's ops is cut into blocks: an int64
-# column of a block stays under 32 MB (a kept block of ``trace.pages`` serves it)
+# column of a block stays under the 32 MB from which arrays take pages of their own
+# (``trace.pages``; malloc's heap reuses smaller ones without faulting them in again)
 _BLOCK = (1 << 22) - (1 << 12)
 
 
