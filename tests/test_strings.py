@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tb_perfdiag.trace import strings as S
-from tb_perfdiag.trace.strings import Strings, contains_text, strings_nbytes
+from tb_perfdiag.trace.strings import Strings, contains_text, joined, strings_nbytes, take
 
-_TEXT = st.text(alphabet=st.characters(codec="utf-8") | st.sampled_from(["\ud800", "\udfff", "\0"]),
+_TEXT = st.text(alphabet=st.characters(codec="utf-8") | st.sampled_from(["\ud800", "\udfff", "\0", "\n"]),
                 max_size=6)
 # few characters: probes that are prefixes, suffixes and joins of the strings are common
 _NARROW = st.text(alphabet=st.sampled_from(["a", "b", "é", "\0", "\ud800", "\U0001f600"]),
@@ -45,6 +45,11 @@ def test_like_a_list(items, block):
     _same(items, got)
     back = pickle.loads(pickle.dumps(got))
     _same(items, back)
+    ids = [i for i in range(len(items)) for _ in range(i % 3)]
+    assert got.take(ids) == take(items, ids) == [items[i] for i in ids]
+    for stop in (None, 0, 1, 3, 100):
+        want = None if any("\n" in x for x in items[:stop]) else "\n".join(items[:stop])
+        assert got.joined(stop) == joined(items, stop) == want
 
 
 @settings(max_examples=150, deadline=None)
@@ -109,3 +114,19 @@ def test_readers_give_compact_strings(fmt):
     assert isinstance(t.strings, Strings)
     assert t.event_name(op.index) == "aten::mm"
     assert t.strings.index("aten::mm") == int(t.name[op.index])
+
+
+@pytest.mark.parametrize("names, want", [
+    (["aten__convolution", "x"], "pytorch_xla"), (["x", "jit(train_step)"], "jax"),
+    (["a\n__inference_f", "b"], "xla"), (["b", "__inference_f_12"], "tensorflow"),
+    (["XjaxY"], "xla"), (["rejit(x)"], "xla")])
+def test_the_framework_is_found_in_the_joined_names_as_in_each(names, want):
+    """The framework test searches the names as one text, a line each: the same answer
+    as a search of each name, with ``^`` at each name's start, and never across two."""
+    from types import SimpleNamespace
+    from tb_perfdiag.analysis import culprits as CU
+    for strings in (names, Strings(names)):
+        t = SimpleNamespace(format="xspace", strings=strings, track_name=["python"])
+        got = CU.framework(t)
+        assert got == {"pytorch_xla": CU.PYTORCH_XLA, "jax": CU.JAX,
+                       "tensorflow": CU.TENSORFLOW, "xla": CU.XLA}[want], (strings, got)

@@ -11,6 +11,7 @@ import numpy as np
 
 from ..trace.build import distinct
 from ..trace.model import EventKind as K, Trace
+from ..trace.strings import joined
 
 PYTORCH, PYTORCH_XLA, JAX, TENSORFLOW, XLA = "pytorch", "pytorch_xla", "jax", "tensorflow", "xla"
 
@@ -19,15 +20,21 @@ _TORCH_XLA = re.compile(r"XLAGraphExecutor|StepMarker|PjRtComputationClient|Sync
 _JAX = re.compile(r"^PjitFunction|backend_compile|pxla|^jit\(|jax\.|\$api\.py|jaxlib")
 _TF = re.compile(r"^__inference_|EagerKernelExecute|EagerExecute|tf_Compute|"
                  r"ExecutorState::Process|FunctionRun|tf\.data|Iterator::")
+# the same, searched over names joined a line each ("^" at each name's start)
+_BY_LINE = {rx: re.compile(rx.pattern, re.M) for rx in (_TORCH_XLA, _JAX, _TF)}
 
 
 def framework(trace: Trace) -> str:
     """The framework that wrote the trace, from its format and names."""
     if trace.format == "kineto":
         return PYTORCH
-    names = trace.strings[:200_000] + list(trace.track_name)
+    # the names searched as one text, a line each (no string decoded on its own)
+    text = joined(trace.strings, 200_000)
+    names = trace.strings[:200_000] if text is None else []
+    tracks = list(trace.track_name)
     for rx, fw in ((_TORCH_XLA, PYTORCH_XLA), (_JAX, JAX), (_TF, TENSORFLOW)):
-        if any(rx.search(n) for n in names):
+        if (text is not None and _BY_LINE[rx].search(text)) or \
+                any(rx.search(n) for n in names) or any(rx.search(n) for n in tracks):
             return fw
     return XLA
 

@@ -38,6 +38,7 @@ import numpy as np
 from ..trace.classify import memcpy_kind
 from ..trace.extension import native_fn
 from ..trace.model import DEVICE_ACTIVITY, EventKind as K, Trace, search
+from ..trace.strings import take
 from .annotations import _at, _lookup
 from .result import DeviceOpTable, OpClass, Overlap
 from .shares import LAUNCH_LATENCY_PS
@@ -255,9 +256,10 @@ def _sum(key: np.ndarray, n: int, w: np.ndarray | None = None) -> np.ndarray:
     return out
 
 
-def _pick(values: list, idx: np.ndarray) -> list:
-    """``[values[i] for i in idx]``, without a Python frame per item."""
-    return list(map(values.__getitem__, idx.tolist()))
+def _pick(values, idx: np.ndarray) -> list:
+    """``[values[i] for i in idx]``, without a Python frame per item (the trace's strings
+    decoded in one call)."""
+    return take(values, idx.tolist())
 
 
 def _labels(trace: Trace, ops: np.ndarray, kind: np.ndarray, memo: dict):

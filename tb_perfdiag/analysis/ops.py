@@ -16,6 +16,7 @@ import numpy as np
 
 from ..trace.build import native_fn
 from ..trace.model import DEVICE_ACTIVITY, EventKind as K, Trace, TrackKind
+from ..trace.strings import take
 from .result import OpTable
 
 _NOT_OPS = (K.STEP, K.PYTHON, K.ANNOTATION, K.IDLE, K.DEVICE_OTHER)
@@ -34,7 +35,7 @@ def op_table(trace: Trace, ev_step: np.ndarray, typical: np.ndarray) -> OpTable:
     got = _native_counts(trace, ev_step, typical, dev_kinds, not_op, on_device)
     ids, cnt, tim, kind_of = got if got is not None else \
         _counts(trace, ev_step, typical, dev_kinds, not_op, on_device)
-    names = [trace.strings[i] for side in (0, 1) for i in ids[side].tolist()]
+    names = take(trace.strings, ids[0].tolist()) + take(trace.strings, ids[1].tolist())
     device = np.concatenate([np.full(x.shape[0], side == 1) for side, x in enumerate(ids)])
     c = np.concatenate(cnt).reshape(-1, 3)
     t = np.concatenate(tim).reshape(-1, 3)
