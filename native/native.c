@@ -167,6 +167,31 @@ static PyObject *new_column(Py_ssize_t n) {
 
 #define COL_DATA(o) (((Column *)(o))->data)
 
+/* a signed integer column of 1, 2, 4 or 8 bytes a value, read or written as int64: the
+   analysis holds step columns as narrow as their values allow (a step per event: int8
+   where the steps are few, 114 MB fewer than int32 at 40 M events) */
+static inline int64_t int_at(const void *p, int width, Py_ssize_t i) {
+    switch (width) {
+    case 1: return ((const int8_t *)p)[i];
+    case 2: return ((const int16_t *)p)[i];
+    case 4: return ((const int32_t *)p)[i];
+    default: return ((const int64_t *)p)[i];
+    }
+}
+
+static inline void int_put(void *p, int width, Py_ssize_t i, int64_t v) {
+    switch (width) {
+    case 1: ((int8_t *)p)[i] = (int8_t)v; break;
+    case 2: ((int16_t *)p)[i] = (int16_t)v; break;
+    case 4: ((int32_t *)p)[i] = (int32_t)v; break;
+    default: ((int64_t *)p)[i] = v;
+    }
+}
+
+static inline int int_width_ok(int width) {
+    return width == 1 || width == 2 || width == 4 || width == 8;
+}
+
 /* a new_column shortened to n bytes (the pages past them go back) */
 static void column_cut(PyObject *o, size_t n) {
     Column *c = (Column *)o;
@@ -3583,12 +3608,16 @@ static PyObject *op_counts(PyObject *self, PyObject *args) {
     int32_t *dense = NULL;
     Py_ssize_t n = nmb.len / 4, n_tr = odb.len, n_typ = tyb.len;
     if (nmb.len % 4 || kdb.len != n || trb.len != n * 4 || drb.len != n * 8 ||
-        stb.len != n * 4 || dkb.len != 256 || nob.len != 256 || n_str < 0) {
+        (n ? stb.len % n || !int_width_ok((int)(stb.len / n)) : stb.len != 0) || dkb.len != 256 ||
+        nob.len != 256 || n_str < 0) {
         PyErr_SetString(PyExc_ValueError, "op_counts: want int32 name, int8 kind, int32 track, "
-                        "int64 dur, int32 step, bool typical, bool per track, two 256 tables");
+                        "int64 dur, int8/16/32/64 step, bool typical, bool per track, two 256 "
+                        "tables");
         goto done;
     }
-    const int32_t *name = nmb.buf, *track = trb.buf, *step = stb.buf;
+    const int32_t *name = nmb.buf, *track = trb.buf;
+    const void *step = stb.buf;
+    int step_w = n ? (int)(stb.len / n) : 4;
     const uint8_t *kind = kdb.buf, *typical = tyb.buf, *on_dev = odb.buf, *dev_kind = dkb.buf,
                   *not_op = nob.buf;
     const int64_t *dur = drb.buf;
@@ -3642,7 +3671,7 @@ static PyObject *op_counts(PyObject *self, PyObject *args) {
         for (Py_ssize_t i = 0; i < n; i++) {
             int sd = OPC_SIDE(i);
             if (sd < 0) continue;
-            int32_t st = step[i];
+            int64_t st = int_at(step, step_w, i);
             int cell = st < 0 ? 0 : (n_typ == 0 || st >= n_typ) ? 1 : typical[st] ? 2 : 1;
             Py_ssize_t c = 3 * (Py_ssize_t)(dense[sd * n_str + name[i]] - 1) + cell;
             cnt[sd][c]++;
@@ -3691,7 +3720,7 @@ enum { OC_STEP, OC_DL, OC_POS, OC_CNT, OC_TIM, OC_RCNT, OC_RTIM, OC_RPOS, OC_RSC
 
 /* the cell code of op i: (launching step, n_steps for none) × n_dl + device × n_lab +
  * group, step-major so that a step's cells lie together */
-#define OC_STEP_OF(i) ((Py_ssize_t)(stp[i] < 0 ? n_steps : stp[i]))
+#define OC_STEP_OF(i) ((Py_ssize_t)(int_at(stp, stp_w, i) < 0 ? n_steps : int_at(stp, stp_w, i)))
 #define OC_CODE(i) (OC_STEP_OF(i) * n_dl + (Py_ssize_t)(dvc ? dvc[i] : 0) * n_lab + lab[i])
 
 /* a row's sums, together: the pass over the ops meets the rows in any order */
@@ -3756,13 +3785,16 @@ static PyObject *op_cells(PyObject *self, PyObject *args) {
     Py_ssize_t n = lb.len / 4, n_cells = 0, n_kept = 0;
     Py_ssize_t n_dl = n_dev * n_lab, n_codes = (n_steps + 1) * n_dl;
     Py_ssize_t n_sd = (n_steps + 1) * n_dev;
-    const int32_t *lab = lb.buf, *stp = sb.buf, *dvc = vb.len ? vb.buf : NULL;
+    const int32_t *lab = lb.buf, *dvc = vb.len ? vb.buf : NULL;
+    const void *stp = sb.buf;
+    int stp_w = n ? (int)(sb.len / n) : 4;
     const unsigned char *typ = tb.len ? tb.buf : NULL;
-    if (lb.len % 4 || sb.len != lb.len || (vb.len && vb.len != lb.len) || db.len != 8 * n ||
+    if (lb.len % 4 || (n ? sb.len % n || !int_width_ok(stp_w) : sb.len != 0) ||
+            (vb.len && vb.len != lb.len) || db.len != 8 * n ||
             fb.len != n || n_steps < 0 || n_dev <= 0 || n_lab <= 0 || n >= INT32_MAX ||
             n_codes / n_dl != n_steps + 1 || (tb.len && tb.len != n_steps) || keep < 0) {
-        PyErr_SetString(PyExc_ValueError, "op_cells: want int32 label, step and device (or "
-                        "none), int64 dur, bool short of one length, bool typical per step "
+        PyErr_SetString(PyExc_ValueError, "op_cells: want int32 label, int8/16/32/64 step, int32 "
+                        "device (or none), int64 dur, bool short of one length, bool typical per step "
                         "(or none), keep >= 0");
         goto done;
     }
@@ -3778,7 +3810,8 @@ static PyObject *op_cells(PyObject *self, PyObject *args) {
         Py_BEGIN_ALLOW_THREADS
         for (Py_ssize_t i = 0; i < n; i++) {
             int32_t d = dvc ? dvc[i] : 0;
-            if (lab[i] < 0 || lab[i] >= n_lab || stp[i] > n_steps || d < 0 || d >= n_dev) {
+            int64_t st = int_at(stp, stp_w, i);
+            if (lab[i] < 0 || lab[i] >= n_lab || st < -1 || st > n_steps || d < 0 || d >= n_dev) {
                 bad = 1;
                 break;
             }
@@ -4266,11 +4299,11 @@ static PyObject *order_by_step(PyObject *self, PyObject *args) {
     /* with `at` (int32 or int64 event indices), op i's step is step[at[i]]: no column of
        the ops' steps (80 MB at 20 M ops, held at the gap loop's peak) */
     int indirect = ab.buf != NULL;
-    Py_ssize_t n_step = (width == 4 || width == 8) ? sb.len / width : 0;
+    Py_ssize_t n_step = int_width_ok(width) ? sb.len / width : 0;
     Py_ssize_t n = !indirect ? n_step : (at_width == 4 || at_width == 8) ? ab.len / at_width : 0;
-    if ((width != 4 && width != 8) || sb.len % width || n_steps < 0 ||
+    if (!int_width_ok(width) || sb.len % width || n_steps < 0 ||
         (indirect && ((at_width != 4 && at_width != 8) || ab.len % at_width))) {
-        PyErr_SetString(PyExc_ValueError, "order_by_step: want int32 or int64 steps, n_steps >= 0 "
+        PyErr_SetString(PyExc_ValueError, "order_by_step: want int8/16/32/64 steps, n_steps >= 0 "
                         "(and int32 or int64 event indices into them)");
         goto done;
     }
@@ -4279,8 +4312,8 @@ static PyObject *order_by_step(PyObject *self, PyObject *args) {
     bounds_b = new_column((n_steps + 1) * 8);
     if (!order_b || !bounds_b) goto done;
     {
-        const int32_t *s32 = sb.buf, *a32 = ab.buf;
-        const int64_t *s64 = sb.buf, *a64 = ab.buf;
+        const int32_t *a32 = ab.buf;
+        const int64_t *a64 = ab.buf;
         int64_t *at = (int64_t *)COL_DATA(bounds_b);
         char *o = COL_DATA(order_b);
         int bad = 0;
@@ -4292,7 +4325,7 @@ static PyObject *order_by_step(PyObject *self, PyObject *args) {
                 if (e_ < 0 || e_ >= n_step) { bad = 2; break; }                         \
                 j_ = (Py_ssize_t)e_;                                                    \
             }                                                                           \
-            st = width == 4 ? s32[j_] : s64[j_];                                        \
+            st = int_at(sb.buf, width, j_);                                             \
         } while (0)
         Py_BEGIN_ALLOW_THREADS
         memset(at, 0, (size_t)(n_steps + 1) * 8);
@@ -4352,28 +4385,30 @@ done:
             int64_t t = (w >= 0 && !(own && own[i])) ? ts[w] : ts[i];                   \
             SS_FIND(int64_t, hs, m, t, t >= last, prev);                                \
             last = t;                                                                   \
-            o[i] = (int64_t)prev - 1;                                                   \
+            int_put(o, out_w, i, (int64_t)prev - 1);                                    \
         }                                                                               \
     } while (0)
 
 static PyObject *steps_of_events(PyObject *self, PyObject *args) {
     Py_buffer tb, wb, ob, hb;
-    int width;
-    if (!PyArg_ParseTuple(args, "y*y*iy*y*", &tb, &wb, &width, &ob, &hb)) return NULL;
+    int width, out_w = 8;
+    if (!PyArg_ParseTuple(args, "y*y*iy*y*|i", &tb, &wb, &width, &ob, &hb, &out_w)) return NULL;
     PyObject *out_b = NULL;
     Py_ssize_t n = tb.len / 8, m = hb.len / 8;
     if (tb.len % 8 || (width != 4 && width != 8) || wb.len != n * width ||
-        (ob.len && ob.len != n) || hb.len % 8) {
+        (ob.len && ob.len != n) || hb.len % 8 || !int_width_ok(out_w) ||
+        (out_w < 8 && m - 1 >= ((int64_t)1 << (8 * out_w - 1)))) {
         PyErr_SetString(PyExc_ValueError, "steps_of_events: want int64 starts, int32 or int64 "
-                        "dispatching events, bool own times (or none), int64 window starts");
+                        "dispatching events, bool own times (or none), int64 window starts "
+                        "(and an answer's width that holds their count)");
         goto done;
     }
-    out_b = new_column(n * 8);
+    out_b = new_column(n * out_w);
     if (!out_b) goto done;
     {
         const int64_t *ts = tb.buf, *hs = hb.buf;
         const uint8_t *own = ob.len ? ob.buf : NULL;
-        int64_t *o = (int64_t *)COL_DATA(out_b);
+        char *o = COL_DATA(out_b);
         int bad = 0, right = 1;            /* windows starting at or before the time */
         for (Py_ssize_t j = 1; j < m; j++)
             if (hs[j] < hs[j - 1]) bad = 2;
@@ -4449,11 +4484,11 @@ static PyMethodDef methods[] = {
      "thin_above entries kept every thin_every-th), total time per bucket) of "
      "analysis.hostline"},
     {"op_counts", op_counts, METH_VARARGS,
-     "op_counts(name_i32, kind_i8, track_i32, dur_i64, step_i32, typical_bool, "
+     "op_counts(name_i32, kind_i8, track_i32, dur_i64, step (int8/16/32/64), typical_bool, "
      "on_device_per_track_bool, device_kinds_256, not_op_256, n_strings) -> per side "
      "(ids, counts, times, kinds) of analysis.ops.op_table"},
     {"op_cells", op_cells, METH_VARARGS,
-     "op_cells(label_i32, step_i32, device_i32 or b\"\", dur_i64, short_bool, typical_bool or b\"\", "
+     "op_cells(label_i32, step (int8/16/32/64), device_i32 or b\"\", dur_i64, short_bool, typical_bool or b\"\", "
      "n_steps, n_dev, n_lab, keep) -> the cells and rows of "
      "analysis.device_ops._cells"},
     {"top_self_ops", top_self_ops, METH_VARARGS,
@@ -4471,8 +4506,8 @@ static PyMethodDef methods[] = {
      "bounds int64 bytes): the ops by step, -1 first, stable; see "
      "analysis.steps.launched_busy"},
     {"steps_of_events", steps_of_events, METH_VARARGS,
-     "steps_of_events(ts_i64, who_i32_or_i64, width, own_bool or b\"\", window_starts_i64) "
-     "-> int64 bytes: per event the last window starting at or before its dispatcher's "
+     "steps_of_events(ts_i64, who_i32_or_i64, width, own_bool or b\"\", window_starts_i64"
+     "[, out_width 1/2/4/8]) -> int64 bytes (or out_width's): per event the last window starting at or before its dispatcher's "
      "start (or its own); see analysis.steps.launching_steps"},
     {"sorted_search", sorted_search, METH_VARARGS,
      "sorted_search(a, v, width (4 or 8), right) -> int64 bytes of np.searchsorted(a, v, "

@@ -406,10 +406,11 @@ _OP_TABLE_FILES = [
 
 @pytest.mark.parametrize("rel", _OP_TABLE_FILES)
 @pytest.mark.parametrize("n_steps", [0, 1, 7])
-def test_op_counts_in_c_are_the_numpy_ones(rel, n_steps):
+@pytest.mark.parametrize("step_type", [np.int8, np.int16, np.int32])
+def test_op_counts_in_c_are_the_numpy_ones(rel, n_steps, step_type):
     """The op table's counts and times per name and cell from the C pass equal the numpy
     chunks', host and device side, with events outside every step and steps both typical
-    and not (and no steps at all)."""
+    and not (and no steps at all), for each width the analysis holds steps in."""
     from pathlib import Path
 
     import tb_perfdiag.trace as T
@@ -418,7 +419,7 @@ def test_op_counts_in_c_are_the_numpy_ones(rel, n_steps):
     path = Path(__file__).resolve().parent.parent / rel
     t = T.load(str(path))
     rng = np.random.default_rng(n_steps)
-    ev_step = rng.integers(-1, max(n_steps, 1), t.n_events).astype(np.int32)
+    ev_step = rng.integers(-1, max(n_steps, 1), t.n_events).astype(step_type)
     if n_steps == 0:
         ev_step[:] = -1
     typical = rng.random(n_steps) < 0.6

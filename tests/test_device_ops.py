@@ -399,6 +399,12 @@ def test_cells_native_and_numpy_agree(monkeypatch):
             assert a.dtype == b.dtype and np.array_equal(a, b), what
         return native
     got = both(label, step, dev, dur, short, typical, n_steps, n_dev, n_lab, 0)
+    # the steps as the analysis holds them (int8 where few, int16): the same cells
+    for narrow in (np.int8, np.int16):
+        other = both(label, step.astype(narrow), dev, dur, short, typical, n_steps, n_dev,
+                     n_lab, 0)
+        for what in D._Cells._fields:
+            assert np.array_equal(getattr(other, what), getattr(got, what)), what
     assert not got.sd_rest.any()
     assert got.r_count[5] == 0 and got.r_pos[5] == -1
     # the figures themselves, on one row, one cell and one (step, device)
@@ -451,6 +457,12 @@ def test_cells_native_and_numpy_agree(monkeypatch):
     # out of range is refused, not read past
     with pytest.raises(ValueError):
         D._native.op_cells(one, one, b"", one.astype(np.int64), one > 5, b"\x01", 1, 1, 5, 0)
+    with pytest.raises(ValueError):                 # narrow steps out of range alike
+        D._native.op_cells(one, one.astype(np.int8), b"", one.astype(np.int64), one > 5,
+                           b"\x01", 1, 1, 5, 0)
+    with pytest.raises(ValueError):                 # steps of no width the pass reads
+        D._native.op_cells(one, np.zeros(30, np.uint8), b"", one.astype(np.int64), one > 5,
+                           b"\x01", 1, 1, 5, 0)
 
 
 @pytest.mark.parametrize("copies", [1, 40])       # a few matches, and many

@@ -5,6 +5,7 @@ Times are µs; the builder's XSpace keeps picoseconds."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import tb_perfdiag
 from tb_perfdiag.analysis.attribution import VIA_REGION, origins, root_origin, run_dispatch
@@ -434,7 +435,7 @@ def test_launched_busy_equals_each_steps_own_union_at_any_scale():
 
 def test_order_by_step_in_c_is_numpys_stable_sort(monkeypatch):
     """The ops by step (none first), stable, and where each step's ops end: the C
-    counting sort equals numpy's stable argsort and counts, for int32 and int64 steps,
+    counting sort equals numpy's stable argsort and counts, for int8 to int64 steps,
     steps with no ops, all ops of no step, and no ops; a step out of range is refused."""
     from tb_perfdiag.analysis.steps import order_by_step
     from tb_perfdiag.trace.extension import native_fn
@@ -445,7 +446,9 @@ def test_order_by_step_in_c_is_numpys_stable_sort(monkeypatch):
     cases = [(rng.integers(-1, n, m), n) for n, m in ((1, 50), (7, 1000), (300, 20_000))]
     cases += [(np.full(30, -1), 4), (np.zeros(0, np.int64), 5), (np.array([2, 0, 2, 1]), 0 + 3)]
     for step, n in cases:
-        for dt in (np.int32, np.int64):
+        for dt in (np.int8, np.int16, np.int32, np.int64):
+            if np.iinfo(dt).max < n + 9:      # the analysis narrows steps only so far
+                continue
             st = step.astype(dt)
             o, b = order_by_step(st, n)
             assert o.dtype == np.int32 and b.shape == (n + 1,)
@@ -484,30 +487,42 @@ def test_steps_by_dispatch_in_c_are_numpys(monkeypatch):
     from tb_perfdiag.analysis import steps as S
     from tb_perfdiag.trace.build import native_fn
     if native_fn("steps_of_events") is None:
-        import pytest
         pytest.skip("the native extension is not built (setup.py build_ext)")
     rng = np.random.default_rng(3)
     n = 20000
     ts = np.concatenate([np.sort(rng.integers(-10**6, 10**9, n // 4)) for _ in range(4)])
     moved = rng.choice(n, n // 20, replace=False)            # some out of order
     ts[moved] = rng.integers(-10**6, 2 * 10**9, moved.shape[0])
-    host_start = np.sort(rng.integers(0, 10**9, 300))
-    host_start[10:14] = host_start[10]                       # equal starts
-    at = rng.choice(n, n // 10, replace=False)               # times on a window's start
-    ts[at] = rng.choice(host_start, at.shape[0])
-    steps = types.SimpleNamespace(host_start=host_start)
-    trace = types.SimpleNamespace(ts=ts)
-    for dtype in (np.int32, np.int64):
-        who = np.where(rng.random(n) < 0.3, rng.integers(0, n, n), -1).astype(dtype)
-        for own in (None, rng.random(n) < 0.2):
-            got = S.steps_by_dispatch(trace, steps, who, own)
-            use = who >= 0 if own is None else (who >= 0) & ~own
-            want = np.searchsorted(host_start, np.where(use, ts[np.maximum(who, 0)], ts),
-                                   side="right") - 1
-            np.testing.assert_array_equal(got, want)
-            assert got.dtype == np.int64 and (got == -1).any() and (got == 299).any()
-    monkeypatch.setenv("TB_PERFDIAG_NO_NATIVE", "1")
-    np.testing.assert_array_equal(S.steps_by_dispatch(trace, steps, who, own), got)
+    # the answer is as narrow as the steps allow: int8 up to 126 windows, int16 past them
+    for n_win, narrow in ((126, np.int8), (127, np.int16), (300, np.int16)):
+        host_start = np.sort(rng.integers(0, 10**9, n_win))
+        host_start[10:14] = host_start[10]                       # equal starts
+        ts_w = ts.copy()
+        at = rng.choice(n, n // 10, replace=False)               # times on a window's start
+        ts_w[at] = rng.choice(host_start, at.shape[0])
+        steps = types.SimpleNamespace(host_start=host_start)
+        trace = types.SimpleNamespace(ts=ts_w)
+        for dtype in (np.int32, np.int64):
+            who = np.where(rng.random(n) < 0.3, rng.integers(0, n, n), -1).astype(dtype)
+            for own in (None, rng.random(n) < 0.2):
+                got = S.steps_by_dispatch(trace, steps, who, own)
+                use = who >= 0 if own is None else (who >= 0) & ~own
+                want = np.searchsorted(host_start, np.where(use, ts_w[np.maximum(who, 0)],
+                                                            ts_w), side="right") - 1
+                np.testing.assert_array_equal(got, want)
+                assert got.dtype == narrow and (got == -1).any() and (got == n_win - 1).any()
+        monkeypatch.setenv("TB_PERFDIAG_NO_NATIVE", "1")
+        plain = S.steps_by_dispatch(trace, steps, who, own)
+        np.testing.assert_array_equal(plain, got)
+        assert plain.dtype == narrow
+        monkeypatch.delenv("TB_PERFDIAG_NO_NATIVE")
+    # an answer's width too narrow for the windows is refused, not wrapped
+    fn = native_fn("steps_of_events")
+    hs = np.arange(200, dtype=np.int64)
+    with pytest.raises(ValueError):
+        fn(np.zeros(3, np.int64), np.full(3, -1, np.int32), 4, b"", hs, 1)
+    assert np.frombuffer(fn(np.full(3, 150, np.int64), np.full(3, -1, np.int32), 4, b"", hs,
+                            2), np.int16).tolist() == [150] * 3
 
 
 def _testdata_traces() -> list:

@@ -178,7 +178,10 @@ def _cells(label: np.ndarray, step: np.ndarray, dev: np.ndarray | None, dur: np.
     # numpy path needs (an XLA trace: every HLO op of every step a code of its own)
     if native is not None and size <= max(_DENSE_CELLS * 4, 4 * label.shape[0]) \
             and label.shape[0] < 2 ** 31 - 1:
-        got = native(np.ascontiguousarray(label, np.int32), np.ascontiguousarray(step, np.int32),
+        # the steps as narrow as they come (int8 where few: no int32 copy of them)
+        stp = step if step.dtype in (np.int8, np.int16, np.int32, np.int64) else \
+            step.astype(np.int32)
+        got = native(np.ascontiguousarray(label, np.int32), np.ascontiguousarray(stp),
                      b"" if dev is None else np.ascontiguousarray(dev, np.int32),
                      np.ascontiguousarray(dur, np.int64), np.ascontiguousarray(short, np.bool_),
                      np.ascontiguousarray(typical, np.bool_), n_steps, n_dev, n_lab, keep)
