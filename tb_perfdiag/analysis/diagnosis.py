@@ -28,7 +28,7 @@ from .gaps import device_busy, find_gaps, short_gaps, user_threads
 from .hostline import blocking_mask, build_hostlines, event_buckets
 from .intervals import covered, total_length
 from .culprits import framework
-from .eventcodes import EventCodes
+from .eventcodes import EventCodes, FewValues
 from .refs import event_refs
 from .ops import op_table
 from .device_ops import device_op_table, fill_overlap
@@ -173,6 +173,9 @@ def _diagnose(trace: Trace, opt: Options, progress):
                                       paths_out=op_paths)
     users = user_threads(trace, steps.thread) or dispatch_threads(trace, root)
     compilations = usercalls.compilations(trace, steps, root, users)
+    # from here the gaps read it at the ops that end them only: held as a code per event
+    # into its few values (a hundred dispatches at 40 M events: 114 MB fewer)
+    root = FewValues.of(root)
     # the compilation table is the one count: per step, in findings and in the JSON
     n_steps = steps.ids.shape[0]
     compile_ev, compile_step = compilations.event, compilations.step.astype(np.int64)
