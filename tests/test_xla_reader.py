@@ -424,3 +424,26 @@ def test_flow_links_join_each_consumer_to_the_first_producer_of_its_type_and_id(
     assert len(want) > 100
     assert list(zip(src.tolist(), dst.tolist())) == want
     assert (kind == LinkKind.FLOW).all()
+
+
+@pytest.mark.parametrize("lut_max, block", [(1 << 22, 1 << 20), (1 << 22, 2), (0, 3)])
+def test_event_names_by_table_or_search_in_blocks(monkeypatch, lut_max, block):
+    """Each event's name from its metadata id, by a table over the ids or a search of
+    them, a block of events at a time (any block size): the names, and ``<unknown>``
+    for an id the plane has no metadata of, are the same either way."""
+    from tb_perfdiag.testing.xspace import XSpaceWriter, load_xspace
+    monkeypatch.setattr(xspace, "_LUT_MAX", lut_max)
+    monkeypatch.setattr(xspace, "_NAME_BLOCK", block)
+    w = XSpaceWriter()
+    host = w.plane("/host:CPU", id=1)
+    line = host.line(1, "python", timestamp_ns=0)
+    want = []
+    for i in range(9):
+        nm = f"op{i % 4}"
+        host.event(line, nm, offset_ps=i * 10_000, duration_ps=5_000)
+        want.append(nm)
+    line.events[4].metadata_id = 77                    # no such metadata
+    want[4] = "<unknown>"
+    t = load_xspace(w)
+    got = [t.event_name(e) for e in np.argsort(t.ts, kind="stable").tolist()]
+    assert got == want

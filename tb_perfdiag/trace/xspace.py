@@ -38,6 +38,7 @@ MD_STR_STATS = ("hlo_op", "hlo_module", "tf_op", "hlo_category", "source", "shap
 # an HLO instruction's metadata name: "%fusion.3 = f32[8]{0} fusion(…)"
 _HLO_TEXT = re.compile(r"^%([^\s=]+) = ")
 _LUT_MAX = 1 << 22
+_NAME_BLOCK = 1 << 20
 
 
 def _double_bits(v: float) -> int:
@@ -242,22 +243,36 @@ class _PlaneMeta:
                for sname, (rows, vals) in cols.items()}
         return np.asarray(ids, np.int64), out
 
-    def names_of(self, meta_ids: np.ndarray, strings: StringTable) -> np.ndarray:
+    def names_of(self, meta_ids: np.ndarray, strings: StringTable,
+                 out: np.ndarray | None = None) -> np.ndarray:
+        """The name id of each event's metadata (``<unknown>`` where the plane has none
+        of that id), into ``out`` (int32) when given, a block of events at a time: the
+        masks and gathers over a 20 M-event plane at once were 0.4 GB at the read's
+        peak."""
         unknown = strings.intern("<unknown>")
-        if self.ev_ids.shape[0] and 0 <= self.ev_ids[0] and self.ev_ids[-1] < _LUT_MAX:
+        n = meta_ids.shape[0]
+        if out is None:
+            out = np.empty(n, np.int32)
+        ids = self.ev_ids
+        if not ids.shape[0]:
+            out[:] = unknown
+            return out
+        lut = None
+        if 0 <= ids[0] and ids[-1] < _LUT_MAX:
             # metadata ids are small dense integers: a lookup table beats a binary search
-            lut = np.full(int(self.ev_ids[-1]) + 1, unknown, np.int32)
-            lut[self.ev_ids] = self.ev_name_id
-            ok = (meta_ids >= 0) & (meta_ids < lut.shape[0])
-            return np.where(ok, lut[np.where(ok, meta_ids, 0)], unknown).astype(np.int32)
-        pos = np.searchsorted(self.ev_ids, meta_ids)
-        pos = np.minimum(pos, max(self.ev_ids.shape[0] - 1, 0))
-        ok = (self.ev_ids.shape[0] > 0) & (self.ev_ids[pos] == meta_ids) \
-            if self.ev_ids.shape[0] else np.zeros(meta_ids.shape, bool)
-        unknown = strings.intern("<unknown>")
-        if not self.ev_ids.shape[0]:
-            return np.full(meta_ids.shape, unknown, np.int32)
-        return np.where(ok, self.ev_name_id[pos], unknown).astype(np.int32)
+            lut = np.full(int(ids[-1]) + 1, unknown, np.int32)
+            lut[ids] = self.ev_name_id
+        for i in range(0, n, _NAME_BLOCK):
+            m = meta_ids[i:i + _NAME_BLOCK]
+            if lut is not None:
+                ok = (m >= 0) & (m < lut.shape[0])
+                got = lut[np.where(ok, m, 0)]
+            else:
+                pos = np.minimum(np.searchsorted(ids, m), ids.shape[0] - 1)
+                ok = ids[pos] == m
+                got = self.ev_name_id[pos]
+            np.copyto(out[i:i + _NAME_BLOCK], np.where(ok, got, unknown), casting="unsafe")
+        return out
 
 
 def build(path: str, scan: dict, progress=NULL):
@@ -311,7 +326,10 @@ def build(path: str, scan: dict, progress=NULL):
     for pi, (_, pname, pm) in enumerate(planes):
         sel = ev_rows[pi]
         if _size(sel):
-            name[sel] = pm.names_of(ev_meta[sel], strings)
+            if isinstance(sel, slice):
+                pm.names_of(ev_meta[sel], strings, out=name[sel])
+            else:
+                name[sel] = pm.names_of(ev_meta[sel], strings)
             md_ids, cols = pm.op_stats(bool(_DEVICE_PLANE.match(pname)))
             if cols:
                 evs, rows = _events_of_metadata(sel, ev_meta[sel], md_ids)
