@@ -617,3 +617,30 @@ def test_device_windows_read_the_ops_steps_in_place():
     for w, g in zip(want, got):
         assert w.tolist() == g.tolist()
     assert want[0].tolist() != steps.host_start.tolist()    # the ops' ends moved them
+
+
+def test_first_op_of_each_dispatch_read_a_block_at_a_time(monkeypatch):
+    """Each distinct user-thread origin of device work and its first device op (what
+    the compilation table pairs with programs), found a block of events at a time
+    (blocks of 7 and of 1 M), are one pass's over all device ops, on every trace of
+    testdata with device work."""
+    from tb_perfdiag.analysis import usercalls as U
+    from tb_perfdiag.analysis.attribution import host_side, origins, root_origin
+    from tb_perfdiag.trace.build import unique_first
+    checked = 0
+    for path in _testdata_traces():
+        t = tb_perfdiag.load(path)
+        if not t.n_events:
+            continue
+        root = root_origin(t, origins(t)[0])
+        dev = np.flatnonzero(t.is_device_activity() & ~host_side(t))
+        dev = dev[root[dev] >= 0]
+        r = root[dev].astype(np.int64)
+        first = unique_first(r)[1]
+        for block in (7, 1 << 20):
+            monkeypatch.setattr(U, "_BLOCK", block)
+            ops, launches = U.first_op_of_origins(t, root)
+            assert ops.tolist() == dev[first].tolist(), path
+            assert launches.tolist() == r[first].tolist(), path
+        checked += first.size > 1
+    assert checked >= 3
