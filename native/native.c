@@ -3607,15 +3607,18 @@ static PyObject *op_counts(PyObject *self, PyObject *args) {
              *tim_b[2] = {NULL, NULL}, *kind_b[2] = {NULL, NULL};
     int32_t *dense = NULL;
     Py_ssize_t n = nmb.len / 4, n_tr = odb.len, n_typ = tyb.len;
-    if (nmb.len % 4 || kdb.len != n || trb.len != n * 4 || drb.len != n * 8 ||
+    int track_w = n ? (int)(trb.len / n) : 4;
+    if (nmb.len % 4 || kdb.len != n || (n ? trb.len % n || !int_width_ok(track_w) : trb.len != 0) ||
+        drb.len != n * 8 ||
         (n ? stb.len % n || !int_width_ok((int)(stb.len / n)) : stb.len != 0) || dkb.len != 256 ||
         nob.len != 256 || n_str < 0) {
-        PyErr_SetString(PyExc_ValueError, "op_counts: want int32 name, int8 kind, int32 track, "
+        PyErr_SetString(PyExc_ValueError, "op_counts: want int32 name, int8 kind, int8/16/32/64 track, "
                         "int64 dur, int8/16/32/64 step, bool typical, bool per track, two 256 "
                         "tables");
         goto done;
     }
-    const int32_t *name = nmb.buf, *track = trb.buf;
+    const int32_t *name = nmb.buf;
+    const void *track = trb.buf;
     const void *step = stb.buf;
     int step_w = n ? (int)(stb.len / n) : 4;
     const uint8_t *kind = kdb.buf, *typical = tyb.buf, *on_dev = odb.buf, *dev_kind = dkb.buf,
@@ -3628,7 +3631,8 @@ static PyObject *op_counts(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < 2 * n_str; i++) dense[i] = -1;
     /* an event's side: 0 a host op, 1 a device op, -1 neither */
-#define OPC_SIDE(i) (track[i] < 0 || track[i] >= n_tr ? -2 : on_dev[track[i]] ? \
+#define OPC_SIDE(i) (int_at(track, track_w, i) < 0 || int_at(track, track_w, i) >= n_tr ? -2 : \
+                     on_dev[int_at(track, track_w, i)] ? \
                      (dev_kind[kind[i]] ? 1 : -1) : (not_op[kind[i]] ? -1 : 0))
     for (Py_ssize_t i = 0; i < n; i++) {
         int sd = OPC_SIDE(i);
@@ -4484,7 +4488,7 @@ static PyMethodDef methods[] = {
      "thin_above entries kept every thin_every-th), total time per bucket) of "
      "analysis.hostline"},
     {"op_counts", op_counts, METH_VARARGS,
-     "op_counts(name_i32, kind_i8, track_i32, dur_i64, step (int8/16/32/64), typical_bool, "
+     "op_counts(name_i32, kind_i8, track (int8/16/32/64), dur_i64, step (int8/16/32/64), typical_bool, "
      "on_device_per_track_bool, device_kinds_256, not_op_256, n_strings) -> per side "
      "(ids, counts, times, kinds) of analysis.ops.op_table"},
     {"op_cells", op_cells, METH_VARARGS,

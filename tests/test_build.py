@@ -648,3 +648,29 @@ def test_depth_is_one_byte_unless_a_track_nests_deeper_than_127():
         got = [(idx.tolist(), p.tolist()) for idx, p in t.nested_levels()]
         assert [x for x, _ in got] == [[ops[i].index] for i in range(1, levels)]
         assert [p for _, p in got] == [[ops[i - 1].index] for i in range(1, levels)]
+
+
+@pytest.mark.parametrize("n_lines, width", [(1, np.int8), (126, np.int8), (127, np.int16),
+                                             (300, np.int16)])
+def test_track_column_as_narrow_as_the_tracks(n_lines, width):
+    """The model holds each event's track in the narrowest type that also holds the
+    tracks' count (int8 up to 126 tracks, int16 past them): each track's events are
+    still found by its slice."""
+    from tb_perfdiag.testing.xspace import XSpaceWriter, load_xspace
+    from tb_perfdiag.trace.build import track_dtype
+    w = XSpaceWriter()
+    host = w.plane("/host:CPU", id=1)
+    for i in range(n_lines):
+        line = host.line(i + 1, f"thread {i}", timestamp_ns=0)
+        for k in range(1 + i % 3):
+            host.event(line, f"op{k}", offset_ps=k * 10_000, duration_ps=5_000)
+    t = load_xspace(w)
+    assert len(t.track_kind) == n_lines and t.track.dtype == width
+    assert track_dtype(n_lines) == width
+    bounds = t.track_bounds()
+    assert bounds.tolist() == np.searchsorted(t.track.astype(np.int64),
+                                              np.arange(n_lines + 1)).tolist()
+    for tr, (lo, hi) in enumerate(t.track_slices(range(n_lines))):
+        assert hi - lo == 1 + int(t.track_name[tr].split()[-1]) % 3
+        assert (t.track[lo:hi] == tr).all()
+    assert track_dtype(32766) == np.int16 and track_dtype(32767) == np.int32

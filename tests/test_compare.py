@@ -436,3 +436,11 @@ def test_op_counts_in_c_are_the_numpy_ones(rel, n_steps, step_type):
     for w_part, g_part in zip(want, got):
         for w, g in zip(w_part, g_part):
             np.testing.assert_array_equal(w, g)
+    # the track column in each width the model holds it in (int8 here: few tracks)
+    assert t.track.dtype == np.int8
+    for width in (np.int16, np.int32):
+        t.track = t.track.astype(width)
+        got = O._native_counts(t, ev_step, typical, dev_kinds, not_op, on_device)
+        for w_part, g_part in zip(want, got):
+            for w, g in zip(w_part, g_part):
+                np.testing.assert_array_equal(w, g)

@@ -94,11 +94,12 @@ def _counts(trace: Trace, ev_step: np.ndarray, typical: np.ndarray, dev_kinds, n
 def _native_counts(trace: Trace, ev_step, typical, dev_kinds, not_op, on_device):
     """``_counts`` in two C passes over the events, or None without the extension."""
     fn = native_fn("op_counts")
-    if fn is None or ev_step.dtype not in (np.int8, np.int16, np.int32, np.int64) \
-            or trace.name.dtype != np.int32 \
-            or trace.track.dtype != np.int32:
+    widths = (np.int8, np.int16, np.int32, np.int64)
+    if fn is None or ev_step.dtype not in widths or trace.name.dtype != np.int32 \
+            or trace.track.dtype not in widths:
         return None
-    sides = fn(trace.name, trace.kind, trace.track, np.ascontiguousarray(trace.dur, np.int64),
+    sides = fn(trace.name, trace.kind, np.ascontiguousarray(trace.track),
+               np.ascontiguousarray(trace.dur, np.int64),
                np.ascontiguousarray(ev_step), np.ascontiguousarray(typical, bool),
                np.ascontiguousarray(on_device, bool), dev_kinds, not_op, len(trace.strings))
     ids, cnt, tim, kind_of = [], [], [], []

@@ -358,6 +358,9 @@ def assemble(path: str, fmt: str, strings: StringTable | Strings, tracks: Tracks
     depth, parent = nest(track, ts, dur, idx_dtype)
     if depth.size and int(depth.max()) <= np.iinfo(np.int8).max:
         depth = depth.astype(np.int8)   # nearly every trace nests under 128 deep: 38 MB at 40 M
+    # the track of each event as narrow as the tracks' count allows (a few dozen threads
+    # and streams: int8, 114 MB fewer than int32 at 40 M events, from here to the end)
+    track = track.astype(track_dtype(len(tracks.kind)), copy=False)
 
     out_stats = {}
     # consumed as remapped: the raw stat columns are freed one by one, not all at the end.
@@ -413,6 +416,16 @@ def assemble(path: str, fmt: str, strings: StringTable | Strings, tracks: Tracks
         link_kind=np.asarray(lkind, np.int8),
         metadata=metadata, warnings=warnings,
     )
+
+
+def track_dtype(n_tracks: int) -> np.dtype:
+    """The narrowest signed type of the model's track column for ``n_tracks`` tracks, with
+    room for ``n_tracks`` itself (the bound that searches for a track's events use: a
+    value past the column's type would have numpy cast the whole column to search it)."""
+    for t in (np.int8, np.int16):
+        if n_tracks < np.iinfo(t).max:
+            return np.dtype(t)
+    return np.dtype(np.int32)
 
 
 def compact_stats(trace: Trace) -> None:

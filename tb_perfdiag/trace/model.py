@@ -306,7 +306,7 @@ class Trace:
     # events, sorted by (track, ts, -dur)
     ts: np.ndarray                      # int64 ps
     dur: np.ndarray                     # int64 ps
-    track: np.ndarray                   # int32
+    track: np.ndarray                   # int8, int16 past 126 tracks, int32 past 32766
     name: np.ndarray                    # int32 index into strings
     kind: np.ndarray                    # int8 EventKind
     depth: np.ndarray                   # int8 nesting depth on its track (0 = outermost;
