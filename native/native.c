@@ -3069,25 +3069,29 @@ done:
 static PyObject *corr_links(PyObject *self, PyObject *args) {
     Py_buffer kdb, odb, ixb, vlb;
     unsigned long long host_mask, dev_mask;
-    int wide_out = 1;
-    if (!PyArg_ParseTuple(args, "y*y*y*y*KK|p", &kdb, &odb, &ixb, &vlb, &host_mask, &dev_mask,
-                          &wide_out))
+    int wide_out = 1, val_w = 8;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*KK|pi", &kdb, &odb, &ixb, &vlb, &host_mask, &dev_mask,
+                          &wide_out, &val_w))
         return NULL;
     PyObject *out = NULL, *src_b = NULL, *dst_b = NULL;
-    int64_t *lut = NULL;
-    Py_ssize_t n_ev = kdb.len, m = vlb.len / 8;
+    /* a host event per id, in the answer's index type (int32 below 2**31 events: 80 MB
+       for 20 M ids where int64 was 160, at the read's high-water mark) */
+    void *lut = NULL;
+    Py_ssize_t n_ev = kdb.len, m = (val_w == 4 || val_w == 8) ? vlb.len / val_w : 0;
     /* event indices as the stat holds them (int32 below 2**31 events): an int64 copy of
      * them was 320 MB at 40 M rows */
     int wide_in = m && ixb.len == m * 8;
-    if (odb.len != n_ev || vlb.len % 8 || (ixb.len != m * 4 && ixb.len != m * 8) ||
+    if (odb.len != n_ev || (val_w != 4 && val_w != 8) || vlb.len % val_w ||
+        (ixb.len != m * 4 && ixb.len != m * 8) ||
         (!wide_out && n_ev > INT32_MAX)) {
         PyErr_SetString(PyExc_ValueError, "corr_links: want int8 kind and bool on_device per "
-                        "event, int32 or int64 event indices and int64 ids");
+                        "event, int32 or int64 event indices and int32 or int64 ids");
         goto done;
     }
     const int8_t *kind = kdb.buf;
     const uint8_t *on_dev = odb.buf;
-    const int64_t *val = vlb.buf;
+#define CL_VAL(r) (val_w == 8 ? ((const int64_t *)vlb.buf)[r] : (int64_t)((const int32_t *)vlb.buf)[r])
+#define CL_LUT(v) (wide_out ? ((int64_t *)lut)[v] : (int64_t)((int32_t *)lut)[v])
     const int64_t *idx64 = ixb.buf;
     const int32_t *idx32 = ixb.buf;
 #define CL_IDX(r) (wide_in ? idx64[r] : (int64_t)idx32[r])
@@ -3102,8 +3106,9 @@ static PyObject *corr_links(PyObject *self, PyObject *args) {
             goto done;
         }
         if (!on_dev[e] && CL_KIND_IN(e, host_mask)) {
-            if (n_host == 0 || val[r] < lo) lo = val[r];
-            if (n_host == 0 || val[r] > hi) hi = val[r];
+            int64_t v = CL_VAL(r);
+            if (n_host == 0 || v < lo) lo = v;
+            if (n_host == 0 || v > hi) hi = v;
             n_host++;
         } else if (on_dev[e] && CL_KIND_IN(e, dev_mask)) n_dev++;
     }
@@ -3116,8 +3121,8 @@ static PyObject *corr_links(PyObject *self, PyObject *args) {
         out = Py_None;
         goto done;
     }
-    lut = pages_take(sizeof(int64_t) * (size_t)(hi + 1));
     const size_t w = wide_out ? 8 : 4;
+    lut = pages_take(w * (size_t)(hi + 1));
     src_b = new_column(n_dev * (Py_ssize_t)w);
     dst_b = new_column(n_dev * (Py_ssize_t)w);
     if (!lut || !src_b || !dst_b) {
@@ -3128,19 +3133,22 @@ static PyObject *corr_links(PyObject *self, PyObject *args) {
         char *src = COL_DATA(src_b), *dst = COL_DATA(dst_b);
         Py_ssize_t k = 0;
         Py_BEGIN_ALLOW_THREADS
-        for (int64_t v = 0; v <= hi; v++) lut[v] = -1;
+        memset(lut, 0xff, w * (size_t)(hi + 1));             /* -1 in either width */
         for (Py_ssize_t r = 0; r < m; r++) {
-            int64_t e = CL_IDX(r);
-            if (!on_dev[e] && CL_KIND_IN(e, host_mask) && lut[val[r]] < 0) lut[val[r]] = e;
+            int64_t e = CL_IDX(r), v = CL_VAL(r);
+            if (!on_dev[e] && CL_KIND_IN(e, host_mask) && CL_LUT(v) < 0) {
+                if (wide_out) ((int64_t *)lut)[v] = e;
+                else ((int32_t *)lut)[v] = (int32_t)e;
+            }
         }
         for (Py_ssize_t r = 0; r < m; r++) {
-            int64_t e = CL_IDX(r), v = val[r];
-            if (on_dev[e] && CL_KIND_IN(e, dev_mask) && v >= 0 && v <= hi && lut[v] >= 0) {
+            int64_t e = CL_IDX(r), v = CL_VAL(r);
+            if (on_dev[e] && CL_KIND_IN(e, dev_mask) && v >= 0 && v <= hi && CL_LUT(v) >= 0) {
                 if (wide_out) {
-                    ((int64_t *)src)[k] = lut[v];
+                    ((int64_t *)src)[k] = CL_LUT(v);
                     ((int64_t *)dst)[k] = e;
                 } else {
-                    ((int32_t *)src)[k] = (int32_t)lut[v];
+                    ((int32_t *)src)[k] = (int32_t)CL_LUT(v);
                     ((int32_t *)dst)[k] = (int32_t)e;
                 }
                 k++;
@@ -3152,6 +3160,8 @@ static PyObject *corr_links(PyObject *self, PyObject *args) {
     }
 #undef CL_KIND_IN
 #undef CL_IDX
+#undef CL_VAL
+#undef CL_LUT
     out = PyTuple_Pack(2, src_b, dst_b);
 done:
     Py_XDECREF(src_b);
@@ -4464,8 +4474,8 @@ static PyMethodDef methods[] = {
      "positions in ev of the op before and after) of the gaps at least that long; see "
      "analysis.intervals.union_of_runs"},
     {"corr_links", corr_links, METH_VARARGS,
-     "corr_links(kind_i8, on_device_bool, idx_i32_or_i64, ids_i64, host_kind_bits, "
-     "device_kind_bits[, wide=True]) -> (src, dst) int64 bytes (int32 when not wide), or "
+     "corr_links(kind_i8, on_device_bool, idx_i32_or_i64, ids (int32 or int64), host_kind_bits, "
+     "device_kind_bits[, wide=True, ids_width=8]) -> (src, dst) int64 bytes (int32 when not wide), or "
      "None where the host ids are not "
      "dense; see trace.build.correlation_links"},
     {"parent_down_index", parent_down_index, METH_VARARGS,

@@ -233,13 +233,16 @@ def test_correlation_links_in_c_are_the_numpy_ones(seed, offset):
     vals = rng.integers(0, max(2, n // 2), idx.shape[0]).astype(np.int64) + offset
     with _numpy_only():
         want = B.correlation_links(kind, on_device, idx, vals)
-    # the stat's int32 event indices read as they are, int32 links made directly
-    for ix, dt in ((idx, np.int64), (idx.astype(np.int32), np.int32),
-                   (idx.astype(np.int32), np.int64)):
-        got = B.correlation_links(kind, on_device, ix, vals, dt)
-        assert got[0].dtype == got[1].dtype == dt
-        for w, g in zip(want, got):
-            np.testing.assert_array_equal(w, g)
+    # the stat's int32 event indices and (where they fit) int32 ids read as they are,
+    # int32 links made directly (the C table then holds int32 events)
+    ids = [vals] + ([vals.astype(np.int32)] if offset < 2**31 else [])
+    for vv in ids:
+        for ix, dt in ((idx, np.int64), (idx.astype(np.int32), np.int32),
+                       (idx.astype(np.int32), np.int64)):
+            got = B.correlation_links(kind, on_device, ix, vv, dt)
+            assert got[0].dtype == got[1].dtype == dt
+            for w, g in zip(want, got):
+                np.testing.assert_array_equal(w, g)
 
 
 @settings(max_examples=200, deadline=None)

@@ -314,13 +314,7 @@ def assemble(path: str, fmt: str, strings: StringTable | Strings, tracks: Tracks
     # strings sit in pools that the reader's temporaries left a third full (207 MB for
     # 63 MB of strings at 40 M events)
     frozen = strings if isinstance(strings, Strings) else strings.freeze()
-    # ids as int32 before the events are moved, not after: a correlation id on every
-    # event held as int64 through the moves was 305 MB at 40 M events, at the read's peak
-    for sname in ID_STATS & stats.keys():
-        idx, values, is_string = stats[sname]
-        if not isinstance(values, Coded):
-            stats[sname] = (idx, _narrowed(np.asarray(values)), is_string)
-        del values
+    narrow_id_stats(stats)
     ts = np.asarray(events.pop("ts"), dtype=np.int64)
     dur = np.asarray(events.pop("dur"), dtype=np.int64)
     neg = dur < 0
@@ -418,6 +412,19 @@ def assemble(path: str, fmt: str, strings: StringTable | Strings, tracks: Tracks
     )
 
 
+def narrow_id_stats(stats: dict) -> None:
+    """The id stats of raw ``stats`` ({name: (events, values, is_string)}) as int32 where
+    every value fits, in place.  Before the events are moved, not after: a correlation id
+    on every event held as int64 through the moves was 305 MB at 40 M events, at the
+    read's peak; the readers do it before they link by correlation id, ``assemble`` for
+    those that have not."""
+    for sname in ID_STATS & stats.keys():
+        idx, values, is_string = stats[sname]
+        if not isinstance(values, Coded):
+            stats[sname] = (idx, _narrowed(np.asarray(values)), is_string)
+        del values
+
+
 def track_dtype(n_tracks: int) -> np.dtype:
     """The narrowest signed type of the model's track column for ``n_tracks`` tracks, with
     room for ``n_tracks`` itself (the bound that searches for a track's events use: a
@@ -469,7 +476,8 @@ def correlation_links(kind: np.ndarray, on_device: np.ndarray, idx: np.ndarray,
                       vals: np.ndarray, idx_dtype=np.int64):
     """Host runtime call → device activity carrying the same correlation id.
 
-    ``idx``/``vals``: raw event indices and correlation values; ``on_device``: per raw
+    ``idx``/``vals``: raw event indices and correlation values (int32 or int64 read as
+    they are, else as int64); ``on_device``: per raw
     event, whether it sits on a device track.  The links' event indices are
     ``idx_dtype`` (int32 below 2**31 events: 160 MB less per 20 M links).
     """
@@ -480,14 +488,16 @@ def correlation_links(kind: np.ndarray, on_device: np.ndarray, idx: np.ndarray,
     idx = np.ascontiguousarray(idx)
     if idx.dtype not in (np.int32, np.int64):
         idx = idx.astype(np.int64)
-    vals = np.ascontiguousarray(vals, np.int64)
+    vals = np.ascontiguousarray(vals)
+    if vals.dtype not in (np.int32, np.int64):
+        vals = vals.astype(np.int64)
     fn = native_fn("corr_links")
     if fn is not None and idx.shape == vals.shape:
         bits = lambda kinds: sum(1 << int(k) for k in kinds)  # noqa: E731
         wide = np.dtype(idx_dtype) != np.int32
         got = fn(np.ascontiguousarray(kind, np.int8), np.ascontiguousarray(on_device, bool),
                  idx, vals, bits((K.LAUNCH, K.RUNTIME, K.SYNC)),
-                 bits((K.KERNEL, K.MEMCPY, K.MEMSET)), wide)
+                 bits((K.KERNEL, K.MEMCPY, K.MEMSET)), wide, vals.dtype.itemsize)
         if got is not None:       # else the ids are no counter's: sorted below
             src, dst = (np.frombuffer(x, np.int64 if wide else np.int32) for x in got)
             return src, dst, np.full(src.shape[0], LinkKind.CORRELATION, np.int8)

@@ -18,7 +18,7 @@ from ..progress import NULL
 from ..storage import is_blank, read_ahead
 from . import classify
 from .build import (StringTable, Tracks, assemble, compact_stats, correlation_links, distinct,
-                    unique_inverse)
+                    narrow_id_stats, unique_inverse)
 from .chrome_meta import METADATA_KEYS, metadata_event
 from .model import Device, EventKind as K, TraceError, TrackKind
 
@@ -690,6 +690,7 @@ def build(path: str, scan: dict, progress=NULL):
     strings = strings.freeze()      # the last name is interned: see ``StringTable.freeze``
     del names
 
+    narrow_id_stats(stats)          # the correlation ids as int32 before they are linked
     corr = stats.get("correlation")
     links = correlation_links(kind, ev_device_cat, corr[0] if corr else None,
                               corr[1] if corr else None,

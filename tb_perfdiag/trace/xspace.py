@@ -18,7 +18,7 @@ from ..progress import NULL
 from ..storage import read_bytes
 from . import classify, pages
 from .build import (StringTable, Tracks, assemble, compact_stats, correlation_links, map_distinct,
-                    small_ids, unique_inverse, unique_rows)
+                    narrow_id_stats, small_ids, unique_inverse, unique_rows)
 from .hlo import FIELDS as HLO_FIELDS, hlo_op_metadata
 from .model import Coded, Device, EventKind as K, LinkKind, TraceError, TrackKind, search
 from .xplane_pb import XPlane, XSpace
@@ -434,13 +434,17 @@ def build(path: str, scan: dict, progress=NULL):
     # order are made (see ``StringTable.freeze``)
     strings = strings.freeze()
     links = _flow_links(stats, n)
+    narrow_id_stats(stats)          # the correlation ids as int32 before they are linked
     corr = stats.get("correlation_id")
     if corr is not None:
         on_device = np.asarray(tracks.kind, np.int8)[track] == TrackKind.DEVICE
         idx_dtype = np.int32 if n < 2**31 - 1 else np.int64
         c_links = correlation_links(kind, on_device, corr[0], corr[1], idx_dtype)
         del on_device
-        links = tuple(np.concatenate([a, b], dtype=b.dtype) for a, b in zip(links, c_links))
+        # no copy of the correlation links where no flow precedes them
+        links = tuple(np.concatenate([a, b], dtype=b.dtype) if a.size else b.astype(
+            b.dtype, copy=False) for a, b in zip(links, c_links))
+        del c_links
     del corr                   # assemble narrows its values: this reference would keep them
     metadata = {"hostnames": hostnames}
     origin = _profile_start_ps(planes)
