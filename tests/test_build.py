@@ -67,12 +67,24 @@ def test_nest_matches_stack_walk(seed):
 def test_event_order_equals_lexsort(rows):
     """(track, ts, -dur), exact ties in input order: the C order (counting sort by track,
     a merge sort of the unsorted runs) and the numpy one are ``np.lexsort``'s."""
+    from tb_perfdiag.trace import build as B
     a = np.array(rows, np.int64)
     tr, ts, du = a[:, 0].astype(np.int32), a[:, 1], a[:, 2]
     want = np.lexsort((-du, ts, tr))
     assert event_order(tr, ts, du).tolist() == want.tolist()
     with _numpy_only():
         assert event_order(tr, ts, du).tolist() == want.tolist()
+    # asked for None where nothing moves: None exactly when the order is the identity
+    got = event_order(tr, ts, du, none_if_sorted=True)
+    identity = (want == np.arange(want.shape[0])).all()
+    if B.native_fn("event_order") is not None:
+        assert (got is None) == identity
+    if got is not None:
+        assert got.tolist() == want.tolist()
+    # the same rows put in the model's order: nothing moves
+    o_tr, o_ts, o_du = tr[want], ts[want], du[want]
+    if B.native_fn("event_order") is not None:
+        assert event_order(o_tr, o_ts, o_du, none_if_sorted=True) is None
 
 
 def test_event_order_of_lines_in_time_order_with_a_few_out_of_place():
@@ -593,9 +605,9 @@ def test_the_read_holds_ids_narrow_before_moving_events():
     import tb_perfdiag.trace.build as B
     order = B.event_order
 
-    def spy(*a):
+    def spy(*a, **k):
         seen.append(stats["correlation_id"][1].dtype)   # as the events are about to move
-        return order(*a)
+        return order(*a, **k)
     B.event_order = spy
     try:
         t = assemble("p", "kineto", strings, tracks, [],

@@ -266,8 +266,10 @@ def nest_arrays(track: np.ndarray, ts: np.ndarray, end: np.ndarray) -> tuple[np.
     return depth.astype(np.int16), parent
 
 
-def event_order(track: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
-    """Permutation sorting events by (track, ts, -dur).
+def event_order(track: np.ndarray, ts: np.ndarray, dur: np.ndarray,
+                none_if_sorted: bool = False) -> np.ndarray | None:
+    """Permutation sorting events by (track, ts, -dur); with ``none_if_sorted`` None where
+    the C pass finds them in that order already (no permutation of them all).
 
     Equivalent to ``np.lexsort((-dur, ts, track))`` but much faster on real traces:
     events arrive in long time-ordered runs (one line/thread at a time), which the
@@ -279,8 +281,9 @@ def event_order(track: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> np.ndarra
     if fn is not None and track.dtype == np.int32 and ts.dtype == dur.dtype == np.int64 \
             and int(track.min()) >= 0:
         # a counting sort by track and a check of each track's run (most need no sort)
-        return np.frombuffer(fn(np.ascontiguousarray(track), np.ascontiguousarray(ts),
-                                np.ascontiguousarray(dur), int(track.max()) + 1), np.int64)
+        got = fn(np.ascontiguousarray(track), np.ascontiguousarray(ts),
+                 np.ascontiguousarray(dur), int(track.max()) + 1, none_if_sorted)
+        return None if got is None else np.frombuffer(got, np.int64)
     o = np.argsort(ts, kind="stable")
     tr = track[o]
     small = tr.astype(np.int16) if track.max(initial=0) < 32767 else tr
@@ -328,10 +331,10 @@ def assemble(path: str, fmt: str, strings: StringTable | Strings, tracks: Tracks
     track = np.asarray(events.pop("track"), np.int32)
     # event indices held in the model (parents, stat events, links) are int32
     idx_dtype = np.int32 if ts.shape[0] < 2**31 - 1 else np.int64
-    order = event_order(track, ts, dur)
+    order = event_order(track, ts, dur, none_if_sorted=True)
     name = np.asarray(events.pop("name"), np.int32)
     kind = np.asarray(events.pop("kind"), np.int8)
-    if order.shape[0] > 1 and (order[1:] > order[:-1]).all():
+    if order is None or (order.shape[0] > 1 and (order[1:] > order[:-1]).all()):
         # a rising permutation is the identity: the reader's order is the model's (one
         # line after another, each in time order), and nothing needs moving.  The model
         # owns its columns (analyses write some, as the sorted copies allowed)
