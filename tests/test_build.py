@@ -689,3 +689,47 @@ def test_track_column_as_narrow_as_the_tracks(n_lines, width):
         assert hi - lo == 1 + int(t.track_name[tr].split()[-1]) % 3
         assert (t.track[lo:hi] == tr).all()
     assert track_dtype(32766) == np.int16 and track_dtype(32767) == np.int32
+
+
+def test_a_spread_stat_of_counted_ids_is_held_as_offsets():
+    """Ids counted up along threads and streams (a correlation id on nearly every event)
+    are held as a 16-bit offset per event from their block's least value; blocks whose
+    values lie wider apart (a thread's last ids and the next stream's first, values at
+    random) keep theirs.  Events, values, takes, lookups (any index type, negative
+    ones) and the dense column read as the plain column does, in half its bytes."""
+    from tb_perfdiag.trace import model as M
+    from tb_perfdiag.trace.model import Spread, Stat, spread_if_dense
+    rng = np.random.default_rng(11)
+    n = 300_001                                  # not a whole number of blocks
+    col = np.concatenate([5_000_000 + np.arange(120_000),         # a launch thread
+                          np.arange(170_000) * 3,                 # a stream, gaps of 3
+                          rng.integers(-2**31 + 1, 2**31 - 1, n - 290_000)]).astype(np.int32)
+    absent = np.iinfo(np.int32).min
+    col[rng.random(n) < 0.02] = absent
+    col[4096 * 7:4096 * 8] = absent              # a block with no value at all
+    ev = np.flatnonzero(col != absent).astype(np.int32)
+    sparse = Stat(ev, col[ev])
+    spread = spread_if_dense(sparse, n, False)
+    held = spread._held
+    assert isinstance(held, Spread) and held.column is None and held.codes.dtype == np.uint16
+    assert 0 < held.wide.shape[0] <= 10          # the random tail and the seam
+    assert spread.nbytes() < 0.6 * col.nbytes
+    np.testing.assert_array_equal(spread.events, ev)
+    np.testing.assert_array_equal(spread.values, col[ev])
+    k = rng.integers(0, ev.shape[0], 5000)
+    np.testing.assert_array_equal(spread.take(k), col[ev[k]])
+    for at in (rng.integers(0, n, 7000), rng.integers(0, n, 7000).astype(np.int32),
+               np.array([n - 1, 0, -1, -n]), np.arange(n)):
+        got, has = spread.lookup(at)
+        assert got.dtype == np.int32
+        np.testing.assert_array_equal(has, col[at] != absent)
+        np.testing.assert_array_equal(got[has], col[at][has])
+    for fill in (-1, 7):
+        np.testing.assert_array_equal(spread.dense(n, fill), np.where(col == absent, fill, col))
+    # random values everywhere: too many wide blocks to be worth coding, held plain
+    noisy = rng.integers(-2**31 + 1, 2**31 - 1, n).astype(np.int32)
+    plain = Spread(noisy, absent)
+    assert plain.column is not None and plain.nbytes == noisy.nbytes
+    np.testing.assert_array_equal(plain.at(np.arange(n)), noisy)
+    # a column too short to code stays plain
+    assert Spread(col[:M._FEW_FROM - 1], absent).column is not None

@@ -86,20 +86,105 @@ class Coded:
 
 # events read a block at a time where a column over all of them is not needed
 _BLOCK = 1 << 20
+# events that share a base value in a coded ``Spread`` (a power of two dividing _BLOCK)
+_SPREAD_BLOCK = 1 << 12
 
 
-@dataclass
 class Spread:
-    """Values held as a column over all events, ``absent`` where an event has none: for a
-    stat on nearly every event (a correlation id on 99.99 % of a 40 M-event trace is
-    305 MB as events and values, 152 MB so)."""
+    """Values held over all events, ``absent`` where an event has none: for a stat on
+    nearly every event (a correlation id on 99.99 % of a 40 M-event trace is 305 MB as
+    events and values, 152 MB as an int32 column).  Where the values of each block of
+    ``_SPREAD_BLOCK`` events lie within 65 535 of each other (ids counted up along a
+    thread or a stream), they are a 16-bit offset per event from their block's least
+    value (76 MB); blocks wider than that (a thread's last ids and the next stream's
+    first) keep their values as they are."""
 
-    column: np.ndarray
-    absent: int
+    __slots__ = ("n", "absent", "dtype", "column", "codes", "bases", "wide_of", "wide")
+    _NONE = 0xFFFF            # the code of an event without a value
+
+    def __init__(self, column: np.ndarray, absent: int):
+        self.n, self.absent, self.dtype = column.shape[0], int(absent), column.dtype
+        self.column = column            # the plain column, or None when coded
+        self.codes = self.bases = self.wide_of = self.wide = None
+        self._code()
+
+    def _code(self) -> None:
+        col, b = self.column, _SPREAD_BLOCK
+        n_blocks = -(-self.n // b)
+        if self.n < _FEW_FROM or col.dtype.kind != "i":
+            return
+        bases = np.zeros(n_blocks, np.int64)
+        wide = np.zeros(n_blocks, bool)
+        for i in range(0, n_blocks, _BLOCK // b):            # a chunk of whole blocks
+            part = col[i * b:(i + _BLOCK // b) * b]
+            k = -(-part.shape[0] // b)
+            if part.shape[0] != k * b:                       # the last block, padded
+                part = np.concatenate((part, np.full(k * b - part.shape[0], self.absent,
+                                                     col.dtype)))
+            part = part.reshape(k, b).astype(np.int64)
+            has = part != self.absent
+            lo = np.where(has, part, np.iinfo(np.int64).max).min(axis=1)
+            hi = np.where(has, part, np.iinfo(np.int64).min).max(axis=1)
+            lo = np.where(has.any(axis=1), lo, 0)
+            bases[i:i + k] = lo
+            wide[i:i + k] = has.any(axis=1) & (hi - lo >= self._NONE)
+        wide_blocks = np.flatnonzero(wide)
+        if wide_blocks.shape[0] * 8 > n_blocks:               # coding would save little
+            return
+        codes = np.empty(self.n, np.uint16)
+        for i in range(0, self.n, _BLOCK):
+            v = col[i:i + _BLOCK].astype(np.int64)
+            c = v - np.repeat(bases[i // b:-(-(i + v.shape[0]) // b)], b)[:v.shape[0]]
+            c[v == self.absent] = self._NONE
+            np.copyto(codes[i:i + _BLOCK], c, casting="unsafe")
+        self.wide_of = np.full(n_blocks, -1, np.int32)
+        self.wide_of[wide_blocks] = np.arange(wide_blocks.shape[0], dtype=np.int32)
+        rows = np.full((wide_blocks.shape[0], b), self.absent, col.dtype)
+        for r, blk in enumerate(wide_blocks.tolist()):
+            got = col[blk * b:(blk + 1) * b]
+            rows[r, :got.shape[0]] = got
+        self.codes, self.bases, self.wide = codes, bases, rows
+        self.column = None
+
+    def at(self, idx) -> np.ndarray:
+        """The value of each event of ``idx`` (``absent`` where none)."""
+        if self.column is not None:
+            return self.column[idx]
+        idx = np.asarray(idx)
+        if idx.dtype.kind not in "iu":
+            idx = np.arange(self.n)[idx]
+        idx = np.where(idx < 0, idx + self.n, idx).astype(np.intp, copy=False)
+        blk = idx // _SPREAD_BLOCK
+        c = self.codes[idx]
+        out = (self.bases[blk] + c).astype(self.dtype)
+        out[c == self._NONE] = self.absent
+        w = self.wide_of[blk]
+        on = np.flatnonzero(w >= 0)
+        if on.size:
+            out[on] = self.wide[w[on], idx[on] % _SPREAD_BLOCK]
+        return out
+
+    def blocks(self):
+        """(first event, values) of every event, a block of events at a time."""
+        for i in range(0, self.n, _BLOCK):
+            yield i, (self.column[i:i + _BLOCK] if self.column is not None else
+                      self.at(np.arange(i, min(i + _BLOCK, self.n))))
 
     def events(self) -> np.ndarray:
-        ev = np.flatnonzero(self.column != self.absent)
-        return ev.astype(np.int32) if self.column.shape[0] < 2**31 - 1 else ev
+        dt = np.int32 if self.n < 2**31 - 1 else np.int64
+        parts = [(i + np.flatnonzero(v != self.absent)).astype(dt) for i, v in self.blocks()]
+        return np.concatenate(parts) if parts else np.zeros(0, dt)
+
+    def values(self) -> np.ndarray:
+        parts = [v[v != self.absent] for _, v in self.blocks()]
+        return np.concatenate(parts) if parts else np.zeros(0, self.dtype)
+
+    @property
+    def nbytes(self) -> int:
+        if self.column is not None:
+            return int(self.column.nbytes)
+        return int(self.codes.nbytes + self.bases.nbytes + self.wide_of.nbytes +
+                   self.wide.nbytes)
 
 
 class Stat:
@@ -124,7 +209,7 @@ class Stat:
         """All values (a new array when they are held coded or spread)."""
         v = self._held
         if isinstance(v, Spread):
-            return v.column[v.column != v.absent]
+            return v.values()
         return v.full() if isinstance(v, Coded) else v
 
     @property
@@ -140,7 +225,7 @@ class Stat:
         """``values[k]``, without all the values when they are held coded."""
         v = self._held
         if isinstance(v, Spread):
-            return v.column[self.events[k]]
+            return v.at(self.events[k])
         return v.take(k) if isinstance(v, Coded) else v[k]
 
     def lookup(self, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -149,7 +234,7 @@ class Stat:
         at = np.asarray(at)
         v = self._held
         if isinstance(v, Spread):
-            got = v.column[at]
+            got = v.at(at)
             return got, got != v.absent
         ev = self._events
         if ev.shape[0] == 0 or at.shape[0] == 0:
@@ -163,7 +248,7 @@ class Stat:
         """Bytes of its own (a coded stat's codes are its key's)."""
         v = self._held
         if isinstance(v, Spread):
-            return v.column.nbytes
+            return v.nbytes
         if isinstance(v, Coded):
             return self._events.nbytes + v.table.nbytes + (v.codes.nbytes if v.own else 0)
         return self._events.nbytes + v.nbytes
@@ -171,8 +256,9 @@ class Stat:
     def dense(self, n: int, fill=-1) -> np.ndarray:
         v = self._held
         if isinstance(v, Spread):
-            out = v.column.astype(v.column.dtype if v.column.dtype.kind in "iuf" else np.int64)
-            out[v.column == v.absent] = fill
+            out = np.empty(n, v.dtype if v.dtype.kind in "iuf" else np.int64)
+            for i, got in v.blocks():
+                out[i:i + got.shape[0]] = np.where(got == v.absent, fill, got)
             return out
         values = self.values
         dtype = values.dtype if values.dtype.kind in "iuf" else np.int64
