@@ -4474,6 +4474,63 @@ done:
 
 /* ====================================================================== */
 
+/* np.searchsorted over a sorted int64 column held split (tb_perfdiag.analysis.sortedtimes):
+ * value i is v0 + (high[r] << 32) + low[i] for the run r holding i (runs start at at[r],
+ * at[n_runs] = n).  Per key: the run of its high part by a binary search of the runs,
+ * then its low part among that run's. */
+static PyObject *split_search(PyObject *self, PyObject *args) {
+    Py_buffer hb, ab, lb, kb;
+    long long v0;
+    int right;
+    if (!PyArg_ParseTuple(args, "y*y*y*Ly*p", &hb, &ab, &lb, &v0, &kb, &right)) return NULL;
+    PyObject *out_b = NULL;
+    Py_ssize_t g = hb.len / 8, n = lb.len / 4, m = kb.len / 8;
+    if (hb.len % 8 || ab.len != (g + 1) * 8 || lb.len % 4 || kb.len % 8) {
+        PyErr_SetString(PyExc_ValueError, "split_search: want int64 high parts, int64 run "
+                        "starts (one more), uint32 low parts and int64 keys");
+        goto done;
+    }
+    const int64_t *high = hb.buf, *at = ab.buf, *key = kb.buf;
+    const uint32_t *low = lb.buf;
+    if (at[g] != n) {
+        PyErr_SetString(PyExc_ValueError, "split_search: the runs do not end at the values' end");
+        goto done;
+    }
+    out_b = new_column(m * 8);
+    if (!out_b) goto done;
+    {
+        int64_t *o = (int64_t *)COL_DATA(out_b);
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < m; i++) {
+            if (key[i] < v0) { o[i] = 0; continue; }
+            uint64_t d = (uint64_t)key[i] - (uint64_t)v0;
+            int64_t th = (int64_t)(d >> 32);
+            uint32_t tl = (uint32_t)(d & 0xFFFFFFFFu);
+            Py_ssize_t lo = 0, hi = g;             /* the first run of high part >= th */
+            while (lo < hi) {
+                Py_ssize_t mid = lo + (hi - lo) / 2;
+                if (high[mid] < th) lo = mid + 1;
+                else hi = mid;
+            }
+            if (lo == g || high[lo] != th) { o[i] = at[lo]; continue; }
+            Py_ssize_t a = at[lo], b = at[lo + 1];
+            while (a < b) {
+                Py_ssize_t mid = a + (b - a) / 2;
+                if (right ? low[mid] <= tl : low[mid] < tl) a = mid + 1;
+                else b = mid;
+            }
+            o[i] = a;
+        }
+        Py_END_ALLOW_THREADS
+    }
+done:
+    PyBuffer_Release(&hb);
+    PyBuffer_Release(&ab);
+    PyBuffer_Release(&lb);
+    PyBuffer_Release(&kb);
+    return out_b;
+}
+
 static PyMethodDef methods[] = {
     {"scan_xspace", scan_xspace, METH_VARARGS,
      "scan_xspace(buf, done, wanted) -> dict of raw columns, the stats named in wanted (a "
@@ -4542,6 +4599,9 @@ static PyMethodDef methods[] = {
      "from 2**31 ops; "
      "bounds int64 bytes): the ops by step, -1 first, stable; see "
      "analysis.steps.launched_busy"},
+    {"split_search", split_search, METH_VARARGS,
+     "split_search(high_i64, run_starts_i64, low_u32, v0, keys_i64, right) -> int64 bytes: "
+     "np.searchsorted over a sorted column held split; see analysis.sortedtimes"},
     {"steps_of_events", steps_of_events, METH_VARARGS,
      "steps_of_events(ts_i64, who_i32_or_i64, width, own_bool or b\"\", window_starts_i64"
      "[, out_width 1/2/4/8]) -> int64 bytes (or out_width's): per event the last window starting at or before its dispatcher's "

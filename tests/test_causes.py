@@ -853,12 +853,12 @@ def thinning(request, monkeypatch):
     return request.param
 
 
-def _random_line(seed):
-    """(the rng, the host timeline of one random nested thread)."""
+def _random_line(seed, span=400.0):
+    """(the rng, the host timeline of one random nested thread over ``span`` µs)."""
     from tb_perfdiag.analysis import hostline as H
     rng = np.random.default_rng(seed)
     b = TraceBuilder()
-    _random_thread(b, b.thread("main"), rng, 0.0, 400.0)
+    _random_thread(b, b.thread("main"), rng, 0.0, span)
     t = b.build()
     bk = H.event_buckets(t, np.zeros(t.n_events, np.int8))
     tr = int(t.host_tracks()[0])
@@ -1071,3 +1071,52 @@ def test_device_time_by_annotation_does_not_depend_on_the_block(rel, monkeypatch
               "scattered", "device_runs"):
         a, b = getattr(whole, f), getattr(cut, f)
         assert (np.array_equal(a, b) if isinstance(a, np.ndarray) else a == b), f
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_line_with_split_boundaries_answers_as_the_plain_one(seed, monkeypatch, thinning):
+    """A thread's timeline whose boundaries are held split (``SortedTimes``, as a long
+    line's are) answers every question as the same line held plain: time per bucket and
+    except some, pieces and segments of windows, the op at a time, totals, and the top
+    self-time ops in C and in numpy."""
+    from tb_perfdiag.analysis import detail as DT
+    from tb_perfdiag.analysis import sortedtimes as S
+    from tb_perfdiag.analysis import hostline as H
+    rng, plain = _random_line(seed, 20_000.0)            # 20 ms: runs of 4.3 ms each
+    monkeypatch.setattr(S, "_COMPACT_FROM", 0)
+    monkeypatch.setattr(S, "_RUN_FROM", 0)
+    _, split = _random_line(seed, 20_000.0)
+    assert isinstance(split.seg_start, S.SortedTimes) and split.seg_start.high.shape[0] > 1
+    assert not isinstance(plain.seg_start, S.SortedTimes)
+    s = plain.seg_start
+    a = rng.integers(int(s[0]) - 10**9, int(s[-1]) + 10**9, 400)
+    z = a + rng.integers(-10**6, 10**11, 400)
+    np.testing.assert_array_equal(split.time_by_bucket(a, z), plain.time_by_bucket(a, z))
+    for skip in [(H.B_IDLE, H.B_WAIT, H.B_SYNC), (plain.implicit,), ()]:
+        np.testing.assert_array_equal(split.time_except(a, z, skip),
+                                      plain.time_except(a, z, skip))
+    for x, y in zip(split.pieces(a, np.maximum(a, z)), plain.pieces(a, np.maximum(a, z))):
+        np.testing.assert_array_equal(x, y)
+    for i in range(0, 400, 37):
+        for x, y in zip(split.segments(int(a[i]), int(z[i])),
+                        plain.segments(int(a[i]), int(z[i]))):
+            np.testing.assert_array_equal(x, y)
+        assert split.inner_at(int(a[i])) == plain.inner_at(int(a[i]))
+    assert split._totals() == plain._totals() and split.busy_ns() == plain.busy_ns()
+    for per in (1, 3):
+        want = DT._top_self_ops(plain, a, z, per)
+        for got in (DT.top_self_ops(split, a, z, per), DT._top_self_ops(split, a, z, per)):
+            for w, g in zip(want, got):
+                np.testing.assert_array_equal(w, g)
+        # windows inside the line only (the boundaries read start past its first), one
+        # window, and none
+        n = len(s)
+        inner_a = rng.integers(int(s[n // 3]), int(s[n // 2]), 50)
+        inner_z = inner_a + rng.integers(0, int(s[-1]) - int(s[n // 2]), 50)
+        short_z = inner_a + rng.integers(1, 3 * 10**6, 50)          # a few segments each
+        for wa, wz in ((inner_a, inner_z), (inner_a, short_z), (a[5:6], z[5:6]),
+                       (inner_a[:1], short_z[:1])):
+            for w, g in zip(DT._top_self_ops(plain, wa, wz, per),
+                            DT.top_self_ops(split, wa, wz, per)):
+                np.testing.assert_array_equal(w, g)
+        assert all(x.shape == (0,) for x in DT.top_self_ops(split, a[:0], z[:0], per))

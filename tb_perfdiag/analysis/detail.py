@@ -8,6 +8,7 @@ import numpy as np
 from ..trace.extension import native_fn
 from ..trace.model import Trace
 from .result import HostOps
+from .sortedtimes import SortedTimes
 
 HOST_OPS_PER_THREAD = 8
 PROBE_BEFORE_PS = 1000               # a blocking call that returned just before the gap
@@ -43,8 +44,19 @@ def top_self_ops(line, a: np.ndarray, b: np.ndarray, per: int = HOST_OPS_PER_THR
     fn = native_fn("top_self_ops")
     if fn is None:
         return _top_self_ops(line, a, b, per)
-    got = fn(np.ascontiguousarray(line.seg_start, np.int64),
-             np.ascontiguousarray(line.seg_inner, np.int32), np.ascontiguousarray(a, np.int64),
+    starts, inner = line.seg_start, line.seg_inner
+    if isinstance(starts, SortedTimes):
+        # the boundaries the windows reach, as int64: from the segment holding the first
+        # window's start to the first boundary at or past the last window's end (the
+        # segment it opens lies past every window, so its end is never read)
+        if not a.size:
+            starts, inner = np.zeros(0, np.int64), inner[:0]
+        else:
+            lo = max(int(starts.search(np.min(a), "right")) - 1, 0)
+            hi = min(int(starts.search(np.max(b), "left")) + 1, len(starts))
+            starts, inner = starts[lo:hi], inner[lo:hi]
+    got = fn(np.ascontiguousarray(starts, np.int64),
+             np.ascontiguousarray(inner, np.int32), np.ascontiguousarray(a, np.int64),
              np.ascontiguousarray(b, np.int64), int(per))
     return tuple(np.frombuffer(x, np.int64) for x in got)
 

@@ -37,6 +37,7 @@ from . import causes as C
 from .hostline import (B_ANNOT, B_DATA, B_H2D, B_IDLE, B_LAUNCH, B_SYNC, B_WAIT,
                        BUCKET_CAUSE, BUCKETS, HostLine)
 from .intervals import covered, union
+from .sortedtimes import search as t_search
 
 LAUNCH_LATENCY_PS = 10_000_000      # ≈10 µs from a launch call's return to the device start
 PROBE_PS = 1_000_000                # a blocking call that returned within 1 µs of gs
@@ -264,7 +265,7 @@ def split(trace: Trace, gs: np.ndarray, ge: np.ndarray, nxt: np.ndarray, wf: np.
         lr = rows[l_in[rows] > 0]
         if lr.size:
             mid = np.maximum(trace.ts[w[lr]], gs[lr])
-            own = line.seg_bucket[np.maximum(np.searchsorted(line.seg_start, mid, "right") - 1,
+            own = line.seg_bucket[np.maximum(t_search(line.seg_start, mid, "right") - 1,
                                              0)]
             pos = np.searchsorted(rows, lr)
             take = np.minimum(l_in[lr], bt[pos, own])
