@@ -1078,7 +1078,7 @@ def test_a_line_with_split_boundaries_answers_as_the_plain_one(seed, monkeypatch
     """A thread's timeline whose boundaries are held split (``SortedTimes``, as a long
     line's are) answers every question as the same line held plain: time per bucket and
     except some, pieces and segments of windows, the op at a time, totals, and the top
-    self-time ops in C and in numpy."""
+    self-time ops in C (windows in groups of any size) and in numpy."""
     from tb_perfdiag.analysis import detail as DT
     from tb_perfdiag.analysis import sortedtimes as S
     from tb_perfdiag.analysis import hostline as H
@@ -1103,7 +1103,9 @@ def test_a_line_with_split_boundaries_answers_as_the_plain_one(seed, monkeypatch
             np.testing.assert_array_equal(x, y)
         assert split.inner_at(int(a[i])) == plain.inner_at(int(a[i]))
     assert split._totals() == plain._totals() and split.busy_ns() == plain.busy_ns()
-    for per in (1, 3):
+    for per, decode in ((1, 1 << 20), (3, 1 << 20), (3, 40)):
+        # windows taken a group at a time, whose boundaries are made plain for each call
+        monkeypatch.setattr(DT, "_DECODE", decode)
         want = DT._top_self_ops(plain, a, z, per)
         for got in (DT.top_self_ops(split, a, z, per), DT._top_self_ops(split, a, z, per)):
             for w, g in zip(want, got):

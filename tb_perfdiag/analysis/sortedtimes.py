@@ -81,9 +81,22 @@ class SortedTimes:
         run = np.searchsorted(self.at, k, side="right") - 1
         return self.v0 + (self.high[run] << 32) + self.low[k].astype(np.int64)
 
+    def _range(self, lo: int, hi: int) -> np.ndarray:
+        """Values lo..hi−1: the low parts, then each run's high part added in place."""
+        out = self.low[lo:hi].astype(np.int64)
+        r0 = int(np.searchsorted(self.at, lo, side="right")) - 1
+        r1 = int(np.searchsorted(self.at, hi, side="left"))
+        for r in range(max(r0, 0), r1):
+            a, b = max(int(self.at[r]), lo), min(int(self.at[r + 1]), hi)
+            out[a - lo:b - lo] += self.v0 + (int(self.high[r]) << 32)
+        return out
+
     def __getitem__(self, k):
         if isinstance(k, slice):
-            return self._values(np.arange(self.n)[k])
+            start, stop, step = k.indices(self.n)
+            if step == 1:
+                return self._range(start, max(stop, start))
+            return self._values(np.arange(start, stop, step))
         if np.isscalar(k) or (isinstance(k, np.ndarray) and k.ndim == 0):
             i = int(k)
             if not -self.n <= i < self.n:
