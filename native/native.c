@@ -4619,6 +4619,9 @@ static PyMethodDef methods[] = {
     {"pages_tune", pages_tune, METH_VARARGS,
      "pages_tune(big_line, poison) -> the old pair: for tests, the size from which blocks "
      "are recycled, and whether blocks made by malloc are filled with garbage"},
+    {"pages_lower", pages_lower, METH_VARARGS,
+     "pages_lower(n) -> bytes: what arrays in use and kept blocks may reach is at most n "
+     "from now (use still raises it); kept blocks past it are unmapped"},
     {"pages_let_go", pages_let_go, METH_NOARGS,
      "pages_let_go() -> bytes: unmaps the kept blocks, and keeps blocks from then on only "
      "up to the use from then (before work that grows the process' other memory)"},

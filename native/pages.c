@@ -500,6 +500,28 @@ PyObject *pages_let_go(PyObject *self, PyObject *unused) {
     return PyLong_FromSize_t(freed);
 }
 
+/* pages_lower(n) -> bytes unmapped: what live + cached + small may reach (past SLACK)
+   is at most n from now (the arrays' own use still raises it): kept blocks beyond it
+   go.  For memory the process grew outside the arrays since the scope's room was set
+   (malloc's heap, Python objects), which the room did not leave space for */
+PyObject *pages_lower(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "n", &n)) return NULL;
+    Block gone[SLOTS];
+    int n_gone = 0;
+    size_t freed = 0;
+    pthread_mutex_lock(&lock);
+    if (n >= 0 && (size_t)n < bound) {
+        bound = (size_t)n;
+        n_gone = cache_fit(gone);
+    }
+    pthread_mutex_unlock(&lock);
+    for (int i = 0; i < n_gone; i++) freed += gone[i].len;
+    unmap_all(gone, n_gone);
+    return PyLong_FromSize_t(freed);
+}
+
 /* pages_tune(big_line, poison) -> (the old pair): for tests only */
 PyObject *pages_tune(PyObject *self, PyObject *args) {
     (void)self;
@@ -567,5 +589,9 @@ PyObject *pages_let_go(PyObject *self, PyObject *unused) {
 PyObject *pages_tune(PyObject *self, PyObject *args) {
     (void)self, (void)args;
     Py_RETURN_NONE;
+}
+PyObject *pages_lower(PyObject *self, PyObject *args) {
+    (void)self, (void)args;
+    return PyLong_FromLong(0);
 }
 #endif

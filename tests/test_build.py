@@ -733,3 +733,28 @@ def test_a_spread_stat_of_counted_ids_is_held_as_offsets():
     np.testing.assert_array_equal(plain.at(np.arange(n)), noisy)
     # a column too short to code stays plain
     assert Spread(col[:M._FEW_FROM - 1], absent).column is not None
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.sampled_from([7, 4096, (1 << 22) - (1 << 12)]),
+       st.sampled_from(["narrow", "wide", "negative"]), st.booleans())
+def test_ops_by_group_then_time_is_the_lexsort(seed, block, times, through_ops):
+    """The sort of ops by (group, start) that the scattering of annotations reads: one
+    stable sort of a key holding both, made a block at a time (any block size), is
+    ``np.lexsort``'s order (ties of both kept in op order), starts read through the
+    ops' event indices or directly; and the lexsort itself where the two need more than
+    62 bits."""
+    from tb_perfdiag.analysis import annotations as A
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 3000))
+    group = rng.integers(0, int(rng.integers(1, 50)), n).astype(np.int64)
+    span = {"narrow": 10**6, "wide": 2**60, "negative": 10**12}[times]
+    lo = -span // 2 if times == "negative" else 0
+    ts = rng.integers(lo, lo + span, 2 * n).astype(np.int64)
+    ts[:20] = ts[0]                                     # equal starts
+    ops = np.sort(rng.choice(2 * n, n, replace=False)) if through_ops else None
+    starts = ts[ops] if through_ops else ts[:n]
+    import unittest.mock
+    with unittest.mock.patch.object(A, "_BLOCK", block):
+        got = A._by_group_then_time(group, ts if through_ops else ts[:n], ops)
+    assert got.tolist() == np.lexsort((starts, group)).tolist()

@@ -264,6 +264,33 @@ def _rising(x: np.ndarray, at: np.ndarray | None = None) -> bool:
     return True
 
 
+def _by_group_then_time(group: np.ndarray, ts: np.ndarray, ops: np.ndarray | None):
+    """``np.lexsort((ts[ops], group))`` (``ts`` itself without ``ops``): one stable sort of
+    a key that holds both, made a block of ops at a time, where both fit 62 bits (the
+    ops' starts gathered whole and lexsort's own copies were 0.5 GB at 20 M ops, the
+    analysis' peak at 40 M events); else the lexsort."""
+    n = group.shape[0]
+    if n == 0:
+        return np.zeros(0, np.intp)
+
+    def starts(i):
+        return ts[i:i + _BLOCK] if ops is None else ts[ops[i:i + _BLOCK]]
+    t_lo = min(int(starts(i).min()) for i in range(0, n, _BLOCK))
+    t_span = max(int(starts(i).max()) for i in range(0, n, _BLOCK)) - t_lo
+    g_lo, g_span = int(group.min()), int(group.max()) - int(group.min())
+    shift = t_span.bit_length()
+    if g_span.bit_length() + shift > 62:
+        return np.lexsort((ts[ops] if ops is not None else ts, group))
+    key = np.empty(n, np.int64)
+    for i in range(0, n, _BLOCK):
+        k = key[i:i + _BLOCK]
+        np.subtract(group[i:i + _BLOCK], g_lo, out=k, casting="unsafe")
+        k <<= shift
+        k += starts(i)
+        k -= t_lo
+    return np.argsort(key, kind="stable")
+
+
 def _scattering(paths: list, prefix_index: dict, n_ann: int, pid: np.ndarray,
                 groups: list, ts: np.ndarray, ops: np.ndarray | None = None):
     """Per annotation: separate runs of its ops among its siblings', how many (group)
@@ -296,7 +323,7 @@ def _scattering(paths: list, prefix_index: dict, n_ann: int, pid: np.ndarray,
     elif has.all():
         # every op scoped: the keys sorted as they are, with no index of the scoped ops
         # and no gathered copies of the keys by it
-        order = np.lexsort((ts[ops] if ops is not None else ts, group))
+        order = _by_group_then_time(group, ts, ops)
         g = group[order]
         del group
         p = pid[order]
