@@ -1031,8 +1031,9 @@ def test_scattering_in_time_order_matches_the_sort():
 @pytest.mark.parametrize("block", [1, 5, 1 << 20])
 def test_op_groups_key_device_step_and_run(block, monkeypatch):
     """The ops' (device, step, program run) groups are written a block at a time as one
-    key: two ops share a key exactly when they share all three, with and without runs,
-    and through the numbered pairs where the runs are too far apart to fold in."""
+    key (int32 where every key fits): two ops share a key exactly when they share all
+    three, with and without runs, and through the numbered pairs where the runs are too
+    far apart to fold in."""
     from tb_perfdiag.analysis import annotations as A
     monkeypatch.setattr(A, "_BLOCK", block)
     rng = np.random.default_rng(block)
@@ -1043,10 +1044,14 @@ def test_op_groups_key_device_step_and_run(block, monkeypatch):
     ops = np.sort(rng.choice(100, n, replace=False))
     st = rng.integers(0, n_steps + 1, n).astype(np.int32)
     dev = trace.track_device[trace.track[ops]]
-    for run in (None, rng.integers(7, 10, n).astype(np.int64),
-                rng.choice(np.array([-2**61, 0, 2**61], np.int64), n)):
+    # keys as int32 where all fit (runs near int32's top folded in from their least),
+    # int64 past that, numbered pairs past 62 bits
+    for run, width in ((None, np.int32), (rng.integers(7, 10, n).astype(np.int64), np.int32),
+                       (rng.integers(2**31 - 9, 2**31 - 1, n).astype(np.int64), np.int32),
+                       (rng.choice(np.array([0, 2**30], np.int64), n), np.int64),
+                       (rng.choice(np.array([-2**61, 0, 2**61], np.int64), n), np.int64)):
         got = A._op_groups(trace, ops, st, n_steps, run)
-        assert got.shape == (n,) and got.dtype == np.int64
+        assert got.shape == (n,) and got.dtype == width
         want = list(zip(dev.tolist(), st.tolist(), [0] * n if run is None else run.tolist()))
         for i in range(n):
             for j in range(n):
