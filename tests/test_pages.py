@@ -235,6 +235,54 @@ def test_letting_go_unmaps_the_kept_blocks_and_keeps_only_the_use_after():
     assert pages.let_go() == 0 or not pages.available()
 
 
+_GROWN_OUTSIDE = """
+import json, numpy as np
+from tb_perfdiag.trace import pages
+MB = 1 << 20
+def status(key):
+    with open("/proc/self/status") as f:
+        return next(int(x.split()[1]) << 10 for x in f if x.startswith(key + ":"))
+with pages.recycled_pages():
+    a = np.ones(300 * MB, np.uint8)              # the read: the mark is set
+    del a
+out = {}
+mark = pages.high_water()
+with pages.recycled_pages(pages.room_under_high_water(0)):
+    b = np.ones(250 * MB, np.uint8)
+    del b                                        # kept, under the room
+    out["kept"] = pages.stats()["cached"]
+    grown = bytearray(200 * MB)                  # the process grows outside the arrays
+    grown[::4096] = b"x" * len(grown[::4096])
+    out["gone"] = pages.keep_under_high_water(mark)
+    out["after"] = pages.stats()["cached"]
+    out["mark"], out["rss"] = mark, status("VmRSS")
+    c = np.ones(400 * MB, np.uint8)              # use past the bound is still use
+    out["live"] = pages.stats()["live"]
+    del c, grown
+out["outside_scope"] = pages.keep_under_high_water(mark)
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux's /proc")
+def test_kept_blocks_give_way_to_what_the_process_grew_outside_them():
+    """A scope given room up to the high-water mark keeps freed blocks up to it; once the
+    process has grown outside the arrays (Python objects, malloc's heap: here 200 MB of
+    bytes) ``keep_under_high_water`` unmaps kept blocks so that arrays, kept blocks and
+    the rest stay under the mark; the arrays' own use still goes past it.  Outside a
+    scope it does nothing.  In a fresh process: the mark is this scenario's own."""
+    import json
+    import subprocess
+    import sys
+    got = subprocess.run([sys.executable, "-c", _GROWN_OUTSIDE], capture_output=True,
+                         text=True, timeout=120, check=True)
+    out = json.loads(got.stdout.strip().splitlines()[-1])
+    assert out["kept"] >= 250 * MB
+    assert out["gone"] >= 150 * MB and out["after"] <= 100 * MB, out
+    assert out["rss"] <= out["mark"] + 8 * MB       # back under the mark it began under
+    assert out["live"] >= 400 * MB and out["outside_scope"] == 0
+
+
 def test_room_keeps_blocks_up_to_the_earlier_use():
     """A scope given room (what the request's read had in use at its peak) keeps freed
     blocks up to it from the start, where on its own it keeps them only up to its own

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..trace.pages import keep_under_high_water, recycled_pages, room_under_high_water
+from ..trace.pages import high_water, keep_under_high_water, recycled_pages, room_under_high_water
 from ..progress import NULL
 from ..trace.build import unique_inverse
 from ..trace.classify import memcpy_kind
@@ -119,8 +119,9 @@ def diagnose_trace(trace: Trace, options: Options | None = None, progress=NULL) 
 def analyse(trace: Trace, options: Options | None = None, progress=NULL):
     """(Diagnosis, HostContext): the diagnosis and what later requests on the same trace
     need from the analysis (kept by the server beside the result)."""
+    mark = high_water()
     with no_cyclic_gc(), recycled_pages(room_under_high_water(trace.read_peak)):
-        return _diagnose(trace, options or Options(), progress)
+        return _diagnose(trace, options or Options(), _Stages(progress, mark))
 
 
 def _step_events(trace: Trace, d: int) -> np.ndarray:
@@ -148,13 +149,21 @@ def _ns_round(ps) -> np.ndarray:
     return np.rint(np.asarray(ps, np.float64) / 1000).astype(np.int64)
 
 
-def _phase(progress, at: float, what: str) -> None:
-    """A stage begins: said to ``progress``, and the kept pages put under the high-water
-    mark less what the process grew outside the arrays since the analysis began (its
-    Python objects, malloc's heap: 0.1 GB at 40 M events, on top of pages kept up to the
-    read's mark)."""
-    keep_under_high_water()
-    progress.within(at, what)
+class _Stages:
+    """The caller's progress, told each stage; as each begins the kept pages are put
+    under the high-water mark the analysis began under, less what the process grew
+    outside the arrays since (its Python objects, malloc's heap: 0.1 GB at 40 M events,
+    on top of pages kept up to the read's mark)."""
+
+    def __init__(self, progress, mark: int):
+        self.progress, self.mark = progress, mark
+
+    def stage(self, at: float, what: str) -> None:
+        keep_under_high_water(self.mark)
+        self.progress.within(at, what)
+
+    def __getattr__(self, name):
+        return getattr(self.progress, name)
 
 
 def _diagnose(trace: Trace, opt: Options, progress):
@@ -166,7 +175,7 @@ def _diagnose(trace: Trace, opt: Options, progress):
     linked = incoming_host_link(trace)
     origin, via = origins(trace, linked)
     origin = _small(origin)
-    _phase(progress, 0.08, "steps")
+    progress.stage(0.08, "steps")
     steps = find_steps(trace)
     # per-event columns held through the analysis are int32 event indices and steps as
     # narrow as their count allows: on a 40 M-event trace each int64 column costs 320 MB
@@ -179,7 +188,7 @@ def _diagnose(trace: Trace, opt: Options, progress):
     root = FewValues.of(root)
     # device time per annotation first: its temporaries are the largest of the analysis,
     # and the host timelines built next are not needed for it
-    _phase(progress, 0.15, "device time by annotation")
+    progress.stage(0.15, "device time by annotation")
     dev_ops = np.flatnonzero(trace.is_device_activity(opt.kernels_only))
     op_paths: dict = {}
     annotations = ann_mod.device_time(trace, dev_ops, ev_step[dev_ops], steps.ids, root,
@@ -196,7 +205,7 @@ def _diagnose(trace: Trace, opt: Options, progress):
         outlier = (host_ns > 1.5 * float(np.median(host_ns))) | (c_count > 0)
     else:
         outlier = np.zeros(n_steps, bool)
-    _phase(progress, 0.3, "device time by op")
+    progress.stage(0.3, "device time by op")
     # its overlap columns come from the busy figures the gap analysis makes (below); its
     # per-step cells are cut, so it sums the typical steps (StepNumbers.typical) itself
     device_ops, noncompute = device_op_table(
@@ -204,7 +213,7 @@ def _diagnose(trace: Trace, opt: Options, progress):
         op_paths.get("paths"), op_paths.get("memo"), defer_overlap=True,
         typical=typical_of(outlier))
     del dev_ops, op_paths
-    _phase(progress, 0.35, "host timelines")
+    progress.stage(0.35, "host timelines")
     ctx = host_context(trace, origin, via)
     executors = region_threads(trace)
     get_next = get_next_spans(trace)
@@ -222,7 +231,7 @@ def _diagnose(trace: Trace, opt: Options, progress):
     # taken while its busy set is at hand: the busy set and its holes are not kept
     gaps_all, windows, launched = [], {}, {}
     for d, dev in enumerate(trace.devices):
-        _phase(progress, 0.5 + 0.3 * d / max(n_dev, 1), f"gaps on {dev.name}")
+        progress.stage(0.5 + 0.3 * d / max(n_dev, 1), f"gaps on {dev.name}")
         ops, us, ue, big = device_busy(trace, d, opt.kernels_only, threshold_ps)
         if ops.size == 0:
             continue
@@ -271,7 +280,7 @@ def _diagnose(trace: Trace, opt: Options, progress):
                           dev_ops_n, dev_busy, dev_lo, dev_hi, dev_idle, dev_small_n, dev_small_t)
 
     # ---- steps ----
-    _phase(progress, 0.8, "per-step numbers")
+    progress.stage(0.8, "per-step numbers")
     c_total = np.zeros(n_steps, np.int64)          # exact: float weights would round
     if compile_ev.size:
         np.add.at(c_total, compile_step[compile_step >= 0],
@@ -292,19 +301,19 @@ def _diagnose(trace: Trace, opt: Options, progress):
                                s_small_t, c_count.astype(np.int64), c_total, outlier,
                                s_launched)
     del noncompute
-    _phase(progress, 0.82, "op counts")
+    progress.stage(0.82, "op counts")
     ops = op_table(trace, ev_step, step_numbers.typical())
 
     # ---- gaps, largest first ----
     # a gap belongs to the step of the op it waited for (that step's host work kept the
     # device idle), else to the window it starts in
-    _phase(progress, 0.85, "host ops behind the gaps")
+    progress.stage(0.85, "host ops behind the gaps")
     gaps = _gap_table(trace, steps, gaps_all, windows, ev_step, via, ctx)
     m = min(max(int(opt.detail_limit), 0), len(gaps))
     rows = np.arange(m, dtype=np.int32)
     detail = host_ops(trace, ctx.lines, rows, gaps.start[:m], gaps.end[:m])
 
-    _phase(progress, 0.97, "findings")
+    progress.stage(0.97, "findings")
     small_total = int(dev_small_t.sum())
     source = {"path": trace.path, "format": trace.format, "events": trace.n_events,
               "devices": [d.name for d in trace.devices], "origin_ps": trace.origin_ps,

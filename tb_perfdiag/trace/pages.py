@@ -90,15 +90,22 @@ def tuned(big_line: int, poison: bool):
         fn(*old)
 
 
-def keep_under_high_water() -> int:
-    """Kept blocks give way, from now on, to what the process grew outside the arrays
-    since the scope's room was set (``room_under_high_water``): malloc's heap keeps the
-    freed blocks of an analysis' block-at-a-time passes (0.1 GB at 40 M events), Python
-    objects pile up; kept up to the room set at the start, the blocks sat on top of
-    them, past the read's high-water mark.  Bytes unmapped; 0 where the pages are off,
-    no scope is open or the kernel does not say."""
+def high_water() -> int:
+    """The process' high-water mark in bytes (0 where the kernel does not say)."""
+    got = _high_water_and_rss()
+    return got[0] if got else 0
+
+
+def keep_under_high_water(mark: int) -> int:
+    """Kept blocks give way, from now on, to what the process grew outside the arrays,
+    so that arrays, kept blocks and the rest stay under ``mark`` (the high-water mark
+    when the scope's room was set, ``high_water``): malloc's heap keeps the freed blocks
+    of an analysis' block-at-a-time passes (0.1 GB at 40 M events) and Python objects
+    pile up; kept up to the room set at the start, the blocks sat on top of them, past
+    the read's mark.  The arrays' own use still goes past it.  Bytes unmapped; 0 where
+    the pages are off, no scope is open, no mark is given or the kernel does not say."""
     fn = native_fn("pages_lower")
-    if fn is None or not available():
+    if fn is None or not available() or mark <= 0:
         return 0
     st = stats()
     if not st.get("scopes"):
@@ -106,8 +113,7 @@ def keep_under_high_water() -> int:
     got = _high_water_and_rss()
     if got is None:
         return 0
-    mark, rss = got
-    outside = rss - (st["live"] + st["cached"] + st["small"])
+    outside = got[1] - (st["live"] + st["cached"] + st["small"])
     return int(fn(max(mark - max(outside, 0), 0)))
 
 
