@@ -130,7 +130,8 @@ def test_a_worker_killed_mid_run_costs_no_row(cluster, pod_logdir, in_process, t
 
 
 def _write_hog(path, events: int):
-    """A Kineto trace whose analysis needs ~0.9 GB (4 M kernels), 24 MB of gzip."""
+    """A Kineto trace whose diagnosis peaks well past the workers' 600 MB (6 M kernels: 0.73
+    GB on 2026-11-28; 4 M kernels, 0.53 GB since then, no longer did), 36 MB of gzip."""
     import gzip
     ev = b'{"ph":"X","cat":"kernel","name":"k","pid":1,"tid":7,"ts":%d,"dur":1,"args":{"correlation":%d}},'
     chunk = b"".join(ev % (i * 3, i) for i in range(10_000))
@@ -150,7 +151,7 @@ def test_a_host_over_the_worker_memory_limit_says_so_and_nothing_else_fails(
                  if p.endswith(".pt.trace.json"))[:1]
     for i in range(5):
         shutil.copy(kin[0], run / f"worker{i}.1795400061000.pt.trace.json")
-    _write_hog(run / "worker9.1795400061000.pt.trace.json.gz", 4_000_000)
+    _write_hog(run / "worker9.1795400061000.pt.trace.json.gz", 6_000_000)
     svc = _service(tmp_path / "ld", tmp_path / "store", cluster)
     try:
         status, body = call(svc, "hosts", {"run": "job", "wait": "1", "sort": "host"})
