@@ -672,7 +672,7 @@ def test_track_column_as_narrow_as_the_tracks(n_lines, width):
     tracks' count (int8 up to 126 tracks, int16 past them): each track's events are
     still found by its slice."""
     from tb_perfdiag.testing.xspace import XSpaceWriter, load_xspace
-    from tb_perfdiag.trace.build import track_dtype
+    from tb_perfdiag.trace.model import narrowest_int as track_dtype
     w = XSpaceWriter()
     host = w.plane("/host:CPU", id=1)
     for i in range(n_lines):

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..trace.model import codes_over_range
+
 
 class EventCodes:
     __slots__ = ("n", "events", "codes")
@@ -65,11 +67,10 @@ class FewValues:
     events 38 MB where the int32 column is 152."""
 
     __slots__ = ("codes", "values")
-    _BLOCK = 1 << 20
 
     def __init__(self, codes: np.ndarray, values: np.ndarray):
         self.codes = codes          # uint8 / uint16 per event, into ``values``
-        self.values = values        # the distinct values
+        self.values = values        # the distinct values, ascending
 
     @classmethod
     def of(cls, column: np.ndarray):
@@ -78,28 +79,11 @@ class FewValues:
         n = column.shape[0]
         if n == 0 or column.dtype.kind not in "iu":
             return column
-        # which values occur: a mark per possible value, −1 in the slot past the events,
-        # a block at a time
-        present = np.zeros(n + 1, bool)
-        for i in range(0, n, cls._BLOCK):
-            block = column[i:i + cls._BLOCK]
-            if int(block.min()) < -1 or int(block.max()) >= n:
-                return column
-            present[block] = True
-        used = np.flatnonzero(present)
-        del present
-        if used.shape[0] > 1 << 16:
+        lo, hi = int(column.min()), int(column.max())
+        if lo < -1 or hi >= n:
             return column
-        code_type = np.uint8 if used.shape[0] <= 1 << 8 else np.uint16
-        # a code per possible value (a gather per block; a search of the values was 30×
-        # slower), made and dropped here, below the analysis' peak
-        lut = np.zeros(n + 1, code_type)
-        lut[used] = np.arange(used.shape[0], dtype=code_type)
-        codes = np.empty(n, code_type)
-        for i in range(0, n, cls._BLOCK):
-            np.take(lut, column[i:i + cls._BLOCK], out=codes[i:i + cls._BLOCK])
-        del lut
-        return cls(codes, np.where(used == n, -1, used).astype(column.dtype))
+        got = codes_over_range(column, lo, hi)
+        return column if got is None else cls(*got)
 
     def __getitem__(self, idx) -> np.ndarray:
         return self.values[self.codes[idx]]

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..trace.extension import native_fn
-from ..trace.model import EventKind as K, TrackKind, Trace, isin_few, search
+from ..trace.model import EventKind as K, TrackKind, Trace, isin_few, narrowest_int, search
 from .attribution import run_dispatch
 
 DEFINITION = ("Step windows come from, in order: a device Steps line, host step annotations "
@@ -124,24 +124,16 @@ def _table(trace, ev, source, thread, numbered=False) -> StepTable:
     return StepTable(num.astype(np.int64), trace.ts[ev], trace.end_of(ev), source, thread, ev)
 
 
-def step_dtype(n_steps: int) -> np.dtype:
-    """The narrowest signed type a column of step indices (−1 none) needs, with room for
-    ``n_steps`` itself (which the passes use for "none"): a step per event is held
-    through the analysis, 38 MB as int8 at 40 M events where int32 is 152."""
-    for t in (np.int8, np.int16, np.int32):
-        if n_steps < np.iinfo(t).max:
-            return np.dtype(t)
-    return np.dtype(np.int64)
-
-
 def launching_steps(trace: Trace, steps: StepTable, root: np.ndarray) -> np.ndarray:
-    """Step index of every event (−1 none), as ``step_dtype``: device work belongs to the
-    step whose host code dispatched it, never to the one it happens to run in.  The
+    """Step index of every event (−1 none), as narrow as the steps allow
+    (``narrowest_int``; int8 up to 126 steps: 38 MB at 40 M events where int32 is 152):
+    device work belongs to the step whose host code dispatched it, never to the one it
+    happens to run in.  The
     dispatch is the k-th call of a JAX program's function for its k-th run, else the
     user-thread origin found through links (``root``); with program-run steps, a device
     op belongs to the run it ran in (ops of setup programs to no step); with a device
     Steps line, to the step it ran in."""
-    dt = step_dtype(steps.ids.shape[0])
+    dt = narrowest_int(steps.ids.shape[0])
     if steps.source == "device_steps":
         out = np.empty(trace.n_events, dt)
         for i in range(0, trace.n_events, 1 << 20):       # no int64 column of them all
@@ -171,10 +163,10 @@ def steps_by_dispatch(trace: Trace, steps: StepTable, who: np.ndarray,
                       own: np.ndarray | None = None) -> np.ndarray:
     """Per event, ``step_of_time`` of the start of the event that dispatched it (``who``,
     −1 none), or of its own start where it has none or ``own`` says so, as
-    ``step_dtype``: in one C pass over the events, else by numpy."""
+    ``narrowest_int``: in one C pass over the events, else by numpy."""
     fn = native_fn("steps_of_events")
     hs = np.ascontiguousarray(steps.host_start, np.int64)
-    dt = step_dtype(hs.shape[0])
+    dt = narrowest_int(hs.shape[0])
     if fn is not None and who.dtype in (np.int32, np.int64) and who.flags.c_contiguous:
         try:
             got = fn(np.ascontiguousarray(trace.ts, np.int64), who, who.dtype.itemsize,

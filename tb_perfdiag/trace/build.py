@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .model import Coded, Device, Stat, Trace, TrackKind, coded_if_few, spread_if_dense
+from .model import (Coded, Device, Stat, Trace, TrackKind, coded_if_few, narrowest_int,
+                    spread_if_dense)
 from .extension import native_fn
 from .strings import Strings
 
@@ -357,7 +358,7 @@ def assemble(path: str, fmt: str, strings: StringTable | Strings, tracks: Tracks
         depth = depth.astype(np.int8)   # nearly every trace nests under 128 deep: 38 MB at 40 M
     # the track of each event as narrow as the tracks' count allows (a few dozen threads
     # and streams: int8, 114 MB fewer than int32 at 40 M events, from here to the end)
-    track = track.astype(track_dtype(len(tracks.kind)), copy=False)
+    track = track.astype(narrowest_int(len(tracks.kind)), copy=False)
 
     out_stats = {}
     # consumed as remapped: the raw stat columns are freed one by one, not all at the end.
@@ -426,16 +427,6 @@ def narrow_id_stats(stats: dict) -> None:
         if not isinstance(values, Coded):
             stats[sname] = (idx, _narrowed(np.asarray(values)), is_string)
         del values
-
-
-def track_dtype(n_tracks: int) -> np.dtype:
-    """The narrowest signed type of the model's track column for ``n_tracks`` tracks, with
-    room for ``n_tracks`` itself (the bound that searches for a track's events use: a
-    value past the column's type would have numpy cast the whole column to search it)."""
-    for t in (np.int8, np.int16):
-        if n_tracks < np.iinfo(t).max:
-            return np.dtype(t)
-    return np.dtype(np.int32)
 
 
 def compact_stats(trace: Trace) -> None:

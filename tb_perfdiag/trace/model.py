@@ -294,6 +294,36 @@ _FEW_FROM = 1 << 16
 _SAMPLE = 4096
 
 
+def codes_over_range(v: np.ndarray, lo: int, hi: int):
+    """(a uint8/uint16 code per value, the distinct values ascending) of an integer column
+    whose values lie in [lo, hi], found by a mark per value of the range, a block at a
+    time; None past 65 536 distinct values."""
+    present = np.zeros(hi - lo + 1, bool)
+    for i in range(0, v.shape[0], _BLOCK):
+        present[v[i:i + _BLOCK] - lo] = True
+    u = np.flatnonzero(present)
+    del present
+    if u.shape[0] > 1 << 16:
+        return None
+    code_type = np.uint8 if u.shape[0] <= 1 << 8 else np.uint16
+    lut = np.zeros(hi - lo + 1, code_type)
+    lut[u] = np.arange(u.shape[0], dtype=code_type)
+    codes = np.empty(v.shape[0], code_type)
+    for i in range(0, v.shape[0], _BLOCK):
+        codes[i:i + _BLOCK] = lut[v[i:i + _BLOCK] - lo]
+    return codes, (u + lo).astype(v.dtype)
+
+
+def narrowest_int(n: int) -> np.dtype:
+    """The narrowest signed type holding 0..``n`` and −1 (a step or track index, "none",
+    and ``n`` itself, which passes use for "none" and searches as a bound: a bound past
+    the column's type would have numpy cast the whole column)."""
+    for t in (np.int8, np.int16, np.int32):
+        if n < np.iinfo(t).max:
+            return np.dtype(t)
+    return np.dtype(np.int64)
+
+
 def coded_if_few(stat: Stat) -> Stat:
     """``stat`` held as one- or two-byte codes into a table of its distinct values
     (``Coded``, its own codes) where its values are integers of few distinct values: at
@@ -306,21 +336,10 @@ def coded_if_few(stat: Stat) -> Stat:
         return stat
     lo, hi = int(v.min()), int(v.max())
     if hi - lo < 1 << 24:
-        present = np.zeros(hi - lo + 1, bool)
-        for i in range(0, v.shape[0], _BLOCK):
-            present[v[i:i + _BLOCK] - lo] = True
-        u = np.flatnonzero(present)
-        del present
-        if u.shape[0] > 1 << 16:
+        got = codes_over_range(v, lo, hi)
+        if got is None:
             return stat
-        code_type = np.uint8 if u.shape[0] <= 1 << 8 else np.uint16
-        lut = np.zeros(hi - lo + 1, code_type)
-        lut[u] = np.arange(u.shape[0], dtype=code_type)
-        codes = np.empty(v.shape[0], code_type)
-        for i in range(0, v.shape[0], _BLOCK):
-            codes[i:i + _BLOCK] = lut[v[i:i + _BLOCK] - lo]
-        return Stat(stat._events, Coded(codes, (u + lo).astype(v.dtype), own=True),
-                    stat.is_string)
+        return Stat(stat._events, Coded(got[0], got[1], own=True), stat.is_string)
     table = np.unique(v[::max(1, v.shape[0] // _SAMPLE)])
     if table.shape[0] > 1 << 8:
         return stat
