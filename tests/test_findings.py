@@ -283,3 +283,35 @@ def test_culprit_chains_under_numbered_steps_are_described_as_one_by_one():
         assert primed.chain_names(int(ids[e])) == [t.strings[int(t.name[x])]
                                                     for x in t.chain(e)]
     assert len(set(ids.tolist())) > len(primed._memo)       # chains did share work
+
+    # one description id for the chains that differ by their step's number alone, and
+    # equal ids only where the descriptions are equal
+    did = primed.description_ids(ids)
+    by_id: dict = {}
+    for e in every.tolist():
+        by_id.setdefault(int(did[e]), set()).add(primed.describe(e))
+    assert all(len(v) == 1 for v in by_id.values())
+    addmm = np.flatnonzero(t.name == t.strings.index("aten::addmm"))
+    assert len(addmm) == 6 and len(set(ids[addmm].tolist())) == 6
+    assert len(set(did[addmm].tolist())) == 1
+    assert primed.description_ids(np.array([-1, -5])).tolist() == [-1, -5]
+
+
+def test_chains_under_steps_of_other_names_keep_their_own_descriptions():
+    """XSpace steps carry the program's own name: chains under ``train_step`` and under
+    ``eval_step`` differ by that name alone once it is set aside, and still get ids of
+    their own (each describes itself by its step)."""
+    from tb_perfdiag.analysis.culprits import Culprits
+    b = TraceBuilder("xspace")
+    main = b.thread("python main")
+    for n, name in enumerate(("train_step", "eval_step", "train_step", "eval_step")):
+        b.step(main, n + 1, n * 100.0, 90, name=name)
+        b.op(main, "fusion.1", n * 100.0 + 5, 20)
+    t = b.build()
+    cul = Culprits(t)
+    every = np.arange(t.n_events)
+    cul.prime(every)
+    did = cul.description_ids(cul.chain_ids(every))
+    fused = np.flatnonzero(t.name == t.strings.index("fusion.1"))
+    assert [cul.describe(int(e))[2][0] for e in fused] == ["train_step", "eval_step"] * 2
+    assert did[fused[0]] == did[fused[2]] != did[fused[1]] == did[fused[3]]

@@ -101,6 +101,11 @@ class Culprits:
         self._chain_id = np.zeros(0, np.int64)
         self._chain_rows: list = []    # (first chain id, its rows of codes) per prime
         self._n_chains = 0
+        # per primed chain: (its chain with the step set aside, numbered over all primes)
+        # << 32 | 1 + the number of its step's cleaned name (0: none set aside)
+        self._desc_id = np.zeros(0, np.int64)
+        self._n_aside = 0
+        self._clean_no: dict = {}
 
     def _name(self, i: int) -> str:
         got = self._clean.get(i)
@@ -145,8 +150,17 @@ class Culprits:
         del aside
         # described when first asked for: most chains are never shown (a 2 M-event trace
         # primes 9 k chains of which findings ask for half)
+        step_of = np.where(one, step_name, -1)
         self._aside.append((self._n_chains, ua.tolist(), [None] * ua.shape[0],
-                            inv_a.reshape(-1).tolist(), np.where(one, step_name, -1).tolist()))
+                            inv_a.reshape(-1).tolist(), step_of.tolist()))
+        names = distinct(step_of[step_of >= 0])
+        no = np.array([self._clean_no.setdefault(self._name(i), len(self._clean_no) + 1)
+                       for i in names.tolist()], np.int64)
+        cleaned = np.zeros(step_of.shape[0], np.int64)
+        cleaned[step_of >= 0] = no[np.searchsorted(names, step_of[step_of >= 0])]
+        self._desc_id = np.concatenate((self._desc_id, (
+            (inv_a.reshape(-1).astype(np.int64) + self._n_aside) << 32) | cleaned))
+        self._n_aside += ua.shape[0]
         ids = inv.reshape(-1) + self._n_chains
         self._by_event.update(zip(ev.tolist(), ids.tolist()))
         self._ev, self._chain_id = ev, ids
@@ -175,6 +189,15 @@ class Culprits:
             hit &= self._ev[k] == e
         return np.where(hit, self._chain_id[k] if self._ev.shape[0] else 0,
                         np.where(e >= 0, -2 - e, -1))
+
+    def description_ids(self, chain_ids) -> np.ndarray:
+        """Per id of ``chain_ids``: an id that two primed chains share when their
+        descriptions are one by construction, the same chain once its step frame's name
+        is set aside and the same step name once cleaned (ProfilerStep#7 and #8 are one
+        ``ProfilerStep``); an id below 0 is given back as it is."""
+        c = np.asarray(chain_ids, np.int64)
+        return np.where(c >= 0, self._desc_id[np.maximum(c, 0)] if self._desc_id.size else 0,
+                        c)
 
     def chain_names(self, chain_id: int) -> list:
         """The names of a primed chain as the trace writes them, outermost first."""
