@@ -42,7 +42,11 @@ def event_refs(trace: Trace, events) -> EventRefs:
         k = np.searchsorted(used, a)
         return np.where(a >= 0, k, -1).astype(np.int32)
 
-    made = [tuple(x for x in r if x >= 0) for r in remap(u).tolist()]
+    # a chain is padded on its outer side (a −1 stays −1 up the walk): its names are
+    # the row past its padding
+    r = remap(u)
+    pad = (r < 0).sum(axis=1).tolist()
+    made = [tuple(x[k:]) for x, k in zip(r.tolist(), pad)]
     chain = [made[i] for i in inv.reshape(-1).tolist()]
     return EventRefs(
         event=ev, name=remap(name),
