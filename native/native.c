@@ -2860,6 +2860,150 @@ static PyObject *kineto_feed(PyObject *self, PyObject *args) {
     return j_result(c);
 }
 
+/* ---- a stretch of traceEvents scanned on its own thread, then absorbed ----
+ * The text between two event starts (a '{' after a newline) is walked by a context of
+ * its own that starts where an event is expected; the stream takes it as if it had
+ * walked the text itself when, at that point, it expects an event with nothing
+ * pending (kineto_absorb).  Else the caller feeds the text as usual, so a guess that
+ * was wrong (a pretty-printed args object, the list's end) costs only the time. */
+
+#define KPART "tb_perfdiag._native.kineto_part"
+
+static void kpart_free(PyObject *cap) {
+    JCtx *c = (JCtx *)PyCapsule_GetPointer(cap, KPART);
+    if (c) jctx_free(c);
+}
+
+/* kineto_part(buf, lo, hi) -> the walk of buf[lo:hi], read in place, as whole events
+ * each followed by its separator, or None when the text is not that */
+static PyObject *kineto_part(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer b;
+    Py_ssize_t lo, hi;
+    if (!PyArg_ParseTuple(args, "y*nn", &b, &lo, &hi)) return NULL;
+    if (lo < 0 || hi < lo || hi > b.len) {
+        PyBuffer_Release(&b);
+        PyErr_SetString(PyExc_ValueError, "kineto_part: lo:hi outside the buffer");
+        return NULL;
+    }
+    JCtx *volatile c = jctx_new();
+    if (!c) {
+        PyBuffer_Release(&b);
+        return NULL;
+    }
+    c->state = JS_EVENT;
+    c->seen_events = 1;
+    c->buf = (const unsigned char *)b.buf + lo;
+    c->end = (const unsigned char *)b.buf + hi;
+    if (setjmp(c->f.jb)) {
+        /* cut short, or not events: the stream walks this text itself (and names any
+         * problem) */
+        gil_hold(&c->f);
+        PyErr_Clear();
+        jctx_free(c);
+        PyBuffer_Release(&b);
+        Py_RETURN_NONE;
+    }
+    gil_release(&c->f);
+    j_run(c);
+    gil_hold(&c->f);
+    int whole = c->state == JS_EVENT && c->pos == hi - lo;
+    c->buf = c->end = NULL;
+    PyBuffer_Release(&b);
+    if (!whole) {
+        jctx_free(c);
+        Py_RETURN_NONE;
+    }
+    PyObject *cap = PyCapsule_New(c, KPART, kpart_free);
+    if (!cap) jctx_free(c);
+    return cap;
+}
+
+/* the part's ids of table t in ours, new strings added in the part's first-seen order
+ * (the order a walk of its text would add them in) */
+static int32_t *absorb_table(JCtx *c, Table *ours, const Table *t) {
+    int32_t *lut = (int32_t *)malloc((t->nents ? t->nents : 1) * sizeof(int32_t));
+    if (!lut) fail_oom(&c->f);
+    for (size_t i = 0; i < t->nents; i++)
+        lut[i] = intern(&c->f, ours, &c->arena, t->ents[i].p, t->ents[i].n, 1);
+    return lut;
+}
+
+static void absorb_ids(JCtx *c, Vec *ours, const Vec *part, const int32_t *lut) {
+    size_t m = part->len / sizeof(int32_t);
+    if (ours->len + part->len > ours->cap) vec_grow(&c->f, ours, part->len);
+    const int32_t *from = (const int32_t *)part->data;
+    int32_t *to = (int32_t *)(ours->data + ours->len);
+    for (size_t k = 0; k < m; k++) to[k] = lut[from[k]];
+    ours->len += part->len;
+}
+
+/* kineto_absorb(stream, part) -> True when the stream took the part's events as if it
+ * had walked their text; False (nothing changed) when it is not expecting an event
+ * with nothing pending */
+static PyObject *kineto_absorb(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *scap, *pcap;
+    if (!PyArg_ParseTuple(args, "OO", &scap, &pcap)) return NULL;
+    JCtx *c = (JCtx *)PyCapsule_GetPointer(scap, KSTREAM);
+    JCtx *p = c ? (JCtx *)PyCapsule_GetPointer(pcap, KPART) : NULL;
+    if (!p) return NULL;
+    /* an event expected next (the list's first element, or one after a comma) */
+    if (c->dead || p->dead || (c->state != JS_EVENT && c->state != JS_EVFIRST) ||
+        c->inbuf.len != 0 || c->n_kept + p->n_kept >= 0x7fffffff)
+        Py_RETURN_FALSE;
+    p->dead = 1; /* absorbed once */
+    c->state = JS_EVENT; /* where the part's text ends */
+    volatile int32_t *lut_n = NULL, *lut_c = NULL, *lut_t = NULL;
+    if (setjmp(c->f.jb)) {
+        gil_hold(&c->f);
+        free((void *)lut_n);
+        free((void *)lut_c);
+        free((void *)lut_t);
+        c->dead = 1;
+        raise_fail(&c->f, "native Kineto scan");
+        return NULL;
+    }
+    Py_ssize_t nm = PyList_GET_SIZE(p->mevents);
+    for (Py_ssize_t j = 0; j < nm; j++)
+        if (PyList_Append(c->mevents, PyList_GET_ITEM(p->mevents, j)) < 0) fail_py(&c->f);
+    gil_release(&c->f);
+    lut_n = absorb_table(c, &c->names, &p->names);
+    lut_c = absorb_table(c, &c->cats, &p->cats);
+    lut_t = absorb_table(c, &c->tracks, &p->tracks);
+    const TrackDesc *pd = (const TrackDesc *)p->tdesc.data;
+    for (size_t i = 0; i < p->tracks.nents; i++)
+        if ((size_t)lut_t[i] * sizeof(TrackDesc) == c->tdesc.len)
+            vec_put(&c->f, &c->tdesc, &pd[i], sizeof(TrackDesc));
+    absorb_ids(c, &c->name_ids, &p->name_ids, (const int32_t *)lut_n);
+    absorb_ids(c, &c->cat_ids, &p->cat_ids, (const int32_t *)lut_c);
+    absorb_ids(c, &c->track_ids, &p->track_ids, (const int32_t *)lut_t);
+    vec_put(&c->f, &c->ts_exact, p->ts_exact.data, p->ts_exact.len);
+    vec_put(&c->f, &c->ts_isexp, p->ts_isexp.data, p->ts_isexp.len);
+    vec_put(&c->f, &c->ts_approx, p->ts_approx.data, p->ts_approx.len);
+    vec_put(&c->f, &c->dur_d, p->dur_d.data, p->dur_d.len);
+    for (int s = 0; s < N_STATS; s++) {
+        StatCol *o = &c->stats[s], *q = &p->stats[s];
+        size_t m = q->idx.len / sizeof(int64_t);
+        if (o->idx.len + q->idx.len > o->idx.cap) vec_grow(&c->f, &o->idx, q->idx.len);
+        const int64_t *from = (const int64_t *)q->idx.data;
+        int64_t *to = (int64_t *)(o->idx.data + o->idx.len);
+        for (size_t k = 0; k < m; k++) to[k] = from[k] + c->n_kept;
+        o->idx.len += q->idx.len;
+        vec_put(&c->f, &o->val, q->val.data, q->val.len);
+        vec_put(&c->f, &o->isf, q->isf.data, q->isf.len);
+        o->any_float |= q->any_float;
+    }
+    c->n_kept += p->n_kept;
+    c->n_raw += p->n_raw;
+    c->bad += p->bad;
+    gil_hold(&c->f);
+    free((void *)lut_n);
+    free((void *)lut_c);
+    free((void *)lut_t);
+    Py_RETURN_TRUE;
+}
+
 /* ====================================================================== */
 /* Nesting of events sorted by (track, ts, -dur), as one pass per track: an event's
  * parent is the deepest event still open at its start (end > ts), i.e. the latest
@@ -4543,6 +4687,12 @@ static PyMethodDef methods[] = {
      "kineto_stream() -> a scanner state for kineto_feed"},
     {"kineto_feed", kineto_feed, METH_VARARGS,
      "kineto_feed(state, chunk, final) -> None, or (final) the dict of scan_kineto"},
+    {"kineto_part", kineto_part, METH_VARARGS,
+     "kineto_part(buf, lo, hi) -> the walk of buf[lo:hi] as whole traceEvents elements, "
+     "each followed by its separator (a part for kineto_absorb), or None"},
+    {"kineto_absorb", kineto_absorb, METH_VARARGS,
+     "kineto_absorb(stream, part) -> True when the stream took the part's events as if "
+     "it had walked their text, else False and nothing changed"},
     {"nest_sorted", nest_sorted, METH_VARARGS,
      "nest_sorted(track_i32, ts_i64, dur_i64[, wide=True]) -> (depth int16 bytes, parent "
      "int64 bytes, int32 when not wide)"},

@@ -842,13 +842,18 @@ class _Raw(str):
     """A number written verbatim into the JSON text."""
 
 
-def _dump(v, ascii_: bool) -> str:
+def _dump(v, ascii_: bool, lines: bool = False) -> str:
+    """JSON text; ``lines``: Kineto's layout, an element of a list a line, and an object
+    that is a member's value on a line of its own (a '{' that begins a line but starts
+    no event)."""
     if isinstance(v, _Raw):
         return str(v)
     if isinstance(v, dict):
-        return "{" + ", ".join(_dump(k, ascii_) + ": " + _dump(x, ascii_) for k, x in v.items()) + "}"
+        return "{" + ", ".join(
+            _dump(k, ascii_) + ": " + ("\n" if lines and isinstance(x, dict) else "")
+            + _dump(x, ascii_, lines) for k, x in v.items()) + "}"
     if isinstance(v, list):
-        return "[" + ",".join(_dump(x, ascii_) for x in v) + "]"
+        return "[" + (",\n" if lines else ",").join(_dump(x, ascii_, lines) for x in v) + "]"
     return json.dumps(v, ensure_ascii=ascii_)
 
 
@@ -904,7 +909,7 @@ def _kdoc(draw):
         _value, max_size=2))
     body = dict(meta)
     body["traceEvents"] = events
-    return _dump(body, draw(st.booleans())).encode()
+    return _dump(body, draw(st.booleans()), draw(st.booleans())).encode()
 
 
 @FUZZ
@@ -982,6 +987,16 @@ def _native_chunked(raw: bytes, cuts):
         return None
 
 
+def _native_many(raw: bytes, cuts):
+    """Fed through ``feed_many``: stretches between event starts walked on threads."""
+    st_ = native_scan.KinetoStream()
+    try:
+        st_.feed_many(iter(_pieces(raw, cuts)), workers=2)
+        return st_.finish()
+    except ValueError:
+        return None
+
+
 def _native_whole(raw: bytes):
     try:
         return native_scan.scan_kineto(raw)
@@ -1007,10 +1022,10 @@ def _python_whole(raw: bytes):
 
 
 def _assert_chunked_equal(raw: bytes, cuts, whole_nat, whole_ref):
-    nat = _native_chunked(raw, cuts)
-    assert (nat is None) == (whole_nat is None), f"native refusal differs, cuts {cuts}"
-    if nat is not None:
-        _same(whole_nat, nat)
+    for nat in (_native_chunked(raw, cuts), _native_many(raw, cuts)):
+        assert (nat is None) == (whole_nat is None), f"native refusal differs, cuts {cuts}"
+        if nat is not None:
+            _same(whole_nat, nat)
     ref = _python_chunked(raw, cuts)
     if isinstance(whole_ref, str):   # refused whole: refused in chunks
         assert isinstance(ref, str) and ref.startswith(whole_ref[:12]), (cuts, ref, whole_ref)
@@ -1084,6 +1099,88 @@ def test_kineto_real_file_chunked_equals_whole(size):
     raw = _read(files[0])
     cuts = range(size, len(raw), size)
     _assert_chunked_equal(raw, cuts, _native_whole(raw), _python_whole(raw))
+
+
+def _lines_doc(n: int, false_starts: bool) -> bytes:
+    """A Kineto-layout document (an event a line) whose later lines bring names,
+    categories and threads the earlier ones have not, metadata events in the middle,
+    stats (a float among them), elements that are no events, and (``false_starts``)
+    args objects on lines of their own."""
+    lines = []
+    for i in range(n):
+        if i % 37 == 5:
+            lines.append(json.dumps({"ph": "M", "name": "thread_name", "pid": 1, "tid": i,
+                                     "args": {"name": f"worker {i}"}}))
+            continue
+        if i % 53 == 7:
+            lines.append("[1, {}]" if i % 2 else "null")
+            continue
+        args = {"External id": i, "correlation": i * 3}
+        if i % 11 == 0:
+            args["bytes"] = i + 0.5
+        e = {"ph": "X", "cat": f"cat{i // 90}", "name": f"op{i % 7}_{i // 60}",
+             "pid": 1, "tid": i // 40, "ts": 1669783687464181.125 + i, "dur": 0.5}
+        text = json.dumps(e)[:-1] + ', "args": ' + ("\n" if false_starts and i % 3 else "") \
+            + json.dumps(args) + "}"
+        lines.append(text)
+    return ('{"schemaVersion": 1, "traceEvents": [\n' + ",\n".join(lines)
+            + '\n], "displayTimeUnit": "ns"}').encode()
+
+
+@pytest.mark.parametrize("false_starts", [False, True], ids=["events", "args-on-own-lines"])
+def test_kineto_stretches_walked_ahead_are_taken_whole_and_agree(monkeypatch, false_starts):
+    """``feed_many`` gives what the whole text gives, for chunks of many sizes; the
+    stretches between event starts are taken whole (not walked again by the stream),
+    and a '{' that begins a line inside an event is walked by the stream instead."""
+    raw = _lines_doc(400, false_starts)
+    whole = _native_whole(raw)
+    assert whole is not None and whole["n_raw"] == 400
+    walked, taken = [], []
+    real = native_scan._native
+
+    class Counting:
+        def __getattr__(self, k):
+            return getattr(real, k)
+
+        @staticmethod
+        def kineto_part(*a):
+            walked.append(real.kineto_part(*a))
+            return walked[-1]
+
+        @staticmethod
+        def kineto_absorb(stream, part):
+            taken.append(real.kineto_absorb(stream, part))
+            return taken[-1]
+
+    monkeypatch.setattr(native_scan, "_native", Counting())
+    for size in (1, 97, 500, 2000, 1 << 20):
+        walked.clear()
+        taken.clear()
+        got = _native_many(raw, range(size, len(raw), size))
+        assert got is not None, size
+        _same(whole, got)
+        if size < 500:
+            continue
+        if false_starts:      # stretches that start or end inside an event are walked again
+            assert size == 1 << 20 or None in walked, size
+        else:
+            assert walked and None not in walked and taken == [True] * len(walked), size
+
+
+def test_kineto_walks_ahead_stop_with_the_file_that_fails():
+    """A read that fails part way (a file over the budget, a broken gzip) ends
+    ``feed_many`` with that failure, its threads stopped."""
+    import threading
+    raw = _lines_doc(400, False)
+
+    def chunks():
+        yield raw[:3000]
+        yield raw[3000:6000]
+        raise TraceError("t.json", "over the budget")
+    st_ = native_scan.KinetoStream()
+    with pytest.raises(TraceError, match="over the budget"):
+        st_.feed_many(chunks(), workers=2)
+    assert not [t for t in threading.enumerate() if t.name.startswith("tb-perfdiag-scan")]
 
 
 def test_scan_columns_own_their_memory_and_outlive_the_scan():

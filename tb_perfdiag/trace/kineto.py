@@ -160,11 +160,18 @@ def _scan_stream(path, f, scanner, refusal, progress):
     chunks = f.chunks(progress)
     if f.compressed:
         chunks = read_ahead(chunks)
-    try:
+    def seen(chunks):
+        nonlocal blank
         for chunk in chunks:
             if blank:
                 blank = is_blank(chunk)
-            scanner.feed(chunk)
+            yield chunk
+    try:
+        if hasattr(scanner, "feed_many") and native_scanner().walk_ahead(f.compressed):
+            scanner.feed_many(seen(chunks))
+        else:
+            for chunk in seen(chunks):
+                scanner.feed(chunk)
         if blank:
             raise TraceError(path, "empty file: the profiler wrote nothing (or is still "
                                    "writing)")
