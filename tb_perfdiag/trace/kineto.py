@@ -167,7 +167,7 @@ def _scan_stream(path, f, scanner, refusal, progress):
                 blank = is_blank(chunk)
             yield chunk
     try:
-        if hasattr(scanner, "feed_many") and native_scanner().walk_ahead(f.compressed):
+        if hasattr(scanner, "feed_many") and native_scanner().walk_ahead():
             scanner.feed_many(seen(chunks))
         else:
             for chunk in seen(chunks):
