@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import orjson
@@ -106,6 +105,7 @@ class KinetoStream:
         pending, as if it had walked it (``kineto_absorb``), and fed as usual where not
         (the document's head and tail, a file of one line, a guess that was not an
         event).  The answer is the one ``feed`` gives; the walk uses more cores."""
+        from concurrent.futures import ThreadPoolExecutor   # only where a Kineto file is read
         workers = workers or _scan_workers()
         ahead: deque = deque()      # (walk of a stretch or None, the pieces of its text)
         self._spares: list = []     # parts absorbed, their contexts walked again
