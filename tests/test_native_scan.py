@@ -842,18 +842,21 @@ class _Raw(str):
     """A number written verbatim into the JSON text."""
 
 
-def _dump(v, ascii_: bool, lines: bool = False) -> str:
-    """JSON text; ``lines``: Kineto's layout, an element of a list a line, and an object
-    that is a member's value on a line of its own (a '{' that begins a line but starts
-    no event)."""
+def _dump(v, ascii_: bool, lines: str | None = None) -> str:
+    """JSON text; ``lines`` (an indent): Kineto's layout, an element of a list a line
+    after that indent, and an object that is a member's value on a line of its own (a
+    '{' that opens a line but starts no event)."""
     if isinstance(v, _Raw):
         return str(v)
     if isinstance(v, dict):
         return "{" + ", ".join(
-            _dump(k, ascii_) + ": " + ("\n" if lines and isinstance(x, dict) else "")
+            _dump(k, ascii_) + ": " + ("\n" + lines if lines is not None and isinstance(x, dict)
+                                      else "")
             + _dump(x, ascii_, lines) for k, x in v.items()) + "}"
     if isinstance(v, list):
-        return "[" + (",\n" if lines else ",").join(_dump(x, ascii_, lines) for x in v) + "]"
+        if lines is None:
+            return "[" + ",".join(_dump(x, ascii_, lines) for x in v) + "]"
+        return "[\n" + lines + (",\n" + lines).join(_dump(x, ascii_, lines) for x in v) + "\n]"
     return json.dumps(v, ensure_ascii=ascii_)
 
 
@@ -909,7 +912,7 @@ def _kdoc(draw):
         _value, max_size=2))
     body = dict(meta)
     body["traceEvents"] = events
-    return _dump(body, draw(st.booleans()), draw(st.booleans())).encode()
+    return _dump(body, draw(st.booleans()), draw(st.sampled_from([None, "", "  ", "\t"]))).encode()
 
 
 @FUZZ
@@ -1101,8 +1104,8 @@ def test_kineto_real_file_chunked_equals_whole(size):
     _assert_chunked_equal(raw, cuts, _native_whole(raw), _python_whole(raw))
 
 
-def _lines_doc(n: int, false_starts: bool) -> bytes:
-    """A Kineto-layout document (an event a line) whose later lines bring names,
+def _lines_doc(n: int, false_starts: bool, indent: str = "") -> bytes:
+    """A Kineto-layout document (an event a line, after ``indent``) whose later lines bring names,
     categories and threads the earlier ones have not, metadata events in the middle,
     stats (a float among them), elements that are no events, and (``false_starts``)
     args objects on lines of their own."""
@@ -1120,19 +1123,22 @@ def _lines_doc(n: int, false_starts: bool) -> bytes:
             args["bytes"] = i + 0.5
         e = {"ph": "X", "cat": f"cat{i // 90}", "name": f"op{i % 7}_{i // 60}",
              "pid": 1, "tid": i // 40, "ts": 1669783687464181.125 + i, "dur": 0.5}
-        text = json.dumps(e)[:-1] + ', "args": ' + ("\n" if false_starts and i % 3 else "") \
-            + json.dumps(args) + "}"
+        text = json.dumps(e)[:-1] + ', "args": ' \
+            + ("\n" + indent if false_starts and i % 3 else "") + json.dumps(args) + "}"
         lines.append(text)
-    return ('{"schemaVersion": 1, "traceEvents": [\n' + ",\n".join(lines)
+    return ('{"schemaVersion": 1, "traceEvents": [\n' + indent + (",\n" + indent).join(lines)
             + '\n], "displayTimeUnit": "ns"}').encode()
 
 
+@pytest.mark.parametrize("indent", ["", "  ", "\t "], ids=["flush", "libkineto", "tab"])
 @pytest.mark.parametrize("false_starts", [False, True], ids=["events", "args-on-own-lines"])
-def test_kineto_stretches_walked_ahead_are_taken_whole_and_agree(monkeypatch, false_starts):
+def test_kineto_stretches_walked_ahead_are_taken_whole_and_agree(monkeypatch, false_starts,
+                                                                  indent):
     """``feed_many`` gives what the whole text gives, for chunks of many sizes; the
-    stretches between event starts are taken whole (not walked again by the stream),
-    and a '{' that begins a line inside an event is walked by the stream instead."""
-    raw = _lines_doc(400, false_starts)
+    stretches between event starts (a '{' opening a line, after any indent) are taken
+    whole (not walked again by the stream), and a '{' that opens a line inside an event
+    is walked by the stream instead."""
+    raw = _lines_doc(400, false_starts, indent)
     whole = _native_whole(raw)
     assert whole is not None and whole["n_raw"] == 400
     walked, taken = [], []

@@ -16,6 +16,7 @@ Importing this module raises ImportError when the extension is not built.
 from __future__ import annotations
 
 import os
+import re
 from collections import deque
 
 import numpy as np
@@ -100,7 +101,7 @@ class KinetoStream:
 
     def feed_many(self, chunks, workers: int | None = None) -> None:
         """``feed`` of each chunk, with the text between two event starts (a ``{`` that
-        begins a line) walked on ``workers`` threads ahead of the stream: each stretch
+        opens a line, after any blanks) walked on ``workers`` threads ahead of the stream: each stretch
         is taken whole where the stream expects an event at its start with nothing
         pending, as if it had walked it (``kineto_absorb``), and fed as usual where not
         (the document's head and tail, a file of one line, a guess that was not an
@@ -115,8 +116,8 @@ class KinetoStream:
                 for chunk in chunks:
                     # the seam (up to the chunk's first event start) is fed, the rest up
                     # to its last one walked ahead, in place
-                    first = chunk.find(b"\n{") + 1
-                    last = chunk.rfind(b"\n{") + 1
+                    chunk = bytes(chunk)
+                    first, last = _stretch(chunk)
                     view = memoryview(chunk)
                     if last <= first:
                         ahead.append((None, (carry, view[:last])))
@@ -160,6 +161,29 @@ def cores() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
+
+
+# a line whose first non-blank character opens an object: where libkineto (two spaces
+# in) and most writers (none) start each event
+_OPENS = re.compile(rb"\n[ \t]*\{")
+
+
+def _stretch(chunk: bytes) -> tuple:
+    """(first, last): the offsets just past the first and the last newline of ``chunk``
+    that a line opening an object follows; (0, 0) without one."""
+    m = _OPENS.search(chunk)
+    if m is None:
+        return 0, 0
+    first = m.start() + 1
+    span = 1 << 16
+    while True:
+        lo = max(first - 1, len(chunk) - span)
+        found = None
+        for found in _OPENS.finditer(chunk, lo):
+            pass
+        if found is not None:
+            return first, found.start() + 1
+        span *= 4
 
 
 def _scan_workers() -> int:
