@@ -1104,11 +1104,11 @@ def test_kineto_real_file_chunked_equals_whole(size):
     _assert_chunked_equal(raw, cuts, _native_whole(raw), _python_whole(raw))
 
 
-def _lines_doc(n: int, false_starts: bool, indent: str = "") -> bytes:
-    """A Kineto-layout document (an event a line, after ``indent``) whose later lines bring names,
-    categories and threads the earlier ones have not, metadata events in the middle,
-    stats (a float among them), elements that are no events, and (``false_starts``)
-    args objects on lines of their own."""
+def _lines_doc(n: int, false_starts: bool, indent: str | None = "") -> bytes:
+    """A Kineto-layout document (an event a line, after ``indent``) whose later lines
+    bring names, categories and threads the earlier ones have not, metadata events in
+    the middle, stats (a float among them), elements that are no events, and
+    (``false_starts``) args objects on lines of their own and lists of objects in args."""
     lines = []
     for i in range(n):
         if i % 37 == 5:
@@ -1116,21 +1116,27 @@ def _lines_doc(n: int, false_starts: bool, indent: str = "") -> bytes:
                                      "args": {"name": f"worker {i}"}}))
             continue
         if i % 53 == 7:
-            lines.append("[1, {}]" if i % 2 else "null")
+            lines.append("[1, 2]" if i % 2 else "null")
             continue
         args = {"External id": i, "correlation": i * 3}
         if i % 11 == 0:
             args["bytes"] = i + 0.5
+        if false_starts and i % 5 == 0:
+            args["shapes"] = [{"dims": [i, 2]}, {"dims": [3]}]    # ", {" inside an event
         e = {"ph": "X", "cat": f"cat{i // 90}", "name": f"op{i % 7}_{i // 60}",
              "pid": 1, "tid": i // 40, "ts": 1669783687464181.125 + i, "dur": 0.5}
         text = json.dumps(e)[:-1] + ', "args": ' \
-            + ("\n" + indent if false_starts and i % 3 else "") + json.dumps(args) + "}"
+            + ("\n" + (indent or "") if false_starts and i % 3 else "") + json.dumps(args) + "}"
         lines.append(text)
+    if indent is None:                  # all on one line
+        return ('{"schemaVersion": 1, "traceEvents": [' + ",".join(lines)
+                + '], "displayTimeUnit": "ns"}').encode()
     return ('{"schemaVersion": 1, "traceEvents": [\n' + indent + (",\n" + indent).join(lines)
             + '\n], "displayTimeUnit": "ns"}').encode()
 
 
-@pytest.mark.parametrize("indent", ["", "  ", "\t "], ids=["flush", "libkineto", "tab"])
+@pytest.mark.parametrize("indent", [None, "", "  ", "\t "],
+                         ids=["one-line", "flush", "libkineto", "tab"])
 @pytest.mark.parametrize("false_starts", [False, True], ids=["events", "args-on-own-lines"])
 def test_kineto_stretches_walked_ahead_are_taken_whole_and_agree(monkeypatch, false_starts,
                                                                   indent):

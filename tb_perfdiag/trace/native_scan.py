@@ -100,12 +100,12 @@ class KinetoStream:
         _native.kineto_feed(self._state, chunk, False)
 
     def feed_many(self, chunks, workers: int | None = None) -> None:
-        """``feed`` of each chunk, with the text between two event starts (a ``{`` that
-        opens a line, after any blanks) walked on ``workers`` threads ahead of the stream: each stretch
-        is taken whole where the stream expects an event at its start with nothing
-        pending, as if it had walked it (``kineto_absorb``), and fed as usual where not
-        (the document's head and tail, a file of one line, a guess that was not an
-        event).  The answer is the one ``feed`` gives; the walk uses more cores."""
+        """``feed`` of each chunk, with the text between two event starts (a ``{`` after
+        a comma or opening a list) walked on ``workers`` threads ahead of the stream:
+        each stretch is taken whole where the stream expects an event at its start with
+        nothing pending, as if it had walked it (``kineto_absorb``), and fed as usual
+        where not (the document's head and tail, a guess inside an event).  The answer
+        is the one ``feed`` gives; the walk uses more cores."""
         from concurrent.futures import ThreadPoolExecutor   # only where a Kineto file is read
         workers = workers or _scan_workers()
         ahead: deque = deque()      # (walk of a stretch or None, the pieces of its text)
@@ -163,26 +163,27 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
-# a line whose first non-blank character opens an object: where libkineto (two spaces
-# in) and most writers (none) start each event
-_OPENS = re.compile(rb"\n[ \t]*\{")
+# an object that opens a list or follows a comma: where each event starts, whether the
+# writer put it on a line of its own (libkineto: two spaces in), flush left or all on one
+# line; a guess inside an event (a list of objects in its args) is walked again
+_OPENS = re.compile(rb"[,\[][ \t\r\n]*\{")
 
 
 def _stretch(chunk: bytes) -> tuple:
-    """(first, last): the offsets just past the first and the last newline of ``chunk``
-    that a line opening an object follows; (0, 0) without one."""
+    """(first, last): the offsets of the first and the last ``{`` of ``chunk`` that opens
+    a list or follows a comma; (0, 0) without one."""
     m = _OPENS.search(chunk)
     if m is None:
         return 0, 0
-    first = m.start() + 1
+    first = m.end() - 1
     span = 1 << 16
     while True:
-        lo = max(first - 1, len(chunk) - span)
+        lo = max(m.start(), len(chunk) - span)
         found = None
         for found in _OPENS.finditer(chunk, lo):
             pass
         if found is not None:
-            return first, found.start() + 1
+            return first, found.end() - 1
         span *= 4
 
 
