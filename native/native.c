@@ -2553,23 +2553,32 @@ static void j_run(JCtx *c) {
     }
 }
 
+#define JCTX_VECS (15 + 3 * N_STATS)
+
+/* every growable vector of a context, for freeing it or emptying it for reuse */
+static void jctx_vecs(JCtx *c, Vec **vs) {
+    Vec *own[] = {&c->name_ids, &c->cat_ids, &c->track_ids, &c->dur_ps, &c->ts_exact,
+                  &c->ts_approx, &c->dur_d, &c->ts_isexp, &c->tdesc, &c->scratch, &c->keybuf,
+                  &c->ts_out, &c->sane, &c->pick, &c->inbuf};
+    size_t n = sizeof(own) / sizeof(own[0]);
+    memcpy(vs, own, sizeof(own));
+    for (int s = 0; s < N_STATS; s++) {
+        vs[n++] = &c->stats[s].idx;
+        vs[n++] = &c->stats[s].val;
+        vs[n++] = &c->stats[s].isf;
+    }
+}
+
 static void jctx_free(JCtx *c) {
     table_free(&c->names);
     table_free(&c->cats);
     table_free(&c->tracks);
     arena_free(&c->arena);
-    Vec *vs[] = {&c->name_ids, &c->cat_ids, &c->track_ids, &c->dur_ps,
-                 &c->ts_exact, &c->ts_approx, &c->dur_d, &c->ts_isexp, &c->tdesc, &c->scratch, &c->keybuf,
-                 &c->ts_out, &c->sane, &c->pick};
-    for (size_t i = 0; i < sizeof(vs) / sizeof(vs[0]); i++) vec_free(vs[i]);
-    for (int s = 0; s < N_STATS; s++) {
-        vec_free(&c->stats[s].idx);
-        vec_free(&c->stats[s].val);
-        vec_free(&c->stats[s].isf);
-    }
+    Vec *vs[JCTX_VECS];
+    jctx_vecs(c, vs);
+    for (size_t i = 0; i < JCTX_VECS; i++) vec_free(vs[i]);
     Py_XDECREF(c->mevents);
     for (int m = 0; m < N_META; m++) Py_XDECREF(c->meta[m]);
-    vec_free(&c->inbuf);
     free(c);
 }
 
@@ -2884,21 +2893,13 @@ static void jctx_reset(JCtx *c) {
         if (ts[i]->slots) memset(ts[i]->slots, 0xff, (ts[i]->mask + 1) * sizeof(int32_t));
     }
     arena_free(&c->arena);
-    Vec *vs[] = {&c->name_ids, &c->cat_ids, &c->track_ids, &c->dur_ps,
-                 &c->ts_exact, &c->ts_approx, &c->dur_d, &c->ts_isexp, &c->tdesc, &c->scratch,
-                 &c->keybuf, &c->ts_out, &c->sane, &c->pick, &c->inbuf};
-    for (size_t i = 0; i < sizeof(vs) / sizeof(vs[0]); i++) {
-        if (vs[i]->col) vec_free(vs[i]);
+    Vec *vs[JCTX_VECS];
+    jctx_vecs(c, vs);
+    for (size_t i = 0; i < JCTX_VECS; i++) {
+        if (vs[i]->col) vec_free(vs[i]); /* handed over: not ours to write again */
         vs[i]->len = 0;
     }
-    for (int s = 0; s < N_STATS; s++) {
-        Vec *sv[] = {&c->stats[s].idx, &c->stats[s].val, &c->stats[s].isf};
-        for (int j = 0; j < 3; j++) {
-            if (sv[j]->col) vec_free(sv[j]);
-            sv[j]->len = 0;
-        }
-        c->stats[s].any_float = 0;
-    }
+    for (int s = 0; s < N_STATS; s++) c->stats[s].any_float = 0;
     PyList_SetSlice(c->mevents, 0, PyList_GET_SIZE(c->mevents), NULL);
     for (int m = 0; m < N_META; m++) Py_CLEAR(c->meta[m]);
     c->n_kept = c->n_raw = c->bad = 0;

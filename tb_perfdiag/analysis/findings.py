@@ -15,7 +15,7 @@ from collections import defaultdict
 import numpy as np
 
 from ..trace.build import distinct, unique_rows
-from ..trace.classify import is_collective_kernel, is_input_pipeline_thread
+from ..trace.classify import is_collective_kernel
 from ..trace.model import EventKind as K, Trace
 from . import causes as C
 from .culprits import (PYTORCH_XLA, SYNC_LABELS, Culprits, chain_sync_kind, clean,
@@ -208,17 +208,10 @@ def _signature_key(trace, g, cul, cause, rows, evs) -> np.ndarray:
     # key.  Unprimed events (cid < −1) are keyed by the event itself through their cid.
     pinned = np.full(cid.shape[0], -1, np.int64)
     if cause == C.DATA_LOADING:
-        on = _on_input_pipeline(trace, evs)
+        on = tfdata.on_pipeline_threads(trace, evs)
         pinned[on] = cid[on]
     key = np.stack((cul.description_ids(cid), pinned, extra), axis=1)
     return unique_rows(key)[1]
-
-
-def _on_input_pipeline(trace, evs) -> np.ndarray:
-    """Per event (−1: none): whether it ran on one of tf.data's threads."""
-    tracks = np.flatnonzero([is_input_pipeline_thread(n) for n in trace.track_name])
-    e = np.asarray(evs, np.int64)
-    return (e >= 0) & np.isin(trace.track[np.maximum(e, 0)], tracks)
 
 
 def _group_by_signature(rows, evs, key, signature) -> tuple:

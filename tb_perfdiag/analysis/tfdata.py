@@ -69,6 +69,14 @@ def _iterator_at(trace: Trace, lines: dict, first: int, t: int) -> str:
     return ""
 
 
+def on_pipeline_threads(trace: Trace, evs) -> np.ndarray:
+    """Per event (−1: none): whether it ran on one of tf.data's threads, the events
+    ``stage`` names a stage for."""
+    tracks = np.flatnonzero([is_input_pipeline_thread(n) for n in trace.track_name])
+    e = np.asarray(evs, np.int64)
+    return (e >= 0) & np.isin(trace.track[np.maximum(e, 0)], tracks)
+
+
 def stage(trace: Trace, lines: dict, thread: int, gs: int, ge: int, ev: int):
     """(ops, label, fix key) naming the pipeline stage ``ev`` (an op on a tf.data thread)
     that a data-loading gap [gs, ge) (ps) waited for; None when ``ev`` is no such op."""

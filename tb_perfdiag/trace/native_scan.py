@@ -109,7 +109,7 @@ class KinetoStream:
         from concurrent.futures import ThreadPoolExecutor   # only where a Kineto file is read
         workers = workers or _scan_workers()
         ahead: deque = deque()      # (walk of a stretch or None, the pieces of its text)
-        self._spares: list = []     # parts absorbed, their contexts walked again
+        spares: list = []           # parts absorbed, their contexts walked again
         carry = b""
         with ThreadPoolExecutor(workers, thread_name_prefix="tb-perfdiag-scan") as pool:
             try:
@@ -126,26 +126,25 @@ class KinetoStream:
                         # only once it has twice its text, so a seam fed in two pieces
                         # would leave its event pending
                         ahead.append((None, (b"".join((carry, view[:first])),)))
-                        spare = self._spares.pop() if self._spares else None
+                        spare = spares.pop() if spares else None
                         ahead.append((pool.submit(_native.kineto_part, chunk, first, last,
                                                   spare), (view[first:last],)))
                     carry = view[last:]
                     while ahead and (ahead[0][0] is None or len(ahead) > 2 * workers):
-                        self._take(*ahead.popleft())
+                        self._take(*ahead.popleft(), spares)
                 while ahead:
-                    self._take(*ahead.popleft())
+                    self._take(*ahead.popleft(), spares)
                 if len(carry):
                     self.feed(carry)
             finally:
                 for walk, _ in ahead:
                     if walk is not None:
                         walk.cancel()
-        self._spares = []
 
-    def _take(self, walk, pieces) -> None:
+    def _take(self, walk, pieces, spares: list) -> None:
         part = walk.result() if walk is not None else None
         if part is not None and _native.kineto_absorb(self._state, part):
-            self._spares.append(part)
+            spares.append(part)
             return
         for piece in pieces:
             if len(piece):
