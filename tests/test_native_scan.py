@@ -12,6 +12,7 @@ import gzip
 import json
 import math
 import os
+import random
 import re
 import struct
 
@@ -1177,6 +1178,40 @@ def test_kineto_stretches_walked_ahead_are_taken_whole_and_agree(monkeypatch, fa
             assert size == 1 << 20 or None in walked, size
         else:
             assert walked and None not in walked and taken == [True] * len(walked), size
+
+
+def _stretch_by_regex(chunk: bytes) -> tuple:
+    """``_stretch`` as its definition reads: the first and the last ``_OPENS`` match."""
+    found = list(native_scan._OPENS.finditer(chunk))
+    return (found[0].end() - 1, found[-1].end() - 1) if found else (0, 0)
+
+
+def test_kineto_stretch_bounds_agree_with_the_pattern():
+    """The stretch a chunk is walked ahead over (its first and last event start, the
+    last found from the end) is where the pattern's first and last matches put it: in
+    windows of every layout, and where the search from the end gives way to the pattern
+    (braces that open no event, long runs of blanks, no event start at all)."""
+    rng = random.Random(24)
+    docs = [_lines_doc(300, fs, ind) for fs in (False, True) for ind in (None, "", "  ", "\t ")]
+    for raw in docs:
+        for _ in range(300):
+            a = rng.randrange(len(raw))
+            b = min(len(raw), a + rng.choice((1, 7, 60, 300, 2000, 20000)))
+            chunk = raw[a:b]
+            assert native_scan._stretch(chunk) == _stretch_by_regex(chunk), (a, b)
+    nested = b'{"a": ' + b'{"b": ' * 100 + b"1" + b"}" * 100 + b"}"
+    crafted = [
+        b"", b"{", b",{", b"[ \t\r\n{", b'"x": {"y": 1}', b'},\n  {"ph": "X"}, {"a": {}}',
+        b'}, {"ph": "X", "args": ' + nested,                       # 100 braces after it
+        b'}, {"ph": "X"}' + b" " * 100 + b"{",                      # blanks, no opener
+        b'}, {"ph": "X"},' + b" " * 100 + b'{"ph": "X"}',           # blanks after a comma
+        b'[' + b" " * 70 + b'{' + b' ' * 5 + b',{',
+        b'}, {"ph": "X", "args": {"shapes": [{"d": [1]}, {"d": [2]}]}}',
+    ]
+    for chunk in crafted:
+        for cut in range(len(chunk) + 1):
+            for part in (chunk[cut:], chunk[:cut]):
+                assert native_scan._stretch(part) == _stretch_by_regex(part), part
 
 
 def test_kineto_walks_ahead_stop_with_the_file_that_fails():

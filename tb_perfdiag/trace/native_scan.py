@@ -175,6 +175,9 @@ def _stretch(chunk: bytes) -> tuple:
     if m is None:
         return 0, 0
     first = m.end() - 1
+    last = _last_open(chunk, m.start())
+    if last is not None:
+        return first, last
     span = 1 << 16
     while True:
         lo = max(m.start(), len(chunk) - span)
@@ -184,6 +187,31 @@ def _stretch(chunk: bytes) -> tuple:
         if found is not None:
             return first, found.end() - 1
         span *= 4
+
+
+_BLANKS = b" \t\r\n"
+_OPENERS = b",["
+
+
+def _last_open(chunk: bytes, lo: int, tries: int = 64):
+    """The last ``{`` of ``chunk`` that an ``_OPENS`` match from ``lo`` on ends with,
+    found from the end by ``rfind`` (the regex read 64 KB of each chunk byte by byte:
+    a twentieth of the 20 M-event trace's scan, holding the GIL); None after ``tries``
+    braces that open no event (a value's objects), or before a long run of blanks, for
+    the regex to decide."""
+    j = len(chunk)
+    for _ in range(tries):
+        j = chunk.rfind(b"{", lo, j)
+        if j < 0:
+            return None
+        k = j - 1
+        while k >= lo and chunk[k] in _BLANKS:
+            k -= 1
+            if j - k > 64:          # a long run of blanks: not walked back byte by byte
+                return None
+        if k >= lo and chunk[k] in _OPENERS:
+            return j
+    return None
 
 
 def _scan_workers() -> int:
