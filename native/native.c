@@ -2244,6 +2244,38 @@ static void ts_exact(JCtx *c, const Num *n, double d) {
     vec_put(&c->f, &c->ts_approx, &d, 8);
 }
 
+/* ts_exact(c, n, num_double(c, n)) with the digits read once: a time of at most 19
+ * digits, 6 of them decimals, no exponent (every profiler's microseconds with up to
+ * picosecond decimals) is its significand m times a power of ten, both exactly
+ * (m <= 2**53: the double is m / 10**decimals, correctly rounded as in num_double).
+ * One pass over the digits here, where the exact time and the double took one each. */
+static void ts_record(JCtx *c, const Num *n) {
+    size_t ni = (size_t)(n->int_e - n->int_s);
+    size_t nf = n->has_frac ? (size_t)(n->frac_e - n->frac_s) : 0;
+    if (!n->has_exp && nf <= 6 && ni + nf <= 19) {
+        static const int64_t SCALE[7] = {1000000, 100000, 10000, 1000, 100, 10, 1};
+        uint64_t m = 0;
+        for (const unsigned char *q = n->int_s; q < n->int_e; q++) m = m * 10 + (uint64_t)(*q - '0');
+        if (nf)
+            for (const unsigned char *q = n->frac_s; q < n->frac_e; q++)
+                m = m * 10 + (uint64_t)(*q - '0');
+        if (m <= (1ULL << 53)) {
+            i128 v = (i128)m * SCALE[nf];
+            double d;
+            if (!n->is_float) d = (double)(n->neg ? -(int64_t)m : (int64_t)m); /* "-0": 0.0 */
+            else if (m == 0) d = n->neg ? -0.0 : 0.0;
+            else d = (n->neg ? -1.0 : 1.0) * ((double)m / POW10[nf]);
+            uint8_t isexp = 0;
+            if (n->neg) v = -v;
+            vec_put(&c->f, &c->ts_exact, &v, sizeof(v));
+            vec_put(&c->f, &c->ts_isexp, &isexp, 1);
+            vec_put(&c->f, &c->ts_approx, &d, 8);
+            return;
+        }
+    }
+    ts_exact(c, n, num_double(c, n));
+}
+
 /* events further than this from the median time are unplaceable (kineto._MAX_SPAN_US) */
 #define MAX_SPAN_US 1e12
 
@@ -2420,7 +2452,7 @@ static const unsigned char *j_event(JCtx *c, const unsigned char *p, int64_t i) 
     if ((size_t)tid_ * sizeof(TrackDesc) == c->tdesc.len) vec_put(&c->f, &c->tdesc, &d, sizeof(d));
     VEC_PUSH(&c->f, &c->track_ids, int32_t, tid_);
     /* ts, dur */
-    ts_exact(c, &ts->num, num_double(c, &ts->num));
+    ts_record(c, &ts->num);
     VEC_PUSH(&c->f, &c->dur_d, double, dur->t == T_NUM ? num_double(c, &dur->num) : 0.0);
     /* stats from args: per stat the first spelling whose value is not null */
     if (args_obj) {
