@@ -604,6 +604,32 @@ def test_kineto_long_significands_round_like_python(nums):
     assert nat["stats"]["correlation"][1].tolist() == [round(float(t)) for t in texts]
 
 
+@given(st.sampled_from(["", "1", "17121989", "1712198939370"]),
+       st.lists(st.tuples(st.booleans(), st.text("0123456789", min_size=0, max_size=7),
+                          st.one_of(st.none(), st.text("0123456789", min_size=1, max_size=8))),
+                min_size=1, max_size=30))
+@FUZZ
+def test_kineto_decimal_timestamps_read_once_like_python(lead, parts):
+    """Timestamps written as decimals (signs, leading zeros, integers, 0 to 8 decimals,
+    up to 16 whole digits as epoch microseconds have) are read exactly from their text,
+    and as the reference reads them (exactly above 4e12 µs, as floats below), whether
+    the digits are read once (at most 19 digits, 6 decimals, a significand within
+    2**53) or by the general path."""
+    texts = []
+    for neg, digits, frac in parts:
+        whole = (lead + digits)[:16].lstrip("0") or "0"     # epoch µs have 16 digits
+        texts.append(("-" if neg else "") + whole + ("" if frac is None else "." + frac))
+    raw = ("{\"traceEvents\": [" + ",".join(
+        f'{{"ph": "X", "name": "e", "pid": 1, "tid": 1, "ts": {t}, "dur": 1}}' for t in texts)
+        + "]}").encode()
+    _both_equal(raw)           # the float reference within a nanosecond, the same events placed
+    nat = native_scan.scan_kineto(raw)
+    placed = [t for t, got in zip(texts, nat["ts_ps"].tolist()) if got != kineto.OUT_OF_RANGE]
+    assert nat["base_us"] == (math.floor(min(float(t) for t in placed)) if placed else 0)
+    for t, got in zip(texts, nat["ts_ps"].tolist()):
+        assert got == kineto.OUT_OF_RANGE or got == _exact_ps(t, nat["base_us"]), t
+
+
 def test_kineto_semantics_match_reference():
     events = [
         {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "python"}},
