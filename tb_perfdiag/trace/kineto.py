@@ -157,9 +157,13 @@ def _scan_stream(path, f, scanner, refusal, progress):
     own is raised once the rest is decoded, holding none of it: a file over the budget
     or a broken gzip is reported as that first."""
     blank = True
+    many = hasattr(scanner, "feed_many") and native_scanner().walk_ahead()
     chunks = f.chunks(progress)
     if f.compressed:
-        chunks = read_ahead(chunks)
+        # walked ahead, the stream waits on the oldest stretch while the others are
+        # walked: the gunzip runs on, as far ahead as stretches may be pending
+        chunks = read_ahead(chunks, scanner.pending_chunks() if many else 1)
+
     def seen(chunks):
         nonlocal blank
         for chunk in chunks:
@@ -167,7 +171,7 @@ def _scan_stream(path, f, scanner, refusal, progress):
                 blank = is_blank(chunk)
             yield chunk
     try:
-        if hasattr(scanner, "feed_many") and native_scanner().walk_ahead():
+        if many:
             scanner.feed_many(seen(chunks))
         else:
             for chunk in seen(chunks):

@@ -108,6 +108,7 @@ class KinetoStream:
         is the one ``feed`` gives; the walk uses more cores."""
         from concurrent.futures import ThreadPoolExecutor   # only where a Kineto file is read
         workers = workers or _scan_workers()
+        window = self.pending_chunks(workers)
         ahead: deque = deque()      # (walk of a stretch or None, the pieces of its text)
         spares: list = []           # parts absorbed, their contexts walked again
         carry = b""
@@ -130,7 +131,7 @@ class KinetoStream:
                         ahead.append((pool.submit(_native.kineto_part, chunk, first, last,
                                                   spare), (view[first:last],)))
                     carry = view[last:]
-                    while ahead and (ahead[0][0] is None or len(ahead) > 2 * workers):
+                    while ahead and (ahead[0][0] is None or len(ahead) > window):
                         self._take(*ahead.popleft(), spares)
                 while ahead:
                     self._take(*ahead.popleft(), spares)
@@ -140,6 +141,14 @@ class KinetoStream:
                 for walk, _ in ahead:
                     if walk is not None:
                         walk.cancel()
+
+    @staticmethod
+    def pending_chunks(workers: int | None = None) -> int:
+        """At most this many chunks have pieces pending in ``feed_many`` (seams to
+        feed, stretches being walked) while it waits on the oldest walk: a reader may
+        decode that far ahead without waiting on it (held to one chunk ahead, the
+        gunzip stalled while the stretches were walked)."""
+        return 2 * (workers or _scan_workers())
 
     def _take(self, walk, pieces, spares: list) -> None:
         part = walk.result() if walk is not None else None
