@@ -2223,57 +2223,51 @@ static void stat_value(JCtx *c, int s, int64_t k, const Tok *t, const unsigned c
     vec_put(&c->f, &col->isf, &isf, 1);
 }
 
-/* exact ts in ps from the text (fractional digits past 6 truncated, as the reference);
- * written with an exponent (or absurdly long), the float64 value is kept instead */
-static void ts_exact(JCtx *c, const Num *n, double d) {
-    uint8_t isexp = (uint8_t)(n->has_exp || n->int_e - n->int_s > 30);
-    i128 v = 0;
-    if (!isexp) {
-        for (const unsigned char *q = n->int_s; q < n->int_e; q++) v = v * 10 + (*q - '0');
-        int64_t frac = 0;
-        int fd = 0;
-        if (n->has_frac)
-            for (const unsigned char *q = n->frac_s; q < n->frac_e && fd < 6; q++, fd++)
-                frac = frac * 10 + (*q - '0');
-        for (; fd < 6; fd++) frac *= 10;
-        v = v * 1000000 + frac;
-        if (n->neg) v = -v;
-    }
-    vec_put(&c->f, &c->ts_exact, &v, sizeof(v));
-    vec_put(&c->f, &c->ts_isexp, &isexp, 1);
-    vec_put(&c->f, &c->ts_approx, &d, 8);
-}
-
-/* ts_exact(c, n, num_double(c, n)) with the digits read once: a time of at most 19
- * digits, 6 of them decimals, no exponent (every profiler's microseconds with up to
- * picosecond decimals) is its significand m times a power of ten, both exactly
- * (m <= 2**53: the double is m / 10**decimals, correctly rounded as in num_double).
- * One pass over the digits here, where the exact time and the double took one each. */
+/* A time's exact ps from the text (fractional digits past 6 truncated, as the
+ * reference) and its float64 value; written with an exponent (or absurdly long), the
+ * float64 value stands for both.  A time of at most 19 digits, 6 of them decimals, no
+ * exponent (every profiler's microseconds with up to picosecond decimals) is its
+ * significand m times a power of ten, both exactly: with m <= 2**53 the double is
+ * m / 10**decimals, correctly rounded as in num_double, and the digits are read once
+ * for both (the general path reads them again for each). */
 static void ts_record(JCtx *c, const Num *n) {
     size_t ni = (size_t)(n->int_e - n->int_s);
     size_t nf = n->has_frac ? (size_t)(n->frac_e - n->frac_s) : 0;
-    if (!n->has_exp && nf <= 6 && ni + nf <= 19) {
-        static const int64_t SCALE[7] = {1000000, 100000, 10000, 1000, 100, 10, 1};
-        uint64_t m = 0;
+    uint8_t isexp = (uint8_t)(n->has_exp || ni > 30);
+    i128 v = 0;
+    double d;
+    uint64_t m = 0;
+    int once = !n->has_exp && nf <= 6 && ni + nf <= 19; /* 19 digits cannot overflow m */
+    if (once) {
         for (const unsigned char *q = n->int_s; q < n->int_e; q++) m = m * 10 + (uint64_t)(*q - '0');
         if (nf)
             for (const unsigned char *q = n->frac_s; q < n->frac_e; q++)
                 m = m * 10 + (uint64_t)(*q - '0');
-        if (m <= (1ULL << 53)) {
-            i128 v = (i128)m * SCALE[nf];
-            double d;
-            if (!n->is_float) d = (double)(n->neg ? -(int64_t)m : (int64_t)m); /* "-0": 0.0 */
-            else if (m == 0) d = n->neg ? -0.0 : 0.0;
-            else d = (n->neg ? -1.0 : 1.0) * ((double)m / POW10[nf]);
-            uint8_t isexp = 0;
-            if (n->neg) v = -v;
-            vec_put(&c->f, &c->ts_exact, &v, sizeof(v));
-            vec_put(&c->f, &c->ts_isexp, &isexp, 1);
-            vec_put(&c->f, &c->ts_approx, &d, 8);
-            return;
+        once = m <= (1ULL << 53);
+    }
+    if (once) {
+        static const int64_t SCALE[7] = {1000000, 100000, 10000, 1000, 100, 10, 1};
+        v = (i128)m * SCALE[nf];
+        if (!n->is_float) d = (double)(n->neg ? -(int64_t)m : (int64_t)m); /* "-0": 0.0 */
+        else if (m == 0) d = n->neg ? -0.0 : 0.0;
+        else d = (n->neg ? -1.0 : 1.0) * ((double)m / POW10[nf]);
+    } else {
+        d = num_double(c, n);
+        if (!isexp) {
+            for (const unsigned char *q = n->int_s; q < n->int_e; q++) v = v * 10 + (*q - '0');
+            int64_t frac = 0;
+            int fd = 0;
+            if (n->has_frac)
+                for (const unsigned char *q = n->frac_s; q < n->frac_e && fd < 6; q++, fd++)
+                    frac = frac * 10 + (*q - '0');
+            for (; fd < 6; fd++) frac *= 10;
+            v = v * 1000000 + frac;
         }
     }
-    ts_exact(c, n, num_double(c, n));
+    if (n->neg) v = -v;
+    vec_put(&c->f, &c->ts_exact, &v, sizeof(v));
+    vec_put(&c->f, &c->ts_isexp, &isexp, 1);
+    vec_put(&c->f, &c->ts_approx, &d, 8);
 }
 
 /* events further than this from the median time are unplaceable (kineto._MAX_SPAN_US) */
