@@ -44,8 +44,12 @@ setup(
                  # an S3-compatible server the result-store tests start (moto's server mode)
                  "s3fs>=2024.2", "moto[server]>=5"],
     },
-    ext_modules=[Extension("tb_perfdiag._native", ["native/native.c", "native/pages.c"],
-                           depends=["native/pages.h"], optional=True,
+    ext_modules=[Extension("tb_perfdiag._native",
+                           ["native/module.c", "native/common.c", "native/xspace.c",
+                            "native/kineto.c", "native/passes.c", "native/search.c",
+                            "native/pages.c"],
+                           depends=["native/common.h", "native/methods.h", "native/strings.h",
+                                    "native/search.h", "native/pages.h"], optional=True,
                            extra_compile_args=["-O3"])],
     entry_points={
         "tensorboard_plugins": ["perfdiag = tb_perfdiag.plugin:DiagnoseLoader"],
