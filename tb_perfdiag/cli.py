@@ -22,6 +22,7 @@ from .analysis import Options, diagnose_trace
 from .analysis import causes as C
 from .analysis.budgets import Budgets, check as check_budgets
 from .analysis.compare import compare as compare_diagnoses
+from .analysis.steps import unknown_step
 from .api import is_folder, trace_files
 from .discovery import scan_logdir, span_label
 from .errors import StorageError
@@ -208,11 +209,11 @@ def cmd_info(args) -> int:
         try:
             tr = load(path)
         except (TraceError, OSError) as e:
-            print(safe(f"{label}: ERROR {getattr(e, 'reason', None) or e}"))
+            _file_error(label, str(getattr(e, 'reason', None) or e))
             rc = INPUT
             continue
         except MemoryError:
-            print(safe(f"{label}: ERROR {OUT_OF_MEMORY}"))
+            _file_error(label, OUT_OF_MEMORY)
             rc = INPUT
             continue
         s = tr.summary()
@@ -297,6 +298,11 @@ def cmd_pod(args) -> int:
     return INPUT if any(s["failed"] for s in out.values()) else OK
 
 
+def _file_error(label: str, err: str) -> None:
+    """A file that could not be read: one line on stderr (the other files' reports go on)."""
+    print(safe(f"tb-perfdiag: error: {label}: {err}"), file=sys.stderr)
+
+
 def cmd_diagnose(args) -> int:
     if args.scheduler or args.results:
         return cmd_pod(args)
@@ -307,7 +313,16 @@ def cmd_diagnose(args) -> int:
             results.append((label, _diagnose(path, opt), None))
         except InputError as e:
             results.append((label, None, {"error": str(e), "file": path}))
+            _file_error(label, str(e))
             rc = INPUT
+    if args.step is not None:
+        # a step no capture has is a usage error (naming the steps there are), never a
+        # whole-trace report without gaps
+        diags = [(label, d) for label, d, _ in results if d is not None]
+        why = [(label, unknown_step(d.steps.ids, args.step)) for label, d in diags]
+        if diags and all(w for _, w in why):
+            raise UsageError(why[0][1] if len(why) == 1 else "; ".join(
+                f"{label}: {w}" for label, w in why[:6]))
     if args.json:
         docs = [(label, err if diag is None else _json_doc(diag, args))
                 for label, diag, err in results]
@@ -315,10 +330,7 @@ def cmd_diagnose(args) -> int:
         return rc
     top = DEFAULT_TOP if args.top is None else args.top
     for label, diag, err in results:
-        if diag is None:
-            print(safe(f"== {label}"))
-            print(safe(f"   ERROR {err['error']}"))
-        else:
+        if diag is not None:         # a file that failed was said on stderr as it failed
             print(text.report(label, diag, top, args.step))
     return rc
 

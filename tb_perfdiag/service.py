@@ -28,6 +28,7 @@ from .analysis.budgets import Budgets, check as check_budgets
 from .analysis.compare import compare
 from .analysis.diagnosis import gap_detail, host_context
 from .analysis.timeline import annotation_spans, lanes
+from .analysis.steps import unknown_step
 from .budget import MB, Budget, Store, measure
 from .cache import DiagnosisCache
 from .discovery import Catalog, span_label
@@ -442,10 +443,8 @@ class DiagnosisService:
         groups per device, only ``device`` when given: the /diagnosis page's
         ``device_ops`` alone, for a caller that wants no more."""
         diag = self._diagnosis(params)
-        if params.step is not None and params.step not in diag.steps.ids:
-            ids = diag.steps.ids
-            raise NotFound(f"no step {params.step} in this capture" + (
-                f"; its steps are {ids.min()}–{ids.max()}" if ids.size else "; it has no steps"))
+        if params.step is not None and (why := unknown_step(diag.steps.ids, params.step)):
+            raise NotFound(why)
         with self.budget.admit(RENDER_PEAK, what="device ops"):
             doc = device_ops_json(diag, params.step, top)
         if doc is not None and device is not None:
