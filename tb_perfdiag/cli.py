@@ -33,6 +33,7 @@ from .render import text
 from .render.json import diagnosis_json, json_bytes
 from .render.text import safe, safe_text
 from .trace import TraceError, load
+from .trace.extension import reader_kind
 
 OK, BREACH, USAGE, INPUT, PIPE = 0, 1, 2, 3, 141
 DEFAULT_TOP = 8
@@ -125,13 +126,30 @@ def _exists(path: str) -> None:
         raise InputError(f"no such file or folder: {path}")
 
 
+WHAT_IS_READ = "*.xplane.pb under <run>/plugins/profile/<session>/, *.pt.trace.json[.gz]"
+
+
+def _skipped_said(path: str, found: bool, skipped: list) -> None:
+    """What a folder held that looks like a profile but was not read, and why: in the
+    error when nothing else was found, else one note a file on stderr."""
+    if not skipped:
+        if not found:
+            raise InputError(f"no profiles found under {path} ({WHAT_IS_READ})")
+        return
+    if not found:
+        more = f" and {len(skipped) - 3} more" if len(skipped) > 3 else ""
+        raise InputError(f"no profiles found under {path} ({WHAT_IS_READ}); skipped: " +
+                         "; ".join(f"{s.path}: {s.reason}" for s in skipped[:3]) + more)
+    for s in skipped:
+        print(safe(f"tb-perfdiag: note: skipped {s.path}: {s.reason}"), file=sys.stderr)
+
+
 def _profiles(path: str) -> list:
     """Every profile under ``path`` as (label, file), or raise InputError."""
     _exists(path)
-    found = trace_files(path)
-    if not found:
-        raise InputError(f"no profiles found under {path} (*.xplane.pb under plugins/profile/, "
-                         f"*.pt.trace.json[.gz])")
+    skipped: list = []
+    found = trace_files(path, skipped)
+    _skipped_said(path, bool(found), skipped)
     return found
 
 
@@ -141,16 +159,15 @@ def _latest_per_host(path: str, host: str | None = None) -> list:
     _exists(path)
     if not is_folder(path):                 # any logdir URL TensorBoard takes (api.is_folder)
         return [(None, os.path.basename(path.rstrip("/")), path)]
-    runs = scan_logdir(path)
+    skipped: list = []
+    runs = scan_logdir(path, skipped)
+    _skipped_said(path, any(r.sources for r in runs.values()), skipped)
     best = {}
     for run in runs.values():
         for s in run.sources:
             k = (run.name, s.host)
             if k not in best or s.order_key > best[k].order_key:     # discovery.SPAN_RULE
                 best[k] = s
-    if not best:
-        raise InputError(f"no profiles found under {path} (*.xplane.pb under plugins/profile/, "
-                         f"*.pt.trace.json[.gz])")
     out = [(h, f"{run} · {h}" + (f" · {span_label(s)}" if s.span else ""), s.path)
            for (run, h), s in sorted(best.items())]
     if host is not None:
@@ -223,6 +240,7 @@ def cmd_info(args) -> int:
         print(safe(f"  file: {path}"))
         print(safe(f"  format: {s['format']}, {s['events']} events, span {(hi - lo) / 1e9:.3f} "
                    f"ms, devices: {', '.join(s['devices']) or 'none'}"))
+        print(f"  reader: {reader_kind()}")
         steps = s["steps"]
         print(f"  steps: {len(steps)}" + (f" ({steps[0]}..{steps[-1]})" if steps else ""))
         for t in s["tracks"]:
@@ -432,7 +450,8 @@ def _analysis_options(p) -> None:
 def parser() -> argparse.ArgumentParser:
     p = _parser(prog="tb-perfdiag", description=__doc__.split("\n")[0],
                 epilog=__doc__.split("\n", 1)[1])
-    p.add_argument("--version", action="version", version=__version__)
+    p.add_argument("--version", action="version",
+                   version=f"{__version__} (reader: {reader_kind()})")
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
     pi = sub.add_parser("info", help="tracks, event counts, time span and steps of a trace")
     pi.add_argument("path")

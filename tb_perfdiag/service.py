@@ -29,6 +29,7 @@ from .analysis.compare import compare
 from .analysis.diagnosis import gap_detail, host_context
 from .analysis.timeline import annotation_spans, lanes
 from .analysis.steps import unknown_step
+from .trace.extension import reader_kind
 from .budget import MB, Budget, Store, measure
 from .cache import DiagnosisCache
 from .discovery import Catalog, span_label
@@ -388,7 +389,8 @@ class DiagnosisService:
                 "traces_in_memory": len(self.traces), "traces_bytes": self.traces.size,
                 "traces_limit_bytes": self.traces.capacity,
                 "responses": self.responses.snapshot(), "memory": self.budget.snapshot(),
-                "refused_files": len(self._refused), "listings": self.catalog.scans}
+                "refused_files": len(self._refused), "listings": self.catalog.scans,
+                "reader": reader_kind()}
 
     # ---- routes ----
     def response(self, route: str, params):
