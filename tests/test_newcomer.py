@@ -27,9 +27,11 @@ posix_only = pytest.mark.skipif(os.name != "posix", reason="links and O_NOFOLLOW
 PERFETTO = b"\x0a\x06\x40\x01\xc8\x01\x02\x00" + b"\x0a\x02\x40\x02" * 8
 
 
-def _cli(*args, env=None):
+def _cli(*args):
+    # the package this process imports, not a source tree in the working folder (an
+    # unpacked sdist holds one, without the built extension)
     return subprocess.run([sys.executable, "-m", "tb_perfdiag.cli", *args], capture_output=True,
-                          text=True, timeout=300, env=env)
+                          text=True, timeout=300, env={**os.environ, "PYTHONSAFEPATH": "1"})
 
 
 def _logdir(tmp_path):
@@ -132,7 +134,7 @@ def test_which_reader_runs_is_said():
     # the extension not built (its import fails): every place says so, and how to fix it
     for args in (["--version"], ["info", KINETO]):
         r = subprocess.run([sys.executable, "-c", _NO_NATIVE, *args], capture_output=True,
-                           text=True, timeout=300)
+                           text=True, timeout=300, env={**os.environ, "PYTHONSAFEPATH": "1"})
         assert r.returncode == 0, r.stderr
         assert "reader: pure Python" in r.stdout and "C compiler" in r.stdout
     svc = DiagnosisService(Catalog(os.path.dirname(KINETO)), DiagnosisCache(disk_dir=None))
