@@ -66,7 +66,7 @@ export class App {
     this.takeRuns(r.body);
     this.showReader(r.body.reader);
     this.watchRuns();
-    if (this.runs.length === 0) { this.showHowTo(r.body.logdir); return; }
+    if (this.runs.length === 0) { this.showHowTo(r.body.logdir, r.body.skipped); return; }
     await this.openFirst();
   }
 
@@ -340,11 +340,13 @@ export class App {
       h("p", { class: "pd-muted" }, "Other runs are unaffected: pick one above.")));
   }
 
-  showHowTo(logdir) {
+  showHowTo(logdir, skipped) {
     this.body.textContent = "";
     const code = (t) => h("pre", { class: "pd-code" }, t);
     this.body.append(h("div", { class: "pd-howto" },
       h("h2", {}, "No profiles found" + (logdir ? ` in ${logdir}` : "")),
+      (skipped || []).length ? h("div", { id: "pd-skipped", role: "note" }, h("p", {}, "Found, but not read:"),
+        h("ul", {}, skipped.slice(0, 20).map((x) => h("li", {}, h("code", {}, squeeze(x.path, 80, 200)), ": ", squeeze(x.reason, 80, 400))))) : null,
       h("p", {}, "Capture a profile into the logdir; it appears here on TensorBoard's reload. Diagnose reads PyTorch (Kineto) traces and XLA/JAX XPlane profiles."),
       h("p", { class: "pd-muted pd-small" }, "What is read: ", h("code", {}, "<run>/plugins/profile/<session>/<host>.xplane.pb"),
         " (XSpace), and any ", h("code", {}, ".json"), " or ", h("code", {}, ".json.gz"),
