@@ -102,3 +102,32 @@ def test_demo_pair_comparison_leads_with_the_sync_finding(laptop, tb_newcomer, a
     assert names and len(names) == len(set(names))
     assert not any(n.startswith("void ") or "(" in n.split("<")[0] for n in names), names
     laptop.screenshot(path=os.path.join(artifacts_dir, "newcomer-compare.png"))
+
+
+def test_logdir_without_readable_profiles_says_what_it_found(browser, tmp_path, artifacts_dir):  # noqa: F811
+    """A bare XSpace (not under plugins/profile/) and a link out of the logdir: the tab
+    says it found them and why it did not read them."""
+    import glob
+    import shutil
+    logdir = tmp_path / "ld"
+    (logdir / "exp").mkdir(parents=True)
+    xplane = sorted(glob.glob(os.path.join(ROOT, "testdata", "synthetic", "logdir", "*", "plugins",
+                                           "profile", "*", "*.xplane.pb")))[0]
+    shutil.copy(xplane, logdir / "exp" / "host.xplane.pb")
+    (tmp_path / "elsewhere").mkdir()
+    if hasattr(os, "symlink"):
+        os.symlink(tmp_path / "elsewhere", logdir / "linked_run")
+    tb = TensorBoard(logdir)
+    try:
+        ctx = browser.new_context(viewport=SCREEN)
+        pg = ctx.new_page()
+        pg.goto(tb.url + "/data/plugin_entry.html?name=perfdiag")
+        pg.wait_for_selector("#pd-skipped", timeout=30000)
+        text = pg.inner_text("#pd-skipped")
+        assert "exp/host.xplane.pb" in text and "plugins/profile" in text
+        if hasattr(os, "symlink"):
+            assert "linked_run" in text and "outside the logdir" in text
+        pg.screenshot(path=os.path.join(artifacts_dir, "newcomer-skipped.png"))
+        ctx.close()
+    finally:
+        tb.stop()
