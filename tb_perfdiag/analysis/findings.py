@@ -282,10 +282,11 @@ def _family_finding(trace, diag, G, ci, cause, kind, sig, rs, fw, graphs, n_step
         subject = f"{C.LABELS[cause]} in {others[0]} other place(s)"
         what = "largest: " + "; ".join(n for n in others[1] if n)
     elif queue:
-        subject = "The runtime's queue" + (f" (mostly under {' › '.join(ops)})" if ops else "")
+        subject = "The runtime's queue" + (f" ({_short(' › '.join(ops), 60)})" if ops else "")
         n_ops = len(queue["ops"])
-        what = (f"waiting to run {n_ops} different ops, most "
-                + ", ".join(queue["ops"][:3]) + (" …" if n_ops > 3 else ""))
+        # a readable title: two ops named (the rest are in runtime_queue and the detail)
+        what = (f"{n_ops} ops waited to run, most " +
+                ", ".join(_short(o, 40) for o in queue["ops"][:2]) + (" …" if n_ops > 2 else ""))
         label = ""
     else:
         subject = where or (" › ".join(ops[-2:]) if ops else C.LABELS[cause])
@@ -312,6 +313,10 @@ def _family_finding(trace, diag, G, ci, cause, kind, sig, rs, fw, graphs, n_step
     fix = fix_for(k.value, _fix_culprit(k, label, example, graphs), fw)
     f = add(k, title, rs, fix, _detail(diag, cause, rs, G, chain, ci), total, dev, extra=extra)
     _SUBJECT[id(f)] = subject
+
+
+def _short(name: str, n: int) -> str:
+    return name if len(name) <= n else name[:n - 1] + "…"
 
 
 def _compile_kind(trace, diag, ev, g, r) -> str:
