@@ -1,7 +1,7 @@
 // The Diagnose page: selectors, summary, steps chart, gap list, gap detail, timeline.
 import { getJSON, routeUrl, TB_ROOT } from "./api.js";
 import { h } from "./dom.js";
-import { causeColor, causeLabel, cut, formatNs, formatPct, fullTitle, gapLabel, gapRefs, optionText, squeeze } from "./format.js";
+import { causeColor, causeLabel, cut, formatNs, formatPct, fullTitle, gapLabel, gapRefs, optionText, plural, squeeze } from "./format.js";
 import { readState, writeState, urlWindow } from "./state.js";
 import { renderStepsChart } from "./steps_chart.js";
 import { Timeline, poolOf } from "./timeline.js";
@@ -64,9 +64,23 @@ export class App {
     this.setStatus("");
     if (!r.ok) { this.showError(r.body); return; }
     this.takeRuns(r.body);
+    this.showReader(r.body.reader);
     this.watchRuns();
-    if (this.runs.length === 0) { this.showHowTo(r.body.logdir); return; }
+    if (this.runs.length === 0) { this.showHowTo(r.body.logdir, r.body.skipped); return; }
     await this.openFirst();
+  }
+
+  /** Which reader the server runs, beside the title: "native", or pure Python and how to
+   *  get the native one (everything is then about 4× slower). */
+  showReader(reader) {
+    if (!reader) return;
+    const slow = reader !== "native";
+    this.readerEl = this.readerEl || h("span", { id: "pd-reader", class: "pd-small pd-muted pd-reader" });
+    this.readerEl.classList.toggle("pd-reader-slow", slow);
+    this.readerEl.textContent = `reader: ${reader}`;
+    this.readerEl.title = slow ? reader : "the C extension reads the traces";
+    const title = this.root.querySelector(".pd-title");
+    if (title && !this.readerEl.parentNode) title.append(" ", this.readerEl);
   }
 
   takeRuns(body) {
@@ -326,11 +340,13 @@ export class App {
       h("p", { class: "pd-muted" }, "Other runs are unaffected: pick one above.")));
   }
 
-  showHowTo(logdir) {
+  showHowTo(logdir, skipped) {
     this.body.textContent = "";
     const code = (t) => h("pre", { class: "pd-code" }, t);
     this.body.append(h("div", { class: "pd-howto" },
       h("h2", {}, "No profiles found" + (logdir ? ` in ${logdir}` : "")),
+      (skipped || []).length ? h("div", { id: "pd-skipped", role: "note" }, h("p", {}, "Found, but not read:"),
+        h("ul", {}, skipped.slice(0, 20).map((x) => h("li", {}, h("code", {}, squeeze(x.path, 80, 200)), ": ", squeeze(x.reason, 80, 400))))) : null,
       h("p", {}, "Capture a profile into the logdir; it appears here on TensorBoard's reload. Diagnose reads PyTorch (Kineto) traces and XLA/JAX XPlane profiles."),
       h("p", { class: "pd-muted pd-small" }, "What is read: ", h("code", {}, "<run>/plugins/profile/<session>/<host>.xplane.pb"),
         " (XSpace), and any ", h("code", {}, ".json"), " or ", h("code", {}, ".json.gz"),
@@ -415,6 +431,14 @@ export class App {
       h("section", { class: "pd-card" },
         h("h2", {}, "Steps ", h("span", { class: "pd-muted pd-small" }, "(bar height ∝ √step time; click a step to filter gaps)")),
         this.legend(), this.stepsEl),
+      h("div", { class: "pd-columns", hidden: !this.hasDeviceActivity() },
+        h("section", { class: "pd-card pd-gaps-card" },
+          h("div", { class: "pd-row" }, this.gapsTitle,
+            h("a", { class: "pd-link", id: "pd-export", href: overlayHref,
+              download: `perfdiag-overlay-${this.state.host}.json` }, "Export overlay"),
+            this.exportEventsEl),
+          this.listEl),
+        this.detailEl),
       h("section", { class: "pd-card" },
         h("h2", {}, "Timeline ", h("span", { class: "pd-muted pd-small" }, "(wheel or +/−: zoom, drag or ←/→: pan, 0 or double-click: reset" +
           (this.hasDeviceActivity() ? ", click a gap to select it; host threads show their innermost ops first, a ▸ pool opens on a click)" : "; host threads show their innermost ops first, a ▸ pool opens on a click)"))),
@@ -428,15 +452,7 @@ export class App {
           this.state.step ? `(ops launched by step ${this.state.step}; click an op for its longest instance in the trace viewer) ` :
             "(whole trace; select a step to see the ops it launched; click an op for its longest instance in the trace viewer) "),
         h("abbr", { title: ((d.device_ops || {}).definition) || "", class: "pd-help" }, "?")),
-        this.opsEl),
-      h("div", { class: "pd-columns", hidden: !this.hasDeviceActivity() },
-        h("section", { class: "pd-card pd-gaps-card" },
-          h("div", { class: "pd-row" }, this.gapsTitle,
-            h("a", { class: "pd-link", id: "pd-export", href: overlayHref,
-              download: `perfdiag-overlay-${this.state.host}.json` }, "Export overlay"),
-            this.exportEventsEl),
-          this.listEl),
-        this.detailEl));
+        this.opsEl));
     this.renderSummary();
     this.renderSteps();
     this.renderGapList();
@@ -463,7 +479,14 @@ export class App {
   }
 
   legend() {
-    const causes = this.hasDeviceActivity() ? ["busy", ...Object.keys(this.device().idle_by_cause_ns || {}), "other_idle"] : ["host_step"];
+    // only what the chart shows: busy, the causes this device has, other idle where a step has some
+    const key = String(this.device().id ?? 0);
+    const rest = (this.diag.steps || []).some((st) => {
+      const x = (st.devices || {})[key];
+      return x && (x.idle_ns || 0) > Object.values(x.idle_by_cause_ns || {}).reduce((a, v) => a + v, 0);
+    });
+    const causes = this.hasDeviceActivity() ? ["busy", ...Object.entries(this.device().idle_by_cause_ns || {})
+      .filter(([, v]) => v > 0).sort((a, b) => b[1] - a[1]).map(([c]) => c), ...(rest ? ["other_idle"] : [])] : ["host_step"];
     return h("div", { class: "pd-legend" }, causes.map((c) =>
       h("span", { class: "pd-legend-item" }, h("span", { class: "chip", style: { background: causeColor(c) } }), causeLabel(c))));
   }
@@ -492,7 +515,7 @@ export class App {
     el.append(
       h("div", { class: "pd-stats" }, devRows,
         h("div", { class: "pd-stat" }, h("span", { class: "pd-stat-value" }, formatNs(avg)),
-          h("span", { class: "pd-stat-label" }, `average step time (${steps.length} steps, from ${d.step_source || "?"})`))),
+          h("span", { class: "pd-stat-label" }, `average step time (${plural(steps.length, "step")}, from ${d.step_source || "?"})`))),
       h("h3", {}, "Idle time by cause ", h("abbr", { title: (d.definitions || {}).causes || "", class: "pd-help" }, "?")),
       h("ul", { class: "pd-idle" }, idle.length ? idle.map(([c, ns]) => h("li", {},
         h("span", { class: "chip", style: { background: causeColor(c) } }), `${causeLabel(c)}: `, h("b", {}, formatNs(ns)))) :
@@ -605,6 +628,8 @@ export class App {
       }
     }
     if (this.timeline) { this.timeline.selectedGap = id; this.timeline.draw(); }
+    const listed = this.gaps.find((x) => x.id === id);
+    if (listed) this.markGapStep(listed.step);
     this.detailEl.textContent = "";
     this.detailEl.append(h("p", { class: "pd-loading" }, "Loading gap…"));
     const token = this.token;
@@ -615,6 +640,7 @@ export class App {
       this.detailEl.append(h("p", { class: "pd-error", role: "alert" }, r.body.error || `HTTP ${r.status}`));
       return;
     }
+    this.markGapStep(r.body.step);
     this.renderDetail(r.body);
     if (!keepZoom) {
       const pad = Math.max(r.body.duration_ns * 0.5, 1000);
@@ -625,6 +651,20 @@ export class App {
         this.renderTimeline();
       }
     }
+  }
+
+  /** The step of the selected gap, marked in the step chart (the step filter stays as it is). */
+  markGapStep(step) {
+    for (const b of this.stepsEl.querySelectorAll(".step-bar")) {
+      b.classList.toggle("gap-marked", step !== null && step !== undefined && b.dataset.step === String(step));
+    }
+  }
+
+  /** "3.29 ms idle in step 44 on GPU 0": a gap as a person names it (its id stays in the URL). */
+  gapTitle(g) {
+    const dev = (this.diag && this.diag.devices || []).find((x) => String(x.id) === String(g.device));
+    const where = g.step === null || g.step === undefined ? "before the first step" : `in step ${g.step}`;
+    return `${formatNs(g.duration_ns)} idle ${where}${dev ? ` on ${dev.name}` : ""}`;
   }
 
   renderDeviceOps() {
@@ -738,8 +778,8 @@ export class App {
     if (!shares.length) return null;
     const total = Math.max(1, shares.reduce((s, [, v]) => s + v, 0));
     const tl = g.tracelens || {};
-    const axes = { sync_drain: "queue drained by a sync", starved: "host starved the device",
-      device_side: "wait on the device side" };
+    const axes = { sync_drain: "a sync drained the device's queue", starved: "the host did not give the device work in time",
+      device_side: "the device had the work and waited on itself" };
     return h("div", { class: "pd-shares", id: "pd-shares" },
       h("div", { class: "pd-shares-bar" }, shares.map(([c, v]) => h("span", {
         class: "pd-share", title: `${causeLabel(c)}: ${formatNs(v)}`,
@@ -752,7 +792,8 @@ export class App {
         c === "host_sync" && g.blocking ? h("span", { class: "pd-muted pd-small" },
           ` · exposed by ${squeeze(g.blocking.name, 80, 200)} on ${squeeze(g.blocking.thread, 80, 120)}`) : null))),
       tl.idle_type ? h("div", { class: "pd-small pd-muted" },
-        `TraceLens terms: ${axes[tl.idle_type] || tl.idle_type}; the CPU was in ${causeLabel(tl.cpu).toLowerCase()}.`,
+        h("span", { id: "pd-idle-kind" }, `In short: ${axes[tl.idle_type] || tl.idle_type}; the CPU was busy with ${causeLabel(tl.cpu).toLowerCase()}. `),
+        h("abbr", { class: "pd-help", title: "The same gap in the two axes of the TraceLens tool (why the device queue ran dry: a sync drained it, or the host starved it; and what the CPU did meanwhile), for comparing with its reports" }, "?"),
         g.followed_thread ? ` Idle time of the issuing thread followed to ${squeeze(g.followed_thread, 80, 120)}.` : "") : null);
   }
 
@@ -794,7 +835,8 @@ export class App {
 
   renderDetail(g) {
     const el = this.detailEl;
-    const op = (label, o) => o ? h("div", {}, h("b", {}, label + ": "), `${squeeze(o.name, 80, 200)} (${formatNs(o.duration_ns)})`,
+    const op = (label, o) => o ? h("div", { class: "pd-neighbour-op" }, h("b", {}, label + ": "),
+      h("span", { class: "pd-op-name", title: fullTitle(o.name, 0) }, squeeze(o.label || o.name, 80, 200)), ` (${formatNs(o.duration_ns)})`,
       o.annotation ? h("span", { class: "pd-muted" }, ` · ${squeeze(o.annotation, 80, 200)}`) : null) : h("div", {}, h("b", {}, label + ": "), "none");
     const byThread = new Map();
     for (const o of g.host_ops || []) {
@@ -803,11 +845,11 @@ export class App {
     }
     const maxSelf = Math.max(1, ...(g.host_ops || []).map((o) => o.self_ns || 0));
     el.append(
-      h("h2", {}, "Gap ", h("code", {}, g.id)),
+      h("h2", { id: "pd-detail-title", title: `gap ${g.id}` }, this.gapTitle(g)),
       h("div", { class: "pd-detail-head" },
         h("span", { class: "chip", style: { background: causeColor(g.cause) } }),
         h("b", { class: "pd-detail-cause" }, g.cause_label || causeLabel(g.cause)),
-        ` · ${formatNs(g.duration_ns)} · ${g.step === null || g.step === undefined ? "before the first step" : "step " + g.step}`),
+        g.shares_ns && Object.keys(g.shares_ns).length > 1 ? " · the largest of its causes" : ""),
       h("p", { class: "pd-evidence" }, squeeze(g.evidence, 80, 1500)),
       this.renderShares(g),
       this.renderActions(g),

@@ -6,7 +6,7 @@
 // Click a row to open that host.
 import { getJSON } from "./api.js";
 import { h } from "./dom.js";
-import { causeColor, causeLabel, cut, formatNs, formatPct, fullTitle, squeeze } from "./format.js";
+import { causeColor, causeLabel, cut, formatNs, formatPct, fullTitle, plural, squeeze } from "./format.js";
 
 /** One table row's numbers from a diagnosis body. */
 export function hostSummary(d) {
@@ -134,7 +134,7 @@ export class CompareHosts {
         h("td", { class: "pd-num", title: devs.map((d) => `${d.name}: ${formatPct(d.duty_cycle)}`).join("\n") }, formatPct(r.duty_cycle)),
         devNames.map((n) => { const d = devs.find((x) => x.name === n); return h("td", { class: "pd-num" }, d ? formatPct(d.duty_cycle) : "–"); }),
         h("td", { class: "pd-num", title: `average ${formatNs(r.avg_step_ns)}` }, formatNs(r.typical_step_ns),
-          h("span", { class: "pd-muted pd-small" }, ` (${r.steps} steps)`)),
+          h("span", { class: "pd-muted pd-small" }, ` (${plural(r.steps, "step")})`)),
         h("td", {}, r.worst_gap ? [h("span", { class: "chip", style: { background: causeColor(r.worst_gap.cause) } }),
           `${formatNs(r.worst_gap.duration_ns)} ${causeLabel(r.worst_gap.cause)}`] : "none"),
         h("td", { class: "pd-num" }, formatNs(r.idle_ns)),

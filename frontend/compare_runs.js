@@ -222,15 +222,27 @@ export class CompareRuns {
       h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Op"), h("th", { scope: "col" }, label || (byTime ? "Device time before" : "Calls before")),
         h("th", { scope: "col" }, "after"), h("th", { scope: "col" }, "Change"))),
       h("tbody", {}, rows.map((o) => h("tr", { "data-op": o.name },
-        h("td", { class: "pd-op-name", title: o.name }, o.name, h("span", { class: "pd-muted pd-small" }, ` ${o.where} · ${o.kind}`)),
+        h("td", { class: "pd-op-name", title: o.name }, o.label || o.name, h("span", { class: "pd-muted pd-small" }, ` ${o.where} · ${o.kind}`)),
         h("td", { class: "pd-num" }, byTime ? formatNs(o.time_before_ns) : num(o.count_before)),
         h("td", { class: "pd-num" }, byTime ? formatNs(o.time_after_ns) : num(o.count_after)),
         h("td", { class: "pd-num" }, byTime ? signedNs(o.time_delta_ns) : `${o.count_delta > 0 ? "+" : "−"}${num(Math.abs(o.count_delta))}`)))));
+    // device time by op group (kernels folded as the diagnosis' device-op table folds them):
+    // three instantiations of one templated kernel are one row, not three cut alike
+    const groups = (d.device_ops || {}).by_device_time || [];
+    const groupTable = (rows) => h("table", { class: "pd-cmp-table pd-cmp-ops", id: "pd-cmp-op-groups" },
+      h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Op"), h("th", { scope: "col" }, "Device time before"),
+        h("th", { scope: "col" }, "after"), h("th", { scope: "col" }, "Change"))),
+      h("tbody", {}, rows.map((o) => h("tr", { "data-op": o.name },
+        h("td", { class: "pd-op-name", title: o.name }, o.name, h("span", { class: "pd-muted pd-small" },
+          ` ${o.class} · ${num(o.calls_before)} → ${num(o.calls_after)} calls`)),
+        h("td", { class: "pd-num" }, formatNs(o.before_ns)), h("td", { class: "pd-num" }, formatNs(o.after_ns)),
+        h("td", { class: "pd-num" }, signedNs(o.delta_ns))))));
     return h("section", { class: "pd-card", id: "pd-cmp-ops", "aria-label": "Ops that changed" },
       h("h2", {}, "Ops ", h("span", { class: "pd-muted pd-small" }, "(per typical step)")),
       h("div", { class: "pd-columns" },
         h("div", {}, h("h3", {}, "Calls"), d.ops.by_count.length ? table(d.ops.by_count, false) : h("p", { class: "pd-muted" }, "No count changed.")),
-        h("div", {}, h("h3", {}, "Device time"), d.ops.by_device_time.length ? table(d.ops.by_device_time, true) : h("p", { class: "pd-muted" }, "No device time changed."),
+        h("div", {}, h("h3", {}, "Device time ", h("span", { class: "pd-muted pd-small" }, "(grouped as in Device time by op)")),
+          groups.length ? groupTable(groups) : d.ops.by_device_time.length ? table(d.ops.by_device_time, true) : h("p", { class: "pd-muted" }, "No device time changed."),
           h("h3", {}, "Host time ", h("span", { class: "pd-muted pd-small" }, "(inclusive: a sync point blocking longer shows here)")),
           (d.ops.by_host_time || []).length ? table(d.ops.by_host_time, true, "Host time before") : h("p", { class: "pd-muted" }, "No host time changed."))));
   }

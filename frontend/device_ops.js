@@ -3,13 +3,17 @@
 // the launch latency as a group of their own, and the busy time split into compute, copies
 // and collectives. The page only renders; every figure comes from the JSON.
 import { h } from "./dom.js";
-import { formatNs, squeeze } from "./format.js";
+import { formatNs, formatPct, squeeze } from "./format.js";
 
 const CLASS_LABEL = { compute: "compute", collective: "collective", memcpy: "copy", memset: "set" };
 
 function pct(x) {
-  return x === null || x === undefined ? "" : `${(100 * x).toFixed(x < 0.1 ? 1 : 0)}%`;
+  return x === null || x === undefined ? "" : formatPct(x);
 }
+
+/** Short kernels under this share of busy time are a note, not a warning: too little
+ *  time to be worth acting on (a launch-bound run has them by the tens of percent). */
+export const SHORT_WARN_SHARE = 0.01;
 
 /** One device's busy time as a stacked bar: compute, copies not under compute, collectives
  *  under neither (they add up to the busy time), with the overlap figures in words. */
@@ -45,15 +49,18 @@ export function renderDeviceOps(container, doc, { deviceId, opHref, onFinding } 
   }
   const dev = doc.devices.find((x) => String(x.device) === String(deviceId)) || doc.devices[0];
   const stepCol = doc.step !== null && doc.step !== undefined;
+  // legend entries only for the parts some device has
+  const has = (k) => doc.devices.some((x) => (x.overlap || {})[k] > 0);
   container.append(h("div", { class: "dop-overlaps" }, doc.devices.map(overlapLine)),
     h("div", { class: "pd-legend pd-small" },
-      h("span", { class: "pd-legend-item" }, h("span", { class: "chip dop-compute" }), "compute"),
-      h("span", { class: "pd-legend-item" }, h("span", { class: "chip dop-copy" }), "copies not under compute"),
-      h("span", { class: "pd-legend-item" }, h("span", { class: "chip dop-coll" }), "collectives not under compute")));
+      has("compute_ns") ? h("span", { class: "pd-legend-item" }, h("span", { class: "chip dop-compute" }), "compute") : null,
+      has("copies_exposed_ns") ? h("span", { class: "pd-legend-item" }, h("span", { class: "chip dop-copy" }), "copies not under compute") : null,
+      has("collectives_exposed_ns") ? h("span", { class: "pd-legend-item" }, h("span", { class: "chip dop-coll" }), "collectives not under compute") : null));
   const sk = dev.short_kernels || { calls: 0 };
   if (sk.calls) {
     const most = (sk.groups || [])[0];
-    container.append(h("div", { class: "dop-short", id: "pd-short-kernels", role: "note" },
+    const warn = sk.share_of_busy === null || sk.share_of_busy === undefined || sk.share_of_busy >= SHORT_WARN_SHARE;
+    container.append(h("div", { class: warn ? "dop-short" : "dop-short-minor pd-small pd-muted", id: "pd-short-kernels", role: "note" },
       h("b", {}, `Kernels shorter than the ${formatNs(doc.latency_ns)} launch latency: `),
       `${sk.calls} calls, ${formatNs(sk.total_ns)} (${pct(sk.share_of_busy)} of busy)`,
       most ? [" — mostly ", h("code", { class: "dop-short-name", title: most.name }, squeeze(most.name, 80, 200)),
@@ -66,13 +73,21 @@ export function renderDeviceOps(container, doc, { deviceId, opHref, onFinding } 
     container.append(h("p", { class: "pd-muted" }, stepCol ? `No device ops launched by step ${doc.step} on ${dev.name}.` : `No device ops on ${dev.name}.`));
     return;
   }
-  const head = h("tr", {}, ["Op", "Class", "Calls", "Total", "Mean", "% busy", stepCol ? "% step" : null, "Host op", "Annotation"]
+  // a host op every row shares tells the rows nothing (XLA: the one program): said once
+  const hostOps = new Set(dev.ops.map((o) => o.host_op || ""));
+  const oneHost = dev.ops.length > 1 && hostOps.size === 1 ? [...hostOps][0] : null;
+  const hostCol = oneHost === null;
+  if (oneHost) {
+    container.append(h("p", { class: "pd-small pd-muted", id: "pd-ops-one-host", title: oneHost },
+      "Every op here was launched by ", h("code", {}, squeeze(oneHost, 60, 120)), "."));
+  }
+  const head = h("tr", {}, ["Op", "Class", "Calls", "Total", "Mean", "% busy", stepCol ? "% step" : null, hostCol ? "Host op" : null, "Annotation"]
     .filter((x) => x !== null).map((x) => h("th", { scope: "col", class: x === "Host op" ? "dop-text dop-host-h" : x === "Annotation" ? "dop-text" : null }, x)));
   const maxT = Math.max(1, ...dev.ops.map((o) => o.total_ns));
   const rows = dev.ops.map((o) => {
     const href = opHref ? opHref(o) : null;
     const name = [h("span", { class: "dop-barbox" }, h("span", { class: "ann-bar", style: { width: `${Math.max(1, 60 * o.total_ns / maxT)}px` } })),
-      h("span", { class: "dop-name" }, squeeze(o.name, 90, 200))];
+      h("span", { class: "dop-name", title: o.name }, o.name.length > 200 ? squeeze(o.name, 200, 200) : o.name)];
     return h("tr", { class: "dop-row", "data-op": o.name, title: `${o.name}\nlongest: ${formatNs(o.longest.duration_ns)} at ${formatNs(o.longest.start_ns)}` +
         (o.longest.track ? ` on ${o.longest.track}` : "") + (o.category ? `\ncategory: ${o.category}` : "") +
         (o.short_calls ? `\n${o.short_calls} calls shorter than the launch latency` : "") },
@@ -84,7 +99,7 @@ export function renderDeviceOps(container, doc, { deviceId, opHref, onFinding } 
     h("td", { class: "pd-num" }, formatNs(o.mean_ns)),
     h("td", { class: "pd-num" }, pct(o.share_of_busy)),
     stepCol ? h("td", { class: "pd-num" }, pct(o.share_of_step)) : null,
-    h("td", { class: "dop-host", title: o.host_op || "" }, squeeze(o.host_op || "", 40, 120)),
+    hostCol ? h("td", { class: "dop-host", title: o.host_op || "" }, squeeze(o.host_op || "", 40, 120)) : null,
     h("td", { class: "dop-ann", title: o.annotation || "" }, squeeze(o.annotation || "", 40, 120)));
   });
   if (dev.other) {
@@ -92,7 +107,7 @@ export function renderDeviceOps(container, doc, { deviceId, opHref, onFinding } 
       h("td", {}, h("span", { class: "dop-barbox" }), `other (${dev.other.groups} groups)`), h("td", {}, ""),
       h("td", { class: "pd-num" }, String(dev.other.calls)), h("td", { class: "pd-num" }, formatNs(dev.other.total_ns)),
       h("td", {}, ""), h("td", { class: "pd-num" }, pct(dev.other.share_of_busy)), stepCol ? h("td", {}, "") : null,
-      h("td", {}, ""), h("td", {}, "")));
+      hostCol ? h("td", {}, "") : null, h("td", {}, "")));
   }
   container.append(h("table", { class: "dop-table", id: "pd-device-ops-table", "aria-label": `Device time by op on ${dev.name}` },
     h("thead", {}, head), h("tbody", {}, rows)));

@@ -53,7 +53,26 @@ export function formatNs(ns) {
   for (const [scale, unit] of units) {
     if (a >= scale) return `${sig3(v / scale)} ${unit}`;
   }
-  return `${sig3(v)} ns`;
+  return `${Math.round(v)} ns`;      // whole nanoseconds: never "0.00 ns"
+}
+
+/** "3 steps", "1 step". */
+export function plural(n, word, many = word + "s") {
+  return `${n} ${n === 1 ? word : many}`;
+}
+
+/** A thread lane's label with the name the framework gave the thread first, then its id:
+ *  "thread 31337 (python)" → "python · 31337", "tf_numa_-1_Eigen/-2230…" →
+ *  "tf_numa_-1_Eigen · -2230…" (a narrow gutter then cuts the id, not the name). */
+export function laneText(label) {
+  const s = String(label ?? "");
+  const at = s.lastIndexOf(" · ");
+  const head = at >= 0 ? s.slice(0, at + 3) : "", tail = at >= 0 ? s.slice(at + 3) : s;
+  let m = /^thread (\d+) \((.+)\)$/.exec(tail);
+  if (m) return `${head}${m[2]} · ${m[1]}`;
+  m = /^(.*[^\d\s/-].*?)\/(-?\d{3,})$/.exec(tail);
+  if (m) return `${head}${m[1]} · ${m[2]}`;
+  return s;
 }
 
 function sig3(x) {
@@ -66,8 +85,9 @@ function sig3(x) {
 /** 0.0117 → "1.2%". */
 export function formatPct(frac) {
   if (frac === null || frac === undefined || Number.isNaN(Number(frac))) return "–";
-  const p = Number(frac) * 100;
-  return `${p >= 10 || p === 0 ? p.toFixed(0) : p.toFixed(1)}%`;
+  const p = Number(frac) * 100, a = Math.abs(p);
+  if (a > 0 && a < 0.05) return p > 0 ? "<0.1%" : "−<0.1%";    // never "0.0%" beside "0%"
+  return `${a >= 10 || p === 0 ? p.toFixed(0) : p.toFixed(1)}%`;
 }
 
 /** Long text cut to `n` characters with an ellipsis (names can be 100 KB long). */

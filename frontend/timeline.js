@@ -3,7 +3,7 @@
 // top, coloured by cause; host lanes show their ops stacked by depth; annotation lanes show
 // which user annotation the device was running. Wheel / +,- zoom, drag / arrows pan,
 // 0 or double-click resets, hover shows a tooltip, clicking a gap selects it.
-import { causeColor, causeLabel, cut, formatNs } from "./format.js";
+import { causeColor, causeLabel, cut, formatNs, laneText } from "./format.js";
 
 /** Zoom `view` ({start,end} ns) by `factor` (<1 zooms in) around time `t`, inside `bounds`. */
 export function zoomView(view, t, factor, bounds) {
@@ -197,7 +197,7 @@ export class Timeline {
       ctx.restore();
       ctx.fillStyle = row.kind === "host" || row.kind === "hostgroup" ? muted : fg;
       ctx.save(); ctx.beginPath(); ctx.rect(0, row.y, GUTTER - 6, row.h); ctx.clip();
-      ctx.fillText(cut(row.label, 80), 4, row.y + Math.min(row.h, DEV_ROW) / 2);
+      ctx.fillText(cut(row.kind === "hostgroup" ? row.label : laneText(row.label), 80), 4, row.y + Math.min(row.h, DEV_ROW) / 2);
       ctx.restore();
     }
     // Step boundaries + axis.

@@ -81,15 +81,15 @@ def is_folder(path: str) -> bool:
         return False
 
 
-def trace_files(path: str) -> list:
+def trace_files(path: str, skipped: list | None = None) -> list:
     """A file, or every profile file under a folder, as (label, path); ``path`` is anything
-    TensorBoard takes as a logdir (see ``is_folder``)."""
+    TensorBoard takes as a logdir (see ``is_folder``).  ``skipped``: see ``scan_logdir``."""
     if not is_folder(path):
         fs, inner = filesystem(str(path))
         path = inner if fs is None else str(path)          # file://…: the local path
         return [(os.path.basename(str(path).rstrip("/")), str(path))]
     out = []
-    for run in scan_logdir(str(path)).values():
+    for run in scan_logdir(str(path), skipped).values():
         for s in sorted(run.sources, key=lambda s: (s.host, s.order_key)):
             label = f"{run.name} · {s.host}" + (f" · {span_label(s)}" if s.span else "")
             out.append((label, s.path))

@@ -22,6 +22,7 @@ from .analysis import Options, diagnose_trace
 from .analysis import causes as C
 from .analysis.budgets import Budgets, check as check_budgets
 from .analysis.compare import compare as compare_diagnoses
+from .analysis.steps import unknown_step
 from .api import is_folder, trace_files
 from .discovery import scan_logdir, span_label
 from .errors import StorageError
@@ -32,6 +33,7 @@ from .render import text
 from .render.json import diagnosis_json, json_bytes
 from .render.text import safe, safe_text
 from .trace import TraceError, load
+from .trace.extension import reader_kind
 
 OK, BREACH, USAGE, INPUT, PIPE = 0, 1, 2, 3, 141
 DEFAULT_TOP = 8
@@ -124,13 +126,30 @@ def _exists(path: str) -> None:
         raise InputError(f"no such file or folder: {path}")
 
 
+WHAT_IS_READ = "*.xplane.pb under <run>/plugins/profile/<session>/, *.pt.trace.json[.gz]"
+
+
+def _skipped_said(path: str, found: bool, skipped: list) -> None:
+    """What a folder held that looks like a profile but was not read, and why: in the
+    error when nothing else was found, else one note a file on stderr."""
+    if not skipped:
+        if not found:
+            raise InputError(f"no profiles found under {path} ({WHAT_IS_READ})")
+        return
+    if not found:
+        more = f" and {len(skipped) - 3} more" if len(skipped) > 3 else ""
+        raise InputError(f"no profiles found under {path} ({WHAT_IS_READ}); skipped: " +
+                         "; ".join(f"{s.path}: {s.reason}" for s in skipped[:3]) + more)
+    for s in skipped:
+        print(safe(f"tb-perfdiag: note: skipped {s.path}: {s.reason}"), file=sys.stderr)
+
+
 def _profiles(path: str) -> list:
     """Every profile under ``path`` as (label, file), or raise InputError."""
     _exists(path)
-    found = trace_files(path)
-    if not found:
-        raise InputError(f"no profiles found under {path} (*.xplane.pb under plugins/profile/, "
-                         f"*.pt.trace.json[.gz])")
+    skipped: list = []
+    found = trace_files(path, skipped)
+    _skipped_said(path, bool(found), skipped)
     return found
 
 
@@ -140,16 +159,15 @@ def _latest_per_host(path: str, host: str | None = None) -> list:
     _exists(path)
     if not is_folder(path):                 # any logdir URL TensorBoard takes (api.is_folder)
         return [(None, os.path.basename(path.rstrip("/")), path)]
-    runs = scan_logdir(path)
+    skipped: list = []
+    runs = scan_logdir(path, skipped)
+    _skipped_said(path, any(r.sources for r in runs.values()), skipped)
     best = {}
     for run in runs.values():
         for s in run.sources:
             k = (run.name, s.host)
             if k not in best or s.order_key > best[k].order_key:     # discovery.SPAN_RULE
                 best[k] = s
-    if not best:
-        raise InputError(f"no profiles found under {path} (*.xplane.pb under plugins/profile/, "
-                         f"*.pt.trace.json[.gz])")
     out = [(h, f"{run} · {h}" + (f" · {span_label(s)}" if s.span else ""), s.path)
            for (run, h), s in sorted(best.items())]
     if host is not None:
@@ -208,11 +226,11 @@ def cmd_info(args) -> int:
         try:
             tr = load(path)
         except (TraceError, OSError) as e:
-            print(safe(f"{label}: ERROR {getattr(e, 'reason', None) or e}"))
+            _file_error(label, str(getattr(e, 'reason', None) or e))
             rc = INPUT
             continue
         except MemoryError:
-            print(safe(f"{label}: ERROR {OUT_OF_MEMORY}"))
+            _file_error(label, OUT_OF_MEMORY)
             rc = INPUT
             continue
         s = tr.summary()
@@ -222,6 +240,7 @@ def cmd_info(args) -> int:
         print(safe(f"  file: {path}"))
         print(safe(f"  format: {s['format']}, {s['events']} events, span {(hi - lo) / 1e9:.3f} "
                    f"ms, devices: {', '.join(s['devices']) or 'none'}"))
+        print(f"  reader: {reader_kind()}")
         steps = s["steps"]
         print(f"  steps: {len(steps)}" + (f" ({steps[0]}..{steps[-1]})" if steps else ""))
         for t in s["tracks"]:
@@ -297,6 +316,11 @@ def cmd_pod(args) -> int:
     return INPUT if any(s["failed"] for s in out.values()) else OK
 
 
+def _file_error(label: str, err: str) -> None:
+    """A file that could not be read: one line on stderr (the other files' reports go on)."""
+    print(safe(f"tb-perfdiag: error: {label}: {err}"), file=sys.stderr)
+
+
 def cmd_diagnose(args) -> int:
     if args.scheduler or args.results:
         return cmd_pod(args)
@@ -307,7 +331,16 @@ def cmd_diagnose(args) -> int:
             results.append((label, _diagnose(path, opt), None))
         except InputError as e:
             results.append((label, None, {"error": str(e), "file": path}))
+            _file_error(label, str(e))
             rc = INPUT
+    if args.step is not None:
+        # a step no capture has is a usage error (naming the steps there are), never a
+        # whole-trace report without gaps
+        diags = [(label, d) for label, d, _ in results if d is not None]
+        why = [(label, unknown_step(d.steps.ids, args.step)) for label, d in diags]
+        if diags and all(w for _, w in why):
+            raise UsageError(why[0][1] if len(why) == 1 else "; ".join(
+                f"{label}: {w}" for label, w in why[:6]))
     if args.json:
         docs = [(label, err if diag is None else _json_doc(diag, args))
                 for label, diag, err in results]
@@ -315,10 +348,7 @@ def cmd_diagnose(args) -> int:
         return rc
     top = DEFAULT_TOP if args.top is None else args.top
     for label, diag, err in results:
-        if diag is None:
-            print(safe(f"== {label}"))
-            print(safe(f"   ERROR {err['error']}"))
-        else:
+        if diag is not None:         # a file that failed was said on stderr as it failed
             print(text.report(label, diag, top, args.step))
     return rc
 
@@ -420,7 +450,8 @@ def _analysis_options(p) -> None:
 def parser() -> argparse.ArgumentParser:
     p = _parser(prog="tb-perfdiag", description=__doc__.split("\n")[0],
                 epilog=__doc__.split("\n", 1)[1])
-    p.add_argument("--version", action="version", version=__version__)
+    p.add_argument("--version", action="version",
+                   version=f"{__version__} (reader: {reader_kind()})")
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
     pi = sub.add_parser("info", help="tracks, event counts, time span and steps of a trace")
     pi.add_argument("path")

@@ -15,9 +15,18 @@ modification time.  Spans are shown by that capture time.
 
 Requests never name files: they name (run, host, span), which are looked up in the
 listing made here, so no request parameter can reach outside the logdir.  The listing
-holds regular files only, never a symbolic link, named pipe or device; each file is
-later read relative to the logdir's resolved root without following any link
-(``storage.open_file``), so a name swapped for a link after the listing is not read.
+holds regular files only, never a named pipe or device.  A symbolic link (to a file or
+a folder: runs are often linked into a logdir) is followed when what it resolves to lies
+inside the logdir's resolved root: the run and host are named where the link is, and the
+listing holds the resolved path, which has no link below the root.  A link leading
+outside the root is not followed, and the listing says so (``Skipped``).  Each file is
+later read relative to the root without following any link (``storage.open_file``), so a
+name swapped for a link after the listing is not read.
+
+What looks like a profile but is not listed — an ``.xplane.pb`` outside the Profile
+plugin's layout, a link out of the logdir, a pipe, a ``.pftrace`` holding Perfetto
+protobuf — is kept with the reason (``scan_logdir(…, skipped=[])``), so that "no
+profiles found" can say what was found instead.
 """
 from __future__ import annotations
 
@@ -31,8 +40,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from .storage import GZIP_MAGIC, ListedPath, filesystem, is_remote
+from .trace import PERFETTO_NOT_READ
 
 XPLANE_SUFFIX = ".xplane.pb"
+PFTRACE_SUFFIX = ".pftrace"                 # Kineto JSON or Perfetto protobuf, by content
+MAX_SKIPPED = 200                           # skipped files kept per listing
 PT_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")
 JSON_SUFFIXES = (".json", ".json.gz")       # other Kineto names, recognised by content
 _WORKER_SPAN = re.compile(r"^(?P<worker>.+?)\.(?P<span>\d+)$")
@@ -116,7 +128,7 @@ def latest(sources) -> Source | None:
 
 def _split_pt_name(filename: str) -> tuple[str, str]:
     base = filename
-    for suf in PT_SUFFIXES + (".json.gz", ".json"):
+    for suf in PT_SUFFIXES + (".json.gz", ".json", PFTRACE_SUFFIX):
         if base.endswith(suf):
             base = base[: -len(suf)]
             break
@@ -135,7 +147,28 @@ def resolve_root(logdir: str) -> str:
 
 
 def _candidate(fn: str) -> bool:
-    return fn.endswith(XPLANE_SUFFIX) or fn.endswith(JSON_SUFFIXES)
+    return fn.endswith(XPLANE_SUFFIX) or fn.endswith(JSON_SUFFIXES) or fn.endswith(PFTRACE_SUFFIX)
+
+
+@dataclass
+class Skipped:
+    """A file that looks like a profile but is not listed, and why (for "no profiles
+    found" to say what was found)."""
+    path: str                 # relative to the logdir
+    reason: str
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "reason": self.reason}
+
+
+LAYOUT_XPLANE = ("an XSpace outside the Profile plugin's layout "
+                 "<run>/plugins/profile/<session>/<host>.xplane.pb: not listed (move it "
+                 "there, or pass the file itself to tb-perfdiag diagnose)")
+
+
+def _skip(skipped, rel: str, reason: str) -> None:
+    if skipped is not None and len(skipped) < MAX_SKIPPED:
+        skipped.append(Skipped(rel, reason))
 
 
 SNIFF_BYTES = 256 << 10        # compressed bytes read to recognise a Kineto JSON…
@@ -188,28 +221,73 @@ def _sniff(path: str) -> bool:
     return text[:1] == b"{" and _SNIFF_KEY in text
 
 
-def _walk(logdir: str):
-    """Yield (relative dir parts, filename, size, mtime) for every regular file under
-    logdir (a local one given resolved: ``resolve_root``).  Links, named pipes and
-    devices are skipped, and folders reached through a link are not entered."""
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _walk_local(root: str, skipped):
+    """``_walk`` of a local root (resolved): links followed while they stay below it."""
+    stack, seen = [((), root)], {root}
+    while stack:
+        parts, folder = stack.pop()
+        try:
+            with os.scandir(folder) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError:
+            continue
+        sub = []
+        for e in entries:
+            rel = "/".join(parts + (e.name,))
+            try:
+                st = os.lstat(e.path)           # the name itself first
+            except OSError:
+                continue
+            full = e.path
+            if stat.S_ISLNK(st.st_mode):
+                target = os.path.realpath(e.path)
+                try:
+                    st = os.stat(target)
+                except OSError:
+                    if _candidate(e.name):
+                        _skip(skipped, rel, "a symbolic link to nothing (broken): not read")
+                    continue
+                if not _inside(target, root):
+                    if stat.S_ISDIR(st.st_mode) or _candidate(e.name):
+                        _skip(skipped, rel, f"a symbolic link leading outside the logdir "
+                                            f"(to {target}): not followed")
+                    continue
+                full = target                   # read where it is: no link below the root
+            if stat.S_ISDIR(st.st_mode):
+                if full not in seen:            # a folder linked twice, or a cycle: once
+                    seen.add(full)
+                    sub.append((parts + (e.name,), full))
+                continue
+            if not _candidate(e.name):
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                _skip(skipped, rel, f"{_kind(st.st_mode)}, not a regular file: not read")
+                continue
+            yield parts, e.name, full, st.st_size, st.st_mtime
+        stack.extend(reversed(sub))             # folders in name order
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a named pipe"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _walk(logdir: str, skipped=None):
+    """Yield (relative dir parts, filename, path to read, size, mtime) for every regular
+    file under logdir (a local one given resolved: ``resolve_root``) whose name may be a
+    profile's.  A link is followed when it resolves below the root (the path to read is
+    then its resolved one); links out of it, named pipes and devices are skipped, and
+    said in ``skipped``."""
     fs, root = filesystem(logdir)
     if fs is None:
-        root = os.path.abspath(root)
-        for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-            dirnames.sort()
-            rel = os.path.relpath(dirpath, root)
-            parts = () if rel == "." else tuple(rel.split(os.sep))
-            for fn in filenames:
-                if not _candidate(fn):
-                    continue
-                full = os.path.join(dirpath, fn)
-                try:
-                    st = os.lstat(full)         # the name itself, never what a link points to
-                except OSError:
-                    continue
-                if not stat.S_ISREG(st.st_mode):
-                    continue
-                yield parts, fn, full, st.st_size, st.st_mtime
+        yield from _walk_local(os.path.abspath(root), skipped)
         return
     root = root.rstrip("/")
     proto = logdir.split("://", 1)[0]
@@ -233,15 +311,17 @@ def _walk(logdir: str):
         yield parts[:-1], fn, url, int(info.get("size") or 0), mtime
 
 
-def scan_logdir(logdir: str) -> dict:
-    """{run name: Run} for everything under ``logdir``."""
+def scan_logdir(logdir: str, skipped: list | None = None) -> dict:
+    """{run name: Run} for everything under ``logdir``; what looks like a profile but is
+    not listed is appended to ``skipped`` (``Skipped``) when given."""
     runs: dict[str, Run] = {}
     root_name = os.path.basename(str(logdir).rstrip("/")) or str(logdir)
     root = resolve_root(logdir)
-    for parts, fn, full, size, mtime in _walk(root):
+    for parts, fn, full, size, mtime in _walk(root, skipped):
         if fn.endswith(XPLANE_SUFFIX):
             # …/<tb_run…>/plugins/profile/<run>/<host>.xplane.pb
             if len(parts) < 3 or parts[-3:-1] != ("plugins", "profile"):
+                _skip(skipped, "/".join(parts + (fn,)), LAYOUT_XPLANE)
                 continue
             tb_run = "/".join(parts[:-3])
             name = f"{tb_run}/{parts[-1]}" if tb_run else parts[-1]
@@ -251,8 +331,11 @@ def scan_logdir(logdir: str) -> dict:
             if not fn.endswith(PT_SUFFIXES):
                 # another name: a trace only by content, and never one of the Profile
                 # plugin's folders (JAX's lossy <host>.trace.json.gz, the plugin's caches)
-                if "profile" in parts and "plugins" in parts or \
-                        not has_trace_events(full, size, mtime):
+                if "profile" in parts and "plugins" in parts:
+                    continue
+                if not has_trace_events(full, size, mtime):
+                    if fn.endswith(PFTRACE_SUFFIX):
+                        _skip(skipped, "/".join(parts + (fn,)), PERFETTO_NOT_READ)
                     continue
             name = "/".join(parts) if parts else root_name
             run = runs.setdefault(name, Run(name, "pytorch"))
@@ -286,6 +369,7 @@ class Catalog:
         self.ttl, self.min_interval, self.wait_s = ttl, min_interval, wait_s
         self._cv = threading.Condition()
         self._runs: dict = {}
+        self._skipped: list = []     # what the last listing skipped, and why (Skipped)
         self._listed = False         # a listing has completed
         self._error = None           # why the last listing failed (None: it did not)
         self._scanning = False
@@ -299,14 +383,14 @@ class Catalog:
 
     def _scan(self) -> None:
         t0 = time.monotonic()
-        runs, error = None, None
+        runs, error, skipped = None, None, []
         try:
-            runs = scan_logdir(self.logdir) if self.logdir else {}
+            runs = scan_logdir(self.logdir, skipped) if self.logdir else {}
         except Exception as e:  # noqa: BLE001 - handed to whoever asks for the runs
             error = e
         with self._cv:
             if runs is not None:
-                self._runs, self._listed = runs, True
+                self._runs, self._listed, self._skipped = runs, True, skipped
             self._error = error
             self._duration = time.monotonic() - t0
             self._scanning = False
@@ -357,6 +441,11 @@ class Catalog:
                 raise self._error
             return self._runs
 
+    def skipped(self) -> list:
+        """[Skipped] of the last listing (never waits)."""
+        with self._cv:
+            return list(self._skipped)
+
     def listed(self) -> bool:
         """Whether a listing is at hand (never waits)."""
         with self._cv:
@@ -388,5 +477,5 @@ def runs_json(runs: dict) -> list:
     return [r.to_json() for r in runs.values()]
 
 
-__all__ = ["Catalog", "Run", "Source", "SPAN_RULE", "has_trace_events", "latest",
+__all__ = ["Catalog", "Run", "Skipped", "Source", "SPAN_RULE", "has_trace_events", "latest",
            "scan_logdir", "runs_json", "span_label", "span_time"]

@@ -16,6 +16,7 @@ from werkzeug import wrappers
 
 from ._version import __version__
 from .discovery import SPAN_RULE, Catalog, runs_json
+from .trace.extension import reader_kind
 from .errors import ApiError, NotFound, StorageError, Unavailable, as_api_error
 from .params import parse
 from .cache import DiagnosisCache
@@ -132,7 +133,9 @@ class DiagnosePlugin(base_plugin.TBPlugin):
         except OSError as e:  # an unreadable remote logdir and the like
             raise Unavailable(f"cannot list the logdir: {e.strerror or e}") from None
         return {"logdir": self._logdir, "runs": runs_json(runs), "span_rule": SPAN_RULE,
-                "profile_plugin": PROFILE_PLUGIN in self._plugins}
+                "profile_plugin": PROFILE_PLUGIN in self._plugins,
+                "skipped": [x.to_json() for x in self._catalog.skipped()],
+                "reader": reader_kind()}
 
     @wrappers.Request.application
     def _serve_version(self, request):

@@ -28,6 +28,8 @@ from .analysis.budgets import Budgets, check as check_budgets
 from .analysis.compare import compare
 from .analysis.diagnosis import gap_detail, host_context
 from .analysis.timeline import annotation_spans, lanes
+from .analysis.steps import unknown_step
+from .trace.extension import reader_kind
 from .budget import MB, Budget, Store, measure
 from .cache import DiagnosisCache
 from .discovery import Catalog, span_label
@@ -387,7 +389,8 @@ class DiagnosisService:
                 "traces_in_memory": len(self.traces), "traces_bytes": self.traces.size,
                 "traces_limit_bytes": self.traces.capacity,
                 "responses": self.responses.snapshot(), "memory": self.budget.snapshot(),
-                "refused_files": len(self._refused), "listings": self.catalog.scans}
+                "refused_files": len(self._refused), "listings": self.catalog.scans,
+                "reader": reader_kind()}
 
     # ---- routes ----
     def response(self, route: str, params):
@@ -442,10 +445,8 @@ class DiagnosisService:
         groups per device, only ``device`` when given: the /diagnosis page's
         ``device_ops`` alone, for a caller that wants no more."""
         diag = self._diagnosis(params)
-        if params.step is not None and params.step not in diag.steps.ids:
-            ids = diag.steps.ids
-            raise NotFound(f"no step {params.step} in this capture" + (
-                f"; its steps are {ids.min()}–{ids.max()}" if ids.size else "; it has no steps"))
+        if params.step is not None and (why := unknown_step(diag.steps.ids, params.step)):
+            raise NotFound(why)
         with self.budget.admit(RENDER_PEAK, what="device ops"):
             doc = device_ops_json(diag, params.step, top)
         if doc is not None and device is not None:

@@ -259,7 +259,8 @@ def test_deep_link_restores_selection_in_new_context(page, browser, tb_demo, art
         assert f2.eval_on_selector("#pd-host", "e => e.value") == run["hosts"][0]["name"]
         f2.wait_for_selector(f'.gap-row.selected[data-gap="{gap_id}"]')
         f2.wait_for_selector(".pd-detail-cause")
-        assert gap_id in f2.inner_text("#pd-detail")
+        assert f2.get_attribute("#pd-detail-title", "title") == f"gap {gap_id}"
+        assert " idle in step 5 on " in f2.inner_text("#pd-detail-title")
         assert all(g.get_attribute("data-gap") for g in f2.locator(".gap-row").all())
         steps = f2.eval_on_selector_all(".gap-row .gap-step", "els => els.map(e => e.textContent)")
         assert steps and set(steps) == {"step 5"}
@@ -362,6 +363,7 @@ def test_timeline_lanes_zoom_refetch_and_gap_click(page, tb_demo, artifacts_dir)
     assert "with_events=1" in export and "start_us=" in export and "end_us=" in export
     # wheel zoom also refetches
     before = m2["fetches"]
+    frame.locator("#pd-timeline canvas").scroll_into_view_if_needed()
     box = frame.locator("#pd-timeline canvas").bounding_box()
     page.mouse.move(box["x"] + box["width"] * 0.6, box["y"] + 40)
     page.mouse.wheel(0, -300)
@@ -377,6 +379,10 @@ def test_timeline_lanes_zoom_refetch_and_gap_click(page, tb_demo, artifacts_dir)
     frame.wait_for_selector(".pd-detail-cause", timeout=30000)
     assert f"p.perfdiag.gap={largest['id']}" in page.url
     wait_timeline_fetches(frame, before + 2)
+    # the gap's detail (above the timeline) has grown: where the canvas is now
+    frame.locator("#pd-timeline canvas").scroll_into_view_if_needed()
+    box = frame.locator("#pd-timeline canvas").bounding_box()
+    x = box["x"] + m["gutter"] + m["plotWidth"] * 0.5
     page.mouse.move(x + 3, box["y"] + strip["y"] + strip["h"] / 2)
     frame.wait_for_function(
         "() => { const t = document.querySelector('#pd-timeline .tooltip');"

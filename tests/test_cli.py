@@ -109,8 +109,37 @@ def test_diagnose_json_pages_gaps_and_honours_top():
 
 
 def test_bad_file_exit_code(pair):
-    r = _run("diagnose", pair["bad"])
-    assert r.returncode == INPUT and "ERROR" in r.stdout and "JSON" in r.stdout
+    # the README's promise: a file that cannot be read is one line on stderr, exit 3
+    for cmd in ("diagnose", "info"):
+        one_line_error(_run(cmd, pair["bad"]), INPUT, "JSON")
+        assert _run(cmd, pair["bad"]).stdout == ""
+    # --json: the error object stays on stdout (a pipeline reads it), the line goes to stderr
+    r = _run("diagnose", pair["bad"], "--json")
+    assert r.returncode == INPUT and "JSON" in json.loads(r.stdout)["error"]
+    assert len(r.stderr.strip().splitlines()) == 1 and "JSON" in r.stderr
+
+
+def test_bad_file_beside_good_ones_is_said_on_stderr_and_the_rest_reported(pair, tmp_path):
+    import shutil
+    shutil.copy(pair["bad"], tmp_path / "bad.pt.trace.json")
+    shutil.copy(pair["slow"], tmp_path / "good.pt.trace.json")
+    r = _run("diagnose", str(tmp_path))
+    assert r.returncode == INPUT
+    assert "bad.pt.trace.json" in r.stderr and "JSON" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert "· good" in r.stdout and "· bad" not in r.stdout
+
+
+def test_unknown_step_is_a_usage_error_naming_the_steps(pair):
+    steps = json.loads(_run("diagnose", pair["slow"], "--json").stdout)["steps"]
+    ids = [s["id"] for s in steps]
+    r = _run("diagnose", pair["slow"], "--step", "99999")
+    one_line_error(r, USAGE, "no step 99999", f"{min(ids)}–{max(ids)}")
+    assert r.stdout == ""
+    one_line_error(_run("diagnose", pair["slow"], "--step", "99999", "--json"), USAGE,
+                   "no step 99999")
+    # a step it has still answers
+    assert _run("diagnose", pair["slow"], "--step", str(ids[1])).returncode == OK
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e308", "-1", "five"])
@@ -299,10 +328,10 @@ def test_gzip_bomb_under_a_memory_limit_is_one_line(tmp_path):
         r = _run(cmd, str(bomb), preexec_fn=cap)
         _no_traceback(r)
         assert r.returncode == INPUT, (r.stdout, r.stderr)
-        errors = [line for line in r.stdout.splitlines() if "ERROR" in line]
+        errors = [line for line in r.stderr.splitlines() if "error" in line]
         # read as a stream, the 3 GiB (within the 4096 MB file budget) never needs the
         # memory: the answer is what the bytes are, zeros, not JSON
-        assert len(errors) == 1 and "not valid JSON" in errors[0], r.stdout
+        assert len(errors) == 1 and "not valid JSON" in errors[0], r.stderr
 
 
 def test_s3_without_s3fs_is_one_line(tmp_path):

@@ -19,7 +19,7 @@ from tb_perfdiag.service import DiagnosisService
 from tb_perfdiag.testing import TraceBuilder
 from tb_perfdiag.trace.model import LinkKind, TrackKind
 
-from conftest import ROOT, call, shared_path
+from conftest import ROOT, TESTDATA, call, shared_path
 
 SCHEMA = json.load(open(os.path.join(ROOT, "tb_perfdiag", "schema", "comparison.schema.json")))
 LOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
@@ -213,7 +213,11 @@ def test_trace_diff_the_device_does_more_work_and_idles_less():
     assert t["delta"]["duty_cycle"] > 0.05
     hc = next(r for r in t["causes"] if r["cause"] == C.HOST_COMPUTE)
     assert hc["after_ns"] < 0.05 * hc["before_ns"]               # host-bound gaps gone
-    assert [h["what"] for h in cj["highlights"][:3]] == ["step_time", "duty", "busy"]
+    # new and grown findings first (what to act on), then the headline, then by weight
+    hl = [(h["what"], h["subject"]) for h in cj["highlights"]]
+    rising = [x for x in hl if x[0] == "finding" and x[1] in ("new", "grew")]
+    assert rising and hl[:len(rising)] == rising
+    assert [w for w, _ in hl[len(rising):len(rising) + 3]] == ["step_time", "duty", "busy"]
     # the copies behind it: device→device copies and their cudaMemcpyAsync calls
     dt = {o["name"]: o for o in cj["ops"]["by_device_time"]}
     assert dt["Memcpy DtoD (Device -> Device)"]["time_delta_ns"] > 10e6
@@ -444,3 +448,30 @@ def test_op_counts_in_c_are_the_numpy_ones(rel, n_steps, step_type):
         for w_part, g_part in zip(want, got):
             for w, g in zip(w_part, g_part):
                 np.testing.assert_array_equal(w, g)
+
+
+def test_demo_pair_new_sync_finding_leads_the_highlights():
+    """The demo's input-bound run against its torch.nonzero run: the new sync finding is
+    the story and comes first, ahead of the headline and of the annotation that appeared
+    with it; the op tables fold kernel names as the device-op table does."""
+    syn = os.path.join(TESTDATA, "synthetic", "logdir")
+
+    def one(name):
+        d = os.path.join(syn, name)
+        return os.path.join(d, next(f for f in sorted(os.listdir(d)) if ".pt.trace.json" in f))
+    cmp = tb_perfdiag.compare(one("kineto_data_loading"), one("kineto_sync_nonzero"))
+    cj = cmp.to_json()
+    assert jsonschema.validate(cj, SCHEMA) is None
+    first = cj["highlights"][0]
+    assert (first["what"], first["subject"]) == ("finding", "new"), first
+    assert "nonzero" in first["text"] and "blocks on the device" in first["text"]
+    assert [h["what"] for h in cj["highlights"][1:3]] == ["step_time", "duty"]
+    # the rest by the time they explain
+    rest = [h for h in cmp.highlights[3:]]
+    assert [h.weight for h in rest] == sorted((h.weight for h in rest), reverse=True)
+    for o in cj["ops"]["by_device_time"] + cj["ops"]["by_count"]:
+        if o["where"] == "device" and o["kind"] == "kernel":
+            assert "(" not in o["label"] and not o["label"].startswith("void ")
+    names = [r["name"] for r in cj["device_ops"]["by_device_time"]]
+    assert len(names) == len(set(names)) and "at::native::multi_tensor_apply_kernel<…>" in names
+    assert not any(h["text"].startswith("void ") for h in cj["highlights"])

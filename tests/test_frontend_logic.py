@@ -56,8 +56,8 @@ def test_state_round_trip(js):
 
 def test_format_ns(js):
     got = js("return [1234567, 999, 1500, 2.5e9, 0, null, 12345678].map(m.format.formatNs)")
-    assert got == ["1.23 ms", "999 ns", "1.50 µs", "2.50 s", "0.00 ns", "–", "12.3 ms"]
-    assert js("return [0.0117, 0.5, 0].map(m.format.formatPct)") == ["1.2%", "50%", "0%"]
+    assert got == ["1.23 ms", "999 ns", "1.50 µs", "2.50 s", "0 ns", "–", "12.3 ms"]
+    assert js("return [0.0117, 0.5, 0, 0.0003].map(m.format.formatPct)") == ["1.2%", "50%", "0%", "<0.1%"]
 
 
 def test_step_layout_and_aggregation(js):
@@ -192,3 +192,13 @@ def test_long_names_are_squeezed_word_by_word(js):
              " m.format.cut('abc', 5), m.format.cut('abcdefgh', 5)]")
     assert got[0].startswith("blocks on xxx") and got[0].endswith("… per step") and len(got[0]) < 100
     assert got[1:] == ["abc", "abcd…"]
+
+
+def test_lane_text_names_the_thread_then_its_id(js):
+    got = js("return ['thread 31337 (python)', 'tf_numa_-1_Eigen/-2230364228667159358', "
+             "'CPU (XLA) · tf_data_private_threadpool/-42', 'GPU 0 · stream 7', 'python']"
+             ".map(m.format.laneText)")
+    assert got == ["python · 31337", "tf_numa_-1_Eigen · -2230364228667159358",
+                   "CPU (XLA) · tf_data_private_threadpool/-42", "GPU 0 · stream 7", "python"]
+    assert js("return [0, 1, 2].map((n) => m.format.plural(n, 'step'))") == \
+        ["0 steps", "1 step", "2 steps"]

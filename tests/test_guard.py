@@ -65,9 +65,18 @@ def test_listing_holds_regular_files_only(tmp_path):
     os.symlink("/dev/zero", ld / "links" / "w3.1.pt.trace.json")
     os.symlink(outside, ld / "linkdir")              # a folder reached through a link
     started = time.monotonic()
-    runs = scan_logdir(str(ld))
+    skipped = []
+    runs = scan_logdir(str(ld), skipped)
     assert time.monotonic() - started < 5            # the pipe was never opened
-    assert sorted(runs) == ["ok"]
+    # the one link that stays inside the logdir is followed, read where it leads
+    assert sorted(runs) == ["links", "ok"]
+    assert [(s.host, str(s.path)) for s in runs["links"].sources] == [
+        ("w2", os.path.realpath(ld / "ok" / "w0.1700000000000.pt.trace.json"))]
+    why = {s.path: s.reason for s in skipped}
+    assert "outside the logdir" in why["links/w1.1.pt.trace.json"]
+    assert "outside the logdir" in why["links/w3.1.pt.trace.json"]      # /dev/zero
+    assert "outside the logdir" in why["linkdir"]
+    assert "named pipe" in why["pipe/w0.1.pt.trace.json"]
 
 
 def test_logdir_given_through_a_symlink_shows_its_runs(tmp_path):

@@ -228,3 +228,27 @@ def test_folded_findings_name_distinct_places_on_shared_traces():
         pytest.skip("../shared/traces is absent (a clone outside this workplace)")
     for p in sorted(set(paths)):
         _check_distinct(p)
+
+
+@pytest.mark.parametrize("name", sorted(CAPTURES))
+def test_waits_in_the_runtimes_queue_are_one_finding(name):
+    """XLA:CPU's thunk executor makes the device wait on itself before many ops; one
+    finding per op said the same non-actionable thing five times over.  Those without a
+    frame of the user's code above them are one finding with their total."""
+    d = _diag(name)
+    waits = [f for f in d["findings"] if f["kind"] == "device_wait"
+             and not (f.get("culprit") or {}).get("where")]
+    queue = [f for f in waits if "runtime_queue" in f]
+    assert len(queue) == (0 if name == "eager_loop" else 1)     # eager: no XLA executor
+    assert not [f for f in waits if f["title"].count("waiting to run") and f not in queue
+                and f.get("top")], [f["title"] for f in waits]
+    for f in queue:
+        q = f["runtime_queue"]
+        assert q["op_count"] >= 2 and len(q["ops"]) == min(q["op_count"], 20)
+        assert len(set(q["ops"])) == len(q["ops"])
+        assert q["ops_ns"] == sorted(q["ops_ns"], reverse=True)
+        assert f["title"].startswith("The runtime's queue")
+        # its time: the device-side wait of these gaps on the device, never more than the
+        # device's idle in that cause, and at least its largest op's
+        dev = next(x for x in d["devices"] if x["name"] == f["device"])
+        assert q["ops_ns"][0] <= f["time_lost_ns"] <= dev["idle_by_cause_ns"]["device_wait"]

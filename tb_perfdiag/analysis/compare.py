@@ -476,6 +476,10 @@ def _warnings(cmp: Comparison) -> list:
     return out
 
 
+RISING = (Change.NEW, Change.GREW)
+RISING_NAMES = tuple(c.value for c in RISING)
+
+
 def highlights(cmp: Comparison) -> list:
     """The changes worth a sentence, most weighty first (step time always first)."""
     a, b = cmp.sides
@@ -504,7 +508,11 @@ def highlights(cmp: Comparison) -> list:
                              b.compile_count_per_step,
                              abs(b.compile_time_per_step - a.compile_time_per_step) / base))
     k = 0
-    for i, f in enumerate(cmp.findings):
+    # new and grown findings take the places first: they are what to act on
+    ahead = sorted(range(len(cmp.findings)),
+                   key=lambda i: cmp.findings[i].change not in RISING)
+    for i in ahead:
+        f = cmp.findings[i]
         if f.change == Change.SAME or abs(f.delta) * 1000 < NOTE_SHARE * base or k >= 3:
             continue
         out.append(Highlight("finding", f.change.value, None, f.per_step_before * 1000.0,
@@ -539,5 +547,12 @@ def highlights(cmp: Comparison) -> list:
         if abs(r.delta) >= 2 * NOTE_SHARE * base:
             out.append(Highlight("annotation", " › ".join(r.path), None, r.before, r.after,
                                  abs(r.delta) / base))
-    out.sort(key=lambda h: -h.weight)
+    # new and grown findings (the story of what went wrong) first, by the time they explain;
+    # then the step time and duty cycle (the headline the rest adds up to); then the rest by
+    # the time they explain
+    def rank(h):
+        if h.what == "finding" and h.subject in RISING_NAMES:
+            return (0, -h.weight)
+        return (1 if h.what in ("step_time", "duty") else 2, -h.weight)
+    out.sort(key=rank)
     return out

@@ -164,6 +164,8 @@ def _gap_families(trace, diag, G, ctx, fw, graphs, n_steps, typical_step, add) -
         groups, first = _group_by_signature(
             rows, evs.astype(np.int64), _signature_key(trace, g, cul, cause, rows, evs),
             lambda ev, r: _signature(trace, diag, ctx, cul, cause, ev, g, r, fw))
+        if cause == C.DEVICE_WAIT:
+            groups, first = _fold_runtime_queue(groups, first, G, ci)
         ranked = sorted(groups.items(), key=lambda kv: -G.on_worst_device(kv[1], ci)[0])
         big = [(k, rs) for k, rs in ranked if G.on_worst_device(rs, ci)[0] >= floor] \
             or ranked[:1]
@@ -178,6 +180,36 @@ def _gap_families(trace, diag, G, ctx, fw, graphs, n_steps, typical_step, add) -
                                        for k, x in ranked if (k, x) not in big))[:3]
             _family_finding(trace, diag, G, ci, cause, kind, ("", None, (), "", (), -1), rs,
                             fw, graphs, n_steps, add, others=(len(rest), names))
+
+
+QUEUE_LABEL = "the runtime's queue"
+
+
+def _fold_runtime_queue(groups: dict, first: dict, G, ci: int) -> tuple:
+    """Device-side waits whose waited-for launch has no frame of the user's code above it
+    (the runtime's own executor: XLA's ``ThunkExecutor::Execute``, a stream's dependency)
+    differ only by the op the device was about to run: one finding per op says the same
+    non-actionable thing many times.  They fold into one finding for the runtime's queue,
+    with its total and the ops it held up most; waits under user code keep their own."""
+    queue = [k for k, sig in first.items() if not sig[1] and sig[3].startswith("waiting to run ")]
+    if len(queue) < 2:
+        return groups, first
+    # one entry per op the device was about to run (a label may come with several chains)
+    by_op: dict = {}
+    for k in queue:
+        by_op.setdefault(first[k][3][len("waiting to run "):], []).extend(groups[k])
+    cost = {op: G.on_worst_device(rs, ci)[0] for op, rs in by_op.items()}
+    ops = sorted(by_op, key=lambda op: -cost[op])
+    top = first[max(queue, key=lambda k: G.on_worst_device(groups[k], ci)[0])]
+    under = tuple(top[2][-2:])               # the executor frames of its largest part
+    key = ("", None, under, QUEUE_LABEL)
+    rows = sorted(r for k in queue for r in groups[k])
+    out_g = {k: v for k, v in groups.items() if k not in queue}
+    out_f = {k: v for k, v in first.items() if k not in queue}
+    out_g[key] = rows
+    out_f[key] = ("", None, under, QUEUE_LABEL, tuple(top[4]), top[5],
+                  {"ops": ops, "ops_ns": [int(cost[op]) for op in ops]})
+    return out_g, out_f
 
 
 def _signature_key(trace, g, cul, cause, rows, evs) -> np.ndarray:
@@ -239,7 +271,8 @@ def _group_by_signature(rows, evs, key, signature) -> tuple:
 
 def _family_finding(trace, diag, G, ci, cause, kind, sig, rs, fw, graphs, n_steps, add,
                     others=None) -> None:
-    sub_kind, where, ops, label, chain, example = sig
+    sub_kind, where, ops, label, chain, example = sig[:6]
+    queue = sig[6] if len(sig) > 6 else None
     k = FK(sub_kind) if sub_kind else kind
     total, dev = G.on_worst_device(rs, ci)
     if total <= 0:
@@ -248,6 +281,13 @@ def _family_finding(trace, diag, G, ci, cause, kind, sig, rs, fw, graphs, n_step
     if others:
         subject = f"{C.LABELS[cause]} in {others[0]} other place(s)"
         what = "largest: " + "; ".join(n for n in others[1] if n)
+    elif queue:
+        subject = "The runtime's queue" + (f" ({_short(' › '.join(ops), 60)})" if ops else "")
+        n_ops = len(queue["ops"])
+        # a readable title: two ops named (the rest are in runtime_queue and the detail)
+        what = (f"{n_ops} ops waited to run, most " +
+                ", ".join(_short(o, 40) for o in queue["ops"][:2]) + (" …" if n_ops > 2 else ""))
+        label = ""
     else:
         subject = where or (" › ".join(ops[-2:]) if ops else C.LABELS[cause])
         what = " › ".join(ops) if ops and where else ""
@@ -257,6 +297,10 @@ def _family_finding(trace, diag, G, ci, cause, kind, sig, rs, fw, graphs, n_step
              if n_steps >= 3 and len(hit) >= max(3, RECURRING * n_steps) else "")
     extra = {"cause": cause, "culprit": {"where": where, "ops": list(ops), "chain": list(chain)},
              "chain": list(chain), "sync": label or None}
+    if queue:
+        # the ops the queue held up, largest first: what the folded findings were
+        extra["runtime_queue"] = {"ops": queue["ops"][:20], "ops_ns": queue["ops_ns"][:20],
+                                  "op_count": len(queue["ops"])}
     if k in ONE_TIME:
         span = _capture_ns(diag)
         share = total / span if span else None
@@ -269,6 +313,10 @@ def _family_finding(trace, diag, G, ci, cause, kind, sig, rs, fw, graphs, n_step
     fix = fix_for(k.value, _fix_culprit(k, label, example, graphs), fw)
     f = add(k, title, rs, fix, _detail(diag, cause, rs, G, chain, ci), total, dev, extra=extra)
     _SUBJECT[id(f)] = subject
+
+
+def _short(name: str, n: int) -> str:
+    return name if len(name) <= n else name[:n - 1] + "…"
 
 
 def _compile_kind(trace, diag, ev, g, r) -> str:

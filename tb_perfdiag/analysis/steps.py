@@ -40,6 +40,14 @@ class StepTable:
     runs: dict = field(default_factory=dict)   # "modules": device → its runs, in order
 
 
+def unknown_step(ids: np.ndarray, step: int) -> str | None:
+    """Why ``step`` names no step of a capture whose step ids are ``ids`` (None: it does)."""
+    if step in ids:
+        return None
+    return f"no step {step} in this capture" + (
+        f"; its steps are {ids.min()}–{ids.max()}" if ids.size else "; it has no steps")
+
+
 def find_steps(trace: Trace) -> StepTable:
     host = trace.track_kind[trace.track] == TrackKind.HOST
     dev_steps = np.flatnonzero((trace.kind == K.STEP) & ~host)

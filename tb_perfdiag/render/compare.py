@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..analysis import causes as C
 from ..analysis.compare import Change, Comparison, StepFigures
+from ..analysis.device_ops import fold_kernel_name
 from ..analysis.result import Diagnosis, OpClass
 from ..trace.model import EventKind as K
 from .json import SCHEMA_VERSION, steps_json
@@ -109,8 +110,14 @@ def _finding(diag: Diagnosis, i: int) -> dict | None:
             "top": bool(f.extra.get("top", True)), "fix": f.fix}
 
 
+def op_label(o) -> str:
+    """An op as the tables show it: a kernel's name folded as the device-op table folds it
+    (``at::native::foo<…>``), any other name as it is."""
+    return fold_kernel_name(o.name) if o.device and o.kind == K.KERNEL else o.name
+
+
 def _op(o) -> dict:
-    return {"name": o.name, "where": "device" if o.device else "host",
+    return {"name": o.name, "label": op_label(o), "where": "device" if o.device else "host",
             "kind": _KIND.get(o.kind, "other"),
             "count_before": o.count_before, "count_after": o.count_after,
             "count_delta": o.count_delta,
@@ -219,9 +226,11 @@ def highlight_text(cmp: Comparison, h) -> str:
         return (f"{f.change.value}: {title} ({_ms(f.per_step_before * 1000)} → "
                 f"{_ms(f.per_step_after * 1000)} per step)")
     if h.what == "op_count":
-        return f"{_short(h.subject)} calls per typical step {_count(h.before)} → {_count(h.after)}"
+        return (f"{_short(op_label(cmp.ops[h.ref]))} calls per typical step {_count(h.before)} → "
+                f"{_count(h.after)}")
     if h.what == "op_time":
-        return (f"{_short(h.subject)}: device time per typical step {_ms(h.before)} → {_ms(h.after)} "
+        return (f"{_short(op_label(cmp.ops[h.ref]))}: device time per typical step "
+                f"{_ms(h.before)} → {_ms(h.after)} "
                 f"({_signed(h.after - h.before)})")
     if h.what == "op_host_time":
         o = cmp.ops[h.ref]

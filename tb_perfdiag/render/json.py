@@ -11,6 +11,7 @@ import orjson
 from ..analysis import causes as C
 from ..analysis.attribution import VIA_NAMES
 from ..analysis.diagnosis import no_cyclic_gc
+from ..analysis.device_ops import fold_kernel_name
 from ..analysis.result import Diagnosis, Direction, EventRefs, Finding, FindingKind, HostOps
 from ..analysis.steps import DEFINITION as STEP_DEFINITION
 from ..trace.model import EventKind as K
@@ -211,7 +212,8 @@ class _Events:
             r = T[0][e]
             hlo, ann, R = T[6][r], T[7][r], T[-1]
             got = self._ops[e] = {
-                "name": T[1][r], "start_ns": T[2][r], "duration_ns": T[3][r],
+                "name": T[1][r], "label": fold_kernel_name(T[1][r]),
+                "start_ns": T[2][r], "duration_ns": T[3][r],
                 "hlo_op": R.strings[hlo] if hlo >= 0 else None,
                 "annotation": R.strings[ann] if ann >= 0 else None,
                 "track": self.labels[T[5][r]]}

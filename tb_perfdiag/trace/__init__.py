@@ -10,15 +10,29 @@ from . import kineto, xspace
 from .model import Device, EventKind, LinkKind, Stat, Trace, TraceError, TrackKind
 
 __all__ = ["load", "load_open", "Trace", "TraceError", "EventKind", "TrackKind", "LinkKind", "Device", "Stat",
-           "detect_format"]
+           "detect_format", "PERFETTO_NOT_READ"]
+
+
+PFTRACE = ".pftrace"
+PERFETTO_NOT_READ = ("a Perfetto protobuf trace (what PyTorch's export_chrome_trace writes "
+                     "to a .pftrace in recent versions): a format not read yet; save the "
+                     "trace as Chrome JSON instead (prof.export_chrome_trace(\"trace.json\") "
+                     "or tensorboard_trace_handler)")
 
 
 def detect_format(path: str, head: bytes = b"") -> str | None:
+    """"xspace", "kineto", "perfetto" (known, not read) or None, from the name, else
+    the first decoded bytes ``head``.  A ``.pftrace`` holds Kineto JSON from some PyTorch
+    versions and Perfetto protobuf from later ones: only its content tells."""
     p = str(path)
     if p.endswith(".xplane.pb"):
         return "xspace"
     if p.endswith((".json", ".json.gz")):
         return "kineto"
+    if p.endswith((PFTRACE, PFTRACE + ".gz")):
+        if not head:
+            return None
+        return "kineto" if head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] in (b"{", b"[") else "perfetto"
     if head:
         stripped = head.lstrip()
         if stripped[:1] in (b"{", b"["):
@@ -54,6 +68,8 @@ def load_open(f: OpenFile, progress=NULL, expect: int | None = None) -> Trace:
 def _load_open(f: OpenFile, progress, expect: int | None) -> Trace:
     path = f.path
     fmt = detect_format(path) or _sniff(f)
+    if fmt == "perfetto":
+        raise TraceError(path, PERFETTO_NOT_READ)
     progress.format(fmt or "")
     progress.phase("reading")
     if fmt == "kineto":
@@ -136,6 +152,8 @@ def _parse(path: str, held: list, progress) -> Trace:
     if is_blank(raw):
         raise TraceError(path, "empty file: the profiler wrote nothing (or is still writing)")
     fmt = detect_format(path, raw[:64])
+    if fmt == "perfetto":
+        raise TraceError(path, PERFETTO_NOT_READ)
     reader = {"xspace": xspace, "kineto": kineto}.get(fmt)
     if reader is not None:
         with _only_trace_errors(path):
