@@ -389,8 +389,18 @@ def devices_json(diag: Diagnosis) -> list:
                     "end_ns": ns(hi), "ops": int(D.ops[d]),
                     "idle_by_cause_ns": _by_cause(D.idle_by_cause[d]),
                     "small_gaps": {"count": int(D.small_count[d]),
-                                   "total_ns": ns(D.small_total[d])}})
+                                   "total_ns": ns(D.small_total[d])},
+                    "steps_window": _steps_window(D, d, busy)})
     return out
+
+
+def _steps_window(D, d: int, busy: int) -> dict:
+    """The window the device's idle by cause adds up over: its activity and the step
+    windows on it (the duty cycle beside it is over its activity alone)."""
+    a, b = D.window(d)
+    w = max(b - a, 0)
+    return {"start_ns": ns(a), "end_ns": ns(b), "window_ns": ns(w), "busy_ns": ns(busy),
+            "idle_ns": ns(w) - ns(busy), "duty_cycle": busy / w if w else None}
 
 
 def steps_json(diag: Diagnosis) -> list:
@@ -567,6 +577,7 @@ def diagnosis_json(diag: Diagnosis, gaps_offset: int = 0, gaps_limit: int | None
         "schema_version": SCHEMA_VERSION, "source": dict(diag.source),
         "options": {"threshold_us": diag.threshold_us, "kernels_only": diag.kernels_only},
         "definitions": DEFINITIONS, "step_source": diag.steps.source,
+        "step_marker": getattr(diag.steps, "marker", "") or None,
         "devices": devices_json(diag), "steps": steps_json(diag),
         "gaps": gap_records(diag, page), "annotations": annotations_json(diag),
         "unscoped": unscoped_json(diag), "user_scopes": user_scopes_json(diag),
