@@ -720,10 +720,11 @@ def test_per_device_kernels_and_collective_time_a_block_at_a_time(block, monkeyp
     kernels' time a block of events at a time: the same numbers as whole-column masks,
     for any block, with copies (no kernels, not collective) and host work beside."""
     import numpy as np
-    from tb_perfdiag.analysis import findings as F
+    from tb_perfdiag.analysis import findings as F, notes as N
     from tb_perfdiag.trace.classify import is_collective_kernel
     from tb_perfdiag.trace.model import EventKind as K
     monkeypatch.setattr(F, "_BLOCK", block)
+    monkeypatch.setattr(N, "_BLOCK", block)
     rng = np.random.default_rng(3)
     b = TraceBuilder()
     py = b.thread("python")
@@ -745,7 +746,7 @@ def test_per_device_kernels_and_collective_time_a_block_at_a_time(block, monkeyp
     t = b.build()
     dev = t.track_device[t.track]
     want = np.bincount(dev[(t.kind == K.KERNEL) & (dev >= 0)], minlength=len(t.devices))
-    np.testing.assert_array_equal(F._kernels_per_device(t, len(t.devices)), want)
+    np.testing.assert_array_equal(N.kernels_per_device(t, len(t.devices)), want)
     act = t.is_device_activity()
     for d in range(len(t.devices)):
         ev = np.flatnonzero(act & (dev == d))

@@ -33,6 +33,7 @@ from .refs import event_refs
 from .ops import op_table
 from .device_ops import device_op_table, fill_overlap
 from .shares import split
+from .notes import capture_notes
 from .tfdata import get_next_spans
 from .result import DeviceTable, Diagnosis, GapTable, StepNumbers, typical_of
 from .steps import device_windows, find_steps, launched_busy, launching_steps
@@ -335,6 +336,7 @@ def _diagnose(trace: Trace, opt: Options, progress):
     if not trace.devices or not (dev_ops_n > 0).any():
         warnings.append("no device activity in this trace: it shows host work only "
                         "(a CPU-only run, or the device was not profiled)")
+    warnings += capture_notes(trace, devices, step_numbers, origin, threshold_ps)
     diag = Diagnosis(source, opt.threshold_us, opt.kernels_only, devices, step_numbers, gaps,
                      detail, annotations, [], small_total, warnings, None,
                      list(trace.track_label), compilations, transfers, ops, device_ops)

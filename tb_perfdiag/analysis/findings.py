@@ -24,6 +24,7 @@ from .culprits import (PYTORCH_XLA, SYNC_LABELS, Culprits, chain_sync_kind, clea
 from . import tfdata
 from .fixes import fix_for
 from .intervals import covered
+from .notes import kernels_per_device
 from .result import Finding, FindingKind as FK
 
 MAX_EVIDENCE = 20              # events named in a d2h finding
@@ -580,17 +581,6 @@ def _memcpy_share(trace, diag, fw, add) -> None:
 _BLOCK = 1 << 20
 
 
-def _kernels_per_device(trace: Trace, n_dev: int) -> np.ndarray:
-    """Kernels on each device's tracks, counted a block of a track at a time."""
-    out = np.zeros(n_dev, np.int64)
-    tracks = np.flatnonzero(trace.track_device >= 0)
-    for t, (lo, hi) in zip(tracks.tolist(), trace.track_slices(tracks)):
-        for a in range(lo, hi, _BLOCK):
-            out[trace.track_device[t]] += int(np.count_nonzero(
-                trace.kind[a:min(a + _BLOCK, hi)] == K.KERNEL))
-    return out
-
-
 def _collective_ps(trace: Trace, d: int) -> int:
     """Time of device ``d``'s collective kernels (its activity whose name is one), each
     distinct name classified once, the ops read a block at a time."""
@@ -611,7 +601,7 @@ def _collective_ps(trace: Trace, d: int) -> int:
 def _multi_device(trace: Trace, diag, n_steps: int, fw: str) -> list:
     D = diag.devices
     # devices that compute: a copy-only device is not "skewed" against a compute one
-    kern = _kernels_per_device(trace, len(D))
+    kern = kernels_per_device(trace, len(D))
     devs = [d for d in np.flatnonzero(D.ops > 0).tolist() if kern[d] > 0]
     if len(devs) < 2:
         return []

@@ -34,6 +34,20 @@ def _ms(ns) -> str:
     return f"{ns / 1e6:.3f} ms"
 
 
+def _duty(diag: Diagnosis, dev: dict) -> str:
+    """A device's duty cycle over the window its idle adds up over (its steps, or the
+    capture), and over its own activity when that differs."""
+    sw = dev.get("steps_window")
+    own = f"busy {_ms(dev['busy_ns'])} of {_ms(dev['window_ns'])}"
+    if not sw or sw["window_ns"] == dev["window_ns"] or sw["duty_cycle"] is None:
+        return f"duty cycle {dev['duty_cycle'] * 100:.1f}% ({own}, its active span)"
+    over = "the capture" if diag.steps.source == "whole_trace" else \
+        f"its {len(diag.steps)} step(s)"
+    return (f"duty cycle {sw['duty_cycle'] * 100:.1f}% over {over} (busy "
+            f"{_ms(sw['busy_ns'])} of {_ms(sw['window_ns'])}); "
+            f"{dev['duty_cycle'] * 100:.1f}% over its active span ({own})")
+
+
 def report(label: str, diag: Diagnosis, top: int, step: int | None = None) -> str:
     lines = [f"== {label}",
              f"   {diag.source['events']} events, steps from {diag.steps.source}, "
@@ -45,9 +59,7 @@ def report(label: str, diag: Diagnosis, top: int, step: int | None = None) -> st
             continue
         idle = ", ".join(f"{C.LABELS[c]} {_ms(v)}" for c, v in
                          sorted(dev["idle_by_cause_ns"].items(), key=lambda kv: -kv[1]))
-        lines.append(f"   {dev['name']}: duty cycle {dev['duty_cycle'] * 100:.1f}% "
-                     f"(busy {_ms(dev['busy_ns'])} of {_ms(dev['window_ns'])}); "
-                     f"idle: {idle or '-'}")
+        lines.append(f"   {dev['name']}: {_duty(diag, dev)}; idle: {idle or '-'}")
     steps = steps_json(diag)
     if steps:
         lines.append("   steps:")
