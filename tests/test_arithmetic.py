@@ -297,3 +297,28 @@ def test_tf_gpu_capture_notes_its_copy_only_gpu_and_the_time_outside_its_step():
     w = "\n".join(d["warnings"])
     assert "GPU 1 ran only copies" in w and "outside every step" in w
     assert all(len(f["title"]) < 240 for f in d["findings"])
+
+
+# ---- the CLI summarises a long step list ----
+
+def test_the_cli_summarises_long_step_lists(tmp_path, capsys):
+    """20 steps of 100 µs (step 7 of 400 µs: an outlier): the text names the median, the
+    slowest steps and the outlier, not 20 lines; ``--steps all`` lists every step."""
+    from tb_perfdiag.cli import main
+    b = TraceBuilder()
+    main_t, s7 = b.thread("python main"), b.stream()
+    t = 0
+    for k in range(20):
+        n = 400 if k == 7 else 100
+        b.step(main_t, k, t, n)
+        launch(b, main_t, s7, "gemm", t, 5, t + 10, n - 20)
+        t += n
+    path = tmp_path / "w.1700000000000.pt.trace.json"
+    path.write_bytes(b.to_bytes())
+    assert main(["diagnose", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "steps: 20, median 0.100 ms; 1 outlier(s)" in out
+    assert "step 7: 0.400 ms" in out and "(outlier)" in out
+    assert out.count("     step ") <= 4
+    assert main(["diagnose", str(path), "--steps", "all"]) == 0
+    assert capsys.readouterr().out.count("     step ") == 20
