@@ -65,7 +65,12 @@ def clean(name: str) -> str:
     """A name as a finding shows it: no object address, no step number, a C++ signature
     folded as "Device time by op" folds it (``void Eigen::internal::EigenMetaKernel<
     Eigen::TensorEvaluator<…>, long>(…, long)`` → ``Eigen::internal::EigenMetaKernel<…>``)."""
-    name = _STEP_NUM.sub(r"\1", _ADDRESS.sub("", name))
+    return readable(_STEP_NUM.sub(r"\1", _ADDRESS.sub("", name)))
+
+
+def readable(name: str) -> str:
+    """``name`` with a C++ signature's template and parameter lists folded (as "Device
+    time by op" folds kernels); any other name as it is."""
     if _SIGNATURE.search(name) and not _KINETO_FRAME.match(name) and \
             not _JAX_FRAME.match(name):
         return fold_kernel_name(name)

@@ -10,6 +10,7 @@ import orjson
 
 from ..analysis import causes as C
 from ..analysis.attribution import VIA_NAMES
+from ..analysis.culprits import readable
 from ..analysis.diagnosis import no_cyclic_gc
 from ..analysis.result import Diagnosis, Direction, EventRefs, Finding, FindingKind, HostOps
 from ..analysis.steps import DEFINITION as STEP_DEFINITION
@@ -199,7 +200,9 @@ class _Events:
         key = R.chain[r]
         got = self._chains.get(key)
         if got is None:
-            got = self._chains[key] = [R.strings[i] for i in key]
+            # a chain reads like the op table: C++ signatures folded (the op's own name
+            # stays whole beside it)
+            got = self._chains[key] = [readable(R.strings[i]) for i in key]
         return got
 
     def op(self, e: int):
@@ -294,7 +297,7 @@ def _gap_records(diag: Diagnosis, rows, extra_detail, evidence_only: bool) -> li
     for key in ("next_op", "waited_for", "blocking", "culprit", "prev_op"):
         rr = R.row(getattr(g, key)[rows])
         cols[key] = rr.tolist()
-    name = lambda r: strings[int(R.name[r])] if r >= 0 else None  # noqa: E731
+    name = lambda r: readable(strings[int(R.name[r])]) if r >= 0 else None  # noqa: E731
     chain_memo: dict = {}
 
     def short(r):
@@ -302,7 +305,7 @@ def _gap_records(diag: Diagnosis, rows, extra_detail, evidence_only: bool) -> li
             return None
         c = chain_memo.get(r)
         if c is None:
-            c = chain_memo[r] = _short_chain([strings[i] for i in R.chain[r]])
+            c = chain_memo[r] = _short_chain([readable(strings[i]) for i in R.chain[r]])
         return c
 
     keep = _evidence_parts(sh_ns, np.asarray(dur, np.int64))
