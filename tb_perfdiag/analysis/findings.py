@@ -294,7 +294,9 @@ def _family_finding(trace, diag, G, ci, cause, kind, sig, rs, fw, graphs, n_step
         extra.update(one_time=True, capture_share=share)
         cost = f"{_fmt(total)} in total" + (f" ({_pct(share)} of the capture)" if share else "")
     else:
-        cost = cost_phrase(diag, inside, total - inside, sorted(hit), n_steps, extra)
+        # a recompilation says the shapes change: a rate, even when the capture saw one
+        cost = cost_phrase(diag, inside, total - inside, sorted(hit), n_steps, extra,
+                           once_ok=k != FK.RECOMPILATION)
     phrase = PHRASE.get(k, C.LABELS[cause].lower())
     title = f"{subject}: {what + ' — ' if what else ''}{phrase} {cost}"
     if len(title) > TITLE_MAX and others and len(others[1]) > 1:
@@ -310,7 +312,7 @@ def _family_finding(trace, diag, G, ci, cause, kind, sig, rs, fw, graphs, n_step
 
 
 def cost_phrase(diag, inside: float, outside: float, hit: list, n_steps: int,
-                extra: dict) -> str:
+                extra: dict, once_ok: bool = True) -> str:
     """What a cost means, said plainly: over the capture when it has no steps; once, in
     the one step it hit (of three or more); else the mean per step over all of them
     with the total and the steps it was seen in; and the time outside every step."""
@@ -322,7 +324,7 @@ def cost_phrase(diag, inside: float, outside: float, hit: list, n_steps: int,
         if inside:
             parts.append(f"{_fmt(inside)} in the {_fmt(span)} capture"
                          + (f" ({_pct(share)})" if share else ""))
-    elif inside and len(hit) == 1 and n_steps >= 3:
+    elif inside and len(hit) == 1 and n_steps >= 3 and once_ok:
         extra.update(once={"step": hit[0], "ns": int(inside)})
         parts.append(f"once, {_fmt(inside)} in step {hit[0]}")
     elif inside:
