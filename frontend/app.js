@@ -507,9 +507,14 @@ export class App {
         "The host timeline below shows what each thread did; to diagnose the accelerator, profile with its activity on (",
         h("code", {}, "ProfilerActivity.CUDA"), " in PyTorch; a TPU/GPU backend for XLA)."));
     }
+    // the duty cycle over the window its idle by cause adds up over (the steps, or the
+    // capture): the figure compare and the CLI show; the device's own active span beside it
+    const overSteps = (x) => x.steps_window && x.steps_window.duty_cycle != null && x.steps_window.window_ns !== x.window_ns;
     const devRows = d.devices.filter((x) => x.ops > 0).map((x) => h("div", { class: "pd-stat", title: dutyDef },
-      h("span", { class: "pd-stat-value pd-duty" }, formatPct(x.duty_cycle)),
-      h("span", { class: "pd-stat-label" }, `${x.name} duty cycle (whole trace) `, h("abbr", { title: dutyDef, class: "pd-help" }, "?"))));
+      h("span", { class: "pd-stat-value pd-duty" }, formatPct(overSteps(x) ? x.steps_window.duty_cycle : x.duty_cycle)),
+      h("span", { class: "pd-stat-label" }, overSteps(x)
+        ? `${x.name} duty cycle over ${d.step_source === "whole_trace" ? "the capture" : "the steps"} (${formatPct(x.duty_cycle)} over its active span) `
+        : `${x.name} duty cycle (its active span) `, h("abbr", { title: dutyDef, class: "pd-help" }, "?"))));
     const idle = Object.entries(this.device().idle_by_cause_ns || {}).sort((a, b) => b[1] - a[1]);
     const findings = [...(d.findings || [])].sort((a, b) => (b.time_lost_ns_per_step || 0) - (a.time_lost_ns_per_step || 0));
     el.append(

@@ -95,7 +95,8 @@ export function deviceRows(set) {
   const a = set.before, b = set.after;
   if (!a || !b) return [];
   const rows = [
-    { key: "window", label: "Step window", metric: "step", before: a.window_ns, after: b.window_ns, unit: "ns" },
+    // the device's window of a step (from when it could start the step's work), not the host's step
+    { key: "window", label: "Device step window", metric: "step", before: a.window_ns, after: b.window_ns, unit: "ns" },
     { key: "duty", label: "Duty cycle", metric: "duty", before: a.duty_cycle, after: b.duty_cycle, unit: "frac" },
     { key: "busy", label: "Busy", metric: "busy", before: a.busy_ns, after: b.busy_ns, unit: "ns" },
   ];

@@ -349,7 +349,7 @@ def cmd_diagnose(args) -> int:
     top = DEFAULT_TOP if args.top is None else args.top
     for label, diag, err in results:
         if diag is not None:         # a file that failed was said on stderr as it failed
-            print(text.report(label, diag, top, args.step))
+            print(text.report(label, diag, top, args.step, all_steps=args.steps == "all"))
     return rc
 
 
@@ -463,6 +463,9 @@ def parser() -> argparse.ArgumentParser:
     _json_layout(pd)
     pd.add_argument("--step", type=_number("step", -2**63, 2**63 - 1, True), default=None,
                     help="only this step's gaps")
+    pd.add_argument("--steps", choices=("summary", "all"), default="summary",
+                    help="text: a long step list as its median, slowest steps and outliers "
+                         "(summary, the default), or every step (all)")
     pd.add_argument("--top", type=_number("top", 0, 10**6, True), default=None,
                     help=f"findings and gaps to print (default {DEFAULT_TOP}; with --json: "
                          "findings, and gaps unless --gaps/--all-gaps)")

@@ -65,7 +65,9 @@ def launch_bound_trace(graph_every: int = 0) -> TraceBuilder:
     [22j + 1, 22j + 21) of 20 µs: end(L_j) + latency = 22j + 30 ≥ ge, so the rest is the
     whole gap; in it the thread is in L_j for [22j + 1, 22j + 20) = 19 µs
     (launch_overhead) and in the step's self time 1 µs (untraced).
-    → launch_overhead 59 × 19 = 1121 µs (373 666 ns per step), untraced 59 µs.
+    And the lead-in to the first kernel [0, 21), a gap of step 0 too: L_0's 20 µs
+    launch_overhead and 1 µs untraced.
+    → launch_overhead 59 × 19 + 20 = 1141 µs (380 333 ns per step), untraced 60 µs.
     ``graph_every``: every n-th launch is a cudaGraphLaunch (the trace replays graphs)."""
     b = TraceBuilder()
     main, s7 = b.thread("python main"), b.stream()
@@ -327,6 +329,9 @@ def two_gpu_untraced_trace() -> TraceBuilder:
     [t + 120, t + 4970) 4850 + 5 + 5 = 4860 µs untraced, the two launches 10 µs.
     GPU 0: end(L2a) + latency = t + 4985: device_wait 5 µs, rest [t + 120, t + 4985):
     untraced 4850 + 5 = 4855 µs, launches 10 µs.
+    GPU 1's lead-in [0, 7) is a gap of step 0 too (GPU 0's [0, 4) is under the
+    threshold): launches, and the step's self [6, 7) 1 µs untraced; launch overhead is its
+    primary cause.
     → one culprit (the step annotation), 3 × 4860 = 14 580 µs on GPU 1, the device it
     hits hardest — not 14 580 + 14 565 µs summed over the two GPUs."""
     b = TraceBuilder()
@@ -395,9 +400,10 @@ def framework_trace(names: dict) -> TraceBuilder:
         dispatch's self 2 + 5 µs, compile 5000 µs (primary), L1 3 µs.
       step 1 → 2: [16 230, 19 250) = 3020 µs: the step's self 10 µs, data 3000 µs
         (primary), the dispatch's self 7 µs, L1 3 µs.
-    (Step 0's 3 ms of data before its first kernel is no gap: the device had not started.)
+    Step 0's lead-in [0, 3010) before its first kernel is a gap of step 0 like any other:
+    data 3000 µs (primary), the dispatch's self 7 µs, L1 3 µs.
     → findings: host_compute (3 gaps), host_sync (3 × 60 µs), a compilation (5000 µs)
-    and input_bound (3000 µs)."""
+    and input_bound (3000 µs in step 0's lead-in + 3000 µs)."""
     b = TraceBuilder("xspace")
     py, s7 = b.thread("python"), b.stream(gpu=0, stream=7)
     t = 0
@@ -442,16 +448,16 @@ ALL = {**KINETO, **XSPACE}
 
 def test_launch_bound_many_tiny_kernels():
     d = diagnose(launch_bound_trace())
-    assert idle(d, "launch_overhead") == 1_121_000 and idle(d, "untraced") == 59_000
+    assert idle(d, "launch_overhead") == 1_141_000 and idle(d, "untraced") == 60_000
     f = only(d, "launch_bound")
     assert f["cause"] == "launch_overhead"
-    assert f["time_lost_ns"] == 1_121_000 and f["time_lost_ns_per_step"] == 373_666
+    assert f["time_lost_ns"] == 1_141_000 and f["time_lost_ns_per_step"] == 380_333
     assert "cudaLaunchKernel" in f["title"] and "in 3 of 3 steps" in f["title"]
-    assert f["top"] and f["share_of_step"] == pytest.approx(373_666 / 440_000)
-    # it cites all 59 gaps (the JSON lists the first 20 of them)
+    assert f["top"] and f["share_of_step"] == pytest.approx(380_333 / 440_000)
+    # it cites all 60 gaps (the JSON lists the first 20 of them)
     r = tb_perfdiag.diagnose(launch_bound_trace().build())
     (lb,) = [x for x in r.findings if x.kind.value == "launch_bound"]
-    assert len(lb.gaps) == 59 and len(f["evidence"]["gaps"]) == 20
+    assert len(lb.gaps) == 60 and len(f["evidence"]["gaps"]) == 20
     # not yet replaying graphs: fusing and CUDA graphs are the advice
     assert "torch.compile" in f["fix"] and GRAPH_ADVICE.search(f["fix"])
 
@@ -613,7 +619,7 @@ def test_copy_only_gpu_is_not_skewed_against_a_compute_gpu():
 def test_time_lost_is_per_device_not_summed_over_devices():
     d = diagnose(two_gpu_untraced_trace())
     assert idle(d, "untraced", "GPU 0") == 14_565_000
-    assert idle(d, "untraced", "GPU 1") == 14_580_000
+    assert idle(d, "untraced", "GPU 1") == 14_581_000
     f = only(d, "untraced")
     assert f["device"] == "GPU 1" and f["time_lost_ns"] == 14_580_000
     assert not of_kind(d, "device_skew")
@@ -655,7 +661,7 @@ def test_xla_frameworks_get_their_own_fixes(names, fw):
     assert kinds & {"compilation", "recompilation"}, kinds
     assert idle(d, "host_sync") == 180_000 and idle(d, "compilation") == 5_000_000
     assert only(d, "host_sync")["time_lost_ns"] == 180_000
-    assert only(d, "input_bound")["time_lost_ns"] == 3_000_000
+    assert only(d, "input_bound")["time_lost_ns"] == 6_000_000
     for f in d["findings"]:
         assert not FOREIGN[fw].search(f["fix"]), (f["kind"], f["fix"])
     if fw == "jax":
@@ -714,10 +720,11 @@ def test_per_device_kernels_and_collective_time_a_block_at_a_time(block, monkeyp
     kernels' time a block of events at a time: the same numbers as whole-column masks,
     for any block, with copies (no kernels, not collective) and host work beside."""
     import numpy as np
-    from tb_perfdiag.analysis import findings as F
+    from tb_perfdiag.analysis import findings as F, notes as N
     from tb_perfdiag.trace.classify import is_collective_kernel
     from tb_perfdiag.trace.model import EventKind as K
     monkeypatch.setattr(F, "_BLOCK", block)
+    monkeypatch.setattr(N, "_BLOCK", block)
     rng = np.random.default_rng(3)
     b = TraceBuilder()
     py = b.thread("python")
@@ -739,7 +746,7 @@ def test_per_device_kernels_and_collective_time_a_block_at_a_time(block, monkeyp
     t = b.build()
     dev = t.track_device[t.track]
     want = np.bincount(dev[(t.kind == K.KERNEL) & (dev >= 0)], minlength=len(t.devices))
-    np.testing.assert_array_equal(F._kernels_per_device(t, len(t.devices)), want)
+    np.testing.assert_array_equal(N.kernels_per_device(t, len(t.devices)), want)
     act = t.is_device_activity()
     for d in range(len(t.devices)):
         ev = np.flatnonzero(act & (dev == d))

@@ -12,6 +12,7 @@ import numpy as np
 from ..trace.build import distinct
 from ..trace.model import EventKind as K, Trace
 from ..trace.strings import joined
+from .device_ops import fold_kernel_name
 
 PYTORCH, PYTORCH_XLA, JAX, TENSORFLOW, XLA = "pytorch", "pytorch_xla", "jax", "tensorflow", "xla"
 
@@ -56,11 +57,24 @@ _JAX_MODULES = {"api", "pjit", "pxla", "dispatch", "compiler", "core", "linear_u
 _STDLIB = set(getattr(sys, "stdlib_module_names", ()))
 _ADDRESS = re.compile(r" (object )?at 0x[0-9a-fA-F]+")
 _STEP_NUM = re.compile(r"^(ProfilerStep)#\d+$")
+# a C++ signature: template arguments or a parameter list after a qualified name
+_SIGNATURE = re.compile(r"^void |\w::\w[\w:]*(<|\()|^\w+\(.*[*,].*\)$")
 
 
 def clean(name: str) -> str:
-    """A name as a finding shows it: no object address, no step number."""
-    return _STEP_NUM.sub(r"\1", _ADDRESS.sub("", name))
+    """A name as a finding shows it: no object address, no step number, a C++ signature
+    folded as "Device time by op" folds it (``void Eigen::internal::EigenMetaKernel<
+    Eigen::TensorEvaluator<…>, long>(…, long)`` → ``Eigen::internal::EigenMetaKernel<…>``)."""
+    return readable(_STEP_NUM.sub(r"\1", _ADDRESS.sub("", name)))
+
+
+def readable(name: str) -> str:
+    """``name`` with a C++ signature's template and parameter lists folded (as "Device
+    time by op" folds kernels); any other name as it is."""
+    if _SIGNATURE.search(name) and not _KINETO_FRAME.match(name) and \
+            not _JAX_FRAME.match(name):
+        return fold_kernel_name(name)
+    return name
 
 
 def user_frame(name: str) -> str | None:

@@ -33,6 +33,7 @@ from .refs import event_refs
 from .ops import op_table
 from .device_ops import device_op_table, fill_overlap
 from .shares import split
+from .notes import capture_notes
 from .tfdata import get_next_spans
 from .result import DeviceTable, Diagnosis, GapTable, StepNumbers, typical_of
 from .steps import device_windows, find_steps, launched_busy, launching_steps
@@ -227,6 +228,8 @@ def _diagnose(trace: Trace, opt: Options, progress):
     dev_idle = np.zeros((n_dev, n_causes), np.int64)
     dev_small_n = np.zeros(n_dev, np.int64)
     dev_small_t = np.zeros(n_dev, np.int64)
+    dev_win_lo = np.full(n_dev, -1, np.int64)     # its activity and its steps' windows
+    dev_win_hi = np.full(n_dev, -1, np.int64)
     # per device: its step windows, and their numbers (busy, idle by cause, short gaps),
     # taken while its busy set is at hand: the busy set and its holes are not kept
     gaps_all, windows, launched = [], {}, {}
@@ -236,35 +239,39 @@ def _diagnose(trace: Trace, opt: Options, progress):
         if ops.size == 0:
             continue
         lo, hi, busy_t = int(us[0]), int(ue[-1]), total_length(us, ue)
-        gs, ge, prev, nxt = big if big is not None else \
-            find_gaps(trace, d, ops, us, ue, threshold_ps)
-        del big
-        wf = _issuer(trace, origin, root, nxt, users, executors)
-        sp = split(trace, gs, ge, nxt, wf, ops, us, ue, ctx, users, get_next)
-        # waited_for names the call that issued the op (a launch, an execute); the split
-        # judges by the user's dispatch that call traces back to
-        gt = _DeviceGaps(d, gs, ge, prev, nxt, origin[nxt].astype(np.int64), sp)
-        gaps_all.append(gt)
         own = steps.runs.get(d) if steps.source == "modules" else _step_events(trace, d)
         # the ops' steps and ends are read a block at a time, or in place (20 M ops:
         # 80 MB of steps and 160 MB of ends, at the peak of the analysis)
         wb, we = device_windows(steps, None, None, hi, own, trace, ops, event_step=ev_step)
+        gs, ge, prev, nxt = big if big is not None else \
+            find_gaps(trace, d, ops, us, ue, threshold_ps)
+        del big
+        # the steps' idle before the device's first op and after its last is idle like
+        # any other (step 0 compiling or loading data; the host working on after the
+        # device's last op): gaps of their own, split alike, or short ones
+        (gs, ge, prev, nxt), edge_short = _edge_gaps(trace, ops, wb, we, lo, hi,
+                                                     (gs, ge, prev, nxt), threshold_ps)
+        # a gap with no op after it (the tail) is judged by its last op: no launch
+        ends = np.where(nxt >= 0, nxt, prev)
+        wf = np.where(nxt >= 0, _issuer(trace, origin, root, ends, users, executors), -1)
+        sp = split(trace, gs, ge, ends, wf, ops, us, ue, ctx, users, get_next)
+        # waited_for names the call that issued the op (a launch, an execute); the split
+        # judges by the user's dispatch that call traces back to
+        gt = _DeviceGaps(d, gs, ge, prev, nxt,
+                         np.where(nxt >= 0, origin[np.maximum(nxt, 0)], -1).astype(np.int64), sp)
+        gaps_all.append(gt)
         wb, we, busy, by_cause = _window_numbers(wb, we, us, ue, gt, n_causes)
         sm_n, sm_t, dev_small_n[d], dev_small_t[d] = short_gaps(us, ue, threshold_ps, wb, we)
+        for a, b in edge_short:
+            _add_short(wb, we, sm_n, sm_t, a, b)
+            dev_small_n[d] += 1
+            dev_small_t[d] += b - a
         windows[d] = (wb, we, busy, by_cause, sm_n, sm_t)
-        if wb.size and lo - int(wb[0]) >= threshold_ps:
-            # the first window's idle before the device's first op (step 0 compiling,
-            # loading data) is idle of that step too: split like a gap
-            first = ops[_first_min(trace.ts, ops)][None]
-            a, b = wb[:1].astype(np.int64), np.array([lo], np.int64)
-            by_cause[0] += split(trace, a, b, first,
-                                 _issuer(trace, origin, root, first, users, executors),
-                                 ops, us, ue, ctx, users, get_next).shares[0]
         # the busy set's intervals are done with: what follows reads the ops (the
         # launched union's order of the ops by step came on top of them, 232 MB at the
         # analysis' peak at 40 M events)
         del us, ue
-        if steps.source in ("host_annotations", "modules"):
+        if steps.source in ("host_annotations", "modules", "training_loop"):
             # per step, the device time it launched, wherever that ran (GUIDE §4); the
             # windows are cut so that it runs in them, which ``busy`` measures
             launched[d] = launched_busy(trace.ts, None, None, steps.ids.shape[0], ops,
@@ -275,9 +282,13 @@ def _diagnose(trace: Trace, opt: Options, progress):
         if len(gt):
             dev_idle[d] = gt.shares.sum(axis=0)
         dev_busy[d], dev_lo[d], dev_hi[d], dev_ops_n[d] = busy_t, lo, hi, ops.size
+        open_ = we > wb
+        dev_win_lo[d] = min(lo, int(wb[open_].min())) if open_.any() else lo
+        dev_win_hi[d] = max(hi, int(we[open_].max())) if open_.any() else hi
         del ops
     devices = DeviceTable([d.name for d in trace.devices], [d.kind for d in trace.devices],
-                          dev_ops_n, dev_busy, dev_lo, dev_hi, dev_idle, dev_small_n, dev_small_t)
+                          dev_ops_n, dev_busy, dev_lo, dev_hi, dev_idle, dev_small_n, dev_small_t,
+                          dev_win_lo, dev_win_hi)
 
     # ---- steps ----
     progress.stage(0.8, "per-step numbers")
@@ -299,7 +310,7 @@ def _diagnose(trace: Trace, opt: Options, progress):
     step_numbers = StepNumbers(steps.ids, steps.host_start, steps.host_end, steps.source,
                                dev_ops_n > 0, win_s, win_e, s_busy, s_idle, s_small_n,
                                s_small_t, c_count.astype(np.int64), c_total, outlier,
-                               s_launched)
+                               s_launched, steps.marker)
     del noncompute
     progress.stage(0.82, "op counts")
     ops = op_table(trace, ev_step, step_numbers.typical())
@@ -325,6 +336,7 @@ def _diagnose(trace: Trace, opt: Options, progress):
     if not trace.devices or not (dev_ops_n > 0).any():
         warnings.append("no device activity in this trace: it shows host work only "
                         "(a CPU-only run, or the device was not profiled)")
+    warnings += capture_notes(trace, devices, step_numbers, origin, threshold_ps)
     diag = Diagnosis(source, opt.threshold_us, opt.kernels_only, devices, step_numbers, gaps,
                      detail, annotations, [], small_total, warnings, None,
                      list(trace.track_label), compilations, transfers, ops, device_ops)
@@ -334,6 +346,45 @@ def _diagnose(trace: Trace, opt: Options, progress):
                                    gaps.culprit, detail.event, np.array(sync_events, np.int64),
                                    cited, compilations.event, transfers.event])
     return diag, ctx
+
+
+def _edge_gaps(trace, ops, wb, we, lo, hi, gaps, threshold_ps):
+    """The device's gaps with the steps' idle before its first op ([first window start,
+    lo)) and after its last ([hi, last window end)) added in time order: (gs, ge, prev,
+    nxt) with −1 for no op, and the edges under the threshold as (start, end) pairs."""
+    gs, ge, prev, nxt = gaps
+    open_ = we > wb
+    if not open_.any():
+        return gaps, []
+    w_lo, w_hi = int(wb[open_].min()), int(we[open_].max())
+    short, add = [], []
+    if lo > w_lo:
+        if lo - w_lo >= threshold_ps:
+            add.append((w_lo, lo, -1, int(ops[_first_min(trace.ts, ops)])))
+        else:
+            short.append((w_lo, lo))
+    if w_hi > hi:
+        if w_hi - hi >= threshold_ps:
+            last = ops[int(np.argmax(trace.end_of(ops)))]
+            add.append((hi, w_hi, int(last), -1))
+        else:
+            short.append((hi, w_hi))
+    if not add:
+        return gaps, short
+    a = np.array(add, np.int64)
+    cat = [np.concatenate((np.asarray(x, np.int64), a[:, i])) for i, x in
+           enumerate((gs, ge, prev, nxt))]
+    o = np.argsort(cat[0], kind="stable")
+    return tuple(c[o] for c in cat), short
+
+
+def _add_short(wb, we, sm_n, sm_t, a, b) -> None:
+    """Count a short edge [a, b) in the window it lies in (most of it)."""
+    ov = np.maximum(np.minimum(we, b) - np.maximum(wb, a), 0)
+    if ov.size and ov.max() > 0:
+        k = int(np.argmax(ov))
+        sm_n[k] += 1
+        sm_t[k] += b - a
 
 
 class _DeviceGaps:
@@ -373,7 +424,9 @@ def _gap_table(trace, steps, gaps_all, windows, ev_step, via, ctx) -> GapTable:
         return GapTable.empty(len(C.ALL))
     gap_step = []
     for g in gaps_all:
-        st = ev_step[g.next_op] if steps.source != "whole_trace" else np.zeros(len(g), np.int64)
+        # a tail gap (no op after it) belongs to the window it starts in
+        st = np.where(g.next_op >= 0, ev_step[np.maximum(g.next_op, 0)], -1) \
+            if steps.source != "whole_trace" else np.zeros(len(g), np.int64)
         if len(g):                     # a device with gaps has ops, so windows
             by_window = np.searchsorted(windows[int(g.device[0])][0], g.start, side="right") - 1
             st = np.where(st >= 0, st, by_window)

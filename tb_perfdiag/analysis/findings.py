@@ -10,6 +10,7 @@ appearing twice.  Fix texts come from ``fixes.py`` for the trace's framework.
 """
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 
 import numpy as np
@@ -22,10 +23,15 @@ from .culprits import (PYTORCH_XLA, SYNC_LABELS, Culprits, chain_sync_kind, clea
                        framework, sync_kind)
 from . import tfdata
 from .fixes import fix_for
+from .intervals import covered
+from .notes import kernels_per_device
 from .result import Finding, FindingKind as FK
 
 MAX_EVIDENCE = 20              # events named in a d2h finding
 TOP_SHARE = 0.01               # a top finding costs at least 1 % of a typical step
+TITLE_MAX = 240               # characters of a title: a person reads it at a glance
+_LONG_ARG = re.compile(r"<([^<>…]{24})[^<>…]{8,}")
+TITLE_NAME = 60               # characters of one name in a title (the detail has it whole)
 RECURRING = 0.8                # in this share of the steps (and 3 or more): it recurs
 # costs paid once (warm-up), reported as a total and its share of the capture, never as
 # a rate per step
@@ -72,6 +78,18 @@ class _Gaps:
         self.share_ns = np.rint(g.shares / 1000).astype(np.int64)
         ids = diag.steps.ids
         self.step = np.where(g.step >= 0, ids[np.maximum(g.step, 0)] if ids.size else -1, -1)
+        # the part of each gap inside its device's step windows: only that is a cost per
+        # step (a gap before the first step or after the last is time outside every step)
+        self.inside = np.zeros(self.n, np.int64)
+        S = diag.steps
+        for d in np.unique(g.device).tolist():
+            at = np.flatnonzero(g.device == d)
+            wb, we = S.win_start[:, d], S.win_end[:, d]
+            keep = we > wb
+            o = np.argsort(wb[keep], kind="stable")
+            self.inside[at] = covered(wb[keep][o], we[keep][o], g.start[at], g.end[at])
+        frac = self.inside / np.maximum(g.end - g.start, 1)
+        self.share_in_ns = np.rint(self.share_ns * frac[:, None]).astype(np.int64)
 
     def steps_hit(self, rows) -> set:
         st = self.step[rows]
@@ -87,6 +105,12 @@ class _Gaps:
         d = int(np.argmax(per))
         return int(round(per[d])), d
 
+    def in_steps(self, rows, cause: int, device: int) -> int:
+        """ns of the cause's share of these gaps on ``device`` inside its step windows."""
+        rows = np.asarray(rows, np.int64)
+        rows = rows[self.g.device[rows] == device]
+        return int(self.share_in_ns[rows, cause].sum())
+
 
 def findings(trace: Trace, diag, steps, compile_ev, compile_step, ctx) -> tuple:
     """([Finding], events cited) — most time lost per step first."""
@@ -101,13 +125,17 @@ def findings(trace: Trace, diag, steps, compile_ev, compile_step, ctx) -> tuple:
     out, cited = [], []
 
     def add(kind, title, rows, fix, detail, total_ns, device=-1, confidence=None, extra=None,
-            steps_hit=None, events=None, ranges=None):
+            steps_hit=None, events=None, ranges=None, in_steps_ns=None):
         hit = G.steps_hit(rows) if steps_hit is None else set(steps_hit)
         conf = confidence or ("high" if len(hit) >= max(RECURRING * n_steps, 1) and n_steps > 1
                               else "medium")
-        per_step = int(total_ns / n_steps)
+        # a cost per step is the part inside the steps, averaged over all of them
+        inside = total_ns if in_steps_ns is None else in_steps_ns
+        per_step = int(inside / n_steps)
         f = Finding(kind, title, detail, fix, conf, int(total_ns), per_step, sorted(hit),
                     np.asarray(rows, np.int32), extra=dict(extra or {}))
+        if inside < total_ns:
+            f.extra["outside_steps_ns"] = int(total_ns - inside)
         f.extra["share_of_step"] = per_step / typical_step if typical_step else None
         f.extra["top"] = bool(per_step > 0 and (not typical_step or
                                                 per_step >= TOP_SHARE * typical_step))
@@ -278,9 +306,10 @@ def _family_finding(trace, diag, G, ci, cause, kind, sig, rs, fw, graphs, n_step
     if total <= 0:
         return
     hit = G.steps_hit(rs)
+    # a title names the place and the innermost ops; the whole chain is in the detail
     if others:
         subject = f"{C.LABELS[cause]} in {others[0]} other place(s)"
-        what = "largest: " + "; ".join(n for n in others[1] if n)
+        what = "largest: " + "; ".join(_short(n) for n in others[1][:2] if n)
     elif queue:
         subject = "The runtime's queue" + (f" ({_short(' › '.join(ops), 60)})" if ops else "")
         n_ops = len(queue["ops"])
@@ -289,12 +318,14 @@ def _family_finding(trace, diag, G, ci, cause, kind, sig, rs, fw, graphs, n_step
                 ", ".join(_short(o, 40) for o in queue["ops"][:2]) + (" …" if n_ops > 2 else ""))
         label = ""
     else:
-        subject = where or (" › ".join(ops[-2:]) if ops else C.LABELS[cause])
-        what = " › ".join(ops) if ops and where else ""
+        subject = _short(where) if where else (
+            " › ".join(_short(o) for o in ops[-2:]) if ops else C.LABELS[cause])
+        what = " › ".join(_short(o) for o in ops[-2:]) if ops and where else ""
+        if ops and where and len(ops) > 2:
+            what = "… › " + what
     if label:
-        what = f"{what} ({label})" if what else label
-    recur = (f" in {len(hit)} of {n_steps} steps"
-             if n_steps >= 3 and len(hit) >= max(3, RECURRING * n_steps) else "")
+        what = f"{what} ({_short(label, 80)})" if what else _short(label, 80)
+    inside = G.in_steps(rs, ci, dev)
     extra = {"cause": cause, "culprit": {"where": where, "ops": list(ops), "chain": list(chain)},
              "chain": list(chain), "sync": label or None}
     if queue:
@@ -307,16 +338,53 @@ def _family_finding(trace, diag, G, ci, cause, kind, sig, rs, fw, graphs, n_step
         extra.update(one_time=True, capture_share=share)
         cost = f"{_fmt(total)} in total" + (f" ({_pct(share)} of the capture)" if share else "")
     else:
-        cost = f"{_fmt(total / n_steps)} per step{recur}"
-    title = (f"{subject}: {what + ' — ' if what else ''}"
-             f"{PHRASE.get(k, C.LABELS[cause].lower())} {cost}")
+        # a recompilation says the shapes change: a rate, even when the capture saw one
+        cost = cost_phrase(diag, inside, total - inside, sorted(hit), n_steps, extra,
+                           once_ok=k != FK.RECOMPILATION)
+    phrase = PHRASE.get(k, C.LABELS[cause].lower())
+    title = f"{subject}: {what + ' — ' if what else ''}{phrase} {cost}"
+    if len(title) > TITLE_MAX and others and len(others[1]) > 1:
+        # the largest place alone; the others are in the detail
+        what = "largest: " + _short(others[1][0])
+        title = f"{subject}: {what} — {phrase} {cost}"
+    if len(title) > TITLE_MAX:
+        title = f"{subject}: {phrase} {cost}"
     fix = fix_for(k.value, _fix_culprit(k, label, example, graphs), fw)
-    f = add(k, title, rs, fix, _detail(diag, cause, rs, G, chain, ci), total, dev, extra=extra)
+    f = add(k, title, rs, fix, _detail(diag, cause, rs, G, chain, ci), total, dev, extra=extra,
+            in_steps_ns=inside)
     _SUBJECT[id(f)] = subject
 
 
-def _short(name: str, n: int) -> str:
-    return name if len(name) <= n else name[:n - 1] + "…"
+def cost_phrase(diag, inside: float, outside: float, hit: list, n_steps: int,
+                extra: dict, once_ok: bool = True) -> str:
+    """What a cost means, said plainly: over the capture when it has no steps; once, in
+    the one step it hit (of three or more); else the mean per step over all of them
+    with the total and the steps it was seen in; and the time outside every step."""
+    parts = []
+    if diag.steps.source == "whole_trace":
+        span = _capture_ns(diag)
+        share = inside / span if span else None
+        extra.update(capture_share=share)
+        if inside:
+            parts.append(f"{_fmt(inside)} in the {_fmt(span)} capture"
+                         + (f" ({_pct(share)})" if share else ""))
+    elif inside and len(hit) == 1 and n_steps >= 3 and once_ok:
+        extra.update(once={"step": hit[0], "ns": int(inside)})
+        parts.append(f"once, {_fmt(inside)} in step {hit[0]}")
+    elif inside:
+        seen = f" in {len(hit)} of {n_steps} steps"
+        parts.append(f"{_fmt(inside / n_steps)} per step"
+                     + (f" on average ({_fmt(inside)}{seen})" if n_steps > 1 else ""))
+    if outside > 0:
+        parts.append(f"{_fmt(outside)} outside every step")
+    return ", ".join(parts)
+
+
+def _short(name: str, most: int = TITLE_NAME) -> str:
+    """A name as a title shows it: a long template argument cut (``cutlass::Kernel<
+    cutlass_80_tensorop_s1688gemm_…>``), then its first ``most`` characters."""
+    name = _LONG_ARG.sub(r"<\1…", name)
+    return name if len(name) <= most else name[:most - 1] + "…"
 
 
 def _compile_kind(trace, diag, ev, g, r) -> str:
@@ -559,17 +627,6 @@ def _memcpy_share(trace, diag, fw, add) -> None:
 _BLOCK = 1 << 20
 
 
-def _kernels_per_device(trace: Trace, n_dev: int) -> np.ndarray:
-    """Kernels on each device's tracks, counted a block of a track at a time."""
-    out = np.zeros(n_dev, np.int64)
-    tracks = np.flatnonzero(trace.track_device >= 0)
-    for t, (lo, hi) in zip(tracks.tolist(), trace.track_slices(tracks)):
-        for a in range(lo, hi, _BLOCK):
-            out[trace.track_device[t]] += int(np.count_nonzero(
-                trace.kind[a:min(a + _BLOCK, hi)] == K.KERNEL))
-    return out
-
-
 def _collective_ps(trace: Trace, d: int) -> int:
     """Time of device ``d``'s collective kernels (its activity whose name is one), each
     distinct name classified once, the ops read a block at a time."""
@@ -590,7 +647,7 @@ def _collective_ps(trace: Trace, d: int) -> int:
 def _multi_device(trace: Trace, diag, n_steps: int, fw: str) -> list:
     D = diag.devices
     # devices that compute: a copy-only device is not "skewed" against a compute one
-    kern = _kernels_per_device(trace, len(D))
+    kern = kernels_per_device(trace, len(D))
     devs = [d for d in np.flatnonzero(D.ops > 0).tolist() if kern[d] > 0]
     if len(devs) < 2:
         return []
@@ -608,10 +665,14 @@ def _multi_device(trace: Trace, diag, n_steps: int, fw: str) -> list:
               f"({slow} is busiest). Collective time per device (ms): " +
               ", ".join(f"{k}: {v / 1e6:.2f}" for k, v in coll.items()) + ".")
     none = np.zeros(0, np.int32)
+    # per step: how much longer the busiest device worked than the least busy one, inside
+    # the step (the whole-trace difference may lie outside every step)
+    in_steps = int(np.rint((S.busy[:, devs].max(axis=1) - S.busy[:, devs].min(axis=1))
+                           / 1000).sum()) if len(S) else int(skew)
     if busy.max() > 0 and skew / busy.max() > 0.05:
         out.append(Finding(FK.DEVICE_SKEW, f"Device skew: {slow} does more work", detail,
                            fix_for("device_skew", "*", fw),
-                           "medium", int(skew), int(skew / n_steps), [], none,
+                           "medium", int(skew), int(min(skew, in_steps) / n_steps), [], none,
                            extra={"per_device_busy_ns": {D.name[d]: int(busy_ns[d])
                                                          for d in devs},
                                   "collective_ns": coll,
@@ -624,12 +685,33 @@ def _multi_device(trace: Trace, diag, n_steps: int, fw: str) -> list:
     overlap = max(0, min(e for _, e in spans) - max(s for s, _ in spans))
     longest = max(e - s for s, e in spans)
     if longest and overlap < 0.2 * longest:
-        lost = sum(e - s for s, e in spans) - longest
+        # the wall-clock time running together would save: the union of the spans less
+        # the longest; per step, the same within the steps' windows
+        lost = _union_ns(spans) - longest
+        inside = lost
+        if len(S):
+            w0 = int(np.rint(S.win_start[:, devs].min() / 1000))
+            w1 = int(np.rint(S.win_end[:, devs].max() / 1000))
+            cl = [(max(a, w0), min(b, w1)) for a, b in spans]
+            cl = [(a, b) for a, b in cl if b > a]
+            inside = _union_ns(cl) - max((b - a for a, b in cl), default=0)
+        extra = {"outside_steps_ns": int(lost - inside)} if inside < lost else {}
         out.append(Finding(FK.SERIALIZED_DEVICES, "Devices run in turn, not together",
                            "The devices' active spans barely overlap.",
                            fix_for("serialized_devices", "*", fw),
-                           "medium", int(lost), int(lost / n_steps), [], none,
-                           ranges=[list(x) for x in spans]))
+                           "medium", int(lost), int(inside / n_steps), [], none,
+                           ranges=[list(x) for x in spans], extra=extra))
     return out
 
 
+def _union_ns(spans: list) -> int:
+    """Length of the union of (start, end) spans."""
+    total, end = 0, None
+    for a, b in sorted(spans):
+        if end is None or a > end:
+            total += b - a
+            end = b
+        elif b > end:
+            total += b - end
+            end = b
+    return total

@@ -175,9 +175,20 @@ class DeviceTable:
     idle_by_cause: np.ndarray  # (n_dev, n_causes) int64 ps, gaps ≥ threshold
     small_count: np.ndarray    # int64 gaps under the threshold
     small_total: np.ndarray    # int64 ps
+    # the window its idle is counted over: its activity [lo, hi) and the step windows on
+    # it (idle before its first op and after its last within them is idle too); None in
+    # old results
+    win_lo: np.ndarray | None = None
+    win_hi: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.name)
+
+    def window(self, d: int) -> tuple:
+        """(start, end) ps of the window device ``d``'s idle by cause adds up over."""
+        if self.win_lo is None or self.win_lo[d] < 0:
+            return int(self.lo[d]), int(self.hi[d])
+        return int(self.win_lo[d]), int(self.win_hi[d])
 
 
 @dataclass
@@ -202,6 +213,7 @@ class StepNumbers:
     # (n_steps, n_dev) int64 ps: union of the device ops each step launched, wherever they
     # ran (−1 where steps are device-side or the whole trace); None in old results
     launched: np.ndarray | None = None
+    marker: str = ""           # "training_loop": the call that marks the iterations
 
     def __len__(self) -> int:
         return int(self.ids.shape[0])

@@ -12,6 +12,7 @@ start of the next), the last one ending with the run.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -22,7 +23,9 @@ from .attribution import run_dispatch
 
 DEFINITION = ("Step windows come from, in order: a device Steps line, host step annotations "
               "(ProfilerStep#N, step_num), the repeated runs of the dominant program (run k "
-              "is step k; one-off setup programs are no steps), else the whole trace. Device "
+              "is step k; one-off setup programs are no steps), the training loop's "
+              "iterations (a DataLoader __next__ starts one, else an Optimizer.step ends one, "
+              "else an Optimizer.zero_grad starts one), else the whole trace. Device "
               "ops belong to the step whose host code launched them (correlation ids, flows, "
               "program runs). On each device, step k's window starts when both the host has "
               "started step k and the device finished the work launched by step k-1, and "
@@ -34,10 +37,12 @@ class StepTable:
     ids: np.ndarray            # step numbers
     host_start: np.ndarray     # int64 ps
     host_end: np.ndarray
-    source: str                # "device_steps" | "host_annotations" | "modules" | "whole_trace"
+    source: str                # "device_steps" | "host_annotations" | "modules" |
+                               # "training_loop" | "whole_trace"
     thread: int                # host track holding the step annotations (-1 if none)
     events: np.ndarray         # the step events (-1 for synthetic windows)
     runs: dict = field(default_factory=dict)   # "modules": device → its runs, in order
+    marker: str = ""           # "training_loop": the call that marks the iterations
 
 
 def unknown_step(ids: np.ndarray, step: int) -> str | None:
@@ -72,12 +77,73 @@ def find_steps(trace: Trace) -> StepTable:
         t.host_end[:-1] = np.maximum(t.host_start[1:], t.host_start[:-1])
         t.runs = runs
         return t
+    loop = loop_iterations(trace)
+    if loop is not None:
+        return loop
     if trace.n_events:
         lo, hi = int(trace.ts.min()), int(trace.end.max())
     else:
         lo = hi = 0
     return StepTable(np.array([0]), np.array([lo]), np.array([hi]), "whole_trace", -1,
                      np.array([-1]))
+
+
+# the training loop's own calls, when nothing marks the steps: an iteration starts at the
+# DataLoader's __next__, else ends with the optimizer's step, else starts at its
+# zero_grad (which loops call before the forward or between it and the backward: the
+# last resort)
+_LOOP_MARKERS = ((re.compile(r"DataLoader.*__next__"), "start"),
+                 (re.compile(r"^Optimizer\.step#"), "end"),
+                 (re.compile(r"^Optimizer\.zero_grad#"), "start"))
+
+
+def loop_iterations(trace: Trace) -> StepTable | None:
+    """Steps from a training loop's repeated calls (``_LOOP_MARKERS``, the first that
+    repeats on one host thread, outermost calls only), or None.  With start markers
+    iteration k lasts from the k-th call's start to the next one's, the last until the
+    end of the thread's outermost op that began in it; with end markers, from the end of
+    the previous call (the thread's first outermost op for the first) to the end of the
+    k-th."""
+    host = np.flatnonzero((trace.track_kind[trace.track] == TrackKind.HOST) &
+                          isin_few(trace.kind, (K.ANNOTATION, K.DATA, K.PYTHON, K.CPU_OP)))
+    if host.size == 0:
+        return None
+    names, inv = np.unique(trace.name[host], return_inverse=True)
+    inv = inv.reshape(-1)
+    text = [trace.strings[int(x)] for x in names.tolist()]
+    for rx, edge in _LOOP_MARKERS:
+        hit = np.array([bool(rx.search(n)) for n in text], bool)
+        if not hit.any():
+            continue
+        ev = host[hit[inv]]
+        ev = ev[~np.isin(trace.parent[ev], ev)]          # outermost calls only
+        tr, cnt = np.unique(trace.track[ev], return_counts=True)
+        if cnt.max() < 2:
+            continue
+        t = int(tr[np.argmax(cnt)])
+        ev = ev[trace.track[ev] == t]
+        ev = ev[np.argsort(trace.ts[ev], kind="stable")]
+        # the thread's outermost ops bound the first and last iteration
+        lo, hi = trace.track_slices([t])[0]
+        top = lo + np.flatnonzero(trace.depth[lo:hi] == 0)
+        if edge == "start":
+            start = trace.ts[ev].copy()
+            end = np.empty_like(start)
+            end[:-1] = start[1:]
+            after = top[trace.ts[top] >= start[-1]]
+            end[-1] = max(int(trace.end_of(after).max()) if after.size else 0,
+                          int(trace.end_of(ev[-1:])[0]))
+        else:
+            end = trace.end_of(ev).copy()
+            start = np.empty_like(end)
+            start[1:] = end[:-1]
+            before = top[trace.ts[top] < end[0]]
+            start[0] = int(trace.ts[before].min()) if before.size else int(trace.ts[ev[0]])
+        steps = StepTable(np.arange(ev.shape[0], dtype=np.int64), start, end,
+                          "training_loop", t, ev)
+        steps.marker = trace.strings[int(trace.name[ev[0]])]
+        return steps
+    return None
 
 
 def program_runs(trace: Trace) -> dict:

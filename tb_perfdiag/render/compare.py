@@ -317,7 +317,7 @@ def report(cmp: Comparison, top: int = 8) -> str:
     for tag, s in (("before", a), ("after", b)):
         L.append(f"   {tag + ':':7} {s.label} — {s.source.get('format')}, {s.steps} steps "
                  f"({len(s.typical_ids)} typical) from {s.step_source}, typical step "
-                 f"{_ms(s.step_time)}")
+                 f"{_ms(s.step_time)} (the host's step)")
     if cmp.highlights:
         L.append("   what changed:")
         L += [f"   * {highlight_text(cmp, h)}" for h in cmp.highlights[:max(top, 3)]]
@@ -330,7 +330,7 @@ def report(cmp: Comparison, top: int = 8) -> str:
             only = "before" if fb is None else "after"
             L.append(f"     active in the {only} run only")
             continue
-        rows = [("step window", fa.window, fb.window), ("busy", fa.busy, fb.busy)]
+        rows = [(f"{p.name}'s step window", fa.window, fb.window), ("busy", fa.busy, fb.busy)]
         rows += [(f"{C.LABELS[r['cause']].lower()}", r["before_ns"] * 1000, r["after_ns"] * 1000)
                  for r in _causes(fa, fb)]
         rows += [("gaps under threshold", fa.short_gaps, fb.short_gaps)]

@@ -10,6 +10,7 @@ import orjson
 
 from ..analysis import causes as C
 from ..analysis.attribution import VIA_NAMES
+from ..analysis.culprits import readable
 from ..analysis.diagnosis import no_cyclic_gc
 from ..analysis.device_ops import fold_kernel_name
 from ..analysis.result import Diagnosis, Direction, EventRefs, Finding, FindingKind, HostOps
@@ -200,7 +201,9 @@ class _Events:
         key = R.chain[r]
         got = self._chains.get(key)
         if got is None:
-            got = self._chains[key] = [R.strings[i] for i in key]
+            # a chain reads like the op table: C++ signatures folded (the op's own name
+            # stays whole beside it)
+            got = self._chains[key] = [readable(R.strings[i]) for i in key]
         return got
 
     def op(self, e: int):
@@ -296,7 +299,7 @@ def _gap_records(diag: Diagnosis, rows, extra_detail, evidence_only: bool) -> li
     for key in ("next_op", "waited_for", "blocking", "culprit", "prev_op"):
         rr = R.row(getattr(g, key)[rows])
         cols[key] = rr.tolist()
-    name = lambda r: strings[int(R.name[r])] if r >= 0 else None  # noqa: E731
+    name = lambda r: readable(strings[int(R.name[r])]) if r >= 0 else None  # noqa: E731
     chain_memo: dict = {}
 
     def short(r):
@@ -304,7 +307,7 @@ def _gap_records(diag: Diagnosis, rows, extra_detail, evidence_only: bool) -> li
             return None
         c = chain_memo.get(r)
         if c is None:
-            c = chain_memo[r] = _short_chain([strings[i] for i in R.chain[r]])
+            c = chain_memo[r] = _short_chain([readable(strings[i]) for i in R.chain[r]])
         return c
 
     keep = _evidence_parts(sh_ns, np.asarray(dur, np.int64))
@@ -391,8 +394,18 @@ def devices_json(diag: Diagnosis) -> list:
                     "end_ns": ns(hi), "ops": int(D.ops[d]),
                     "idle_by_cause_ns": _by_cause(D.idle_by_cause[d]),
                     "small_gaps": {"count": int(D.small_count[d]),
-                                   "total_ns": ns(D.small_total[d])}})
+                                   "total_ns": ns(D.small_total[d])},
+                    "steps_window": _steps_window(D, d, busy)})
     return out
+
+
+def _steps_window(D, d: int, busy: int) -> dict:
+    """The window the device's idle by cause adds up over: its activity and the step
+    windows on it (the duty cycle beside it is over its activity alone)."""
+    a, b = D.window(d)
+    w = max(b - a, 0)
+    return {"start_ns": ns(a), "end_ns": ns(b), "window_ns": ns(w), "busy_ns": ns(busy),
+            "idle_ns": ns(w) - ns(busy), "duty_cycle": busy / w if w else None}
 
 
 def steps_json(diag: Diagnosis) -> list:
@@ -569,6 +582,7 @@ def diagnosis_json(diag: Diagnosis, gaps_offset: int = 0, gaps_limit: int | None
         "schema_version": SCHEMA_VERSION, "source": dict(diag.source),
         "options": {"threshold_us": diag.threshold_us, "kernels_only": diag.kernels_only},
         "definitions": DEFINITIONS, "step_source": diag.steps.source,
+        "step_marker": getattr(diag.steps, "marker", "") or None,
         "devices": devices_json(diag), "steps": steps_json(diag),
         "gaps": gap_records(diag, page), "annotations": annotations_json(diag),
         "unscoped": unscoped_json(diag), "user_scopes": user_scopes_json(diag),

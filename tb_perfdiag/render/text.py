@@ -30,11 +30,50 @@ def safe_text(s) -> str:
     return "\n".join(safe(line) for line in str(s).split("\n"))
 
 
+STEP_LINES = 12       # steps listed one a line; a longer list is summarised
+
+
 def _ms(ns) -> str:
     return f"{ns / 1e6:.3f} ms"
 
 
-def report(label: str, diag: Diagnosis, top: int, step: int | None = None) -> str:
+def _duty(diag: Diagnosis, dev: dict) -> str:
+    """A device's duty cycle over the window its idle adds up over (its steps, or the
+    capture), and over its own activity when that differs."""
+    sw = dev.get("steps_window")
+    own = f"busy {_ms(dev['busy_ns'])} of {_ms(dev['window_ns'])}"
+    if not sw or sw["window_ns"] == dev["window_ns"] or sw["duty_cycle"] is None:
+        return f"duty cycle {dev['duty_cycle'] * 100:.1f}% ({own}, its active span)"
+    over = "the capture" if diag.steps.source == "whole_trace" else \
+        f"its {len(diag.steps)} step(s)"
+    return (f"duty cycle {sw['duty_cycle'] * 100:.1f}% over {over} (busy "
+            f"{_ms(sw['busy_ns'])} of {_ms(sw['window_ns'])}); "
+            f"{dev['duty_cycle'] * 100:.1f}% over its active span ({own})")
+
+
+def _step_line(s: dict, devices: list) -> str:
+    dc = " ".join(f"{devices[int(k)]['name']} {v['duty_cycle'] * 100:.1f}%"
+                  for k, v in s["devices"].items() if v["duty_cycle"] is not None)
+    extra = f", {s['compile']['count']} compile(s)" if s["compile"]["count"] else ""
+    return f"     step {s['id']}: {_ms(s['end_ns'] - s['start_ns'])}, duty {dc}{extra}"
+
+
+def _steps_summary(steps: list, devices: list) -> list:
+    """A long step list in a few lines: the median step, the slowest ones and the
+    outliers (compiling, or 1.5× the median), each slow one with its own line."""
+    length = [s["end_ns"] - s["start_ns"] for s in steps]
+    med = sorted(length)[len(length) // 2]
+    slow = sorted(range(len(steps)), key=lambda i: -length[i])[:3]
+    out = [i for i, s in enumerate(steps) if s["outlier"]]
+    shown = sorted(set(slow) | set(out[:STEP_LINES - 3]))
+    lines = [f"   steps: {len(steps)}, median {_ms(med)}; {len(out)} outlier(s) (compiling, "
+             f"or 1.5× the median); the slowest and the outliers (every step: --steps all):"]
+    return lines + [_step_line(steps[i], devices) + (" (outlier)" if steps[i]["outlier"] else "")
+                     for i in shown]
+
+
+def report(label: str, diag: Diagnosis, top: int, step: int | None = None,
+           all_steps: bool = False) -> str:
     lines = [f"== {label}",
              f"   {diag.source['events']} events, steps from {diag.steps.source}, "
              f"gap threshold {diag.threshold_us} µs"]
@@ -45,17 +84,13 @@ def report(label: str, diag: Diagnosis, top: int, step: int | None = None) -> st
             continue
         idle = ", ".join(f"{C.LABELS[c]} {_ms(v)}" for c, v in
                          sorted(dev["idle_by_cause_ns"].items(), key=lambda kv: -kv[1]))
-        lines.append(f"   {dev['name']}: duty cycle {dev['duty_cycle'] * 100:.1f}% "
-                     f"(busy {_ms(dev['busy_ns'])} of {_ms(dev['window_ns'])}); "
-                     f"idle: {idle or '-'}")
+        lines.append(f"   {dev['name']}: {_duty(diag, dev)}; idle: {idle or '-'}")
     steps = steps_json(diag)
-    if steps:
+    if steps and (all_steps or len(steps) <= STEP_LINES):
         lines.append("   steps:")
-        for s in steps:
-            dc = " ".join(f"{devices[int(k)]['name']} {v['duty_cycle'] * 100:.1f}%"
-                          for k, v in s["devices"].items() if v["duty_cycle"] is not None)
-            extra = f", {s['compile']['count']} compile(s)" if s["compile"]["count"] else ""
-            lines.append(f"     step {s['id']}: {_ms(s['end_ns'] - s['start_ns'])}, duty {dc}{extra}")
+        lines += [_step_line(s, devices) for s in steps]
+    elif steps:
+        lines += _steps_summary(steps, devices)
     if diag.findings:
         lines.append("   findings:")
         for f in diag.findings[:top]:

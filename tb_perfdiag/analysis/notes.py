@@ -1,0 +1,114 @@
+"""Capture notes: what about the capture itself bends the figures, each said with what it
+does to them (devices that ran only copies, device work outside every step, steps with
+no device work, graph launches whose kernels are missing, device clocks ahead of their
+launches, a last step cut by the capture's end).  Pure: numbers in, sentences out; the
+renderers show them as ``warnings``."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..trace.model import EventKind as K, Trace, isin_few
+from .result import DeviceTable, StepNumbers
+
+_BLOCK = 1 << 20
+# a device op that starts this much before the host call that launched it: the clocks
+# disagree (a real launch precedes its op by the launch latency)
+CLOCK_SLACK_PS = 1_000_000
+
+
+def _ms(ps: float) -> str:
+    return f"{ps / 1e9:.2f} ms" if ps >= 1e9 else f"{ps / 1e6:.1f} µs"
+
+
+def _ids(ids: list, most: int = 8) -> str:
+    more = f" and {len(ids) - most} more" if len(ids) > most else ""
+    return ", ".join(str(i) for i in ids[:most]) + more
+
+
+def kernels_per_device(trace: Trace, n_dev: int) -> np.ndarray:
+    """Kernels on each device's tracks, counted a block of a track at a time."""
+    out = np.zeros(n_dev, np.int64)
+    tracks = np.flatnonzero(trace.track_device >= 0)
+    for t, (lo, hi) in zip(tracks.tolist(), trace.track_slices(tracks)):
+        for a in range(lo, hi, _BLOCK):
+            out[trace.track_device[t]] += int(np.count_nonzero(
+                trace.kind[a:min(a + _BLOCK, hi)] == K.KERNEL))
+    return out
+
+
+def capture_notes(trace: Trace, devices: DeviceTable, steps: StepNumbers,
+                  origin: np.ndarray, threshold_ps: int) -> list:
+    """The notes on this capture, most consequential first."""
+    out = []
+    on = np.flatnonzero(devices.ops > 0)
+    kern = kernels_per_device(trace, len(devices))
+    for d in on.tolist():
+        if kern[d] == 0:
+            out.append(f"{devices.name[d]} ran only copies ({int(devices.ops[d])} memcpy/"
+                       f"memset, no kernel): its duty cycle and idle are copy traffic, not "
+                       f"compute; compare it with the devices that compute with care")
+    n = len(steps)
+    whole = steps.source == "whole_trace"
+    if n and not whole:
+        for d in on.tolist():
+            inside = int(steps.busy[:, d].sum())
+            outside = int(devices.busy[d]) - inside
+            if outside >= threshold_ps:
+                out.append(f"{devices.name[d]}: {_ms(outside)} of its {_ms(devices.busy[d])} "
+                           f"busy time ran outside every step: it counts in the device's "
+                           f"duty cycle, in no step's")
+        none = [int(steps.ids[s]) for s in range(n)
+                if on.size and not (steps.busy[s, on] > 0).any()]
+        if none and on.size:
+            out.append(f"{len(none)} of {n} steps ran no device work (step(s) {_ids(none)}): "
+                       f"their duty cycle is 0 and their idle is the whole step")
+        end = trace.last_end() if trace.n_events else 0
+        if n >= 2 and int(steps.host_end[-1]) >= end - 1_000_000:
+            lengths = steps.host_end - steps.host_start
+            if lengths[-1] < 0.75 * float(np.median(lengths[:-1])):
+                out.append(f"the last step ({int(steps.ids[-1])}) ends where the capture "
+                           f"ends and is shorter than the others: it was likely cut; its "
+                           f"figures are partial")
+    out += _graph_launches(trace, origin)
+    out += _clock_ahead(trace, devices, origin)
+    return out
+
+
+def _graph_launches(trace: Trace, origin: np.ndarray) -> list:
+    """Graph launches that no device op in the trace traces back to."""
+    launches = np.flatnonzero(trace.kind == K.LAUNCH)
+    if launches.size == 0:
+        return []
+    names = np.unique(trace.name[launches])
+    graph = [int(x) for x in names.tolist() if "graphlaunch" in trace.strings[x].lower()]
+    if not graph:
+        return []
+    gl = launches[isin_few(trace.name[launches], graph)]
+    dev = np.flatnonzero(trace.is_device_activity())
+    src = origin[dev]
+    fed = np.isin(gl, src[src >= 0])
+    empty = int((~fed).sum())
+    if not empty:
+        return []
+    return [f"{empty} of {gl.size} graph launches have no device work in the trace (the "
+            f"profiler did not record the graphs' kernels): the device looks idle while "
+            f"they ran, and that idle is blamed on the host"]
+
+
+def _clock_ahead(trace: Trace, devices: DeviceTable, origin: np.ndarray) -> list:
+    """Devices whose ops start before the host calls that launched them."""
+    out = []
+    for d in np.flatnonzero(devices.ops > 0).tolist():
+        ops = trace.activity_of(d)
+        src = origin[ops]
+        ok = src >= 0
+        if not ok.any():
+            continue
+        lead = trace.ts[src[ok]].astype(np.int64) - trace.ts[ops[ok]].astype(np.int64)
+        early = lead > CLOCK_SLACK_PS
+        if early.any():
+            out.append(f"{devices.name[d]}: {int(early.sum())} of its {int(ok.sum())} "
+                       f"launched ops start before the host call that launched them (by up "
+                       f"to {_ms(int(lead.max()))}): its clock is offset from the host's, so "
+                       f"waits measured against host calls are off by as much")
+    return out
