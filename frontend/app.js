@@ -10,6 +10,7 @@ import { renderDeviceOps } from "./device_ops.js";
 import { CompareHosts } from "./compare.js";
 import { CompareRuns, renderPicker } from "./compare_runs.js";
 import { onTensorBoardReload } from "./tb_host.js";
+import { dutyWaitText, mergeStepWait, renderCollectives } from "./collectives.js";
 
 const PAGE = 200;
 /** Runs with this many hosts or more open on the per-host summary (a pod), not on one host. */
@@ -17,6 +18,8 @@ export const POD_HOSTS = 8;
 /** The host selector's value for that summary. */
 export const ALL_HOSTS = "*";
 const PROGRESS_DELAY_MS = 300, PROGRESS_POLL_MS = 400;
+/** How often the Collectives card asks again while the run's other hosts are analysed. */
+const COLLECTIVES_POLL_MS = 1000;
 /** The run list is listed again on TensorBoard's reload (button or auto-reload) and, as a
  *  fallback outside TensorBoard or with its auto-reload off, this often. */
 const RUNS_POLL_MS = 60000;
@@ -414,6 +417,10 @@ export class App {
     this.body.textContent = "";
     this.renderDeviceSelect();
     this.summaryEl = h("section", { class: "pd-card pd-summary", "aria-label": "Summary" });
+    this.collBody = h("div", { id: "pd-collectives-body" });
+    this.collEl = h("section", { class: "pd-card", id: "pd-collectives", "aria-label": "Collectives", hidden: true },
+      h("h2", {}, "Collectives: waiting for peers ", h("span", { class: "pd-muted pd-small" },
+        "(this host's collective ops matched with the other participants of the run)")), this.collBody);
     this.stepsEl = h("div", { id: "pd-steps", class: "pd-steps" });
     this.timelineEl = h("div", { id: "pd-timeline", class: "pd-timeline" });
     this.listEl = h("div", { id: "pd-gaps", class: "pd-gaps", role: "list" });
@@ -426,11 +433,13 @@ export class App {
       download: `perfdiag-overlay-events-${this.state.host}.json`,
       title: "Chrome trace JSON: the diagnosis overlay plus the trace's own events in the timeline's visible window" }, "Export with events");
     this.gapsTitle = h("h2", {});
+    this.legendEl = h("div", {});
     this.body.append(
       this.summaryEl,
+      this.collEl,
       h("section", { class: "pd-card" },
         h("h2", {}, "Steps ", h("span", { class: "pd-muted pd-small" }, "(bar height ∝ √step time; click a step to filter gaps)")),
-        this.legend(), this.stepsEl),
+        this.legendEl, this.stepsEl),
       h("div", { class: "pd-columns", hidden: !this.hasDeviceActivity() },
         h("section", { class: "pd-card pd-gaps-card" },
           h("div", { class: "pd-row" }, this.gapsTitle,
@@ -454,6 +463,7 @@ export class App {
         h("abbr", { title: ((d.device_ops || {}).definition) || "", class: "pd-help" }, "?")),
         this.opsEl));
     this.renderSummary();
+    this.renderLegend();
     this.renderSteps();
     this.renderGapList();
     renderAnnotations(this.annEl, d.annotations || [], { step: this.state.step });
@@ -470,6 +480,48 @@ export class App {
     });
     this.renderTimeline();
     this.updateExportEvents(this.timeline.view);
+    this.loadCollectives();
+  }
+
+  /** The Collectives card: asked once per host and capture (again while the run's other
+   *  hosts are being analysed); once matched, its peer wait joins the step bars, the duty
+   *  cycle and the collective rows of "Device time by op". */
+  async loadCollectives() {
+    const token = this.token, s = this.state;
+    const key = `${s.run}|${s.host}|${s.span || ""}`;
+    if (this.coll && this.collKey === key && this.coll.state !== "pending") { this.showCollectives(); return; }
+    this.coll = null; this.collKey = key;
+    this.root.dataset.collectives = "loading";
+    for (;;) {
+      let r;
+      try { r = await getJSON("collectives", this.params()); } catch (e) { r = { ok: false, body: { error: String(e) } }; }
+      if (token !== this.token) return;
+      this.coll = r.ok ? r.body : { state: "error", error: r.body.error || `HTTP ${r.status}` };
+      this.showCollectives();
+      if (this.coll.state !== "pending") return;
+      await new Promise((done) => setTimeout(done, COLLECTIVES_POLL_MS));
+      if (token !== this.token) return;
+    }
+  }
+
+  showCollectives() {
+    const c = this.coll;
+    this.root.dataset.collectives = c.state;
+    this.collEl.hidden = c.state === "none";
+    renderCollectives(this.collBody, c, {
+      onHost: (host) => { this.state = { run: this.state.run, host }; this.buildSelectors(); this.show(); },
+      onStep: (step) => {
+        this.state.step = String(step); this.state.gap = ""; this.state.zoom = ""; this.loadDiagnosis();
+      },
+    });
+    this.renderDeviceOps();     // its collective rows say wait/transfer, or why not
+    if (c.state !== "joined") return;
+    mergeStepWait(this.diag.steps, c);
+    this.summaryEl.textContent = "";
+    this.renderSummary();
+    this.renderLegend();
+    this.renderSteps();
+    this.renderGapList();
   }
 
   updateExportEvents(v) {
@@ -478,17 +530,20 @@ export class App {
     this.exportEventsEl.href = routeUrl("overlay", this.params({ with_events: 1, start_us: us(v.start), end_us: us(v.end) })).href;
   }
 
-  legend() {
-    // only what the chart shows: busy, the causes this device has, other idle where a step has some
+  renderLegend() {
+    // only what the chart shows: busy, peer wait when joined, the causes this device has,
+    // other idle where a step has some
     const key = String(this.device().id ?? 0);
     const rest = (this.diag.steps || []).some((st) => {
       const x = (st.devices || {})[key];
       return x && (x.idle_ns || 0) > Object.values(x.idle_by_cause_ns || {}).reduce((a, v) => a + v, 0);
     });
-    const causes = this.hasDeviceActivity() ? ["busy", ...Object.entries(this.device().idle_by_cause_ns || {})
+    const wait = this.coll && this.coll.state === "joined" ? ["peer_wait"] : [];
+    const causes = this.hasDeviceActivity() ? ["busy", ...wait, ...Object.entries(this.device().idle_by_cause_ns || {})
       .filter(([, v]) => v > 0).sort((a, b) => b[1] - a[1]).map(([c]) => c), ...(rest ? ["other_idle"] : [])] : ["host_step"];
-    return h("div", { class: "pd-legend" }, causes.map((c) =>
-      h("span", { class: "pd-legend-item" }, h("span", { class: "chip", style: { background: causeColor(c) } }), causeLabel(c))));
+    this.legendEl.textContent = "";
+    this.legendEl.append(h("div", { class: "pd-legend" }, causes.map((c) =>
+      h("span", { class: "pd-legend-item", "data-cause": c }, h("span", { class: "chip", style: { background: causeColor(c) } }), causeLabel(c)))));
   }
 
   device() {
@@ -510,11 +565,16 @@ export class App {
     // the duty cycle over the window its idle by cause adds up over (the steps, or the
     // capture): the figure compare and the CLI show; the device's own active span beside it
     const overSteps = (x) => x.steps_window && x.steps_window.duty_cycle != null && x.steps_window.window_ns !== x.window_ns;
-    const devRows = d.devices.filter((x) => x.ops > 0).map((x) => h("div", { class: "pd-stat", title: dutyDef },
-      h("span", { class: "pd-stat-value pd-duty" }, formatPct(overSteps(x) ? x.steps_window.duty_cycle : x.duty_cycle)),
-      h("span", { class: "pd-stat-label" }, overSteps(x)
-        ? `${x.name} duty cycle over ${d.step_source === "whole_trace" ? "the capture" : "the steps"} (${formatPct(x.duty_cycle)} over its active span) `
-        : `${x.name} duty cycle (its active span) `, h("abbr", { title: dutyDef, class: "pd-help" }, "?"))));
+    const devRows = d.devices.filter((x) => x.ops > 0).map((x) => {
+      const wait = dutyWaitText(this.coll, x.id);
+      return h("div", { class: "pd-stat", title: dutyDef },
+        h("span", { class: "pd-stat-value pd-duty" }, formatPct(overSteps(x) ? x.steps_window.duty_cycle : x.duty_cycle)),
+        h("span", { class: "pd-stat-label" }, overSteps(x)
+          ? `${x.name} duty cycle over ${d.step_source === "whole_trace" ? "the capture" : "the steps"} (${formatPct(x.duty_cycle)} over its active span) `
+          : `${x.name} duty cycle (its active span) `, h("abbr", { title: dutyDef, class: "pd-help" }, "?")),
+        wait ? h("span", { class: "pd-stat-label pd-duty-wait", "data-device": String(x.id),
+          style: { color: causeColor("peer_wait") } }, `— ${wait}`) : null);
+    });
     const idle = Object.entries(this.device().idle_by_cause_ns || {}).sort((a, b) => b[1] - a[1]);
     const findings = [...(d.findings || [])].sort((a, b) => (b.time_lost_ns_per_step || 0) - (a.time_lost_ns_per_step || 0));
     el.append(
@@ -567,6 +627,8 @@ export class App {
         this.state.step = ""; this.state.gap = ""; this.state.zoom = ""; this.loadDiagnosis();
       } }, "Show all steps"));
     }
+    const wait = this.peerWaitNote(dev, s.step);
+    if (wait) this.listEl.append(wait);
     if (!gaps.length) this.listEl.append(h("p", { class: "pd-muted" }, "No gaps above the threshold here."));
     for (const g of gaps) {
       const chain = g.waited_for ? squeeze(g.waited_for.chain.join(" › "), 80, 400) : "";
@@ -586,6 +648,20 @@ export class App {
         if (r.ok) { this.gaps = this.gaps.concat(r.body.gaps); this.renderGapList(); this.renderTimeline(); }
       } }, `Load more (${d.gaps_total - this.gaps.length} left)`));
     }
+  }
+
+  /** Above the gaps: the device's peer wait (busy inside collectives, so no gap) in the
+   *  step shown or the whole capture, with whom it waited for. */
+  peerWaitNote(dev, step) {
+    const c = this.coll;
+    if (!c || c.state !== "joined") return null;
+    const d = (c.devices || []).find((x) => String(x.id) === String(dev.id));
+    const ns = step ? ((c.step_peer_wait_ns || {})[String(step)] || {})[String(dev.id)] || 0 : d ? d.wait_ns : 0;
+    if (!ns) return null;
+    return h("p", { class: "pd-small pd-gap-peer-wait", id: "pd-gap-peer-wait" },
+      h("span", { class: "chip", style: { background: causeColor("peer_wait") } }),
+      `Also lost, but not idle: ${formatNs(ns)} of busy time ${step ? `in step ${step}` : "over the capture"} waiting for peers inside collectives` +
+      (d && d.waited_for ? ` (mostly for ${d.waited_for}${d.waited_at ? ` at ${d.waited_at}` : ""})` : "") + " — see Collectives above.");
   }
 
   timelineBounds() {
@@ -675,6 +751,7 @@ export class App {
   renderDeviceOps() {
     renderDeviceOps(this.opsEl, this.diag.device_ops, {
       deviceId: this.device().id ?? 0,
+      collectives: this.coll,
       opHref: (o) => this.opViewerUrl(o),
       onFinding: (i) => {
         const li = this.summaryEl.querySelector(`.pd-finding[data-finding="${i}"]`);

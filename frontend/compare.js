@@ -26,13 +26,15 @@ export function hostSummary(d) {
 export const HOSTS_PAGE = 50;
 /** Sort keys the server takes, each with its column label. */
 export const SORTS = [["straggler", "Straggler"], ["host", "Host"], ["duty_cycle", "Duty cycle"],
-  ["typical_step", "Typical step"], ["worst_gap", "Worst gap"], ["idle", "Idle / step"]];
+  ["typical_step", "Typical step"], ["worst_gap", "Worst gap"], ["idle", "Idle / step"],
+  ["peer_wait", "Peer wait / step"], ["last_arrivals", "Last arrivals"]];
 /** Short cause names for the shares column (the full label is the tooltip). */
 const SHORT = { host_sync: "Sync", compilation: "Compile", h2d_transfer: "H→D", data_loading: "Data",
   host_compute: "Host compute", launch_overhead: "Launch", collective_wait: "Collective", untraced: "Untraced",
   device_wait: "Device wait", allocator: "Allocator", graph_capture: "Graph capture", runtime_call: "Runtime" };
 /** Each column's first direction (the server's default): worst hosts first. */
-const DEFAULT_DESC = { host: false, duty_cycle: false, typical_step: true, worst_gap: true, idle: true };
+const DEFAULT_DESC = { host: false, duty_cycle: false, typical_step: true, worst_gap: true, idle: true,
+  peer_wait: true, last_arrivals: true };
 /** At most this many devices get a duty-cycle column each (more: the mean alone). */
 const MAX_DEVICE_COLUMNS = 4;
 const POLL_MS = 700;
@@ -119,10 +121,25 @@ export class CompareHosts {
       label, on && by !== "straggler" ? (desc ? " ▾" : " ▴") : ""));
   }
 
+  /** The run's collectives in one paragraph: instances matched, per op wait and transfer,
+   *  who arrives last, the clocks. */
+  collectivesLine(c) {
+    const ops = Object.entries(c.ops || {});
+    const last = Object.entries(c.last_arrivers || {}).slice(0, 4);
+    const clocks = Object.entries(c.clock_offsets || {}).filter(([, o]) => o.applied);
+    return h("p", { class: "pd-small pd-pod-collectives", id: "pd-pod-collectives" },
+      h("b", {}, `${c.instances} collective instances`), ` matched across ${c.hosts} hosts (${c.participants} devices)`,
+      ops.length ? [": ", ops.map(([k, o], i) => [i ? "; " : "", `${k} ×${o.count}: peer wait ${formatNs(o.wait_ns)}, transfer ${formatNs(o.transfer_ns)} (per participant, over the capture)`])] : "",
+      last.length ? `. Last to arrive: ${last.map(([k, n]) => `${k} ×${n}`).join(", ")}` : "",
+      `. Clocks: ${c.clock_noisy ? "too noisy to order arrivals" : clocks.length ? `offsets applied to ${clocks.map(([k, o]) => `${k} (${formatNs(o.estimated_ns)})`).join(", ")}` : "aligned (no offset needed)"}.`,
+      (c.unmatched || []).length ? ` ${c.unmatched.length} sequence(s) could not be matched on every participant.` : "",
+      " ", h("abbr", { class: "pd-help", title: c.note || "" }, "?"));
+  }
+
   row(r) {
     const pick = () => this.onPick(r.host);
     const devNames = this.devNames;
-    const width = devNames.length + 6 + (this.spans ? 1 : 0);
+    const width = devNames.length + 6 + (this.spans ? 1 : 0) + (this.peers ? 3 : 0);
     let cells;
     if (r.status === "pending") cells = [h("td", { colspan: String(width), class: "pd-muted" }, "Analysing…")];
     else if (r.status !== 200) cells = [h("td", { colspan: String(width), class: "pd-error-msg" }, squeeze(r.error || `HTTP ${r.status}`, 80, 500))];
@@ -131,13 +148,16 @@ export class CompareHosts {
       cells = [
         // the capture analysed (the span rule: each worker's latest), by its capture time
         this.spans ? h("td", { class: "pd-capture", "data-span": r.span || "" }, this.spanLabel(r.host, r.span)) : null,
-        h("td", { class: "pd-num", title: devs.map((d) => `${d.name}: ${formatPct(d.duty_cycle)}`).join("\n") }, formatPct(r.duty_cycle)),
+        h("td", { class: "pd-num", title: devs.map((d) => `${d.name}: ${formatPct(d.duty_cycle)}`).join("\n") }, formatPct(r.duty_cycle),
+          r.peer_wait_points ? h("span", { class: "pd-small pd-duty-wait-cell", title: "busy time spent waiting for peers at collectives, in points of the duty cycle" },
+            ` — ${r.peer_wait_points.toFixed(0)} pts waiting`) : null),
         devNames.map((n) => { const d = devs.find((x) => x.name === n); return h("td", { class: "pd-num" }, d ? formatPct(d.duty_cycle) : "–"); }),
         h("td", { class: "pd-num", title: `average ${formatNs(r.avg_step_ns)}` }, formatNs(r.typical_step_ns),
           h("span", { class: "pd-muted pd-small" }, ` (${plural(r.steps, "step")})`)),
         h("td", {}, r.worst_gap ? [h("span", { class: "chip", style: { background: causeColor(r.worst_gap.cause) } }),
           `${formatNs(r.worst_gap.duration_ns)} ${causeLabel(r.worst_gap.cause)}`] : "none"),
         h("td", { class: "pd-num" }, formatNs(r.idle_ns)),
+        this.peers ? this.peerCells(r) : null,
         h("td", { class: "pd-causes" }, Object.entries(r.cause_shares || {}).map(([c, v]) =>
           h("span", { class: "pd-cause-share", title: causeLabel(c), "data-cause": c },
             h("span", { class: "chip", style: { background: causeColor(c) } }), `${SHORT[c] || causeLabel(c)} ${formatPct(v)}`))),
@@ -151,6 +171,18 @@ export class CompareHosts {
     h("th", { scope: "row", title: fullTitle(r.host, 80) }, cut(r.host, 80)), cells.flat());
   }
 
+  /** Peer wait / step (with whom it waited for most), last arrivals, lateness. */
+  peerCells(r) {
+    const who = Object.entries(r.waited_for || {})[0];
+    return [
+      h("td", { class: "pd-num pd-peer-wait", title: who ? `waited mostly for ${who[0]} (${formatNs(who[1])} over the capture)` : "" },
+        r.peer_wait_ns === undefined || r.peer_wait_ns === null ? "–" : formatNs(r.peer_wait_ns),
+        who ? h("span", { class: "pd-muted pd-small" }, ` for ${cut(who[0], 24)}`) : null),
+      h("td", { class: "pd-num pd-last-arrivals" }, r.last_arrivals === undefined ? "–" : `${r.last_arrivals} of ${this.instances}`),
+      h("td", { class: "pd-num pd-lateness", title: "median lateness against the median arrival, over the instances it arrived last to" },
+        r.lateness_ns ? formatNs(r.lateness_ns) : "–")];
+  }
+
   render() {
     if (!this.open) return;
     const d = this.data;
@@ -160,6 +192,10 @@ export class CompareHosts {
     // one column per device for a few devices; a pod's 8 chips per host read from the tooltip
     this.devNames = names.length > 1 && names.length <= MAX_DEVICE_COLUMNS ? names : [];
     this.spans = rows.some((r) => r.span);
+    // the run's hosts share collectives: the peer-wait columns (GUIDE §4)
+    const coll = d && d.collectives;
+    this.peers = !!coll;
+    this.instances = coll ? coll.instances : 0;
     const causeSort = h("select", { class: "pd-cause-sort", "aria-label": "Sort by a cause's share of the idle time",
       onchange: (e) => { if (e.target.value) this.reorder(e.target.value); } },
     h("option", { value: "" }, "Sort by a cause…"),
@@ -171,7 +207,10 @@ export class CompareHosts {
         this.sortHeader("Duty cycle", "duty_cycle"),
         this.devNames.map((n) => h("th", { scope: "col" }, `${n} duty cycle`)),
         this.sortHeader("Typical step", "typical_step"), this.sortHeader("Worst gap", "worst_gap"),
-        this.sortHeader("Idle / step", "idle"), h("th", { scope: "col" }, "Top causes of idle time"),
+        this.sortHeader("Idle / step", "idle"),
+        this.peers ? [this.sortHeader("Peer wait / step", "peer_wait"), this.sortHeader("Last arrivals", "last_arrivals"),
+          h("th", { scope: "col", title: "median lateness against the median arrival when it arrived last" }, "Lateness")] : null,
+        h("th", { scope: "col" }, "Top causes of idle time"),
         h("th", { scope: "col" }, "Top finding"), this.sortHeader("Straggler", "straggler"))),
       h("tbody", {}, rows.map((r) => this.row(r))));
     const done = this.complete;
@@ -186,12 +225,15 @@ export class CompareHosts {
     } else if (!d) status = h("p", { class: "pd-muted", role: "status" }, "Loading the host summary…");
     const st = d ? d.stragglers : [];
     const shown = st.slice(0, 20);
-    const named = shown.flatMap((x, i) => [i ? ", " : "", h("button", { class: "pd-link-btn", onclick: () => this.onPick(x.host) }, x.host),
-      x.cause ? ` (${causeLabel(x.cause)})` : ""]);
+    // with collectives, a straggler is the one the others wait for: its cost and why, in words
+    const named = shown.flatMap((x, i) => [i ? (d.collectives ? "; " : ", ") : "", h("button", { class: "pd-link-btn", onclick: () => this.onPick(x.host) }, x.host),
+      d.collectives && x.reason && i < 3 ? ` — ${x.reason}` : x.cause ? ` (${causeLabel(x.cause)})` : ""]);
     const callout = !d || !d.complete || d.total < 2 ? null : st.length
       ? h("p", { class: "pd-stragglers" }, `${st.length} straggler${st.length > 1 ? "s" : ""}: `, ...named,
         st.length > shown.length ? ` and ${st.length - shown.length} more (sorted first in the table)` : "")
-      : h("p", { class: "pd-muted pd-small" }, `No straggler among ${d.total} hosts (typical step within 10 % and duty cycle within 5 points of the median host).`);
+      : h("p", { class: "pd-muted pd-small" }, d.collectives ? `No straggler among ${d.total} hosts: no host is consistently the last to arrive at the collectives${d.collectives.clock_noisy ? " (the clocks are too noisy to order arrivals)" : ""}.`
+        : `No straggler among ${d.total} hosts (typical step within 10 % and duty cycle within 5 points of the median host).`);
+    const collLine = d && d.complete && d.collectives ? this.collectivesLine(d.collectives) : null;
     const median = d && d.median_step_ns ? h("p", { class: "pd-muted pd-small pd-pod-median" },
       `Median host: typical step ${formatNs(d.median_step_ns)}, duty cycle ${formatPct(d.median_duty_cycle)}`,
       d.failed ? ` · ${d.failed} host${d.failed > 1 ? "s" : ""} could not be analysed` : "") : null;
@@ -205,6 +247,6 @@ export class CompareHosts {
       h("div", { class: "pd-row" }, h("h2", {}, `Hosts of ${this.run}`),
         this.pinned ? null : h("button", { class: "pd-link-btn", onclick: () => { this.close(); document.getElementById("pd-compare")?.setAttribute("aria-expanded", "false"); } }, "Close")),
       h("p", { class: "pd-muted pd-small" }, "Whole-trace numbers per host; typical step = median step; idle / step and the causes' shares are of a typical step. Click a host to open it."),
-      status, callout, median, pager, table));
+      status, callout, collLine, median, pager, table));
   }
 }

@@ -87,7 +87,7 @@ export function renderPicker(container, runs, state, { onCompare, onCancel }) {
 
 const SHOWN = 8;     // highlights listed before "N more"
 const item = (x) => h("li", { "data-what": x.what },
-  x.what === "idle_cause" ? h("span", { class: "chip", style: { background: causeColor(x.subject) } }) : null, x.text);
+  x.what === "idle_cause" || x.what === "peer_wait" ? h("span", { class: "chip", style: { background: causeColor(x.what === "peer_wait" ? "peer_wait" : x.subject) } }) : null, x.text);
 const deltaCell = (text, metric, delta) => h("td", { class: `pd-num pd-delta ${verdict(metric, delta) ? "pd-" + verdict(metric, delta) : ""}` }, text);
 
 /** One device pair's table: step window, duty cycle, busy, idle by cause, short gaps. */
@@ -98,8 +98,21 @@ export function deviceRows(set) {
     // the device's window of a step (from when it could start the step's work), not the host's step
     { key: "window", label: "Device step window", metric: "step", before: a.window_ns, after: b.window_ns, unit: "ns" },
     { key: "duty", label: "Duty cycle", metric: "duty", before: a.duty_cycle, after: b.duty_cycle, unit: "frac" },
+    ...((a.peer_wait_ns || b.peer_wait_ns) && a.work_duty_cycle !== null && b.work_duty_cycle !== null &&
+        a.work_duty_cycle !== undefined && b.work_duty_cycle !== undefined
+      ? [{ key: "work_duty", label: "Duty cycle, peer wait left out", metric: "duty", before: a.work_duty_cycle,
+        after: b.work_duty_cycle, unit: "frac" }] : []),
     { key: "busy", label: "Busy", metric: "busy", before: a.busy_ns, after: b.busy_ns, unit: "ns" },
   ];
+  // with peer wait in it, the duty cycle is judged without it (its own row): the raw one is neutral
+  if (rows.some((r) => r.key === "work_duty")) rows[1].metric = "";
+  // busy time waiting for peers at collectives (null: the run's collectives were not matched)
+  const pa = a.peer_wait_ns, pb = b.peer_wait_ns;
+  if ((pa !== null && pa !== undefined) || (pb !== null && pb !== undefined)) {
+    rows.push({ key: "peer_wait", label: "of it: peer wait at collectives", metric: "idle", before: pa ?? null, after: pb ?? null,
+      unit: "ns", cause: "peer_wait", shareBefore: pa !== null && a.window_ns ? pa / a.window_ns : null,
+      shareAfter: pb !== null && b.window_ns ? pb / b.window_ns : null });
+  }
   for (const c of set.causes || []) {
     rows.push({ key: c.cause, label: causeLabel(c.cause), metric: "idle", before: c.before_ns, after: c.after_ns, unit: "ns",
       shareBefore: c.before_share, shareAfter: c.after_share, cause: c.cause });
@@ -143,10 +156,18 @@ export class CompareRuns {
         h("div", { class: "pd-stat" }, h("span", { class: "pd-stat-value" }, `${formatNs(st.before_ns)} → ${formatNs(st.after_ns)}`),
           h("span", { class: `pd-stat-label pd-${verdict("step", st.delta_ns) || "same"}`, id: "pd-cmp-step" },
             `typical step ${signedNs(st.delta_ns)}${pct}`)),
-        d.devices.filter((p) => p.typical_step.before && p.typical_step.after).map((p) => h("div", { class: "pd-stat" },
-          h("span", { class: "pd-stat-value" }, `${formatPct(p.typical_step.before.duty_cycle)} → ${formatPct(p.typical_step.after.duty_cycle)}`),
-          h("span", { class: `pd-stat-label pd-${verdict("duty", p.typical_step.delta.duty_cycle) || "same"}` },
-            `${p.name} duty cycle per typical step ${signedPoints(p.typical_step.delta.duty_cycle)}`)))),
+        d.devices.filter((p) => p.typical_step.before && p.typical_step.after).map((p) => {
+          const a = p.typical_step.before, b = p.typical_step.after;
+          // busy time waiting for peers is no work: judged without it when it is known
+          const work = (a.peer_wait_ns || b.peer_wait_ns) && a.work_duty_cycle !== null && b.work_duty_cycle !== null &&
+            a.work_duty_cycle !== undefined && b.work_duty_cycle !== undefined;
+          const dv = work ? b.work_duty_cycle - a.work_duty_cycle : p.typical_step.delta.duty_cycle;
+          return h("div", { class: "pd-stat" },
+            h("span", { class: "pd-stat-value" }, `${formatPct(a.duty_cycle)} → ${formatPct(b.duty_cycle)}`),
+            h("span", { class: `pd-stat-label pd-${verdict("duty", dv) || "same"}`, "data-device": p.name },
+              `${p.name} duty cycle per typical step ${signedPoints(p.typical_step.delta.duty_cycle)}`,
+              work ? `; peer wait left out ${formatPct(a.work_duty_cycle)} → ${formatPct(b.work_duty_cycle)} (${signedPoints(dv)})` : ""));
+        })),
       h("h3", {}, "What changed ", h("abbr", { class: "pd-help", title: (d.definitions || {}).typical_step || "" }, "?")),
       d.highlights.length ? h("ul", { class: "pd-cmp-highlights", id: "pd-cmp-highlights" }, d.highlights.slice(0, SHOWN).map(item))
         : h("p", { class: "pd-muted" }, "Nothing changed by more than 1 % of a step."),
@@ -171,10 +192,12 @@ export class CompareRuns {
             h("th", { scope: "col" }, "Change"), h("th", { scope: "col" }, "Share of the step"))),
           h("tbody", {}, rows.map((r) => h("tr", { "data-row": r.key },
             h("th", { scope: "row" }, r.cause ? h("span", { class: "chip", style: { background: causeColor(r.cause) } }) : null, r.label),
-            h("td", { class: "pd-num" }, fmt(r.before, r.unit)), h("td", { class: "pd-num" }, fmt(r.after, r.unit)),
-            r.unit === "frac" ? deltaCell(signedPoints(r.after - r.before), r.metric, r.after - r.before)
-              : deltaCell(signedNs(r.after - r.before), r.metric, r.after - r.before),
-            h("td", { class: "pd-num pd-muted" }, r.shareBefore !== undefined ? `${formatPct(r.shareBefore)} → ${formatPct(r.shareAfter)}` : "")))))
+            h("td", { class: "pd-num" }, r.before === null ? "unknown" : fmt(r.before, r.unit)),
+            h("td", { class: "pd-num" }, r.after === null ? "unknown" : fmt(r.after, r.unit)),
+            r.before === null || r.after === null ? h("td", { class: "pd-num pd-muted" }, "–")
+              : r.unit === "frac" ? deltaCell(signedPoints(r.after - r.before), r.metric, r.after - r.before)
+                : deltaCell(signedNs(r.after - r.before), r.metric, r.after - r.before),
+            h("td", { class: "pd-num pd-muted" }, r.shareBefore !== undefined && r.shareBefore !== null && r.shareAfter !== null ? `${formatPct(r.shareBefore)} → ${formatPct(r.shareAfter)}` : "")))))
           : h("p", { class: "pd-muted" }, `Active in the ${set.before ? "before" : "after"} run only.`)));
     }
 

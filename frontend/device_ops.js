@@ -17,7 +17,7 @@ export const SHORT_WARN_SHARE = 0.01;
 
 /** One device's busy time as a stacked bar: compute, copies not under compute, collectives
  *  under neither (they add up to the busy time), with the overlap figures in words. */
-function overlapLine(dev) {
+function overlapLine(dev, collectives) {
   const o = dev.overlap, busy = Math.max(o.busy_ns, 1);
   const part = (cls, ns, label) => ns > 0 ? h("span", { class: `dop-part ${cls}`, style: { width: `${100 * ns / busy}%` },
     title: `${label}: ${formatNs(ns)} (${pct(ns / busy)} of busy)` }) : null;
@@ -30,7 +30,14 @@ function overlapLine(dev) {
     part("dop-coll", o.collectives_exposed_ns, "collectives not under compute or copies")),
     h("span", { class: "dop-ov-text pd-small" },
       `busy ${formatNs(o.busy_ns)} · compute ${formatNs(o.compute_ns)} · copies ${over(o.copies_ns, o.copies_under_compute_ns)} · ` +
-      `collectives ${over(o.collectives_ns, o.collectives_under_compute_ns)}`));
+      `collectives ${over(o.collectives_ns, o.collectives_under_compute_ns)}` + peerWait(dev, collectives)));
+}
+
+/** " (peer wait 11.1 ms of it)": the device's busy time waiting for peers (whole capture). */
+function peerWait(dev, c) {
+  if (!c || c.state !== "joined") return "";
+  const d = (c.devices || []).find((x) => String(x.id) === String(dev.device));
+  return d && d.wait_ns ? ` (peer wait ${formatNs(d.wait_ns)} of it over the capture)` : "";
 }
 
 /**
@@ -40,7 +47,7 @@ function overlapLine(dev) {
  * @param opHref   op → URL of the trace viewer at its longest instance (null: no link)
  * @param onFinding index → show that finding
  */
-export function renderDeviceOps(container, doc, { deviceId, opHref, onFinding } = {}) {
+export function renderDeviceOps(container, doc, { deviceId, opHref, onFinding, collectives } = {}) {
   container.textContent = "";
   if (!doc || !(doc.devices || []).length) {
     container.append(h("p", { class: "pd-muted" }, doc ? "No device ops." :
@@ -51,7 +58,27 @@ export function renderDeviceOps(container, doc, { deviceId, opHref, onFinding } 
   const stepCol = doc.step !== null && doc.step !== undefined;
   // legend entries only for the parts some device has
   const has = (k) => doc.devices.some((x) => (x.overlap || {})[k] > 0);
-  container.append(h("div", { class: "dop-overlaps" }, doc.devices.map(overlapLine)),
+  // a collective group's peer wait and transfer (the whole capture, from /collectives)
+  const joined = collectives && collectives.state === "joined";
+  const split = new Map((joined ? collectives.groups || [] : []).filter((g) => String(g.device) === String(dev.device))
+    .map((g) => [g.name, g]));
+  const splitCell = (o) => {
+    if (o.class !== "collective") return null;
+    const g = split.get(o.name);
+    if (!g) {
+      const why = !collectives || collectives.state === "pending" ? "matching with the other hosts…"
+        : collectives.state === "alone" ? "wait and transfer cannot be told apart without the other participants' profiles"
+          : joined ? "not matched with the other participants" : (collectives.note || "");
+      return h("div", { class: "pd-small pd-muted dop-split" }, why);
+    }
+    const all = Math.max(g.wait_ns + g.transfer_ns, 1);
+    return h("div", { class: "pd-small dop-split", "data-wait": String(g.wait_ns) },
+      h("span", { class: "dop-split-bar", "aria-hidden": "true" },
+        h("span", { class: "dop-split-wait", style: { width: `${100 * g.wait_ns / all}%` } })),
+      ` peer wait ${formatNs(g.wait_ns)} · transfer ${formatNs(g.transfer_ns)}`,
+      stepCol ? " (whole capture)" : "");
+  };
+  container.append(h("div", { class: "dop-overlaps" }, doc.devices.map((x) => overlapLine(x, collectives))),
     h("div", { class: "pd-legend pd-small" },
       has("compute_ns") ? h("span", { class: "pd-legend-item" }, h("span", { class: "chip dop-compute" }), "compute") : null,
       has("copies_exposed_ns") ? h("span", { class: "pd-legend-item" }, h("span", { class: "chip dop-copy" }), "copies not under compute") : null,
@@ -92,7 +119,7 @@ export function renderDeviceOps(container, doc, { deviceId, opHref, onFinding } 
         (o.longest.track ? ` on ${o.longest.track}` : "") + (o.category ? `\ncategory: ${o.category}` : "") +
         (o.short_calls ? `\n${o.short_calls} calls shorter than the launch latency` : "") },
     h("td", {}, href ? h("a", { class: "dop-open", href, target: "_blank", rel: "noopener",
-      title: "Open the trace viewer at this op's longest instance" }, name) : name),
+      title: "Open the trace viewer at this op's longest instance" }, name) : name, splitCell(o)),
     h("td", { class: "pd-small" }, CLASS_LABEL[o.class] || o.class),
     h("td", { class: "pd-num" }, String(o.calls)),
     h("td", { class: "pd-num dop-total" }, formatNs(o.total_ns)),

@@ -16,6 +16,9 @@ export const CAUSE_LABELS = {
   other_idle: "Other idle (short gaps / no device activity)",
   busy: "Busy",
   host_step: "Host step (no device activity)",
+  // not idle: busy time inside collectives spent waiting for the last participant (GUIDE §4)
+  peer_wait: "Peer wait at collectives (busy, waiting for the last participant)",
+  device_compute: "Device compute (more work than its peers)",
 };
 
 export const CAUSE_COLORS = {
@@ -34,6 +37,8 @@ export const CAUSE_COLORS = {
   other_idle: "#dcdcdc",
   busy: "#2ca02c",
   host_step: "#9ecae1",
+  peer_wait: "#5254a3",
+  device_compute: "#31a354",
 };
 
 export function causeLabel(cause) {

@@ -11,7 +11,10 @@ export function stepSegments(step, deviceKey, hostOnly) {
   const d = (step.devices || {})[String(deviceKey)];
   if (!d) return [];
   const segs = [];
-  if (d.busy_ns > 0) segs.push({ cause: "busy", ns: d.busy_ns });
+  // peer wait is busy time (inside collectives), drawn as its own part of the busy bar
+  const pw = Math.min(Math.max(d.peer_wait_ns || 0, 0), d.busy_ns || 0);
+  if (d.busy_ns - pw > 0) segs.push({ cause: "busy", ns: d.busy_ns - pw });
+  if (pw > 0) segs.push({ cause: "peer_wait", ns: pw });
   const causes = Object.entries(d.idle_by_cause_ns || {}).sort((a, b) => b[1] - a[1]);
   let named = 0;
   for (const [cause, ns] of causes) {
@@ -85,7 +88,9 @@ export function renderStepsChart(container, diag, { deviceKey, selectedStep, onS
     g.setAttribute("tabindex", "0");
     g.setAttribute("role", "button");
     const title = document.createElementNS(SVG, "title");
+    const pw = b.segments.find((x) => x.cause === "peer_wait");
     title.textContent = `Step ${b.id}: ${formatNs(b.total_ns)}` + (hostOnly ? " (host only: no device activity)" : `, duty cycle ${formatPct(b.duty_cycle)}`) +
+      (pw && b.total_ns > 0 ? ` — ${(100 * pw.ns / b.total_ns).toFixed(0)} points of it waiting for peers at collectives` : "") +
       (b.recompile ? ` — ${b.compileWord}` : "") + (b.outlier ? " — outlier" : "") +
       b.segments.map((s) => `\n${causeLabel(s.cause)}: ${formatNs(s.ns)}`).join("");
     g.appendChild(title);

@@ -17,9 +17,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SYN = os.path.join(ROOT, "testdata", "synthetic", "logdir")
 CAP = os.path.join(ROOT, "testdata", "captures")
 
-# (demo run name, source folder): most telling first; real CPU captures, then host-only last
+# (demo run name, source folder): most telling first (a GPU run losing a third to its input,
+# then a pod whose hosts wait for one); real CPU captures, then host-only last
 ORDER = [
     ("01_pytorch_gpu_input_bound", os.path.join(SYN, "kineto_data_loading")),
+    # a real 4-process JAX job (gloo all-reduce): three hosts wait ~30 ms a step for host2's input
+    ("01b_real_jax_pod_straggler", os.path.join(CAP, "jax_pod", "data_loading_straggler")),
     ("02_tpu_input_bound", os.path.join(SYN, "xla_tpu_data_loading")),
     ("03_pytorch_gpu_nonzero_sync", os.path.join(SYN, "kineto_sync_nonzero")),
     ("04_xla_gpu_recompilation", os.path.join(SYN, "xla_gpu_recompile")),

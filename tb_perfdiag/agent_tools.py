@@ -291,8 +291,56 @@ class Tools:
         hosts = self._run(base_run).hosts()
         return host if host in hosts else self._host(base_run, None)
 
+    @tool("Who everyone waits for at collectives: without host, the run's collectives (instances "
+          "matched, per op peer wait and transfer, last arrivers, clocks) and per host its peer "
+          "wait per step, last arrivals and straggler verdict with cause, stragglers first; with "
+          "host, its collectives per op (instances, peer wait, transfer, whom it waited for, the "
+          "steps) and its peer wait per step.")
+    def collectives(self, run: Run, host: Annotated[Optional[str], Field(
+                        description="one host's collectives; left out: the run's summary")] = None,
+                    span: Span = None, offset: Offset = 0,
+                    limit: Annotated[int, Field(description="most hosts in the page (run "
+                                                            "summary)", ge=1, le=10000)] = 50,
+                    threshold_us: Threshold = 5.0, kernels_only: KernelsOnly = False,
+                    max_bytes: MaxBytes = DEFAULT_MAX_BYTES) -> dict:
+        if host is not None:
+            p = self._params("collectives", run, host, span, threshold_us, kernels_only)
+            doc = self.service.collectives_json(p, wait=True)
+            steps = doc.pop("step_peer_wait_ns", None)
+            if steps is not None:          # a list, so that a long run is trimmed, not refused
+                doc["step_peer_wait_ns"] = [{"step": int(k), "devices": v}
+                                            for k, v in steps.items()]
+            return trim({"run": p.run, **doc}, max_bytes)
+        r = self._run(run)
+        q = parse("hosts", {"run": r.name, "threshold_us": repr(float(threshold_us)),
+                            "kernels_only": "1" if kernels_only else "0", "wait": "1"})
+        summary = self.service.hosts_json(q)
+        keep = ("host", "span", "status", "error", "duty_cycle", "typical_step_ns",
+                "peer_wait_ns", "peer_wait_total_ns", "peer_wait_points", "last_arrivals",
+                "caused_wait_per_step_ns", "straggler", "straggler_cause", "straggler_reason",
+                "straggler_steps", "lateness_ns")
+        rows = []
+        for x in summary["hosts"]:
+            row = {k: x[k] for k in keep if k in x}
+            row["waited_for"] = dict(list((x.get("waited_for") or {}).items())[:3])
+            rows.append(row)
+        coll = dict(summary.get("collectives") or {})
+        if coll:    # per-host maps of a large pod are bounded: the rows carry each host's own
+            offs = coll.pop("clock_offsets", {}) or {}
+            coll["clock_offsets_applied"] = [{"host": h, **o} for h, o in offs.items()
+                                             if o.get("applied")][:20]
+            coll["last_arrivers"] = dict(list((coll.get("last_arrivers") or {}).items())[:10])
+            coll["unmatched"] = (coll.get("unmatched") or [])[:10]
+        head = {"run": r.name, "collectives": coll or None,
+                "stragglers": summary.get("stragglers"),
+                "note": None if summary.get("collectives") else
+                "no collectives matched across this run's hosts (none ran any, or only one "
+                "host's profile holds them)"}
+        return page(head, "hosts", rows[offset:offset + limit], offset, len(rows), max_bytes)
+
     @tool("Check a run against budgets (least duty cycle, most idle of a cause, most slowdown "
-          "against a baseline) per device and typical step: pass/fail, as tb-perfdiag check.")
+          "against a baseline, most peer wait at collectives) per device and typical step: "
+          "pass/fail, as tb-perfdiag check.")
     def check(self, run: Run, host: Annotated[Optional[str], Field(
                   description="host to check; left out: every host of the run")] = None,
               span: Span = None,
@@ -310,6 +358,9 @@ class Tools:
               max_regression: Annotated[Optional[float], Field(
                   description="with baseline_run: most the typical step may slow down, a "
                               "fraction (0.05)")] = None,
+              max_peer_wait: Annotated[Optional[float], Field(
+                  description="most busy time spent waiting for peers at collectives per "
+                              "typical step, a fraction of the step (0.1)")] = None,
               threshold_us: Threshold = 5.0, kernels_only: KernelsOnly = False,
               max_bytes: MaxBytes = DEFAULT_MAX_BYTES) -> dict:
         for cause in max_idle or {}:
@@ -317,12 +368,13 @@ class Tools:
                 raise BadRequest(f"max_idle: {cause!r} is no cause; causes: {', '.join(C.ALL)}")
         budgets = Budgets(_fraction("min_duty", min_duty),
                           {c: _fraction(f"max_idle[{c}]", v) for c, v in (max_idle or {}).items()},
-                          _fraction("max_regression", max_regression, at_most_one=False))
+                          _fraction("max_regression", max_regression, at_most_one=False),
+                          _fraction("max_peer_wait", max_peer_wait))
         if (baseline_run is None) != (max_regression is None):
             raise BadRequest("baseline_run and max_regression go together")
         if budgets.empty():
-            raise BadRequest("nothing to check: give min_duty, max_idle or baseline_run with "
-                             "max_regression")
+            raise BadRequest("nothing to check: give min_duty, max_idle, max_peer_wait or "
+                             "baseline_run with max_regression")
         hosts = [self._host(run, host)] if host is not None else self._run(run).hosts()
         checked = []
         for h in hosts:

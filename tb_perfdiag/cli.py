@@ -156,9 +156,14 @@ def _profiles(path: str) -> list:
 def _latest_per_host(path: str, host: str | None = None) -> list:
     """[(host, label, file)]: a file as it is; a folder: the newest span of each host (as
     the tab opens it), only ``host`` when given."""
+    return [x[1:] for x in _latest_sources(path, host)]
+
+
+def _latest_sources(path: str, host: str | None = None) -> list:
+    """[(run, host, label, file)] as ``_latest_per_host`` (run and host None for a file)."""
     _exists(path)
     if not is_folder(path):                 # any logdir URL TensorBoard takes (api.is_folder)
-        return [(None, os.path.basename(path.rstrip("/")), path)]
+        return [(None, None, os.path.basename(path.rstrip("/")), path)]
     skipped: list = []
     runs = scan_logdir(path, skipped)
     _skipped_said(path, any(r.sources for r in runs.values()), skipped)
@@ -168,23 +173,14 @@ def _latest_per_host(path: str, host: str | None = None) -> list:
             k = (run.name, s.host)
             if k not in best or s.order_key > best[k].order_key:     # discovery.SPAN_RULE
                 best[k] = s
-    out = [(h, f"{run} · {h}" + (f" · {span_label(s)}" if s.span else ""), s.path)
+    out = [(run, h, f"{run} · {h}" + (f" · {span_label(s)}" if s.span else ""), s.path)
            for (run, h), s in sorted(best.items())]
     if host is not None:
-        out = [x for x in out if x[0] == host]
+        out = [x for x in out if x[1] == host]
         if not out:
             raise UsageError(f"no host {host!r} under {path}; hosts: "
                              f"{', '.join(sorted({h for _, h in best}))}")
     return out
-
-
-def _one(path: str, host: str | None, what: str) -> tuple:
-    got = _latest_per_host(path, host)
-    if len(got) > 1:
-        raise UsageError(f"{what} {path} holds {len(got)} profiles "
-                         f"({', '.join(label for _, label, _ in got[:6])}): pass one file, or "
-                         f"a host with --host")
-    return got[0]
 
 
 def _diagnose(path: str, opt: Options):
@@ -353,11 +349,63 @@ def cmd_diagnose(args) -> int:
     return rc
 
 
+def _peer_waits(diags: dict) -> dict:
+    """{(run, host): (peer wait per step and device or None, why None, whom it waited for
+    most)} of diagnosed hosts {(run, host): diagnosis}: each run's collectives joined
+    across its hosts (a file alone: across its own devices), as the pod summary joins them."""
+    from .analysis.collectives import host_figures
+    from .analysis.compare import peer_wait_cells
+    from .render.collectives import ALONE_SHORT
+    from .render.pod import collective_join, summary_row
+    by_run: dict = {}
+    for (run, host), diag in diags.items():
+        by_run.setdefault(run, []).append((host, diag))
+    out = {}
+    for run, members in by_run.items():
+        rows = [summary_row(host or "", "", diag) for host, diag in members if diag is not None]
+        j = collective_join(rows)
+        figs = host_figures(j, {r["host"]: r.get("steps") for r in rows}) if j else {}
+        for host, diag in members:
+            cells = peer_wait_cells(j, host or "", diag) if diag is not None else None
+            who = next(iter((figs.get(host or "") or {}).get("waited_for") or {}), None)
+            out[(run, host)] = (cells, "" if cells is not None else ALONE_SHORT, who)
+    return out
+
+
+def _run_diagnoses(path: str, run, opt: Options, have: dict) -> dict:
+    """{(run, host): diagnosis or None} of every host of ``run`` under ``path`` (its
+    latest spans; ``have``: those already diagnosed); a host that cannot be read is None."""
+    out = dict(have)
+    if run is None:
+        return out
+    for r, h, _, p in _latest_sources(path):
+        if r == run and (r, h) not in out:
+            try:
+                out[(r, h)] = _diagnose(p, opt)
+            except InputError:
+                out[(r, h)] = None
+    return out
+
+
+def _compared_side(path: str, host, what: str, opt: Options) -> tuple:
+    """(label, diagnosis, peer wait cells or None) of one side of ``compare``."""
+    got = _latest_sources(path, host)
+    if len(got) > 1:
+        raise UsageError(f"{what} {path} holds {len(got)} profiles "
+                         f"({', '.join(x[2] for x in got[:6])}): pass one file, or "
+                         f"a host with --host")
+    run, h, label, file = got[0]
+    diag = _diagnose(file, opt)
+    diags = _run_diagnoses(path, run, opt, {(run, h): diag}) if diag.collectives is not None \
+        and len(diag.collectives) else {(run, h): diag}
+    return label, diag, _peer_waits(diags)[(run, h)][0]
+
+
 def cmd_compare(args) -> int:
     opt = _options(args)
-    _, la, pa = _one(args.before, args.host, "BEFORE")
-    _, lb, pb = _one(args.after, args.host, "AFTER")
-    cmp = compare_diagnoses(_diagnose(pa, opt), _diagnose(pb, opt), (la, lb))
+    la, da, peer_a = _compared_side(args.before, args.host, "BEFORE", opt)
+    lb, db, peer_b = _compared_side(args.after, args.host, "AFTER", opt)
+    cmp = compare_diagnoses(da, db, (la, lb), (peer_a, peer_b))
     top = DEFAULT_TOP if args.top is None else args.top
     if args.json:
         _dump(compare_render.comparison_json(cmp, top if args.top is not None else
@@ -369,22 +417,34 @@ def cmd_compare(args) -> int:
 
 
 def cmd_check(args) -> int:
-    budgets = Budgets(args.min_duty, dict(args.max_idle_cause or []), args.max_regression)
+    budgets = Budgets(args.min_duty, dict(args.max_idle_cause or []), args.max_regression,
+                      args.max_peer_wait)
     if (args.baseline is None) != (args.max_regression is None):
         raise UsageError("--baseline and --max-regression go together")
     if budgets.empty():
-        raise UsageError("nothing to check: give --min-duty, --max-idle-cause or "
-                         "--baseline with --max-regression")
+        raise UsageError("nothing to check: give --min-duty, --max-idle-cause, "
+                         "--max-peer-wait or --baseline with --max-regression")
     opt = _options(args)
     t0 = time.perf_counter()
     checked = []
     try:
-        targets = _latest_per_host(args.path, args.host)
+        targets = _latest_sources(args.path, args.host)
         base = _latest_per_host(args.baseline, None) if args.baseline else []
     except InputError as e:          # still reported in every output, JUnit included
         targets, base = [], []
         checked.append((args.path, args.path, str(e)))
-    for host, label, path in targets:
+    peers, diags = {}, {}
+    if budgets.max_peer_wait is not None and targets:
+        # peer wait needs every host of a run, checked or not (--host checks one)
+        for run, host, _, path in targets:
+            try:
+                diags[(run, host)] = _diagnose(path, opt)
+            except InputError:
+                diags[(run, host)] = None
+        for run in {t[0] for t in targets}:
+            diags = _run_diagnoses(args.path, run, opt, diags)
+        peers = _peer_waits(diags)
+    for run, host, label, path in targets:
         cmp = None
         if base:
             bh = [b for b in base if b[0] == host] or (base if len(base) == 1 else [])
@@ -392,10 +452,11 @@ def cmd_check(args) -> int:
                 raise UsageError(f"the baseline {args.baseline} holds several profiles and "
                                  f"none of host {host!r}: pass one file")
         try:
-            diag = _diagnose(path, opt)
+            diag = diags.get((run, host)) or _diagnose(path, opt)
             if base:
                 cmp = compare_diagnoses(_diagnose(bh[0][2], opt), diag, (bh[0][1], label))
-            checked.append((label, path, check_budgets(diag, budgets, cmp)))
+            cells, why, who = peers.get((run, host), (None, "", None))
+            checked.append((label, path, check_budgets(diag, budgets, cmp, cells, why, who)))
         except InputError as e:
             checked.append((label, path, str(e)))
     elapsed = time.perf_counter() - t0
@@ -512,6 +573,10 @@ def parser() -> argparse.ArgumentParser:
     pk.add_argument("--max-idle-cause", type=_idle_budget, action="append", metavar="CAUSE=P%",
                     help="most idle of CAUSE per typical step, as a share of the step "
                          f"(repeatable; causes: {', '.join(C.ALL)})")
+    pk.add_argument("--max-peer-wait", type=_fraction, metavar="P%",
+                    help="most busy time spent waiting for peers at collectives per typical "
+                         "step, as a share of the step, on every device (the run's hosts "
+                         "matched as the pod summary does; 10%%)")
     pk.add_argument("--baseline", metavar="OLD", help="a run to compare with")
     pk.add_argument("--max-regression", type=_growth, metavar="P%",
                     help="with --baseline: most the typical step may slow down (5%%)")

@@ -102,6 +102,7 @@ ROUTES = {
                     "hosts_limit", "sort", "order")),
     "progress": Route(_FILE),
     "compare": Route(_FILE + ("base_run", "base_host", "base_span", "top")),
+    "collectives": Route(_FILE),
     "version": Route(()),
     "status": Route(()),
 }

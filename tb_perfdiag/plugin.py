@@ -95,6 +95,7 @@ class DiagnosePlugin(base_plugin.TBPlugin):
             "/hosts": self._serve_hosts,
             "/progress": self._serve_progress,
             "/compare": self._serve_compare,
+            "/collectives": self._serve_collectives,
             "/version": self._serve_version,
             "/status": self._serve_status,
         }
@@ -172,6 +173,10 @@ class DiagnosePlugin(base_plugin.TBPlugin):
     @wrappers.Request.application
     def _serve_compare(self, request):
         return self._large(request, "compare")
+
+    @wrappers.Request.application
+    def _serve_collectives(self, request):
+        return self._respond(request, "collectives", self._service.collectives_json)
 
     @wrappers.Request.application
     def _serve_timeline(self, request):

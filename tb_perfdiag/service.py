@@ -25,7 +25,7 @@ from collections import OrderedDict
 from ._version import __version__
 from .analysis import Options, analyse
 from .analysis.budgets import Budgets, check as check_budgets
-from .analysis.compare import compare
+from .analysis.compare import compare, no_collectives, peer_wait_cells
 from .analysis.diagnosis import gap_detail, host_context
 from .analysis.timeline import annotation_spans, lanes
 from .analysis.steps import unknown_step
@@ -36,11 +36,15 @@ from .discovery import Catalog, span_label
 from .errors import FileGone, NotFound, TraceError, TraceTooLarge, trace_error
 from .codec import Failure
 from .pod import Engine, PodJob, decode_result
+from .params import parse
 from .progress import NULL, Progress
+from .analysis.collectives import host_figures
 from .render import chrome
+from .render import collectives as coll_render
 from .render.compare import comparison_json
 from .render.device_ops import TOP as TOP_OPS, device_ops_json
 from .render.json import diagnosis_json, gap_records, gap_row, gaps_page, json_bytes
+from .render.pod import collective_join, summary_row
 from .storage import Underestimated, file_identity, open_file
 from .trace import detect_format, load_open
 
@@ -187,6 +191,7 @@ class DiagnosisService:
         self._refused: OrderedDict = OrderedDict()   # file identity → its TraceError
         self._refused_lock = threading.Lock()
         self._pods: dict = {}            # (run, options, files as listed) → PodJob
+        self._joins: dict = {}           # a finished job (or one file) → (Join, host figures)
         self._pods_lock = threading.Lock()
         self._progress: dict = {}        # cache key → Progress of the analysis under way
         self._progress_lock = threading.Lock()
@@ -333,12 +338,23 @@ class DiagnosisService:
         process analysed the host already; the other hosts are analysed as Dask tasks in
         the background and each call answers with the rows done so far (``complete``
         false until all are), or waits for all with ``wait=1``."""
-        run = self.catalog.runs().get(params.run)
+        job = self._pod_job(params.run, self._options(params))
+        if params.wait:
+            job.wait()
+        else:   # a pod already in the store answers whole at the first call
+            job.known.wait(STORED_ROWS_WAIT_S)
+        desc = None if not params.order else params.order == "desc"
+        return job.snapshot(params.sort or "straggler", desc, params.hosts_offset,
+                            params.hosts_limit)
+
+    def _pod_job(self, run_name: str, opt: Options) -> PodJob:
+        """The job summarising every host of run ``run_name`` with options ``opt`` (the
+        running or finished one for the files as listed, else a new one)."""
+        run = self.catalog.runs().get(run_name)
         if run is None:
-            run = self.catalog.runs(refresh=True).get(params.run)
+            run = self.catalog.runs(refresh=True).get(run_name)
         if run is None:
-            raise NotFound("no such run in the logdir", run=params.run)
-        opt = self._options(params)
+            raise NotFound("no such run in the logdir", run=run_name)
         sources = [self.catalog.find(run.name, h) for h in run.hosts()]
         sources = [s for s in sources if s is not None]
         # the files as listed (size, mtime) pick the job, so a poll costs no I/O per
@@ -352,13 +368,78 @@ class DiagnosisService:
             self._pods[key] = job                # most recent last
             while len(self._pods) > MAX_POD_JOBS:
                 self._pods.pop(next(iter(self._pods))).cancel()
-        if params.wait:
-            job.wait()
-        else:   # a pod already in the store answers whole at the first call
-            job.known.wait(STORED_ROWS_WAIT_S)
-        desc = None if not params.order else params.order == "desc"
-        return job.snapshot(params.sort or "straggler", desc, params.hosts_offset,
-                            params.hosts_limit)
+        return job
+
+    def run_join(self, params, wait: bool = False):
+        """(the run's collective join or None, every host's figures from it, the host's
+        own row, a state): ``joined``; ``pending`` while the run's other hosts are
+        analysed (``wait``: until they are); ``alone`` when no other participant shares
+        this host's collectives; ``none`` when it has none; ``other_span`` when the
+        capture asked for is not the one the run's summary joins (each host's latest)."""
+        src = self._source(params)
+        diag = self._diagnosis(params)
+        opt = self._options(params)
+        own = summary_row(src.host, src.span, diag)
+        if not own.get("collectives_table"):
+            return None, {}, own, {"state": "none"}
+        run = self.catalog.runs().get(params.run)
+        if run is None or len(run.hosts()) < 2:
+            rows, key = [own], (self._identity(src), opt.key())
+        else:
+            latest = self.catalog.find(params.run, src.host)
+            if latest is not None and latest.path != src.path:
+                return None, {}, own, {"state": "other_span"}
+            job = self._pod_job(params.run, opt)
+            if wait:
+                job.wait()
+            if not job.complete:
+                rows_now = list(job.rows.values())
+                return None, {}, own, {"state": "pending", "hosts": len(rows_now),
+                                       "done": sum(r.get("status") != "pending"
+                                                   for r in rows_now)}
+            rows, key = [dict(r) for r in job.rows.values()], job   # finished: its rows stay
+        with self._pods_lock:
+            hit = self._joins.get(key)
+        if hit is None:
+            j = collective_join(rows)
+            ok = {r["host"]: r.get("steps") for r in rows if r.get("status") == 200}
+            hit = (j, host_figures(j, ok) if j is not None else {})
+            with self._pods_lock:
+                self._joins[key] = hit
+                while len(self._joins) > MAX_POD_JOBS:
+                    self._joins.pop(next(iter(self._joins)))
+        j, figs = hit
+        failed = [r for r in rows if r.get("status") != 200]
+        if j is None or src.host not in figs:
+            return None, {}, own, {"state": "alone", "failed": failed, "hosts": len(rows)}
+        return j, figs, own, {"state": "joined", "failed": [r["host"] for r in failed]}
+
+    def collectives_json(self, params, wait: bool = False):
+        """The Collectives card of one host: its collectives matched with the other
+        participants of the run (per op: instances, peer wait, transfer, whom it waited
+        for, the steps), its peer wait per step and device, the run's stragglers; or why
+        there is no such figure (``state``)."""
+        j, figs, own, st = self.run_join(params, wait)
+        if j is None:
+            out = {"state": st["state"], "host": params.host}
+            if st["state"] == "alone":
+                out.update(coll_render.alone_json(own, st["failed"], st["hosts"]))
+            elif st["state"] == "pending":
+                out.update(hosts=st["hosts"], done=st["done"],
+                           note="matching this host's collectives with the other hosts' "
+                                f"({st['done']} of {st['hosts']} analysed)")
+            elif st["state"] == "other_span":
+                out["note"] = ("this is not the host's latest capture: the run's collectives "
+                               "are matched across each host's latest capture only")
+            else:
+                out["note"] = "no collective ops on this host's devices"
+            return out
+        diag = self._diagnosis(params)
+        with self.budget.admit(RENDER_PEAK, what="collectives"):
+            out = coll_render.host_json(j, self._source(params).host, diag, figs,
+                                        len(diag.steps) or None)
+        out["failed_hosts"] = st["failed"]
+        return out
 
     def close(self) -> None:
         """Stops the pod jobs and the local Dask cluster (TensorBoard exiting does the
@@ -453,12 +534,33 @@ class DiagnosisService:
             doc["devices"] = [d for d in doc["devices"] if d["device"] == device]
         return finish(doc)
 
+    def peer_wait(self, params, diag) -> tuple:
+        """(peer wait per step and device of the host ``params`` name, or None; why None;
+        whom it waited for most): from the run's collective join, waiting for the run's
+        other hosts to be analysed."""
+        j, figs, _, st = self.run_join(params, wait=True)
+        if j is None:
+            return None, coll_render.ALONE_SHORT if st["state"] == "alone" else \
+                "peer wait is matched on each host's latest capture only", None
+        host = self._source(params).host
+        who = next(iter((figs.get(host) or {}).get("waited_for") or {}), None)
+        return peer_wait_cells(j, host, diag), "", who
+
+    def _peer_of(self, params, run, host, span, diag):
+        """``peer_wait`` of another file (a comparison's base) with ``params``' options."""
+        if no_collectives(diag):
+            return None
+        return self.peer_wait(self._as_file(params, run, host, span), diag)[0]
+
     def check(self, params, budgets: Budgets, base=None) -> list:
         """``tb-perfdiag check`` of the file ``params`` name: its budget ``Result``s, with
         ``base`` (the baseline's file parameters) for ``max_regression``."""
         after = self._diagnosis(params)
+        peer = ()
+        if budgets.max_peer_wait is not None and not no_collectives(after):
+            peer = self.peer_wait(self._as_file(params), after)
         if base is None:
-            return check_budgets(after, budgets)
+            return check_budgets(after, budgets, None, *peer)
         src, bsrc = self._source(params), self._source(base)
         try:
             before = self._diagnose_source(bsrc, self._options(params))
@@ -467,7 +569,16 @@ class DiagnosisService:
         with self.budget.admit(PEAK_PER_DIAG_BYTE * (before.nbytes() + after.nbytes()),
                                what="comparison"):
             cmp = compare(before, after, (_label(base.run, bsrc), _label(params.run, src)))
-        return check_budgets(after, budgets, cmp)
+        return check_budgets(after, budgets, cmp, *peer)
+
+    @staticmethod
+    def _as_file(params, run=None, host=None, span=None):
+        """A route's parameters as one file's (its run, host and span, or those given, with
+        its options)."""
+        return parse("collectives", {"run": run or params.run, "host": host or params.host,
+                                     "span": (span if run else params.span) or "",
+                                     "threshold_us": repr(params.threshold_us),
+                                     "kernels_only": "1" if params.kernels_only else "0"})
 
     def _base_source(self, params):
         base = self.catalog.find(params.base_run, params.base_host, params.base_span)
@@ -486,9 +597,12 @@ class DiagnosisService:
             before = self._diagnose_source(base, self._options(params))
         except TraceError as e:
             raise trace_error(e, run=params.base_run, host=params.base_host) from None
+        peer = (self._peer_of(params, params.base_run, base.host, base.span, before),
+                self._peer_of(params, params.run, src.host, src.span, after))
         est = PEAK_PER_DIAG_BYTE * (before.nbytes() + after.nbytes()) + RENDER_PEAK
         with self.budget.admit(est, what="comparison"):
-            cmp = compare(before, after, (_label(params.base_run, base), _label(params.run, src)))
+            cmp = compare(before, after, (_label(params.base_run, base), _label(params.run, src)),
+                          peer)
             out = comparison_json(cmp, params.top, with_steps)
             out["before"].update(run=params.base_run, host=base.host, span=base.span)
             out["after"].update(run=params.run, host=src.host, span=src.span)
@@ -541,9 +655,10 @@ class DiagnosisService:
         plugin's trace viewer, Perfetto and chrome://tracing."""
         diag = self._diagnosis(params)
         est = PEAK_PER_GAP_ROW * len(diag.gaps) + RENDER_PEAK
+        waits, note = self._wait_slices(params, diag)
         if params.gap is None and not params.with_events:
             with self.budget.admit(est, what="overlay"):
-                return finish(chrome.overlay(diag))
+                return finish(chrome.overlay(diag, waits=waits, waits_note=note))
         focus = None
         if params.gap is not None:
             focus = gap_row(diag, params.gap)
@@ -562,7 +677,18 @@ class DiagnosisService:
                                                                     trace.n_events)
             with self.budget.admit(est, what="overlay with events"):
                 spans = annotation_spans(trace, window[0], window[1], ctx.origin)
-                return finish(chrome.overlay(diag, window, trace, focus, spans))
+                return finish(chrome.overlay(diag, window, trace, focus, spans, waits=waits,
+                                             waits_note=note))
+
+    def _wait_slices(self, params, diag) -> tuple:
+        """(the peer-wait part of each collective op of this host, or None; why none): the
+        overlay waits for the run's other hosts to be analysed (it is kept as built)."""
+        j, _, _, st = self.run_join(params, wait=True)
+        if j is None:
+            return None, {"none": None, "alone": coll_render.ALONE,
+                          "other_span": "peer wait is matched on each host's latest capture "
+                                        "only"}.get(st["state"])
+        return coll_render.wait_slices(j, self._source(params).host, diag), None
 
 
 class _Detail:

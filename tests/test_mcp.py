@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from conftest import IN_CI, ROOT, gzip_bomb
+from test_collectives_faces import STEPS, write_run
 
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import demo_logdir  # noqa: E402
@@ -22,12 +23,14 @@ from tb_perfdiag.analysis import causes as C  # noqa: E402
 from tb_perfdiag.analysis.budgets import Budgets, check as check_budgets  # noqa: E402
 
 LIMIT = 64 * 1024
-TOOLS = {"list_runs", "summary", "gaps", "gap", "findings", "device_ops", "compare", "check"}
+TOOLS = {"list_runs", "summary", "gaps", "gap", "findings", "device_ops", "compare", "check",
+         "collectives"}
 INPUT, LAUNCH, NONZERO = ("01_pytorch_gpu_input_bound", "07_pytorch_gpu_launch_bound",
                           "03_pytorch_gpu_nonzero_sync")
 TWO_DEVICES = "05_tpu_two_devices_h2d_collective/2026_11_22_06_01_00"   # <folder>/<capture>
 JAX = "11_real_jax_cpu/2026_11_22_05_09_01"
 BROKEN = "broken_run/2026_01_01_00_00_00"
+RANKS = "ranks_slow"       # 4 ranks, one GPU each, rank2 late 600 µs at every all-reduce
 
 
 def _need_mcp():
@@ -92,6 +95,7 @@ def logdir(tmp_path_factory):
     secret = outside / "w0.1700000000000.pt.trace.json"
     secret.write_bytes(open(one, "rb").read())
     os.symlink(outside, ld / "escape")                       # a run folder linked out
+    write_run(ld / RANKS, 4, 2, 600)
     (ld / "links").mkdir()
     os.link(one, ld / "links" / "w0.1700000000000.pt.trace.json")
     os.symlink(secret, ld / "links" / "w1.1700000000000.pt.trace.json")   # a file linked out
@@ -303,6 +307,36 @@ def test_check_passes_and_fails_as_the_budgets_say(server, truth):
     assert "no cause" in server.error("check", run=INPUT, max_idle={"gremlins": 0.1})
     bad = server("check", run=BROKEN, min_duty=0.5)      # one unreadable host: said
     assert bad["errors"] == 1 and "badhost.xplane.pb" in bad["profiles"][0]["error"]
+
+
+def test_collectives_name_whom_everyone_waits_for(server):
+    run = server("collectives", run=RANKS)
+    coll = run["collectives"]
+    assert coll["hosts"] == 4 and coll["instances"] == STEPS
+    assert coll["ops"]["all-reduce"]["last_arrivers"] == {"rank2": STEPS}
+    rows = {r["host"]: r for r in run["hosts"]}
+    assert run["total"] == 4 and run["hosts"][0]["host"] == "rank2"      # the straggler first
+    assert [s["host"] for s in run["stragglers"]] == ["rank2"]
+    assert rows["rank2"]["straggler"] and rows["rank2"]["last_arrivals"] == STEPS
+    assert rows["rank2"]["peer_wait_ns"] == 0
+    for h in ("rank0", "rank1", "rank3"):          # each waits 600 µs a step, for rank2
+        assert not rows[h]["straggler"]
+        assert abs(rows[h]["peer_wait_ns"] - 600_000) < 12_000
+        assert next(iter(rows[h]["waited_for"])) == "rank2"
+    one = server("collectives", run=RANKS, host="rank0")
+    assert one["state"] == "joined" and one["ops"][0]["waited_for"][0]["host"] == "rank2"
+    assert [s["step"] for s in one["step_peer_wait_ns"]] == list(range(STEPS))
+    small = server("collectives", run=RANKS, host="rank0", max_bytes=2048)    # within it
+    assert small["state"] == "joined" and small["ops"]
+    paged = server("collectives", run=RANKS, limit=1)
+    assert paged["returned"] == 1 and paged["next_offset"] == 1
+    alone = server("collectives", run=INPUT)          # no collectives at all: said
+    assert alone["collectives"] is None and "no collectives" in alone["note"]
+    chk = server("check", run=RANKS, max_peer_wait=0.2)
+    ok = {p["label"].split(" · ")[1]: p["checks"][0]["ok"] for p in chk["profiles"]}
+    assert ok == {"rank0": False, "rank1": False, "rank2": True, "rank3": False}
+    assert "no run" in server.error("collectives", run="no_such_run")
+    assert "is a path" in server.error("collectives", run=RANKS, host="../x")
 
 
 def test_clear_errors_and_the_server_answers_on(server):

@@ -7,6 +7,10 @@
   step stays within this share of the step window.
 * ``max_regression`` with a baseline: the typical step is at most this much slower than
   the baseline's (a ``compare.Comparison`` of the two, which also names what grew).
+* ``max_peer_wait``: on every device, the busy time spent waiting for peers at collectives
+  per typical step (GUIDE §4, from the run's collective join) stays within this share of
+  the step window.  A device without collectives waits 0; one whose collectives could not
+  be matched with the other participants' fails: its wait cannot be measured.
 
 Results are typed (``Result``); ``render/check.py`` words them for a terminal, JUnit XML
 and GitHub annotations.
@@ -18,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import causes as C
-from .compare import Comparison, step_figures
+from .compare import Comparison, no_collectives, step_figures
 from .result import Diagnosis
 
 
@@ -27,9 +31,11 @@ class Budgets:
     min_duty: float | None = None
     max_idle: dict = field(default_factory=dict)      # cause key → fraction of the step
     max_regression: float | None = None               # fraction; needs a baseline
+    max_peer_wait: float | None = None                # fraction of the step
 
     def empty(self) -> bool:
-        return self.min_duty is None and not self.max_idle and self.max_regression is None
+        return self.min_duty is None and not self.max_idle and self.max_regression is None \
+            and self.max_peer_wait is None
 
 
 @dataclass
@@ -42,13 +48,18 @@ class Result:
     detail: dict = field(default_factory=dict)   # figures behind it (ps per step…)
 
 
-def check(diag: Diagnosis, budgets: Budgets, baseline: Comparison | None = None) -> list:
+def check(diag: Diagnosis, budgets: Budgets, baseline: Comparison | None = None,
+          peer=None, peer_note: str = "", waited_for: str | None = None) -> list:
     """[Result], one per budget and device (``baseline``: the comparison of the baseline
-    run with this one, for ``max_regression``)."""
+    run with this one, for ``max_regression``; ``peer``: the peer wait per step and device,
+    ``compare.peer_wait_cells`` of the run's join, None when unknown — ``peer_note`` says
+    why; ``waited_for``: the participant it waited for most)."""
     out = []
     typ = diag.steps.typical()
     active = [d for d in range(len(diag.devices)) if diag.devices.ops[d] > 0]
-    figs = {d: step_figures(diag, d, typ) for d in active}
+    if peer is None and no_collectives(diag):
+        peer = np.zeros((len(diag.steps), len(diag.devices)))
+    figs = {d: step_figures(diag, d, typ, peer) for d in active}
     figs = {d: f for d, f in figs.items() if f is not None}
     if budgets.min_duty is not None:
         if not figs:
@@ -68,6 +79,20 @@ def check(diag: Diagnosis, budgets: Budgets, baseline: Comparison | None = None)
                               share <= limit, {"cause": cause, "device": diag.devices.name[d],
                                                "idle_ps": idle, "window_ps": f.window,
                                                "steps": f.steps}))
+    if budgets.max_peer_wait is not None:
+        lim = budgets.max_peer_wait
+        for d, f in figs.items():
+            name = diag.devices.name[d]
+            if f.peer_wait is None:
+                out.append(Result("max_peer_wait", name, None, lim, False,
+                                  {"device": name, "reason": peer_note or "its collectives "
+                                   "could not be matched with the other participants'"}))
+                continue
+            share = f.peer_wait / f.window if f.window > 0 else 0.0
+            out.append(Result("max_peer_wait", name, share, lim, share <= lim,
+                              {"device": name, "peer_wait_ps": f.peer_wait,
+                               "window_ps": f.window, "steps": f.steps,
+                               "waited_for": waited_for}))
     if budgets.max_regression is not None and baseline is not None:
         a, b = baseline.sides
         slower = (b.step_time - a.step_time) / a.step_time if a.step_time > 0 else 0.0

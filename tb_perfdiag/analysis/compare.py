@@ -56,6 +56,9 @@ class StepFigures:
     idle_by_cause: np.ndarray  # (n_causes,) float
     short_gaps: float          # gaps under the threshold
     launched: float | None     # device time the steps launched (None: not measured)
+    # busy time spent waiting for peers at collectives (GUIDE §4), part of ``busy``; None:
+    # no join of the run's participants (one file alone, or no collectives)
+    peer_wait: float | None = None
 
     @property
     def duty(self) -> float | None:
@@ -210,6 +213,8 @@ class Comparison:
     highlights: list = field(default_factory=list)
     warnings: list = field(default_factory=list)
     device_ops: list = field(default_factory=list)    # [DeviceOpDelta], largest change first
+    # each side's peer wait per step and device (ps; None: unknown), ``peer_wait_cells``
+    peer: tuple = (None, None)
 
 
 # ---- one side ----
@@ -247,8 +252,10 @@ def side_of(diag: Diagnosis, label: str) -> Side:
         d2h_per_step=d2h / n, h2d_per_step=h2d / n)
 
 
-def step_figures(diag: Diagnosis, device: int, steps: np.ndarray) -> StepFigures | None:
-    """Device ``device``'s means over the steps selected by the bool mask ``steps``."""
+def step_figures(diag: Diagnosis, device: int, steps: np.ndarray,
+                 peer: np.ndarray | None = None) -> StepFigures | None:
+    """Device ``device``'s means over the steps selected by the bool mask ``steps``;
+    ``peer``: the host's peer wait per step and device (``peer_wait_cells``)."""
     S = diag.steps
     if device < 0 or not len(S) or not steps.any() or not S.has_device[device]:
         return None
@@ -257,9 +264,36 @@ def step_figures(diag: Diagnosis, device: int, steps: np.ndarray) -> StepFigures
     launched = None
     if S.launched is not None and (S.launched[steps, device] >= 0).all():
         launched = float(S.launched[steps, device].sum()) / k
+    pw = float(peer[steps, device].sum()) / k if peer is not None else None
     return StepFigures(k, float(win.sum()) / k, float(S.busy[steps, device].sum()) / k,
                        S.idle_by_cause[steps, device, :].sum(axis=0).astype(float) / k,
-                       float(S.small_total[steps, device].sum()) / k, launched)
+                       float(S.small_total[steps, device].sum()) / k, launched, pw)
+
+
+def peer_wait_cells(j, host: str, diag: Diagnosis) -> np.ndarray | None:
+    """(n_steps, n_devices) ps: the peer wait of ``host``'s devices in each step of its
+    diagnosis, from the run's collective join ``j`` (``collectives.Join``), matched by
+    step id and device name; None when ``host`` takes part in no joined instance.
+    Instances launched outside any step count in no cell."""
+    if j is None or host not in j.hosts:
+        return None
+    h = j.hosts.index(host)
+    cols = [c for c, p in enumerate(j.participants) if p.host == h]
+    if not cols or not j.present[:, cols].any():
+        return None
+    S, names = diag.steps, list(diag.devices.name)
+    out = np.zeros((len(S), len(names)), np.float64)
+    row_of = {int(x): i for i, x in enumerate(S.ids.tolist())}
+    for c in cols:
+        name = j.participants[c].device
+        if name not in names:
+            continue
+        d = names.index(name)
+        hit = np.flatnonzero(j.present[:, c])
+        rows = np.array([row_of.get(int(x), -1) for x in j.step[hit, c].tolist()], np.int64)
+        ok = rows >= 0
+        np.add.at(out[:, d], rows[ok], j.wait[hit[ok], c].astype(np.float64) * 1000)
+    return out
 
 
 def _duty(diag: Diagnosis, d: int) -> float | None:
@@ -433,23 +467,34 @@ def match_annotations(a: Diagnosis, b: Diagnosis) -> tuple:
 
 # ---- the comparison ----
 
-def compare(before: Diagnosis, after: Diagnosis, labels=("before", "after")) -> Comparison:
+def no_collectives(diag: Diagnosis) -> bool:
+    """Whether ``diag``'s devices ran no collective op (its peer wait is 0, not unknown)."""
+    return diag.collectives is None or not len(diag.collectives)
+
+
+def compare(before: Diagnosis, after: Diagnosis, labels=("before", "after"),
+            peer: tuple = (None, None)) -> Comparison:
+    """``peer``: each side's peer wait per step and device (``peer_wait_cells`` of its
+    run's collective join), None where unknown (a run without collectives has 0)."""
     sa, sb = side_of(before, labels[0]), side_of(after, labels[1])
     ta, tb = before.steps.typical(), after.steps.typical()
     alla, allb = np.ones(len(before.steps), bool), np.ones(len(after.steps), bool)
+    pa, pb = (p if p is not None or not no_collectives(d) else
+              np.zeros((len(d.steps), len(d.devices))) for p, d in zip(peer, (before, after)))
     devices = []
     for x, y, how in pair_devices(before, after):
         devices.append(DevicePair(
             x, y, before.devices.name[x] if x >= 0 else None,
             after.devices.name[y] if y >= 0 else None, how, _duty(before, x), _duty(after, y),
-            (step_figures(before, x, ta), step_figures(after, y, tb)),
-            (step_figures(before, x, alla), step_figures(after, y, allb))))
+            (step_figures(before, x, ta, pa), step_figures(after, y, tb, pb)),
+            (step_figures(before, x, alla, pa), step_figures(after, y, allb, pb))))
     rename = {p.name_before: p.name_after for p in devices if p.before >= 0 and p.after >= 0}
     findings = match_findings(before, after, rename, sa.step_time)
     ops = match_ops(before, after)
     annotations, unscoped = match_annotations(before, after)
     cmp = Comparison((sa, sb), (before, after), devices, findings, ops, annotations, unscoped)
     cmp.device_ops = match_device_ops(before, after)
+    cmp.peer = (pa, pb)
     cmp.warnings = _warnings(cmp)
     cmp.highlights = highlights(cmp)
     return cmp
@@ -473,6 +518,10 @@ def _warnings(cmp: Comparison) -> list:
             out.append(("unpaired", (p.name_before, p.name_after)))
     if any(d.ops is None for d in cmp.diagnoses):
         out.append(("no_ops", None))
+    for i, d in enumerate(cmp.diagnoses):
+        if not no_collectives(d) and any(p.typical[i] is not None and p.typical[i].peer_wait is None
+                                         for p in cmp.devices):
+            out.append(("peer_wait_unknown", i))
     return out
 
 
@@ -497,6 +546,10 @@ def highlights(cmp: Comparison) -> list:
         if abs(fb.busy - fa.busy) >= NOTE_SHARE * base:
             out.append(Highlight("busy", "", p.name, fa.busy, fb.busy,
                                  abs(fb.busy - fa.busy) / base))
+        if fa.peer_wait is not None and fb.peer_wait is not None and \
+                abs(fb.peer_wait - fa.peer_wait) >= NOTE_SHARE * base:
+            out.append(Highlight("peer_wait", "", p.name, fa.peer_wait, fb.peer_wait,
+                                 abs(fb.peer_wait - fa.peer_wait) / base))
         d = fb.idle_by_cause - fa.idle_by_cause
         for ci in np.argsort(-np.abs(d), kind="stable")[:3].tolist():
             if abs(d[ci]) >= NOTE_SHARE * base:

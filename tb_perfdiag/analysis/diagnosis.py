@@ -32,6 +32,7 @@ from .eventcodes import EventCodes, FewValues
 from .refs import event_refs
 from .ops import op_table
 from .device_ops import device_op_table, fill_overlap
+from .collectives import collective_ops, collective_table
 from .shares import split
 from .notes import capture_notes
 from .tfdata import get_next_spans
@@ -191,6 +192,8 @@ def _diagnose(trace: Trace, opt: Options, progress):
     # and the host timelines built next are not needed for it
     progress.stage(0.15, "device time by annotation")
     dev_ops = np.flatnonzero(trace.is_device_activity(opt.kernels_only))
+    coll_ops = collective_ops(trace, dev_ops)
+    coll_step = ev_step[coll_ops]
     op_paths: dict = {}
     annotations = ann_mod.device_time(trace, dev_ops, ev_step[dev_ops], steps.ids, root,
                                       paths_out=op_paths)
@@ -337,9 +340,13 @@ def _diagnose(trace: Trace, opt: Options, progress):
         warnings.append("no device activity in this trace: it shows host work only "
                         "(a CPU-only run, or the device was not profiled)")
     warnings += capture_notes(trace, devices, step_numbers, origin, threshold_ps)
+    coll = collective_table(trace, coll_ops, coll_step, gaps, dev_lo,
+                            lambda e: trace.strings[int(trace.name[e])])
+    del coll_ops, coll_step
     diag = Diagnosis(source, opt.threshold_us, opt.kernels_only, devices, step_numbers, gaps,
                      detail, annotations, [], small_total, warnings, None,
-                     list(trace.track_label), compilations, transfers, ops, device_ops)
+                     list(trace.track_label), compilations, transfers, ops, device_ops,
+                     coll)
     diag.findings, cited = find_mod.findings(trace, diag, steps, compile_ev, compile_step, ctx)
     sync_events = [e for per_gap in detail.syncs for _, e in per_gap]
     diag.refs = event_refs(trace, [gaps.prev_op, gaps.next_op, gaps.waited_for, gaps.blocking,

@@ -417,6 +417,38 @@ class DeviceOpTable:
 
 
 @dataclass
+class CollectiveTable:
+    """One row per collective op instance on this host's devices (the first
+    ``collectives.MAX_INSTANCES`` in time), in (device, start) order.  Times are ps relative to the
+    trace origin (``Diagnosis.source['origin_ps']``)."""
+
+    device: np.ndarray          # int32 index into Diagnosis.devices
+    key: np.ndarray             # int32 index into ``keys``
+    ordinal: np.ndarray         # int32: k-th op of this key on this device
+    start: np.ndarray           # int64 ps: the arrival on this device
+    end: np.ndarray             # int64 ps (an async pair's ``-done`` end)
+    step: np.ndarray            # int32 index into Diagnosis.steps (−1 none)
+    span_start: np.ndarray      # int64 ps: the previous collective's end on the device
+    span_idle: np.ndarray       # (n, n_causes) int64 ps: idle in gaps over [span_start, start)
+    culprit: np.ndarray         # int32 index into ``names`` (−1): the largest gap's culprit
+    keys: list                  # matching keys
+    kinds: list                 # per key: all-reduce, all-gather, send-recv, …
+    names: list                 # culprit names
+    clock: str = ""             # the host's clock identity (its hostname; "" unknown)
+    dropped: int = 0            # instances past MAX_INSTANCES
+
+    def __len__(self) -> int:
+        return int(self.start.shape[0])
+
+    @staticmethod
+    def empty(n_causes: int = len(C.ALL)) -> "CollectiveTable":
+        z = np.zeros(0, np.int64)
+        i32 = z.astype(np.int32)
+        return CollectiveTable(i32, i32, i32, z, z, i32, z, np.zeros((0, n_causes), np.int64),
+                               i32, [], [], [])
+
+
+@dataclass
 class Finding:
     kind: FindingKind
     title: str
@@ -452,6 +484,9 @@ class Diagnosis:
     transfers: TransferTable | None = None
     ops: OpTable | None = None
     device_ops: DeviceOpTable | None = None
+    # collective op instances on this host's devices (``collectives.py``): what the join
+    # across the participants of a run reads
+    collectives: CollectiveTable | None = None
 
     def nbytes(self) -> int:
         return _nbytes(self)

@@ -28,6 +28,8 @@ def title(r: Result) -> str:
     if r.budget == "max_idle":
         cause, dev = r.detail.get("cause", ""), r.detail.get("device", "")
         return f"{dev} {C.LABELS.get(cause, cause).lower()} idle ≤ {_pct(r.limit)} of the step"
+    if r.budget == "max_peer_wait":
+        return f"{r.subject} peer wait at collectives ≤ {_pct(r.limit)} of the step"
     return f"typical step at most {_pct(r.limit)} slower than the baseline"
 
 
@@ -45,6 +47,16 @@ def message(r: Result) -> str:
         return (f"{d['device']} {C.LABELS[d['cause']].lower()} idle {_ms(d['idle_ps'])} per "
                 f"typical step = {_pct(r.value)} of the step {'≤' if r.ok else '>'} "
                 f"{_pct(r.limit)}")
+    if r.budget == "max_peer_wait":
+        d = r.detail
+        if r.value is None:
+            return (f"{d['device']} peer wait at collectives cannot be measured ({d['reason']}): "
+                    f"the budget of {_pct(r.limit)} of the step is not met")
+        return (f"{d['device']} peer wait at collectives {_ms(d['peer_wait_ps'])} per typical "
+                f"step = {_pct(r.value)} of the step {'≤' if r.ok else '>'} {_pct(r.limit)} "
+                f"(busy time waiting for the last participant"
+                + (f", mostly for {d['waited_for']}" if d.get("waited_for") and r.value else "")
+                + f", {d['steps']} typical steps)")
     d = r.detail
     grew = "; ".join(f"{'device busy' if what == 'busy' else C.LABELS[what].lower() + ' idle'}"
                      f" +{_ms(ps)} per step on {dev}" for ps, what, dev in d.get("grew", []))

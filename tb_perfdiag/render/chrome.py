@@ -113,6 +113,30 @@ def _gap_args(diag: Diagnosis, r: int, gid: str, evidence: str) -> dict:
     return args
 
 
+def _wait_tracks(diag: Diagnosis, waits: list, window: tuple | None) -> list:
+    """Per device a track of the peer wait inside its collectives: one slice from each
+    op's arrival to the last participant's (``render.collectives.wait_slices``), the
+    part of the op that is waiting, not work (GUIDE §4)."""
+    pid, base = PID_DIAGNOSIS, len(diag.devices) + 3
+    lo, hi = window if window is not None else (-np.inf, np.inf)
+    out, named = [], set()
+    for d, start, wait, dur, kind, last in waits:
+        if wait <= 0 or start >= hi or start + wait <= lo:
+            continue
+        if d not in named:
+            named.add(d)
+            out.extend(_thread(pid, base + d, f"{diag.devices.name[d]} peer wait at collectives",
+                               base + d))
+        out.append({"ph": "X", "cat": "peer_wait", "name": f"peer wait ({kind}) for {last}",
+                    "pid": pid, "tid": base + d, "ts": start / 1e6, "dur": wait / 1e6,
+                    "cname": "rail_idle",
+                    "args": {"op": kind, "waited for": last, "peer wait": _dur(wait),
+                             "op duration": _dur(dur), "transfer": _dur(dur - wait),
+                             "definition": "min(op duration, last arrival − own arrival): "
+                                           "busy time waiting for the last participant"}})
+    return out
+
+
 def _diagnosis_tracks(diag: Diagnosis, rows: np.ndarray) -> tuple:
     """(events, tid of each device's gap track) of the Diagnosis process: the gaps
     ``rows``, the steps, the blocking calls of those gaps."""
@@ -175,17 +199,25 @@ def _thread(pid: int, tid: int, name: str, sort: int) -> list:
 
 def overlay(diag: Diagnosis, window: tuple | None = None, trace: Trace | None = None,
             focus: int | None = None, annotations: list | None = None,
-            limit: int = MAX_EVENTS) -> dict:
+            limit: int = MAX_EVENTS, waits: list | None = None,
+            waits_note: str | None = None) -> dict:
     """The Chrome trace of a diagnosis: its gaps (those overlapping ``window`` = (lo_ps,
     hi_ps) when given), steps and blocking calls; with ``trace``, the real events of the
     window (the whole trace when None) around gap row ``focus``, ``annotations`` (from
-    ``analysis.timeline.annotation_spans``) and the waited-for arrows."""
+    ``analysis.timeline.annotation_spans``) and the waited-for arrows; ``waits``: the
+    peer-wait part of each collective op (``render.collectives.wait_slices``), or
+    ``waits_note`` saying why there is none."""
     g = diag.gaps
     rows = np.arange(len(g))
     if window is not None:
         rows = rows[(g.start < window[1]) & (g.end > window[0])]
     events, blocking = _diagnosis_tracks(diag, rows)
+    events.extend(_wait_tracks(diag, waits or [], window))
     other = {"source": diag.source.get("path"), "tool": "tb-perfdiag"}
+    if waits:
+        other["peer_wait_slices"] = sum(1 for w in waits if w[2] > 0)
+    elif waits_note:
+        other["peer_wait"] = waits_note
     if trace is not None:
         lo, hi = window if window is not None else (-np.inf, np.inf)
         real, shown = _real_events(diag, trace, lo, hi, rows, focus, limit, blocking)

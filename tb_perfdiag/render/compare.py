@@ -33,6 +33,10 @@ DEFINITIONS = {
            "in device time, by_host_time host ops by the change in host time (a sync "
            "point blocking longer shows here).",
     "annotations": "Device time per typical step of each annotation path (inclusive).",
+    "peer_wait": "Peer wait: busy time inside collectives spent waiting for the last "
+                 "participant, min(op duration, last arrival − own arrival) per instance, per "
+                 "device and step (GUIDE §4); null when the run's collectives could not be "
+                 "matched with the other participants', 0 for a run without collectives.",
 }
 
 
@@ -53,7 +57,16 @@ def _figures(f: StepFigures | None) -> dict | None:
             "duty_cycle": f.duty, "launched_ns": _ns(f.launched),
             "idle_by_cause_ns": {c: _ns(v) for c, v in zip(C.ALL, f.idle_by_cause.tolist())
                                  if round(v / 1000)},
-            "short_gaps_ns": _ns(f.short_gaps), "other_idle_ns": _ns(f.other_idle)}
+            "short_gaps_ns": _ns(f.short_gaps), "other_idle_ns": _ns(f.other_idle),
+            "peer_wait_ns": _ns(f.peer_wait), "work_duty_cycle": _work(f)}
+
+
+def _work(f: StepFigures):
+    """Duty cycle with the peer wait left out: the share of the window the device did work
+    (None when the peer wait is unknown)."""
+    if f.peer_wait is None or f.window <= 0:
+        return None
+    return (f.busy - f.peer_wait) / f.window
 
 
 def _causes(fa: StepFigures | None, fb: StepFigures | None) -> list:
@@ -80,11 +93,13 @@ def _set(fa, fb) -> dict:
         out["delta"] = {"window_ns": _ns(fb.window) - _ns(fa.window),
                         "busy_ns": _ns(fb.busy) - _ns(fa.busy),
                         "duty_cycle": _delta(fa.duty, fb.duty),
-                        "short_gaps_ns": _ns(fb.short_gaps) - _ns(fa.short_gaps)}
+                        "short_gaps_ns": _ns(fb.short_gaps) - _ns(fa.short_gaps),
+                        "peer_wait_ns": None if fa.peer_wait is None or fb.peer_wait is None
+                        else _ns(fb.peer_wait) - _ns(fa.peer_wait)}
     return out
 
 
-def _side(s, diag: Diagnosis, with_steps: bool) -> dict:
+def _side(s, diag: Diagnosis, with_steps: bool, peer=None) -> dict:
     out = {"label": s.label, "source": dict(s.source),
            "options": {"threshold_us": s.threshold_us, "kernels_only": s.kernels_only},
            "step_source": s.step_source, "steps": s.steps, "typical_steps": len(s.typical_ids),
@@ -98,6 +113,10 @@ def _side(s, diag: Diagnosis, with_steps: bool) -> dict:
                        if diag.devices.ops[d] > 0]}
     if with_steps:
         out["step_chart"] = steps_json(diag)
+        if peer is not None:          # the bars draw peer wait as a part of busy
+            for k, st in enumerate(out["step_chart"]):
+                for d, fig in st["devices"].items():
+                    fig["peer_wait_ns"] = _ns(peer[k, int(d)])
     return out
 
 
@@ -202,11 +221,23 @@ def highlight_text(cmp: Comparison, h) -> str:
         return (f"typical step {_ms(h.before)} → {_ms(h.after)} ({_signed(h.after - h.before)}, "
                 f"{'+' if rel > 0 else '−'}{abs(rel) * 100:.1f}%)")
     if h.what == "duty":
+        pair = next((p for p in cmp.devices if p.name == h.device), None)
+        fa, fb = pair.typical if pair is not None else (None, None)
+        work = ""
+        if fa is not None and fb is not None and _work(fa) is not None and \
+                _work(fb) is not None and (fa.peer_wait or fb.peer_wait):
+            work = (f"; peer wait left out {_pct(_work(fa))} → {_pct(_work(fb))}: the rest was "
+                    "waiting for peers at collectives")
         return (f"{dev}duty cycle per typical step {_pct(h.before)} → {_pct(h.after)} "
-                f"({'+' if h.after > h.before else '−'}{abs(h.after - h.before) * 100:.1f} points)")
+                f"({'+' if h.after > h.before else '−'}{abs(h.after - h.before) * 100:.1f} points"
+                f"{work})")
     if h.what == "busy":
         return (f"{dev}device busy per typical step {_ms(h.before)} → {_ms(h.after)} "
                 f"({_signed(h.after - h.before)})")
+    if h.what == "peer_wait":
+        return (f"{dev}peer wait at collectives per typical step {_ms(h.before)} → "
+                f"{_ms(h.after)} ({_signed(h.after - h.before)}; busy time waiting for the last "
+                "participant)")
     if h.what == "idle_cause":
         return (f"{dev}{C.LABELS[h.subject].lower()} idle per typical step {_ms(h.before)} → "
                 f"{_ms(h.after)} ({_signed(h.after - h.before)})")
@@ -261,6 +292,10 @@ def warning_text(w) -> str:
         return (f"{x[0] or x[1]} has activity only in the {'before' if x[0] else 'after'} run")
     if what == "no_ops":
         return "a diagnosis made before op counts existed: ops are not compared"
+    if what == "peer_wait_unknown":
+        return (f"the {'before' if x == 0 else 'after'} run's peer wait at collectives is "
+                "unknown: its collectives could not be matched with the other participants' "
+                "(not captured, or not analysed)")
     return str(w)
 
 
@@ -278,7 +313,8 @@ def comparison_json(cmp: Comparison, top: int = DEFAULT_TOP, with_steps: bool = 
             "all_steps": {"before_ns": _ns(a.step_time_all), "after_ns": _ns(b.step_time_all)}}
     return {
         "schema_version": SCHEMA_VERSION, "kind": "comparison", "definitions": DEFINITIONS,
-        "before": _side(a, da, with_steps), "after": _side(b, db, with_steps),
+        "before": _side(a, da, with_steps, cmp.peer[0]),
+        "after": _side(b, db, with_steps, cmp.peer[1]),
         "step_time": step,
         "highlights": [{"what": h.what, "subject": h.subject, "device": h.device,
                         "before": h.before if h.what in _UNITLESS else _ns(h.before),
@@ -331,6 +367,8 @@ def report(cmp: Comparison, top: int = 8) -> str:
             L.append(f"     active in the {only} run only")
             continue
         rows = [(f"{p.name}'s step window", fa.window, fb.window), ("busy", fa.busy, fb.busy)]
+        if fa.peer_wait is not None and fb.peer_wait is not None:
+            rows.append(("of it peer wait at collectives", fa.peer_wait, fb.peer_wait))
         rows += [(f"{C.LABELS[r['cause']].lower()}", r["before_ns"] * 1000, r["after_ns"] * 1000)
                  for r in _causes(fa, fb)]
         rows += [("gaps under threshold", fa.short_gaps, fb.short_gaps)]

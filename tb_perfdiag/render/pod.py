@@ -8,6 +8,7 @@ import re
 import numpy as np
 
 from ..analysis import causes as C
+from ..analysis import collectives as coll
 from ..analysis.result import Diagnosis
 from .json import gap_ids, ns, ns_list
 from .text import safe as safe_text
@@ -24,6 +25,8 @@ SORTS = {
     "typical_step": (lambda r: r.get("typical_step_ns"), True),
     "worst_gap": (lambda r: (r.get("worst_gap") or {}).get("duration_ns"), True),
     "idle": (lambda r: r.get("idle_ns"), True),
+    "peer_wait": (lambda r: r.get("peer_wait_ns"), True),
+    "last_arrivals": (lambda r: r.get("last_arrivals"), True),
 }
 SORT_CHOICES = tuple(SORTS) + tuple(f"cause.{c}" for c in C.ALL)
 
@@ -66,7 +69,8 @@ def host_stats(diag: Diagnosis) -> dict:
     top = np.argsort(-by_cause, kind="stable")[:TOP_CAUSES]
     shares = {C.ALL[i]: round(float(by_cause[i]) / idle, 3) for i in top if idle > 0}
     shares = {c: v for c, v in shares.items() if v > 0}
-    return {
+    windows = [int(D.hi[d]) - int(D.lo[d]) for d in range(len(D)) if D.ops[d] and D.hi[d] > D.lo[d]]
+    out = {
         "status": 200,
         "devices": [{"name": D.name[d], "duty_cycle": duty_of[d]} for d in range(len(D))],
         "duty_cycle": sum(duty) / len(duty) if duty else None,
@@ -80,7 +84,38 @@ def host_stats(diag: Diagnosis) -> dict:
         "idle_ns": int(round(idle)),
         "cause_shares": shares,
         "top_cause": next(iter(shares), None),
+        # the devices' window (mean over those with activity): peer wait in duty points
+        "window_ns": int(sum(windows) / len(windows) / 1000) if windows else None,
     }
+    ct = diag.collectives
+    if ct is not None and len(ct):
+        # the host's collectives, for the join across the run's hosts (``collectives``);
+        # dropped from the rows the summary returns
+        out["collectives_table"] = coll.to_row(ct, int(diag.source.get("origin_ps") or 0),
+                                               list(D.name))
+        out["step_ids"] = S.ids.tolist()
+        out.update(alone_figures(diag))
+    return out
+
+
+def alone_figures(diag: Diagnosis) -> dict:
+    """What one host's collectives say without its peers (GUIDE §4): their time per
+    typical step and how the instances' durations vary, per op kind — the wait cannot be
+    told from the transfer without the other participants' profiles."""
+    ct, S = diag.collectives, diag.steps
+    dur = (ct.end - ct.start) // 1000
+    kinds = np.array([ct.kinds[k] for k in ct.key.tolist()], dtype=object)
+    n_dev = max(np.unique(ct.device).size, 1)
+    steps = max(len(S), 1)
+    by_op = {}
+    for k in sorted(set(kinds.tolist())):
+        d = dur[kinds == k]
+        by_op[k] = {"count": int(d.size), "total_ns": int(d.sum()),
+                    "median_ns": int(np.median(d)), "min_ns": int(d.min()),
+                    "max_ns": int(d.max()), "p90_ns": int(np.percentile(d, 90))}
+    return {"collective_ns": int(dur.sum() / n_dev / steps),
+            "collective_total_ns": int(dur.sum() / n_dev),
+            "collective_ops": by_op}
 
 
 def summary_row(host: str, span: str, diag: Diagnosis) -> dict:
@@ -91,13 +126,90 @@ def error_row(host: str, span: str, status: int, error: str, **extra) -> dict:
     return {"host": host, "span": span, "status": status, "error": error, **extra}
 
 
-def flag_stragglers(rows: list) -> tuple:
+def collective_join(rows: list):
+    """The join of the analysed rows' collective tables (``analysis.collectives.join``),
+    or None when fewer than two participants share a collective."""
+    ok = [r for r in rows if r.get("status") == 200 and r.get("collectives_table")]
+    if len(ok) < 1:
+        return None
+    return coll.join([coll.from_row(r["host"], r) for r in ok])
+
+
+def apply_collectives(rows: list, j) -> dict | None:
+    """Each row's peer wait, last arrivals and straggler verdict from the join ``j``;
+    returns the run's ``collectives`` summary."""
+    if j is None:
+        return None
+    ok = [r for r in rows if r.get("status") == 200]
+    figs = coll.host_figures(j, {r["host"]: r.get("steps") for r in ok})
+    n = len(j)
+    host_of_last = np.array([j.hosts[j.participants[int(p)].host] for p in j.last.tolist()],
+                            dtype=object)
+    for r in ok:
+        f = figs.get(r["host"])
+        if f is None:
+            continue
+        r.update({k: f[k] for k in ("peer_wait_ns", "peer_wait_total_ns", "last_arrivals",
+                                    "caused_wait_ns", "caused_wait_per_step_ns", "waited_for",
+                                    "wait_by_op")})
+        mine = np.flatnonzero(host_of_last == r["host"])
+        r["lateness_ns"] = int(np.median(j.lateness[mine, j.last[mine]])) if mine.size else None
+        if r.get("window_ns"):
+            r["peer_wait_points"] = round(100 * f["peer_wait_total_ns"] / r["window_ns"], 1)
+        r["straggler"] = f["straggler"]
+        r["straggler_cause"] = f["straggler_cause"]
+        if f["straggler"]:
+            r["straggler_excess_ns"] = f["caused_wait_per_step_ns"]
+            r["straggler_steps"] = f["late_steps"]
+            r["straggler_intermittent"] = f["intermittent"]
+            r["straggler_culprit"] = f["culprit"]
+            cause = (f["straggler_cause"] or "unknown").replace("_", " ")
+            r["straggler_reason"] = (
+                f"the others wait {f['caused_wait_per_step_ns'] / 1e6:.2f} ms/step for it at "
+                f"collectives: last to arrive at {f['last_arrivals']} of {n}; late because of "
+                f"{cause}" + (f" ({f['culprit']})" if f["culprit"] else "")
+                + (f", in {len(f['late_steps'])} step(s) only" if f["intermittent"] else ""))
+    last_by = {}
+    ops = {}
+    host_of = [p.host for p in j.participants]
+    for i in range(n):
+        k = j.kinds[i]
+        o = ops.setdefault(k, {"count": 0, "wait_ns": 0.0, "transfer_ns": 0.0,
+                               "last_arrivers": {}})
+        o["count"] += 1
+        o["wait_ns"] += float(j.wait[i].mean())
+        o["transfer_ns"] += float(j.transfer[i].mean())
+        who = j.hosts[host_of[int(j.last[i])]]
+        o["last_arrivers"][who] = o["last_arrivers"].get(who, 0) + 1
+        last_by[who] = last_by.get(who, 0) + 1
+    for o in ops.values():
+        o["wait_ns"], o["transfer_ns"] = int(round(o["wait_ns"])), int(round(o["transfer_ns"]))
+    strag = [h for h, f in figs.items() if f["straggler"]]
+    return {"instances": n, "participants": len(j.participants),
+            "hosts": len(set(host_of)), "ops": ops,
+            "last_arrivers": dict(sorted(last_by.items(), key=lambda x: -x[1])),
+            "clock_offsets": j.offsets_ns, "clock_noisy": j.noisy,
+            "unmatched": j.unmatched, "stragglers": strag,
+            "note": ("peer wait = min(op duration, last arrival − own arrival) per "
+                     "instance, per device (GUIDE §4); the rest of the op is transfer")
+            + ("; the clock offsets are too noisy to order arrivals: no straggler named"
+               if j.noisy else "")}
+
+
+def flag_stragglers(rows: list, by_collectives: bool = False) -> tuple:
     """Marks rows whose typical (median) step is slow or whose duty cycle is low next to
     the median host, and names the cause of idle time that grew most; returns (median
-    host's typical step ns, median duty cycle)."""
+    host's typical step ns, median duty cycle).  With ``by_collectives`` (the run's
+    hosts share collectives: ``apply_collectives`` already judged them) the verdicts
+    stand: the slow host is the one the others wait for, not the one that waits."""
     ok = [r for r in rows if r.get("status") == 200]
     med_step = _median([r["typical_step_ns"] for r in ok if r.get("typical_step_ns")])
     med_duty = _median([r["duty_cycle"] for r in ok])
+    if by_collectives:
+        for r in rows:
+            r.setdefault("straggler", False)
+            r.setdefault("straggler_reason", "")
+        return med_step, med_duty
     causes = {c for r in ok for c in r.get("step_idle_ns", {})}
     med_idle = {c: _median([r.get("step_idle_ns", {}).get(c, 0) for r in ok]) for c in causes}
     for r in rows:
@@ -165,7 +277,12 @@ def pod_summary(rows: list, sort: str = "straggler", descending: bool | None = N
                 offset: int = 0, limit: int | None = None) -> dict:
     """The summary of a run's rows (flagged in place): counts, medians, every straggler
     with its reason, the pod's idle time by cause, and one page of the sorted rows."""
-    med_step, med_duty = flag_stragglers(rows)
+    j = collective_join(rows)
+    collectives = apply_collectives(rows, j)
+    med_step, med_duty = flag_stragglers(rows, collectives is not None)
+    for r in rows:          # the tables served the join; rows stay small
+        r.pop("collectives_table", None)
+        r.pop("step_ids", None)
     ok = [r for r in rows if r.get("status") == 200]
     stragglers = [{"host": r["host"], "reason": r.get("straggler_reason", ""),
                    "cause": r.get("straggler_cause"),
@@ -190,7 +307,7 @@ def pod_summary(rows: list, sort: str = "straggler", descending: bool | None = N
             "total": len(rows), "done": sum(r.get("status") != "pending" for r in rows),
             "failed": sum(r.get("status") not in (200, "pending") for r in rows),
             "median_step_ns": med_step, "median_duty_cycle": med_duty,
-            "stragglers": stragglers, "causes": by_cause}
+            "stragglers": stragglers, "causes": by_cause, "collectives": collectives}
 
 
 def text_table(summary: dict, top: int = 20) -> str:

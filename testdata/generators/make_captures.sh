@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Regenerate the project's own real profiler captures in testdata/captures/.
 #
-#   bash testdata/generators/make_captures.sh            # all four
+#   bash testdata/generators/make_captures.sh            # all five
 #   ONLY="torch jax" bash testdata/generators/make_captures.sh   # a subset
 #
 # Pinned versions (one virtualenv per generator under .gen-venv/<name>/, git-ignored):
 #   torch      torch==2.13.0 (CPU build)              numpy==2.4.6   -> captures/torch_cpu/
 #   jax        jax==0.10.2 jaxlib==0.10.2             numpy==2.4.6   -> captures/jax_cpu/
+#   jax_pod    the jax venv (+ protobuf==7.36.2 to rewrite and measure the XSpaces)
+#              -> captures/jax_pod/<scenario>/ (4 processes, gloo all-reduce; ~1 min)
 #   torch_xla  torch==2.9.0 torch_xla==2.9.0          numpy==2.4.6   -> captures/torch_xla_cpu/
 #   tf         tensorflow-cpu==2.21.0 tensorboard==2.21.0 numpy==2.4.6 (keras 3; TensorBoard for
 #              Keras' profiling callback)   -> captures/tf_cpu/<capture>/
@@ -33,25 +35,28 @@ PYTHON="${PYTHON:-python3}"
 VENVS="$ROOT/.gen-venv"
 GEN="testdata/generators"
 CAPS="testdata/captures"
-ONLY="${ONLY:-torch jax torch_xla tf}"
+ONLY="${ONLY:-torch jax jax_pod torch_xla tf}"
 NUMPY_PIN="numpy==2.4.6"
 
 declare -A PKGS=(
   [torch]="torch==2.13.0 $NUMPY_PIN"
-  [jax]="jax==0.10.2 jaxlib==0.10.2 $NUMPY_PIN"
+  [jax]="jax==0.10.2 jaxlib==0.10.2 $NUMPY_PIN protobuf==7.36.2"
   [torch_xla]="torch==2.9.0 torch_xla==2.9.0 $NUMPY_PIN"
   [tf]="tensorflow-cpu==2.21.0 tensorboard==2.21.0 $NUMPY_PIN"
 )
 # name -> "module==version ..." that must import with exactly these versions
 declare -A CHECK=(
   [torch]="torch==2.13.0+cpu numpy==2.4.6"
-  [jax]="jax==0.10.2 jaxlib==0.10.2 numpy==2.4.6"
+  [jax]="jax==0.10.2 jaxlib==0.10.2 numpy==2.4.6 google.protobuf==7.36.2"
   [torch_xla]="torch==2.9.0 torch_xla==2.9.0 numpy==2.4.6"
   [tf]="tensorflow==2.21.0 tensorboard==2.21.0 numpy==2.4.6"
 )
 declare -A SCRIPT=( [torch]=capture_torch.py [jax]=capture_jax.py [torch_xla]=capture_torch_xla.py
-                    [tf]=capture_tf.py )
-declare -A OUTDIR=( [torch]=torch_cpu [jax]=jax_cpu [torch_xla]=torch_xla_cpu [tf]=tf_cpu )
+                    [tf]=capture_tf.py [jax_pod]=capture_jax_pod.py )
+declare -A OUTDIR=( [torch]=torch_cpu [jax]=jax_cpu [torch_xla]=torch_xla_cpu [tf]=tf_cpu
+                    [jax_pod]=jax_pod )
+# generators that run in another one's venv
+declare -A VENV=( [jax_pod]=jax )
 
 log() { printf '\n== %s\n' "$*" >&2; }
 
@@ -102,9 +107,12 @@ GT_DIR="$(mktemp -d)"
 trap 'rm -rf "$GT_DIR"' EXIT
 mkdir -p "$CAPS"
 
+declare -A ENSURED=()
 for name in $ONLY; do
   [[ -n "${SCRIPT[$name]:-}" ]] || { echo "unknown generator: $name" >&2; exit 2; }
-  ensure_venv "$name"
+  venv="${VENV[$name]:-$name}"
+  [[ -n "${ENSURED[$venv]:-}" ]] || ensure_venv "$venv"
+  ENSURED[$venv]=1
 done
 
 for name in $ONLY; do
@@ -113,7 +121,7 @@ for name in $ONLY; do
   if [[ "$name" == torch_xla ]]; then
     env=(PJRT_DEVICE=CPU XLA_HLO_DEBUG=1 XLA_IR_DEBUG=1)
   fi
-  env "${env[@]}" "$VENVS/$name/bin/python" "$GEN/${SCRIPT[$name]}" \
+  env "${env[@]}" "$VENVS/${VENV[$name]:-$name}/bin/python" "$GEN/${SCRIPT[$name]}" \
       --out "$CAPS/${OUTDIR[$name]}" --ground-truth "$GT_DIR/$name.json"
 done
 
@@ -122,9 +130,11 @@ log "writing $CAPS/MANIFEST.json"
 import hashlib, json, os, shutil, sys
 
 caps, gt_dir, names = sys.argv[1], sys.argv[2], sys.argv[3:]
-OUTDIR = {"torch": "torch_cpu", "jax": "jax_cpu", "torch_xla": "torch_xla_cpu", "tf": "tf_cpu"}
+OUTDIR = {"torch": "torch_cpu", "jax": "jax_cpu", "torch_xla": "torch_xla_cpu", "tf": "tf_cpu",
+          "jax_pod": "jax_pod"}
 SCRIPT = {"torch": "capture_torch.py", "jax": "capture_jax.py",
-          "torch_xla": "capture_torch_xla.py", "tf": "capture_tf.py"}
+          "torch_xla": "capture_torch_xla.py", "tf": "capture_tf.py",
+          "jax_pod": "capture_jax_pod.py"}
 path = os.path.join(caps, "MANIFEST.json")
 old = {}
 if os.path.exists(path):
@@ -161,7 +171,7 @@ for c in captures.values():
             if rel not in listed:
                 sys.exit(f"unlisted file in captures: {rel}")
 
-order = [n for n in ("torch", "jax", "torch_xla", "tf") if n in captures]
+order = [n for n in ("torch", "jax", "jax_pod", "torch_xla", "tf") if n in captures]
 with open(path, "w") as f:
     json.dump({"about": "Real profiler captures made by this project's generators "
                         "(testdata/generators/make_captures.sh) on a CPU-only machine. "

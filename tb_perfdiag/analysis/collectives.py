@@ -1,0 +1,530 @@
+"""Collectives (GUIDE §4 "waiting for peers is not work"): each host's table of collective
+op instances, and the join of those tables across the participants of a run.
+
+``collective_table(trace, …)`` runs in each host's analysis and keeps, per collective op
+on each device, what the join needs: its matching key and ordinal, start and end, the
+step that launched it, and what the device did between the previous collective and this
+one (idle by cause, from the host's own gap split, with the culprit of the largest gap).
+``join(tables)`` is a pure function of those tables (it runs from stored pod rows, no
+trace): it matches instances across participants (devices of one file, ranks, hosts),
+estimates each clock's offset from the instances' ends, and gives per instance and
+participant the arrival, peer wait, transfer, the last arriver and its lateness; per
+participant the straggler verdict and why it was late.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import causes as C
+from .result import CollectiveTable
+
+# trace.classify.is_collective_kernel's names, and TPU Megascale ops
+_COLLECTIVE = re.compile(r"[nr]ccl|all-?reduce|all-?gather|reduce-?scatter|all-?to-?all|"
+                         r"collective-permute|megascale", re.I)
+_NCCL = re.compile(r"^(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)", re.I)
+_XLA = re.compile(r"(all-reduce|all-gather|reduce-scatter|all-to-all|collective-permute|"
+                  r"collective-broadcast|megascale[\w-]*)", re.I)
+_CAMEL = {"allreduce": "all-reduce", "allgather": "all-gather", "reducescatter": "reduce-scatter",
+          "alltoall": "all-to-all", "sendrecv": "send-recv", "broadcast": "broadcast",
+          "reduce": "reduce", "send": "send", "recv": "recv"}
+MAX_INSTANCES = 4096          # per host table (the first ones): a few KB to 100 KB a row
+DEVICE_COMPUTE = "device_compute"
+# a straggler is last more often than chance would make it (binomial tail under this)
+CHANCE = 0.05
+# and causes at least this share of all the peer wait of the run
+SHARE = 0.5
+# an estimated clock offset is applied past this many times its residual spread (and 20 µs)
+OFFSET_NOISE = 3.0
+MIN_OFFSET_PS = 20_000_000
+
+
+def is_collective(name: str) -> bool:
+    return bool(_COLLECTIVE.search(name))
+
+
+def op_key(name: str) -> tuple[str, str, int]:
+    """(matching key, op kind, async part: 0 sync, 1 ``-start``, 2 ``-done``) of a
+    collective op's name: NCCL/RCCL kernels by their name without the parameter list
+    (``ncclKernel_AllReduce_RING_LL_Sum_float``), XLA ops by their HLO instruction."""
+    base = name.split("(", 1)[0].strip()
+    m = _NCCL.match(base)
+    if m:
+        op = m.group(1).lower()
+        return base, _CAMEL.get(op, op), 0
+    low = base.lower()
+    part = 1 if "-start" in low else 2 if "-done" in low else 0
+    m = _XLA.search(low)
+    kind = m.group(1) if m else low
+    if kind.startswith("megascale"):
+        kind = "megascale"
+    return base, kind, part
+
+
+def collective_ops(trace, dev_ops: np.ndarray) -> np.ndarray:
+    """The collective ops among ``dev_ops`` (classified once per distinct name)."""
+    if dev_ops.size == 0:
+        return dev_ops
+    names = trace.name[dev_ops]
+    u, inv = np.unique(names, return_inverse=True)
+    hit = np.fromiter((is_collective(trace.strings[int(x)]) for x in u.tolist()), bool, u.size)
+    return dev_ops[hit[inv.reshape(-1)]]
+
+
+def collective_table(trace, ops: np.ndarray, op_step: np.ndarray, gaps, dev_lo: np.ndarray,
+                     culprit_name) -> CollectiveTable:
+    """The table of ``ops`` (collective device ops, ``collective_ops``) launched by
+    ``op_step``; ``gaps``: the host's GapTable (its shares say why the device idled
+    between collectives); ``culprit_name(event) → str``."""
+    n_causes = len(C.ALL)
+    if ops.size == 0:
+        return CollectiveTable.empty(n_causes)
+    hostnames = trace.metadata.get("hostnames") or []
+    clock = str(hostnames[0]) if hostnames else ""
+    ops = np.asarray(ops, np.int64)
+    u, inv = np.unique(trace.name[ops], return_inverse=True)
+    inv = inv.reshape(-1)
+    parsed = [op_key(trace.strings[int(x)]) for x in u.tolist()]
+    part = np.array([p[2] for p in parsed], np.int8)[inv]
+    kind_names = sorted({p[1] for p in parsed})
+    kind_of = np.array([kind_names.index(p[1]) for p in parsed], np.int32)[inv]
+    dev = trace.track_device[trace.track[ops]].astype(np.int32)
+    start = trace.ts[ops].astype(np.int64)
+    end = start + trace.dur[ops]
+    step = np.asarray(op_step, np.int64).astype(np.int32)
+    # an async pair is one instance: a ``-done`` ends the earliest open ``-start`` of its
+    # kind on its device (k-th start ↔ k-th done)
+    keep = part != 2
+    if (part == 2).any():
+        for d in np.unique(dev).tolist():
+            for k in np.unique(kind_of[(dev == d) & (part != 0)]).tolist():
+                s = np.flatnonzero((dev == d) & (kind_of == k) & (part == 1))
+                e = np.flatnonzero((dev == d) & (kind_of == k) & (part == 2))
+                s, e = s[np.argsort(start[s], kind="stable")], e[np.argsort(start[e], kind="stable")]
+                m = min(s.size, e.size)
+                end[s[:m]] = np.maximum(end[s[:m]], end[e[:m]])
+    key_ids = np.unique(inv[keep])
+    keys = [parsed[int(x)][0] for x in key_ids.tolist()]
+    kinds = [parsed[int(x)][1] for x in key_ids.tolist()]
+    key = np.searchsorted(key_ids, inv).astype(np.int32)
+    sel = np.flatnonzero(keep)
+    dev, key, start, end, step = dev[sel], key[sel], start[sel], end[sel], step[sel]
+    order = np.lexsort((start, dev))
+    dev, key, start, end, step = dev[order], key[order], start[order], end[order], step[order]
+    dropped = max(int(order.size) - MAX_INSTANCES, 0)
+    if dropped:
+        first = np.argsort(start, kind="stable")[:MAX_INSTANCES]
+        first.sort()
+        dev, key, start, end, step = dev[first], key[first], start[first], end[first], step[first]
+    n = start.size
+    # k-th op of its key on its device
+    o = np.lexsort((start, key, dev))
+    grp = np.r_[True, (dev[o][1:] != dev[o][:-1]) | (key[o][1:] != key[o][:-1])]
+    starts = np.flatnonzero(grp)
+    ordinal = np.empty(n, np.int32)
+    ordinal[o] = np.arange(n) - np.repeat(starts, np.diff(np.r_[starts, n]))
+    # the span since the previous collective on the device (its first: since the
+    # device's first activity)
+    span_start = np.empty(n, np.int64)
+    span_idle = np.zeros((n, n_causes), np.int64)
+    culprit = np.full(n, -1, np.int32)
+    names: list = []
+    for d in np.unique(dev).tolist():
+        at = np.flatnonzero(dev == d)          # in start order
+        prev_end = np.maximum.accumulate(end[at])
+        lo = int(dev_lo[d]) if d < dev_lo.shape[0] and dev_lo[d] >= 0 else int(start[at[0]])
+        span_start[at] = np.minimum(np.r_[lo, prev_end[:-1]], start[at])
+        if gaps is None or not len(gaps):
+            continue
+        g = np.flatnonzero(gaps.device == d)
+        if g.size == 0:
+            continue
+        g = g[np.argsort(gaps.start[g], kind="stable")]
+        # the instance each gap precedes: the first arrival at or after the gap's end
+        j = np.searchsorted(start[at], gaps.end[g], side="left")
+        ok = j < at.size
+        ok[ok] &= gaps.start[g[ok]] >= span_start[at[j[ok]]]
+        g, j = g[ok], j[ok]
+        if g.size == 0:
+            continue
+        np.add.at(span_idle, at[j], gaps.shares[g])
+        # the largest gap's culprit names what the device waited on
+        big = np.lexsort((gaps.end[g] - gaps.start[g], j))
+        last = np.r_[j[big][1:] != j[big][:-1], True]
+        for gi, ji in zip(g[big][last].tolist(), j[big][last].tolist()):
+            ev = int(gaps.culprit[gi])
+            if ev >= 0:
+                nm = culprit_name(ev)
+                if nm:
+                    if nm not in names:
+                        names.append(nm)
+                    culprit[at[ji]] = names.index(nm)
+    return CollectiveTable(dev, key, ordinal, start, end, step, span_start, span_idle, culprit,
+                           keys, kinds, names, clock, dropped)
+
+
+# ------------------------------------------------------------------ the table in a pod row
+def to_row(t: CollectiveTable, origin_ps: int, device_names: list) -> dict:
+    """The table as plain JSON lists (the pod row keeps it: the join runs from rows);
+    times in ns after ``origin`` (its absolute ps as a decimal string)."""
+    nz = t.span_idle.any(axis=0)
+    return {"origin_ps": str(int(origin_ps)), "clock": t.clock, "dropped": t.dropped,
+            "devices": list(device_names), "keys": list(t.keys), "kinds": list(t.kinds),
+            "names": list(t.names),
+            "device": t.device.tolist(), "key": t.key.tolist(), "ordinal": t.ordinal.tolist(),
+            "start": (t.start // 1000).tolist(), "end": (t.end // 1000).tolist(),
+            "step": t.step.tolist(), "span_start": (t.span_start // 1000).tolist(),
+            "idle_causes": [C.ALL[i] for i in np.flatnonzero(nz).tolist()],
+            "idle": (t.span_idle[:, nz] // 1000).T.tolist(),
+            "culprit": t.culprit.tolist()}
+
+
+@dataclass
+class HostTable:
+    """One participant file's table as the join reads it (from a row or a Diagnosis):
+    times in ns relative to ``origin_ns``."""
+
+    host: str
+    origin_ns: int
+    clock: str
+    devices: list
+    keys: list
+    kinds: list
+    names: list
+    device: np.ndarray
+    key: np.ndarray
+    ordinal: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    step: np.ndarray
+    span_start: np.ndarray
+    idle: np.ndarray            # (n, n_causes) ns
+    culprit: np.ndarray
+    step_ids: list = field(default_factory=list)   # Diagnosis step index → step id
+    dropped: int = 0
+
+
+def from_row(host: str, row: dict) -> HostTable | None:
+    """A row's table (``to_row``), or None when it has none or it is malformed."""
+    c = row.get("collectives_table")
+    if not isinstance(c, dict):
+        return None
+    try:
+        n = len(c["start"])
+        idle = np.zeros((n, len(C.ALL)), np.int64)
+        for name, col in zip(c.get("idle_causes", []), c.get("idle", [])):
+            if name in C.ALL and len(col) == n:
+                idle[:, C.ALL.index(name)] = np.asarray(col, np.int64)
+        cols = {k: np.asarray(c[k], np.int64).reshape(-1) for k in
+                ("device", "key", "ordinal", "start", "end", "step", "span_start", "culprit")}
+        if any(v.shape[0] != n for v in cols.values()):
+            return None
+        return HostTable(host, int(c["origin_ps"]) // 1000, str(c.get("clock") or ""),
+                         list(c["devices"]), list(c["keys"]), list(c["kinds"]),
+                         list(c.get("names", [])), idle=idle,
+                         step_ids=list(row.get("step_ids") or []),
+                         dropped=int(c.get("dropped") or 0), **cols)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+# ------------------------------------------------------------------------------- the join
+@dataclass
+class Participant:
+    host: int                   # index into Join.hosts
+    device: str
+
+
+@dataclass
+class Join:
+    """The instances matched across participants, and what each participant lost.
+
+    ``arrival``, ``wait``, ``transfer``, ``lateness``: (n_instances, n_participants) ns,
+    arrivals on the common clock (offsets applied) relative to ``base_ns``; −1 in
+    ``present`` cells is a participant without this instance (only complete instances
+    are kept: ``unmatched`` says how many were not)."""
+
+    hosts: list                 # host names
+    participants: list          # [Participant]
+    keys: list                  # per instance: matching key
+    kinds: list                 # per instance: op kind
+    ordinal: np.ndarray         # per instance
+    arrival: np.ndarray
+    end: np.ndarray
+    wait: np.ndarray
+    transfer: np.ndarray
+    lateness: np.ndarray
+    last: np.ndarray            # per instance: participant index of the last arrival
+    step: np.ndarray            # (n_inst, n_part) step id launched it (−1 none)
+    offsets_ns: dict            # host → {"estimated_ns", "applied", "residual_ns", "clock"}
+    noisy: bool                 # the offsets are too noisy to order arrivals
+    unmatched: list             # [{"host", "device", "key", "count", "matched"}]
+    cause: list                 # per instance: why the last arriver was late (§4 / device_compute)
+    culprit: list               # per instance: the culprit name ("" none)
+    base_ns: int = 0
+    present: np.ndarray | None = None   # (n_inst, n_part) bool: the participant has this op
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
+def _align(ends: list) -> tuple:
+    """Shift per sequence against the longest one (``ends``: per participant its end
+    times in ns): the shift whose ends agree best (least spread of the differences)."""
+    ref = max(range(len(ends)), key=lambda i: len(ends[i]))
+    r = ends[ref]
+    out = []
+    for i, e in enumerate(ends):
+        if i == ref or len(e) == len(r) or len(e) == 0:
+            out.append(0)
+            continue
+        if len(e) > len(r):
+            out.append(0)
+            continue
+        best, bs = None, 0
+        for s in range(0, min(len(r) - len(e), 64) + 1):
+            d = r[s:s + len(e)] - e
+            spread = float(np.median(np.abs(d - np.median(d))))
+            if best is None or spread < best:
+                best, bs = spread, s
+        out.append(bs)
+    return out, ref
+
+
+def join(tables: list) -> Join | None:
+    """Instances matched across every participant of these host tables (None when
+    fewer than two participants share any collective)."""
+    tables = [t for t in tables if t is not None and t.start.shape[0]]
+    if not tables:
+        return None
+    base = min(t.origin_ns for t in tables)
+    parts, seqs = [], {}        # (table i, device) → participant index
+    for ti, t in enumerate(tables):
+        for d in np.unique(t.device).tolist():
+            parts.append((ti, int(d)))
+    pidx = {p: i for i, p in enumerate(parts)}
+    # per key (name): each participant's ops of that key in ordinal order
+    for ti, t in enumerate(tables):
+        shift = t.origin_ns - base
+        for k in np.unique(t.key).tolist():
+            kname = t.keys[k]
+            for d in np.unique(t.device[t.key == k]).tolist():
+                rows = np.flatnonzero((t.key == k) & (t.device == d))
+                rows = rows[np.argsort(t.ordinal[rows], kind="stable")]
+                seqs.setdefault(kname, {})[pidx[(ti, d)]] = (rows, shift)
+    inst_key, inst_kind, inst_ord = [], [], []
+    cells = []                  # per instance: {participant: (table, row)}
+    unmatched = []
+    for kname, by_p in seqs.items():
+        if len(by_p) < 2:
+            continue
+        ps = sorted(by_p)
+        ends = [tables[parts[p][0]].end[by_p[p][0]] + by_p[p][1] for p in ps]
+        shifts, ref = _align(ends)
+        n_ref = len(ends[ref])
+        slots = np.full((n_ref, len(ps)), -1, np.int64)
+        for j, p in enumerate(ps):
+            rows = by_p[p][0][:n_ref - shifts[j]]
+            slots[shifts[j]:shifts[j] + rows.size, j] = rows
+            if rows.size != n_ref:
+                t = tables[parts[p][0]]
+                unmatched.append({"host": t.host, "device": t.devices[parts[p][1]]
+                                  if parts[p][1] < len(t.devices) else str(parts[p][1]),
+                                  "key": kname, "count": int(by_p[p][0].size),
+                                  "instances": n_ref})
+        complete = (slots >= 0).all(axis=1)
+        t0 = tables[parts[ps[0]][0]]
+        kind = t0.kinds[t0.keys.index(kname)]
+        for i in np.flatnonzero(complete).tolist():
+            inst_key.append(kname)
+            inst_kind.append(kind)
+            inst_ord.append(i)
+            cells.append({p: int(slots[i, j]) for j, p in enumerate(ps)})
+        if (~complete).any():
+            unmatched.append({"key": kname, "incomplete_instances": int((~complete).sum()),
+                              "instances": n_ref})
+    if not cells:
+        return None
+    n_i, n_p = len(cells), len(parts)
+    arr = np.full((n_i, n_p), -1, np.int64)
+    end = np.full((n_i, n_p), -1, np.int64)
+    sstart = np.full((n_i, n_p), -1, np.int64)
+    step = np.full((n_i, n_p), -1, np.int64)
+    idle = np.zeros((n_i, n_p, len(C.ALL)), np.int64)
+    cul = np.full((n_i, n_p), -1, np.int64)
+    present = np.zeros((n_i, n_p), bool)
+    for p, (ti, d) in enumerate(parts):
+        t = tables[ti]
+        ii = np.array([i for i in range(n_i) if p in cells[i]], np.int64)
+        if ii.size == 0:
+            continue
+        rows = np.array([cells[i][p] for i in ii.tolist()], np.int64)
+        shift = t.origin_ns - base
+        arr[ii, p] = t.start[rows] + shift
+        end[ii, p] = t.end[rows] + shift
+        sstart[ii, p] = t.span_start[rows] + shift
+        idle[ii, p] = t.idle[rows]
+        cul[ii, p] = t.culprit[rows]
+        st = t.step[rows]
+        ids = t.step_ids
+        step[ii, p] = [ids[s] if 0 <= s < len(ids) else (s if not ids else -1) for s in st.tolist()]
+        present[ii, p] = True
+    # drop participants that share no instance (their collectives matched no one)
+    used = present.any(axis=0)
+    if used.sum() < 2:
+        return None
+    keep = np.flatnonzero(used)
+    parts = [parts[i] for i in keep.tolist()]
+    arr, end, sstart, step, idle, cul, present = (a[:, keep] for a in
+                                                  (arr, end, sstart, step, idle, cul, present))
+    # ---- clocks: per host file, the median of (end − the instance's median end)
+    host_of = np.array([ti for ti, _ in parts], np.int64)
+    med_end = np.median(np.where(present, end, np.nan), axis=1) if n_i else np.zeros(0)
+    resid = end - med_end[:, None]
+    offsets, noisy_spread = {}, 0.0
+    off_p = np.zeros(len(parts), np.int64)
+    for ti in np.unique(host_of).tolist():
+        cols = np.flatnonzero(host_of == ti)
+        r = resid[:, cols][present[:, cols]]
+        est = float(np.median(r)) if r.size else 0.0
+        spread = float(np.median(np.abs(r - est))) if r.size else 0.0
+        applied = abs(est) > max(OFFSET_NOISE * spread, MIN_OFFSET_PS / 1000)
+        if applied:
+            off_p[cols] = int(round(est))
+        offsets[tables[ti].host] = {"clock": tables[ti].clock, "estimated_ns": int(round(est)),
+                                    "residual_ns": int(round(spread)), "applied": bool(applied)}
+    arr = arr - off_p[None, :]
+    end = end - off_p[None, :]
+    sstart = sstart - off_p[None, :]
+    med_end = np.median(end, axis=1)
+    res_after = np.abs(end - med_end[:, None])
+    dur = end - arr
+    last = np.argmax(arr, axis=1)
+    last_arr = arr[np.arange(n_i), last]
+    wait = np.clip(np.minimum(dur, last_arr[:, None] - arr), 0, None)
+    transfer = dur - wait
+    lateness = arr - np.median(arr, axis=1)[:, None]
+    # too noisy: the ends, aligned, disagree by as much as the arrivals differ
+    spread_arr = np.median(last_arr - arr.min(axis=1)) if n_i else 0
+    noisy_spread = float(np.percentile(res_after, 90)) if n_i else 0.0
+    noisy = bool(n_i and noisy_spread > 0.5 * max(float(spread_arr), 1.0))
+    # ---- why the last arriver was late: its span since the previous instance against
+    # the median participant's (idle by cause, and the rest: device compute)
+    span = arr - sstart
+    busy = span - idle.sum(axis=2)
+    cause, culprit = [], []
+    for i in range(n_i):
+        p = int(last[i])
+        ex = idle[i, p] - np.median(idle[i], axis=0)
+        exb = busy[i, p] - np.median(busy[i])
+        c = int(np.argmax(ex))
+        if ex[c] <= 0 and exb <= 0:
+            cause.append("")
+            culprit.append("")
+        elif ex[c] >= exb:
+            cause.append(C.ALL[c])
+            t = tables[parts[p][0]]
+            ci = int(cul[i, p])
+            culprit.append(t.names[ci] if 0 <= ci < len(t.names) else "")
+        else:
+            cause.append(DEVICE_COMPUTE)
+            culprit.append("")
+    participants = [Participant(ti, tables[ti].devices[d] if d < len(tables[ti].devices) else str(d))
+                    for ti, d in parts]
+    return Join([t.host for t in tables], participants, inst_key, inst_kind,
+                np.asarray(inst_ord, np.int64), arr, end, wait, transfer, lateness, last,
+                step, offsets, noisy, unmatched, cause, culprit, base, present)
+
+
+# ------------------------------------------------------------------- per host from a join
+def _binom_tail(n: int, k: int, p: float) -> float:
+    """P(X ≥ k) for X ~ Binomial(n, p)."""
+    return sum(math.comb(n, j) * p ** j * (1 - p) ** (n - j) for j in range(k, n + 1))
+
+
+def host_figures(j: Join, steps_of: dict) -> dict:
+    """Per host name: peer wait (total and per typical step, per device: the mean over its
+    participating devices), last arrivals, the wait it caused, straggler verdict and
+    cause.  ``steps_of``: host → number of steps its capture has (per-step figures)."""
+    n_h = len(j.hosts)
+    host_of = np.array([p.host for p in j.participants], np.int64)
+    n_i = len(j)
+    out = {}
+    last_host = host_of[j.last] if n_i else np.zeros(0, np.int64)
+    # the wait each instance's last arriver caused: the mean over the others
+    others = j.wait.sum(axis=1) / max(len(j.participants) - 1, 1)
+    hosts_in = np.unique(host_of)
+    caused = np.zeros(n_h)
+    np.add.at(caused, last_host, others)
+    total_caused = float(others.sum())
+    p_last = 1.0 / max(hosts_in.size, 1)
+    for h in hosts_in.tolist():
+        cols = np.flatnonzero(host_of == h)
+        w_total = float(j.wait[:, cols].sum(axis=0).mean())
+        lasts = int((last_host == h).sum())
+        n_steps = max(int(steps_of.get(j.hosts[h]) or 0), 0)
+        steps_w = np.unique(j.step[:, cols][j.step[:, cols] >= 0])
+        per_step = w_total / max(n_steps or steps_w.size, 1) if (n_steps or steps_w.size) \
+            else None
+        mine = np.flatnonzero(last_host == h)
+        is_str = bool(lasts >= 2 and _binom_tail(n_i, lasts, p_last) < CHANCE and
+                      total_caused > 0 and caused[h] >= SHARE * total_caused and not j.noisy)
+        why = {}
+        for i in mine.tolist():
+            c = j.cause[i] or "unknown"
+            why[c] = why.get(c, 0.0) + float(others[i])
+        top = max(why, key=why.get) if why else None
+        late_steps = sorted({int(s) for s in j.step[mine][:, cols].reshape(-1).tolist() if s >= 0})
+        all_steps = sorted({int(s) for s in j.step[:, cols].reshape(-1).tolist() if s >= 0})
+        cul = {}
+        for i in mine.tolist():
+            if j.culprit[i] and j.cause[i] == top:
+                cul[j.culprit[i]] = cul.get(j.culprit[i], 0.0) + float(others[i])
+        by_op = {}
+        for i in range(n_i):
+            k = j.kinds[i]
+            by_op.setdefault(k, [0.0, 0.0])
+            by_op[k][0] += float(j.wait[i, cols].mean())
+            by_op[k][1] += float(j.transfer[i, cols].mean())
+        # whom it waited for: the hosts arriving last where it waited
+        waited = {}
+        for i in range(n_i):
+            w = float(j.wait[i, cols].mean())
+            if w > 0:
+                who = j.hosts[int(last_host[i])]
+                waited[who] = waited.get(who, 0.0) + w
+        out[j.hosts[h]] = {
+            "peer_wait_total_ns": int(round(w_total)),
+            "peer_wait_ns": int(round(per_step)) if per_step is not None else None,
+            "last_arrivals": lasts,
+            "caused_wait_ns": int(round(caused[h])),
+            "caused_wait_per_step_ns": int(round(caused[h] / max(len(all_steps), 1)))
+            if all_steps else int(round(caused[h])),
+            "straggler": is_str,
+            "straggler_cause": top if is_str else None,
+            "late_steps": late_steps,
+            "intermittent": bool(is_str and all_steps and len(late_steps) < 0.5 * len(all_steps)),
+            "culprit": max(cul, key=cul.get) if cul else None,
+            "waited_for": {k: int(round(v)) for k, v in
+                           sorted(waited.items(), key=lambda x: -x[1])},
+            "wait_by_op": {k: {"wait_ns": int(round(v[0])), "transfer_ns": int(round(v[1]))}
+                           for k, v in by_op.items()},
+        }
+    return out
+
+
+def step_peer_wait(j: Join, host: str) -> dict:
+    """{step id: peer wait ns} of one host (the mean over its participating devices)."""
+    if host not in j.hosts:
+        return {}
+    h = j.hosts.index(host)
+    cols = np.flatnonzero(np.array([p.host for p in j.participants]) == h)
+    out = {}
+    for i in range(len(j)):
+        s = j.step[i, cols]
+        s = int(s[s >= 0][0]) if (s >= 0).any() else -1
+        out[s] = out.get(s, 0) + float(j.wait[i, cols].mean())
+    return {k: int(round(v)) for k, v in out.items()}
