@@ -176,4 +176,5 @@ def test_the_runs_collectives_are_the_matched_all_reduces(pod, sc):
     m = TRUTH["scenarios"][sc]["measured"]
     coll = pod[sc]["collectives"]
     assert coll and coll["instances"] == m["instances_matched"] == STEPS, (sc, coll)
-    assert sum(op["count"] for op in coll["ops"]) == STEPS, coll
+    assert sum(op["count"] for op in coll["ops"].values()) == STEPS, coll
+    assert list(coll["ops"]) == ["all-reduce"], coll       # psum.7, known by its HLO opcode

@@ -40,6 +40,13 @@ SHARE = 0.5
 # an estimated clock offset is applied past this many times its residual spread (and 20 µs)
 OFFSET_NOISE = 3.0
 MIN_OFFSET_PS = 20_000_000
+# a last arrival names its arriver when it leads the next one by this many times the
+# clocks' resolution (and at least MIN_LEAD_NS)
+RESOLVE = 2.0
+# an instance whose wait is this many times the typical instance's (and the clocks'
+# resolution) stands out: a late arrival, not the run's jitter
+OUTSTANDING = 4.0
+MIN_LEAD_NS = 20_000
 
 
 def is_collective(name: str) -> bool:
@@ -64,14 +71,34 @@ def op_key(name: str) -> tuple[str, str, int]:
     return base, kind, part
 
 
+def _key_of(name: str, opcode: int, strings) -> tuple[str, str, int]:
+    """``op_key`` of a name, its kind and async part from the HLO opcode when known."""
+    if opcode < 0:
+        return op_key(name)
+    code = strings[opcode]
+    part = 1 if code.endswith("-start") else 2 if code.endswith("-done") else 0
+    return name.split("(", 1)[0].strip(), code.removesuffix("-start").removesuffix("-done"), part
+
+
+def _opcodes(trace, ops: np.ndarray) -> np.ndarray:
+    """Each op's HLO collective opcode as a string id (−1 none): the XSpace reader keeps it
+    for XLA collectives, whose names (``psum.7``) need not say what they are."""
+    st = trace.stats.get("hlo_collective")
+    if st is None or ops.size == 0:
+        return np.full(ops.size, -1, np.int64)
+    v, has = st.lookup(ops)
+    return np.where(has, np.asarray(v, np.int64), -1)
+
+
 def collective_ops(trace, dev_ops: np.ndarray) -> np.ndarray:
-    """The collective ops among ``dev_ops`` (classified once per distinct name)."""
+    """The collective ops among ``dev_ops``: by name (classified once per distinct name)
+    or by their HLO opcode."""
     if dev_ops.size == 0:
         return dev_ops
     names = trace.name[dev_ops]
     u, inv = np.unique(names, return_inverse=True)
     hit = np.fromiter((is_collective(trace.strings[int(x)]) for x in u.tolist()), bool, u.size)
-    return dev_ops[hit[inv.reshape(-1)]]
+    return dev_ops[hit[inv.reshape(-1)] | (_opcodes(trace, dev_ops) >= 0)]
 
 
 def collective_table(trace, ops: np.ndarray, op_step: np.ndarray, gaps, dev_lo: np.ndarray,
@@ -85,9 +112,13 @@ def collective_table(trace, ops: np.ndarray, op_step: np.ndarray, gaps, dev_lo: 
     hostnames = trace.metadata.get("hostnames") or []
     clock = str(hostnames[0]) if hostnames else ""
     ops = np.asarray(ops, np.int64)
-    u, inv = np.unique(trace.name[ops], return_inverse=True)
+    opc = _opcodes(trace, ops)
+    # one key per (name, opcode): an XLA op's opcode says its kind where its name does not
+    pair = trace.name[ops].astype(np.int64) * (len(trace.strings) + 1) + (opc + 1)
+    u, inv = np.unique(pair, return_inverse=True)
     inv = inv.reshape(-1)
-    parsed = [op_key(trace.strings[int(x)]) for x in u.tolist()]
+    parsed = [_key_of(trace.strings[int(x) // (len(trace.strings) + 1)],
+                      int(x) % (len(trace.strings) + 1) - 1, trace.strings) for x in u.tolist()]
     part = np.array([p[2] for p in parsed], np.int8)[inv]
     kind_names = sorted({p[1] for p in parsed})
     kind_of = np.array([kind_names.index(p[1]) for p in parsed], np.int32)[inv]
@@ -167,6 +198,15 @@ def collective_table(trace, ops: np.ndarray, op_step: np.ndarray, gaps, dev_lo: 
 
 
 # ------------------------------------------------------------------ the table in a pod row
+def clock_origin_ps(source: dict) -> int:
+    """A trace's origin on its host's wall clock (ps since 1970): XLA:CPU writes event
+    times relative to the profile's start, which the XSpace gives as
+    ``profile_start_time``; other traces' origins are already absolute."""
+    origin = int(source.get("origin_ps") or 0)
+    start = int(source.get("profile_start_ps") or 0)
+    return origin + start if start and origin < start // 2 else origin
+
+
 def to_row(t: CollectiveTable, origin_ps: int, device_names: list) -> dict:
     """The table as plain JSON lists (the pod row keeps it: the join runs from rows);
     times in ns after ``origin`` (its absolute ps as a decimal string)."""
@@ -266,6 +306,9 @@ class Join:
     culprit: list               # per instance: the culprit name ("" none)
     base_ns: int = 0
     present: np.ndarray | None = None   # (n_inst, n_part) bool: the participant has this op
+    resolved: np.ndarray | None = None  # per instance: its last arrival leads the next by
+    #                                     more than the clocks' resolution
+    resolution_ns: int = 0
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -384,7 +427,7 @@ def join(tables: list) -> Join | None:
     host_of = np.array([ti for ti, _ in parts], np.int64)
     med_end = np.median(np.where(present, end, np.nan), axis=1) if n_i else np.zeros(0)
     resid = end - med_end[:, None]
-    offsets, noisy_spread = {}, 0.0
+    offsets = {}
     off_p = np.zeros(len(parts), np.int64)
     for ti in np.unique(host_of).tolist():
         cols = np.flatnonzero(host_of == ti)
@@ -399,18 +442,22 @@ def join(tables: list) -> Join | None:
     arr = arr - off_p[None, :]
     end = end - off_p[None, :]
     sstart = sstart - off_p[None, :]
-    med_end = np.median(end, axis=1)
-    res_after = np.abs(end - med_end[:, None])
     dur = end - arr
     last = np.argmax(arr, axis=1)
     last_arr = arr[np.arange(n_i), last]
     wait = np.clip(np.minimum(dur, last_arr[:, None] - arr), 0, None)
     transfer = dur - wait
     lateness = arr - np.median(arr, axis=1)[:, None]
-    # too noisy: the ends, aligned, disagree by as much as the arrivals differ
-    spread_arr = np.median(last_arr - arr.min(axis=1)) if n_i else 0
-    noisy_spread = float(np.percentile(res_after, 90)) if n_i else 0.0
-    noisy = bool(n_i and noisy_spread > 0.5 * max(float(spread_arr), 1.0))
+    # how finely arrivals on different clocks can be ordered: the spread of the aligned
+    # ends (one clock: exact); an instance whose last arrival leads the next by less
+    # cannot name its last arriver
+    clocks = {tables[ti].clock or tables[ti].host for ti in np.unique(host_of).tolist()}
+    resolution = 0.0
+    if len(clocks) > 1 and n_i:
+        resolution = float(np.median([o["residual_ns"] for o in offsets.values()]))
+    second = np.sort(arr, axis=1)[:, -2] if arr.shape[1] > 1 else arr[:, 0]
+    resolved = (last_arr - second) > max(RESOLVE * resolution, MIN_LEAD_NS)
+    noisy = bool(n_i and resolved.sum() < 0.5 * n_i)
     # ---- why the last arriver was late: its span since the previous instance against
     # the median participant's (idle by cause, and the rest: device compute)
     span = arr - sstart
@@ -436,7 +483,8 @@ def join(tables: list) -> Join | None:
                     for ti, d in parts]
     return Join([t.host for t in tables], participants, inst_key, inst_kind,
                 np.asarray(inst_ord, np.int64), arr, end, wait, transfer, lateness, last,
-                step, offsets, noisy, unmatched, cause, culprit, base, present)
+                step, offsets, noisy, unmatched, cause, culprit, base, present, resolved,
+                int(round(resolution)))
 
 
 # ------------------------------------------------------------------- per host from a join
@@ -454,6 +502,8 @@ def host_figures(j: Join, steps_of: dict) -> dict:
     n_i = len(j)
     out = {}
     last_host = host_of[j.last] if n_i else np.zeros(0, np.int64)
+    resolved = j.resolved if j.resolved is not None else np.ones(n_i, bool)
+    n_res = int(resolved.sum())
     # the wait each instance's last arriver caused: the mean over the others
     others = j.wait.sum(axis=1) / max(len(j.participants) - 1, 1)
     hosts_in = np.unique(host_of)
@@ -461,17 +511,37 @@ def host_figures(j: Join, steps_of: dict) -> dict:
     np.add.at(caused, last_host, others)
     total_caused = float(others.sum())
     p_last = 1.0 / max(hosts_in.size, 1)
+    typical = float(np.median(others)) if n_i else 0.0
+    outstanding = resolved & (others > OUTSTANDING * max(typical, j.resolution_ns, MIN_LEAD_NS))
     for h in hosts_in.tolist():
         cols = np.flatnonzero(host_of == h)
-        w_total = float(j.wait[:, cols].sum(axis=0).mean())
+        w_inst = j.wait[:, cols].mean(axis=1) if n_i else np.zeros(0)
+        w_total = float(w_inst.sum())
         lasts = int((last_host == h).sum())
+        lasts_res = int(((last_host == h) & resolved).sum())
         n_steps = max(int(steps_of.get(j.hosts[h]) or 0), 0)
-        steps_w = np.unique(j.step[:, cols][j.step[:, cols] >= 0])
-        per_step = w_total / max(n_steps or steps_w.size, 1) if (n_steps or steps_w.size) \
-            else None
+        # per typical step: the median over the steps (steps without a collective wait 0)
+        s_of = np.array([int(x[x >= 0][0]) if (x >= 0).any() else -1
+                         for x in j.step[:, cols]], np.int64) if n_i else np.zeros(0, np.int64)
+        ids, inv = np.unique(s_of, return_inverse=True)
+        per = np.zeros(ids.size)
+        np.add.at(per, inv.reshape(-1), w_inst)
+        per = per[ids >= 0]
+        if per.size and n_steps > per.size:
+            per = np.r_[per, np.zeros(n_steps - per.size)]
+        per_step = float(np.median(per)) if per.size else (
+            w_total / n_steps if n_steps else None)
         mine = np.flatnonzero(last_host == h)
-        is_str = bool(lasts >= 2 and _binom_tail(n_i, lasts, p_last) < CHANCE and
-                      total_caused > 0 and caused[h] >= SHARE * total_caused and not j.noisy)
+        # the one the others wait for: last, by more than the clocks can blur, more often
+        # than chance and in most such instances, and the cause of most of the wait
+        often = 2 * lasts_res >= n_res and _binom_tail(n_res, lasts_res, p_last) < CHANCE
+        # or last where it matters: most of the instances whose wait stands far above the
+        # typical one's (a straggler in a few steps only)
+        out_h = int((outstanding & (last_host == h)).sum())
+        rare = out_h >= 2 and 2 * out_h > int(outstanding.sum())
+        is_str = bool(lasts_res >= 2 and (often or rare) and
+                      total_caused > 0 and caused[h] >= SHARE * total_caused)
+        mine = mine[resolved[mine]] if is_str else mine
         why = {}
         for i in mine.tolist():
             c = j.cause[i] or "unknown"

@@ -314,7 +314,14 @@ def _labels(trace: Trace, ops: np.ndarray, kind: np.ndarray, memo: dict):
         remap = np.array([index[lb] for lb in labels], np.int32)
         out = remap[out]
         labels = list(index)
-    return out, labels, _classes(labels)
+    klass = _classes(labels)
+    coll = trace.stats.get("hlo_collective")
+    if coll is not None and ops.size:
+        # XLA collectives whose names do not say so (JAX's ``psum.7``): by their opcode
+        has = coll.lookup(ops)[1]
+        if has.any():
+            klass[np.unique(out[has])] = OpClass.COLLECTIVE
+    return out, labels, klass
 
 
 # copies; XLA's asynchronous copies (TPU ``copy-start``/``copy-done``: waits on a DMA) too

@@ -331,6 +331,8 @@ def _diagnose(trace: Trace, opt: Options, progress):
     small_total = int(dev_small_t.sum())
     source = {"path": trace.path, "format": trace.format, "events": trace.n_events,
               "devices": [d.name for d in trace.devices], "origin_ps": trace.origin_ps,
+              **({"profile_start_ps": int(trace.metadata["profile_start_ps"])}
+                 if trace.metadata.get("profile_start_ps") else {}),
               "hostnames": trace.metadata.get("hostnames", []),
               "framework": framework(trace),
               # the trace's extent, for pages with no device activity to frame

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..analysis.collectives import DEVICE_COMPUTE, Join
+from ..analysis.collectives import DEVICE_COMPUTE, Join, clock_origin_ps
 from ..analysis.compare import peer_wait_cells
 from ..analysis.device_ops import fold_kernel_name
 from ..analysis.result import Diagnosis
@@ -194,7 +194,7 @@ def wait_slices(j: Join, host: str, diag: Diagnosis) -> list:
         return []
     off = (j.offsets_ns or {}).get(host) or {}
     shift = int(off.get("estimated_ns") or 0) if off.get("applied") else 0
-    origin_ns = int(diag.source.get("origin_ps") or 0) // 1000
+    origin_ns = clock_origin_ps(diag.source) // 1000
     host_of = np.array([p.host for p in j.participants], np.int64)
     out = []
     for c in cols.tolist():

@@ -91,7 +91,7 @@ def host_stats(diag: Diagnosis) -> dict:
     if ct is not None and len(ct):
         # the host's collectives, for the join across the run's hosts (``collectives``);
         # dropped from the rows the summary returns
-        out["collectives_table"] = coll.to_row(ct, int(diag.source.get("origin_ps") or 0),
+        out["collectives_table"] = coll.to_row(ct, coll.clock_origin_ps(diag.source),
                                                list(D.name))
         out["step_ids"] = S.ids.tolist()
         out.update(alone_figures(diag))
@@ -152,6 +152,9 @@ def apply_collectives(rows: list, j) -> dict | None:
         r.update({k: f[k] for k in ("peer_wait_ns", "peer_wait_total_ns", "last_arrivals",
                                     "caused_wait_ns", "caused_wait_per_step_ns", "waited_for",
                                     "wait_by_op")})
+        off = j.offsets_ns.get(r["host"]) or {}
+        r["clock_offset_ns"] = int(off.get("estimated_ns") or 0)
+        r["clock_offset_applied"] = bool(off.get("applied"))
         mine = np.flatnonzero(host_of_last == r["host"])
         r["lateness_ns"] = int(np.median(j.lateness[mine, j.last[mine]])) if mine.size else None
         if r.get("window_ns"):
@@ -189,11 +192,14 @@ def apply_collectives(rows: list, j) -> dict | None:
             "hosts": len(set(host_of)), "ops": ops,
             "last_arrivers": dict(sorted(last_by.items(), key=lambda x: -x[1])),
             "clock_offsets": j.offsets_ns, "clock_noisy": j.noisy,
+            "clock_resolution_ns": j.resolution_ns,
+            "unresolved": int((~j.resolved).sum()) if j.resolved is not None else 0,
             "unmatched": j.unmatched, "stragglers": strag,
             "note": ("peer wait = min(op duration, last arrival − own arrival) per "
                      "instance, per device (GUIDE §4); the rest of the op is transfer")
-            + ("; the clock offsets are too noisy to order arrivals: no straggler named"
-               if j.noisy else "")}
+            + (f"; in {int((~j.resolved).sum())} of {n} instances the last arrival leads "
+               f"the next by less than the clocks can be aligned ({j.resolution_ns / 1e6:.2f} "
+               "ms): no one is blamed for those" if j.noisy else "")}
 
 
 def flag_stragglers(rows: list, by_collectives: bool = False) -> tuple:

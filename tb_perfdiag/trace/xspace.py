@@ -675,6 +675,13 @@ def _profile_start_ps(planes) -> int | None:
     return None
 
 
+# HLO opcodes of collectives (and their async halves), as XLA names them
+COLLECTIVE_OPCODES = frozenset(
+    f"{op}{part}" for op in ("all-reduce", "all-gather", "reduce-scatter", "all-to-all",
+                             "ragged-all-to-all", "collective-permute", "collective-broadcast")
+    for part in ("", "-start", "-done"))
+
+
 def _join_hlo_metadata(planes, stats, strings, n, warnings):
     if "hlo_op" not in stats:
         return
@@ -748,6 +755,14 @@ def _join_hlo_metadata(planes, stats, strings, n, warnings):
             stats[c] = (evs, coded, True)
         elif keep.any():
             stats[c] = (evs[keep], coded.full()[keep], True)
+    # collectives by their HLO opcode (JAX names an all-reduce ``psum.7``), kept on those
+    # ops only: a few an iteration, never a column over every op
+    k = HLO_FIELDS.index("opcode")
+    coll = [h[k] if h[k] in COLLECTIVE_OPCODES else "" for h in hits]
+    if any(coll):
+        coded = per_op(strings.intern_many(coll))
+        keep = (coded.table != empty)[coded.codes]
+        stats["hlo_collective"] = (evs[keep], coded.full()[keep], True)
 
 
 def _distinct_keys(mod: np.ndarray, prog: np.ndarray, op: np.ndarray):
