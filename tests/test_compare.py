@@ -183,9 +183,11 @@ def test_num_workers_data_loading_idle_falls_and_duty_rises():
     assert t["causes"][0]["cause"] == C.DATA_LOADING            # the largest change
     assert t["delta"]["duty_cycle"] > 0.05                      # duty rises
     assert cj["step_time"]["delta_ns"] < 0                       # and the step is faster
-    # the summary says so, in this order of weight
-    hl = [h["what"] for h in cj["highlights"]]
-    assert hl[:2] == ["step_time", "duty"]
+    # the summary says so: what the change exposed (new and grown findings: the host time
+    # that was hidden behind the loader) first, then the headline
+    hl = [(h["what"], h["subject"]) for h in cj["highlights"]]
+    rising = [x for x in hl if x[0] == "finding" and x[1] in ("new", "grew")]
+    assert [w for w, _ in hl[len(rising):len(rising) + 2]] == ["step_time", "duty"]
     dl = highlight(cj, "idle_cause", C.DATA_LOADING)
     assert dl and dl[0]["after"] < dl[0]["before"] and "data loading" in dl[0]["text"]
     gone = [f for f in cj["findings"] if f["change"] == "gone"]
