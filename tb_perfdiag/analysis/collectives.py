@@ -541,7 +541,10 @@ def host_figures(j: Join, steps_of: dict) -> dict:
         rare = out_h >= 2 and 2 * out_h > int(outstanding.sum())
         is_str = bool(lasts_res >= 2 and (often or rare) and
                       total_caused > 0 and caused[h] >= SHARE * total_caused)
-        mine = mine[resolved[mine]] if is_str else mine
+        if is_str:
+            # the instances it is blamed for: those it was last to by more than the clocks
+            # blur; where some of its waits stand out (a straggler of a few steps), those
+            mine = mine[outstanding[mine] if out_h >= 2 else resolved[mine]]
         why = {}
         for i in mine.tolist():
             c = j.cause[i] or "unknown"

@@ -245,15 +245,17 @@ class TraceBuilder:
 
     def hlo_module(self, module: str, program_id: int, ops: dict) -> None:
         """XSpace: an Hlo Proto on ``/host:metadata``; ``ops`` maps HLO op name → op_name
-        (or → (op_name, op_type)).  Device ops join it through their ``hlo_op``,
+        (or → (op_name, op_type), or → (op_name, op_type, HLO opcode); else ``fusion``).  Device ops join it through their ``hlo_op``,
         ``hlo_module`` and ``program_id`` stats.
 
         >>> TraceBuilder("xspace").hlo_module("jit_step", 1, {"fusion.1": "train/dense"})
         """
         ins = []
         for hlo_op, v in ops.items():
-            op_name, op_type = (v, "") if isinstance(v, str) else v
-            ins.append((hlo_op, "fusion", op_type, op_name, "", 0))
+            # op_name, (op_name, op_type) or (op_name, op_type, opcode)
+            op_name, op_type, opcode = ((v, "", "fusion") if isinstance(v, str) else
+                                        (*v, "fusion") if len(v) == 2 else v)
+            ins.append((hlo_op, opcode, op_type, op_name, "", 0))
         self.modules.append((module, program_id, ins))
 
     # ---- output ----

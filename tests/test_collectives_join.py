@@ -1,0 +1,171 @@
+"""The join of collectives across participants (GUIDE §4 "waiting for peers is not work"),
+on tables written here: matching, clock alignment, who is blamed and why, and the
+participants that cannot be matched; and an XSpace built in memory whose all-reduce is
+named ``psum.3`` (JAX), known only by its HLO opcode."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tb_perfdiag.analysis import causes as C
+from tb_perfdiag.analysis import collectives as coll
+from tb_perfdiag.testing import TraceBuilder
+
+MS = 1_000_000
+N = 10
+STEP = 40 * MS
+
+
+def table(host, arrive, end, *, clock=None, origin=0, idle=None, busy_gap=0, key="psum.3",
+          kind="all-reduce") -> coll.HostTable:
+    """One host, one device, one collective a step: ``arrive``/``end`` in ns on its own
+    clock (from ``origin``); ``idle``: {cause: ns per instance} in the span before each."""
+    arrive, end = np.asarray(arrive, np.int64), np.asarray(end, np.int64)
+    n = arrive.size
+    span = np.r_[0, end[:-1]] + busy_gap
+    idle_m = np.zeros((n, len(C.ALL)), np.int64)
+    for c, v in (idle or {}).items():
+        idle_m[:, C.ALL.index(c)] = np.broadcast_to(np.asarray(v, np.int64), n)
+    z = np.zeros(n, np.int64)
+    return coll.HostTable(host, origin, clock or host, ["CPU"], [key], [kind], ["load_batch"],
+                          device=z, key=z, ordinal=np.arange(n), start=arrive, end=end,
+                          step=np.arange(n), span_start=np.minimum(span, arrive), idle=idle_m,
+                          culprit=np.where(np.asarray([sum(idle_m[i]) for i in range(n)]) > 0,
+                                           0, -1), step_ids=list(range(n)))
+
+
+def pod(late: dict, *, jitter=0.2 * MS, shift=None, seed=1, idle=None, busy=None):
+    """Four hosts; ``late``: host → ns it arrives after the others each step (a list: per
+    step); ``shift``: host → its clock's offset; ``busy``: host → extra busy time before
+    the collective (device compute)."""
+    rng = np.random.default_rng(seed)
+    t0 = np.arange(N) * STEP + 5 * MS
+    out = []
+    for h in range(4):
+        name = f"host{h}"
+        d = np.broadcast_to(np.asarray(late.get(name, 0), np.int64), N)
+        arrive = t0 + d + rng.integers(0, int(jitter) + 1, N)
+        last = t0 + np.max([np.broadcast_to(np.asarray(v, np.int64), N)
+                            for v in late.values()] + [np.zeros(N, np.int64)], axis=0)
+        end = np.maximum(last + int(jitter) + 2 * MS, arrive + 2 * MS) + rng.integers(0, 50_000, N)
+        s = (shift or {}).get(name, 0)
+        out.append(table(name, arrive + s, end + s,
+                         idle={c: d for c in [((idle or {}).get(name))] if c},
+                         busy_gap=0))
+    return out
+
+
+def figures(tables):
+    j = coll.join(tables)
+    assert j is not None
+    return j, coll.host_figures(j, {t.host: N for t in tables})
+
+
+def test_the_late_host_is_the_straggler_and_the_others_wait_for_it():
+    j, f = figures(pod({"host2": 30 * MS}, idle={"host2": C.DATA_LOADING}))
+    assert len(j) == N and not j.unmatched
+    assert [h for h, x in f.items() if x["straggler"]] == ["host2"]
+    assert f["host2"]["straggler_cause"] == C.DATA_LOADING
+    assert f["host2"]["culprit"] == "load_batch"
+    assert f["host2"]["last_arrivals"] == N and f["host2"]["peer_wait_ns"] == 0
+    for h in ("host0", "host1", "host3"):
+        assert 29.5 * MS <= f[h]["peer_wait_ns"] <= 30.5 * MS, (h, f[h])
+        assert not f[h]["straggler"] and list(f[h]["waited_for"]) == ["host2"]
+
+
+def test_a_shifted_clock_is_found_and_does_not_move_the_blame():
+    shift = {"host1": 250 * MS}
+    j, f = figures([dataclass_with_clock(t, "clock1" if t.host == "host1" else "clock0")
+                    for t in pod({"host2": 30 * MS}, shift=shift, idle={"host2": C.DATA_LOADING})])
+    off = j.offsets_ns
+    assert abs(off["host1"]["estimated_ns"] - 250 * MS) < 1 * MS and off["host1"]["applied"]
+    assert [h for h, x in f.items() if x["straggler"]] == ["host2"]
+    assert f["host1"]["peer_wait_ns"] > 29 * MS
+
+
+def dataclass_with_clock(t, clock):
+    t.clock = clock
+    return t
+
+
+def test_no_one_consistently_last_flags_no_one():
+    # arrivals within 1 ms at random: each instance has a last arriver, none a straggler
+    j, f = figures(pod({}, jitter=1 * MS, seed=7))
+    assert not any(x["straggler"] for x in f.values()), f
+    assert sum(x["last_arrivals"] for x in f.values()) == N
+
+
+def test_late_in_a_few_steps_is_an_intermittent_straggler():
+    late = [0] * N
+    for s in (2, 5, 8):
+        late[s] = 25 * MS
+    j, f = figures(pod({"host0": late}, jitter=0.5 * MS, idle={"host0": C.HOST_COMPUTE}))
+    assert [h for h, x in f.items() if x["straggler"]] == ["host0"]
+    assert f["host0"]["intermittent"] and f["host0"]["late_steps"] == [2, 5, 8]
+    assert f["host0"]["straggler_cause"] == C.HOST_COMPUTE
+    # the others' typical step waits little: the median step, not the mean
+    assert f["host1"]["peer_wait_ns"] < 2 * MS < f["host1"]["peer_wait_total_ns"] / N
+
+
+def test_late_with_no_idle_of_its_own_is_device_compute():
+    # host3's device computes longer before each collective: no idle to blame
+    tables = pod({"host3": 20 * MS})
+    j, f = figures(tables)
+    assert f["host3"]["straggler"] and f["host3"]["straggler_cause"] == coll.DEVICE_COMPUTE
+
+
+def test_arrivals_closer_than_the_clocks_can_be_aligned_blame_no_one():
+    # four clocks whose ends disagree by ~3 ms: arrival differences of ~1 ms cannot be ordered
+    rng = np.random.default_rng(3)
+    ts = []
+    t0 = np.arange(N) * STEP + 5 * MS
+    for h in range(4):
+        arrive = t0 + rng.integers(0, 1 * MS, N)
+        end = t0 + 4 * MS + rng.integers(0, 6 * MS, N)
+        ts.append(table(f"host{h}", arrive, end))
+    j, f = figures(ts)
+    assert j.noisy and j.resolution_ns > 0.3 * MS
+    assert not any(x["straggler"] for x in f.values())
+
+
+def test_a_participant_missing_an_instance_is_matched_on_the_rest_and_said():
+    tables = pod({"host2": 30 * MS})
+    t = tables[3]
+    keep = np.arange(1, N)        # host3's capture starts after the first all-reduce
+    tables[3] = table("host3", t.start[keep], t.end[keep])
+    j = coll.join(tables)
+    assert len(j) == N - 1
+    assert any(u.get("host") == "host3" and u["count"] == N - 1 for u in j.unmatched)
+    # host3's first op is matched with the others' second: the ends agree there
+    assert np.all(np.abs(j.end[:, 3] - np.median(j.end, axis=1)) < 1 * MS)
+
+
+def test_one_participant_alone_is_no_join():
+    assert coll.join([pod({})[0]]) is None
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["native", "reference"])
+def test_an_xla_all_reduce_named_psum_is_known_by_its_opcode(native, monkeypatch):
+    if not native:
+        monkeypatch.setenv("TB_PERFDIAG_NO_NATIVE", "1")
+    import tb_perfdiag
+    b = TraceBuilder("xspace")
+    ops = b.line("/device:TPU:0", "XLA Ops")
+    b.hlo_module("jit_step", 1, {"fusion.1": "jit(step)/dot",
+                                 "psum.3": ("jit(step)/psum", "", "all-reduce")})
+    from tb_perfdiag.testing.xspace import U64
+    for s in range(3):
+        # as XLA:CPU writes them: the instruction's name, its module and program as stats
+        for name, at, dur in (("fusion.1", 100, 300), ("psum.3", 500, 200)):
+            b.op(ops, name, at + 1000 * s, dur, stats={"hlo_op": name, "hlo_module": "jit_step",
+                                                       "program_id": U64(1)})
+    t = b.build()
+    psum = [i for i in range(t.n_events) if t.strings[int(t.name[i])] == "psum.3"]
+    assert [t.stat_str("hlo_collective", i) for i in psum] == ["all-reduce"] * 3
+    d = tb_perfdiag.diagnose(t).diagnosis
+    ct = d.collectives
+    assert len(ct) == 3 and ct.keys == ["psum.3"] and ct.kinds == ["all-reduce"]
+    # "Device time by op" counts it as a collective, not compute
+    from tb_perfdiag.analysis.device_ops import OpClass
+    dop = d.device_ops
+    assert int(dop.klass[dop.name.index("psum.3")]) == int(OpClass.COLLECTIVE)
