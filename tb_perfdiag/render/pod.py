@@ -313,6 +313,11 @@ def pod_summary(rows: list, sort: str = "straggler", descending: bool | None = N
             "total": len(rows), "done": sum(r.get("status") != "pending" for r in rows),
             "failed": sum(r.get("status") not in (200, "pending") for r in rows),
             "median_step_ns": med_step, "median_duty_cycle": med_duty,
+            # the duty cycle with the time spent waiting for peers left out (§4: not work)
+            "median_duty_without_wait": _median([
+                r["duty_cycle"] - r["peer_wait_points"] / 100 for r in ok
+                if r.get("duty_cycle") is not None and r.get("peer_wait_points") is not None])
+            if collectives else None,
             "stragglers": stragglers, "causes": by_cause, "collectives": collectives}
 
 
@@ -324,11 +329,36 @@ def text_table(summary: dict, top: int = 20) -> str:
               if summary.get("median_step_ns") else "")
            + (f", duty cycle {100 * summary['median_duty_cycle']:.1f}%"
               if summary.get("median_duty_cycle") is not None else "")]
+    coll = summary.get("collectives")
+    if coll and summary.get("median_duty_without_wait") is not None and \
+            summary.get("median_duty_cycle") is not None:
+        out[-1] += (f" — {100 * (summary['median_duty_cycle'] - summary['median_duty_without_wait']):.1f}"
+                    f" points of it waiting for peers at collectives: "
+                    f"{100 * summary['median_duty_without_wait']:.1f}% doing work")
     st = summary.get("stragglers") or []
     out.append(f"{len(st)} straggler(s)" + (":" if st else ""))
+    n_ok = summary["done"] - (summary.get("failed") or 0)
     for s in st:
-        out.append(f"  {safe_text(s['host'])}: {s['reason']}")
-    out.append(f"{'host':<24} {'duty':>6} {'typical step':>13} {'worst gap':>11}  top causes")
+        line = f"  {safe_text(s['host'])}: {s['reason']}"
+        if coll and s.get("excess_ns") and summary.get("median_step_ns"):
+            line += (f"; fixing it saves ≈ {s['excess_ns'] / 1e6:.2f} ms of the "
+                     f"{summary['median_step_ns'] / 1e6:.2f} ms step on each of the other "
+                     f"{max(n_ok - 1, 1)} host(s)")
+        out.append(line)
+    if coll:
+        out.append(f"collectives: {coll['instances']} instance(s) matched across "
+                   f"{coll['hosts']} host(s)"
+                   + "".join(f"; {k} ×{o['count']}" for k, o in coll["ops"].items())
+                   + (f"; {coll['unresolved']} too close to order "
+                      f"(clocks aligned to {coll['clock_resolution_ns'] / 1e6:.2f} ms)"
+                      if coll.get("unresolved") else "")
+                   + "".join(f"; {safe_text(h)}'s clock {o['estimated_ns'] / 1e6:+.1f} ms"
+                             for h, o in (coll.get("clock_offsets") or {}).items()
+                             if o.get("applied")))
+    wait_cols = bool(coll)
+    out.append(f"{'host':<24} {'duty':>6} {'typical step':>13} {'worst gap':>11}"
+               + (f" {'peer wait':>10} {'last':>5} {'late by':>9}" if wait_cols else "")
+               + "  top causes")
     for r in summary["hosts"][:top]:
         if r.get("status") != 200:
             out.append(f"{safe_text(r['host']):<24} ERROR {safe_text(r.get('error', r.get('status')))}")
@@ -339,7 +369,14 @@ def text_table(summary: dict, top: int = 20) -> str:
         duty = f"{100 * r['duty_cycle']:.1f}%" if r.get("duty_cycle") is not None else "–"
         step = f"{r['typical_step_ns'] / 1e6:.2f} ms" if r.get("typical_step_ns") else "–"
         gap = f"{wg['duration_ns'] / 1e6:.2f} ms" if wg else "–"
-        out.append(f"{safe_text(r['host']):<24} {duty:>6} {step:>13} {gap:>11}  {shares}")
+        waits = ""
+        if wait_cols:
+            pw = r.get("peer_wait_ns")
+            late = r.get("lateness_ns")
+            waits = (f" {(f'{pw / 1e6:.2f} ms' if pw is not None else '–'):>10}"
+                     f" {r.get('last_arrivals', '–')!s:>5}"
+                     f" {(f'{late / 1e6:.2f} ms' if late else '–'):>9}")
+        out.append(f"{safe_text(r['host']):<24} {duty:>6} {step:>13} {gap:>11}{waits}  {shares}")
     if len(summary["hosts"]) > top:
         out.append(f"… {len(summary['hosts']) - top} more (--json for all)")
     return "\n".join(out)
