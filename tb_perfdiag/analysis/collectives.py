@@ -513,6 +513,8 @@ def host_figures(j: Join, steps_of: dict) -> dict:
     p_last = 1.0 / max(hosts_in.size, 1)
     typical = float(np.median(others)) if n_i else 0.0
     outstanding = resolved & (others > OUTSTANDING * max(typical, j.resolution_ns, MIN_LEAD_NS))
+    kind_names = sorted(set(j.kinds))
+    kind_of = np.array([kind_names.index(k) for k in j.kinds], np.int64)
     for h in hosts_in.tolist():
         cols = np.flatnonzero(host_of == h)
         w_inst = j.wait[:, cols].mean(axis=1) if n_i else np.zeros(0)
@@ -521,8 +523,7 @@ def host_figures(j: Join, steps_of: dict) -> dict:
         lasts_res = int(((last_host == h) & resolved).sum())
         n_steps = max(int(steps_of.get(j.hosts[h]) or 0), 0)
         # per typical step: the median over the steps (steps without a collective wait 0)
-        s_of = np.array([int(x[x >= 0][0]) if (x >= 0).any() else -1
-                         for x in j.step[:, cols]], np.int64) if n_i else np.zeros(0, np.int64)
+        s_of = j.step[:, cols].max(axis=1) if n_i else np.zeros(0, np.int64)
         ids, inv = np.unique(s_of, return_inverse=True)
         per = np.zeros(ids.size)
         np.add.at(per, inv.reshape(-1), w_inst)
@@ -550,25 +551,21 @@ def host_figures(j: Join, steps_of: dict) -> dict:
             c = j.cause[i] or "unknown"
             why[c] = why.get(c, 0.0) + float(others[i])
         top = max(why, key=why.get) if why else None
-        late_steps = sorted({int(s) for s in j.step[mine][:, cols].reshape(-1).tolist() if s >= 0})
-        all_steps = sorted({int(s) for s in j.step[:, cols].reshape(-1).tolist() if s >= 0})
+        late_steps = [int(x) for x in np.unique(s_of[mine]).tolist() if x >= 0]
+        all_steps = [int(x) for x in np.unique(s_of).tolist() if x >= 0]
         cul = {}
         for i in mine.tolist():
             if j.culprit[i] and j.cause[i] == top:
                 cul[j.culprit[i]] = cul.get(j.culprit[i], 0.0) + float(others[i])
-        by_op = {}
-        for i in range(n_i):
-            k = j.kinds[i]
-            by_op.setdefault(k, [0.0, 0.0])
-            by_op[k][0] += float(j.wait[i, cols].mean())
-            by_op[k][1] += float(j.transfer[i, cols].mean())
+        t_inst = j.transfer[:, cols].mean(axis=1) if n_i else np.zeros(0)
+        wk, tk = np.zeros(len(kind_names)), np.zeros(len(kind_names))
+        np.add.at(wk, kind_of, w_inst)
+        np.add.at(tk, kind_of, t_inst)
+        by_op = {k: (wk[i], tk[i]) for i, k in enumerate(kind_names)}
         # whom it waited for: the hosts arriving last where it waited
-        waited = {}
-        for i in range(n_i):
-            w = float(j.wait[i, cols].mean())
-            if w > 0:
-                who = j.hosts[int(last_host[i])]
-                waited[who] = waited.get(who, 0.0) + w
+        wh = np.zeros(n_h)
+        np.add.at(wh, last_host, w_inst)
+        waited = {j.hosts[x]: float(wh[x]) for x in np.flatnonzero(wh > 0).tolist()}
         out[j.hosts[h]] = {
             "peer_wait_total_ns": int(round(w_total)),
             "peer_wait_ns": int(round(per_step)) if per_step is not None else None,
@@ -595,9 +592,9 @@ def step_peer_wait(j: Join, host: str) -> dict:
         return {}
     h = j.hosts.index(host)
     cols = np.flatnonzero(np.array([p.host for p in j.participants]) == h)
-    out = {}
-    for i in range(len(j)):
-        s = j.step[i, cols]
-        s = int(s[s >= 0][0]) if (s >= 0).any() else -1
-        out[s] = out.get(s, 0) + float(j.wait[i, cols].mean())
-    return {k: int(round(v)) for k, v in out.items()}
+    if not len(j) or not cols.size:
+        return {}
+    ids, inv = np.unique(j.step[:, cols].max(axis=1), return_inverse=True)
+    per = np.zeros(ids.size)
+    np.add.at(per, inv.reshape(-1), j.wait[:, cols].mean(axis=1))
+    return {int(k): int(round(v)) for k, v in zip(ids.tolist(), per.tolist())}
