@@ -161,9 +161,10 @@ export class CompareHosts {
         h("td", { class: "pd-causes" }, Object.entries(r.cause_shares || {}).map(([c, v]) =>
           h("span", { class: "pd-cause-share", title: causeLabel(c), "data-cause": c },
             h("span", { class: "chip", style: { background: causeColor(c) } }), `${SHORT[c] || causeLabel(c)} ${formatPct(v)}`))),
-        h("td", { title: fullTitle(r.top_finding || "", 200) }, r.top_finding ? squeeze(r.top_finding, 80, 200) : "none"),
+        h("td", { title: fullTitle(r.top_finding || "", 200) }, r.top_finding ? squeeze(r.top_finding, 60, 120) : "none"),
         h("td", { class: r.straggler ? "pd-error-msg" : "pd-muted", title: r.straggler_reason || "" },
-          r.straggler ? `yes: ${r.straggler_reason}` : "no")];
+          // the reason in full is the hover and the banner above; the cell names the cause
+          r.straggler ? `yes: ${r.straggler_cause ? r.straggler_cause.replace(/_/g, " ") : squeeze(r.straggler_reason || "", 60, 60)}` : "no")];
     }
     return h("tr", { class: "pd-compare-row" + (r.host === this.current ? " selected" : "") + (r.straggler ? " straggler" : ""),
       "data-host": r.host, tabindex: "0", role: "button", "aria-label": `Open host ${r.host}`, onclick: pick,
@@ -236,6 +237,8 @@ export class CompareHosts {
     const collLine = d && d.complete && d.collectives ? this.collectivesLine(d.collectives) : null;
     const median = d && d.median_step_ns ? h("p", { class: "pd-muted pd-small pd-pod-median" },
       `Median host: typical step ${formatNs(d.median_step_ns)}, duty cycle ${formatPct(d.median_duty_cycle)}`,
+      d.median_duty_without_wait != null && d.median_duty_cycle != null
+        ? ` — ${(100 * (d.median_duty_cycle - d.median_duty_without_wait)).toFixed(0)} points of it waiting for peers at collectives: ${formatPct(d.median_duty_without_wait)} doing work` : "",
       d.failed ? ` · ${d.failed} host${d.failed > 1 ? "s" : ""} could not be analysed` : "") : null;
     const pager = d && d.total > HOSTS_PAGE ? h("div", { class: "pd-row pd-pager" },
       h("button", { class: "pd-button", "data-page": "prev", disabled: this.offset === 0, onclick: () => this.turn(this.offset - HOSTS_PAGE) }, "‹ Previous"),
