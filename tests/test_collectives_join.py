@@ -169,3 +169,23 @@ def test_an_xla_all_reduce_named_psum_is_known_by_its_opcode(native, monkeypatch
     from tb_perfdiag.analysis.device_ops import OpClass
     dop = d.device_ops
     assert int(dop.klass[dop.name.index("psum.3")]) == int(OpClass.COLLECTIVE)
+
+
+def test_a_hosts_table_travels_through_its_pod_row_whole_and_small():
+    """The join runs from the rows in the result store: a table comes back from its row
+    as it went in, and a row with a table that is not one is no table (never an error)."""
+    import json
+    from tb_perfdiag.analysis.result import CollectiveTable
+    t = pod({"host2": 30 * MS}, idle={"host2": C.DATA_LOADING})[2]
+    ct = CollectiveTable(t.device.astype(np.int32), t.key.astype(np.int32),
+                         t.ordinal.astype(np.int32), t.start * 1000, t.end * 1000,
+                         t.step.astype(np.int32), t.span_start * 1000, t.idle * 1000,
+                         t.culprit.astype(np.int32), t.keys, t.kinds, t.names, "host2")
+    row = json.loads(json.dumps(coll.to_row(ct, 1_795_889_392_053_559_853_000, ["CPU"])))
+    back = coll.from_row("host2", {"collectives_table": row, "step_ids": list(range(N))})
+    for k in ("device", "key", "ordinal", "start", "end", "step", "span_start", "culprit", "idle"):
+        assert np.array_equal(getattr(back, k), getattr(t, k)), k
+    assert back.origin_ns == 1_795_889_392_053_559_853 and back.clock == "host2"
+    assert len(json.dumps(row)) < 1024          # ten instances: a few hundred bytes
+    for bad in ({**row, "packed": "!!"}, {**row, "n": N + 1}, {**row, "packed": 3}, "x"):
+        assert coll.from_row("host2", {"collectives_table": bad}) is None
