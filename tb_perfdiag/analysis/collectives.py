@@ -385,7 +385,7 @@ def join(tables: list) -> Join | None:
                 rows = rows[np.argsort(t.ordinal[rows], kind="stable")]
                 seqs.setdefault(kname, {})[pidx[(ti, d)]] = (rows, shift)
     inst_key, inst_kind, inst_ord = [], [], []
-    cells = []                  # per instance: {participant: (table, row)}
+    blocks = []                 # per key: (participants, their rows of its complete instances)
     unmatched = []
     for kname, by_p in seqs.items():
         if len(by_p) < 2:
@@ -407,17 +407,17 @@ def join(tables: list) -> Join | None:
         complete = (slots >= 0).all(axis=1)
         t0 = tables[parts[ps[0]][0]]
         kind = t0.kinds[t0.keys.index(kname)]
-        for i in np.flatnonzero(complete).tolist():
-            inst_key.append(kname)
-            inst_kind.append(kind)
-            inst_ord.append(i)
-            cells.append({p: int(slots[i, j]) for j, p in enumerate(ps)})
+        done = np.flatnonzero(complete)
+        inst_key += [kname] * done.size
+        inst_kind += [kind] * done.size
+        inst_ord += done.tolist()
+        blocks.append((ps, slots[done]))
         if (~complete).any():
             unmatched.append({"key": kname, "incomplete_instances": int((~complete).sum()),
                               "instances": n_ref})
-    if not cells:
+    n_i, n_p = len(inst_key), len(parts)
+    if not n_i:
         return None
-    n_i, n_p = len(cells), len(parts)
     arr = np.full((n_i, n_p), -1, np.int64)
     end = np.full((n_i, n_p), -1, np.int64)
     sstart = np.full((n_i, n_p), -1, np.int64)
@@ -425,22 +425,27 @@ def join(tables: list) -> Join | None:
     idle = np.zeros((n_i, n_p, len(C.ALL)), np.int64)
     cul = np.full((n_i, n_p), -1, np.int64)
     present = np.zeros((n_i, n_p), bool)
-    for p, (ti, d) in enumerate(parts):
-        t = tables[ti]
-        ii = np.array([i for i in range(n_i) if p in cells[i]], np.int64)
-        if ii.size == 0:
-            continue
-        rows = np.array([cells[i][p] for i in ii.tolist()], np.int64)
-        shift = t.origin_ns - base
-        arr[ii, p] = t.start[rows] + shift
-        end[ii, p] = t.end[rows] + shift
-        sstart[ii, p] = t.span_start[rows] + shift
-        idle[ii, p] = t.idle[rows]
-        cul[ii, p] = t.culprit[rows]
-        st = t.step[rows]
-        ids = t.step_ids
-        step[ii, p] = [ids[s] if 0 <= s < len(ids) else (s if not ids else -1) for s in st.tolist()]
-        present[ii, p] = True
+    at = 0
+    for ps, rows_of in blocks:
+        ii = np.arange(at, at + rows_of.shape[0])
+        at += rows_of.shape[0]
+        for j, p in enumerate(ps):
+            t = tables[parts[p][0]]
+            rows = rows_of[:, j]
+            shift = t.origin_ns - base
+            arr[ii, p] = t.start[rows] + shift
+            end[ii, p] = t.end[rows] + shift
+            sstart[ii, p] = t.span_start[rows] + shift
+            idle[ii, p] = t.idle[rows]
+            cul[ii, p] = t.culprit[rows]
+            st = t.step[rows]
+            if t.step_ids:
+                ids = np.asarray(t.step_ids, np.int64)
+                ok = (st >= 0) & (st < ids.size)
+                step[ii, p] = np.where(ok, ids[np.clip(st, 0, ids.size - 1)], -1)
+            else:
+                step[ii, p] = st
+            present[ii, p] = True
     # drop participants that share no instance (their collectives matched no one)
     used = present.any(axis=0)
     if used.sum() < 2:
@@ -488,20 +493,22 @@ def join(tables: list) -> Join | None:
     # the median participant's (idle by cause, and the rest: device compute)
     span = arr - sstart
     busy = span - idle.sum(axis=2)
+    rows = np.arange(n_i)
+    ex = idle[rows, last] - np.median(idle, axis=1)            # (n_i, n_causes)
+    exb = busy[rows, last] - np.median(busy, axis=1)
+    top = np.argmax(ex, axis=1)
+    ex_top = ex[rows, top]
     cause, culprit = [], []
-    for i in range(n_i):
-        p = int(last[i])
-        ex = idle[i, p] - np.median(idle[i], axis=0)
-        exb = busy[i, p] - np.median(busy[i])
-        c = int(np.argmax(ex))
-        if ex[c] <= 0 and exb <= 0:
+    for i, p, c, e, b in zip(rows.tolist(), last.tolist(), top.tolist(), ex_top.tolist(),
+                             exb.tolist()):
+        if e <= 0 and b <= 0:
             cause.append("")
             culprit.append("")
-        elif ex[c] >= exb:
+        elif e >= b:
             cause.append(C.ALL[c])
-            t = tables[parts[p][0]]
+            names = tables[parts[p][0]].names
             ci = int(cul[i, p])
-            culprit.append(t.names[ci] if 0 <= ci < len(t.names) else "")
+            culprit.append(names[ci] if 0 <= ci < len(names) else "")
         else:
             cause.append(DEVICE_COMPUTE)
             culprit.append("")
