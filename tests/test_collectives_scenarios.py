@@ -21,7 +21,7 @@ import sys
 
 import pytest
 
-from conftest import TESTDATA
+from conftest import ROOT, TESTDATA
 
 CAPS = os.path.join(TESTDATA, "captures")
 POD = os.path.join(CAPS, "jax_pod")
@@ -178,3 +178,12 @@ def test_the_runs_collectives_are_the_matched_all_reduces(pod, sc):
     assert coll and coll["instances"] == m["instances_matched"] == STEPS, (sc, coll)
     assert sum(op["count"] for op in coll["ops"].values()) == STEPS, coll
     assert list(coll["ops"]) == ["all-reduce"], coll       # psum.7, known by its HLO opcode
+
+
+def test_every_runs_summary_follows_the_pod_schema(pod):
+    import jsonschema
+    with open(os.path.join(ROOT, "tb_perfdiag", "schema", "pod.schema.json")) as f:
+        schema = json.load(f)
+    for sc, s in pod.items():
+        jsonschema.validate(s, schema)
+        assert s["collectives"] and s["median_duty_without_wait"] < s["median_duty_cycle"], sc
