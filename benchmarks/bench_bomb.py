@@ -106,16 +106,35 @@ def gunzip_floor(path: str, cap_bytes: int) -> dict:
             "peak_mb": float("nan"), "over_idle_mb": float("nan"), "error": ""}
 
 
+def native_of(pid: int) -> str:
+    """The checkout whose built extension the process mapped: which code it runs."""
+    with open(f"/proc/{pid}/maps") as f:
+        for line in f:
+            if "_native" in line and line.rstrip().endswith(".so"):
+                return os.path.dirname(os.path.dirname(line.split()[-1]))
+    return "?"
+
+
 def one(logdir: str, code: str | None, memory_mb: int, max_file_mb: float | None) -> dict:
-    env = {"TB_PERFDIAG_MEMORY_MB": str(memory_mb), "TB_PERFDIAG_CACHE_DIR": ""}
+    # the checkout first on the path, and a working folder that is none: ``python -m``
+    # puts the working folder before PYTHONPATH, so run from a checkout every --code
+    # would have run that checkout's code
+    env = {"TB_PERFDIAG_MEMORY_MB": str(memory_mb), "TB_PERFDIAG_CACHE_DIR": "",
+           "PYTHONPATH": code or ROOT}
     if max_file_mb:
         env["TB_PERFDIAG_MAX_FILE_MB"] = str(max_file_mb)
-    if code:
-        env["PYTHONPATH"] = code
-    tb = TensorBoard(logdir, extra_env=env)
+    here = os.getcwd()
+    os.chdir(os.path.dirname(logdir))
+    try:
+        tb = TensorBoard(logdir, extra_env=env)
+    finally:
+        os.chdir(here)
     try:
         status, _, runs = tb.get(f"{API}/runs")
         idle = hwm_mb(tb.proc.pid)
+        ran = native_of(tb.proc.pid)
+        if os.path.realpath(ran) != os.path.realpath(code or ROOT):
+            raise RuntimeError(f"TensorBoard ran the code of {ran}, not {code or ROOT}")
         t = time.perf_counter()
         status, _, body = tb.get(f"{API}/diagnosis?run=bomb&host=w0", timeout=600)
         seconds = time.perf_counter() - t
