@@ -1280,6 +1280,13 @@ def test_kineto_blank_runs_of_any_length_read_as_the_reference_reads_them():
                        + b'{"ph": "X", "pid": 1, "tid": 1, "ts": 1, "dur": 1}]}')
                 assert _native_whole(raw) is None, (run[:2], bad, at)
                 assert isinstance(_python_whole(raw), str), (run[:2], bad, at)
+    long_run = b" " * 3000 + b"\n\t " * 3000      # past each window either scanner strips
+    for bad in (b"\x0c", b"\x0b", b"\x00", b"\xa0"):
+        for at in (0, 15, 16, 17, 63, 64, 65, 4159, 4160, 4161, 3000, 3001, 12287, len(long_run)):
+            raw = (b'{"traceEvents": [' + long_run[:at] + bad + long_run[at:]
+                   + b'{"ph": "X", "pid": 1, "tid": 1, "ts": 1, "dur": 1}]}')
+            assert _native_whole(raw) is None, (bad, at)
+            assert isinstance(_python_whole(raw), str), (bad, at)
 
 
 def test_kineto_walks_ahead_stop_with_the_file_that_fails():
