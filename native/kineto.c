@@ -113,13 +113,38 @@ static NORETURN void jfail(JCtx *c, const unsigned char *p, const char *msg) {
     fail_at(&c->f, JPOS(c, p), msg);
 }
 
-static inline const unsigned char *jws(const unsigned char *p, const unsigned char *end) {
-    while (p < end) {
-        unsigned ch = *p;
-        if (ch == ' ' || ch == '\n' || ch == '\r' || ch == '\t') p++;
-        else break;
+static inline int j_blank(unsigned ch) {
+    return ch == ' ' || ch == '\n' || ch == '\r' || ch == '\t';
+}
+
+#define BYTES8(b) (0x0101010101010101ULL * (uint64_t)(b))
+
+/* high bit of each byte of x that is not zero, exactly (no carry between bytes) */
+static inline uint64_t nonzero8(uint64_t x) {
+    const uint64_t low7 = BYTES8(0x7f);
+    return (((x & low7) + low7) | x) & BYTES8(0x80);
+}
+
+/* A run of blanks longer than JSON's usual indentation, eight bytes at a time: a
+ * stream of nothing but blanks (a 6 GB bomb of spaces inside traceEvents) is walked
+ * at memory speed, not a byte and four compares at a time. */
+static const unsigned char *jws_run(const unsigned char *p, const unsigned char *end) {
+    while (end - p >= 8) {
+        uint64_t x;
+        memcpy(&x, p, 8);
+        if (x != BYTES8(' ') && (nonzero8(x ^ BYTES8(' ')) & nonzero8(x ^ BYTES8('\n')) &
+                                 nonzero8(x ^ BYTES8('\r')) & nonzero8(x ^ BYTES8('\t'))))
+            break; /* a byte of these eight is not blank */
+        p += 8;
     }
+    while (p < end && j_blank(*p)) p++;
     return p;
+}
+
+static inline const unsigned char *jws(const unsigned char *p, const unsigned char *end) {
+    for (int i = 0; i < 16; i++, p++) /* most runs: a newline and some indentation */
+        if (p >= end || !j_blank(*p)) return p;
+    return jws_run(p, end);
 }
 
 /* next non-whitespace byte, which must exist */

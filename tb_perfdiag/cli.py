@@ -32,6 +32,7 @@ from .render import compare as compare_render
 from .render import text
 from .render.json import diagnosis_json, json_bytes
 from .render.text import safe, safe_text
+from .storage import max_file_bytes
 from .trace import TraceError, load
 from .trace.extension import reader_kind
 
@@ -183,9 +184,16 @@ def _latest_sources(path: str, host: str | None = None) -> list:
     return out
 
 
+def _load(path: str):
+    """A file read within the server's budget (``TB_PERFDIAG_MAX_FILE_MB``, on disk and
+    decompressed): a gzip bomb is refused as too large once that much is out, not read
+    to its end (6 GiB of spaces: minutes, then "not valid JSON")."""
+    return load(path, max_bytes=max_file_bytes())
+
+
 def _diagnose(path: str, opt: Options):
     try:
-        return diagnose_trace(load(path), opt)
+        return diagnose_trace(_load(path), opt)
     except TraceError as e:
         raise InputError(f"{path}: {e.reason}") from None
     except OSError as e:
@@ -220,7 +228,7 @@ def cmd_info(args) -> int:
     rc = OK
     for label, path in _profiles(args.path):
         try:
-            tr = load(path)
+            tr = _load(path)
         except (TraceError, OSError) as e:
             _file_error(label, str(getattr(e, 'reason', None) or e))
             rc = INPUT
@@ -297,7 +305,8 @@ def cmd_pod(args) -> int:
     sched = args.scheduler or os.environ.get("TB_PERFDIAG_DASK_SCHEDULER") or "local"
     try:
         out = diagnose_pod(args.path, opt, sched, args.results, PodProgress(sys.stderr),
-                           connect_timeout=args.connect_timeout)
+                           connect_timeout=args.connect_timeout,
+                           max_file_mb=max_file_bytes() / 1e6)
     except ClusterUnreachable as e:       # one line, no table of identical error rows
         raise InputError(str(e)) from None
     if not out:

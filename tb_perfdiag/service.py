@@ -75,12 +75,12 @@ MAX_POD_JOBS = 4      # finished pod summaries kept (their diagnoses stay in the
 STORED_ROWS_WAIT_S = 10.0   # a new summary's first answer waits this long for stored rows
 MAX_REFUSED = 4096    # files remembered as unreadable or over the budget
 
-# Estimated peaks, measured on the benchmark files (benchmarks/README.md: df_index_resolver
+# Estimated peaks, measured on the benchmark files (benchmarks/HISTORY.md: df_index_resolver
 # ×10, 405 MB of JSON → 594 MB read, trace 77 MB; the 2 M-event XSpace, 74 MB → 297 MB
 # read, trace 133 MB, analysis +27 MB over the trace; a page of 100,000 gaps 535 MB, the
 # overlay of 220,000 gaps 934 MB), rounded up.
 # A Kineto trace is streamed (its text never held whole): its peak follows its events,
-# which its decoded size bounds and its gzip size tells (benchmarks/README.md, issue 24:
+# which its decoded size bounds and its gzip size tells (benchmarks/HISTORY.md, issue 24:
 # df_index_resolver ×10, 27.8 MB gz / 405 MB of JSON → 237 MB read over the imports)
 PEAK_PER_JSON_BYTE = 0.7      # reading a Kineto trace, per decoded byte (at most)
 PEAK_PER_JSON_GZ_BYTE = 10.0  # …and per byte of its gzip on disk

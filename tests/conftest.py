@@ -41,24 +41,26 @@ def shared_files(suffixes) -> list:
     return sorted(out)
 
 
-def gzip_bomb(path, out_mb: int) -> None:
-    """A valid gzip of ``out_mb`` MiB of zeros, about 1/1000 of that on disk, written in
-    well under a second: one self-contained deflate block of 1 MiB of zeros, repeated,
-    then the trailer (CRC and size of all of it)."""
+def gzip_bomb(path, out_mb: int, head: bytes = b"", fill: bytes = b"\0") -> None:
+    """A valid gzip of ``head`` then ``out_mb`` MiB of ``fill`` repeated (zeros by default;
+    ``b'{"traceEvents": ['`` and spaces make a bomb that is JSON as far as it goes), about
+    1/1000 of that on disk, written in well under a second: one self-contained deflate
+    block of 1 MiB of ``fill``, repeated, then the trailer (CRC and size of all of it)."""
     import struct
     import zlib
     c = zlib.compressobj(9, zlib.DEFLATED, -15)
-    chunk = bytes(1 << 20)
+    chunk = (fill * ((1 << 20) // len(fill) + 1))[:1 << 20]
+    first = c.compress(head) + c.flush(zlib.Z_FULL_FLUSH) if head else b""
     block = c.compress(chunk) + c.flush(zlib.Z_FULL_FLUSH)
     tail = c.flush(zlib.Z_FINISH)
-    crc = 0
+    crc = zlib.crc32(head)
     for _ in range(out_mb):
         crc = zlib.crc32(chunk, crc)
     with open(path, "wb") as f:
-        f.write(b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff")
+        f.write(b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff" + first)
         for _ in range(out_mb):
             f.write(block)
-        f.write(tail + struct.pack("<II", crc, (out_mb << 20) & 0xFFFFFFFF))
+        f.write(tail + struct.pack("<II", crc, ((out_mb << 20) + len(head)) & 0xFFFFFFFF))
 
 
 def _free_port() -> int:

@@ -334,6 +334,39 @@ def test_gzip_bomb_under_a_memory_limit_is_one_line(tmp_path):
         assert len(errors) == 1 and "not valid JSON" in errors[0], r.stderr
 
 
+SPACES_BOMB = (b'{"traceEvents": [', b" ")   # JSON as far as it goes: only the budget stops it
+
+
+def test_spaces_bomb_is_refused_as_too_large_and_the_other_files_go_on(tmp_path):
+    """A gzip whose text is the start of an events list and then nothing but spaces is
+    refused as over the file budget (``TB_PERFDIAG_MAX_FILE_MB``, as the server's 413),
+    one line, once that much is decompressed; a trace beside it is still reported.
+    Under the budget the same text is what it is: a document cut short."""
+    from conftest import gzip_bomb
+    logdir = tmp_path / "ld"
+    (logdir / "bomb").mkdir(parents=True)
+    (logdir / "good").mkdir()
+    gzip_bomb(logdir / "bomb" / "w0.1.pt.trace.json.gz", 48, *SPACES_BOMB)   # 48 MiB out
+    good = os.path.join(TESTDATA, "synthetic", "logdir", "kineto_launch_bound",
+                        "worker0.1795400183000.pt.trace.json")
+    with open(good, "rb") as src, open(logdir / "good" / "w0.1.pt.trace.json", "wb") as dst:
+        dst.write(src.read())
+    env = dict(os.environ, TB_PERFDIAG_MAX_FILE_MB="16")
+    bomb = str(logdir / "bomb" / "w0.1.pt.trace.json.gz")
+    for cmd in ("diagnose", "info"):
+        r = _run(cmd, bomb, env=env)
+        one_line_error(r, INPUT, "w0.1.pt.trace.json.gz",
+                       "decompresses to more than the 16 MB budget", "TB_PERFDIAG_MAX_FILE_MB")
+    r = _run("info", str(logdir), env=env)
+    _no_traceback(r)
+    assert r.returncode == INPUT
+    errors = [line for line in r.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and "decompresses to more than the 16 MB budget" in errors[0]
+    assert "kineto_launch_bound" not in r.stdout and "format: kineto" in r.stdout, r.stdout
+    r = _run("diagnose", bomb)             # the default budget: 4096 MB, far above 48 MiB
+    one_line_error(r, INPUT, "not valid JSON")
+
+
 def test_s3_without_s3fs_is_one_line(tmp_path):
     # s3fs is a test dependency (the result-store tests): hidden from the CLI's process
     # by a package of that name that fails to import, as a missing one does

@@ -41,14 +41,6 @@ def _service(ld, **kw):
     return DiagnosisService(Catalog(str(ld), ttl=3600), DiagnosisCache(disk_dir=None), **kw)
 
 
-def _bomb(path, out_mb: int):
-    """A gzip of ``out_mb`` MB of zeros (about 1/1000 of that on disk), written in pieces."""
-    chunk = b"\0" * (1 << 20)
-    with gzip.open(path, "wb", compresslevel=9) as f:
-        for _ in range(out_mb):
-            f.write(chunk)
-
-
 # ---- the listing ----
 
 @posix_only
@@ -157,17 +149,24 @@ def test_file_grown_after_the_listing_is_refused_on_the_open_file(tmp_path):
     assert body["file"] == "w0.1700000000000.pt.trace.json"
 
 
-def test_gzip_bomb_is_capped_in_bytes_out(tmp_path):
-    ld = tmp_path / "ld" / "bomb"
-    ld.mkdir(parents=True)
-    _bomb(ld / "w0.1.pt.trace.json.gz", 64)               # 64 MB out of ~64 KB
-    assert os.path.getsize(ld / "w0.1.pt.trace.json.gz") < 1e6
-    svc = _service(tmp_path / "ld", max_file_mb=8)
+@pytest.mark.parametrize("head,filler", [
+    (b"", b"\0"),                                   # zeros: not JSON from the first byte
+    (b'{"traceEvents": [', b" "),                   # JSON as far as it goes: spaces
+], ids=["zeros", "spaces"])
+def test_gzip_bomb_is_capped_in_bytes_out(tmp_path, head, filler):
+    ld = _logdir(tmp_path, ["ok"])
+    (ld / "bomb").mkdir()
+    _gzip_of(ld / "bomb" / "w0.1.pt.trace.json.gz", head, filler, 64)   # 64 MB out
+    assert os.path.getsize(ld / "bomb" / "w0.1.pt.trace.json.gz") < 1e6
+    svc = _service(ld, max_file_mb=8)
     status, body = call(svc, "diagnosis", {"run": "bomb", "host": "w0"})
     assert status == 413 and "decompresses to more than the 8 MB budget" in body["error"]
+    assert body["file"] == "w0.1.pt.trace.json.gz"
     # the same file is not decompressed again for other options
     status, _ = call(svc, "diagnosis", {"run": "bomb", "host": "w0", "threshold_us": "50"})
     assert status == 413 and svc.loads == 1
+    status, body = call(svc, "diagnosis", {"run": "ok", "host": "w0"})   # the others go on
+    assert status == 200 and body["gaps_total"] > 0, body
 
 
 def test_gzip_within_budget_reads_whole(tmp_path):

@@ -1238,6 +1238,55 @@ def test_kineto_stretch_bounds_agree_with_the_pattern():
         for cut in range(len(chunk) + 1):
             for part in (chunk[cut:], chunk[:cut]):
                 assert native_scan._stretch(part) == _stretch_by_regex(part), part
+    # blank runs longer than each window the search from an event start back to its
+    # opener strips, up to chunks of nothing else; more braces that open no event than
+    # the searches from either end try before the pattern decides
+    long_runs = [b" " * 5000, b" \n\t\r" * 20000, b" " * (1 << 20)]
+    braces = b'"x": {"y": 1}, ' * 100
+    for run in long_runs:
+        for chunk in (run, b"[" + run + b"{", b"," + run + b"{" + run, b"{" + run + b"[",
+                      b'}, {"ph": "X"},' + run + b'{"ph": "X"}' + run + b",",
+                      b"[" + braces + run + b", {" + braces + run + b"[{" + braces,
+                      braces + run + braces):
+            assert native_scan._stretch(chunk) == _stretch_by_regex(chunk), chunk[:40]
+
+
+def test_kineto_blank_runs_of_any_length_read_as_the_reference_reads_them():
+    """JSON's four blanks in runs of every length up to past several machine words, at
+    every alignment, between every token: the same columns as the reference, whole, in
+    chunks and walked ahead; a byte that is not a JSON blank (a form feed, a vertical
+    tab, a NUL, a non-breaking space, a lone UTF-8 byte) at any place of a long run is
+    refused by both."""
+    blanks = b" \n\r\t"
+    rng = random.Random(48)
+    for n in list(range(0, 41)) + [63, 64, 65, 1000, 4099]:
+        run = bytes(rng.choice(blanks) for _ in range(n))
+        lead = b" " * (n % 8)                       # every alignment of the run
+        raw = (lead + b'{' + run + b'"traceEvents"' + run + b':' + run + b'[' + run
+               + run.join([b'{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 2}',
+                           b'{"ph"' + run + b':' + run + b'"X", "name": "b", "pid": 1, '
+                           b'"tid": 1, "ts": 5,' + run + b'"dur": 1}']).replace(b"}{", b"},{")
+               + run + b']' + run + b'}' + run)
+        raw = raw.replace(b"}" + run + b"{", b"}" + run + b"," + run + b"{")
+        whole_nat, whole_ref = _native_whole(raw), _python_whole(raw)
+        assert whole_nat is not None and not isinstance(whole_ref, str), (n, whole_ref)
+        assert whole_nat["n_raw"] == 2
+        _same(whole_ref, whole_nat)
+        _assert_chunked_equal(raw, range(7, len(raw), 97), whole_nat, whole_ref)
+    for run in (b" " * 64, b"\n" * 64, b"\r" * 64, b"\t" * 64, b" \n  \t\r  " * 8):
+        for bad in (b"\x0c", b"\x0b", b"\x00", b"\xa0", b"\xc2\xa0", b"\x80", b"x"):
+            for at in range(0, len(run) + 1):
+                raw = (b'{"traceEvents": [' + run[:at] + bad + run[at:]
+                       + b'{"ph": "X", "pid": 1, "tid": 1, "ts": 1, "dur": 1}]}')
+                assert _native_whole(raw) is None, (run[:2], bad, at)
+                assert isinstance(_python_whole(raw), str), (run[:2], bad, at)
+    long_run = b" " * 3000 + b"\n\t " * 3000      # past each window either scanner strips
+    for bad in (b"\x0c", b"\x0b", b"\x00", b"\xa0"):
+        for at in (0, 15, 16, 17, 63, 64, 65, 4159, 4160, 4161, 3000, 3001, 12287, len(long_run)):
+            raw = (b'{"traceEvents": [' + long_run[:at] + bad + long_run[at:]
+                   + b'{"ph": "X", "pid": 1, "tid": 1, "ts": 1, "dur": 1}]}')
+            assert _native_whole(raw) is None, (bad, at)
+            assert isinstance(_python_whole(raw), str), (bad, at)
 
 
 def test_kineto_walks_ahead_stop_with_the_file_that_fails():

@@ -123,6 +123,9 @@ def hostile(tmp_path_factory, artifacts_dir):
     shutil.copy(real / "big" / "w0.1700000000000.pt.trace.json.gz", real / "gone")
     (real / "bomb").mkdir()
     gzip_bomb(real / "bomb" / "w0.1700000000000.pt.trace.json.gz", 1024)   # 1 GiB out
+    (real / "bomb_spaces").mkdir()     # JSON as far as it goes: only the budget stops it
+    gzip_bomb(real / "bomb_spaces" / "w0.1700000000000.pt.trace.json.gz", 1024,
+              b'{"traceEvents": [', b" ")
     (real / "fifo").mkdir()
     os.mkfifo(real / "fifo" / "w0.1700000000000.pt.trace.json")        # never listed
     for i in range(3000):                                   # a logdir with many runs
@@ -307,11 +310,14 @@ def test_warm_burst(hostile):
     assert lat[190] < 10
 
 
-def test_gzip_bomb(hostile):
+@pytest.mark.parametrize("run,what", [("bomb", "zeros"), ("bomb_spaces", "'[' then spaces")])
+def test_gzip_bomb(hostile, run, what):
     h = hostile
-    paths = [f"{API}/diagnosis?run=bomb&host=w0&threshold_us={5 + i}" for i in range(10)]
-    paths += [f"{API}/timeline?run=bomb&host=w0", f"{API}/overlay?run=bomb&host=w0&with_events=1"]
-    res = _run_attack(h, "gzip bomb (1 MB → 1 GiB)", lambda: _many(h, paths, workers=12))
+    paths = [f"{API}/diagnosis?run={run}&host=w0&threshold_us={5 + i}" for i in range(10)]
+    paths += [f"{API}/timeline?run={run}&host=w0",
+              f"{API}/overlay?run={run}&host=w0&with_events=1"]
+    res = _run_attack(h, f"gzip bomb (1 MB → 1 GiB of {what})",
+                      lambda: _many(h, paths, workers=12))
     for status, body, _ in res:
         assert status == 413, body
         assert "decompresses to more than" in body["error"] and "TB_PERFDIAG_MAX_FILE_MB" in body["error"]
