@@ -329,8 +329,8 @@ def text_table(summary: dict, top: int = 20) -> str:
               if summary.get("median_step_ns") else "")
            + (f", duty cycle {100 * summary['median_duty_cycle']:.1f}%"
               if summary.get("median_duty_cycle") is not None else "")]
-    coll = summary.get("collectives")
-    if coll and summary.get("median_duty_without_wait") is not None and \
+    cs = summary.get("collectives")
+    if cs and summary.get("median_duty_without_wait") is not None and \
             summary.get("median_duty_cycle") is not None:
         out[-1] += (f" — {100 * (summary['median_duty_cycle'] - summary['median_duty_without_wait']):.1f}"
                     f" points of it waiting for peers at collectives: "
@@ -340,22 +340,24 @@ def text_table(summary: dict, top: int = 20) -> str:
     n_ok = summary["done"] - (summary.get("failed") or 0)
     for s in st:
         line = f"  {safe_text(s['host'])}: {s['reason']}"
-        if coll and s.get("excess_ns") and summary.get("median_step_ns"):
+        if cs and s.get("excess_ns") and summary.get("median_step_ns"):
             line += (f"; fixing it saves ≈ {s['excess_ns'] / 1e6:.2f} ms of the "
                      f"{summary['median_step_ns'] / 1e6:.2f} ms step on each of the other "
                      f"{max(n_ok - 1, 1)} host(s)")
         out.append(line)
-    if coll:
-        out.append(f"collectives: {coll['instances']} instance(s) matched across "
-                   f"{coll['hosts']} host(s)"
-                   + "".join(f"; {k} ×{o['count']}" for k, o in coll["ops"].items())
-                   + (f"; {coll['unresolved']} too close to order "
-                      f"(clocks aligned to {coll['clock_resolution_ns'] / 1e6:.2f} ms)"
-                      if coll.get("unresolved") else "")
+    if cs:
+        out.append(f"collectives: {cs['instances']} instance(s) matched across "
+                   f"{cs['hosts']} host(s)"
+                   + "".join(f"; {k} ×{o['count']}" for k, o in cs["ops"].items())
+                   + (f"; {cs['unresolved']} too close to order "
+                      + f"(the last two arrivals within "
+                        f"{max(coll.RESOLVE * (cs.get('clock_resolution_ns') or 0), coll.MIN_LEAD_NS) / 1e3:.0f}"
+                        " µs: what the clocks' alignment can tell apart)"
+                      if cs.get("unresolved") else "")
                    + "".join(f"; {safe_text(h)}'s clock {o['estimated_ns'] / 1e6:+.1f} ms"
-                             for h, o in (coll.get("clock_offsets") or {}).items()
+                             for h, o in (cs.get("clock_offsets") or {}).items()
                              if o.get("applied")))
-    wait_cols = bool(coll)
+    wait_cols = bool(cs)
     out.append(f"{'host':<24} {'duty':>6} {'typical step':>13} {'worst gap':>11}"
                + (f" {'peer wait':>10} {'last':>5} {'late by':>9}" if wait_cols else "")
                + "  top causes")
