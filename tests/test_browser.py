@@ -182,10 +182,19 @@ def test_largest_gap_detail_and_trace_viewer(page, tb_demo, artifacts_dir):
     first = frame.locator(".gap-row").first
     assert first.get_attribute("data-gap") == largest["id"]
     first.focus()
-    page.keyboard.press("Enter")   # keyboard reachable
+    # the list carries the gap's largest host ops; opening it asks the gap route for all
+    assert len(largest["host_ops"]) == 5 < largest["host_ops_total"]
+    with page.expect_response(lambda r: "/data/plugin/perfdiag/gap?" in r.url,
+                              timeout=60000) as resp:
+        page.keyboard.press("Enter")   # keyboard reachable
+    full = resp.value.json()
     frame.wait_for_selector(".pd-detail-cause", timeout=30000)
     assert frame.inner_text(".pd-detail-cause") == largest["cause_label"]
-    assert frame.locator(".pd-hostop").count() > 0
+    assert len(full["host_ops"]) == largest["host_ops_total"]
+    # every one of them in the panel (the busiest threads open, the rest folded)
+    shown = frame.eval_on_selector_all(".pd-hostop", "els => els.map(e => e.title)")
+    chains = [" › ".join(o["chain"]) for o in full["host_ops"]]
+    assert sorted(shown) == sorted(c if len(c) <= 2000 else c[:1999] + "…" for c in chains)
     assert "ThunkExecutor" in frame.inner_text(".pd-chain") or frame.inner_text(".pd-chain")
     page.screenshot(path=os.path.join(artifacts_dir, "diagnose-gap-detail.png"))
 
