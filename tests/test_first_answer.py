@@ -184,3 +184,22 @@ def test_the_steps_route_pages_every_row(tmp_path):
     body = svc.response("steps", parse("steps", {**base, "steps_limit": "3"}))
     import gzip
     assert [s["id"] for s in json.loads(gzip.decompress(body.gz))["steps"]] == [0, 1, 2]
+
+
+def test_cli_json_is_the_route_answer_and_full_keeps_every_host_op():
+    import glob
+    import subprocess
+    import sys
+    path = glob.glob(os.path.join(TESTDATA, "captures", "torch_xla_cpu", "**", "*.xplane.pb"),
+                     recursive=True)[0]
+
+    def cli(*extra):
+        return json.loads(subprocess.run(
+            [sys.executable, "-m", "tb_perfdiag.cli", "diagnose", path, "--json", *extra],
+            capture_output=True, text=True, check=True).stdout)
+    light, full = cli(), cli("--full")
+    assert light["gaps"][0]["host_ops_total"] > HOST_OPS_SHOWN == len(light["gaps"][0]["host_ops"])
+    assert all(len(g["host_ops"]) == g["host_ops_total"] for g in full["gaps"])
+    assert [g["id"] for g in light["gaps"]] == [g["id"] for g in full["gaps"]]
+    assert "step_bins" in light and "step_bins" not in full
+    jsonschema.validate(full, SCHEMA)
