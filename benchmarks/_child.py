@@ -14,8 +14,9 @@ WHAT:
                               decode "into Python objects" that json.loads does for JSON)
   load                        tb_perfdiag.load(path), reading the file included
   diagnose                    tb_perfdiag.diagnose(path), reading the file included; then
-                              .to_json(all_gaps=False) (what the /diagnosis route serves:
-                              the first page of gaps) and .to_json() (every gap's record)
+                              .to_json(all_gaps=False) as JSON bytes (what the /diagnosis
+                              route serves, the page's first answer: answer_bytes its
+                              size) and .to_json() (every gap's record in full)
                               (parts: diagnose, to_json, to_json_all; checkpoints for each)
   pod-serial                  PATH = a logdir with one pod run: every host diagnosed and
                               summarised in this one process, one after the other (the anchor)
@@ -115,9 +116,12 @@ def main():
             d = tb_perfdiag.diagnose(path)
             t1, c1 = clock(), cpu()
             rep["peak_mb"] = peak_mb()
-            # what the /diagnosis route serves: everything but the gaps, which come one
-            # page at a time
+            # what the /diagnosis route serves, as the bytes it sends (before gzip): the
+            # page's first answer, a page of gaps with their largest host ops, step bins
+            # above 500 steps
+            from tb_perfdiag.render.json import json_bytes
             j = d.to_json(all_gaps=False)
+            rep["answer_bytes"] = len(json_bytes(j))
             t2, c2 = clock(), cpu()
             peak_page = peak_mb()
             # every gap's record (to_json() with no arguments; the CLI's --all-gaps)

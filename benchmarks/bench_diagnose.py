@@ -16,8 +16,9 @@ Rows (seconds = only the timed part; see _child.py; imports are never timed):
   ParseFromString+walk        the same, then every event's fields read into Python objects
   tb-perfdiag diagnose        tb_perfdiag.diagnose(path): reading + gunzip + scan + model
                               + analysis → Diagnosis
-  … +to_json                  the same, then to_json(all_gaps=False): what the plugin's
-                              /diagnosis route serves (gaps come a page at a time)
+  … +to_json                  the same, then to_json(all_gaps=False) as JSON bytes: what
+                              the plugin's /diagnosis route serves, the page's first answer
+                              (its size printed below the table)
   … +to_json every gap        diagnose, then to_json(): every gap's record (CLI --all-gaps)
   HTA idle                    TraceAnalysis(trace_dir=DIR) — HTA parsing the one file in
                               DIR — then get_idle_time_breakdown(ranks=all, visualize=False)
@@ -105,7 +106,7 @@ def measure(label, path, kind, repeat, native, pure, log):
                 hta_compat_ns=r["hta_compat_ns"])
             row(f"tb-perfdiag diagnose+to_json ({name})", cp["diagnose+to_json"][0],
                 cp["diagnose+to_json"][1], cpu_s=cp["diagnose+to_json"][2], native=r["native"],
-                to_json_s=r["parts"]["to_json"], ours=True)
+                to_json_s=r["parts"]["to_json"], answer_bytes=r.get("answer_bytes"), ours=True)
             if "diagnose+to_json_all" in cp:
                 row(f"tb-perfdiag diagnose+to_json every gap ({name})",
                     cp["diagnose+to_json_all"][0], cp["diagnose+to_json_all"][1],
@@ -242,7 +243,9 @@ def main(argv=None):
                   f"level) {r['hta_compat_ns']}")
     for r in rows:
         if r.get("to_json_s") is not None:
-            print(f"  {r['file']} {r['tool']}: to_json alone {r['to_json_s']:.3f} s")
+            print(f"  {r['file']} {r['tool']}: to_json alone {r['to_json_s']:.3f} s" + (
+                f", the first answer {r['answer_bytes'] / 1e6:.2f} MB of JSON"
+                if r.get("answer_bytes") else ""))
         if r.get("protobuf"):
             print(f"  {r['file']} ParseFromString: protobuf implementation {r['protobuf']}, "
                   f"{r['events']} events")

@@ -3,7 +3,7 @@ import { getJSON, routeUrl, TB_ROOT } from "./api.js";
 import { h } from "./dom.js";
 import { causeColor, causeLabel, cut, formatNs, formatPct, fullTitle, gapLabel, gapRefs, optionText, plural, squeeze } from "./format.js";
 import { readState, writeState, urlWindow } from "./state.js";
-import { renderStepsChart } from "./steps_chart.js";
+import { barHoldsStep, renderStepsChart, stepStats } from "./steps_chart.js";
 import { Timeline, poolOf } from "./timeline.js";
 import { renderAnnotations } from "./annotations.js";
 import { renderDeviceOps } from "./device_ops.js";
@@ -553,8 +553,7 @@ export class App {
   renderSummary() {
     const d = this.diag, el = this.summaryEl;
     const dutyDef = (d.definitions || {}).duty_cycle || "";
-    const steps = d.steps || [];
-    const avg = steps.length ? steps.reduce((a, s) => a + (s.end_ns - s.start_ns), 0) / steps.length : null;
+    const { count: nSteps, avg } = stepStats(d);
     if (!this.hasDeviceActivity()) {
       el.append(h("div", { class: "pd-no-device", id: "pd-no-device", role: "note" },
         h("b", {}, "No device activity in this trace."),
@@ -580,7 +579,7 @@ export class App {
     el.append(
       h("div", { class: "pd-stats" }, devRows,
         h("div", { class: "pd-stat" }, h("span", { class: "pd-stat-value" }, formatNs(avg)),
-          h("span", { class: "pd-stat-label" }, `average step time (${plural(steps.length, "step")}, from ${d.step_source || "?"})`))),
+          h("span", { class: "pd-stat-label" }, `average step time (${plural(nSteps, "step")}, from ${d.step_source || "?"})`))),
       h("h3", {}, "Idle time by cause ", h("abbr", { title: (d.definitions || {}).causes || "", class: "pd-help" }, "?")),
       h("ul", { class: "pd-idle" }, idle.length ? idle.map(([c, ns]) => h("li", {},
         h("span", { class: "chip", style: { background: causeColor(c) } }), `${causeLabel(c)}: `, h("b", {}, formatNs(ns)))) :
@@ -737,7 +736,7 @@ export class App {
   /** The step of the selected gap, marked in the step chart (the step filter stays as it is). */
   markGapStep(step) {
     for (const b of this.stepsEl.querySelectorAll(".step-bar")) {
-      b.classList.toggle("gap-marked", step !== null && step !== undefined && b.dataset.step === String(step));
+      b.classList.toggle("gap-marked", barHoldsStep(b, step));
     }
   }
 

@@ -7,16 +7,16 @@
 import { getJSON } from "./api.js";
 import { h } from "./dom.js";
 import { causeColor, causeLabel, cut, formatNs, formatPct, fullTitle, plural, squeeze } from "./format.js";
+import { stepStats } from "./steps_chart.js";
 
 /** One table row's numbers from a diagnosis body. */
 export function hostSummary(d) {
-  const steps = d.steps || [];
-  const avg = steps.length ? steps.reduce((a, s) => a + (s.end_ns - s.start_ns), 0) / steps.length : null;
+  const { count, avg } = stepStats(d);
   const worst = (d.gaps || [])[0] || null;
   const f = [...(d.findings || [])].sort((a, b) => (b.time_lost_ns_per_step || 0) - (a.time_lost_ns_per_step || 0))[0] || null;
   return {
     devices: (d.devices || []).map((x) => ({ name: x.name, duty_cycle: x.duty_cycle })),
-    avg_step_ns: avg, steps: steps.length,
+    avg_step_ns: avg, steps: count,
     worst_gap: worst ? { duration_ns: worst.duration_ns, cause: worst.cause, label: worst.cause_label || causeLabel(worst.cause) } : null,
     top_finding: f ? { title: f.title, per_step_ns: f.time_lost_ns_per_step } : null,
   };

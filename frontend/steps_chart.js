@@ -68,11 +68,41 @@ export function layoutSteps(steps, deviceKey, width, height, opts = {}) {
   });
 }
 
+/** A bin of consecutive steps (the first answer's step_bins above 500 steps) as a step the
+ *  chart can draw: its mean step's split; a click picks its slowest step. */
+export function binAsStep(b) {
+  return { id: b.slowest, first: b.first, last: b.last, bin: b, start_ns: 0, end_ns: b.mean_ns,
+    devices: b.devices, outlier: b.outliers > 0, compile: { count: b.compiling, recompiles: b.recompiling } };
+}
+
+/** Whether step id `step` is the bar `el` draws (a step, or a bin holding it). */
+export function barHoldsStep(el, step) {
+  if (step === null || step === undefined || step === "") return false;
+  if (el.dataset.first !== undefined) return Number(el.dataset.first) <= Number(step) && Number(step) <= Number(el.dataset.last);
+  return el.dataset.step === String(step);
+}
+
+/** Average step time and step count over the capture (from the bins when the answer has
+ *  only some step rows). */
+export function stepStats(diag) {
+  const bins = diag.step_bins, steps = diag.steps || [];
+  if (bins && bins.length) {
+    const n = bins.reduce((a, b) => a + b.steps, 0);
+    return { count: diag.steps_total ?? n, avg: n ? bins.reduce((a, b) => a + b.mean_ns * b.steps, 0) / n : null };
+  }
+  return { count: steps.length, avg: steps.length ? steps.reduce((a, s) => a + (s.end_ns - s.start_ns), 0) / steps.length : null };
+}
+
 export function renderStepsChart(container, diag, { deviceKey, selectedStep, onSelect, maxNs, hostOnly }) {
   container.textContent = "";
   const width = Math.max(320, container.clientWidth || 800);
   const height = 200;
-  const bars = layoutSteps(diag.steps || [], deviceKey, width, height, { maxNs, hostOnly });
+  const binned = !!(diag.step_bins && diag.step_bins.length);
+  const shown = binned ? diag.step_bins.map(binAsStep) : diag.steps || [];
+  const bars = layoutSteps(shown, deviceKey, width, height, { maxNs, hostOnly });
+  bars.forEach((b, i) => { b.bin = shown[i].bin; });
+  const isSel = (b) => b.bin ? b.bin.first <= Number(selectedStep) && Number(selectedStep) <= b.bin.last && selectedStep !== "" && selectedStep != null
+    : String(selectedStep) === String(b.id);
   const svg = document.createElementNS(SVG, "svg");
   svg.setAttribute("width", String(width));
   svg.setAttribute("height", String(height));
@@ -82,14 +112,18 @@ export function renderStepsChart(container, diag, { deviceKey, selectedStep, onS
   for (const b of bars) {
     const g = document.createElementNS(SVG, "g");
     g.setAttribute("class", "step-bar" + (b.recompile ? " recompile" : "") +
-      (b.outlier ? " outlier" : "") + (String(selectedStep) === String(b.id) ? " selected" : ""));
+      (b.outlier ? " outlier" : "") + (isSel(b) ? " selected" : "") + (b.bin ? " step-bin" : ""));
     g.setAttribute("data-step", String(b.id));
+    if (b.bin) { g.setAttribute("data-first", String(b.bin.first)); g.setAttribute("data-last", String(b.bin.last)); }
     if (b.recompile) g.setAttribute("data-recompile", "1");
     g.setAttribute("tabindex", "0");
     g.setAttribute("role", "button");
     const title = document.createElementNS(SVG, "title");
     const pw = b.segments.find((x) => x.cause === "peer_wait");
-    title.textContent = `Step ${b.id}: ${formatNs(b.total_ns)}` + (hostOnly ? " (host only: no device activity)" : `, duty cycle ${formatPct(b.duty_cycle)}`) +
+    const bn = b.bin;
+    title.textContent = (bn ? `Steps ${bn.first}–${bn.last} (${bn.steps}): median ${formatNs(bn.median_ns)}, ` +
+      `${formatNs(bn.min_ns)} to ${formatNs(bn.max_ns)}; click for the slowest, step ${bn.slowest}\nMean step: ${formatNs(b.total_ns)}`
+      : `Step ${b.id}: ${formatNs(b.total_ns)}`) + (hostOnly ? " (host only: no device activity)" : `, duty cycle ${formatPct(b.duty_cycle)}`) +
       (pw && b.total_ns > 0 ? ` — ${(100 * pw.ns / b.total_ns).toFixed(0)} points of it waiting for peers at collectives` : "") +
       (b.recompile ? ` — ${b.compileWord}` : "") + (b.outlier ? " — outlier" : "") +
       b.segments.map((s) => `\n${causeLabel(s.cause)}: ${formatNs(s.ns)}`).join("");
@@ -117,10 +151,10 @@ export function renderStepsChart(container, diag, { deviceKey, selectedStep, onS
     const lbl = document.createElementNS(SVG, "text");
     lbl.setAttribute("x", String(b.x + b.w / 2)); lbl.setAttribute("y", String(height - 4));
     lbl.setAttribute("text-anchor", "middle"); lbl.setAttribute("class", "step-label");
-    lbl.textContent = String(b.id);
-    const selected = String(selectedStep) === String(b.id);
+    const selected = isSel(b);
+    lbl.textContent = bn ? String(selected ? selectedStep : bn.first) : String(b.id);
     if (b.labelled || selected) g.appendChild(lbl);
-    const pick = () => onSelect(String(selectedStep) === String(b.id) ? null : b.id);
+    const pick = () => onSelect(selected ? null : b.id);
     g.addEventListener("click", pick);
     g.addEventListener("keydown", (e) => {
       if (e.key === "Enter" || e.key === " ") { e.preventDefault(); pick(); }

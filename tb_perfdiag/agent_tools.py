@@ -174,14 +174,13 @@ class Tools:
                 max_bytes: MaxBytes = DEFAULT_MAX_BYTES) -> dict:
         p = self._params("diagnosis", run, host, span, threshold_us, kernels_only, gaps_limit=0)
         doc = self.service.diagnosis_json(p)
-        comp = doc["compilations"]
         out = {"schema_version": doc["schema_version"], "run": p.run, "host": p.host,
                "source": doc["source"], "options": doc["options"],
-               "step_source": doc["step_source"], "steps": len(doc["steps"]),
+               "step_source": doc["step_source"], "steps": doc["steps_total"],
                "devices": doc["devices"], "gaps_total": doc["gaps_total"], "hta": doc["hta"],
-               "compilations": {"count": len(comp),
-                                "recompilations": sum(c["recompile"] for c in comp)},
-               "transfers": {"count": len(doc["transfers"])},
+               "compilations": {"count": doc["compilations_total"],
+                                "recompilations": doc["recompilations_total"]},
+               "transfers": {"count": doc["transfers_total"]},
                "findings_total": len(doc["findings"]), "findings": doc["findings"][:top],
                "warnings": doc["warnings"]}
         return trim(out, max_bytes)
@@ -212,7 +211,8 @@ class Tools:
         rows = doc["gaps"]
         if not detail:
             for g in rows:
-                g["host_ops_count"] = len(g.pop("host_ops"))
+                g.pop("host_ops")
+                g["host_ops_count"] = g.pop("host_ops_total")
                 g["syncs_count"] = len(g.pop("syncs"))
         head = {"run": p.run, "host": p.host, "filter": {"step": step, "cause": cause,
                                                          "device": device}}

@@ -256,7 +256,9 @@ def cmd_info(args) -> int:
 
 def _json_doc(diag, args) -> dict:
     """The route's JSON: one page of gaps (``--gaps``, default the route's page; ``--top``
-    when given; every gap with ``--all-gaps``), findings cut to ``--top`` when given."""
+    when given; every gap with ``--all-gaps``), findings cut to ``--top`` when given; with
+    ``--full`` each gap's every host op and every step row, which the route leaves to its
+    gap and steps routes."""
     if args.all_gaps:
         limit = None
     elif args.gaps is not None:
@@ -265,7 +267,7 @@ def _json_doc(diag, args) -> dict:
         limit = args.top
     else:
         limit = DEFAULT_GAPS_PAGE
-    doc = diagnosis_json(diag, 0, limit, args.step, paged=True)
+    doc = diagnosis_json(diag, 0, limit, args.step, paged=True, light=not args.full)
     if args.top is not None:
         doc["findings_total"] = len(doc["findings"])
         doc["findings"] = doc["findings"][:args.top]
@@ -543,6 +545,10 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--gaps", type=_number("gaps", 0, MAX_GAPS_PAGE, True), default=None,
                    help=f"--json: gaps in the page (default {DEFAULT_GAPS_PAGE}, as the route)")
     g.add_argument("--all-gaps", action="store_true", help="--json: every gap")
+    pd.add_argument("--full", action="store_true",
+                    help="--json: every host op of each gap and every step row (the route, "
+                         "as the page's first answer, lists a gap's 5 largest host ops and, "
+                         "above 500 steps, step bins and a few rows)")
     _analysis_options(pd)
     pd.add_argument("--scheduler", metavar="ADDRESS",
                     help="analyse every host of every run as a Dask task on this cluster "

@@ -24,6 +24,8 @@ MAX_VALUE = 1024       # longest value of a str parameter (or of one a route ign
 MAX_NUMBER = 64        # longest value of a number or bool parameter
 MAX_GAPS_PAGE = 100_000
 DEFAULT_GAPS_PAGE = 200
+MAX_STEPS_PAGE = 10_000
+DEFAULT_STEPS_PAGE = 500
 MAX_HOSTS_PAGE = 10_000
 DEFAULT_HOSTS_PAGE = 1000
 
@@ -68,6 +70,9 @@ PARAMS = {p.name: p for p in (
     Param("step", "int", None, -2**63, 2**63 - 1, doc="only the gaps of this step"),
     Param("gaps_offset", "int", 0, 0, 10**9, doc="first gap of the page"),
     Param("gaps_limit", "int", DEFAULT_GAPS_PAGE, 0, MAX_GAPS_PAGE, doc="gaps in the page"),
+    Param("steps_offset", "int", 0, 0, 10**9, doc="steps: first step row of the page"),
+    Param("steps_limit", "int", DEFAULT_STEPS_PAGE, 0, MAX_STEPS_PAGE,
+          doc="steps: step rows in the page"),
     Param("id", "str", required=True, max_len=64, doc="gap id"),
     Param("start_ns", "float", 0.0, -1e18, 1e18, doc="timeline view start, ns"),
     Param("end_ns", "float", 1e18, -1e18, 1e18, doc="timeline view end, ns"),
@@ -96,6 +101,7 @@ ROUTES = {
     "runs": Route(("refresh",)),
     "diagnosis": Route(_FILE + ("step", "gaps_offset", "gaps_limit")),
     "gap": Route(_FILE + ("id",)),
+    "steps": Route(_FILE + ("steps_offset", "steps_limit")),
     "overlay": Route(_FILE + ("with_events", "start_us", "end_us", "gap")),
     "timeline": Route(_FILE + ("start_ns", "end_ns", "width"), ordered=(("start_ns", "end_ns"),)),
     "hosts": Route(("run", "threshold_us", "kernels_only", "wait", "hosts_offset",

@@ -90,6 +90,7 @@ class DiagnosePlugin(base_plugin.TBPlugin):
             "/runs": self._serve_runs,
             "/diagnosis": self._serve_diagnosis,
             "/gap": self._serve_gap,
+            "/steps": self._serve_steps,
             "/overlay": self._serve_overlay,
             "/timeline": self._serve_timeline,
             "/hosts": self._serve_hosts,
@@ -157,6 +158,10 @@ class DiagnosePlugin(base_plugin.TBPlugin):
     @wrappers.Request.application
     def _serve_gap(self, request):
         return self._large(request, "gap")
+
+    @wrappers.Request.application
+    def _serve_steps(self, request):
+        return self._large(request, "steps")
 
     @wrappers.Request.application
     def _serve_overlay(self, request):

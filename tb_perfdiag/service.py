@@ -43,7 +43,7 @@ from .render import chrome
 from .render import collectives as coll_render
 from .render.compare import comparison_json
 from .render.device_ops import TOP as TOP_OPS, device_ops_json
-from .render.json import diagnosis_json, gap_records, gap_row, gaps_page, json_bytes
+from .render.json import diagnosis_json, gap_records, gap_row, gaps_page, json_bytes, steps_page
 from .render.pod import collective_join, summary_row
 from .storage import Underestimated, file_identity, open_file
 from .trace import detect_format, load_open
@@ -475,8 +475,8 @@ class DiagnosisService:
 
     # ---- routes ----
     def response(self, route: str, params):
-        """The gzipped body of a 200 of ``route`` (diagnosis, gap, timeline, overlay,
-        compare),
+        """The gzipped body of a 200 of ``route`` (diagnosis, gap, steps, timeline,
+        overlay, compare),
         built once per (file identity, parameters) and kept while the budget allows."""
         key = (route, self._identity(self._source(params)), params)
         if route == "compare":        # an answer of two files: either one changing is new
@@ -508,7 +508,14 @@ class DiagnosisService:
         est = PEAK_PER_DIAG_BYTE * diag.nbytes() + PEAK_PER_GAP_ROW * rows + RENDER_PEAK
         with self.budget.admit(est, what="diagnosis page"):
             return finish(diagnosis_json(diag, params.gaps_offset, params.gaps_limit,
-                                         params.step, paged=True))
+                                         params.step, paged=True, light=True))
+
+    def steps_json(self, params, finish=_same):
+        """Step rows ``[steps_offset, +steps_limit)`` with how many there are: the rows the
+        first answer leaves out above 500 steps."""
+        diag = self._diagnosis(params)
+        with self.budget.admit(RENDER_PEAK + 2_000 * params.steps_limit, what="steps page"):
+            return finish(steps_page(diag, params.steps_offset, params.steps_limit))
 
     def gaps_json(self, params, cause: str | None = None, device: int | None = None,
                   finish=_same):

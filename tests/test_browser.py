@@ -182,10 +182,19 @@ def test_largest_gap_detail_and_trace_viewer(page, tb_demo, artifacts_dir):
     first = frame.locator(".gap-row").first
     assert first.get_attribute("data-gap") == largest["id"]
     first.focus()
-    page.keyboard.press("Enter")   # keyboard reachable
+    # the list carries the gap's largest host ops; opening it asks the gap route for all
+    assert len(largest["host_ops"]) == 5 < largest["host_ops_total"]
+    with page.expect_response(lambda r: "/data/plugin/perfdiag/gap?" in r.url,
+                              timeout=60000) as resp:
+        page.keyboard.press("Enter")   # keyboard reachable
+    full = resp.value.json()
     frame.wait_for_selector(".pd-detail-cause", timeout=30000)
     assert frame.inner_text(".pd-detail-cause") == largest["cause_label"]
-    assert frame.locator(".pd-hostop").count() > 0
+    assert len(full["host_ops"]) == largest["host_ops_total"]
+    # every one of them in the panel (the busiest threads open, the rest folded)
+    shown = frame.eval_on_selector_all(".pd-hostop", "els => els.map(e => e.title)")
+    chains = [" › ".join(o["chain"]) for o in full["host_ops"]]
+    assert sorted(shown) == sorted(c if len(c) <= 2000 else c[:1999] + "…" for c in chains)
     assert "ThunkExecutor" in frame.inner_text(".pd-chain") or frame.inner_text(".pd-chain")
     page.screenshot(path=os.path.join(artifacts_dir, "diagnose-gap-detail.png"))
 
@@ -628,3 +637,47 @@ def test_progress_bar_while_the_server_analyses(page, tb_demo, artifacts_dir):
     wait_loaded(frame, run["run"])
     assert frame.locator(".pd-progress").count() == 0
     assert page.console_log.unexpected() == []
+
+
+def test_thousands_of_steps_draw_as_bins_and_a_linked_step_still_opens(browser, tmp_path,
+                                                                     artifacts_dir):
+    """650 steps: the first answer bins them; a URL naming a step the answer does not list
+    still filters the gaps by it and marks its bin; a click on a bin opens its slowest step."""
+    from conftest import TensorBoard
+    from test_first_answer import many_steps
+    run_dir = tmp_path / "logdir" / "long_run"
+    run_dir.mkdir(parents=True)
+    (run_dir / "worker0.1700000000000.pt.trace.json").write_bytes(many_steps().to_bytes())
+    tb = TensorBoard(tmp_path / "logdir")
+    try:
+        run = runs(tb)[0]
+        host = run["hosts"][0]["name"]
+        q = urllib.parse.urlencode({"run": run["run"], "host": host})
+        _, _, first = tb.get("/data/plugin/perfdiag/diagnosis?" + q)
+        assert first["steps_total"] == 650 and 301 not in {s["id"] for s in first["steps"]}
+        ctx = browser.new_context(viewport={"width": 1400, "height": 1100})
+        pg = ctx.new_page()
+        con = Console(pg)
+        pg.goto(tb.url + "/#perfdiag&" + urllib.parse.urlencode(
+            {"p.perfdiag.run": run["run"], "p.perfdiag.host": host, "p.perfdiag.step": "301"}))
+        frame = plugin_frame(pg)
+        wait_loaded(frame, run["run"], 301)
+        bars = frame.eval_on_selector_all(".step-bar", "els => els.map(e => [e.dataset.first, e.dataset.last])")
+        assert len(bars) == len(first["step_bins"]) and all(a is not None for a, _ in bars)
+        sel = frame.eval_on_selector_all(".step-bar.selected", "els => els.map(e => [+e.dataset.first, +e.dataset.last])")
+        assert len(sel) == 1 and sel[0][0] <= 301 <= sel[0][1]
+        steps = frame.eval_on_selector_all(".gap-row .gap-step", "els => els.map(e => e.textContent)")
+        assert steps and set(steps) == {"step 301"}
+        assert "650 steps" in frame.inner_text(".pd-summary")
+        # a bin opens its slowest step (the stall in it)
+        b = next(x for x in first["step_bins"] if x["first"] <= 7 <= x["last"])
+        assert b["slowest"] == 7
+        frame.click(f'.step-bar[data-first="{b["first"]}"]')
+        wait_loaded(frame, run["run"], 7)
+        steps = frame.eval_on_selector_all(".gap-row .gap-step", "els => els.map(e => e.textContent)")
+        assert steps and set(steps) == {"step 7"}
+        pg.screenshot(path=os.path.join(artifacts_dir, "diagnose-step-bins.png"))
+        assert con.unexpected() == []
+        ctx.close()
+    finally:
+        tb.stop()

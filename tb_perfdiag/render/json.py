@@ -2,7 +2,13 @@
 
 Gaps are paged: a page renders only its own gap records.  A gap's host-op detail
 comes from the diagnosis (the largest gaps) or from ``extra_detail`` (computed on
-demand for one gap by the server)."""
+demand for one gap by the server).
+
+The page's first answer (``light``) stays small on any trace: a listed gap carries its
+first ``HOST_OPS_SHOWN`` host ops (``host_ops_total`` says how many the ``gap`` route
+gives), and above ``STEP_ROWS`` steps the rows give way to ``step_bins`` (per bin the
+step times' spread and the mean split of a step) and the rows a reader looks for first,
+the others coming from the ``steps`` route a page at a time."""
 from __future__ import annotations
 
 import numpy as np
@@ -20,6 +26,9 @@ from .device_ops import device_ops_json
 
 SCHEMA_VERSION = 1
 MAX_EVIDENCE = 20
+# a listed gap's host ops in the first answer (the most self time first): the panel opens
+# on these; one gap of a busy host holds hundreds (324 on a TPU host: 78 KB a gap)
+HOST_OPS_SHOWN = 5
 _KIND_NAMES = {int(k): k.name.lower() for k in K}
 
 DEFINITIONS = {
@@ -256,31 +265,37 @@ class _Events:
                 "start_ns": T[2][r], "end_ns": T[4][r]}
 
 
-def _detail_of(diag: Diagnosis, detail: HostOps, refs: EventRefs, ev: _Events) -> dict:
-    """gap row → (host_ops, syncs) records."""
+def _detail_of(diag: Diagnosis, detail: HostOps, refs: EventRefs, ev: _Events,
+               host_ops: int | None = None) -> dict:
+    """gap row → (host_ops, syncs, how many host ops in all) records; the first
+    ``host_ops`` of them (most self time first) when given, else all."""
     out = {}
     k0 = 0
     for j, r in enumerate(detail.rows.tolist()):
         k1 = k0
         while k1 < detail.gap.shape[0] and detail.gap[k1] == r:
             k1 += 1
+        k2 = k1 if host_ops is None else min(k1, k0 + host_ops)
         ops = [ev.host_op(int(t), int(e), int(s), refs) for t, e, s in zip(
-            detail.track[k0:k1].tolist(), detail.event[k0:k1].tolist(),
-            detail.self_time[k0:k1].tolist())]
-        out[r] = (ops, [ev.sync(t, e, refs) for t, e in detail.syncs[j]])
+            detail.track[k0:k2].tolist(), detail.event[k0:k2].tolist(),
+            detail.self_time[k0:k2].tolist())]
+        out[r] = (ops, [ev.sync(t, e, refs) for t, e in detail.syncs[j]], k1 - k0)
         k0 = k1
     return out
 
 
-def gap_records(diag: Diagnosis, rows, extra_detail=None, evidence_only: bool = False) -> list:
+def gap_records(diag: Diagnosis, rows, extra_detail=None, evidence_only: bool = False,
+                host_ops: int | None = None) -> list:
     """One JSON record per gap row; ``extra_detail`` = (HostOps, EventRefs) of rows whose
-    detail was computed on demand.  Columns are converted once for the whole page (a page
-    can hold every gap of a trace: no numpy scalar per field)."""
+    detail was computed on demand; ``host_ops``: each gap's first that many host ops
+    (all when None).  Columns are converted once for the whole page (a page can hold every
+    gap of a trace: no numpy scalar per field)."""
     with no_cyclic_gc():
-        return _gap_records(diag, rows, extra_detail, evidence_only)
+        return _gap_records(diag, rows, extra_detail, evidence_only, host_ops)
 
 
-def _gap_records(diag: Diagnosis, rows, extra_detail, evidence_only: bool) -> list:
+def _gap_records(diag: Diagnosis, rows, extra_detail, evidence_only: bool,
+                 host_ops: int | None) -> list:
     g = diag.gaps
     rows = np.asarray(rows, np.int64)
     if rows.size == 0:
@@ -326,9 +341,9 @@ def _gap_records(diag: Diagnosis, rows, extra_detail, evidence_only: bool) -> li
     kinds = (C.SYNC_DRAIN, C.STARVED, C.DEVICE_SIDE_WAIT)
     if evidence_only:
         return evid
-    own = _detail_of(diag, diag.detail, R, ev) if diag.detail.rows.size else {}
+    own = _detail_of(diag, diag.detail, R, ev, host_ops) if diag.detail.rows.size else {}
     if extra_detail is not None:
-        own.update(_detail_of(diag, extra_detail[0], extra_detail[1], ev))
+        own.update(_detail_of(diag, extra_detail[0], extra_detail[1], ev, host_ops))
     ids = diag.steps.ids
     st = g.step[rows]
     steps = np.where(st >= 0, ids[np.maximum(st, 0)] if ids.size else -1, -1).tolist()
@@ -368,7 +383,8 @@ def _gap_records(diag: Diagnosis, rows, extra_detail, evidence_only: bool) -> li
         "duration_ns": du, "cause": names[c], "cause_label": label[c], "hta_category": hta[c],
         "evidence": evi, "shares_ns": sh, "tracelens": tl, "blocking": bl, "culprit": cu,
         "analysed_thread": at, "followed_thread": fo, "prev_op": po, "next_op": no,
-        "waited_for": wf, "host_ops": det[0] if det else [], "syncs": det[1] if det else [],
+        "waited_for": wf, "host_ops": det[0] if det else [],
+        "host_ops_total": det[2] if det else 0, "syncs": det[1] if det else [],
         "detail": det is not None,
     } for (i_, r, d, st_, a, b, du, c, evi, sh, tl, bl, cu, at, fo, po, no, wf, det)
         in zip(*cols_out)]
@@ -408,7 +424,8 @@ def _steps_window(D, d: int, busy: int) -> dict:
             "idle_ns": ns(w) - ns(busy), "duty_cycle": busy / w if w else None}
 
 
-def steps_json(diag: Diagnosis) -> list:
+def steps_json(diag: Diagnosis, rows=None) -> list:
+    """One record per step (those of ``rows``, step indices in order, when given)."""
     S = diag.steps
     devs = np.flatnonzero(S.has_device).tolist()
     # per step, how many of its compiles compiled a function again
@@ -418,7 +435,7 @@ def steps_json(diag: Diagnosis) -> list:
         st = T.step[(T.step >= 0) & np.asarray(T.recompile, bool)]
         again = np.bincount(st, minlength=len(S))[:len(S)]
     out = []
-    for s in range(len(S)):
+    for s in (range(len(S)) if rows is None else np.asarray(rows, np.int64).tolist()):
         per_dev = {}
         for d in devs:
             a, b = int(S.win_start[s, d]), int(S.win_end[s, d])
@@ -440,7 +457,103 @@ def steps_json(diag: Diagnosis) -> list:
     return out
 
 
-def annotations_json(diag: Diagnosis) -> list:
+# Above STEP_ROWS steps the first answer draws the chart from STEP_BINS bins of
+# consecutive steps and lists only the rows a reader looks for first: the step asked for,
+# the SLOWEST_STEPS slowest, the slowest MARKED_STEPS outliers and compiling steps, and
+# the first and last step (the capture's bounds); the steps route serves the others.
+STEP_ROWS = 500
+STEP_BINS = 200
+SLOWEST_STEPS = 20
+MARKED_STEPS = 50
+
+
+def _step_ns(diag: Diagnosis) -> np.ndarray:
+    S = diag.steps
+    return np.asarray(ns_list(S.host_end), np.int64) - np.asarray(ns_list(S.host_start),
+                                                                  np.int64)
+
+
+def step_bins_json(diag: Diagnosis, bins: int = STEP_BINS) -> list:
+    """The steps in ``bins`` runs of consecutive steps: per bin its steps' time (min,
+    median, mean, max; the slowest step's id), how many are outliers or compile, and per
+    device the mean step's split (busy, idle by cause), which the chart draws as a bar."""
+    S = diag.steps
+    n = len(S)
+    if n == 0:
+        return []
+    edges = np.unique(np.linspace(0, n, min(bins, n) + 1).astype(np.int64))
+    lo, hi = edges[:-1], edges[1:]
+    cnt = hi - lo
+    dur = _step_ns(diag)
+    ids = S.ids.astype(np.int64)
+    T = diag.compilations
+    again = np.zeros(n, np.int64)
+    if T is not None and len(T):
+        st = T.step[(T.step >= 0) & np.asarray(T.recompile, bool)]
+        again = np.bincount(st, minlength=n)[:n]
+    sums = lambda x: np.add.reduceat(np.asarray(x, np.int64), lo)  # noqa: E731
+    outl, comp = sums(S.outlier.astype(np.int64)), sums(S.compile_count > 0)
+    recomp = sums(again > 0)
+    devs = np.flatnonzero(S.has_device).tolist()
+    per = {}
+    for d in devs:
+        w = np.maximum(S.win_end[:, d] - S.win_start[:, d], 0)
+        bz, ww = sums(S.busy[:, d]), sums(w)
+        ib = np.add.reduceat(S.idle_by_cause[:, d, :], lo, axis=0)
+        per[d] = (bz, ww, ib)
+    out = []
+    for k, (a, b) in enumerate(zip(lo.tolist(), hi.tolist())):
+        x = dur[a:b]
+        c = int(cnt[k])
+        devices = {}
+        for d in devs:
+            bz, ww, ib = per[d]
+            devices[str(d)] = {
+                "duty_cycle": int(bz[k]) / int(ww[k]) if ww[k] > 0 else None,
+                "busy_ns": ns(bz[k] / c), "idle_ns": ns((ww[k] - bz[k]) / c),
+                "idle_by_cause_ns": {cz: ns(ib[k, i] / c) for i, cz in enumerate(C.ALL)
+                                     if ib[k, i] > 0}}
+        out.append({"first": int(ids[a]), "last": int(ids[b - 1]), "steps": c,
+                    "start_ns": ns(S.host_start[a]), "end_ns": ns(S.host_end[b - 1]),
+                    "min_ns": int(x.min()), "median_ns": int(np.median(x)),
+                    "mean_ns": int(round(float(x.mean()))), "max_ns": int(x.max()),
+                    "slowest": int(ids[a + int(np.argmax(x))]), "outliers": int(outl[k]),
+                    "compiling": int(comp[k]), "recompiling": int(recomp[k]),
+                    "devices": devices})
+    return out
+
+
+def step_rows_shown(diag: Diagnosis, step: int | None = None) -> np.ndarray:
+    """Indices of the step rows the first answer lists when the steps are binned."""
+    S = diag.steps
+    n = len(S)
+    dur = _step_ns(diag)
+    by_time = np.argsort(-dur, kind="stable")
+    marked = np.flatnonzero(np.asarray(S.outlier, bool) | (S.compile_count > 0))
+    marked = marked[np.argsort(-dur[marked], kind="stable")][:MARKED_STEPS]
+    keep = [by_time[:SLOWEST_STEPS], marked, np.array([0, n - 1], np.int64)]
+    if step is not None:
+        keep.append(np.flatnonzero(S.ids == step))
+    return np.unique(np.concatenate([np.asarray(k, np.int64) for k in keep]))
+
+
+def steps_page(diag: Diagnosis, offset: int, limit: int) -> dict:
+    """Step rows ``[offset, offset + limit)``, with how many there are in all."""
+    n = len(diag.steps)
+    rows = np.arange(min(offset, n), min(offset + limit, n))
+    return {"steps": steps_json(diag, rows), "steps_total": n, "steps_offset": offset,
+            "steps_limit": limit}
+
+
+def _of_steps(present: np.ndarray, steps) -> np.ndarray:
+    """Step indices where ``present`` holds, only those of ``steps`` (indices) when given."""
+    got = np.flatnonzero(present)
+    return got if steps is None else np.intersect1d(got, steps)
+
+
+def annotations_json(diag: Diagnosis, steps=None) -> list:
+    """Per annotation path its device time, per step too (only the step indices ``steps``
+    when given)."""
     A = diag.annotations
     ids = diag.steps.ids.tolist()
     out = []
@@ -456,19 +569,20 @@ def annotations_json(diag: Diagnosis) -> list:
             "user_scope": A.user_scope[a] if a < len(A.user_scope) else path[-1],
             "per_step": {str(int(ids[s])): {"inclusive_ns": int(inc[s] // 1000),
                                             "exclusive_ns": int(exc[s] // 1000)}
-                         for s in np.flatnonzero(inc > 0).tolist()},
+                         for s in _of_steps(inc > 0, steps).tolist()},
         })
     return out
 
 
-def unscoped_json(diag: Diagnosis) -> dict:
-    """Device time of the ops under no user scope (summed over devices, as the rows)."""
+def unscoped_json(diag: Diagnosis, steps=None) -> dict:
+    """Device time of the ops under no user scope (summed over devices, as the rows); per
+    step only for the step indices ``steps`` when given."""
     A = diag.annotations
     ids = diag.steps.ids.tolist()
     per = np.asarray(A.unscoped_per_step)
     return {"device_ns": int(A.unscoped // 1000), "ops": int(A.unscoped_ops),
             "per_step": {str(int(ids[s])): int(per[s] // 1000)
-                         for s in np.flatnonzero(per > 0).tolist() if s < len(ids)}}
+                         for s in _of_steps(per > 0, steps).tolist() if s < len(ids)}}
 
 
 def user_scopes_json(diag: Diagnosis) -> list:
@@ -484,27 +598,39 @@ def _step_id(diag: Diagnosis, k: int):
     return int(diag.steps.ids[k]) if k >= 0 else None
 
 
-def compilations_json(diag: Diagnosis) -> list:
-    """One record per outermost compilation; ``recompile`` only when the same function
-    was compiled before (a first compile is a one-time cost)."""
+def _in_steps(step_col: np.ndarray, steps) -> list:
+    """Rows of a per-call table: all, or (``steps`` given) those outside any step or in one
+    of the step indices ``steps``."""
+    if steps is None:
+        return list(range(step_col.shape[0]))
+    return np.flatnonzero((step_col < 0) | np.isin(step_col, steps)).tolist()
+
+
+def compilations_json(diag: Diagnosis, steps=None) -> list:
+    """One record per outermost compilation (those outside steps or in the step indices
+    ``steps`` when given); ``recompile`` only when the same function was compiled before
+    (a first compile is a one-time cost)."""
     T = diag.compilations
     if T is None:
         return []
     return [{"step": _step_id(diag, int(T.step[i])), "start_ns": ns(T.start[i]),
              "duration_ns": ns(T.duration[i]), "function": T.function[i] or None,
              "recompile": bool(T.recompile[i]),
-             "event": diag.refs.name_of(int(T.event[i])) or None} for i in range(len(T))]
+             "event": diag.refs.name_of(int(T.event[i])) or None}
+            for i in _in_steps(np.asarray(T.step), steps)]
 
 
-def transfers_json(diag: Diagnosis) -> list:
-    """One record per user-level host↔device transfer call."""
+def transfers_json(diag: Diagnosis, steps=None) -> list:
+    """One record per user-level host↔device transfer call (those outside steps or in the
+    step indices ``steps`` when given)."""
     T = diag.transfers
     if T is None:
         return []
     return [{"step": _step_id(diag, int(T.step[i])), "start_ns": ns(T.start[i]),
              "duration_ns": ns(T.duration[i]),
              "direction": "d2h" if int(T.direction[i]) == Direction.D2H else "h2d",
-             "event": diag.refs.name_of(int(T.event[i])) or None} for i in range(len(T))]
+             "event": diag.refs.name_of(int(T.event[i])) or None}
+            for i in _in_steps(np.asarray(T.step), steps)]
 
 
 def finding_json(diag: Diagnosis, f: Finding) -> dict:
@@ -571,26 +697,41 @@ def gaps_page(diag: Diagnosis, offset: int, limit: int, step: int | None = None,
 
 
 def diagnosis_json(diag: Diagnosis, gaps_offset: int = 0, gaps_limit: int | None = None,
-                   step: int | None = None, paged: bool = False) -> dict:
+                   step: int | None = None, paged: bool = False, light: bool = False) -> dict:
     """The whole diagnosis; gaps ``[gaps_offset, +gaps_limit)`` of those of ``step`` (all
-    steps when None).  ``paged`` adds gaps_total/offset/limit as the route does."""
+    steps when None).  ``paged`` adds gaps_total/offset/limit as the route does; ``light``
+    is the page's first answer: each gap's first HOST_OPS_SHOWN host ops, and above
+    STEP_ROWS steps their bins and a few rows (``step_bins_json``, ``step_rows_shown``)."""
     rows = gap_rows(diag, step)
     total = int(rows.shape[0])
     end = None if gaps_limit is None else gaps_offset + gaps_limit
     page = rows[gaps_offset:end]
+    n_steps = len(diag.steps)
+    binned = light and n_steps > STEP_ROWS
+    # binned: the per-step figures and calls of the listed steps only
+    shown = step_rows_shown(diag, step) if binned else None
     out = {
         "schema_version": SCHEMA_VERSION, "source": dict(diag.source),
         "options": {"threshold_us": diag.threshold_us, "kernels_only": diag.kernels_only},
         "definitions": DEFINITIONS, "step_source": diag.steps.source,
         "step_marker": getattr(diag.steps, "marker", "") or None,
-        "devices": devices_json(diag), "steps": steps_json(diag),
-        "gaps": gap_records(diag, page), "annotations": annotations_json(diag),
-        "unscoped": unscoped_json(diag), "user_scopes": user_scopes_json(diag),
-        "compilations": compilations_json(diag), "transfers": transfers_json(diag),
+        "devices": devices_json(diag),
+        "steps": steps_json(diag, shown), "steps_total": n_steps,
+        "gaps": gap_records(diag, page, host_ops=HOST_OPS_SHOWN if light else None),
+        "annotations": annotations_json(diag, shown),
+        "unscoped": unscoped_json(diag, shown), "user_scopes": user_scopes_json(diag),
+        "compilations": compilations_json(diag, shown), "transfers": transfers_json(diag, shown),
         "device_ops": device_ops_json(diag, step),
         "findings": [finding_json(diag, f) for f in diag.findings], "hta": hta_json(diag),
         "warnings": list(diag.warnings),
     }
+    if light:
+        T, X = diag.compilations, diag.transfers
+        out.update(step_bins=step_bins_json(diag) if binned else None,
+                   compilations_total=len(T) if T is not None else 0,
+                   recompilations_total=int(np.asarray(T.recompile, bool).sum())
+                   if T is not None else 0,
+                   transfers_total=len(X) if X is not None else 0)
     if paged:
         out.update(gaps_total=total, gaps_offset=gaps_offset,
                    gaps_limit=gaps_limit if gaps_limit is not None else total)

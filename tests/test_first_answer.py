@@ -1,0 +1,205 @@
+"""The page's first answer (the /diagnosis route) stays small on any trace: a listed gap
+carries its largest host ops and the gap route gives every one; above 500 steps the step
+rows give way to bins and the steps route pages them; nothing the full answer had is lost."""
+from __future__ import annotations
+
+import json
+import os
+
+import jsonschema
+import numpy as np
+import pytest
+
+import tb_perfdiag
+from tb_perfdiag.cache import DiagnosisCache
+from tb_perfdiag.discovery import Catalog, scan_logdir
+from tb_perfdiag.params import parse
+from tb_perfdiag.render.json import (HOST_OPS_SHOWN, STEP_ROWS, diagnosis_json, json_bytes,
+                                     steps_json)
+from tb_perfdiag.service import DiagnosisService
+from tb_perfdiag.testing import TraceBuilder
+
+from conftest import ROOT, TESTDATA
+
+SCHEMA = json.load(open(os.path.join(ROOT, "tb_perfdiag", "schema", "diagnosis.schema.json")))
+LIMIT = 2_000_000          # bytes of JSON: the first answer on any trace
+DEMO_ROOTS = [os.path.join(TESTDATA, "captures"), os.path.join(TESTDATA, "synthetic", "logdir")]
+
+
+def _runs():
+    for root in DEMO_ROOTS:
+        if not os.path.isdir(root):
+            continue
+        for run in scan_logdir(root).values():
+            for src in sorted(run.sources, key=lambda s: (s.host, s.span)):
+                yield root, run.name, src
+
+
+@pytest.fixture(scope="module")
+def services():
+    return {root: DiagnosisService(Catalog(root), cache=DiagnosisCache(disk_dir=None))
+            for root in DEMO_ROOTS if os.path.isdir(root)}
+
+
+def test_every_demo_and_testdata_first_answer_is_at_most_2_mb(services):
+    seen = 0
+    for root, run, src in _runs():
+        p = parse("diagnosis", {"run": run, "host": src.host, "span": src.span})
+        doc = services[root].diagnosis_json(p)
+        size = len(json_bytes(doc))
+        assert size <= LIMIT, (run, src.host, size)
+        jsonschema.validate(doc, SCHEMA)
+        seen += 1
+    assert seen >= 20       # the demo's runs and the testdata captures were all there
+
+
+def test_the_gap_route_gives_every_host_op_the_full_answer_had(services):
+    """On the testdata runs whose largest gaps hold more host ops than the list shows: the
+    listed gap carries the first of them and how many there are; the gap route every one,
+    as the full answer (CLI --full, the API) lists them."""
+    cut = 0
+    for root, run, src in _runs():
+        svc = services[root]
+        p = parse("diagnosis", {"run": run, "host": src.host, "span": src.span})
+        light = svc.diagnosis_json(p)
+        full = diagnosis_json(svc._diagnosis(p), 0, 200, None, paged=True)
+        assert [g["id"] for g in light["gaps"]] == [g["id"] for g in full["gaps"]]
+        for lg, fg in zip(light["gaps"], full["gaps"]):
+            assert lg["host_ops_total"] == fg["host_ops_total"] == len(fg["host_ops"])
+            assert lg["host_ops"] == fg["host_ops"][:HOST_OPS_SHOWN]
+            if len(fg["host_ops"]) <= HOST_OPS_SHOWN:
+                assert lg == fg
+                continue
+            cut += 1
+            q = parse("gap", {"run": run, "host": src.host, "span": src.span, "id": lg["id"]})
+            got = svc.gap_json(q)
+            assert got["host_ops"] == fg["host_ops"] and got["host_ops_total"] == len(
+                fg["host_ops"])
+            # the listed ones are the largest by self time
+            selfs = [o["self_ns"] for o in got["host_ops"]]
+            assert min(o["self_ns"] for o in lg["host_ops"]) >= max(selfs[HOST_OPS_SHOWN:])
+    assert cut > 0          # some gap had more host ops than the list carries
+
+
+def many_steps(n: int = 650) -> TraceBuilder:
+    """``n`` steps of 100 µs (every 50th 400 µs: an input stall), each launching one
+    kernel; each step's host loads data first, so every step has a gap."""
+    b = TraceBuilder()
+    main, s7 = b.thread("python main"), b.stream()
+    t = 0
+    for k in range(n):
+        dur = 400 if k % 50 == 7 else 100
+        b.step(main, k, t, dur)
+        b.op(main, "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", t,
+             dur - 40, cat="user_annotation")
+        with b.op(main, "train", t + dur - 40, 30, cat="user_annotation"):
+            b.launch(main, "cudaLaunchKernel", t + dur - 38, 3,
+                     kernel=b.kernel(s7, "gemm", t + dur - 34, 30))
+        t += dur
+    return b
+
+
+@pytest.fixture(scope="module")
+def long_run():
+    return tb_perfdiag.diagnose(many_steps().build())
+
+
+def test_above_500_steps_the_first_answer_bins_them_and_lists_the_telling_rows(long_run):
+    diag = long_run.diagnosis
+    n = len(diag.steps)
+    assert n == 650 > STEP_ROWS
+    full = long_run.to_json()
+    light = long_run.to_json(all_gaps=False)
+    jsonschema.validate(light, SCHEMA)
+    jsonschema.validate(full, SCHEMA)
+    assert full["steps_total"] == light["steps_total"] == n and len(full["steps"]) == n
+    by_id = {s["id"]: s for s in full["steps"]}
+    # the rows listed are whole rows of the full answer: the slowest (the 13 stalls) and
+    # the first and last steps among them
+    listed = {s["id"]: s for s in light["steps"]}
+    assert len(listed) < 100
+    assert all(by_id[i] == s for i, s in listed.items())
+    stalls = {k for k in range(n) if k % 50 == 7}
+    assert stalls <= set(listed) and {0, n - 1} <= set(listed)
+    # the bins cover every step once, in order, and say what their steps say
+    bins = light["step_bins"]
+    assert sum(b["steps"] for b in bins) == n and bins[0]["first"] == 0
+    assert all(a["last"] + 1 == b["first"] for a, b in zip(bins, bins[1:]))
+    for b in bins:
+        rows = [by_id[i] for i in range(b["first"], b["last"] + 1)]
+        t = [r["end_ns"] - r["start_ns"] for r in rows]
+        assert (b["min_ns"], b["max_ns"]) == (min(t), max(t))
+        assert b["mean_ns"] == pytest.approx(np.mean(t), abs=1)
+        assert by_id[b["slowest"]]["end_ns"] - by_id[b["slowest"]]["start_ns"] == max(t)
+        busy = np.mean([r["devices"]["0"]["busy_ns"] for r in rows])
+        assert b["devices"]["0"]["busy_ns"] == pytest.approx(busy, abs=1)
+    # the page's "average step time" from the bins is the rows' own
+    mean = sum(b["mean_ns"] * b["steps"] for b in bins) / n
+    assert mean == pytest.approx(np.mean([s["end_ns"] - s["start_ns"] for s in full["steps"]]),
+                                 rel=1e-6)
+    part = lambda d, *k: len(json_bytes({x: d.get(x) for x in k}))  # noqa: E731
+    assert part(light, "steps", "step_bins", "annotations", "unscoped") < \
+        part(full, "steps", "annotations", "unscoped") / 3
+    # at or under 500 steps nothing changes but the totals
+    small = tb_perfdiag.diagnose(many_steps(120).build())
+    sj = small.to_json(all_gaps=False)
+    assert sj["step_bins"] is None and len(sj["steps"]) == sj["steps_total"] == 120
+    assert sj["steps"] == small.to_json()["steps"]
+
+
+def test_a_step_beyond_the_listed_rows_comes_with_its_row_and_its_gaps(long_run):
+    """The URL may name any step: its row comes with the answer, its gaps are the list."""
+    light = long_run.to_json(all_gaps=False, step=301)
+    assert 301 in {s["id"] for s in light["steps"]}
+    assert light["gaps"] and all(g["step"] == 301 for g in light["gaps"])
+    # per-step figures are those of the listed steps
+    per = {k for a in light["annotations"] for k in a["per_step"]}
+    assert "301" in per and per <= {str(s["id"]) for s in light["steps"]}
+    plain = long_run.to_json(all_gaps=False)
+    assert 301 not in {s["id"] for s in plain["steps"]}
+
+
+def test_the_steps_route_pages_every_row(tmp_path):
+    run = tmp_path / "long"
+    run.mkdir()
+    (run / "worker0.1.pt.trace.json").write_bytes(many_steps().to_bytes())
+    svc = DiagnosisService(Catalog(str(tmp_path)), cache=DiagnosisCache(disk_dir=None))
+    runs = list(scan_logdir(str(tmp_path)).values())
+    src = runs[0].sources[0]
+    base = {"run": runs[0].name, "host": src.host, "span": src.span}
+    rows, offset = [], 0
+    while True:
+        page = svc.steps_json(parse("steps", {**base, "steps_offset": str(offset),
+                                              "steps_limit": "200"}))
+        assert page["steps_total"] == 650 and page["steps_offset"] == offset
+        if not page["steps"]:
+            break
+        rows += page["steps"]
+        offset += len(page["steps"])
+    diag = svc._diagnosis(parse("diagnosis", base))
+    assert rows == steps_json(diag)
+    first = svc.diagnosis_json(parse("diagnosis", base))
+    assert first["steps_total"] == 650 and first["step_bins"]
+    # as served: gzipped once
+    body = svc.response("steps", parse("steps", {**base, "steps_limit": "3"}))
+    import gzip
+    assert [s["id"] for s in json.loads(gzip.decompress(body.gz))["steps"]] == [0, 1, 2]
+
+
+def test_cli_json_is_the_route_answer_and_full_keeps_every_host_op():
+    import glob
+    import subprocess
+    import sys
+    path = glob.glob(os.path.join(TESTDATA, "captures", "torch_xla_cpu", "**", "*.xplane.pb"),
+                     recursive=True)[0]
+
+    def cli(*extra):
+        return json.loads(subprocess.run(
+            [sys.executable, "-m", "tb_perfdiag.cli", "diagnose", path, "--json", *extra],
+            capture_output=True, text=True, check=True).stdout)
+    light, full = cli(), cli("--full")
+    assert light["gaps"][0]["host_ops_total"] > HOST_OPS_SHOWN == len(light["gaps"][0]["host_ops"])
+    assert all(len(g["host_ops"]) == g["host_ops_total"] for g in full["gaps"])
+    assert [g["id"] for g in light["gaps"]] == [g["id"] for g in full["gaps"]]
+    assert "step_bins" in light and "step_bins" not in full
+    jsonschema.validate(full, SCHEMA)
