@@ -579,7 +579,8 @@ export class App {
     el.append(
       h("div", { class: "pd-stats" }, devRows,
         h("div", { class: "pd-stat" }, h("span", { class: "pd-stat-value" }, formatNs(avg)),
-          h("span", { class: "pd-stat-label" }, `average step time (${plural(nSteps, "step")}, from ${d.step_source || "?"})`))),
+          h("span", { class: "pd-stat-label", title: d.step_marker ? `each step marked by ${d.step_marker}` : ((d.definitions || {}).steps || "") },
+            `average step time (${plural(nSteps, "step")}, from ${d.step_source || "?"})`))),
       h("h3", {}, "Idle time by cause ", h("abbr", { title: (d.definitions || {}).causes || "", class: "pd-help" }, "?")),
       h("ul", { class: "pd-idle" }, idle.length ? idle.map(([c, ns]) => h("li", {},
         h("span", { class: "chip", style: { background: causeColor(c) } }), `${causeLabel(c)}: `, h("b", {}, formatNs(ns)))) :

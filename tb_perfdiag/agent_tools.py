@@ -176,7 +176,8 @@ class Tools:
         doc = self.service.diagnosis_json(p)
         out = {"schema_version": doc["schema_version"], "run": p.run, "host": p.host,
                "source": doc["source"], "options": doc["options"],
-               "step_source": doc["step_source"], "steps": doc["steps_total"],
+               "step_source": doc["step_source"], "step_marker": doc["step_marker"],
+               "steps": doc["steps_total"],
                "devices": doc["devices"], "gaps_total": doc["gaps_total"], "hta": doc["hta"],
                "compilations": {"count": doc["compilations_total"],
                                 "recompilations": doc["recompilations_total"]},

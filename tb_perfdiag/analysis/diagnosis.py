@@ -274,7 +274,8 @@ def _diagnose(trace: Trace, opt: Options, progress):
         # launched union's order of the ops by step came on top of them, 232 MB at the
         # analysis' peak at 40 M events)
         del us, ue
-        if steps.source in ("host_annotations", "modules", "training_loop"):
+        if steps.source in ("host_annotations", "modules", "training_loop",
+                            "backward_passes"):
             # per step, the device time it launched, wherever that ran (GUIDE §4); the
             # windows are cut so that it runs in them, which ``busy`` measures
             launched[d] = launched_busy(trace.ts, None, None, steps.ids.shape[0], ops,

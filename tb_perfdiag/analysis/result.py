@@ -213,7 +213,8 @@ class StepNumbers:
     # (n_steps, n_dev) int64 ps: union of the device ops each step launched, wherever they
     # ran (−1 where steps are device-side or the whole trace); None in old results
     launched: np.ndarray | None = None
-    marker: str = ""           # "training_loop": the call that marks the iterations
+    marker: str = ""           # "training_loop", "backward_passes": what marks the
+                               # iterations
 
     def __len__(self) -> int:
         return int(self.ids.shape[0])

@@ -3,7 +3,8 @@
 Source, in order: a device ``Steps`` line; step annotations on the host
 (``ProfilerStep#N``, events with ``step_num``); repeated runs of one program (device
 ``XLA Modules`` lines: the k-th run of the dominant program is step k, one-off setup
-programs are no steps); else the whole trace.  Device work runs late, so each device's
+programs are no steps); the training loop's iterations (``loop_iterations``): its
+DataLoader / optimizer calls, else its backward passes; else the whole trace.  Device work runs late, so each device's
 windows are cut where the device could start the step's work:
 ``b_k = max(host start of step k, end of the last device op launched by step k−1)``;
 window k = [b_k, b_{k+1}), the last one ending at the later of its device work and
@@ -25,8 +26,11 @@ DEFINITION = ("Step windows come from, in order: a device Steps line, host step 
               "(ProfilerStep#N, step_num), the repeated runs of the dominant program (run k "
               "is step k; one-off setup programs are no steps), the training loop's "
               "iterations (a DataLoader __next__ starts one, else an Optimizer.step ends one, "
-              "else an Optimizer.zero_grad starts one), else the whole trace. Device "
-              "ops belong to the step whose host code launched them (correlation ids, flows, "
+              "else an Optimizer.zero_grad starts one), else the backward passes (a "
+              "backward annotation or torch.autograd.backward frame ends one, else a "
+              "burst of autograd engine calls that the user's thread starts nothing "
+              "during), else the whole trace. Device ops belong to the step whose host "
+              "code launched them (correlation ids, flows, "
               "program runs). On each device, step k's window starts when both the host has "
               "started step k and the device finished the work launched by step k-1, and "
               "lasts until step k+1's window starts.")
@@ -38,11 +42,12 @@ class StepTable:
     host_start: np.ndarray     # int64 ps
     host_end: np.ndarray
     source: str                # "device_steps" | "host_annotations" | "modules" |
-                               # "training_loop" | "whole_trace"
+                               # "training_loop" | "backward_passes" | "whole_trace"
     thread: int                # host track holding the step annotations (-1 if none)
     events: np.ndarray         # the step events (-1 for synthetic windows)
     runs: dict = field(default_factory=dict)   # "modules": device → its runs, in order
-    marker: str = ""           # "training_loop": the call that marks the iterations
+    marker: str = ""           # "training_loop", "backward_passes": what marks the
+                               # iterations
 
 
 def unknown_step(ids: np.ndarray, step: int) -> str | None:
@@ -95,14 +100,25 @@ def find_steps(trace: Trace) -> StepTable:
 _LOOP_MARKERS = ((re.compile(r"DataLoader.*__next__"), "start"),
                  (re.compile(r"^Optimizer\.step#"), "end"),
                  (re.compile(r"^Optimizer\.zero_grad#"), "start"))
+# then the backward pass, once an iteration: the user's annotation around loss.backward()
+# ("## backward ##", "backward"), else the Python frame of Tensor.backward /
+# torch.autograd.backward (with_stack captures); either ends an iteration, the optimizer
+# step after it falling in the next one
+_BACKWARD_MARKERS = ((re.compile(r"^[#\s]*backward[#\s]*$", re.I), "end"),
+                     (re.compile(r"^torch[/\\](?:_tensor|autograd[/\\]__init__)\.py\(\d+\): "
+                                 r"backward$"), "end"))
+# else the autograd engine's own calls, one burst of them per backward pass
+_ENGINE = re.compile(r"^autograd::engine::evaluate_function\b")
 
 
 def loop_iterations(trace: Trace) -> StepTable | None:
-    """Steps from a training loop's repeated calls (``_LOOP_MARKERS``, the first that
-    repeats on one host thread, outermost calls only), or None.  With start markers
-    iteration k lasts from the k-th call's start to the next one's, the last until the
-    end of the thread's outermost op that began in it; with end markers, from the end of
-    the previous call (the thread's first outermost op for the first) to the end of the
+    """Steps from a training loop's repeated calls, or None: the first of
+    ``_LOOP_MARKERS`` (``step_source`` "training_loop"), else of ``_BACKWARD_MARKERS``
+    ("backward_passes") that repeats on one host thread, outermost calls only, else the
+    bursts of autograd engine calls (``engine_bursts``, "backward_passes").  With start
+    markers iteration k lasts from the k-th call's start to the next one's, the last until
+    the end of the thread's outermost op that began in it; with end markers, from the end
+    of the previous call (the thread's first outermost op for the first) to the end of the
     k-th."""
     host = np.flatnonzero((trace.track_kind[trace.track] == TrackKind.HOST) &
                           isin_few(trace.kind, (K.ANNOTATION, K.DATA, K.PYTHON, K.CPU_OP)))
@@ -111,39 +127,107 @@ def loop_iterations(trace: Trace) -> StepTable | None:
     names, inv = np.unique(trace.name[host], return_inverse=True)
     inv = inv.reshape(-1)
     text = [trace.strings[int(x)] for x in names.tolist()]
-    for rx, edge in _LOOP_MARKERS:
-        hit = np.array([bool(rx.search(n)) for n in text], bool)
-        if not hit.any():
-            continue
-        ev = host[hit[inv]]
-        ev = ev[~np.isin(trace.parent[ev], ev)]          # outermost calls only
-        tr, cnt = np.unique(trace.track[ev], return_counts=True)
-        if cnt.max() < 2:
-            continue
-        t = int(tr[np.argmax(cnt)])
-        ev = ev[trace.track[ev] == t]
-        ev = ev[np.argsort(trace.ts[ev], kind="stable")]
-        # the thread's outermost ops bound the first and last iteration
+    for markers, source in ((_LOOP_MARKERS, "training_loop"),
+                            (_BACKWARD_MARKERS, "backward_passes")):
+        for rx, edge in markers:
+            hit = np.array([bool(rx.search(n)) for n in text], bool)
+            if not hit.any():
+                continue
+            ev = host[hit[inv]]
+            ev = ev[~np.isin(trace.parent[ev], ev)]          # outermost calls only
+            tr, cnt = np.unique(trace.track[ev], return_counts=True)
+            if cnt.max() < 2:
+                continue
+            t = int(tr[np.argmax(cnt)])
+            ev = ev[trace.track[ev] == t]
+            ev = ev[np.argsort(trace.ts[ev], kind="stable")]
+            steps = _iterations(trace, t, ev, trace.ts[ev], trace.end_of(ev), edge, source)
+            steps.marker = trace.strings[int(trace.name[ev[0]])]
+            return steps
+    engine = np.array([bool(_ENGINE.search(n)) for n in text], bool)
+    return engine_bursts(trace, host[engine[inv]], names[engine])
+
+
+def _iterations(trace: Trace, t: int, ev: np.ndarray, first: np.ndarray, last: np.ndarray,
+                edge: str, source: str) -> StepTable:
+    """The step table of iterations marked on host thread ``t`` by calls (or bursts of
+    them) ``ev`` that begin at ``first`` and end at ``last``, in time order, at the
+    iterations' starts (``edge`` "start") or ends ("end")."""
+    # the thread's outermost ops bound the first and last iteration
+    lo, hi = trace.track_slices([t])[0]
+    top = lo + np.flatnonzero(trace.depth[lo:hi] == 0)
+    if edge == "start":
+        start = np.array(first, np.int64)
+        end = np.empty_like(start)
+        end[:-1] = start[1:]
+        after = top[trace.ts[top] >= start[-1]]
+        end[-1] = max(int(trace.end_of(after).max()) if after.size else 0, int(last[-1]))
+    else:
+        end = np.array(last, np.int64)
+        start = np.empty_like(end)
+        start[1:] = end[:-1]
+        before = top[trace.ts[top] < end[0]]
+        start[0] = min(int(trace.ts[before].min()), int(first[0])) if before.size else \
+            int(first[0])
+    return StepTable(np.arange(ev.shape[0], dtype=np.int64), start, end, source, t, ev)
+
+
+def engine_bursts(trace: Trace, engine: np.ndarray, engine_names: np.ndarray
+                  ) -> StepTable | None:
+    """Backward passes from the autograd engine's calls (``engine``, host events named
+    ``engine_names``), or None when fewer than two.  The thread with most of them runs the
+    passes (a device's engine thread; the user's own on CPU); the user's thread is
+    blocked in ``backward()`` for the whole of a pass, so consecutive calls belong to
+    one pass unless the user's thread started an op of its own between them (the
+    forward, the optimizer step).  No duration threshold: on the real traces a pass
+    pauses up to 27 ms between calls (HTA's sampled_rank-0) while passes lie as little
+    as 0.97 ms apart (with_gpu_user_annotation), yet the user's thread starts nothing in
+    any pause and something in every space between passes."""
+    if engine.size < 2:
+        return None
+    tr, cnt = np.unique(trace.track[engine], return_counts=True)
+    et = int(tr[np.argmax(cnt)])
+    e = engine[trace.track[engine] == et]                # in time order on its track
+    reach = np.maximum.accumulate(trace.end_of(e))
+    # re-entrant passes (checkpointing) nest engine calls: outermost ones only
+    first = np.flatnonzero(np.r_[True, trace.ts[e[1:]] >= reach[:-1]])
+    pause_s, pause_e = reach[first[1:] - 1], trace.ts[e[first[1:]]]
+    u, u_ts = _user_calls(trace, engine_names)
+    if u < 0:
+        return None
+    k0 = search(u_ts, pause_s, side="left")
+    k1 = search(u_ts, pause_e, side="left")
+    cut = np.flatnonzero(k1 > k0)                        # pauses the user acted in
+    if cut.size == 0:
+        return None
+    # pass j: from the first call after cut j-1 to the reach before cut j
+    begins = np.r_[first[0], first[cut + 1]]
+    ends = np.r_[reach[first[cut + 1] - 1], reach[-1]]
+    steps = _iterations(trace, u, e[begins], trace.ts[e[begins]], ends, "end",
+                        "backward_passes")
+    steps.marker = f"autograd::engine::evaluate_function bursts on {trace.track_label[et]}"
+    return steps
+
+
+def _user_calls(trace: Trace, engine_names: np.ndarray) -> tuple[int, np.ndarray]:
+    """(thread, starts): the host thread with most events of its own — neither engine
+    calls nor inside one, nor waits for another thread — and their starts in time order
+    ((-1, empty) when no thread has any).  A loop over host threads, vectorised in each."""
+    best, starts = -1, np.zeros(0, np.int64)
+    for t in np.flatnonzero(trace.track_kind == TrackKind.HOST).tolist():
         lo, hi = trace.track_slices([t])[0]
-        top = lo + np.flatnonzero(trace.depth[lo:hi] == 0)
-        if edge == "start":
-            start = trace.ts[ev].copy()
-            end = np.empty_like(start)
-            end[:-1] = start[1:]
-            after = top[trace.ts[top] >= start[-1]]
-            end[-1] = max(int(trace.end_of(after).max()) if after.size else 0,
-                          int(trace.end_of(ev[-1:])[0]))
-        else:
-            end = trace.end_of(ev).copy()
-            start = np.empty_like(end)
-            start[1:] = end[:-1]
-            before = top[trace.ts[top] < end[0]]
-            start[0] = int(trace.ts[before].min()) if before.size else int(trace.ts[ev[0]])
-        steps = StepTable(np.arange(ev.shape[0], dtype=np.int64), start, end,
-                          "training_loop", t, ev)
-        steps.marker = trace.strings[int(trace.name[ev[0]])]
-        return steps
-    return None
+        if hi - lo <= starts.shape[0]:
+            continue
+        ts = trace.ts[lo:hi]
+        eng = np.isin(trace.name[lo:hi], engine_names)
+        # inside an engine call: starts before the latest end of an earlier one
+        reach = np.maximum.accumulate(np.where(eng, ts + trace.dur[lo:hi],
+                                               np.iinfo(np.int64).min))
+        inside = np.r_[False, ts[1:] < reach[:-1]]
+        own = ~eng & ~inside & ~isin_few(trace.kind[lo:hi], (K.WAIT, K.IDLE))
+        if own.sum() > starts.shape[0]:
+            best, starts = t, ts[own]                    # sorted: the track is in time order
+    return best, starts
 
 
 def program_runs(trace: Trace) -> dict:

@@ -74,9 +74,11 @@ def _steps_summary(steps: list, devices: list) -> list:
 
 def report(label: str, diag: Diagnosis, top: int, step: int | None = None,
            all_steps: bool = False) -> str:
+    # training-loop steps: the call (or the engine's bursts) that marked them
+    marker = getattr(diag.steps, "marker", "")
     lines = [f"== {label}",
-             f"   {diag.source['events']} events, steps from {diag.steps.source}, "
-             f"gap threshold {diag.threshold_us} µs"]
+             f"   {diag.source['events']} events, steps from {diag.steps.source}"
+             f"{f' ({marker})' if marker else ''}, gap threshold {diag.threshold_us} µs"]
     devices = devices_json(diag)
     for dev in devices:
         if dev["duty_cycle"] is None:
