@@ -40,11 +40,12 @@ enum { A_CORR, A_EXT1, A_EXT2, A_DEVICE, A_STREAM, A_BYTES, A_NKEYS, A_OTHER = A
 #define N_STATS 5
 static const char *const STAT_NAMES[N_STATS] = {"correlation", "external_id", "device", "stream",
                                                 "bytes"};
-/* metadata keys copied from the document */
-#define N_META 5
+/* metadata keys copied from the document (chrome_meta.METADATA_KEYS, in its order): INFO
+   and WARNING are the profiler's own log lines, where it says what it lost */
+#define N_META 7
 static const char *const META_KEYS[N_META] = {"deviceProperties", "distributedInfo",
                                               "baseTimeNanoseconds", "schemaVersion",
-                                              "displayTimeUnit"};
+                                              "displayTimeUnit", "INFO", "WARNING"};
 
 enum { V_NONE, V_TRUE, V_FALSE, V_INT, V_FLOAT, V_STR };
 

@@ -1,7 +1,8 @@
 """Capture notes: what about the capture itself bends the figures, each said with what it
 does to them (devices that ran only copies, device work outside every step, steps with
 no device work, graph launches whose kernels are missing, device clocks ahead of their
-launches, a last step cut by the capture's end).  Pure: numbers in, sentences out; the
+launches, a last step cut by the capture's end, records the profiler said it dropped or
+device tracing it stopped early).  Pure: numbers in, sentences out; the
 renderers show them as ``warnings``."""
 from __future__ import annotations
 
@@ -71,7 +72,7 @@ def capture_notes(trace: Trace, devices: DeviceTable, steps: StepNumbers,
                            f"figures are partial")
     out += _graph_launches(trace, origin)
     out += _clock_ahead(trace, devices, origin)
-    return out
+    return _losses(trace, devices) + out
 
 
 def _graph_launches(trace: Trace, origin: np.ndarray) -> list:
@@ -111,4 +112,36 @@ def _clock_ahead(trace: Trace, devices: DeviceTable, origin: np.ndarray) -> list
                        f"launched ops start before the host call that launched them (by up "
                        f"to {_ms(int(lead.max()))}): its clock is offset from the host's, so "
                        f"waits measured against host calls are off by as much")
+    return out
+
+
+def _losses(trace: Trace, devices: DeviceTable) -> list:
+    """What the profiler said it lost while recording (``Trace.metadata["losses"]``, read
+    from its own log by the reader): first, since it bends every figure."""
+    lost = trace.metadata.get("losses")
+    if not lost:
+        return []
+    out = []
+    n, why = int(lost.get("dropped") or 0), [str(w) for w in lost.get("why") or []]
+    if n or not lost.get("stopped_early"):
+        what = f"{n:,} records" if n else "records"
+        because = f" ({'; '.join(why)})" if why else ""
+        out.append(f"the profiler dropped {what} while recording{because}: device ops, "
+                   f"copies or the launch calls behind them are missing from the trace, so "
+                   f"the device looks idle where they ran — idle may be overstated and "
+                   f"duty cycle understated, and some gaps' causes are wrong; a larger "
+                   f"profiler buffer or a shorter capture keeps them")
+    if lost.get("stopped_early"):
+        limit = f" ({lost['limit']} buffers)" if lost.get("limit") else ""
+        on = np.flatnonzero(devices.ops > 0)
+        last = ""
+        if on.size and trace.n_events:
+            end, hi = trace.last_end(), int(devices.hi[on].max())
+            if end > hi:
+                last = (f"; no device op ends after {_ms(hi)} of the {_ms(end)} capture, so "
+                        f"the last {_ms(end - hi)} shows the devices idle whatever they did")
+        out.append(f"the profiler stopped recording device activity before the capture "
+                   f"ended: its GPU buffer limit was reached{limit}{last}; steps after the "
+                   f"stop have no device work in the trace and their idle is not real — "
+                   f"raise the limit or capture fewer steps")
     return out

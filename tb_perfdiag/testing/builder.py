@@ -72,8 +72,9 @@ class Event:
 
 class TraceBuilder:
     """Tracks and events of one trace, in Kineto (default) or XSpace form.  Set
-    ``header`` (Kineto top-level keys, e.g. ``distributedInfo``) and ``plane_stats``
-    (XSpace: plane name → stats) directly.
+    ``header`` (Kineto top-level keys, e.g. ``distributedInfo``, or the profiler's log
+    lines ``WARNING``/``INFO``), ``plane_stats`` (XSpace: plane name → stats) and
+    ``space_warnings`` / ``space_errors`` (XSpace: what the profiler said) directly.
 
     >>> b = TraceBuilder("xspace")
     >>> py = b.thread("python")
@@ -96,6 +97,8 @@ class TraceBuilder:
         self.header: dict = {}          # Kineto top-level keys beyond the defaults
         self.plane_stats: dict = {}     # XSpace plane name -> stats
         self.modules: list = []         # XSpace (module, program id, [instructions])
+        self.space_warnings: list = []  # XSpace.warnings
+        self.space_errors: list = []    # XSpace.errors
         self._ids = 0
 
     @property
@@ -366,4 +369,6 @@ class TraceBuilder:
                     f = ev.fields
                     pb.event(ln, ev.name, ps(ev.ts), ps(ev.dur), f["stats"] + ev.extra,
                              f["display"], f["metadata_stats"])
+        w.space.warnings.extend(self.space_warnings)
+        w.space.errors.extend(self.space_errors)
         return w

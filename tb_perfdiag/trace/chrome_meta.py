@@ -6,8 +6,10 @@ Its own module so that neither scanner imports the other.
 """
 from __future__ import annotations
 
+# "INFO" and "WARNING": libkineto's log lines of the capture, where it says what it lost
+# (``losses.kineto_losses``); the reader keeps only that of them
 METADATA_KEYS = ("deviceProperties", "distributedInfo", "baseTimeNanoseconds",
-                 "schemaVersion", "displayTimeUnit")
+                 "schemaVersion", "displayTimeUnit", "INFO", "WARNING")
 
 
 def metadata_event(e: dict, process_name: dict, process_label: dict,

@@ -20,6 +20,7 @@ from . import classify
 from .build import (StringTable, Tracks, assemble, compact_stats, correlation_links, distinct,
                     narrow_id_stats, unique_inverse)
 from .chrome_meta import METADATA_KEYS, metadata_event
+from .losses import kineto_losses
 from .model import Device, EventKind as K, TraceError, TrackKind
 
 DEVICE_ACTIVITY_CATS = {
@@ -734,6 +735,12 @@ def build(path: str, scan: dict, progress=NULL):
                               np.int32 if kind.shape[0] < 2**31 - 1 else np.int64)
     del ev_device_cat, corr     # assemble narrows its values: this reference would keep them
     metadata = dict(scan["metadata"])
+    # of libkineto's log lines, only what it lost
+    losses = kineto_losses(metadata)
+    for key in ("INFO", "WARNING"):
+        metadata.pop(key, None)
+    if losses:
+        metadata["losses"] = losses
     metadata["process_names"] = {str(k): v for k, v in process_name.items()}
     events = {"ts": ts_rel, "dur": dur_ps, "track": track, "name": name_ids, "kind": kind}
     del ts_rel, dur_ps, track, name_ids, kind

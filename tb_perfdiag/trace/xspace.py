@@ -20,6 +20,7 @@ from . import classify, pages
 from .build import (StringTable, Tracks, assemble, compact_stats, correlation_links, map_distinct,
                     narrow_id_stats, small_ids, unique_inverse, unique_rows)
 from .hlo import FIELDS as HLO_FIELDS, hlo_op_metadata
+from .losses import xspace_losses
 from .model import Coded, Device, EventKind as K, LinkKind, TraceError, TrackKind, search
 from .xplane_pb import XPlane, XSpace
 from .xspace_stats import STATS, STR_STATS
@@ -287,8 +288,9 @@ def build(path: str, scan: dict, progress=NULL):
     ST_DOUBLE; str/bytes values are ids into ``strings`` (bytes)).  ``scan`` is emptied
     on the way, so its columns are freed as soon as they are used.
     """
+    losses, others = xspace_losses(scan["warnings"])
     warnings = [f"profiler error: {e}" for e in scan["errors"]] + \
-               [f"profiler warning: {w}" for w in scan["warnings"]]
+               [f"profiler warning: {w}" for w in others]
     if not scan["planes"]:
         raise TraceError(path, "XSpace has no planes (an empty capture: the profiler "
                                "recorded nothing)")
@@ -451,6 +453,8 @@ def build(path: str, scan: dict, progress=NULL):
         del c_links
     del corr                   # assemble narrows its values: this reference would keep them
     metadata = {"hostnames": hostnames}
+    if losses:
+        metadata["losses"] = losses
     origin = _profile_start_ps(planes)
     if origin is not None:
         metadata["profile_start_ps"] = origin
