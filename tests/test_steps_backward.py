@@ -74,9 +74,6 @@ def test_a_backward_only_trace_has_a_step_per_backward_pass():
     assert d["steps"][0]["start_ns"] == 0
     assert [s["start_ns"] for s in d["steps"][1:]] == ends[:-1]
     check_arithmetic(d)
-    # each step holds its own forward and backward kernels: 4 launched ops
-    sd = d["steps"][1]["devices"]
-    assert len(sd) == 1
     assert all(" of 4 steps" in f["title"] for f in d["findings"]
                if f.get("cause") and "outside" not in f["title"] and not f.get("once"))
 
