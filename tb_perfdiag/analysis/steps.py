@@ -4,8 +4,9 @@ Source, in order: a device ``Steps`` line; step annotations on the host
 (``ProfilerStep#N``, events with ``step_num``); repeated runs of one program (device
 ``XLA Modules`` lines: the k-th run of the dominant program is step k, one-off setup
 programs are no steps); the training loop's iterations (``loop_iterations``): its
-DataLoader / optimizer calls, else its backward passes; else the whole trace.  Device work runs late, so each device's
-windows are cut where the device could start the step's work:
+DataLoader / optimizer calls, else its backward passes; else the whole trace.  Device
+work runs late, so each device's windows are cut where the device could start the
+step's work:
 ``b_k = max(host start of step k, end of the last device op launched by step k−1)``;
 window k = [b_k, b_{k+1}), the last one ending at the later of its device work and
 its host end.  With program runs, window k of a device is [start of its k-th run,
@@ -30,10 +31,10 @@ DEFINITION = ("Step windows come from, in order: a device Steps line, host step 
               "backward annotation or torch.autograd.backward frame ends one, else a "
               "burst of autograd engine calls that the user's thread starts nothing "
               "during), else the whole trace. Device ops belong to the step whose host "
-              "code launched them (correlation ids, flows, "
-              "program runs). On each device, step k's window starts when both the host has "
-              "started step k and the device finished the work launched by step k-1, and "
-              "lasts until step k+1's window starts.")
+              "code launched them (correlation ids, flows, program runs). On each device, "
+              "step k's window starts when both the host has started step k and the device "
+              "finished the work launched by step k-1, and lasts until step k+1's window "
+              "starts.")
 
 
 @dataclass
