@@ -203,3 +203,102 @@ def test_cli_json_is_the_route_answer_and_full_keeps_every_host_op():
     assert [g["id"] for g in light["gaps"]] == [g["id"] for g in full["gaps"]]
     assert "step_bins" in light and "step_bins" not in full
     jsonschema.validate(full, SCHEMA)
+
+
+def two_devices(b_gaps: int = 220, a_gaps: int = 30) -> TraceBuilder:
+    """Two GPUs launched in lockstep every 200 µs: GPU 1 runs 100 µs kernels (``b_gaps``
+    gaps of 100 µs), GPU 0 180 µs ones for the first ``a_gaps`` rounds (20 µs gaps) and
+    back-to-back ones after: every gap of the all-devices first page is GPU 1's."""
+    b = TraceBuilder()
+    main = b.thread("python main")
+    s0, s1 = b.stream(gpu=0), b.stream(gpu=1)
+    t = 10
+    for k in range(b_gaps):
+        b.launch(main, "cudaLaunchKernel", t - 6, 3, kernel=b.kernel(s1, "gemm_b", t, 100))
+        b.launch(main, "cudaLaunchKernel", t - 3, 2,
+                 kernel=b.kernel(s0, "gemm_a", t, 180 if k < a_gaps else 200))
+        t += 200
+    return b
+
+
+@pytest.fixture(scope="module")
+def two_dev(tmp_path_factory):
+    root = tmp_path_factory.mktemp("two_dev")
+    (root / "two").mkdir()
+    path = root / "two" / "worker0.1.pt.trace.json"
+    path.write_bytes(two_devices().to_bytes())
+    svc = DiagnosisService(Catalog(str(root)), cache=DiagnosisCache(disk_dir=None))
+    run = next(iter(scan_logdir(str(root)).values()))
+    src = run.sources[0]
+    return svc, {"run": run.name, "host": src.host}, str(path)
+
+
+def _device_named(doc, name):
+    return next(d for d in doc["devices"] if d["name"] == name)
+
+
+def test_the_device_parameter_lists_that_devices_gaps_and_their_count(two_dev):
+    from conftest import call
+    svc, base, _ = two_dev
+    status, every = call(svc, "diagnosis", base)
+    assert status == 200 and every["gaps_device"] is None
+    a, b = _device_named(every, "GPU 0"), _device_named(every, "GPU 1")
+    # the premise: the all-devices page is B's alone, A has gaps of its own
+    assert len(every["gaps"]) == 200 and {g["device"] for g in every["gaps"]} == {b["id"]}
+    assert a["gaps"] >= 30 and every["gaps_total"] == a["gaps"] + b["gaps"]
+    status, doc = call(svc, "diagnosis", {**base, "device": str(a["id"])})
+    assert status == 200
+    jsonschema.validate(doc, SCHEMA)
+    assert doc["gaps_device"] == a["id"] and doc["gaps_total"] == a["gaps"]
+    assert len(doc["gaps"]) == a["gaps"] and {g["device"] for g in doc["gaps"]} == {a["id"]}
+    durs = [g["duration_ns"] for g in doc["gaps"]]
+    assert durs == sorted(durs, reverse=True) and durs[0] == 20_000
+    # the page's "Load more": B's gaps page on past the first 200, and only B's
+    status, more = call(svc, "diagnosis", {**base, "device": str(b["id"]), "gaps_offset": "200"})
+    assert more["gaps_total"] == b["gaps"] and len(more["gaps"]) == b["gaps"] - 200
+    assert {g["device"] for g in more["gaps"]} == {b["id"]}
+    # the rest of the answer is the device's neighbours' too: devices, steps, device ops
+    for k in ("devices", "steps", "device_ops", "findings", "hta"):
+        assert doc[k] == every[k], k
+    # MCP's gaps tool pages the same gaps
+    from tb_perfdiag.agent_tools import Tools
+    got = Tools(svc).gaps(base["run"], base["host"], device=a["id"], limit=1000,
+                          max_bytes=1 << 20)
+    assert [g["id"] for g in got["gaps"]] == [g["id"] for g in doc["gaps"]]
+
+
+@pytest.mark.parametrize("value, says", [
+    ("2", "no device 2"), ("99999", "no device 99999"), ("-1", "between 0"),
+    ("GPU 0", "must be an integer"), ("0x1", "must be an integer"),
+    ("../../etc/passwd", "must be an integer")])
+def test_a_device_the_trace_does_not_have_is_a_clear_400(two_dev, value, says):
+    from conftest import call
+    svc, base, _ = two_dev
+    status, body = call(svc, "diagnosis", {**base, "device": value})
+    assert status == 400 and says in body["error"], body
+    from tb_perfdiag.agent_tools import Tools
+    from tb_perfdiag.errors import BadRequest
+    if value.isdigit():
+        with pytest.raises(BadRequest, match="no device"):
+            Tools(svc).gaps(base["run"], base["host"], device=int(value))
+
+
+def test_cli_json_device_is_the_routes_answer(two_dev):
+    import subprocess
+    import sys
+    from conftest import call
+    svc, base, path = two_dev
+
+    def cli(*extra):
+        p = subprocess.run([sys.executable, "-m", "tb_perfdiag.cli", "diagnose", path,
+                            "--json", *extra], capture_output=True, text=True)
+        return p.returncode, p.stdout, p.stderr
+    for dev in ("0", "1"):
+        rc, out, _ = cli("--device", dev)
+        assert rc == 0
+        got = json.loads(out)
+        want = call(svc, "diagnosis", {**base, "device": dev})[1]
+        got.pop("source"), want.pop("source")
+        assert got == want
+    rc, _, err = cli("--device", "5")
+    assert rc == 2 and "no device 5" in err

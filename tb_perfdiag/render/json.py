@@ -396,18 +396,20 @@ def _by_cause(v) -> dict:
 
 def devices_json(diag: Diagnosis) -> list:
     D = diag.devices
+    # gaps above the threshold per device: what a device's own gap list pages through
+    gaps = np.bincount(np.asarray(diag.gaps.device, np.int64), minlength=len(D)).tolist()
     out = []
     for d in range(len(D)):
         if D.ops[d] == 0:
             out.append({"id": d, "name": D.name[d], "kind": D.kind[d], "duty_cycle": None,
                         "busy_ns": 0, "window_ns": 0, "start_ns": None, "end_ns": None,
-                        "ops": 0, "idle_by_cause_ns": {}})
+                        "ops": 0, "gaps": gaps[d], "idle_by_cause_ns": {}})
             continue
         lo, hi, busy = int(D.lo[d]), int(D.hi[d]), int(D.busy[d])
         out.append({"id": d, "name": D.name[d], "kind": D.kind[d],
                     "duty_cycle": busy / (hi - lo) if hi > lo else 1.0,
                     "busy_ns": ns(busy), "window_ns": ns(hi - lo), "start_ns": ns(lo),
-                    "end_ns": ns(hi), "ops": int(D.ops[d]),
+                    "end_ns": ns(hi), "ops": int(D.ops[d]), "gaps": gaps[d],
                     "idle_by_cause_ns": _by_cause(D.idle_by_cause[d]),
                     "small_gaps": {"count": int(D.small_count[d]),
                                    "total_ns": ns(D.small_total[d])},
@@ -696,13 +698,27 @@ def gaps_page(diag: Diagnosis, offset: int, limit: int, step: int | None = None,
             "gaps_total": int(rows.shape[0]), "gaps_offset": offset, "gaps_limit": limit}
 
 
+def unknown_device(diag: Diagnosis, device: int | None) -> str:
+    """Why ``device`` names no device of ``diag`` ("" when it does, or is None)."""
+    n = len(diag.devices)
+    if device is None or 0 <= device < n:
+        return ""
+    if n == 0:
+        return f"no device {device}: this trace has no device"
+    return f"no device {device}: this trace's devices are 0…{n - 1} (devices[].id)"
+
+
 def diagnosis_json(diag: Diagnosis, gaps_offset: int = 0, gaps_limit: int | None = None,
-                   step: int | None = None, paged: bool = False, light: bool = False) -> dict:
+                   step: int | None = None, paged: bool = False, light: bool = False,
+                   device: int | None = None) -> dict:
     """The whole diagnosis; gaps ``[gaps_offset, +gaps_limit)`` of those of ``step`` (all
-    steps when None).  ``paged`` adds gaps_total/offset/limit as the route does; ``light``
+    steps when None) on ``device`` (all when None; ``device_ops`` keeps every device: the
+    page sets their busy splits side by side).  ``paged`` adds gaps_total/offset/limit as the route does; ``light``
     is the page's first answer: each gap's first HOST_OPS_SHOWN host ops, and above
     STEP_ROWS steps their bins and a few rows (``step_bins_json``, ``step_rows_shown``)."""
-    rows = gap_rows(diag, step)
+    if why := unknown_device(diag, device):
+        raise ValueError(why)
+    rows = gap_rows(diag, step, device=device)
     total = int(rows.shape[0])
     end = None if gaps_limit is None else gaps_offset + gaps_limit
     page = rows[gaps_offset:end]
@@ -734,7 +750,8 @@ def diagnosis_json(diag: Diagnosis, gaps_offset: int = 0, gaps_limit: int | None
                    transfers_total=len(X) if X is not None else 0)
     if paged:
         out.update(gaps_total=total, gaps_offset=gaps_offset,
-                   gaps_limit=gaps_limit if gaps_limit is not None else total)
+                   gaps_limit=gaps_limit if gaps_limit is not None else total,
+                   gaps_device=device)
     return out
 
 
