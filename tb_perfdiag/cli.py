@@ -270,7 +270,7 @@ def _json_doc(diag, args) -> dict:
     doc = diagnosis_json(diag, 0, limit, args.step, paged=True, light=not args.full,
                          device=args.device)
     if args.top is not None:
-        doc["findings_total"] = len(doc["findings"])
+        doc.setdefault("findings_total", len(doc["findings"]))
         doc["findings"] = doc["findings"][:args.top]
     return doc
 

@@ -43,7 +43,7 @@ from .render import chrome
 from .render import collectives as coll_render
 from .render.compare import comparison_json
 from .render.device_ops import TOP as TOP_OPS, device_ops_json
-from .render.json import (diagnosis_json, gap_records, gap_row, gaps_page, json_bytes,
+from .render.json import (diagnosis_json, finding_json, gap_records, gap_row, gaps_page, json_bytes,
                           steps_page, unknown_device)
 from .render.pod import collective_join, summary_row
 from .storage import Underestimated, file_identity, open_file
@@ -517,6 +517,13 @@ class DiagnosisService:
     def _check_device(diag, device) -> None:
         if why := unknown_device(diag, device):
             raise BadRequest(why)
+
+    def findings_json(self, params) -> list:
+        """Every finding, largest time lost first (the first answer lists the first
+        FINDINGS_SHOWN)."""
+        diag = self._diagnosis(params)
+        with self.budget.admit(RENDER_PEAK, what="findings"):
+            return [finding_json(diag, f) for f in diag.findings]
 
     def steps_json(self, params, finish=_same):
         """Step rows ``[steps_offset, +steps_limit)`` with how many there are: the rows the
