@@ -483,6 +483,11 @@ export class App {
     this.renderSteps();
     this.renderGapList();
     renderAnnotations(this.annEl, d.annotations || [], { step: this.state.step });
+    const annLeft = (d.annotations_total || 0) - (d.annotations || []).length;
+    if (annLeft > 0) {
+      this.annEl.append(h("p", { class: "pd-muted pd-small", id: "pd-ann-more" },
+        `${annLeft} annotation(s) with less device time not listed (tb-perfdiag diagnose --json --full lists every one).`));
+    }
     this.renderDeviceOps();
     if (this.timeline) this.timeline.destroy();
     this.timeline = new Timeline(this.timelineEl, {
