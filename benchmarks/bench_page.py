@@ -2,7 +2,7 @@
 Chromium, beside the Profile plugin's trace viewer on the same file.
 
     python benchmarks/bench_page.py [--files tpu,kineto] [--tpu FILE] [--kineto FILE]
-                                    [--repeat N] [--json OUT]
+                                    [--repeat N] [--viewer-page] [--json OUT]
 
 Defaults: ``tpu_inference_2`` tiled ×80 (2.14 M events, 65 MB) and ``df_index_resolver``
 tiled ×10 (2.16 M events), made once by ``tile_xspace.py``/``tile_kineto.py`` into the
@@ -25,8 +25,8 @@ context (empty HTTP cache) per measurement:
   two animation frames have run (the canvas drew them).  Its own TensorBoard, so neither
   warms the other's caches; cold: the Profile plugin's first conversion of the file (its
   caches are written into the run folder, which is made anew for each cold start).
-  Beside it, the trace viewer's page alone (no TensorBoard shell), with its trace-data
-  request's own time.
+  With ``--viewer-page``, beside it the trace viewer's page alone (no TensorBoard shell),
+  with its trace-data request's own time.
 
 Each measurement's seconds and the ratio ours/theirs (the Profile tab); ``--repeat N`` starts everything N times (the median is reported).  The
 Profile plugin lists no PyTorch run: for Kineto the row says "does not open" with what
@@ -253,7 +253,7 @@ def time_theirs_tab(browser, tb, run: str, host: str, tool: str) -> float:
         ctx.close()
 
 
-def one_round(browser, path: str, kind: str) -> dict:
+def one_round(browser, path: str, kind: str, viewer_page: bool = False) -> dict:
     """Cold and warm of ours, then of theirs, each in a TensorBoard of its own."""
     out = {}
     logdir = logdir_for(path, kind)
@@ -277,7 +277,7 @@ def one_round(browser, path: str, kind: str) -> dict:
     finally:
         tb.stop()
         shutil.rmtree(logdir, ignore_errors=True)
-    if "theirs" in out:
+    if "theirs" in out or not viewer_page:
         return out
     # the viewer's page alone (no TensorBoard shell, no Profile tab), cold again
     logdir = logdir_for(path, kind)
@@ -306,6 +306,9 @@ def main(argv=None):
     ap.add_argument("--tpu", help="an XSpace instead of tpu_inference_2 ×80")
     ap.add_argument("--kineto", help="a Kineto .pt.trace.json.gz instead of df_index_resolver ×10")
     ap.add_argument("--repeat", type=int, default=1, help="rounds (fresh TensorBoards each)")
+    ap.add_argument("--viewer-page", action="store_true",
+                    help="also time the trace viewer's page alone, cold and warm (on the TPU "
+                         "file its cold conversion adds a minute or more)")
     ap.add_argument("--json", help="write the rows here")
     a = ap.parse_args(argv)
     errors, rows = [], []
@@ -328,7 +331,7 @@ def main(argv=None):
                 rounds = []
                 for _ in range(max(1, a.repeat)):
                     try:
-                        rounds.append(one_round(browser, path, kind))
+                        rounds.append(one_round(browser, path, kind, a.viewer_page))
                     except Exception as e:  # noqa: BLE001 - a row fails, the rest go on
                         errors.append(f"{kind}: {type(e).__name__}: {str(e)[:300]}")
                 if not rounds:
@@ -350,7 +353,7 @@ def main(argv=None):
                       f"{f(row['ratio_cold'], 7)} {f(row['ratio_warm'], 7)}")
                 if note:
                     print(f"  Profile plugin: {note}")
-                elif row["viewer_cold_s"]:
+                elif row.get("viewer_cold_s"):
                     print(f"  its trace viewer's page alone (no TensorBoard shell): "
                           f"{row['viewer_cold_s']:.2f} s cold, {row['viewer_warm_s']:.2f} s "
                           f"warm (trace data {row['viewer_cold_data_s']:.2f}, "

@@ -719,6 +719,12 @@ export class App {
 
   // ---------- gap detail ----------
   async selectGap(id, { keepZoom } = {}) {
+    // a gap of another device (a finding's evidence, a pasted URL): that device's list
+    const dev = String(id).split("-")[0];
+    if (this.diag && dev !== String(this.state.device) && (this.diag.devices || []).some((x) => String(x.id) === dev)) {
+      this.state.device = dev; this.state.gap = id; this.state.zoom = "";
+      return this.loadDiagnosis();
+    }
     this.state.gap = id;
     writeState(this.state);
     for (const b of this.listEl.querySelectorAll(".gap-row")) {

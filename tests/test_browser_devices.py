@@ -89,3 +89,17 @@ def test_a_device_the_capture_lacks_in_the_url_falls_back_to_its_default(page, t
     _wait_rows_of(frame, shown, min(n, 200))
     # the refused first ask is the one console error
     assert [e for e in page.console_log.unexpected() if "status of 400" not in e[1]] == []
+
+
+def test_a_gap_of_another_device_opens_with_that_devices_list(page, tb_two):
+    every = _served(tb_two)
+    devs = {d["name"]: d for d in every["devices"]}
+    a, b = devs["GPU 0"], devs["GPU 1"]
+    gap = every["gaps"][0]                       # B's largest
+    frame = open_diagnose(page, tb_two, f"&p.perfdiag.run=two&p.perfdiag.device={a['id']}"
+                                        f"&p.perfdiag.gap={gap['id']}")
+    _wait_rows_of(frame, b["id"], 200)
+    frame.wait_for_selector(f'#pd-gaps .gap-row.selected[data-gap="{gap["id"]}"]')
+    assert "on GPU 1" in frame.inner_text("#pd-detail-title")
+    assert frame.eval_on_selector("#pd-device", "e => e.value") == str(b["id"])
+    assert page.console_log.unexpected() == []
