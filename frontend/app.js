@@ -373,7 +373,7 @@ export class App {
     this.setStatus(`Analysing ${s.run} / ${s.host}…`, true);
     this.body.setAttribute("aria-busy", "true");
     const stopProgress = this.watchProgress(token, `Analysing ${s.host}`);
-    // the gaps (and device ops) of the device shown: the largest gaps of a capture can all
+    // the gaps (and step figures) of the device shown: the largest gaps of a capture can all
     // lie on other devices. Without a device in the URL the first answer names the devices
     // and, when several have gaps, the default one's own are asked for.
     const ask = (device) => getJSON("diagnosis", this.params({ step: s.step, device, gaps_limit: PAGE }));
@@ -415,7 +415,7 @@ export class App {
     this.deviceSlot.textContent = "";
     if (d.devices.length > 1) {
       const el = h("select", { id: "pd-device", "aria-label": "Device", onchange: (e) => {
-        // its own gaps and device ops: asked for again
+        // its own gaps and step figures: asked for again
         this.state.device = e.target.value; this.state.gap = ""; this.state.zoom = ""; this.loadDiagnosis();
       } }, d.devices.map((x) => h("option", { value: String(x.id) }, x.name)));
       el.value = this.state.device;
