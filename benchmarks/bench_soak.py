@@ -27,7 +27,6 @@ import json
 import os
 import random
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -73,12 +72,6 @@ def make_logdir(root: Path) -> Path:
     return root
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _status(pid: int) -> dict:
     out = {}
     with open(f"/proc/{pid}/status") as f:
@@ -94,7 +87,7 @@ def _mb(v: str) -> float:
 
 class Server:
     def __init__(self, logdir: Path, env: dict, address_space_mb: float | None):
-        self.port = _port()
+        self.port = C.free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         full = dict(os.environ, **env)
 
@@ -136,11 +129,7 @@ class Server:
         return status, time.monotonic() - t0
 
     def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        C.stop(self.proc)
 
 
 def request_mix(runs: list, rng: random.Random):

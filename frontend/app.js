@@ -373,9 +373,23 @@ export class App {
     this.setStatus(`Analysing ${s.run} / ${s.host}…`, true);
     this.body.setAttribute("aria-busy", "true");
     const stopProgress = this.watchProgress(token, `Analysing ${s.host}`);
+    // the gaps (and step figures) of the device shown: the largest gaps of a capture can all
+    // lie on other devices. Without a device in the URL the first answer names the devices
+    // and, when several have gaps, the default one's own are asked for.
+    const ask = (device) => getJSON("diagnosis", this.params({ step: s.step, device, gaps_limit: PAGE }));
     let r;
     try {
-      r = await getJSON("diagnosis", this.params({ step: s.step, gaps_limit: PAGE }));
+      r = await ask(s.device);
+      if (token === this.token && !r.ok && r.status === 400 && s.device) {
+        s.device = "";          // a URL's device this capture does not have: its default
+        r = await ask();
+      }
+      if (token === this.token && r.ok && (s.device === undefined || s.device === "")) {
+        const devs = r.body.devices || [];
+        const pick = devs.find((x) => x.ops > 0) || devs[0];
+        if (pick) s.device = String(pick.id);
+        if (pick && devs.some((x) => x.gaps > 0 && x.id !== pick.id)) r = await ask(s.device);
+      }
     } catch (e) {
       r = { ok: false, body: { error: String(e) } };
     } finally {
@@ -390,6 +404,7 @@ export class App {
     this.gaps = r.body.gaps;
     const devs = this.diag.devices || [];
     if (!devs.some((d) => String(d.id) === String(s.device))) s.device = devs.length ? String(devs[0].id) : "0";
+    writeState(s);
     this.renderAll();
     if (s.gap) this.selectGap(s.gap, { keepZoom: true });
     return true;
@@ -400,7 +415,8 @@ export class App {
     this.deviceSlot.textContent = "";
     if (d.devices.length > 1) {
       const el = h("select", { id: "pd-device", "aria-label": "Device", onchange: (e) => {
-        this.state.device = e.target.value; this.state.zoom = ""; writeState(this.state); this.renderAll();
+        // its own gaps and step figures: asked for again
+        this.state.device = e.target.value; this.state.gap = ""; this.state.zoom = ""; this.loadDiagnosis();
       } }, d.devices.map((x) => h("option", { value: String(x.id) }, x.name)));
       el.value = this.state.device;
       this.deviceSlot.append(h("label", { class: "pd-field" }, "Device ", el));
@@ -467,6 +483,11 @@ export class App {
     this.renderSteps();
     this.renderGapList();
     renderAnnotations(this.annEl, d.annotations || [], { step: this.state.step });
+    const annLeft = (d.annotations_total || 0) - (d.annotations || []).length;
+    if (annLeft > 0) {
+      this.annEl.append(h("p", { class: "pd-muted pd-small", id: "pd-ann-more" },
+        `${annLeft} annotation(s) with less device time not listed (tb-perfdiag diagnose --json --full lists every one).`));
+    }
     this.renderDeviceOps();
     if (this.timeline) this.timeline.destroy();
     this.timeline = new Timeline(this.timelineEl, {
@@ -644,7 +665,7 @@ export class App {
     }
     if (d.gaps_total > this.gaps.length) {
       this.listEl.append(h("button", { class: "pd-link-btn", id: "pd-more", onclick: async () => {
-        const r = await getJSON("diagnosis", this.params({ step: s.step, gaps_offset: this.gaps.length, gaps_limit: PAGE }));
+        const r = await getJSON("diagnosis", this.params({ step: s.step, device: d.gaps_device ?? undefined, gaps_offset: this.gaps.length, gaps_limit: PAGE }));
         if (r.ok) { this.gaps = this.gaps.concat(r.body.gaps); this.renderGapList(); this.renderTimeline(); }
       } }, `Load more (${d.gaps_total - this.gaps.length} left)`));
     }
@@ -699,6 +720,12 @@ export class App {
 
   // ---------- gap detail ----------
   async selectGap(id, { keepZoom } = {}) {
+    // a gap of another device (a finding's evidence, a pasted URL): that device's list
+    const dev = String(id).split("-")[0];
+    if (this.diag && dev !== String(this.state.device) && (this.diag.devices || []).some((x) => String(x.id) === dev)) {
+      this.state.device = dev; this.state.gap = id; this.state.zoom = "";
+      return this.loadDiagnosis();
+    }
     this.state.gap = id;
     writeState(this.state);
     for (const b of this.listEl.querySelectorAll(".gap-row")) {

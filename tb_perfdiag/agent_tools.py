@@ -182,7 +182,7 @@ class Tools:
                "compilations": {"count": doc["compilations_total"],
                                 "recompilations": doc["recompilations_total"]},
                "transfers": {"count": doc["transfers_total"]},
-               "findings_total": len(doc["findings"]), "findings": doc["findings"][:top],
+               "findings_total": doc["findings_total"], "findings": doc["findings"][:top],
                "warnings": doc["warnings"]}
         return trim(out, max_bytes)
 
@@ -237,7 +237,7 @@ class Tools:
                  threshold_us: Threshold = 5.0, kernels_only: KernelsOnly = False,
                  max_bytes: MaxBytes = DEFAULT_MAX_BYTES) -> dict:
         p = self._params("diagnosis", run, host, span, threshold_us, kernels_only, gaps_limit=0)
-        found = self.service.diagnosis_json(p)["findings"]
+        found = self.service.findings_json(p)
         return page({"run": p.run, "host": p.host}, "findings", found[offset:offset + limit],
                     offset, len(found), max_bytes)
 

@@ -30,7 +30,7 @@ class Report:
 
     def to_json(self, all_gaps: bool = True, gaps_offset: int = 0,
                 gaps_limit: int = DEFAULT_GAPS_PAGE, step: int | None = None,
-                light: bool | None = None) -> dict:
+                light: bool | None = None, device: int | None = None) -> dict:
         """The JSON the plugin serves: every gap, or (``all_gaps=False``) one page of
         them with ``gaps_total``/``gaps_offset``/``gaps_limit`` as the route pages.
         ``light`` (by default with ``all_gaps=False``, as the route answers): each gap's
@@ -38,9 +38,9 @@ class Report:
         if light is None:
             light = not all_gaps
         if all_gaps:
-            return diagnosis_json(self.diagnosis, step=step, light=light)
+            return diagnosis_json(self.diagnosis, step=step, light=light, device=device)
         return diagnosis_json(self.diagnosis, gaps_offset, gaps_limit, step, paged=True,
-                              light=light)
+                              light=light, device=device)
 
     def to_text(self, label: str = "", top: int = 8) -> str:
         return text.report(label or self.diagnosis.source["path"], self.diagnosis, top)

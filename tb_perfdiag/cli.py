@@ -30,7 +30,7 @@ from .params import DEFAULT_GAPS_PAGE, MAX_GAPS_PAGE, PARAMS
 from .render import check as check_render
 from .render import compare as compare_render
 from .render import text
-from .render.json import diagnosis_json, json_bytes
+from .render.json import diagnosis_json, json_bytes, unknown_device
 from .render.text import safe, safe_text
 from .storage import max_file_bytes
 from .trace import TraceError, load
@@ -267,9 +267,10 @@ def _json_doc(diag, args) -> dict:
         limit = args.top
     else:
         limit = DEFAULT_GAPS_PAGE
-    doc = diagnosis_json(diag, 0, limit, args.step, paged=True, light=not args.full)
+    doc = diagnosis_json(diag, 0, limit, args.step, paged=True, light=not args.full,
+                         device=args.device)
     if args.top is not None:
-        doc["findings_total"] = len(doc["findings"])
+        doc.setdefault("findings_total", len(doc["findings"]))
         doc["findings"] = doc["findings"][:args.top]
     return doc
 
@@ -348,6 +349,11 @@ def cmd_diagnose(args) -> int:
         if diags and all(w for _, w in why):
             raise UsageError(why[0][1] if len(why) == 1 else "; ".join(
                 f"{label}: {w}" for label, w in why[:6]))
+    if args.device is not None:
+        diags = [(label, d) for label, d, _ in results if d is not None]
+        why = [(label, unknown_device(d, args.device)) for label, d in diags]
+        if diags and any(w for _, w in why):
+            raise UsageError("; ".join(f"{label}: {w}" for label, w in why if w)[:2000])
     if args.json:
         docs = [(label, err if diag is None else _json_doc(diag, args))
                 for label, diag, err in results]
@@ -535,6 +541,9 @@ def parser() -> argparse.ArgumentParser:
     _json_layout(pd)
     pd.add_argument("--step", type=_number("step", -2**63, 2**63 - 1, True), default=None,
                     help="only this step's gaps")
+    pd.add_argument("--device", type=_number("device", 0, 2**31 - 1, True), default=None,
+                    help="--json: only this device's gaps (its id in devices), as the "
+                         "route's device=")
     pd.add_argument("--steps", choices=("summary", "all"), default="summary",
                     help="text: a long step list as its median, slowest steps and outliers "
                          "(summary, the default), or every step (all)")

@@ -68,6 +68,8 @@ PARAMS = {p.name: p for p in (
     Param("threshold_us", "float", 5.0, 0.0, 1e7, doc="shortest idle gap counted, µs"),
     Param("kernels_only", "bool", False, doc="only kernels count as device busy"),
     Param("step", "int", None, -2**63, 2**63 - 1, doc="only the gaps of this step"),
+    Param("device", "int", None, 0, 2**31 - 1,
+          doc="only this device's gaps (its id in devices); every device's when absent"),
     Param("gaps_offset", "int", 0, 0, 10**9, doc="first gap of the page"),
     Param("gaps_limit", "int", DEFAULT_GAPS_PAGE, 0, MAX_GAPS_PAGE, doc="gaps in the page"),
     Param("steps_offset", "int", 0, 0, 10**9, doc="steps: first step row of the page"),
@@ -99,7 +101,7 @@ PARAMS = {p.name: p for p in (
 _FILE = ("run", "host", "span", "threshold_us", "kernels_only")   # one file's diagnosis
 ROUTES = {
     "runs": Route(("refresh",)),
-    "diagnosis": Route(_FILE + ("step", "gaps_offset", "gaps_limit")),
+    "diagnosis": Route(_FILE + ("step", "device", "gaps_offset", "gaps_limit")),
     "gap": Route(_FILE + ("id",)),
     "steps": Route(_FILE + ("steps_offset", "steps_limit")),
     "overlay": Route(_FILE + ("with_events", "start_us", "end_us", "gap")),

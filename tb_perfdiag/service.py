@@ -33,7 +33,7 @@ from .trace.extension import reader_kind
 from .budget import MB, Budget, Store, measure
 from .cache import DiagnosisCache
 from .discovery import Catalog, span_label
-from .errors import FileGone, NotFound, TraceError, TraceTooLarge, trace_error
+from .errors import BadRequest, FileGone, NotFound, TraceError, TraceTooLarge, trace_error
 from .codec import Failure
 from .pod import Engine, PodJob, decode_result
 from .params import parse
@@ -43,7 +43,8 @@ from .render import chrome
 from .render import collectives as coll_render
 from .render.compare import comparison_json
 from .render.device_ops import TOP as TOP_OPS, device_ops_json
-from .render.json import diagnosis_json, gap_records, gap_row, gaps_page, json_bytes, steps_page
+from .render.json import (diagnosis_json, finding_json, gap_records, gap_row, gaps_page, json_bytes,
+                          steps_page, unknown_device)
 from .render.pod import collective_join, summary_row
 from .storage import Underestimated, file_identity, open_file
 from .trace import detect_format, load_open
@@ -504,11 +505,25 @@ class DiagnosisService:
 
     def diagnosis_json(self, params, finish=_same):
         diag = self._diagnosis(params)
+        self._check_device(diag, params.device)
         rows = max(0, min(params.gaps_limit, len(diag.gaps) - params.gaps_offset))
         est = PEAK_PER_DIAG_BYTE * diag.nbytes() + PEAK_PER_GAP_ROW * rows + RENDER_PEAK
         with self.budget.admit(est, what="diagnosis page"):
             return finish(diagnosis_json(diag, params.gaps_offset, params.gaps_limit,
-                                         params.step, paged=True, light=True))
+                                         params.step, paged=True, light=True,
+                                         device=params.device))
+
+    @staticmethod
+    def _check_device(diag, device) -> None:
+        if why := unknown_device(diag, device):
+            raise BadRequest(why)
+
+    def findings_json(self, params) -> list:
+        """Every finding, largest time lost first (the first answer lists the first
+        FINDINGS_SHOWN)."""
+        diag = self._diagnosis(params)
+        with self.budget.admit(RENDER_PEAK, what="findings"):
+            return [finding_json(diag, f) for f in diag.findings]
 
     def steps_json(self, params, finish=_same):
         """Step rows ``[steps_offset, +steps_limit)`` with how many there are: the rows the
@@ -522,6 +537,7 @@ class DiagnosisService:
         """A page of the gaps of ``params.step`` (all when None) whose cause is ``cause``
         and that lie on ``device`` (any when None): the /diagnosis page's gaps alone."""
         diag = self._diagnosis(params)
+        self._check_device(diag, device)
         rows = max(0, min(params.gaps_limit, len(diag.gaps) - params.gaps_offset))
         with self.budget.admit(PEAK_PER_GAP_ROW * rows + RENDER_PEAK, what="gaps page"):
             return finish(gaps_page(diag, params.gaps_offset, params.gaps_limit, params.step,
@@ -535,6 +551,7 @@ class DiagnosisService:
         diag = self._diagnosis(params)
         if params.step is not None and (why := unknown_step(diag.steps.ids, params.step)):
             raise NotFound(why)
+        self._check_device(diag, device)
         with self.budget.admit(RENDER_PEAK, what="device ops"):
             doc = device_ops_json(diag, params.step, top)
         if doc is not None and device is not None:

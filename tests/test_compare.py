@@ -88,8 +88,9 @@ def typical_from_json(dj: dict, dev: str) -> dict:
 
 
 def check_subtraction(ra, rb, cj):
-    """Every figure of the comparison against the two diagnoses' JSON, subtracted."""
-    ja, jb = ra.to_json(all_gaps=False, gaps_limit=0), rb.to_json(all_gaps=False, gaps_limit=0)
+    """Every figure of the comparison against the two diagnoses' JSON, subtracted (the
+    full answer: the first one carries no annotation's per-step figures)."""
+    ja, jb = (r.to_json(all_gaps=False, gaps_limit=0, light=False) for r in (ra, rb))
     ns = 3          # each JSON step figure is rounded to the ns: a mean is off by ≤ 1 ns
     for p in cj["devices"]:
         ia = next(str(d["id"]) for d in ja["devices"] if d["name"] == p["before"])

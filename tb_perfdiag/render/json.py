@@ -29,6 +29,19 @@ MAX_EVIDENCE = 20
 # a listed gap's host ops in the first answer (the most self time first): the panel opens
 # on these; one gap of a busy host holds hundreds (324 on a TPU host: 78 KB a gap)
 HOST_OPS_SHOWN = 5
+# …and a chain's outermost and innermost frames (Python stacks run 100 frames deep); the
+# frames between them are one "… N more frames" entry, the gap route gives them all
+CHAIN_OUTER, CHAIN_INNER = 2, 10
+# lists of the first answer that grow with the trace, cut to their largest (with a total)
+ANNOTATIONS_SHOWN = 200      # annotation paths, by inclusive device time
+SCOPES_SHOWN = 200           # user scope names, by device time
+CALLS_SHOWN = 100            # compilations and transfers each, the longest (time order)
+FINDINGS_SHOWN = 50          # findings, largest time lost first (as listed)
+FINDING_STEPS_SHOWN = 100    # a finding's steps
+WARNINGS_SHOWN = 50
+# the gap page of the first answer within this many bytes of JSON: a page of gaps whose
+# names and chains are long holds fewer, "Load more" pages on
+GAPS_BYTES = 1_200_000
 _KIND_NAMES = {int(k): k.name.lower() for k in K}
 
 DEFINITIONS = {
@@ -185,8 +198,9 @@ class _Events:
     """Records of cited events, memoised (a device op ends one gap and starts the next);
     the refs' columns are read as Python lists once."""
 
-    def __init__(self, refs: EventRefs, labels: list):
+    def __init__(self, refs: EventRefs, labels: list, chain_cap: bool = False):
         self.labels = labels
+        self.chain_cap = chain_cap
         self._ops: dict = {}
         self._waited: dict = {}
         self._T = None
@@ -212,7 +226,14 @@ class _Events:
         if got is None:
             # a chain reads like the op table: C++ signatures folded (the op's own name
             # stays whole beside it)
-            got = self._chains[key] = [readable(R.strings[i]) for i in key]
+            if self.chain_cap and len(key) > CHAIN_OUTER + CHAIN_INNER + 1:
+                cut = len(key) - CHAIN_OUTER - CHAIN_INNER
+                got = [readable(R.strings[i]) for i in key[:CHAIN_OUTER]] + \
+                    [f"… {cut} more frames"] + \
+                    [readable(R.strings[i]) for i in key[-CHAIN_INNER:]]
+                self._chains[key] = got
+            else:
+                got = self._chains[key] = [readable(R.strings[i]) for i in key]
         return got
 
     def op(self, e: int):
@@ -267,8 +288,8 @@ class _Events:
 
 def _detail_of(diag: Diagnosis, detail: HostOps, refs: EventRefs, ev: _Events,
                host_ops: int | None = None) -> dict:
-    """gap row → (host_ops, syncs, how many host ops in all) records; the first
-    ``host_ops`` of them (most self time first) when given, else all."""
+    """gap row → (host_ops, syncs, how many host ops in all, how many syncs) records; the
+    first ``host_ops`` host ops (most self time first) and syncs when given, else all."""
     out = {}
     k0 = 0
     for j, r in enumerate(detail.rows.tolist()):
@@ -279,7 +300,9 @@ def _detail_of(diag: Diagnosis, detail: HostOps, refs: EventRefs, ev: _Events,
         ops = [ev.host_op(int(t), int(e), int(s), refs) for t, e, s in zip(
             detail.track[k0:k2].tolist(), detail.event[k0:k2].tolist(),
             detail.self_time[k0:k2].tolist())]
-        out[r] = (ops, [ev.sync(t, e, refs) for t, e in detail.syncs[j]], k1 - k0)
+        syncs = detail.syncs[j]
+        out[r] = (ops, [ev.sync(t, e, refs) for t, e in (
+            syncs if host_ops is None else syncs[:host_ops])], k1 - k0, len(syncs))
         k0 = k1
     return out
 
@@ -302,7 +325,7 @@ def _gap_records(diag: Diagnosis, rows, extra_detail, evidence_only: bool,
         return []
     R, labels = diag.refs, diag.track_labels
     strings = R.strings
-    ev = _Events(R, labels)
+    ev = _Events(R, labels, chain_cap=host_ops is not None)
     start, end = g.start[rows], g.end[rows]
     dur = ns_list(end - start)
     sh_ns = np.rint(g.shares[rows] / 1000).astype(np.int64)
@@ -385,6 +408,7 @@ def _gap_records(diag: Diagnosis, rows, extra_detail, evidence_only: bool,
         "analysed_thread": at, "followed_thread": fo, "prev_op": po, "next_op": no,
         "waited_for": wf, "host_ops": det[0] if det else [],
         "host_ops_total": det[2] if det else 0, "syncs": det[1] if det else [],
+        "syncs_total": det[3] if det else 0,
         "detail": det is not None,
     } for (i_, r, d, st_, a, b, du, c, evi, sh, tl, bl, cu, at, fo, po, no, wf, det)
         in zip(*cols_out)]
@@ -396,18 +420,20 @@ def _by_cause(v) -> dict:
 
 def devices_json(diag: Diagnosis) -> list:
     D = diag.devices
+    # gaps above the threshold per device: what a device's own gap list pages through
+    gaps = np.bincount(np.asarray(diag.gaps.device, np.int64), minlength=len(D)).tolist()
     out = []
     for d in range(len(D)):
         if D.ops[d] == 0:
             out.append({"id": d, "name": D.name[d], "kind": D.kind[d], "duty_cycle": None,
                         "busy_ns": 0, "window_ns": 0, "start_ns": None, "end_ns": None,
-                        "ops": 0, "idle_by_cause_ns": {}})
+                        "ops": 0, "gaps": gaps[d], "idle_by_cause_ns": {}})
             continue
         lo, hi, busy = int(D.lo[d]), int(D.hi[d]), int(D.busy[d])
         out.append({"id": d, "name": D.name[d], "kind": D.kind[d],
                     "duty_cycle": busy / (hi - lo) if hi > lo else 1.0,
                     "busy_ns": ns(busy), "window_ns": ns(hi - lo), "start_ns": ns(lo),
-                    "end_ns": ns(hi), "ops": int(D.ops[d]),
+                    "end_ns": ns(hi), "ops": int(D.ops[d]), "gaps": gaps[d],
                     "idle_by_cause_ns": _by_cause(D.idle_by_cause[d]),
                     "small_gaps": {"count": int(D.small_count[d]),
                                    "total_ns": ns(D.small_total[d])},
@@ -424,10 +450,17 @@ def _steps_window(D, d: int, busy: int) -> dict:
             "idle_ns": ns(w) - ns(busy), "duty_cycle": busy / w if w else None}
 
 
-def steps_json(diag: Diagnosis, rows=None) -> list:
-    """One record per step (those of ``rows``, step indices in order, when given)."""
+def _step_devices(diag: Diagnosis, devices=None) -> list:
+    """The devices with step figures (of ``devices`` only, when given)."""
+    devs = np.flatnonzero(diag.steps.has_device).tolist()
+    return devs if devices is None else [d for d in devs if d in devices]
+
+
+def steps_json(diag: Diagnosis, rows=None, devices=None) -> list:
+    """One record per step (those of ``rows``, step indices in order, when given), with the
+    figures of every device (of ``devices`` only, when given)."""
     S = diag.steps
-    devs = np.flatnonzero(S.has_device).tolist()
+    devs = _step_devices(diag, devices)
     # per step, how many of its compiles compiled a function again
     T = diag.compilations
     again = np.zeros(len(S), np.int64)
@@ -462,7 +495,9 @@ def steps_json(diag: Diagnosis, rows=None) -> list:
 # the SLOWEST_STEPS slowest, the slowest MARKED_STEPS outliers and compiling steps, and
 # the first and last step (the capture's bounds); the steps route serves the others.
 STEP_ROWS = 500
+STEP_CELLS = 2_000       # …or above this many step × device figures
 STEP_BINS = 200
+MIN_STEP_BINS = 20
 SLOWEST_STEPS = 20
 MARKED_STEPS = 50
 
@@ -473,10 +508,11 @@ def _step_ns(diag: Diagnosis) -> np.ndarray:
                                                                   np.int64)
 
 
-def step_bins_json(diag: Diagnosis, bins: int = STEP_BINS) -> list:
+def step_bins_json(diag: Diagnosis, bins: int = STEP_BINS, devices=None) -> list:
     """The steps in ``bins`` runs of consecutive steps: per bin its steps' time (min,
     median, mean, max; the slowest step's id), how many are outliers or compile, and per
-    device the mean step's split (busy, idle by cause), which the chart draws as a bar."""
+    device (of ``devices`` only, when given) the mean step's split (busy, idle by cause),
+    which the chart draws as a bar."""
     S = diag.steps
     n = len(S)
     if n == 0:
@@ -494,7 +530,7 @@ def step_bins_json(diag: Diagnosis, bins: int = STEP_BINS) -> list:
     sums = lambda x: np.add.reduceat(np.asarray(x, np.int64), lo)  # noqa: E731
     outl, comp = sums(S.outlier.astype(np.int64)), sums(S.compile_count > 0)
     recomp = sums(again > 0)
-    devs = np.flatnonzero(S.has_device).tolist()
+    devs = _step_devices(diag, devices)
     per = {}
     for d in devs:
         w = np.maximum(S.win_end[:, d] - S.win_start[:, d], 0)
@@ -696,30 +732,57 @@ def gaps_page(diag: Diagnosis, offset: int, limit: int, step: int | None = None,
             "gaps_total": int(rows.shape[0]), "gaps_offset": offset, "gaps_limit": limit}
 
 
+def unknown_device(diag: Diagnosis, device: int | None) -> str:
+    """Why ``device`` names no device of ``diag`` ("" when it does, or is None)."""
+    n = len(diag.devices)
+    if device is None or 0 <= device < n:
+        return ""
+    if n == 0:
+        return f"no device {device}: this trace has no device"
+    return f"no device {device}: this trace's devices are 0…{n - 1} (devices[].id)"
+
+
 def diagnosis_json(diag: Diagnosis, gaps_offset: int = 0, gaps_limit: int | None = None,
-                   step: int | None = None, paged: bool = False, light: bool = False) -> dict:
+                   step: int | None = None, paged: bool = False, light: bool = False,
+                   device: int | None = None) -> dict:
     """The whole diagnosis; gaps ``[gaps_offset, +gaps_limit)`` of those of ``step`` (all
-    steps when None).  ``paged`` adds gaps_total/offset/limit as the route does; ``light``
-    is the page's first answer: each gap's first HOST_OPS_SHOWN host ops, and above
-    STEP_ROWS steps their bins and a few rows (``step_bins_json``, ``step_rows_shown``)."""
-    rows = gap_rows(diag, step)
+    steps when None) on ``device`` (all when None).  ``paged`` adds gaps_total/offset/limit
+    as the route does.  ``light`` is the page's first answer, bounded on any trace: each
+    gap's first HOST_OPS_SHOWN host ops and syncs, chains cut to their ends, a page of
+    gaps within GAPS_BYTES; with ``device`` the steps' figures of that device alone; above
+    STEP_ROWS steps (or STEP_CELLS step × device figures) the steps binned with a few rows
+    (``step_bins_json``, ``step_rows_shown``); annotations' and unscoped per-step figures of
+    ``step`` alone; the largest annotations, scopes, compilations, transfers, findings and
+    warnings, each list with its total."""
+    if why := unknown_device(diag, device):
+        raise ValueError(why)
+    rows = gap_rows(diag, step, device=device)
     total = int(rows.shape[0])
     end = None if gaps_limit is None else gaps_offset + gaps_limit
     page = rows[gaps_offset:end]
     n_steps = len(diag.steps)
-    binned = light and n_steps > STEP_ROWS
+    devs = None if device is None or not light else [device]
+    n_devs = 1 if devs else max(1, int(np.count_nonzero(diag.steps.has_device)))
+    binned = light and (n_steps > STEP_ROWS or n_steps * n_devs > STEP_CELLS)
     # binned: the per-step figures and calls of the listed steps only
     shown = step_rows_shown(diag, step) if binned else None
+    # light: the per-step figures of annotations are the selected step's (the page shows
+    # no other); the step's own answer has them for any step
+    per_step = shown if not light else (np.flatnonzero(diag.steps.ids == step)
+                                         if step is not None else np.zeros(0, np.int64))
+    gaps = gap_records(diag, page, host_ops=HOST_OPS_SHOWN if light else None)
+    if light and gaps_limit is not None:
+        gaps = _within(gaps, GAPS_BYTES)
     out = {
         "schema_version": SCHEMA_VERSION, "source": dict(diag.source),
         "options": {"threshold_us": diag.threshold_us, "kernels_only": diag.kernels_only},
         "definitions": DEFINITIONS, "step_source": diag.steps.source,
         "step_marker": getattr(diag.steps, "marker", "") or None,
         "devices": devices_json(diag),
-        "steps": steps_json(diag, shown), "steps_total": n_steps,
-        "gaps": gap_records(diag, page, host_ops=HOST_OPS_SHOWN if light else None),
-        "annotations": annotations_json(diag, shown),
-        "unscoped": unscoped_json(diag, shown), "user_scopes": user_scopes_json(diag),
+        "steps": steps_json(diag, shown, devs), "steps_total": n_steps,
+        "gaps": gaps,
+        "annotations": annotations_json(diag, per_step),
+        "unscoped": unscoped_json(diag, per_step), "user_scopes": user_scopes_json(diag),
         "compilations": compilations_json(diag, shown), "transfers": transfers_json(diag, shown),
         "device_ops": device_ops_json(diag, step),
         "findings": [finding_json(diag, f) for f in diag.findings], "hta": hta_json(diag),
@@ -727,15 +790,65 @@ def diagnosis_json(diag: Diagnosis, gaps_offset: int = 0, gaps_limit: int | None
     }
     if light:
         T, X = diag.compilations, diag.transfers
-        out.update(step_bins=step_bins_json(diag) if binned else None,
+        out.update(step_bins=step_bins_json(diag, min(STEP_BINS, max(
+                       MIN_STEP_BINS, STEP_CELLS // n_devs)), devs) if binned else None,
                    compilations_total=len(T) if T is not None else 0,
                    recompilations_total=int(np.asarray(T.recompile, bool).sum())
                    if T is not None else 0,
                    transfers_total=len(X) if X is not None else 0)
+        _bound(out)
     if paged:
         out.update(gaps_total=total, gaps_offset=gaps_offset,
-                   gaps_limit=gaps_limit if gaps_limit is not None else total)
+                   gaps_limit=gaps_limit if gaps_limit is not None else total,
+                   gaps_device=device)
     return out
+
+
+def _within(records: list, limit: int) -> list:
+    """The first of ``records`` whose JSON adds up to at most ``limit`` bytes (one at
+    least)."""
+    size = 0
+    for i, r in enumerate(records):
+        size += len(orjson.dumps(r, option=_ORJSON)) + 1
+        if size > limit and i:
+            return records[:i]
+    return records
+
+
+def _longest(rows: list, limit: int) -> list:
+    """The ``limit`` longest of ``rows`` (records with ``duration_ns``), in their order."""
+    if len(rows) <= limit:
+        return rows
+    keep = sorted(sorted(range(len(rows)), key=lambda i: -rows[i]["duration_ns"])[:limit])
+    return [rows[i] for i in keep]
+
+
+def _bound(out: dict) -> None:
+    """The first answer's lists that grow with the trace cut to their largest, each with
+    its total (the CLI's --full and the API keep every item)."""
+    ann = out["annotations"]
+    out["annotations_total"] = len(ann)
+    if len(ann) > ANNOTATIONS_SHOWN:
+        # inclusive time: an annotation's ancestors have at least its own, so they stay
+        keep = sorted(sorted(range(len(ann)), key=lambda i: -ann[i]["inclusive_ns"])
+                      [:ANNOTATIONS_SHOWN])
+        out["annotations"] = [ann[i] for i in keep]
+    out["user_scopes_total"] = len(out["user_scopes"])
+    out["user_scopes"] = out["user_scopes"][:SCOPES_SHOWN]
+    out["compilations"] = _longest(out["compilations"], CALLS_SHOWN)
+    out["transfers"] = _longest(out["transfers"], CALLS_SHOWN)
+    found = out["findings"]
+    out["findings_total"] = len(found)
+    out["findings"] = found = found[:FINDINGS_SHOWN]
+    for f in found:
+        if len(f["steps"]) > FINDING_STEPS_SHOWN:
+            f["steps_total"] = len(f["steps"])
+            f["steps"] = f["steps"][:FINDING_STEPS_SHOWN]
+        if len(f.get("events") or ()) > MAX_EVIDENCE:
+            f["events_total"] = len(f["events"])
+            f["events"] = f["events"][:MAX_EVIDENCE]
+    out["warnings_total"] = len(out["warnings"])
+    out["warnings"] = out["warnings"][:WARNINGS_SHOWN]
 
 
 _INT64 = (-2**63, 2**63 - 1)

@@ -21,6 +21,8 @@ picoseconds after the earliest event.
 """
 from __future__ import annotations
 
+import bisect
+
 import re
 
 from ..trace import kineto as _kineto_reader
@@ -342,8 +344,40 @@ class TraceBuilder:
         at = ev.launched_by if ev.track.side == "device" else ev
         if at is None:
             return 0
-        around = [e for e in ext if e.track is at.track and e.ts <= at.ts and e.end >= at.end]
-        return ext[min(around, key=lambda e: e.dur)] if around else 0
+        index = self._ext_index(ext)
+        got = index.get(id(at.track))
+        if got is None:
+            return 0
+        starts, evs, reach = got
+        # the candidates start at or before ``at``; walking back from the last of them,
+        # none before ``i`` can end past ``at`` once the furthest end up to ``i`` falls short
+        # (a long trace stays linear: no scan of every annotation per event)
+        around = []
+        i = bisect.bisect_right(starts, at.ts) - 1
+        while i >= 0 and reach[i] >= at.end:
+            e = evs[i]
+            if e.end >= at.end:
+                around.append(e)
+            i -= 1
+        return ext[min(around, key=lambda e: (e.dur, ext[e]))] if around else 0
+
+    def _ext_index(self, ext: dict) -> dict:
+        """Per thread, its events with an External id by start: (starts, events, the
+        furthest end up to each), built once per ``ext``."""
+        if getattr(self, "_ext_for", None) is not ext:
+            by: dict = {}
+            for e in ext:
+                by.setdefault(id(e.track), []).append(e)
+            index = {}
+            for k, evs in by.items():
+                evs.sort(key=lambda e: (e.ts, ext[e]))
+                reach, far = [], float("-inf")
+                for e in evs:
+                    far = max(far, e.end)
+                    reach.append(far)
+                index[k] = ([e.ts for e in evs], evs, reach)
+            self._ext_for, self._ext_idx = ext, index
+        return self._ext_idx
 
     def _xspace(self) -> XSpaceWriter:
         ps = self._ps
