@@ -58,8 +58,8 @@ def capture_notes(trace: Trace, devices: DeviceTable, steps: StepNumbers,
                 out.append(f"{devices.name[d]}: {_ms(outside)} of its {_ms(devices.busy[d])} "
                            f"busy time ran outside every step: it counts in the device's "
                            f"duty cycle, in no step's")
-        none = [int(steps.ids[s]) for s in range(n)
-                if on.size and not (steps.busy[s, on] > 0).any()]
+        none = (steps.ids[~(steps.busy[:, on] > 0).any(axis=1)].tolist()
+                if on.size else [])
         if none and on.size:
             out.append(f"{len(none)} of {n} steps ran no device work (step(s) {_ids(none)}): "
                        f"their duty cycle is 0 and their idle is the whole step")
