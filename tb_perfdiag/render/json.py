@@ -456,17 +456,21 @@ def _step_devices(diag: Diagnosis, devices=None) -> list:
     return devs if devices is None else [d for d in devs if d in devices]
 
 
+def _recompiles_per_step(diag: Diagnosis) -> np.ndarray:
+    """Per step, how many of its compiles compiled a function again."""
+    n, T = len(diag.steps), diag.compilations
+    if T is None or not len(T):
+        return np.zeros(n, np.int64)
+    st = T.step[(T.step >= 0) & np.asarray(T.recompile, bool)]
+    return np.bincount(st, minlength=n)[:n]
+
+
 def steps_json(diag: Diagnosis, rows=None, devices=None) -> list:
     """One record per step (those of ``rows``, step indices in order, when given), with the
     figures of every device (of ``devices`` only, when given)."""
     S = diag.steps
     devs = _step_devices(diag, devices)
-    # per step, how many of its compiles compiled a function again
-    T = diag.compilations
-    again = np.zeros(len(S), np.int64)
-    if T is not None and len(T):
-        st = T.step[(T.step >= 0) & np.asarray(T.recompile, bool)]
-        again = np.bincount(st, minlength=len(S))[:len(S)]
+    again = _recompiles_per_step(diag)
     out = []
     for s in (range(len(S)) if rows is None else np.asarray(rows, np.int64).tolist()):
         per_dev = {}
@@ -522,11 +526,7 @@ def step_bins_json(diag: Diagnosis, bins: int = STEP_BINS, devices=None) -> list
     cnt = hi - lo
     dur = _step_ns(diag)
     ids = S.ids.astype(np.int64)
-    T = diag.compilations
-    again = np.zeros(n, np.int64)
-    if T is not None and len(T):
-        st = T.step[(T.step >= 0) & np.asarray(T.recompile, bool)]
-        again = np.bincount(st, minlength=n)[:n]
+    again = _recompiles_per_step(diag)
     sums = lambda x: np.add.reduceat(np.asarray(x, np.int64), lo)  # noqa: E731
     outl, comp = sums(S.outlier.astype(np.int64)), sums(S.compile_count > 0)
     recomp = sums(again > 0)
