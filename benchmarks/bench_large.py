@@ -25,9 +25,11 @@ Tools per row:
   json.loads             Kineto row 2 only (row 4 would need ~35 GB)
   xprof trace_viewer     XSpace rows: the Profile plugin's trace-viewer conversion
   HTA idle               Kineto rows: Holistic Trace Analysis parse + idle breakdown
-With --baseline PYTHON (the python of another checkout's venv, e.g. main's), its
-``diagnose`` runs too, interleaved with ours run by run (--repeat N pairs; the rows then
-give medians), so that before/after share the machine's load.
+--repeat N runs the row's tools in N rounds, one child of each tool a round (the decode,
+ours, the anchor, alternated), and each row gives the median of its N runs (peaks: the
+largest).  With --baseline PYTHON (the python of another checkout's venv, e.g. main's),
+its ``diagnose`` runs too, in the same rounds, so that before/after share the machine's
+load.
 Anchors run on the 2 M rows by default (--anchors 2m): on rows 3 and 4 they need far more
 memory than this machine has (measured per event on rows 1 and 2: ~1.4 kB for xprof,
 ~1.1 kB for HTA); --anchors all tries them anyway under a memory cap and reports the
@@ -39,6 +41,7 @@ import argparse
 import datetime
 import os
 import platform
+import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -77,101 +80,69 @@ def total_mb() -> float:
 
 
 def measure(n, spec, path, anchors, repeat, log, baseline=None):
+    """The row's tools, each in its own child.  With ``repeat`` N > 1 they run in N
+    rounds, one child of every tool a round (the bare decode, ours, the anchor), so that
+    each figure is the median of N runs spread over the same minutes as the others'."""
     rows, errors = [], []
     big = spec["events"] > 5_000_000
-
-    def run(tool, what, **kw):
-        log(f"  row {n}: {tool} …")
-        try:
-            r = C.run_best(what, path, repeat, **kw)
-        except C.ChildFailed as e:
-            errors.append(f"row {n} {tool}: {e}")
-            rows.append({"row": n, "tool": tool, "seconds": None, "error": str(e)})
-            return None
-        rows.append({"row": n, "tool": tool, "seconds": r["seconds"], "cpu_s": r["cpu_seconds"],
-                     "peak_mb": r["peak_mb"], "rusage_peak_mb": r["rusage_peak_mb"],
-                     "runs": r["runs"]})
-        return r
-
     cap = total_mb() - 1024
+    tools = []                    # (tool, what, child kwargs)
+    kw = dict(timeout=1800, mem_limit_mb=cap)
     if spec["fmt"] == "xspace":
-        run("ParseFromString", "ParseFromString", timeout=1800, mem_limit_mb=cap)
+        tools.append(("ParseFromString", "ParseFromString", path, kw))
     else:
-        run("gunzip", "gunzip", timeout=1800, mem_limit_mb=cap)
-        run("gunzip-stream", "gunzip-stream", timeout=1800, mem_limit_mb=cap)
+        tools.append(("gunzip", "gunzip", path, kw))
+        tools.append(("gunzip-stream", "gunzip-stream", path, kw))
         if not big:
-            run("json.loads", "json.loads", timeout=1800, mem_limit_mb=cap)
+            tools.append(("json.loads", "json.loads", path, kw))
     if baseline:
-        r = run_interleaved(n, path, repeat, cap, baseline, rows, errors, log)
-    else:
-        r = run("tb-perfdiag diagnose", "diagnose", timeout=1800, mem_limit_mb=cap)
-    if r:
-        rows[-1].update(ours=True, gaps=r.get("gaps"), events=r.get("events"),
-                        native=r.get("native"))
-        cp = (r.get("checkpoints") or {}).get("diagnose+to_json")
-        if cp:      # read + analysis + the page's first answer, as the route sends it
-            rows.append({"row": n, "tool": "+ first answer", "seconds": cp[0], "cpu_s": cp[2],
-                         "peak_mb": cp[1], "answer_bytes": r.get("answer_bytes"),
-                         "first_answer": True})
+        tools.append(("diagnose @baseline", "diagnose", path, dict(kw, python=baseline)))
+    tools.append(("tb-perfdiag diagnose", "diagnose", path, kw))
     if anchors == "all" or (anchors == "2m" and not big):
         if spec["fmt"] == "xspace":
-            run("xprof trace_viewer", "xprof", timeout=1800, mem_limit_mb=cap)
+            tools.append(("xprof trace_viewer", "xprof", path, kw))
         elif os.path.exists(C.HTA_PY):
-            run_hta(n, path, repeat, cap, rows, errors, log)
+            from bench_diagnose import hta_dir
+            tools.append(("HTA idle", "hta", hta_dir(path), dict(kw, python=C.HTA_PY)))
         else:
             errors.append(f"row {n} HTA: {C.HTA_PY} missing (see benchmarks/README.md)")
     elif anchors != "none":
         errors.append(f"row {n}: anchor not run (needs more memory than this machine has; "
                       "--anchors all tries it under a cap)")
-    return rows, errors
-
-
-def run_interleaved(n, path, repeat, cap, baseline, rows, errors, log):
-    """Our diagnose and the baseline's, alternating run by run; medians and the
-    largest peaks.  Returns our report (None if it failed)."""
-    import statistics
-    got = {"ours": [], "base": []}
+    got = {t[0]: [] for t in tools}
     for i in range(max(1, repeat)):
-        for who, py in (("base", baseline), ("ours", C.MAIN_PY)):
-            log(f"  row {n}: diagnose ({who}) run {i + 1} …")
+        for tool, what, where, kwargs in tools:
+            log(f"  row {n}: {tool}" + (f" (round {i + 1})" if repeat > 1 else "") + " …")
             try:
-                got[who].append(C.run_child("diagnose", path, python=py, timeout=1800,
-                                            mem_limit_mb=cap))
+                got[tool].append(C.run_child(what, where, **kwargs))
             except C.ChildFailed as e:
-                errors.append(f"row {n} diagnose ({who}): {e}")
-    ours = None
-    for who, tool in (("base", "diagnose @baseline"), ("ours", "tb-perfdiag diagnose")):
-        reps = got[who]
+                errors.append(f"row {n} {tool}: {e}")
+    for tool, *_ in tools:
+        reps = got[tool]
         if not reps:
             rows.append({"row": n, "tool": tool, "seconds": None, "error": "every run failed"})
             continue
-        r = {"seconds": statistics.median(x["seconds"] for x in reps),
-             "cpu_seconds": statistics.median(x["cpu_seconds"] for x in reps),
-             "peak_mb": max(x["peak_mb"] for x in reps),
-             "rusage_peak_mb": max(x["rusage_peak_mb"] for x in reps),
-             "gaps": reps[0].get("gaps"), "events": reps[0].get("events"),
-             "native": reps[0].get("native")}
-        rows.append({"row": n, "tool": tool, "seconds": r["seconds"], "cpu_s": r["cpu_seconds"],
-                     "peak_mb": r["peak_mb"], "rusage_peak_mb": r["rusage_peak_mb"],
-                     "runs": [round(x["seconds"], 3) for x in reps]})
-        if who == "ours":
-            ours = r
-    return ours
-
-
-def run_hta(n, path, repeat, cap, rows, errors, log):
-    from bench_diagnose import hta_dir
-    log(f"  row {n}: HTA idle …")
-    try:
-        r = C.run_best("hta", hta_dir(path), repeat, python=C.HTA_PY, timeout=1800,
-                       mem_limit_mb=cap)
-    except C.ChildFailed as e:
-        errors.append(f"row {n} HTA idle: {e}")
-        rows.append({"row": n, "tool": "HTA idle", "seconds": None, "error": str(e)})
-        return
-    rows.append({"row": n, "tool": "HTA idle", "seconds": r["seconds"], "cpu_s": r["cpu_seconds"],
-                 "peak_mb": r["peak_mb"], "rusage_peak_mb": r["rusage_peak_mb"],
-                 "runs": r["runs"]})
+        rows.append({"row": n, "tool": tool,
+                     "seconds": statistics.median(r["seconds"] for r in reps),
+                     "cpu_s": statistics.median(r["cpu_seconds"] for r in reps),
+                     "peak_mb": max(r["peak_mb"] for r in reps),
+                     "rusage_peak_mb": max(r["rusage_peak_mb"] for r in reps),
+                     "runs": [round(r["seconds"], 3) for r in reps]})
+        if tool != "tb-perfdiag diagnose":
+            continue
+        r = reps[0]
+        rows[-1].update(ours=True, gaps=r.get("gaps"), events=r.get("events"),
+                        native=r.get("native"))
+        cps = [x["checkpoints"]["diagnose+to_json"] for x in reps
+               if (x.get("checkpoints") or {}).get("diagnose+to_json")]
+        if cps:     # read + analysis + the page's first answer, as the route sends it
+            rows.append({"row": n, "tool": "+ first answer",
+                         "seconds": statistics.median(c[0] for c in cps),
+                         "cpu_s": statistics.median(c[2] for c in cps),
+                         "peak_mb": max(c[1] for c in cps),
+                         "answer_bytes": r.get("answer_bytes"), "first_answer": True,
+                         "runs": [round(c[0], 3) for c in cps]})
+    return rows, errors
 
 
 def report(rows, files, out=sys.stdout):
