@@ -119,6 +119,9 @@ static PyMethodDef methods[] = {
     {"pages_lower", pages_lower, METH_VARARGS,
      "pages_lower(n) -> bytes: what arrays in use and kept blocks may reach is at most n "
      "from now (use still raises it); kept blocks past it are unmapped"},
+    {"pages_heap_pad", pages_heap_pad, METH_VARARGS,
+     "pages_heap_pad(n) -> the old pad: malloc keeps n bytes free at each heap's top (and "
+     "its mmap line at 32 MB) while a read makes and drops blocks by the thousand"},
     {"pages_let_go", pages_let_go, METH_NOARGS,
      "pages_let_go() -> bytes: unmaps the kept blocks, and keeps blocks from then on only "
      "up to the use from then (before work that grows the process' other memory)"},

@@ -21,6 +21,7 @@ from .extension import native_fn
 
 _lock = threading.Lock()
 _offered: bool | None = None
+_padded = 0                  # heap_pad blocks open
 
 
 def _array_api():
@@ -70,6 +71,31 @@ def recycled_pages(room: int = 0):
         # the peaks restart when the last scope ends: read before
         scope.peak = int(stats_fn().get("peak_use", 0))
         leave(old)
+
+
+@contextlib.contextmanager
+def heap_pad(nbytes: int):
+    """malloc keeps ``nbytes`` free at the top of each of its heaps while a block of this
+    kind is open in any thread (its blocks under 32 MB are then reused, not faulted in
+    and zeroed anew: see ``pages_heap_pad`` in native/pages.c); no pad once the last one
+    ends.  For a read that makes and drops such blocks by the thousand.  Process-wide
+    (malloc's setting); a no-op without the extension or off glibc."""
+    global _padded
+    fn = native_fn("pages_heap_pad")
+    if fn is None:
+        yield
+        return
+    with _lock:
+        _padded += 1
+        if _padded == 1:
+            fn(int(nbytes))
+    try:
+        yield
+    finally:
+        with _lock:
+            _padded -= 1
+            if _padded == 0:
+                fn(0)
 
 
 class Scope:
