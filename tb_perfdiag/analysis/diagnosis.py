@@ -6,7 +6,7 @@ elsewhere (``tb_perfdiag.render``).
 from __future__ import annotations
 
 import gc
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,6 +27,7 @@ from .detail import host_ops
 from .gaps import device_busy, find_gaps, short_gaps, user_threads
 from .hostline import blocking_mask, build_hostlines, event_buckets
 from .intervals import covered, total_length
+from ..beside import Beside
 from .culprits import framework
 from .eventcodes import EventCodes, FewValues
 from .refs import event_refs
@@ -169,6 +170,12 @@ class _Stages:
 
 
 def _diagnose(trace: Trace, opt: Options, progress):
+    # the stages run beside this thread are waited for however the analysis ends
+    with ExitStack() as beside:
+        return _stages(trace, opt, progress, beside)
+
+
+def _stages(trace: Trace, opt: Options, progress, beside: ExitStack):
     progress.phase("analysing", "call chains")
     threshold_ps = int(round(opt.threshold_us * 1e6))
     n_causes = len(C.ALL)
@@ -177,6 +184,12 @@ def _diagnose(trace: Trace, opt: Options, progress):
     linked = incoming_host_link(trace)
     origin, via = origins(trace, linked)
     origin = _small(origin)
+    # the host timelines and the first device's busy set need only the trace and the
+    # origins: found on the second core while the steps, the device time by annotation
+    # and by op are found here, where the memory they hold on top of those stages' allows
+    host_side = (_host_side, trace, origin, via, opt.kernels_only, threshold_ps)
+    side_by_side = host_side_beside(trace)
+    ctx_job = beside.enter_context(Beside(*host_side)) if side_by_side else None
     progress.stage(0.08, "steps")
     steps = find_steps(trace)
     # per-event columns held through the analysis are int32 event indices and steps as
@@ -218,9 +231,8 @@ def _diagnose(trace: Trace, opt: Options, progress):
         typical=typical_of(outlier))
     del dev_ops, op_paths
     progress.stage(0.35, "host timelines")
-    ctx = host_context(trace, origin, via)
-    executors = region_threads(trace)
-    get_next = get_next_spans(trace)
+    ctx, executors, get_next, first_busy = ctx_job.result() if ctx_job is not None else \
+        host_side[0](*host_side[1:])
     transfers = usercalls.transfers(trace, steps, users)
 
     n_dev = len(trace.devices)
@@ -238,7 +250,9 @@ def _diagnose(trace: Trace, opt: Options, progress):
     gaps_all, windows, launched = [], {}, {}
     for d, dev in enumerate(trace.devices):
         progress.stage(0.5 + 0.3 * d / max(n_dev, 1), f"gaps on {dev.name}")
-        ops, us, ue, big = device_busy(trace, d, opt.kernels_only, threshold_ps)
+        ops, us, ue, big = first_busy if d == 0 else \
+            device_busy(trace, d, opt.kernels_only, threshold_ps)
+        first_busy = None
         if ops.size == 0:
             continue
         lo, hi, busy_t = int(us[0]), int(ue[-1]), total_length(us, ue)
@@ -317,7 +331,12 @@ def _diagnose(trace: Trace, opt: Options, progress):
                                s_launched, steps.marker)
     del noncompute
     progress.stage(0.82, "op counts")
-    ops = op_table(trace, ev_step, step_numbers.typical())
+    # the op counts and the capture's notes read nothing of the gaps: found on the second
+    # core while the gap table and its host ops are made here
+    tail_job = beside.enter_context(Beside(_tail_side, trace, ev_step, step_numbers, devices,
+                                           origin, threshold_ps)) if side_by_side else None
+    if tail_job is None:
+        ops = op_table(trace, ev_step, step_numbers.typical())
 
     # ---- gaps, largest first ----
     # a gap belongs to the step of the op it waited for (that step's host work kept the
@@ -342,7 +361,11 @@ def _diagnose(trace: Trace, opt: Options, progress):
     if not trace.devices or not (dev_ops_n > 0).any():
         warnings.append("no device activity in this trace: it shows host work only "
                         "(a CPU-only run, or the device was not profiled)")
-    warnings += capture_notes(trace, devices, step_numbers, origin, threshold_ps)
+    if tail_job is not None:
+        ops, notes = tail_job.result()
+    else:
+        notes = capture_notes(trace, devices, step_numbers, origin, threshold_ps)
+    warnings += notes
     coll = collective_table(trace, coll_ops, coll_step, gaps, dev_lo,
                             lambda e: trace.strings[int(trace.name[e])])
     del coll_ops, coll_step
@@ -356,6 +379,13 @@ def _diagnose(trace: Trace, opt: Options, progress):
                                    gaps.culprit, detail.event, np.array(sync_events, np.int64),
                                    cited, compilations.event, transfers.event])
     return diag, ctx
+
+
+def _tail_side(trace, ev_step, step_numbers, devices, origin, threshold_ps) -> tuple:
+    """(op counts, the capture's notes): what the end of the analysis reads besides the
+    gaps."""
+    return (op_table(trace, ev_step, step_numbers.typical()),
+            capture_notes(trace, devices, step_numbers, origin, threshold_ps))
 
 
 def _edge_gaps(trace, ops, wb, we, lo, hi, gaps, threshold_ps):
@@ -464,6 +494,31 @@ def _gap_table(trace, steps, gaps_all, windows, ev_step, via, ctx) -> GapTable:
 def _small(a: np.ndarray) -> np.ndarray:
     """An index column as int32 (they all fit: events are counted in int32 elsewhere)."""
     return a.astype(np.int32) if a.shape[0] < 2**31 - 1 else a
+
+
+# what the host side holds beside the steps' and the device time's stages, per event
+# (its timelines and their temporaries: 28, 24 and 18 B measured on the TPU ×80, 20 M-event
+# Kineto and 40 M-event XSpace traces), and the most it may hold there.  Past it every
+# stage runs one after the other: at 40 M events the overlap raised the analysis' peak
+# by 875 MB, over the 3 GB that trace is held to, for a few seconds of a 30 s analysis
+HOST_SIDE_BYTES_PER_EVENT = 30
+HOST_SIDE_BESIDE_MAX = 512 << 20
+
+
+def host_side_beside(trace: Trace) -> bool:
+    """Whether stages of ``trace``'s analysis run side by side (the host side beside the
+    first stages, the op counts and notes beside the gap table)."""
+    return trace.n_events * HOST_SIDE_BYTES_PER_EVENT <= HOST_SIDE_BESIDE_MAX
+
+
+def _host_side(trace: Trace, origin: np.ndarray, via: np.ndarray, kernels_only: bool,
+               threshold_ps: int) -> tuple:
+    """What the analysis reads once the device time is found, of the trace and the
+    origins alone: (host context, executor threads, tf.data get_next spans, the first
+    device's ``device_busy``)."""
+    ctx = host_context(trace, origin, via)
+    busy = device_busy(trace, 0, kernels_only, threshold_ps) if trace.devices else None
+    return ctx, region_threads(trace), get_next_spans(trace), busy
 
 
 def host_context(trace: Trace, origin: np.ndarray | None = None,
