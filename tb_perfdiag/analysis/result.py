@@ -107,6 +107,13 @@ class EventRefs:
         r = int(self.row([event])[0])
         return self.strings[int(self.name[r])] if r >= 0 else ""
 
+    def names_of(self, events) -> list:
+        """``name_of`` of each event, in one lookup."""
+        r = self.row(events)
+        ids = np.where(r >= 0, self.name[np.maximum(r, 0)] if self.event.shape[0] else -1, -1)
+        S = self.strings
+        return [S[i] if i >= 0 else "" for i in ids.tolist()]
+
     def chain_of(self, event: int) -> list:
         r = int(self.row([event])[0])
         return [self.strings[i] for i in self.chain[r]] if r >= 0 else []

@@ -291,19 +291,27 @@ def _detail_of(diag: Diagnosis, detail: HostOps, refs: EventRefs, ev: _Events,
     """gap row → (host_ops, syncs, how many host ops in all, how many syncs) records; the
     first ``host_ops`` host ops (most self time first) and syncs when given, else all."""
     out = {}
-    k0 = 0
+    # each row's host ops are the next run of equal values of ``detail.gap`` (a row with
+    # none has no run): the runs' bounds found once, not by a step through every op
+    g = np.asarray(detail.gap)
+    cut = np.flatnonzero(g[1:] != g[:-1]) + 1 if g.shape[0] else np.zeros(0, np.int64)
+    run_lo = [0] + cut.tolist() if g.shape[0] else []
+    run_hi = run_lo[1:] + [g.shape[0]] if g.shape[0] else []
+    run_val = g[run_lo].tolist() if g.shape[0] else []
+    q = 0
+    track, event, self_t = detail.track, detail.event, detail.self_time
     for j, r in enumerate(detail.rows.tolist()):
-        k1 = k0
-        while k1 < detail.gap.shape[0] and detail.gap[k1] == r:
-            k1 += 1
+        if q < len(run_val) and run_val[q] == r:
+            k0, k1 = run_lo[q], run_hi[q]
+            q += 1
+        else:
+            k0 = k1 = run_lo[q] if q < len(run_lo) else g.shape[0]
         k2 = k1 if host_ops is None else min(k1, k0 + host_ops)
-        ops = [ev.host_op(int(t), int(e), int(s), refs) for t, e, s in zip(
-            detail.track[k0:k2].tolist(), detail.event[k0:k2].tolist(),
-            detail.self_time[k0:k2].tolist())]
+        ops = [ev.host_op(t, e, s, refs) for t, e, s in zip(
+            track[k0:k2].tolist(), event[k0:k2].tolist(), self_t[k0:k2].tolist())]
         syncs = detail.syncs[j]
         out[r] = (ops, [ev.sync(t, e, refs) for t, e in (
             syncs if host_ops is None else syncs[:host_ops])], k1 - k0, len(syncs))
-        k0 = k1
     return out
 
 
@@ -512,6 +520,13 @@ def _step_ns(diag: Diagnosis) -> np.ndarray:
                                                                   np.int64)
 
 
+def _mean_ns(total_ps: np.ndarray, count: np.ndarray, lists: bool = True):
+    """``ns(total / count)`` of each element (the mean cut to whole ps, then rounded to ns
+    half to even, as ``ns`` does one value)."""
+    out = np.rint(np.trunc(total_ps / count) / 1000).astype(np.int64)
+    return out.tolist() if lists else out
+
+
 def step_bins_json(diag: Diagnosis, bins: int = STEP_BINS, devices=None) -> list:
     """The steps in ``bins`` runs of consecutive steps: per bin its steps' time (min,
     median, mean, max; the slowest step's id), how many are outliers or compile, and per
@@ -536,26 +551,38 @@ def step_bins_json(diag: Diagnosis, bins: int = STEP_BINS, devices=None) -> list
         w = np.maximum(S.win_end[:, d] - S.win_start[:, d], 0)
         bz, ww = sums(S.busy[:, d]), sums(w)
         ib = np.add.reduceat(S.idle_by_cause[:, d, :], lo, axis=0)
-        per[d] = (bz, ww, ib)
+        duty = (bz / np.maximum(ww, 1)).tolist()
+        per[d] = ((ww > 0).tolist(), duty, _mean_ns(bz, cnt), _mean_ns(ww - bz, cnt),
+                  [{C.ALL[i]: v for i, v in zip(np.flatnonzero(m).tolist(), r[m].tolist())}
+                   for m, r in zip(ib > 0, _mean_ns(ib, cnt[:, None], lists=False))])
+    # each bin's figures at once (Python per bin only to write its record): the steps
+    # sorted within their bins give the medians, the first of each bin's largest its
+    # slowest step
+    dur = np.asarray(dur, np.int64)
+    nb = lo.shape[0]
+    bin_of = np.repeat(np.arange(nb), cnt)
+    srt = dur[np.lexsort((dur, bin_of))]
+    mid = (srt[lo + (cnt - 1) // 2].astype(np.float64) + srt[lo + cnt // 2]) / 2
+    top = np.maximum.reduceat(dur, lo)
+    at_top = np.flatnonzero(dur == top[bin_of])
+    first_top = at_top[np.unique(bin_of[at_top], return_index=True)[1]]
+    cols = zip(lo.tolist(), hi.tolist(), cnt.tolist(), np.minimum.reduceat(dur, lo).tolist(),
+               mid.astype(np.int64).tolist(), np.add.reduceat(dur, lo).tolist(), top.tolist(),
+               ids[first_top].tolist(), ns_list(S.host_start[lo]), ns_list(S.host_end[hi - 1]),
+               ids[lo].tolist(), ids[hi - 1].tolist(), outl.tolist(), comp.tolist(),
+               recomp.tolist())
     out = []
-    for k, (a, b) in enumerate(zip(lo.tolist(), hi.tolist())):
-        x = dur[a:b]
-        c = int(cnt[k])
+    for k, (a, b, c, mn, med, tot, mx, slow, st, en, first, last, no, nc, nr) in enumerate(cols):
         devices = {}
         for d in devs:
-            bz, ww, ib = per[d]
-            devices[str(d)] = {
-                "duty_cycle": int(bz[k]) / int(ww[k]) if ww[k] > 0 else None,
-                "busy_ns": ns(bz[k] / c), "idle_ns": ns((ww[k] - bz[k]) / c),
-                "idle_by_cause_ns": {cz: ns(ib[k, i] / c) for i, cz in enumerate(C.ALL)
-                                     if ib[k, i] > 0}}
-        out.append({"first": int(ids[a]), "last": int(ids[b - 1]), "steps": c,
-                    "start_ns": ns(S.host_start[a]), "end_ns": ns(S.host_end[b - 1]),
-                    "min_ns": int(x.min()), "median_ns": int(np.median(x)),
-                    "mean_ns": int(round(float(x.mean()))), "max_ns": int(x.max()),
-                    "slowest": int(ids[a + int(np.argmax(x))]), "outliers": int(outl[k]),
-                    "compiling": int(comp[k]), "recompiling": int(recomp[k]),
-                    "devices": devices})
+            has, duty, busy, idle, by_cause = per[d]
+            devices[str(d)] = {"duty_cycle": duty[k] if has[k] else None,
+                               "busy_ns": busy[k], "idle_ns": idle[k],
+                               "idle_by_cause_ns": by_cause[k]}
+        out.append({"first": first, "last": last, "steps": c, "start_ns": st, "end_ns": en,
+                    "min_ns": mn, "median_ns": med, "mean_ns": int(round(tot / c)),
+                    "max_ns": mx, "slowest": slow, "outliers": no, "compiling": nc,
+                    "recompiling": nr, "devices": devices})
     return out
 
 
@@ -649,11 +676,13 @@ def compilations_json(diag: Diagnosis, steps=None) -> list:
     T = diag.compilations
     if T is None:
         return []
-    return [{"step": _step_id(diag, int(T.step[i])), "start_ns": ns(T.start[i]),
-             "duration_ns": ns(T.duration[i]), "function": T.function[i] or None,
-             "recompile": bool(T.recompile[i]),
-             "event": diag.refs.name_of(int(T.event[i])) or None}
-            for i in _in_steps(np.asarray(T.step), steps)]
+    i = np.asarray(_in_steps(np.asarray(T.step), steps), np.int64)
+    return [{"step": st, "start_ns": s, "duration_ns": d, "function": T.function[k] or None,
+             "recompile": rc, "event": nm or None}
+            for k, st, s, d, rc, nm in zip(i.tolist(), _step_ids(diag, T.step, i),
+                                           ns_list(T.start[i]), ns_list(T.duration[i]),
+                                           np.asarray(T.recompile, bool)[i].tolist(),
+                                           diag.refs.names_of(T.event[i]))]
 
 
 def transfers_json(diag: Diagnosis, steps=None) -> list:
@@ -662,11 +691,21 @@ def transfers_json(diag: Diagnosis, steps=None) -> list:
     T = diag.transfers
     if T is None:
         return []
-    return [{"step": _step_id(diag, int(T.step[i])), "start_ns": ns(T.start[i]),
-             "duration_ns": ns(T.duration[i]),
-             "direction": "d2h" if int(T.direction[i]) == Direction.D2H else "h2d",
-             "event": diag.refs.name_of(int(T.event[i])) or None}
-            for i in _in_steps(np.asarray(T.step), steps)]
+    i = np.asarray(_in_steps(np.asarray(T.step), steps), np.int64)
+    d2h = (np.asarray(T.direction)[i] == Direction.D2H).tolist()
+    return [{"step": st, "start_ns": s, "duration_ns": d, "direction": "d2h" if x else "h2d",
+             "event": nm or None}
+            for st, s, d, x, nm in zip(_step_ids(diag, T.step, i), ns_list(T.start[i]),
+                                       ns_list(T.duration[i]), d2h,
+                                       diag.refs.names_of(T.event[i]))]
+
+
+def _step_ids(diag: Diagnosis, step_col, rows: np.ndarray) -> list:
+    """``_step_id`` of each of ``rows`` of a per-call table's step column."""
+    k = np.asarray(step_col, np.int64)[rows]
+    ids = diag.steps.ids
+    got = np.asarray(ids, np.int64)[np.maximum(k, 0)] if ids.shape[0] else np.zeros_like(k)
+    return [int(v) if kk >= 0 else None for v, kk in zip(got.tolist(), k.tolist())]
 
 
 def finding_json(diag: Diagnosis, f: Finding) -> dict:
