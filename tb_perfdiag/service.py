@@ -26,8 +26,8 @@ from ._version import __version__
 from .analysis import Options, analyse
 from .analysis.budgets import Budgets, check as check_budgets
 from .analysis.compare import compare, no_collectives, peer_wait_cells
-from .analysis.diagnosis import (HOST_SIDE_BYTES_PER_EVENT, gap_detail, host_context,
-                                 host_side_beside)
+from .analysis.diagnosis import gap_detail, host_context, host_side_beside
+from .beside import SIDE_BYTES_PER_EVENT
 from .analysis.timeline import annotation_spans, lanes
 from .analysis.steps import unknown_step
 from .trace.extension import reader_kind
@@ -302,7 +302,7 @@ class DiagnosisService:
                 with self._loaded(src, ident, prog) as loaded:
                     est = PEAK_PER_TRACE_BYTE * loaded.trace_bytes + BASE_PEAK
                     if host_side_beside(loaded.trace):     # its timelines beside the steps'
-                        est += HOST_SIDE_BYTES_PER_EVENT * loaded.trace.n_events
+                        est += SIDE_BYTES_PER_EVENT * loaded.trace.n_events
                     with self.budget.admit(est, lane="work", what="analysis", progress=prog):
                         diag, ctx = analyse(loaded.trace, opt, prog)
                     if loaded.attach(ctx):

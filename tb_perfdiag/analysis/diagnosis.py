@@ -27,7 +27,7 @@ from .detail import host_ops
 from .gaps import device_busy, find_gaps, short_gaps, user_threads
 from .hostline import blocking_mask, build_hostlines, event_buckets
 from .intervals import covered, total_length
-from ..beside import Beside
+from ..beside import Beside, side_by_side
 from .culprits import framework
 from .eventcodes import EventCodes, FewValues
 from .refs import event_refs
@@ -187,9 +187,9 @@ def _stages(trace: Trace, opt: Options, progress, beside: ExitStack):
     # the host timelines and the first device's busy set need only the trace and the
     # origins: found on the second core while the steps, the device time by annotation
     # and by op are found here, where the memory they hold on top of those stages' allows
-    host_side = (_host_side, trace, origin, via, opt.kernels_only, threshold_ps)
-    side_by_side = host_side_beside(trace)
-    ctx_job = beside.enter_context(Beside(*host_side)) if side_by_side else None
+    paired = host_side_beside(trace)
+    host_side = (_host_side, trace, origin, via, opt.kernels_only, threshold_ps, paired)
+    ctx_job = beside.enter_context(Beside(*host_side)) if paired else None
     progress.stage(0.08, "steps")
     steps = find_steps(trace)
     # per-event columns held through the analysis are int32 event indices and steps as
@@ -231,7 +231,7 @@ def _stages(trace: Trace, opt: Options, progress, beside: ExitStack):
         typical=typical_of(outlier))
     del dev_ops, op_paths
     progress.stage(0.35, "host timelines")
-    ctx, executors, get_next, first_busy = ctx_job.result() if ctx_job is not None else \
+    ctx, executors, get_next, busy_sets = ctx_job.result() if ctx_job is not None else \
         host_side[0](*host_side[1:])
     transfers = usercalls.transfers(trace, steps, users)
 
@@ -250,9 +250,8 @@ def _stages(trace: Trace, opt: Options, progress, beside: ExitStack):
     gaps_all, windows, launched = [], {}, {}
     for d, dev in enumerate(trace.devices):
         progress.stage(0.5 + 0.3 * d / max(n_dev, 1), f"gaps on {dev.name}")
-        ops, us, ue, big = first_busy if d == 0 else \
+        ops, us, ue, big = busy_sets.pop(d, None) or \
             device_busy(trace, d, opt.kernels_only, threshold_ps)
-        first_busy = None
         if ops.size == 0:
             continue
         lo, hi, busy_t = int(us[0]), int(ue[-1]), total_length(us, ue)
@@ -334,7 +333,7 @@ def _stages(trace: Trace, opt: Options, progress, beside: ExitStack):
     # the op counts and the capture's notes read nothing of the gaps: found on the second
     # core while the gap table and its host ops are made here
     tail_job = beside.enter_context(Beside(_tail_side, trace, ev_step, step_numbers, devices,
-                                           origin, threshold_ps)) if side_by_side else None
+                                           origin, threshold_ps)) if paired else None
     if tail_job is None:
         ops = op_table(trace, ev_step, step_numbers.typical())
 
@@ -496,29 +495,27 @@ def _small(a: np.ndarray) -> np.ndarray:
     return a.astype(np.int32) if a.shape[0] < 2**31 - 1 else a
 
 
-# what the host side holds beside the steps' and the device time's stages, per event
-# (its timelines and their temporaries: 28, 24 and 18 B measured on the TPU ×80, 20 M-event
-# Kineto and 40 M-event XSpace traces), and the most it may hold there.  Past it every
-# stage runs one after the other: at 40 M events the overlap raised the analysis' peak
-# by 875 MB, over the 3 GB that trace is held to, for a few seconds of a 30 s analysis
-HOST_SIDE_BYTES_PER_EVENT = 30
-HOST_SIDE_BESIDE_MAX = 512 << 20
-
-
 def host_side_beside(trace: Trace) -> bool:
-    """Whether stages of ``trace``'s analysis run side by side (the host side beside the
-    first stages, the op counts and notes beside the gap table)."""
-    return trace.n_events * HOST_SIDE_BYTES_PER_EVENT <= HOST_SIDE_BESIDE_MAX
+    """Whether stages of ``trace``'s analysis run side by side (the host side and the
+    devices' busy sets beside the first stages, the op counts and notes beside the gap
+    table): within ``beside.SIDE_MAX_BYTES``."""
+    return side_by_side(trace.n_events)
 
 
 def _host_side(trace: Trace, origin: np.ndarray, via: np.ndarray, kernels_only: bool,
-               threshold_ps: int) -> tuple:
+               threshold_ps: int, busy_sets: bool) -> tuple:
     """What the analysis reads once the device time is found, of the trace and the
-    origins alone: (host context, executor threads, tf.data get_next spans, the first
-    device's ``device_busy``)."""
+    origins alone: (host context, executor threads, tf.data get_next spans, {device:
+    its ``device_busy`` with its gaps found} for every device when ``busy_sets``, else
+    empty: the device loop finds each in turn)."""
     ctx = host_context(trace, origin, via)
-    busy = device_busy(trace, 0, kernels_only, threshold_ps) if trace.devices else None
-    return ctx, region_threads(trace), get_next_spans(trace), busy
+    found = {}
+    for d in range(len(trace.devices) if busy_sets else 0):
+        ops, us, ue, big = device_busy(trace, d, kernels_only, threshold_ps)
+        if ops.size and big is None:
+            big = find_gaps(trace, d, ops, us, ue, threshold_ps)
+        found[d] = (ops, us, ue, big)
+    return ctx, region_threads(trace), get_next_spans(trace), found
 
 
 def host_context(trace: Trace, origin: np.ndarray | None = None,

@@ -11,7 +11,7 @@ import numpy as np
 
 from .model import (Coded, Device, Stat, Trace, TrackKind, coded_if_few, narrowest_int,
                     spread_if_dense)
-from ..beside import Beside
+from ..beside import Beside, side_by_side
 from .extension import native_fn
 from .strings import Strings
 
@@ -356,8 +356,8 @@ def assemble(path: str, fmt: str, strings: StringTable | Strings, tracks: Tracks
     # the stats' events are moved on the second core while the columns are moved and
     # nested here (both mostly numpy, which lets go of the GIL: 0.3 s of the 20 M-event
     # Kineto trace's build)
-    stats_job = Beside(_moved_stats, stats, inverse, idx_dtype, n) if inverse is not None \
-        else None
+    stats_job = Beside(_moved_stats, stats, inverse, idx_dtype, n) \
+        if inverse is not None and side_by_side(n) else None
     try:
         if inverse is not None:
             # one column at a time, so that each raw column goes before the next copy

@@ -14,6 +14,7 @@ import struct
 import numpy as np
 from google.protobuf.message import DecodeError
 
+from ..beside import Beside, side_by_side
 from ..progress import NULL
 from ..storage import read_bytes
 from . import classify, pages
@@ -364,6 +365,9 @@ def build(path: str, scan: dict, progress=NULL):
                 raw[dbl] = raw[dbl].view(np.float64).astype(np.int64)
             stats[sname] = (evs, raw, False)
     del parts
+    # the flows link events by the events' own stats, final now (no metadata carries
+    # them): found on the second core while the metadata, lines and HLO stats are read
+    flows = Beside(_flow_links, stats, n) if side_by_side(n) else None
     _merge_metadata_stats(stats, md_stats, strings)
     del md_stats
 
@@ -439,7 +443,8 @@ def build(path: str, scan: dict, progress=NULL):
     # the last name is interned: the strings compact before the links and the event
     # order are made (see ``StringTable.freeze``)
     strings = strings.freeze()
-    links = _flow_links(stats, n)
+    links = flows.result() if flows is not None else _flow_links(stats, n)
+    del flows
     narrow_id_stats(stats)          # the correlation ids as int32 before they are linked
     corr = stats.get("correlation_id")
     if corr is not None:
