@@ -386,3 +386,60 @@ def test_answers_do_not_depend_on_what_memory_held(rel, monkeypatch):
         assert handed_out() > before    # the low line made large blocks of its arrays
     monkeypatch.setattr(pages, "available", lambda: False)
     assert recycled == answer()
+
+
+def test_the_heap_pad_setting_gives_back_the_one_it_replaced():
+    from tb_perfdiag.trace.extension import native_fn
+    fn = native_fn("pages_heap_pad")
+    old = fn(3 * MB)
+    try:
+        assert fn(5 * MB) == 3 * MB
+    finally:
+        fn(old)
+    with pytest.raises(ValueError):
+        fn(-1)
+
+
+class _PadCalls:
+    """A stand-in for the native setting that records what it was set to: the server's
+    own threads may stream a trace while the suite runs, so the real one is not read."""
+
+    def __init__(self):
+        self.calls, self.pad = [], 0
+
+    def __call__(self, n):
+        self.calls.append(n)
+        old, self.pad = self.pad, n
+        return old
+
+
+def test_the_heap_pad_lasts_while_any_read_needs_it(monkeypatch):
+    # two streamed reads at once: the first to end must not take the pad from the other
+    fake = _PadCalls()
+    monkeypatch.setattr(pages, "native_fn", lambda name: fake)
+    monkeypatch.setattr(pages, "_padded", 0)
+    inside, leave = threading.Event(), threading.Event()
+
+    def other_read():
+        with pages.heap_pad(64 * MB):
+            inside.set()
+            leave.wait(5)
+    t = threading.Thread(target=other_read)
+    with pages.heap_pad(64 * MB):
+        assert fake.pad == 64 * MB
+        t.start()
+        assert inside.wait(5)
+    assert fake.pad == 64 * MB          # the other read goes on
+    leave.set()
+    t.join()
+    assert fake.pad == 0 and fake.calls == [64 * MB, 0]
+
+
+def test_the_heap_pad_goes_when_the_last_read_ends(monkeypatch):
+    fake = _PadCalls()
+    monkeypatch.setattr(pages, "native_fn", lambda name: fake)
+    monkeypatch.setattr(pages, "_padded", 0)
+    with pytest.raises(RuntimeError):
+        with pages.heap_pad(64 * MB):
+            raise RuntimeError("the read failed")
+    assert fake.pad == 0 and fake.calls == [64 * MB, 0]
