@@ -184,9 +184,9 @@ def _stages(trace: Trace, opt: Options, progress, beside: ExitStack):
     linked = incoming_host_link(trace)
     origin, via = origins(trace, linked)
     origin = _small(origin)
-    # the host timelines and the first device's busy set need only the trace and the
-    # origins: found on the second core while the steps, the device time by annotation
-    # and by op are found here, where the memory they hold on top of those stages' allows
+    # the host timelines and the devices' busy sets need only the trace and the origins:
+    # found on the second core while the steps, the device time by annotation and by op
+    # are found here, where the memory they hold on top of those stages' allows
     paired = host_side_beside(trace)
     host_side = (_host_side, trace, origin, via, opt.kernels_only, threshold_ps, paired)
     ctx_job = beside.enter_context(Beside(*host_side)) if paired else None
