@@ -221,6 +221,23 @@ def test_capture_notes_say_what_bends_the_figures():
     check_arithmetic(d)
 
 
+def test_clock_notes_count_across_blocks(monkeypatch):
+    """The clock note reads the ops a block at a time: the counts and the largest lead
+    are those of all the ops, however the blocks cut them."""
+    from tb_perfdiag.analysis import notes
+    b = TraceBuilder()
+    main, g0 = b.thread("python main"), b.stream(gpu=0)
+    b.step(main, 0, 0, 10_000)
+    for k, lead in enumerate((0, 50, 0, 120, 30)):      # µs the kernel starts early
+        t = 1000 + 1000 * k
+        launch(b, main, g0, "gemm", t, 5, t - lead if lead else t + 10, 100)
+    whole = [w for w in diagnose(b)["warnings"] if "launched ops start before" in w]
+    monkeypatch.setattr(notes, "_BLOCK", 2)
+    cut = [w for w in diagnose(b)["warnings"] if "launched ops start before" in w]
+    assert whole == cut
+    assert whole and "GPU 0: 3 of its 5 launched ops" in whole[0] and "120" in whole[0]
+
+
 def test_a_clean_capture_has_no_notes():
     assert diagnose(lead_and_tail_trace())["warnings"] == []
 

@@ -101,16 +101,27 @@ def _clock_ahead(trace: Trace, devices: DeviceTable, origin: np.ndarray) -> list
     out = []
     for d in np.flatnonzero(devices.ops > 0).tolist():
         ops = trace.activity_of(d)
-        src = origin[ops]
-        ok = src >= 0
-        if not ok.any():
-            continue
-        lead = trace.ts[src[ok]].astype(np.int64) - trace.ts[ops[ok]].astype(np.int64)
-        early = lead > CLOCK_SLACK_PS
-        if early.any():
-            out.append(f"{devices.name[d]}: {int(early.sum())} of its {int(ok.sum())} "
+        # a block of ops at a time: at 20 M ops the launches' and ops' times and their
+        # differences over all of them were 0.2 GB on top of the analysis' peak (40 M-event
+        # XSpace: 3,032 MB where it had been 2,856)
+        launched = early = 0
+        most = None
+        for i in range(0, ops.shape[0], _BLOCK):
+            o = ops[i:i + _BLOCK]
+            src = origin[o]
+            ok = src >= 0
+            if not ok.any():
+                continue
+            lead = trace.ts[src[ok]].astype(np.int64, copy=False) - \
+                trace.ts[o[ok]].astype(np.int64, copy=False)
+            launched += int(ok.sum())
+            early += int(np.count_nonzero(lead > CLOCK_SLACK_PS))
+            top = int(lead.max())
+            most = top if most is None else max(most, top)
+        if early:
+            out.append(f"{devices.name[d]}: {early} of its {launched} "
                        f"launched ops start before the host call that launched them (by up "
-                       f"to {_ms(int(lead.max()))}): its clock is offset from the host's, so "
+                       f"to {_ms(most)}): its clock is offset from the host's, so "
                        f"waits measured against host calls are off by as much")
     return out
 
