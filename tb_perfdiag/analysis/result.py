@@ -104,8 +104,7 @@ class EventRefs:
         return np.where(ok, k, -1)
 
     def name_of(self, event: int) -> str:
-        r = int(self.row([event])[0])
-        return self.strings[int(self.name[r])] if r >= 0 else ""
+        return self.names_of([event])[0]
 
     def names_of(self, events) -> list:
         """``name_of`` of each event, in one lookup."""
