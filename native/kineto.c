@@ -1264,17 +1264,28 @@ static PyObject *j_result(JCtx *c) {
     const double *dur = (const double *)c->dur_d.data;
     const uint8_t *ie = (const uint8_t *)c->ts_isexp.data;
     /* "sane" events, as the reference: a finite duration under MAX_SPAN, and a time
-     * within MAX_SPAN of the median time of the events with such a duration */
+     * within MAX_SPAN of the median time of the events with such a duration.  Where all
+     * those times lie within MAX_SPAN of each other, each is within it of their median
+     * too: the median (a copy of every time, and a quickselect over it, on the scan's
+     * one thread at its end) is needed only where they do not. */
+    if (n > 0) vec_grow(&c->f, &c->sane, (size_t)n);
+    uint8_t *sane = (uint8_t *)c->sane.data;
+    double lo = INFINITY, hi = -INFINITY;
     for (int64_t k = 0; k < n; k++) {
         uint8_t ok = isfinite(approx[k]) && isfinite(dur[k]) && fabs(dur[k]) < MAX_SPAN_US;
-        VEC_PUSH(&c->f, &c->sane, uint8_t, ok);
-        if (ok) VEC_PUSH(&c->f, &c->pick, double, approx[k]);
+        sane[k] = ok;
+        if (ok) {
+            lo = approx[k] < lo ? approx[k] : lo;
+            hi = approx[k] > hi ? approx[k] : hi;
+        }
     }
-    int any_sane = c->pick.len > 0;
-    if (any_sane) {
+    c->sane.len = (size_t)n;
+    if (lo <= hi && !(hi - lo < MAX_SPAN_US)) {
+        for (int64_t k = 0; k < n; k++)
+            if (sane[k]) VEC_PUSH(&c->f, &c->pick, double, approx[k]);
         double med = median_inplace((double *)c->pick.data, c->pick.len / 8);
         for (int64_t k = 0; k < n; k++)
-            if (c->sane.data[k] && !(fabs(approx[k] - med) < MAX_SPAN_US)) c->sane.data[k] = 0;
+            if (sane[k] && !(fabs(approx[k] - med) < MAX_SPAN_US)) sane[k] = 0;
     }
     vec_free(&c->pick);
     const uint8_t *ok = (const uint8_t *)c->sane.data;

@@ -567,6 +567,8 @@ def test_kineto_timestamps_are_exact(texts):
     [(5, 1e12), (6, -1e12), (7, 999999999999.9)],      # no event is sane but the last
     [(1, 2e12)],                                        # no event is sane at all
     [(0, 1), (10, 1), (1e12 + 4, 1), (1e12 + 6, 1)],    # even count: mean of the middle two
+    [(0, 1), (999999999999.5, 1), (3, 1)],              # all within the span: all placed
+    [(0, 1), (1e12, 1), (1e12, 1)],                     # exactly the span apart: the median's
 ])
 def test_kineto_unplaceable_times_follow_the_reference(events):
     raw = _doc([{"ph": "X", "name": f"e{i}", "pid": 1, "tid": 1, "ts": t, "dur": d}
