@@ -6,13 +6,14 @@ import os
 from .analysis import Diagnosis, Options, analyse
 from .analysis.compare import Comparison, compare as compare_diagnoses
 from .discovery import scan_logdir, span_label
+from .file_analysis import read_and_analyse
 from .params import DEFAULT_GAPS_PAGE
 from .render import chrome, text
 from .render import compare as compare_render
 from .analysis.timeline import annotation_spans
 from .render.json import diagnosis_json, gap_row
 from .storage import filesystem
-from .trace import Trace, load
+from .trace import Trace
 
 
 
@@ -70,9 +71,9 @@ def diagnose(path_or_trace, **options) -> Report:
     Options: ``threshold_us`` (default 5), ``kernels_only`` (default False).
     """
     opt = Options(**options)
-    trace = path_or_trace if isinstance(path_or_trace, Trace) else load(path_or_trace)
-    diag, ctx = analyse(trace, opt)
-    return Report(diag, ctx)
+    if isinstance(path_or_trace, Trace):
+        return Report(*analyse(path_or_trace, opt))
+    return Report(*read_and_analyse(path_or_trace, opt))
 
 
 def is_folder(path: str) -> bool:

@@ -18,7 +18,7 @@ import time
 
 
 from ._version import __version__
-from .analysis import Options, diagnose_trace
+from .analysis import Options
 from .analysis import causes as C
 from .analysis.budgets import Budgets, check as check_budgets
 from .analysis.compare import compare as compare_diagnoses
@@ -26,6 +26,7 @@ from .analysis.steps import unknown_step
 from .api import is_folder, trace_files
 from .discovery import scan_logdir, span_label
 from .errors import StorageError
+from .file_analysis import read_and_analyse
 from .params import DEFAULT_GAPS_PAGE, MAX_GAPS_PAGE, PARAMS
 from .render import check as check_render
 from .render import compare as compare_render
@@ -193,7 +194,7 @@ def _load(path: str):
 
 def _diagnose(path: str, opt: Options):
     try:
-        return diagnose_trace(_load(path), opt)
+        return read_and_analyse(path, opt, max_bytes=max_file_bytes())[0]
     except TraceError as e:
         raise InputError(f"{path}: {e.reason}") from None
     except OSError as e:

@@ -25,15 +25,15 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from .analysis import Options, analyse
+from .analysis import Options
 from .cache import DiagnosisCache, ResultStore, code_fingerprint, decode_row, encode_row, \
     row_of
 from .codec import Failure, decode, encode
 from .errors import TraceError, TraceTooLarge
+from .file_analysis import read_and_analyse
 from .progress import NULL
 from .render.pod import error_row, pod_summary
 from .storage import file_identity, is_remote
-from .trace import load
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ def analyse_file(path: str, opt, progress=NULL, max_bytes: int | None = None):
     """Typed diagnosis of one file, or its ``Failure`` (a Dask task's analysis: the
     file read through the guard within ``max_bytes``, the server's file budget)."""
     try:
-        diag, _ = analyse(load(path, progress, max_bytes=max_bytes), opt, progress)
+        diag, _ = read_and_analyse(path, opt, progress, max_bytes)
     except TraceError as e:
         return Failure(os.path.basename(path), e.reason,
                        413 if isinstance(e, TraceTooLarge) else 422)
