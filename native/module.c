@@ -122,6 +122,9 @@ static PyMethodDef methods[] = {
     {"pages_heap_pad", pages_heap_pad, METH_VARARGS,
      "pages_heap_pad(n) -> the old pad: malloc keeps n bytes free at each heap's top (and "
      "its mmap line at 32 MB) while a read makes and drops blocks by the thousand"},
+    {"pages_huge", pages_huge, METH_VARARGS,
+     "pages_huge([flag]) -> the old flag: whether large blocks mapped from now on ask for "
+     "transparent huge pages (without flag: only asked)"},
     {"pages_let_go", pages_let_go, METH_NOARGS,
      "pages_let_go() -> bytes: unmaps the kept blocks, and keeps blocks from then on only "
      "up to the use from then (before work that grows the process' other memory)"},

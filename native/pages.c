@@ -97,6 +97,9 @@ static size_t big_line = BIG;
    pages), but kept only from big_line on like numpy's */
 #define MAP_LINE ((size_t)64 << 10)
 static int poison;
+/* whether large blocks ask for transparent huge pages, as numpy asks for its own (see
+   pages_huge: where the host takes free memory back, a fresh huge page costs more) */
+static int huge = 1;
 
 static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
@@ -209,7 +212,7 @@ static void *big_alloc(size_t n, int zero) {
         return NULL;
     }
 #ifdef MADV_HUGEPAGE
-    madvise(base, len, MADV_HUGEPAGE);  /* as numpy asks for its own large arrays */
+    if (huge) madvise(base, len, MADV_HUGEPAGE);
 #endif
     put_head(base + HEAD, MAGIC_BIG, len);
     if (poison && !zero) memset(base + HEAD, 0xa5, n);
@@ -323,7 +326,7 @@ static char *big_grow(char *data, size_t n) {
         return NULL;
     }
 #ifdef MADV_HUGEPAGE
-    madvise(q, to, MADV_HUGEPAGE);
+    if (huge) madvise(q, to, MADV_HUGEPAGE);
 #endif
     put_head(q + HEAD, MAGIC_BIG, to);
     return q + HEAD;
@@ -576,6 +579,21 @@ PyObject *pages_tune(PyObject *self, PyObject *args) {
     return old;
 }
 
+/* pages_huge([flag]) -> the old flag: whether the large blocks mapped from now on ask
+   for transparent huge pages (without flag: only asked) */
+PyObject *pages_huge(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *flag = NULL;
+    if (!PyArg_ParseTuple(args, "|O", &flag)) return NULL;
+    int h = flag ? PyObject_IsTrue(flag) : -1;
+    if (flag && h < 0) return NULL;
+    pthread_mutex_lock(&lock);
+    int old = huge;
+    if (h >= 0) huge = h;
+    pthread_mutex_unlock(&lock);
+    return PyBool_FromLong(old);
+}
+
 /* pages_stats() -> dict of the byte counts and peaks */
 PyObject *pages_stats(PyObject *self, PyObject *unused) {
     (void)self, (void)unused;
@@ -633,5 +651,9 @@ PyObject *pages_lower(PyObject *self, PyObject *args) {
 PyObject *pages_heap_pad(PyObject *self, PyObject *args) {
     (void)self, (void)args;
     return PyLong_FromLong(0);
+}
+PyObject *pages_huge(PyObject *self, PyObject *args) {
+    (void)self, (void)args;
+    Py_RETURN_FALSE;
 }
 #endif

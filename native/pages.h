@@ -12,6 +12,7 @@ PyObject *pages_tune(PyObject *self, PyObject *args);
 PyObject *pages_let_go(PyObject *self, PyObject *unused);
 PyObject *pages_lower(PyObject *self, PyObject *args);
 PyObject *pages_heap_pad(PyObject *self, PyObject *args);
+PyObject *pages_huge(PyObject *self, PyObject *args);
 
 /* memory for the extension's own columns, from the same pages as numpy's arrays
    (within a scope, recycled); no GIL needed.  pages_resize keeps the first bytes

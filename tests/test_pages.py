@@ -324,6 +324,31 @@ def test_a_read_tells_the_analysis_its_peak():
         assert seen[0] <= _status_kb("VmHWM") * 1024
 
 
+def test_a_file_read_and_analysed_in_one_go_hands_the_reads_blocks_to_the_analysis():
+    """``read_and_analyse``: the blocks the read frees at its end are still kept when the
+    analysis begins (read and analysed apart, they are unmapped in between), and the
+    answer is the same byte for byte."""
+    from conftest import ROOT
+    from tb_perfdiag import trace as TR
+    from tb_perfdiag.analysis import diagnosis
+    from tb_perfdiag.file_analysis import read_and_analyse
+    from tb_perfdiag.render.json import diagnosis_json, json_bytes
+    path = os.path.join(ROOT, ANSWER_TRACES[-1])
+    kept_at_start = []
+    real = diagnosis.recycled_pages
+
+    def spy(room=0):
+        kept_at_start.append(pages.stats()["cached"])
+        return real(room)
+    with pages.tuned(4096, False), pytest.MonkeyPatch.context() as mp:
+        mp.setattr(diagnosis, "recycled_pages", spy)
+        apart = json_bytes(diagnosis_json(diagnosis.analyse(TR.load(path))[0]))
+        together = json_bytes(diagnosis_json(read_and_analyse(path)[0]))
+    assert kept_at_start[0] == 0 < kept_at_start[1]
+    assert together == apart
+    assert pages.stats()["scopes"] == 0 and pages.stats()["cached"] == 0
+
+
 def _status_kb(key: str) -> int:
     with open("/proc/self/status") as f:
         return next(int(line.split()[1]) for line in f if line.startswith(key + ":"))
@@ -443,3 +468,69 @@ def test_the_heap_pad_goes_when_the_last_read_ends(monkeypatch):
         with pages.heap_pad(64 * MB):
             raise RuntimeError("the read failed")
     assert fake.pad == 0 and fake.calls == [64 * MB, 0]
+
+
+def _balloon(root, name="virtio0", device="0x0005", features="0110010100", bound=True):
+    dev = root / name
+    dev.mkdir(parents=True)
+    (dev / "device").write_text(device + "\n")
+    (dev / "features").write_text(features + "0" * 54 + "\n")
+    if bound:
+        (dev / "driver").mkdir()
+    return str(root)
+
+
+@pytest.mark.parametrize("kw, reported", [
+    ({}, True),                                     # a bound balloon reporting free pages
+    ({"features": "0110000100"}, False),            # a balloon without the feature
+    ({"bound": False}, False),                      # no driver bound to it
+    ({"device": "0x0002"}, False),                  # a disk, not a balloon
+])
+def test_free_page_reporting_is_read_off_the_virtio_devices(tmp_path, kw, reported):
+    devices = _balloon(tmp_path / "devices", **kw)
+    assert pages.free_memory_reported(devices) is reported
+    assert pages.free_memory_reported(str(tmp_path / "absent")) is False
+
+
+@pytest.mark.parametrize("setting, reported, pay", [
+    (None, True, False), ("auto", True, False), (None, False, True),
+    ("on", True, True), ("OFF", False, False), ("0", False, False),
+])
+def test_huge_pages_are_asked_for_unless_the_host_takes_free_memory(tmp_path, monkeypatch,
+                                                                      setting, reported, pay):
+    devices = _balloon(tmp_path / "devices", features="0110010100" if reported else "0")
+    if setting is None:
+        monkeypatch.delenv(pages.HUGE_PAGES_ENV, raising=False)
+    else:
+        monkeypatch.setenv(pages.HUGE_PAGES_ENV, setting)
+    assert pages.huge_pages_pay(devices) is pay
+
+
+def _vm_flags(address: int) -> list:
+    with open("/proc/self/smaps") as f:
+        inside = False
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and ":" not in head:
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                inside = lo <= address < hi
+            elif inside and head == "VmFlags:":
+                return line.split()[1:]
+    raise AssertionError("no mapping holds the array")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="needs Linux's /proc")
+@pytest.mark.parametrize("huge", [True, False])
+def test_large_blocks_ask_for_huge_pages_only_when_told(huge):
+    from tb_perfdiag.trace.extension import native_fn
+    fn = native_fn("pages_huge")
+    old = fn(huge)
+    try:
+        assert pages.huge_pages() is huge
+        with pages.recycled_pages():
+            a = np.ones(BIG // 8 + 4096, np.int64)
+            assert _handler_name(a) == "tb_perfdiag_recycled_pages"
+            assert ("hg" in _vm_flags(a.ctypes.data)) is huge
+            del a
+    finally:
+        fn(old)
