@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..trace.build import map_distinct
 from . import causes as C
 from .result import CollectiveTable
 
@@ -98,10 +99,10 @@ def collective_ops(trace, dev_ops: np.ndarray) -> np.ndarray:
     or by their HLO opcode."""
     if dev_ops.size == 0:
         return dev_ops
-    names = trace.name[dev_ops]
-    u, inv = np.unique(names, return_inverse=True)
-    hit = np.fromiter((is_collective(trace.strings[int(x)]) for x in u.tolist()), bool, u.size)
-    return dev_ops[hit[inv.reshape(-1)] | (_opcodes(trace, dev_ops) >= 0)]
+    # a table over the name ids, not a sort of them (0.18 s of 6.6 M kernels)
+    hit = map_distinct(trace.name[dev_ops], lambda u: np.fromiter(
+        (is_collective(trace.strings[int(x)]) for x in u.tolist()), bool, u.size))
+    return dev_ops[hit | (_opcodes(trace, dev_ops) >= 0)]
 
 
 def collective_table(trace, ops: np.ndarray, op_step: np.ndarray, gaps, dev_lo: np.ndarray,

@@ -6,7 +6,7 @@ elsewhere (``tb_perfdiag.render``).
 from __future__ import annotations
 
 import gc
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -207,9 +207,14 @@ def _stages(trace: Trace, opt: Options, progress, beside: ExitStack):
     dev_ops = np.flatnonzero(trace.is_device_activity(opt.kernels_only))
     coll_ops = collective_ops(trace, dev_ops)
     coll_step = ev_step[coll_ops]
-    op_paths: dict = {}
-    annotations = ann_mod.device_time(trace, dev_ops, ev_step[dev_ops], steps.ids, root,
-                                      paths_out=op_paths)
+    op_step = ev_step[dev_ops]
+    # the annotation path of each op, which both tables read; then the device time by
+    # annotation is found on the second core while the device time by op is found here
+    # (each with its own memo of stat lookups: they add to it)
+    memo: dict = {}
+    pid, paths = ann_mod.op_paths(trace, dev_ops, root, memo) if dev_ops.size else (None, [])
+    ann_args = (trace, dev_ops, op_step, steps.ids, root, None, (pid, paths, dict(memo)))
+    ann_job = beside.enter_context(Beside(ann_mod.device_time, *ann_args)) if paired else None
     users = user_threads(trace, steps.thread) or dispatch_threads(trace, root)
     compilations = usercalls.compilations(trace, steps, root, users)
     # the compilation table is the one count: per step, in findings and in the JSON
@@ -226,10 +231,10 @@ def _stages(trace: Trace, opt: Options, progress, beside: ExitStack):
     # its overlap columns come from the busy figures the gap analysis makes (below); its
     # per-step cells are cut, so it sums the typical steps (StepNumbers.typical) itself
     device_ops, noncompute = device_op_table(
-        trace, dev_ops, ev_step[dev_ops], n_steps, origin, op_paths.get("pid"),
-        op_paths.get("paths"), op_paths.get("memo"), defer_overlap=True,
-        typical=typical_of(outlier))
-    del dev_ops, op_paths
+        trace, dev_ops, op_step, n_steps, origin, pid, paths, memo if dev_ops.size else None,
+        defer_overlap=True, typical=typical_of(outlier))
+    annotations = ann_job.result() if ann_job is not None else ann_mod.device_time(*ann_args)
+    del dev_ops, op_step, pid, paths, memo, ann_args
     progress.stage(0.35, "host timelines")
     ctx, executors, get_next, busy_sets = ctx_job.result() if ctx_job is not None else \
         host_side[0](*host_side[1:])
@@ -255,47 +260,48 @@ def _stages(trace: Trace, opt: Options, progress, beside: ExitStack):
         if ops.size == 0:
             continue
         lo, hi, busy_t = int(us[0]), int(ue[-1]), total_length(us, ue)
-        own = steps.runs.get(d) if steps.source == "modules" else _step_events(trace, d)
-        # the ops' steps and ends are read a block at a time, or in place (20 M ops:
-        # 80 MB of steps and 160 MB of ends, at the peak of the analysis)
-        wb, we = device_windows(steps, None, None, hi, own, trace, ops, event_step=ev_step)
-        gs, ge, prev, nxt = big if big is not None else \
-            find_gaps(trace, d, ops, us, ue, threshold_ps)
-        del big
-        # the steps' idle before the device's first op and after its last is idle like
-        # any other (step 0 compiling or loading data; the host working on after the
-        # device's last op): gaps of their own, split alike, or short ones
-        (gs, ge, prev, nxt), edge_short = _edge_gaps(trace, ops, wb, we, lo, hi,
-                                                     (gs, ge, prev, nxt), threshold_ps)
-        # a gap with no op after it (the tail) is judged by its last op: no launch
-        ends = np.where(nxt >= 0, nxt, prev)
-        wf = np.where(nxt >= 0, _issuer(trace, origin, root, ends, users, executors), -1)
-        sp = split(trace, gs, ge, ends, wf, ops, us, ue, ctx, users, get_next)
-        # waited_for names the call that issued the op (a launch, an execute); the split
-        # judges by the user's dispatch that call traces back to
-        gt = _DeviceGaps(d, gs, ge, prev, nxt,
-                         np.where(nxt >= 0, origin[np.maximum(nxt, 0)], -1).astype(np.int64), sp)
-        gaps_all.append(gt)
-        wb, we, busy, by_cause = _window_numbers(wb, we, us, ue, gt, n_causes)
-        sm_n, sm_t, dev_small_n[d], dev_small_t[d] = short_gaps(us, ue, threshold_ps, wb, we)
-        for a, b in edge_short:
-            _add_short(wb, we, sm_n, sm_t, a, b)
-            dev_small_n[d] += 1
-            dev_small_t[d] += b - a
-        windows[d] = (wb, we, busy, by_cause, sm_n, sm_t)
-        # the busy set's intervals are done with: what follows reads the ops (the
-        # launched union's order of the ops by step came on top of them, 232 MB at the
-        # analysis' peak at 40 M events)
-        del us, ue
-        if steps.source in ("host_annotations", "modules", "training_loop",
-                            "backward_passes"):
-            # per step, the device time it launched, wherever that ran (GUIDE §4); the
-            # windows are cut so that it runs in them, which ``busy`` measures
-            launched[d] = launched_busy(trace.ts, None, None, steps.ids.shape[0], ops,
-                                        trace.dur, event_step=ev_step)
-        # the overlap of compute, copies and collectives, from the busy time and the ops
-        fill_overlap(trace, device_ops, noncompute, ev_step, d, ops, busy_t,
-                     launched.get(d), opt.kernels_only)
+        # the device time each step launched and the overlap of compute, copies and
+        # collectives read the ops and the busy time alone: found on the second core
+        # while the windows and the gaps are found here
+        over = (trace, steps, ev_step, device_ops, noncompute, d, ops, busy_t, opt.kernels_only)
+        with Beside(_launched_and_overlap, *over) if paired else nullcontext() as over_job:
+            own = steps.runs.get(d) if steps.source == "modules" else _step_events(trace, d)
+            # the ops' steps and ends are read a block at a time, or in place (20 M ops:
+            # 80 MB of steps and 160 MB of ends, at the peak of the analysis)
+            wb, we = device_windows(steps, None, None, hi, own, trace, ops, event_step=ev_step)
+            gs, ge, prev, nxt = big if big is not None else \
+                find_gaps(trace, d, ops, us, ue, threshold_ps)
+            del big
+            # the steps' idle before the device's first op and after its last is idle like
+            # any other (step 0 compiling or loading data; the host working on after the
+            # device's last op): gaps of their own, split alike, or short ones
+            (gs, ge, prev, nxt), edge_short = _edge_gaps(trace, ops, wb, we, lo, hi,
+                                                         (gs, ge, prev, nxt), threshold_ps)
+            # a gap with no op after it (the tail) is judged by its last op: no launch
+            ends = np.where(nxt >= 0, nxt, prev)
+            wf = np.where(nxt >= 0, _issuer(trace, origin, root, ends, users, executors), -1)
+            sp = split(trace, gs, ge, ends, wf, ops, us, ue, ctx, users, get_next)
+            # waited_for names the call that issued the op (a launch, an execute); the split
+            # judges by the user's dispatch that call traces back to
+            behind = np.where(nxt >= 0, origin[np.maximum(nxt, 0)], -1).astype(np.int64)
+            gt = _DeviceGaps(d, gs, ge, prev, nxt, behind, sp)
+            del behind
+            gaps_all.append(gt)
+            wb, we, busy, by_cause = _window_numbers(wb, we, us, ue, gt, n_causes)
+            sm_n, sm_t, dev_small_n[d], dev_small_t[d] = short_gaps(us, ue, threshold_ps, wb, we)
+            for a, b in edge_short:
+                _add_short(wb, we, sm_n, sm_t, a, b)
+                dev_small_n[d] += 1
+                dev_small_t[d] += b - a
+            windows[d] = (wb, we, busy, by_cause, sm_n, sm_t)
+            # the busy set's intervals are done with: what follows reads the ops (the
+            # launched union's order of the ops by step came on top of them, 232 MB at the
+            # analysis' peak at 40 M events)
+            del us, ue
+            got = over_job.result() if over_job is not None else _launched_and_overlap(*over)
+        del over
+        if got is not None:
+            launched[d] = got
         if len(gt):
             dev_idle[d] = gt.shares.sum(axis=0)
         dev_busy[d], dev_lo[d], dev_hi[d], dev_ops_n[d] = busy_t, lo, hi, ops.size
@@ -493,6 +499,20 @@ def _gap_table(trace, steps, gaps_all, windows, ev_step, via, ctx) -> GapTable:
 def _small(a: np.ndarray) -> np.ndarray:
     """An index column as int32 (they all fit: events are counted in int32 elsewhere)."""
     return a.astype(np.int32) if a.shape[0] < 2**31 - 1 else a
+
+
+def _launched_and_overlap(trace: Trace, steps, ev_step, device_ops, noncompute, d: int,
+                          ops: np.ndarray, busy_t: int, kernels_only: bool):
+    """Device ``d``'s launched time per step (None where the steps are not the host's,
+    ``launched_busy``), and its rows' overlap filled in (``fill_overlap``)."""
+    launched = None
+    if steps.source in ("host_annotations", "modules", "training_loop", "backward_passes"):
+        # per step, the device time it launched, wherever that ran (GUIDE §4); the
+        # windows are cut so that it runs in them, which ``busy`` measures
+        launched = launched_busy(trace.ts, None, None, steps.ids.shape[0], ops, trace.dur,
+                                 event_step=ev_step)
+    fill_overlap(trace, device_ops, noncompute, ev_step, d, ops, busy_t, launched, kernels_only)
+    return launched
 
 
 def host_side_beside(trace: Trace) -> bool:

@@ -314,7 +314,8 @@ def assemble(path: str, fmt: str, strings: StringTable | Strings, tracks: Tracks
     ``dur``, ``track``, ``name`` and ``kind``; ``stats`` maps a stat name to (raw event
     indices, values, is_string); ``links`` is (src, dst, kind) in raw indices.  Both
     dicts are emptied on the way, so each raw column is freed once its sorted copy
-    exists (the caller must not keep references to them).
+    exists (the caller must not keep references to them).  The model's stats come
+    compacted (``compact_stats``).
     """
     # before the columns are moved, where the reader has not done it already: the list's
     # strings sit in pools that the reader's temporaries left a third full (207 MB for
@@ -354,14 +355,13 @@ def assemble(path: str, fmt: str, strings: StringTable | Strings, tracks: Tracks
         inverse = np.empty(order.shape[0], idx_dtype)
         inverse[order] = np.arange(order.shape[0], dtype=idx_dtype)
     n = ts.shape[0]
-    # the stats' events are moved on the second core while the columns are moved and
-    # nested here (both mostly numpy, which lets go of the GIL: 0.3 s of the 20 M-event
-    # Kineto trace's build)
-    # the stats' events are moved on the second core while the columns are moved and
-    # nested here (both mostly numpy, which lets go of the GIL: 0.1-0.2 s of the 20 M-event
-    # Kineto trace's build)
+    # the stats' events are moved, and the stats compacted, on the second core while the
+    # columns are moved and nested here (both mostly numpy, which lets go of the GIL:
+    # 0.3-0.4 s of the 20 M-event Kineto trace's build).  One after the other, the
+    # compaction comes last, once the raw columns are gone (see ``compact_stats``)
     side = inverse is not None and side_by_side(n)
-    with Beside(_moved_stats, stats, inverse, idx_dtype, n) if side else nullcontext() as job:
+    with Beside(_compacted_moved_stats, stats, inverse, idx_dtype, n) if side else \
+            nullcontext() as job:
         if inverse is not None:
             # one column at a time, so that each raw column goes before the next copy
             ts = ts[order]
@@ -381,7 +381,7 @@ def assemble(path: str, fmt: str, strings: StringTable | Strings, tracks: Tracks
 
     src, dst, lkind = links
     src, dst = np.asarray(src), np.asarray(dst)
-    return Trace(
+    trace = Trace(
         path=path, format=fmt, origin_ps=int(origin_ps), strings=frozen,
         track_kind=np.asarray(tracks.kind, np.int8),
         track_device=np.asarray(tracks.device, np.int32),
@@ -393,6 +393,15 @@ def assemble(path: str, fmt: str, strings: StringTable | Strings, tracks: Tracks
         link_kind=np.asarray(lkind, np.int8),
         metadata=metadata, warnings=warnings,
     )
+    if job is None:
+        compact_stats(trace.stats, n)
+    return trace
+
+
+def _compacted_moved_stats(stats: dict, inverse: np.ndarray | None, idx_dtype, n: int) -> dict:
+    out = _moved_stats(stats, inverse, idx_dtype, n)
+    compact_stats(out, n)
+    return out
 
 
 def _moved_stats(stats: dict, inverse: np.ndarray | None, idx_dtype, n: int) -> dict:
@@ -454,18 +463,20 @@ def narrow_id_stats(stats: dict) -> None:
         del values
 
 
-def compact_stats(trace: Trace) -> None:
-    """Each stat on nearly every event held as a column over them all (``Spread``: no
-    event index), and each of few distinct values as narrow codes (``coded_if_few``),
-    once ``assemble`` has returned: the new form is made while the old is still held,
-    which in ``assemble`` would add to the read's peak (76 MB at 40 M events)."""
+def compact_stats(stats: dict, n: int) -> None:
+    """Each of the model's ``stats`` ({name: Stat} over ``n`` events, in place) on nearly
+    every event held as a column over them all (``Spread``: no event index), and each of
+    few distinct values as narrow codes (``coded_if_few``).  The new form is made while
+    the old is still held: done while the raw columns are moved, it adds to the read's
+    peak (76 MB at 40 M events), so ``assemble`` does it there only beside the moves, on
+    traces small enough to pair stages (``beside.side_by_side``)."""
     users: dict = {}
-    for st in trace.stats.values():
+    for st in stats.values():
         users[id(st.events)] = users.get(id(st.events), 0) + 1
-    for sname in list(trace.stats):
-        st = trace.stats[sname]
-        new = spread_if_dense(st, trace.n_events, users[id(st.events)] > 1)
-        trace.stats[sname] = new if new is not st else coded_if_few(st)
+    for sname in list(stats):
+        st = stats[sname]
+        new = spread_if_dense(st, n, users[id(st.events)] > 1)
+        stats[sname] = new if new is not st else coded_if_few(st)
         del st, new
 
 

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import os
 import re
+from contextlib import nullcontext
 
 import numpy as np
 import orjson
 
+from ..beside import Beside, side_by_side
 from ..progress import NULL
 from ..storage import is_blank, read_ahead
 from . import classify
-from .build import (StringTable, Tracks, assemble, compact_stats, correlation_links, distinct,
+from .build import (StringTable, Tracks, assemble, correlation_links, distinct,
                     narrow_id_stats, unique_inverse)
 from .chrome_meta import METADATA_KEYS, metadata_event
 from .losses import kineto_losses
@@ -713,27 +715,30 @@ def build(path: str, scan: dict, progress=NULL):
     # ---- stats ----
     progress.within(0.4, "launches and steps")
     stats = {sname: (idx, vals, False) for sname, (idx, vals) in raw_stats.items()}
-    step_idx = np.flatnonzero(kind == K.STEP)
-    if step_idx.size:
-        step_names = {int(u): int(classify.STEP_NAME.match(names[u]).group(1))
-                      for u in distinct(name_ids[step_idx]).tolist()}
-        nums = np.array([step_names[int(u)] for u in name_ids[step_idx].tolist()], np.int64)
-        stats["step_num"] = (step_idx, nums, False)
-    mk_idx = np.flatnonzero(kind == K.MEMCPY)
-    if mk_idx.size:
-        u, inv_mk = unique_inverse(name_ids[mk_idx])
-        mk = np.array([strings.intern(classify.memcpy_kind(names[x])) for x in u.tolist()],
-                      np.int32)[inv_mk]
-        stats["memcpy_kind"] = (mk_idx, mk, True)
-    strings = strings.freeze()      # the last name is interned: see ``StringTable.freeze``
-    del names
-
     narrow_id_stats(stats)          # the correlation ids as int32 before they are linked
     corr = stats.get("correlation")
-    links = correlation_links(kind, ev_device_cat, corr[0] if corr else None,
-                              corr[1] if corr else None,
-                              np.int32 if kind.shape[0] < 2**31 - 1 else np.int64)
+    link_args = (kind, ev_device_cat, corr[0] if corr else None, corr[1] if corr else None,
+                 np.int32 if kind.shape[0] < 2**31 - 1 else np.int64)
     del ev_device_cat, corr     # assemble narrows its values: this reference would keep them
+    # the links by correlation id are found on the second core while the steps and the
+    # copies' kinds are found here
+    with Beside(correlation_links, *link_args) if side_by_side(n) else nullcontext() as job:
+        step_idx = np.flatnonzero(kind == K.STEP)
+        if step_idx.size:
+            step_names = {int(u): int(classify.STEP_NAME.match(names[u]).group(1))
+                          for u in distinct(name_ids[step_idx]).tolist()}
+            nums = np.array([step_names[int(u)] for u in name_ids[step_idx].tolist()], np.int64)
+            stats["step_num"] = (step_idx, nums, False)
+        mk_idx = np.flatnonzero(kind == K.MEMCPY)
+        if mk_idx.size:
+            u, inv_mk = unique_inverse(name_ids[mk_idx])
+            mk = np.array([strings.intern(classify.memcpy_kind(names[x])) for x in u.tolist()],
+                          np.int32)[inv_mk]
+            stats["memcpy_kind"] = (mk_idx, mk, True)
+        strings = strings.freeze()      # the last name is interned: see ``StringTable.freeze``
+        del names
+        links = job.result() if job is not None else correlation_links(*link_args)
+    del link_args
     metadata = dict(scan["metadata"])
     # of libkineto's log lines, only what it lost
     losses = kineto_losses(metadata)
@@ -747,6 +752,5 @@ def build(path: str, scan: dict, progress=NULL):
     progress.within(0.6, "event order and nesting")
     trace = assemble(path, "kineto", strings, tracks, devices, events, stats, links, metadata,
                      warnings, origin_ps=0)
-    compact_stats(trace)
     trace.origin_ps = origin
     return trace

@@ -18,7 +18,7 @@ from ..beside import Beside, side_by_side
 from ..progress import NULL
 from ..storage import read_bytes
 from . import classify, pages
-from .build import (StringTable, Tracks, assemble, compact_stats, correlation_links, map_distinct,
+from .build import (StringTable, Tracks, assemble, correlation_links, map_distinct,
                     narrow_id_stats, small_ids, unique_inverse, unique_rows)
 from .hlo import FIELDS as HLO_FIELDS, hlo_op_metadata
 from .losses import xspace_losses
@@ -469,7 +469,6 @@ def build(path: str, scan: dict, progress=NULL):
     progress.within(0.7, "event order and nesting")
     trace = assemble(path, "xspace", strings, tracks, devices, events, stats, links, metadata,
                      warnings)
-    compact_stats(trace)
     _runtime_waits(trace)
     return trace
 
