@@ -59,3 +59,50 @@ def test_the_thread_uses_the_callers_pages():
     outside = Beside(lambda: get_handler_name(np.zeros(1 << 23))).result()
     assert inside == "tb_perfdiag_recycled_pages"
     assert outside != "tb_perfdiag_recycled_pages"
+
+
+SIDE_BY_SIDE_TRACES = [
+    "testdata/captures/torch_xla_cpu/plugins/profile/2026_11_22_05_09_13/cpuhost.xplane.pb",
+    "testdata/captures/torch_cpu/toyhost.1795324137232776410.pt.trace.json",
+    "testdata/captures/tf_cpu/input_bound",
+    "testdata/synthetic/logdir/kineto_h2d_copy",
+    "testdata/synthetic/logdir/xla_tpu_two_devices",
+]
+
+
+@pytest.mark.parametrize("rel", SIDE_BY_SIDE_TRACES)
+def test_stages_side_by_side_give_the_answer_one_after_the_other_gives(rel, monkeypatch):
+    """The read's and the analysis' stages paired on two threads (the stats moved by both,
+    the links beside the steps, the device time by annotation beside the device time by
+    op, a device's overlap beside its gaps…) give the model and the diagnosis that the
+    same stages give one after the other, byte for byte."""
+    import glob
+    import os
+
+    from conftest import ROOT
+    from tb_perfdiag import beside
+    from tb_perfdiag.file_analysis import read_and_analyse
+    from tb_perfdiag.render.json import diagnosis_json, json_bytes
+
+    path = os.path.join(ROOT, rel)
+    if os.path.isdir(path):
+        path = sorted(f for f in glob.glob(os.path.join(path, "**", "*"), recursive=True)
+                      if f.endswith((".xplane.pb", ".pt.trace.json", ".pt.trace.json.gz")))[0]
+
+    def answer():
+        diag, ctx = read_and_analyse(path)
+        stats = {k: (type(s._held).__name__, s.take(np.arange(s.events.shape[0]))
+                     if s.events is not None else None) for k, s in ctx.trace.stats.items()}
+        return json_bytes(diagnosis_json(diag)), stats
+
+    assert beside.side_by_side(1000)
+    paired, paired_stats = answer()
+    monkeypatch.setattr(beside, "SIDE_MAX_BYTES", 0)
+    assert not beside.side_by_side(1000)
+    serial, serial_stats = answer()
+    assert paired == serial
+    assert list(paired_stats) == list(serial_stats)
+    for k in paired_stats:
+        assert paired_stats[k][0] == serial_stats[k][0], k
+        if paired_stats[k][1] is not None:
+            assert np.array_equal(paired_stats[k][1], serial_stats[k][1]), k
