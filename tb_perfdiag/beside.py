@@ -11,13 +11,14 @@ from __future__ import annotations
 import contextvars
 import threading
 
-# what a stage run beside holds on top of the caller's, per event of the trace (the host
-# side of an analysis, its timelines and their temporaries: 28, 24 and 18 B measured on
-# the TPU ×80, 20 M-event Kineto and 40 M-event XSpace traces), and the most it may hold.
-# Past it every stage runs one after the other: at 40 M events the host side beside the
-# steps raised the analysis' peak by 875 MB, over the 3 GB that trace is held to, for a
-# few seconds of a 30 s analysis
-SIDE_BYTES_PER_EVENT = 30
+# what the stages run beside hold on top of the caller's, per event of the trace (the host
+# side of an analysis, its timelines and their temporaries, the device time by annotation
+# beside the device time by op…: the process' peak paired against one after the other,
+# 36, 25, 20 and 3 B measured on the 2 M-event XSpace, the 2.2 M-event Kineto, the TPU ×80
+# and the 20 M-event Kineto traces), and the most they may hold.  Past it every stage runs
+# one after the other: at 40 M events the host side beside the steps raised the analysis'
+# peak by 875 MB, over the 3 GB that trace is held to, for a few seconds of a 30 s analysis
+SIDE_BYTES_PER_EVENT = 36
 SIDE_MAX_BYTES = 512 << 20
 
 

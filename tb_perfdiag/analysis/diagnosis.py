@@ -517,8 +517,9 @@ def _launched_and_overlap(trace: Trace, steps, ev_step, device_ops, noncompute, 
 
 def host_side_beside(trace: Trace) -> bool:
     """Whether stages of ``trace``'s analysis run side by side (the host side and the
-    devices' busy sets beside the first stages, the op counts and notes beside the gap
-    table): within ``beside.SIDE_MAX_BYTES``."""
+    devices' busy sets beside the first stages, the device time by annotation beside the
+    device time by op, each device's launched time and overlap beside its gaps, the op
+    counts and notes beside the gap table): within ``beside.SIDE_MAX_BYTES``."""
     return side_by_side(trace.n_events)
 
 
