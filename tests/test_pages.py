@@ -520,6 +520,8 @@ def _vm_flags(address: int) -> list:
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="needs Linux's /proc")
+@pytest.mark.skipif(not os.path.exists("/sys/kernel/mm/transparent_hugepage"),
+                    reason="a kernel without transparent huge pages")
 @pytest.mark.parametrize("huge", [True, False])
 def test_large_blocks_ask_for_huge_pages_only_when_told(huge):
     from tb_perfdiag.trace.extension import native_fn
