@@ -536,3 +536,27 @@ def test_large_blocks_ask_for_huge_pages_only_when_told(huge):
             del a
     finally:
         fn(old)
+
+
+def test_the_decision_reaches_numpy_only_to_turn_huge_pages_off(monkeypatch):
+    """Where huge pages do not pay, numpy's own large arrays stop asking for them too
+    (its setting is process-wide); where they pay, numpy's setting is left as it is."""
+    try:
+        from numpy._core.multiarray import _set_madvise_hugepage
+    except ImportError:  # numpy 1.x
+        from numpy.core.multiarray import _set_madvise_hugepage
+    from tb_perfdiag.trace.extension import native_fn
+    flag = native_fn("pages_huge")
+    before_native, before_numpy = flag(), _set_madvise_hugepage(True)
+    try:
+        _set_madvise_hugepage(False)
+        monkeypatch.setattr(pages, "huge_pages_pay", lambda: True)
+        pages._settle_huge_pages()
+        assert pages.huge_pages() and _set_madvise_hugepage(False) is False   # left off
+        _set_madvise_hugepage(True)
+        monkeypatch.setattr(pages, "huge_pages_pay", lambda: False)
+        pages._settle_huge_pages()
+        assert not pages.huge_pages() and _set_madvise_hugepage(True) is False  # turned off
+    finally:
+        flag(before_native)
+        _set_madvise_hugepage(before_numpy)
