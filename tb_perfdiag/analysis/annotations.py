@@ -420,11 +420,8 @@ def _op_groups(trace: Trace, ops: np.ndarray, st_all: np.ndarray, n_steps: int,
 
 
 def device_time(trace: Trace, ops: np.ndarray, op_step: np.ndarray, step_ids: np.ndarray,
-                origin: np.ndarray, paths_out: dict | None = None,
-                found: tuple | None = None) -> AnnotationTable:
-    """``paths_out``, when given, receives the path of each op (``pid``) and the paths
-    (``paths``) and the stat lookups made on ``ops`` (``memo``), for the device-op table.
-    ``found``: ``(pid, paths, memo)`` of an ``op_paths`` already run on ``ops`` and
+                origin: np.ndarray, found: tuple | None = None) -> AnnotationTable:
+    """``found``: ``(pid, paths, memo)`` of an ``op_paths`` already run on ``ops`` and
     ``origin`` (the memo is added to)."""
     n_steps = step_ids.shape[0]
     if ops.size == 0:
@@ -434,8 +431,6 @@ def device_time(trace: Trace, ops: np.ndarray, op_step: np.ndarray, step_ids: np
         pid, paths = op_paths(trace, ops, origin, memo)
     else:
         pid, paths, memo = found
-    if paths_out is not None:
-        paths_out.update(pid=pid, paths=paths, memo=memo)
     run = op_runs(trace, ops, memo) if paths else None
     del memo
     st_all = np.where(op_step >= 0, op_step, n_steps).astype(np.int32)

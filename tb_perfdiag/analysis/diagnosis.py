@@ -213,7 +213,7 @@ def _stages(trace: Trace, opt: Options, progress, beside: ExitStack):
     # (each with its own memo of stat lookups: they add to it)
     memo: dict = {}
     pid, paths = ann_mod.op_paths(trace, dev_ops, root, memo) if dev_ops.size else (None, [])
-    ann_args = (trace, dev_ops, op_step, steps.ids, root, None, (pid, paths, dict(memo)))
+    ann_args = (trace, dev_ops, op_step, steps.ids, root, (pid, paths, dict(memo)))
     ann_job = beside.enter_context(Beside(ann_mod.device_time, *ann_args)) if paired else None
     users = user_threads(trace, steps.thread) or dispatch_threads(trace, root)
     compilations = usercalls.compilations(trace, steps, root, users)
@@ -231,7 +231,7 @@ def _stages(trace: Trace, opt: Options, progress, beside: ExitStack):
     # its overlap columns come from the busy figures the gap analysis makes (below); its
     # per-step cells are cut, so it sums the typical steps (StepNumbers.typical) itself
     device_ops, noncompute = device_op_table(
-        trace, dev_ops, op_step, n_steps, origin, pid, paths, memo if dev_ops.size else None,
+        trace, dev_ops, op_step, n_steps, origin, pid, paths, memo,
         defer_overlap=True, typical=typical_of(outlier))
     annotations = ann_job.result() if ann_job is not None else ann_mod.device_time(*ann_args)
     del dev_ops, op_step, pid, paths, memo, ann_args

@@ -418,8 +418,7 @@ class _StatWork:
         groups, firsts = [], []
         for sname, (idx, _, _) in stats.items():
             idx = np.asarray(idx)
-            at = next((g for g, f in zip(groups, firsts) if f is idx or (
-                f.shape == idx.shape and np.array_equal(f, idx))), None)
+            at = next((g for g, f in zip(groups, firsts) if _same_events(f, idx)), None)
             if at is None:
                 groups.append([sname])
                 firsts.append(idx)
@@ -445,6 +444,11 @@ class _StatWork:
     def stats(self) -> dict:
         """The model's stats, in the order they were given."""
         return {sname: self._done[sname] for sname in self._order if sname in self._done}
+
+
+def _same_events(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two stats' raw event columns are the same events (one array, or equal)."""
+    return a is b or (a.shape == b.shape and np.array_equal(a, b))
 
 
 def _moved_stats(stats: dict, inverse: np.ndarray | None, idx_dtype, n: int) -> dict:
@@ -473,8 +477,7 @@ def _moved_stats(stats: dict, inverse: np.ndarray | None, idx_dtype, n: int) -> 
         idx = np.asarray(idx)
         if idx.size == 0:
             continue
-        hit = next((r for r in remapped if r[0] is idx or (
-            r[0].shape == idx.shape and np.array_equal(r[0], idx))), None)
+        hit = next((r for r in remapped if _same_events(r[0], idx)), None)
         if hit is None:
             new = idx.astype(idx_dtype) if inverse is None else inverse[idx]
             o = None if (new[1:] >= new[:-1]).all() else sort_order(new, n)
