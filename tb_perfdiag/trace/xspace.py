@@ -37,6 +37,9 @@ _DEVICE_PLANE = re.compile(r"^/device:(GPU|TPU|CPU|[A-Za-z_]+):(\d+)")
 MD_INT_STATS = ("program_id",)
 MD_STR_STATS = ("hlo_op", "hlo_module", "tf_op", "hlo_category", "source", "shape",
                 "graph_hash")
+# XLA's cost figures of an op (TPU planes keep them on the op's metadata): one row per
+# metadata entry in ``Trace.metadata["xla_op_costs"]``, never a column over events
+MD_COST_STATS = ("flops", "model_flops", "bytes_accessed")
 # an HLO instruction's metadata name: "%fusion.3 = f32[8]{0} fusion(…)"
 _HLO_TEXT = re.compile(r"^%([^\s=]+) = ")
 _LUT_MAX = 1 << 22
@@ -209,6 +212,8 @@ class _PlaneMeta:
         entry named by its HLO text (``%name = …``, TPU ops) also gives the ``hlo_op``."""
         ids = self.md_stat_ids
         meta = self.msg.event_metadata
+        # (hlo_op, program_id, flops, model_flops, bytes_accessed, result shape text)
+        self.op_costs = []
         if ids is None:
             ids = [k for k, m in meta.items() if len(m.stats)]
         if not ids:
@@ -237,6 +242,13 @@ class _PlaneMeta:
                 m = _HLO_TEXT.match(md.name)
                 if m:
                     got["hlo_op"] = m.group(1)
+            if device:
+                cost = _cost_of(md.stats, self.stat_name)
+                if cost is not None and "hlo_op" in got:
+                    m = _HLO_TEXT.match(md.name)
+                    shape = md.name[m.end():].split(" ", 1)[0] if m else ""
+                    self.op_costs.append((got["hlo_op"], got.get("program_id", -1), *cost,
+                                          shape))
             for sname, v in got.items():
                 rows, vals = cols.setdefault(sname, ([], []))
                 rows.append(row)
@@ -244,6 +256,18 @@ class _PlaneMeta:
         out = {sname: (np.asarray(rows, np.int64), vals, sname in MD_STR_STATS)
                for sname, (rows, vals) in cols.items()}
         return np.asarray(ids, np.int64), out
+
+    def plane_stats(self) -> dict:
+        """The plane's own numeric and string stats (a device's peaks and properties:
+        ``peak_teraflops_per_second``, ``clock_rate``, ``core_count``…)."""
+        out = {}
+        for st in self.msg.stats:
+            sname = self.stat_name.get(st.metadata_id)
+            which = st.WhichOneof("value")
+            if sname and which in ("double_value", "int64_value", "uint64_value",
+                                   "str_value"):
+                out[sname] = getattr(st, which)
+        return out
 
     def names_of(self, meta_ids: np.ndarray, strings: StringTable,
                  out: np.ndarray | None = None) -> np.ndarray:
@@ -463,6 +487,8 @@ def build(path: str, scan: dict, progress=NULL):
     origin = _profile_start_ps(planes)
     if origin is not None:
         metadata["profile_start_ps"] = origin
+    # per device plane, its peaks and its ops' XLA cost figures (analysis.efficiency)
+    metadata["device_planes"] = _device_facts(planes, devices)
     del planes          # their metadata bytes and parsed protos (HLO protos: 50 MB at 40 M)
     events = {"ts": ts, "dur": dur, "track": track, "name": name, "kind": kind}
     del ts, dur, track, name, kind
@@ -521,6 +547,44 @@ def _runtime_waits(trace) -> None:
     inside = np.array([bool(classify.is_runtime_execute(trace.strings[x])) for x in u.tolist()],
                       bool)[inv.reshape(-1)]
     trace.kind[sync[inside]] = K.WAIT
+
+
+def _cost_of(stats, stat_name: dict):
+    """(flops, model_flops, bytes_accessed) of an op's metadata stats (NaN where one is
+    absent), None where it has none of them."""
+    got = [np.nan, np.nan, np.nan]
+    found = False
+    for st in stats:
+        sname = stat_name.get(st.metadata_id)
+        if sname in MD_COST_STATS:
+            which = st.WhichOneof("value")
+            if which in ("double_value", "int64_value", "uint64_value"):
+                got[MD_COST_STATS.index(sname)] = float(getattr(st, which))
+                found = True
+    return tuple(got) if found else None
+
+
+def _device_facts(planes, devices: list) -> dict:
+    """{device index: {"plane_stats": {…}, "op_costs": (hlo_op list, program ids int64,
+    flops, model_flops, bytes_accessed float64 (NaN: absent), result shape texts)}} of
+    the device planes."""
+    out = {}
+    for _, pname, pm in planes:
+        m = _DEVICE_PLANE.match(pname)
+        if not m:
+            continue
+        dev = next((d.index for d in devices if d.source_id == pname), None)
+        if dev is None:
+            continue
+        facts = {"plane_stats": pm.plane_stats()}
+        rows = getattr(pm, "op_costs", None)
+        if rows:
+            ops, prog, fl, mfl, by, shape = zip(*rows)
+            facts["op_costs"] = (list(ops), np.asarray(prog, np.int64),
+                                 np.asarray(fl, np.float64), np.asarray(mfl, np.float64),
+                                 np.asarray(by, np.float64), list(shape))
+        out[dev] = facts
+    return out
 
 
 def _events_of_metadata(sel, meta_ids: np.ndarray, md_ids: np.ndarray):

@@ -1,0 +1,72 @@
+"""FLOPs and bytes per device op: the one entry point (``op_costs``) over the sources.
+
+One row per device-op event given, in the order given.  Every figure is computed once
+per distinct op (XLA op of a program, PyTorch op of one shape) and broadcast to the
+events of it: no Python loop per event.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...trace.model import Trace
+
+# the dtypes a matmul-class op may run in; ``OpCosts.dtype`` indexes this ("" unknown)
+DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp64", "")
+UNKNOWN_DTYPE = DTYPES.index("")
+
+
+@dataclass
+class OpCosts:
+    """The cost figures of device op events, one row per event given, same order."""
+
+    event: np.ndarray       # int64 trace event indices (device ops)
+    flops: np.ndarray       # float64 model FLOPs (0 where none)
+    hw_flops: np.ndarray    # float64 hardware FLOPs (recomputation included; = flops when
+                            # the trace does not tell them apart)
+    bytes: np.ndarray       # float64 bytes accessed (0 where none)
+    estimated: np.ndarray   # bool: from the shapes of an op opaque to the cost model (a
+                            # custom call), kept apart from the cost model's figures
+    matmul: np.ndarray      # bool: matmul class (dot, convolution, attention)
+    dtype: np.ndarray       # int8 into DTYPES: the dtype a matmul-class op ran in
+    known: np.ndarray       # bool: the op has a figure (0 FLOPs may be a figure)
+    source: str             # "xla_op_stats" | "hlo" | "kineto_flops_arg" | "shapes" | ""
+    missing: str            # why figures are absent ("" when every op has one)
+
+    def __len__(self) -> int:
+        return int(self.event.shape[0])
+
+    def dtype_name(self) -> str:
+        """The dtype most of the matmul-class FLOPs ran in ("" where none is known)."""
+        m = self.matmul & (self.dtype != UNKNOWN_DTYPE)
+        if not m.any():
+            return ""
+        w = np.bincount(self.dtype[m].astype(np.int64), weights=self.hw_flops[m],
+                        minlength=len(DTYPES))
+        if w.sum() <= 0:
+            w = np.bincount(self.dtype[m].astype(np.int64), minlength=len(DTYPES))
+        return DTYPES[int(np.argmax(w))]
+
+
+def empty(events: np.ndarray, source: str = "", missing: str = "") -> OpCosts:
+    """Costs with no figure for any of ``events``."""
+    n = events.shape[0]
+    z = np.zeros(n, np.float64)
+    return OpCosts(np.asarray(events, np.int64), z, z.copy(), z.copy(), np.zeros(n, bool),
+                   np.zeros(n, bool), np.full(n, UNKNOWN_DTYPE, np.int8),
+                   np.zeros(n, bool), source, missing)
+
+
+def op_costs(trace: Trace, events: np.ndarray) -> OpCosts:
+    """The FLOPs and bytes of each of ``events`` (device op events), from the most exact
+    source the trace has for them."""
+    from . import xla_costs
+
+    events = np.asarray(events, np.int64)
+    if trace.format == "xspace":
+        got = xla_costs.from_op_stats(trace, events)
+        if got is not None and got.known.any():
+            return got
+        return empty(events, "", "the ops carry no XLA cost figures")
+    return empty(events, "", f"no cost figures are read from {trace.format} traces yet")

@@ -1,0 +1,100 @@
+"""XLA's own cost figures of each op, as a TPU XSpace keeps them on the op's metadata
+(``flops``, ``model_flops``, ``bytes_accessed``; the reader keeps one row per op of a
+program in ``Trace.metadata["device_planes"][device]["op_costs"]``)."""
+from __future__ import annotations
+
+import numpy as np
+
+from ...trace.model import Trace
+from .costs import DTYPES, UNKNOWN_DTYPE, OpCosts
+
+# XLA op categories (``hlo_category``) whose work is matrix-unit work
+_MATMUL_CATEGORIES = ("convolution", "convolution fusion", "convolution-base", "dot",
+                      "matmul", "output fusion")
+# element types of the HLO shape text, to the dtype a dot ran in
+_ELEMENT_DTYPE = {"f32": "fp32", "bf16": "bf16", "f16": "fp16", "f8e4m3fn": "fp8",
+                  "f8e5m2": "fp8", "f8e4m3": "fp8", "f8e4m3b11fnuz": "fp8", "s8": "int8",
+                  "u8": "int8", "f64": "fp64"}
+
+
+def _key_codes(trace: Trace, events: np.ndarray, device_of: np.ndarray):
+    """Per event, a code of its (device, program, hlo_op) and the distinct keys."""
+    op = trace.stats.get("hlo_op")
+    if op is None:
+        return None
+    op_id, has_op = op.lookup(events)
+    prog = trace.stats.get("program_id")
+    if prog is not None:
+        p, has_p = prog.lookup(events)
+        p = np.where(has_p, p, -1).astype(np.int64)
+    else:
+        p = np.full(events.shape[0], -1, np.int64)
+    keys = np.stack([device_of.astype(np.int64), p,
+                     np.where(has_op, op_id, -1).astype(np.int64)], axis=1)
+    return np.unique(keys, axis=0, return_inverse=True)
+
+
+def from_op_stats(trace: Trace, events: np.ndarray) -> OpCosts | None:
+    """Costs from the ops' XLA cost stats; None where no device plane carries them."""
+    planes = trace.metadata.get("device_planes") or {}
+    tables = {d: f["op_costs"] for d, f in planes.items() if "op_costs" in f}
+    if not tables or events.shape[0] == 0:
+        return None
+    device_of = trace.track_device[trace.track[events]]
+    got = _key_codes(trace, events, device_of)
+    if got is None:
+        return None
+    uniq, inv = got
+    inv = inv.reshape(-1)
+    # per device: {(program, hlo_op): row}; a program id absent on the metadata (-1)
+    # matches the op by name alone
+    lookup = {}
+    for d, (ops, prog, *_r) in tables.items():
+        lookup[d] = {(int(p), o): i for i, (o, p) in enumerate(zip(ops, prog.tolist()))}
+    nk = uniq.shape[0]
+    dt = np.full(nk, UNKNOWN_DTYPE, np.int8)
+    fl = np.zeros(nk)
+    mfl = np.zeros(nk)
+    by = np.zeros(nk)
+    known = np.zeros(nk, bool)
+    cat = trace.stats.get("hlo_category")
+    for k, (d, p, o) in enumerate(uniq.tolist()):      # one per distinct op, not event
+        if o < 0 or d not in lookup:
+            continue
+        name = trace.strings[o]
+        row = lookup[d].get((p, name))
+        if row is None:
+            row = lookup[d].get((-1, name))
+        if row is None:
+            continue
+        _, _, f, mf, b, shape = tables[d]
+        fl[k], mfl[k], by[k] = f[row], mf[row], b[row]
+        dt[k] = DTYPES.index(element_dtype(shape[row]))
+        known[k] = True
+    # model FLOPs where XLA gives them; its ``flops`` count what the hardware ran
+    hw = np.where(np.isnan(fl), np.where(np.isnan(mfl), 0.0, mfl), fl)
+    model = np.where(np.isnan(mfl), hw, mfl)
+    by = np.nan_to_num(by)
+    matmul = _matmul(trace, events, cat)
+    dtype = np.where(matmul, dt[inv], UNKNOWN_DTYPE).astype(np.int8)
+    return OpCosts(events, model[inv], hw[inv], by[inv], np.zeros(events.shape[0], bool),
+                   matmul, dtype, known[inv], "xla_op_stats",
+                   "" if known.all() else "some ops carry no XLA cost figures")
+
+
+def _matmul(trace: Trace, events: np.ndarray, cat) -> np.ndarray:
+    """Matmul class from the op's XLA category (``hlo_category``)."""
+    if cat is None:
+        return np.zeros(events.shape[0], bool)
+    cid, has = cat.lookup(events)
+    cid = np.where(has, cid, -1)
+    u, inv = np.unique(cid, return_inverse=True)
+    is_mm = np.array([c >= 0 and any(w in trace.strings[c].lower()
+                                     for w in _MATMUL_CATEGORIES) for c in u.tolist()], bool)
+    return is_mm[inv.reshape(-1)]
+
+
+def element_dtype(shape_text: str) -> str:
+    """The DTYPES name of an HLO shape text's first element type ("" unknown)."""
+    t = shape_text.lstrip("(").split("[", 1)[0].strip()
+    return _ELEMENT_DTYPE.get(t, "")

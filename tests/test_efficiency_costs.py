@@ -1,0 +1,117 @@
+"""FLOPs and bytes per device op (analysis.efficiency.costs) and device peaks (peaks)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tb_perfdiag.analysis.efficiency.costs import DTYPES, op_costs
+from tb_perfdiag.analysis.efficiency.peaks import device_peak
+from tb_perfdiag.testing.xspace import U64, XSpaceWriter, load_xspace
+
+from conftest import shared_path
+
+TPU = ("public", "xprof", "xprof", "convert", "test_xplanes", "tpu_inference_2.xplane.pb")
+
+
+def _tpu_trace(peak=918.0, with_costs=True):
+    """Two programs that both have a ``fusion.1`` (with different costs) and a dot."""
+    w = XSpaceWriter()
+    stats = [("peak_teraflops_per_second", "d", peak),
+             ("peak_hbm_bw_gigabytes_per_second", "d", 1640.0),
+             ("device_type_string", "s", "TPU v6 Lite")] if peak else []
+    tpu = w.plane("/device:TPU:0", id=1, stats=stats)
+    ops = tpu.line(1, "XLA Ops", timestamp_ns=0)
+    def md(prog, fl, mfl, by, cat):
+        got = [("program_id", "u", prog), ("hlo_category", "s", cat)]
+        if with_costs:
+            got += [("flops", "u", fl), ("model_flops", "u", mfl), ("bytes_accessed", "u", by)]
+        return got
+    t = 0
+    for rep in range(3):
+        tpu.event(ops, "%fusion.1 = f32[8,8]{1,0} fusion(f32[8,8] %p)", t, 1000,
+                  display="fusion.1", md_stats=md(U64(11), 100, 100, 512, "loop fusion"))
+        tpu.event(ops, "%fusion.1 = f32[4]{0} fusion(f32[4] %q)#2", t + 2000, 1000,
+                  display="fusion.1", md_stats=md(U64(12), 7, 7, 64, "loop fusion"))
+        tpu.event(ops, "%convolution.3 = bf16[128,256]{1,0} convolution(bf16[128,64] %a, "
+                       "bf16[64,256] %b)", t + 4000, 5000, display="convolution.3",
+                  md_stats=md(U64(11), 2 * 128 * 64 * 256 + 10, 2 * 128 * 64 * 256,
+                              2 * (128 * 64 + 64 * 256 + 128 * 256), "convolution"))
+        t += 20000
+    return load_xspace(w)
+
+
+def test_xla_op_stats_per_program_and_op():
+    tr = _tpu_trace()
+    ev = tr.activity_of(0)
+    c = op_costs(tr, ev)
+    assert c.source == "xla_op_stats" and c.missing == "" and c.known.all()
+    names = [tr.event_name(int(e)) for e in c.event]
+    assert names.count("fusion.1") == 6
+    # the two programs' fusion.1 keep their own figures
+    fus = np.array([n == "fusion.1" for n in names])
+    assert sorted(set(c.flops[fus].tolist())) == [7.0, 100.0]
+    conv = ~fus
+    assert (c.flops[conv] == 2 * 128 * 64 * 256).all()
+    assert (c.hw_flops[conv] == 2 * 128 * 64 * 256 + 10).all()     # flops: what ran
+    assert c.matmul[conv].all() and not c.matmul[fus].any()
+    assert {DTYPES[i] for i in c.dtype[conv]} == {"bf16"}
+    assert c.dtype_name() == "bf16"
+    assert c.flops.sum() == 3 * (100 + 7 + 2 * 128 * 64 * 256)
+    assert c.bytes.sum() == 3 * (512 + 64 + 2 * (128 * 64 + 64 * 256 + 128 * 256))
+    assert not c.estimated.any()
+
+
+def test_xla_ops_without_cost_stats_say_so():
+    tr = _tpu_trace(with_costs=False)
+    c = op_costs(tr, tr.activity_of(0))
+    assert not c.known.any() and c.flops.sum() == 0 and c.missing
+
+
+def test_tpu_peak_from_plane_and_override():
+    tr = _tpu_trace()
+    p = device_peak(tr, 0, "bf16")
+    assert p.flops_per_s == 918e12 and p.bytes_per_s == 1640e9 and p.source == "trace"
+    assert p.device_model == "TPU v6 Lite"
+    p = device_peak(tr, 0, "bf16", override_tflops=100)
+    assert p.flops_per_s == 100e12 and p.source == "option"
+
+
+def test_tpu_peak_from_datasheet_without_plane_peak():
+    w = XSpaceWriter()
+    tpu = w.plane("/device:TPU:0", id=1, stats=[("device_type_string", "s", "TPU v5 lite")])
+    tpu.event(tpu.line(1, "XLA Ops", 0), "fusion", 0, 10)
+    p = device_peak(load_xspace(w), 0, "bf16")
+    assert p.source == "datasheet:TPU v5e" and p.flops_per_s == 197e12
+
+
+def test_gpu_plane_peak_from_its_properties():
+    w = XSpaceWriter()
+    gpu = w.plane("/device:GPU:0", id=1, stats=[
+        ("clock_rate", "u", 1530000), ("core_count", "u", 80),
+        ("memory_bandwidth", "u", 898048000000), ("compute_cap_major", "u", 7),
+        ("compute_cap_minor", "u", 0)])
+    gpu.event(gpu.line(7, "Stream #7", 0), "volta_sgemm_128x64_nn", 0, 10)
+    tr = load_xspace(w)
+    p = device_peak(tr, 0, "fp32")
+    assert p.source == "trace" and p.flops_per_s == pytest.approx(15.67e12, rel=1e-3)
+    assert p.bytes_per_s == 898048000000
+    assert device_peak(tr, 0, "fp16").flops_per_s == pytest.approx(125.3e12, rel=1e-3)
+
+
+def test_unknown_device_has_no_peak_and_says_why():
+    w = XSpaceWriter()
+    dev = w.plane("/device:GPU:0", id=1)
+    dev.event(dev.line(7, "Stream #7", 0), "k", 0, 10)
+    p = device_peak(load_xspace(w), 0, "fp32")
+    assert p.flops_per_s is None and p.missing
+
+
+def test_real_tpu_trace_flops_and_peak():
+    import tb_perfdiag
+    tr = tb_perfdiag.load(shared_path(*TPU))
+    for d in range(len(tr.devices)):
+        c = op_costs(tr, tr.activity_of(d))
+        assert c.source == "xla_op_stats" and c.known.all()
+        assert c.flops.sum() == pytest.approx(406.68e9, rel=0.01)
+        p = device_peak(tr, d, c.dtype_name())
+        assert p.flops_per_s == pytest.approx(918e12, rel=0.005)
