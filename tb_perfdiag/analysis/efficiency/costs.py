@@ -61,7 +61,7 @@ def empty(events: np.ndarray, source: str = "", missing: str = "") -> OpCosts:
 def op_costs(trace: Trace, events: np.ndarray) -> OpCosts:
     """The FLOPs and bytes of each of ``events`` (device op events), from the most exact
     source the trace has for them."""
-    from . import xla_costs
+    from . import torch_shapes, xla_costs
 
     events = np.asarray(events, np.int64)
     if trace.format == "xspace":
@@ -69,4 +69,6 @@ def op_costs(trace: Trace, events: np.ndarray) -> OpCosts:
         if got is not None and got.known.any():
             return got
         return empty(events, "", "the ops carry no XLA cost figures")
-    return empty(events, "", f"no cost figures are read from {trace.format} traces yet")
+    if trace.format == "kineto":
+        return torch_shapes.from_torch(trace, events)
+    return empty(events, "", f"no cost figures are read from {trace.format} traces")

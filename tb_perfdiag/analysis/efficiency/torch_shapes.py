@@ -1,0 +1,464 @@
+"""PyTorch FLOPs and bytes: the ``flops`` arg of a ``with_flops=True`` profile, else the
+shapes of the host op (``torch_formulas``), carried to the kernels the op launched.
+
+The reader keeps no op arguments (their lists are most of a Kineto file's text), so the
+ops' ``args`` are read again from the file here, once per call, and joined to the
+trace's host ops on (``External id``, name).  Each distinct (name, shapes, types,
+scalars, what its neighbours tell) is costed once.  An op's figure belongs to the
+outermost costed op around it (``aten::conv2d`` over ``aten::cudnn_convolution``: one
+count), and is split over the kernels launched inside that op by their durations.
+
+What a 2021 trace leaves out, inferred from neighbours, never guessed:
+- a forward convolution's output shape (its stride and padding are not recorded): the
+  next op of the same parent that takes an ``[N, C_out, …]`` tensor, else the
+  ``grad_output`` of a backward with the same input and weight shapes;
+- a backward's output mask: its ``*_backward_input`` / ``*_backward_weight`` children.
+Activation checkpointing: a forward-only op (``conv2d``, ``linear``, SDPA…) inside an
+autograd backward node is the recomputation: hardware FLOPs, not model FLOPs.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from ...trace.model import EventKind, LinkKind, Trace, TrackKind
+from . import torch_formulas as F
+from .costs import DTYPES, UNKNOWN_DTYPE, OpCosts, empty
+
+NO_SHAPES = "profile with record_shapes=True: the trace's ops carry no shapes"
+
+_GEMM = {"aten::mm": F.mm, "aten::addmm": F.addmm, "aten::_addmm_activation": F.addmm,
+         "aten::bmm": F.bmm, "aten::baddbmm": F.baddbmm, "aten::matmul": F.matmul,
+         "aten::linear": F.linear, "aten::_scaled_mm": F.mm}
+# forward convolutions: (stride, padding, dilation) positions in Concrete Inputs,
+# transposed position (or True for a transposed op, False for one that never is)
+_CONV = {
+    **{f"aten::conv{d}d": (3, 4, 5, False) for d in (1, 2, 3)},
+    **{f"aten::conv_transpose{d}d": (3, 4, 7, True) for d in (1, 2, 3)},
+    "aten::convolution": (3, 4, 5, 6), "aten::_convolution": (3, 4, 5, 6),
+    "aten::_convolution_mode": (3, None, 5, False),
+    "aten::cudnn_convolution": (3, 2, 4, False),
+    "aten::cudnn_convolution_relu": (4, 5, 6, False),
+    "aten::cudnn_convolution_add_relu": (6, 7, 8, False),
+    "aten::cudnn_convolution_transpose": (4, 2, 5, True),
+    "aten::miopen_convolution": (4, 3, 5, False),
+    "aten::miopen_depthwise_convolution": (4, 3, 5, False),
+    "aten::miopen_convolution_transpose": (5, 3, 6, True),
+    "aten::mkldnn_convolution": (4, 3, 5, False),
+    "aten::_slow_conv2d_forward": (4, 5, None, False),
+    "aten::thnn_conv2d": (4, 5, None, False),
+}
+# backward convolutions: (input, grad_output, weight) positions in Input Dims, the
+# output mask's position in Concrete Inputs, transposed position (or False)
+_CONV_BWD = {
+    "aten::convolution_backward": (1, 0, 2, 10, 7),
+    "aten::cudnn_convolution_backward": (0, 1, 2, 10, False),
+    "aten::miopen_convolution_backward": (0, 1, 2, 9, False),
+    "aten::mkldnn_convolution_backward": (0, 1, 2, 7, False),
+    "aten::_slow_conv2d_backward": (1, 0, 2, 6, False),
+    "aten::cudnn_convolution_transpose_backward": (0, 1, 2, 10, True),
+    "aten::miopen_convolution_transpose_backward": (0, 1, 2, 10, True),
+    # only the input's gradient / only the weight's
+    "aten::cudnn_convolution_backward_input": (None, 1, 2, "input", False),
+    "aten::miopen_convolution_backward_input": (None, 1, 2, "input", False),
+}
+# attention: (q, k, v positions, causal position (or "mask:<pos>" for a mask type),
+# backward, [B, L, H, E] layout)
+_ATTN = {
+    "aten::scaled_dot_product_attention": (0, 1, 2, 5, False, False),
+    "aten::_scaled_dot_product_flash_attention": (0, 1, 2, 4, False, False),
+    "aten::_scaled_dot_product_flash_attention_for_cpu": (0, 1, 2, 4, False, False),
+    "aten::_scaled_dot_product_efficient_attention": (0, 1, 2, 6, False, False),
+    "aten::_scaled_dot_product_cudnn_attention": (0, 1, 2, 6, False, False),
+    "aten::_scaled_dot_product_flash_attention_backward": (1, 2, 3, 11, True, False),
+    "aten::_scaled_dot_product_flash_attention_for_cpu_backward": (1, 2, 3, 7, True, False),
+    "aten::_scaled_dot_product_efficient_attention_backward": (1, 2, 3, 11, True, False),
+    "aten::_scaled_dot_product_cudnn_attention_backward": (1, 2, 3, 14, True, False),
+    "aten::_flash_attention_forward": (0, 1, 2, 8, False, True),
+    "aten::_flash_attention_backward": (1, 2, 3, 11, True, True),
+    "aten::_efficient_attention_forward": (0, 1, 2, "mask:9", False, True),
+    "aten::_efficient_attention_backward": (1, 2, 3, "mask:14", True, True),
+}
+# forward-only ops: inside an autograd backward node they are a checkpoint's recompute
+_FORWARD_ONLY = ({f"aten::conv{d}d" for d in (1, 2, 3)} |
+                 {"aten::linear", "aten::matmul", "aten::scaled_dot_product_attention"})
+_BACKWARD_NODE = re.compile(r"(Backward\d*$)|(^autograd::engine::evaluate_function)")
+_CHILD_INPUT = re.compile(r"_backward_input$")
+_CHILD_WEIGHT = re.compile(r"_backward_weight$")
+
+# a matmul kernel's dtype from its name, where the op has no ``Input type``
+_KERNEL_DTYPE = (
+    (re.compile(r"e4m3|e5m2|fp8", re.I), "fp8"),
+    (re.compile(r"bf16|bfloat16", re.I), "bf16"),
+    (re.compile(r"tf32|s1688|s16816|xmma.*f32f32_tf32", re.I), "tf32"),
+    (re.compile(r"i8816|imma|int8|s8s8|_i8", re.I), "int8"),
+    (re.compile(r"h884|h1688|h16816|hgemm|__half|\bhalf\b|fp16|f16f16|c10::Half", re.I),
+     "fp16"),
+    (re.compile(r"dgemm|<double|double,|\bd884|fp64", re.I), "fp64"),
+    (re.compile(r"sgemm|<float|float,|float>|\bfloat\b|f32", re.I), "fp32"),
+)
+_KERNEL_SIZE = {"fp8": 1, "bf16": 2, "tf32": 4, "int8": 1, "fp16": 2, "fp64": 8, "fp32": 4}
+
+
+def _load_doc(path: str):
+    """The file's events with args, parsed again (None where the file cannot be read)."""
+    from ... import storage
+    try:
+        raw = storage.read_bytes(path)
+    except Exception:                    # noqa: BLE001 - a file gone since the read
+        return None
+    if b'"Input Dims"' not in raw and b'"flops"' not in raw:
+        return []
+    try:
+        import orjson
+        doc = orjson.loads(raw)
+    except ImportError:
+        import json
+        doc = json.loads(raw)
+    except Exception:                    # noqa: BLE001 - orjson refuses what json took
+        import json
+        doc = json.loads(raw)
+    del raw
+    evs = doc.get("traceEvents") if isinstance(doc, dict) else None
+    if not isinstance(evs, list):
+        return None
+    return [e for e in evs if isinstance(e, dict) and e.get("ph") == "X"
+            and isinstance(e.get("args"), dict)
+            and ("Input Dims" in e["args"] or "flops" in e["args"])]
+
+
+def _ext_id(args: dict) -> int:
+    v = args.get("External id", args.get("external id"))
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else -1
+
+
+class _Ops:
+    """The host ops with shapes, joined to their trace events (columns over ops)."""
+
+    def __init__(self, trace: Trace, raw: list):
+        ext_stat = trace.stats.get("external_id")
+        self.n = 0
+        if ext_stat is None or not raw:
+            return
+        index = {s: i for i, s in enumerate(trace.strings)}
+        ext = np.array([_ext_id(e["args"]) for e in raw], np.int64)
+        nm = np.array([index.get(e.get("name"), -1) for e in raw], np.int64)
+        # the trace's host ops by (external id, name)
+        t_ev = ext_stat.events.astype(np.int64)
+        t_ext = np.asarray(ext_stat.values, np.int64)
+        host = trace.track_kind[trace.track[t_ev]] == TrackKind.HOST
+        t_ev, t_ext = t_ev[host], t_ext[host]
+        t_key = (t_ext << 32) | trace.name[t_ev].astype(np.int64)
+        o = np.argsort(t_key, kind="stable")
+        t_key, t_ev = t_key[o], t_ev[o]
+        key = (ext << 32) | nm
+        pos = np.minimum(np.searchsorted(t_key, key), max(t_key.shape[0] - 1, 0))
+        ok = (ext >= 0) & (nm >= 0) & (t_key.shape[0] > 0)
+        if t_key.shape[0]:
+            ok &= t_key[pos] == key
+            # a key two trace events share is ambiguous: left out
+            nxt = np.minimum(pos + 1, t_key.shape[0] - 1)
+            ok &= ~((nxt != pos) & (t_key[nxt] == key))
+        keep = np.flatnonzero(ok)
+        self.event = t_ev[pos[keep]] if keep.size else np.zeros(0, np.int64)
+        o = np.argsort(self.event, kind="stable")
+        keep, self.event = keep[o], self.event[o]
+        # one event per raw op (a raw op that matched twice is the same event)
+        self.n = int(self.event.shape[0])
+        self.args = [raw[i]["args"] for i in keep.tolist()]
+        self.names = [raw[i].get("name", "") for i in keep.tolist()]
+
+
+def _sibling_after(trace: Trace, ev: np.ndarray) -> np.ndarray:
+    """The next event with the same parent on the same track after each of ``ev``
+    (sorted), among ``ev`` (−1 where none)."""
+    par = trace.parent[ev].astype(np.int64)
+    trk = trace.track[ev].astype(np.int64)
+    key = np.stack([trk, par, ev], axis=1)
+    o = np.lexsort((key[:, 2], key[:, 1], key[:, 0]))
+    nxt = np.full(ev.shape[0], -1, np.int64)
+    same = (trk[o][1:] == trk[o][:-1]) & (par[o][1:] == par[o][:-1])
+    nxt[o[:-1][same]] = o[1:][same]
+    return nxt
+
+
+def _ancestor_rows(trace: Trace, ev: np.ndarray, rows_of: np.ndarray, want: np.ndarray,
+                   outermost: bool) -> np.ndarray:
+    """For each event of ``ev``: the row (index into the sorted ``rows_of`` events) of
+    its innermost (or outermost) ancestor, itself included, whose row has ``want``;
+    −1 where none.  Depth-many vector steps."""
+    out = np.full(ev.shape[0], -1, np.int64)
+    cur = ev.astype(np.int64)
+    live = np.arange(ev.shape[0])
+    for _ in range(256):
+        if not live.size:
+            break
+        pos = np.minimum(np.searchsorted(rows_of, cur), max(rows_of.shape[0] - 1, 0))
+        hit = (rows_of.shape[0] > 0) & (rows_of[pos] == cur)
+        hit &= want[pos]
+        if outermost:
+            out[live[hit]] = pos[hit]
+        else:
+            first = hit & (out[live] < 0)
+            out[live[first]] = pos[first]
+        cur = trace.parent[cur].astype(np.int64)
+        ok = cur >= 0
+        live, cur = live[ok], cur[ok]
+    return out
+
+
+def from_torch(trace: Trace, events: np.ndarray) -> OpCosts:
+    events = np.asarray(events, np.int64)
+    raw = _load_doc(trace.path)
+    if raw is None:
+        return empty(events, "", "the trace file could not be read again for its ops' shapes")
+    ops = _Ops(trace, raw)
+    del raw
+    if ops.n == 0:
+        return empty(events, "", NO_SHAPES)
+    n = ops.n
+    dims = [a.get("Input Dims") or [] for a in ops.args]
+    types = [a.get("Input type") or [] for a in ops.args]
+    conc = [a.get("Concrete Inputs") or [] for a in ops.args]
+    flops_arg = np.array([float(a["flops"]) if isinstance(a.get("flops"), (int, float))
+                          else np.nan for a in ops.args])
+    names = ops.names
+    ev = ops.event
+    name_arr = np.array(names, dtype=object)
+    is_conv = np.array([nm in _CONV for nm in names], bool)
+    is_bwd = np.array([nm in _CONV_BWD for nm in names], bool)
+
+    # the output mask of backward convolutions from their children
+    mask_in = np.zeros(n, bool)
+    mask_w = np.zeros(n, bool)
+    kids = np.flatnonzero(np.array([bool(_CHILD_INPUT.search(nm) or _CHILD_WEIGHT.search(nm))
+                                    for nm in names], bool))
+    if kids.size:
+        par = trace.parent[ev[kids]].astype(np.int64)
+        pos = np.minimum(np.searchsorted(ev, par), n - 1)
+        ok = ev[pos] == par
+        inp = np.array([bool(_CHILD_INPUT.search(names[k])) for k in kids.tolist()], bool)
+        mask_in[pos[ok & inp]] = True
+        mask_w[pos[ok & ~inp]] = True
+    has_kids = mask_in | mask_w
+
+    # forward convolutions' output shapes: the next sibling's [N, C_out, …] input, else
+    # a backward's grad_output for the same (input, weight) shapes
+    out_shape = [None] * n
+    conv_rows = np.flatnonzero(is_conv)
+    if conv_rows.size:
+        nxt = _sibling_after(trace, ev)
+        bwd_out: dict = {}
+        for r in np.flatnonzero(is_bwd).tolist():
+            xi, gi, wi = _CONV_BWD[names[r]][:3]
+            d = dims[r]
+            if xi is None or max(xi, gi, wi) >= len(d):
+                continue
+            k = (repr(d[xi]), repr(d[wi]))
+            g = d[gi]
+            if bwd_out.setdefault(k, g) != g:
+                bwd_out[k] = False           # two outputs for one key: ambiguous
+        for r in conv_rows.tolist():         # per convolution op with shapes (host ops)
+            d = dims[r]
+            if len(d) < 2 or not F._is_shape(d[0]) or not F._is_shape(d[1]) or not d[1]:
+                continue
+            x, w = d[0], d[1]
+            st, pd, dl, _tr = _CONV[names[r]]
+            got = F.conv_out_shape(x, w, F._ints(conc[r], st) if st is not None else None,
+                                   F._ints(conc[r], pd) if pd is not None else None,
+                                   F._ints(conc[r], dl) if dl is not None else None)
+            if got is None:
+                j = nxt[r]
+                while j >= 0 and names[j] in _CONV:       # a conv nested in a conv
+                    j = -1
+                if j >= 0 and dims[j] and F._is_shape(dims[j][0]):
+                    y = dims[j][0]
+                    if len(y) == len(x) and y[0] == x[0] and y[1] == w[0]:
+                        got = list(y)
+            if got is None:
+                g = bwd_out.get((repr(x), repr(w)))
+                if g:
+                    got = list(g)
+            out_shape[r] = got
+
+    # recomputation: forward-only ops under an autograd backward node
+    node = np.flatnonzero([bool(_BACKWARD_NODE.search(s)) for s in trace.strings])
+    recompute = np.zeros(n, bool)
+    fwd_only = np.flatnonzero(np.array([nm in _FORWARD_ONLY for nm in names], bool))
+    if node.size and fwd_only.size:
+        cur = trace.parent[ev[fwd_only]].astype(np.int64)
+        live = np.arange(fwd_only.shape[0])
+        for _ in range(256):
+            if not live.size:
+                break
+            hit = np.isin(trace.name[cur], node)
+            recompute[fwd_only[live[hit]]] = True
+            cur = trace.parent[cur[~hit]].astype(np.int64)
+            live = live[~hit]
+            ok = cur >= 0
+            live, cur = live[ok], cur[ok]
+
+    # one figure per distinct (name, shapes, types, scalars, inferred facts)
+    keys = [repr((names[r], dims[r], types[r], conc[r], out_shape[r],
+                  bool(mask_in[r]), bool(mask_w[r]), bool(has_kids[r])))
+            for r in range(n)]
+    uk, inv = np.unique(np.array(keys, dtype=object), return_inverse=True)
+    first = np.full(uk.shape[0], -1, np.int64)
+    first[inv[::-1]] = np.arange(n)[::-1]
+    cost = [None] * uk.shape[0]
+    elems = np.zeros(uk.shape[0], bool)
+    for k, r in enumerate(first.tolist()):
+        cost[k], elems[k] = _cost(names[r], dims[r], types[r], conc[r], out_shape[r],
+                                  (mask_in[r], mask_w[r]) if has_kids[r] else None)
+    elems = elems[inv]
+    has = np.array([c is not None for c in cost], bool)[inv]
+    op_fl = np.array([c.flops if c is not None else 0.0 for c in cost])[inv]
+    op_by = np.array([c.bytes if c is not None else 0.0 for c in cost])[inv]
+    op_mm = np.array([c.matmul if c is not None else False for c in cost], bool)[inv]
+    op_dt = np.array([DTYPES.index(c.dtype) if c is not None and c.dtype else
+                      UNKNOWN_DTYPE for c in cost], np.int8)[inv]
+    # the profiler's own count wins where it gave one, for the matmul-class ops it
+    # counts (elementwise ops' counts are not matmul work: bytes only)
+    use_arg = ~np.isnan(flops_arg) & op_mm
+    op_fl = np.where(use_arg, flops_arg, op_fl)
+    arg_only = ~np.isnan(flops_arg) & ~has & (flops_arg > 0) & \
+        np.array([nm in _GEMM or nm in _CONV for nm in names], bool)
+    op_fl = np.where(arg_only, flops_arg, op_fl)
+    op_mm |= arg_only
+    has |= arg_only
+    return _to_kernels(trace, events, ev, has, op_fl, op_by, elems, op_mm, op_dt, recompute,
+                       "kineto_flops_arg" if use_arg.any() or arg_only.any() else "shapes")
+
+
+def _cost(name, dims, types, conc, out_shape, kid_mask):
+    """(Cost or None, whether its bytes count elements: the op has no ``Input type``,
+    the kernels' element size is applied later)."""
+    dt, size = F.dtype_of(types)
+    return _formula(name, dims, conc, out_shape, kid_mask, dt, size or 1), not size
+
+
+def _formula(name, dims, conc, out_shape, kid_mask, dt, size):
+    f = _GEMM.get(name)
+    try:
+        if f is not None:
+            return f(dims, size, dt) if len(dims) >= 2 and all(
+                F._is_shape(d) for d in dims[:3] if d is not None) else None
+        if name in _CONV:
+            if len(dims) < 2:
+                return None
+            tr = _CONV[name][3]
+            if not isinstance(tr, bool):
+                tr = bool(F._flag(conc, tr))
+            return F.conv_forward(dims[0], dims[1], out_shape, size, dt, tr)
+        if name in _CONV_BWD:
+            xi, gi, wi, mi, tr = _CONV_BWD[name]
+            if max(gi, wi) >= len(dims):
+                return None
+            if mi == "input":
+                mask = (True, False)
+            else:
+                m = F._mask(conc, mi, 2)
+                mask = m if m is not None else (kid_mask if kid_mask is not None
+                                                else (True, True))
+            x = dims[xi] if xi is not None and xi < len(dims) else []
+            if not isinstance(tr, bool):
+                tr = bool(F._flag(conc, tr))
+            if tr:
+                # a transposed convolution's gradients cost its forward: input's count
+                c = F.conv_forward(dims[gi], dims[wi], None, size, dt, True)
+                if c is None:
+                    return None
+                return F.Cost(c.flops * (int(bool(mask[0])) + int(bool(mask[1]))), c.bytes,
+                              True, dt)
+            return F.conv_backward(x if F._is_shape(x) else [], dims[gi], dims[wi], mask,
+                                   size, dt)
+        if name in _ATTN:
+            qi, ki, vi, ci, bwd, blhe = _ATTN[name]
+            if max(qi, ki, vi) >= len(dims):
+                return None
+            if isinstance(ci, str):           # xformers' mask type: 1, 2 causal
+                mt = F._ints(conc, int(ci.split(":")[1]))
+                causal = bool(mt and mt[0] in (1, 2))
+            else:
+                causal = bool(F._flag(conc, ci))
+            return F.attention(dims[qi], dims[ki], dims[vi], causal, bwd, blhe, size, dt)
+        if name in F.ELEMENTWISE:
+            return F.elementwise(dims, size, dt)
+        if name in F.REDUCTION:
+            return F.reduction(dims, size, dt)
+    except (TypeError, ValueError, IndexError):
+        return None                           # shapes of a form the formula does not take
+    return None
+
+
+def _kernel_dtypes(trace: Trace, kern: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(DTYPES index, element bytes) of each kernel from its name (per distinct name)."""
+    u, inv = np.unique(trace.name[kern], return_inverse=True)
+    dt = np.full(u.shape[0], UNKNOWN_DTYPE, np.int8)
+    sz = np.zeros(u.shape[0])
+    for i, nid in enumerate(u.tolist()):
+        s = trace.strings[nid]
+        for rx, d in _KERNEL_DTYPE:
+            if rx.search(s):
+                dt[i], sz[i] = DTYPES.index(d), _KERNEL_SIZE[d]
+                break
+    return dt[inv.reshape(-1)], sz[inv.reshape(-1)]
+
+
+def _to_kernels(trace, events, op_ev, has, op_fl, op_by, elems, op_mm, op_dt, recompute,
+                source):
+    """Each device event's share of the outermost costed op that launched it."""
+    out = empty(events, source, "")
+    if not events.size:
+        return out
+    # launch → device event (correlation links)
+    corr = trace.link_kind == LinkKind.CORRELATION
+    src, dst = trace.link_src[corr].astype(np.int64), trace.link_dst[corr].astype(np.int64)
+    o = np.argsort(dst, kind="stable")
+    src, dst = src[o], dst[o]
+    pos = np.minimum(np.searchsorted(dst, events), max(dst.shape[0] - 1, 0))
+    linked = (dst.shape[0] > 0) & (dst[pos] == events)
+    launch = np.where(linked, src[pos] if dst.shape[0] else -1, -1)
+    row = np.full(events.shape[0], -1, np.int64)
+    ok = np.flatnonzero(launch >= 0)
+    if ok.size:
+        row[ok] = _ancestor_rows(trace, launch[ok], op_ev, has, outermost=True)
+    hit = np.flatnonzero(row >= 0)
+    if not hit.size:
+        out.missing = NO_SHAPES if not has.any() else \
+            "no device op was launched inside a host op with a cost formula"
+        return out
+    r = row[hit]
+    # split each op's figure over its device events by duration (evenly where all are 0)
+    dur = trace.dur[events[hit]].astype(np.float64)
+    tot = np.bincount(r, weights=dur, minlength=op_ev.shape[0])
+    cnt = np.bincount(r, minlength=op_ev.shape[0]).astype(np.float64)
+    share = np.where(tot[r] > 0, dur / np.where(tot[r] > 0, tot[r], 1.0), 1.0 / cnt[r])
+    is_kernel = trace.kind[events[hit]] == EventKind.KERNEL
+    fl = op_fl[r] * share
+    out.hw_flops[hit] = fl
+    out.flops[hit] = np.where(recompute[r], 0.0, fl)
+    out.matmul[hit] = op_mm[r] & is_kernel
+    out.known[hit] = True
+    kdt, ksz = _kernel_dtypes(trace, events[hit])
+    dt = np.where(op_dt[r] != UNKNOWN_DTYPE, op_dt[r], kdt)
+    out.dtype[hit] = np.where(out.matmul[hit], dt, UNKNOWN_DTYPE)
+    # bytes: the formula's, at the kernels' element size where the op had no types
+    # (none where neither says: a kernel name without its type)
+    out.bytes[hit] = op_by[r] * np.where(elems[r], ksz, 1.0) * share
+    _copy_bytes(trace, events, out)
+    out.missing = "" if out.known.all() else \
+        "some device ops were launched by no host op with shapes and a cost formula"
+    return out
+
+
+def _copy_bytes(trace: Trace, events: np.ndarray, out: OpCosts) -> None:
+    """Copies and fills: the bytes they moved (Kineto's ``bytes`` arg), no FLOPs."""
+    st = trace.stats.get("bytes")
+    cp = np.flatnonzero(np.isin(trace.kind[events], (EventKind.MEMCPY, EventKind.MEMSET)))
+    if st is None or not cp.size:
+        return
+    v, has = st.lookup(events[cp])
+    out.bytes[cp[has]] = v[has].astype(np.float64)
+    out.known[cp[has]] = True
