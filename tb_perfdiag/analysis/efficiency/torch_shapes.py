@@ -19,6 +19,7 @@ autograd backward node is the recomputation: hardware FLOPs, not model FLOPs.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -84,6 +85,8 @@ _ATTN = {
 _FORWARD_ONLY = ({f"aten::conv{d}d" for d in (1, 2, 3)} |
                  {"aten::linear", "aten::matmul", "aten::scaled_dot_product_attention"})
 _BACKWARD_NODE = re.compile(r"(Backward\d*$)|(^autograd::engine::evaluate_function)")
+_CONV_BWD_CHILDREN = tuple(f"aten::{lib}_convolution_backward_{w}" for lib in
+                           ("cudnn", "miopen") for w in ("input", "weight"))
 _CHILD_INPUT = re.compile(r"_backward_input$")
 _CHILD_WEIGHT = re.compile(r"_backward_weight$")
 
@@ -101,31 +104,67 @@ _KERNEL_DTYPE = (
 _KERNEL_SIZE = {"fp8": 1, "bf16": 2, "tf32": 4, "int8": 1, "fp16": 2, "fp64": 8, "fp32": 4}
 
 
-def _load_doc(path: str):
-    """The file's events with args, parsed again (None where the file cannot be read)."""
+_NAME = re.compile(rb'"name": ?"([^"\\]*)"')
+
+
+def _wanted_names(trace: Trace) -> set:
+    """The op names whose args are read: those with a formula, and the op after each
+    forward convolution (its input is the convolution's output)."""
+    from . import torch_formulas as tf
+    known = set(_GEMM) | set(_CONV) | set(_CONV_BWD) | set(_ATTN) | tf.ELEMENTWISE | \
+        tf.REDUCTION | {n for n in _CONV_BWD_CHILDREN}
+    ids = {i: s for i, s in enumerate(trace.strings) if s in known}
+    want = set(ids.values())
+    conv_ids = [i for i, s in ids.items() if s in _CONV]
+    if conv_ids:
+        host = np.flatnonzero(np.isin(trace.name, conv_ids))
+        host = host[trace.track_kind[trace.track[host]] == TrackKind.HOST]
+        if host.size:
+            ev = np.flatnonzero(trace.track_kind[trace.track] == TrackKind.HOST)
+            nxt = _sibling_after(trace, ev)
+            pos = np.searchsorted(ev, host)
+            j = nxt[pos]
+            want |= {trace.strings[k] for k in np.unique(trace.name[ev[j[j >= 0]]]).tolist()}
+    return want
+
+
+def _load_doc(trace: Trace):
+    """The args of the file's ops of the names ``_wanted_names`` gives, read again from
+    the file: [(name, args)] (None where the file cannot be read).  The args objects are
+    found by their op's ``"name"`` text and parsed alone: a parse of the whole document
+    cost 3× the trace's read."""
     from ... import storage
     try:
-        raw = storage.read_bytes(path)
+        raw = storage.read_bytes(trace.path)
     except Exception:                    # noqa: BLE001 - a file gone since the read
         return None
     if b'"Input Dims"' not in raw and b'"flops"' not in raw:
         return []
     try:
-        import orjson
-        doc = orjson.loads(raw)
-    except ImportError:
-        import json
-        doc = json.loads(raw)
-    except Exception:                    # noqa: BLE001 - orjson refuses what json took
-        import json
-        doc = json.loads(raw)
-    del raw
-    evs = doc.get("traceEvents") if isinstance(doc, dict) else None
-    if not isinstance(evs, list):
-        return None
-    return [e for e in evs if isinstance(e, dict) and e.get("ph") == "X"
-            and isinstance(e.get("args"), dict)
-            and ("Input Dims" in e["args"] or "flops" in e["args"])]
+        from orjson import loads
+    except ImportError:                  # pragma: no cover - orjson is a dependency
+        from json import loads
+    want = {n.encode() for n in _wanted_names(trace)}
+    out = []
+    # one pass over the events' names (a search per wanted name scanned the file
+    # dozens of times), then the args object of each wanted op alone
+    for m in _NAME.finditer(raw):
+        nm = m.group(1)
+        if nm not in want:
+            continue
+        p = m.end()
+        a = raw.find(b'"args"', p)
+        c = raw.find(b"}", p)
+        if 0 <= a < c:                       # the args of this event
+            b0 = raw.find(b"{", a)
+            b1 = raw.find(b"}", b0)
+            try:
+                args = loads(raw[b0:b1 + 1])
+            except ValueError:
+                continue
+            if isinstance(args, dict) and ("Input Dims" in args or "flops" in args):
+                out.append((nm.decode(), args))
+    return out
 
 
 def _ext_id(args: dict) -> int:
@@ -142,8 +181,8 @@ class _Ops:
         if ext_stat is None or not raw:
             return
         index = {s: i for i, s in enumerate(trace.strings)}
-        ext = np.array([_ext_id(e["args"]) for e in raw], np.int64)
-        nm = np.array([index.get(e.get("name"), -1) for e in raw], np.int64)
+        ext = np.array([_ext_id(a) for _, a in raw], np.int64)
+        nm = np.array([index.get(n, -1) for n, _ in raw], np.int64)
         # the trace's host ops by (external id, name)
         t_ev = ext_stat.events.astype(np.int64)
         t_ext = np.asarray(ext_stat.values, np.int64)
@@ -166,8 +205,8 @@ class _Ops:
         keep, self.event = keep[o], self.event[o]
         # one event per raw op (a raw op that matched twice is the same event)
         self.n = int(self.event.shape[0])
-        self.args = [raw[i]["args"] for i in keep.tolist()]
-        self.names = [raw[i].get("name", "") for i in keep.tolist()]
+        self.args = [raw[i][1] for i in keep.tolist()]
+        self.names = [raw[i][0] for i in keep.tolist()]
 
 
 def _sibling_after(trace: Trace, ev: np.ndarray) -> np.ndarray:
@@ -210,13 +249,41 @@ def _ancestor_rows(trace: Trace, ev: np.ndarray, rows_of: np.ndarray, want: np.n
 
 def from_torch(trace: Trace, events: np.ndarray) -> OpCosts:
     events = np.asarray(events, np.int64)
-    raw = _load_doc(trace.path)
+    h = host_costs(trace)
+    if isinstance(h, str):
+        return empty(events, "", h)
+    return _to_kernels(trace, events, h.event, h.has, h.flops_shapes_or_arg, h.bytes,
+                       h.elems, h.matmul, h.dtype, h.recompute, h.source)
+
+
+@dataclass
+class HostCosts:
+    """Per host op with shapes (its trace event, ascending): its figures."""
+
+    event: np.ndarray               # int64
+    name: list
+    has: np.ndarray                 # bool: a formula (or the profiler's count) gave one
+    flops_shapes: np.ndarray        # float64: the shape formula's (NaN: none)
+    flops_arg: np.ndarray           # float64: the profiler's ``flops`` arg (NaN: none)
+    flops_shapes_or_arg: np.ndarray  # float64: the arg for matmul ops, else the formula
+    bytes: np.ndarray               # float64 (elements where ``elems``)
+    elems: np.ndarray               # bool: no ``Input type``: bytes count elements
+    matmul: np.ndarray              # bool
+    dtype: np.ndarray               # int8 into DTYPES
+    recompute: np.ndarray           # bool: a checkpoint's recomputed forward op
+    source: str
+
+
+def host_costs(trace: Trace):
+    """The figures of the trace's host ops with shapes (``HostCosts``), or why there
+    are none (a str)."""
+    raw = _load_doc(trace)
     if raw is None:
-        return empty(events, "", "the trace file could not be read again for its ops' shapes")
+        return "the trace file could not be read again for its ops' shapes"
     ops = _Ops(trace, raw)
     del raw
     if ops.n == 0:
-        return empty(events, "", NO_SHAPES)
+        return NO_SHAPES
     n = ops.n
     dims = [a.get("Input Dims") or [] for a in ops.args]
     types = [a.get("Input type") or [] for a in ops.args]
@@ -318,6 +385,7 @@ def from_torch(trace: Trace, events: np.ndarray) -> OpCosts:
     op_mm = np.array([c.matmul if c is not None else False for c in cost], bool)[inv]
     op_dt = np.array([DTYPES.index(c.dtype) if c is not None and c.dtype else
                       UNKNOWN_DTYPE for c in cost], np.int8)[inv]
+    shape_fl = np.where(has, op_fl, np.nan)
     # the profiler's own count wins where it gave one, for the matmul-class ops it
     # counts (elementwise ops' counts are not matmul work: bytes only)
     use_arg = ~np.isnan(flops_arg) & op_mm
@@ -327,8 +395,9 @@ def from_torch(trace: Trace, events: np.ndarray) -> OpCosts:
     op_fl = np.where(arg_only, flops_arg, op_fl)
     op_mm |= arg_only
     has |= arg_only
-    return _to_kernels(trace, events, ev, has, op_fl, op_by, elems, op_mm, op_dt, recompute,
-                       "kineto_flops_arg" if use_arg.any() or arg_only.any() else "shapes")
+    return HostCosts(ev, names, has, shape_fl, flops_arg, op_fl, op_by, elems, op_mm, op_dt,
+                     recompute,
+                     "kineto_flops_arg" if use_arg.any() or arg_only.any() else "shapes")
 
 
 def _cost(name, dims, types, conc, out_shape, kid_mask):

@@ -1,0 +1,305 @@
+"""PyTorch FLOPs and bytes from the host ops' shapes (analysis.efficiency.torch_shapes),
+carried to the kernels they launched, and Kineto device peaks."""
+from __future__ import annotations
+
+import glob
+import os
+
+import numpy as np
+import pytest
+
+import tb_perfdiag
+from tb_perfdiag.analysis.efficiency.costs import DTYPES, op_costs
+from tb_perfdiag.analysis.efficiency.peaks import device_peak
+from tb_perfdiag.analysis.efficiency.torch_formulas import causal_fraction
+from tb_perfdiag.analysis.efficiency.torch_shapes import NO_SHAPES
+from tb_perfdiag.testing.kineto import A100, kineto_bytes
+
+from conftest import shared_path
+
+V100 = dict(A100, name="Tesla V100-SXM2-16GB", computeMajor=7, computeMinor=0, numSms=80)
+
+
+class _Trace:
+    """Host ops (nested by time) on one thread, each leaf launching one kernel."""
+
+    def __init__(self):
+        self.events, self.t, self.ext, self.corr = [], 0, 1, 1
+
+    def op(self, name, dims=None, types=None, conc=None, kernels=1, children=(),
+           kernel="volta_sgemm_128x64_nn", flops=None):
+        """An op of ``kernels`` launches after its ``children`` (callables adding ops)."""
+        start = self.t
+        self.t += 1
+        for c in children:
+            c()
+        for _ in range(kernels):
+            self.events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel",
+                                "pid": 1, "tid": 1, "ts": self.t, "dur": 1,
+                                "args": {"correlation": self.corr, "External id": self.ext}})
+            self.events.append({"ph": "X", "cat": "kernel", "name": kernel, "pid": 0,
+                                "tid": 7, "ts": self.t + 1, "dur": 2,
+                                "args": {"device": 0, "stream": 7,
+                                         "correlation": self.corr}})
+            self.corr += 1
+            self.t += 3
+        args = {"External id": self.ext}
+        if dims is not None:
+            args["Input Dims"] = dims
+        if types is not None:
+            args["Input type"] = types
+        if conc is not None:
+            args["Concrete Inputs"] = conc
+        if flops is not None:
+            args["flops"] = flops
+        self.ext += 1
+        self.events.append({"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1,
+                            "ts": start, "dur": self.t - start + 1, "args": args})
+        self.t += 2
+
+    def load(self, tmp_path, props=(V100,)):
+        p = os.path.join(str(tmp_path), "w.pt.trace.json")
+        with open(p, "wb") as f:
+            f.write(kineto_bytes(self.events, deviceProperties=[dict(x) for x in props]))
+        return tb_perfdiag.load(p)
+
+
+def _costs(tr):
+    c = op_costs(tr, tr.activity_of(0))
+    return c, [tr.event_name(int(e)) for e in c.event]
+
+
+F32, BF16 = ["float", "float"], ["c10::BFloat16", "c10::BFloat16"]
+
+
+@pytest.mark.parametrize("name,dims,flops", [
+    ("aten::mm", [[64, 128], [128, 32]], 2 * 64 * 128 * 32),
+    ("aten::addmm", [[32], [64, 128], [128, 32], [], []], 2 * 64 * 128 * 32),
+    ("aten::bmm", [[4, 64, 128], [4, 128, 32]], 2 * 4 * 64 * 128 * 32),
+    ("aten::baddbmm", [[4, 64, 32], [4, 64, 128], [4, 128, 32], [], []],
+     2 * 4 * 64 * 128 * 32),
+    ("aten::matmul", [[2, 3, 64, 128], [128, 32]], 2 * 6 * 64 * 128 * 32),
+    ("aten::matmul", [[128], [128, 32]], 2 * 128 * 32),
+    ("aten::linear", [[8, 16, 128], [32, 128], [32]], 2 * 8 * 16 * 128 * 32),
+    ("aten::_scaled_mm", [[64, 128], [128, 32], [], []], 2 * 64 * 128 * 32),
+])
+def test_gemm_spellings(tmp_path, name, dims, flops):
+    b = _Trace()
+    b.op(name, dims, BF16 + [""] * (len(dims) - 2), kernel="sm90_xmma_gemm_bf16bf16")
+    c, _ = _costs(b.load(tmp_path))
+    assert c.source == "shapes" and c.known.all()
+    assert c.flops.sum() == flops and c.hw_flops.sum() == flops
+    assert c.matmul.all() and DTYPES[c.dtype[0]] == "bf16" and c.bytes.sum() > 0
+
+
+def test_fp8_scaled_mm_runs_in_fp8(tmp_path):
+    b = _Trace()
+    b.op("aten::_scaled_mm", [[64, 128], [128, 32], [], []],
+         ["c10::Float8_e4m3fn", "c10::Float8_e4m3fn", "float", "float"])
+    c, _ = _costs(b.load(tmp_path))
+    assert c.dtype_name() == "fp8"
+
+
+def test_one_op_split_over_its_kernels_counted_once_through_nesting(tmp_path):
+    b = _Trace()
+    dims = [[8, 3, 32, 32], [16, 3, 3, 3], [16], [], [], [], []]
+    conc = ["", "", "", "[2, 2]", "[1, 1]", "[1, 1]", "1"]
+    inner = lambda: b.op("aten::cudnn_convolution", [[8, 3, 32, 32], [16, 3, 3, 3]],   # noqa
+                         kernels=3)
+    mid = lambda: b.op("aten::convolution", dims, children=[inner], kernels=0)        # noqa
+    b.op("aten::conv2d", dims, F32, conc, children=[mid], kernels=1)
+    c, _ = _costs(b.load(tmp_path))
+    want = 2 * 8 * 16 * 16 * 16 * 3 * 9
+    assert len(c) == 4 and c.flops.sum() == pytest.approx(want)
+    assert np.allclose(c.flops, want / 4)            # equal durations: equal shares
+
+
+def test_conv_output_from_the_next_op_or_unknown(tmp_path):
+    b = _Trace()
+    b.op("aten::conv2d", [[8, 3, 32, 32], [16, 3, 5, 5], [], [], [], [], []])
+    b.op("aten::batch_norm", [[8, 16, 14, 14], [16], [16], [16], [16]], kernels=1,
+         kernel="bn_fw_tr_1C11_kernel_NCHW<float, float, int>")
+    b.op("aten::conv2d", [[8, 16, 14, 14], [4, 16, 3, 3], [], [], [], [], []])
+    b.op("aten::sum", [[1]], kernels=0)              # not the conv's output: no figure
+    c, names = _costs(b.load(tmp_path))
+    conv = np.array([n.startswith("volta") for n in names])
+    assert c.flops[conv][0] == 2 * 8 * 16 * 14 * 14 * 3 * 25
+    assert not c.known[conv][1]                      # never guessed
+    bn = ~conv
+    assert c.flops[bn].sum() == 0 and not c.matmul[bn].any()
+    # no Input type: the kernel's element type (float) sizes the bytes
+    assert c.bytes[bn][0] == (2 * 8 * 16 * 14 * 14 + 4 * 16) * 4
+
+
+def test_conv_output_from_its_backward(tmp_path):
+    b = _Trace()
+    b.op("aten::conv2d", [[8, 3, 32, 32], [16, 3, 3, 3], [], [], [], [], []])
+    b.op("aten::cudnn_convolution_backward",
+         [[8, 3, 32, 32], [8, 16, 30, 30], [16, 3, 3, 3], [], [], [], [], [], [], [], []])
+    c, _ = _costs(b.load(tmp_path))
+    one = 2 * 8 * 16 * 30 * 30 * 27
+    assert c.known.all() and c.flops.sum() == 3 * one
+
+
+@pytest.mark.parametrize("mask,mult", [("[True, True, True]", 2), ("[False, True, True]", 1),
+                                       ("[True, False, False]", 1)])
+def test_convolution_backward_output_mask(tmp_path, mask, mult):
+    b = _Trace()
+    conc = [""] * 3 + ["[16]", "[1, 1]", "[0, 0]", "[1, 1]", "False", "[0, 0]", "1", mask]
+    b.op("aten::convolution_backward",
+         [[8, 16, 30, 30], [8, 3, 32, 32], [16, 3, 3, 3]] + [[]] * 8, F32, conc)
+    c, _ = _costs(b.load(tmp_path))
+    assert c.flops.sum() == mult * 2 * 8 * 16 * 30 * 30 * 27
+
+
+def test_2021_backward_mask_from_its_children(tmp_path):
+    b = _Trace()
+    w = lambda: b.op("aten::cudnn_convolution_backward_weight",             # noqa: E731
+                     [[], [8, 16, 30, 30], [8, 3, 32, 32]], kernels=2)
+    b.op("aten::cudnn_convolution_backward",
+         [[8, 3, 32, 32], [8, 16, 30, 30], [16, 3, 3, 3]], children=[w], kernels=0)
+    i = lambda: b.op("aten::cudnn_convolution_backward_input",              # noqa: E731
+                     [[], [8, 16, 30, 30], [16, 3, 3, 3]])
+    b.op("aten::cudnn_convolution_backward",
+         [[8, 3, 32, 32], [8, 16, 30, 30], [16, 3, 3, 3]], children=[w, i], kernels=0)
+    c, _ = _costs(b.load(tmp_path))
+    one = 2 * 8 * 16 * 30 * 30 * 27
+    assert c.flops.sum() == pytest.approx(one + 2 * one)
+
+
+@pytest.mark.parametrize("name", ["aten::miopen_convolution", "aten::cudnn_convolution",
+                                  "aten::mkldnn_convolution"])
+def test_library_convolutions_with_their_scalars(tmp_path, name):
+    b = _Trace()
+    # miopen/mkldnn: (input, weight, bias, padding, stride, …); cudnn: (…, padding 2, stride 3)
+    conc = (["", "", "", "[1, 1]", "[2, 2]", "[1, 1]", "1"] if "cudnn" not in name else
+            ["", "", "[1, 1]", "[2, 2]", "[1, 1]", "1"])
+    b.op(name, [[8, 3, 32, 32], [16, 3, 3, 3]] + [[]] * 5, F32, conc)
+    c, _ = _costs(b.load(tmp_path))
+    assert c.flops.sum() == 2 * 8 * 16 * 16 * 16 * 27
+
+
+def test_transposed_convolution_counts_its_input(tmp_path):
+    b = _Trace()
+    b.op("aten::conv_transpose2d", [[8, 32, 16, 16], [32, 16, 2, 2]] + [[]] * 6)
+    c, _ = _costs(b.load(tmp_path))
+    assert c.flops.sum() == 2 * 8 * 32 * 16 * 16 * 16 * 4
+
+
+@pytest.mark.parametrize("name,qkv,conc,causal,bwd", [
+    ("aten::scaled_dot_product_attention", (0, 1, 2), ["", "", "", "", "0.", "False"],
+     False, False),
+    ("aten::scaled_dot_product_attention", (0, 1, 2), ["", "", "", "", "0.", "True"],
+     True, False),
+    ("aten::_scaled_dot_product_flash_attention", (0, 1, 2), ["", "", "", "0.", "True"],
+     True, False),
+    ("aten::_scaled_dot_product_efficient_attention", (0, 1, 2),
+     ["", "", "", "", "True", "0.", "False"], False, False),
+    ("aten::_scaled_dot_product_cudnn_attention", (0, 1, 2),
+     ["", "", "", "", "True", "0.", "True"], True, False),
+    ("aten::_scaled_dot_product_flash_attention_backward", (1, 2, 3),
+     [""] * 11 + ["True"], True, True),
+    ("aten::_scaled_dot_product_efficient_attention_backward", (1, 2, 3),
+     [""] * 11 + ["False"], False, True),
+    ("aten::_scaled_dot_product_cudnn_attention_backward", (1, 2, 3),
+     [""] * 14 + ["True"], True, True),
+])
+def test_attention_spellings(tmp_path, name, qkv, conc, causal, bwd):
+    B, H, L, E = 2, 8, 256, 64
+    dims = [[B, H, L, E]] * 16
+    b = _Trace()
+    b.op(name, dims, ["c10::Half"] * 16, conc, kernel="flash_fwd_kernel")
+    c, _ = _costs(b.load(tmp_path))
+    want = 4.0 * B * H * L * L * E * (causal_fraction(L, L) if causal else 1) * \
+        (2.5 if bwd else 1)
+    assert c.flops.sum() == pytest.approx(want) and c.matmul.all()
+    assert c.dtype_name() == "fp16"
+
+
+def test_flash_attention_kernel_layout_and_causal_fraction(tmp_path):
+    B, L, H, E = 2, 128, 4, 64
+    b = _Trace()
+    b.op("aten::_flash_attention_forward", [[B, L, H, E]] * 3 + [[]] * 6,
+         ["c10::BFloat16"] * 3, [""] * 8 + ["True"])
+    c, _ = _costs(b.load(tmp_path))
+    assert c.flops.sum() == pytest.approx(4.0 * B * H * L * L * E * (L + 1) / (2 * L))
+    assert causal_fraction(4, 2) == (1 + 2 + 2 + 2) / 8
+
+
+def test_elementwise_and_reductions_are_bytes(tmp_path):
+    b = _Trace()
+    b.op("aten::add", [[1024, 1024], [1024, 1024], []], ["c10::BFloat16"] * 2 + ["Scalar"],
+         kernel="vectorized_elementwise_kernel")
+    b.op("aten::sum", [[1024, 1024]], ["float"], kernel="reduce_kernel")
+    c, names = _costs(b.load(tmp_path))
+    assert c.flops.sum() == 0 and not c.matmul.any() and c.known.all()
+    assert c.bytes[0] == 3 * 1024 * 1024 * 2 and c.bytes[1] == 1024 * 1024 * 4
+
+
+def test_profiler_flops_arg_wins_for_matmuls(tmp_path):
+    b = _Trace()
+    b.op("aten::mm", [[64, 128], [128, 32]], F32, flops=1000)
+    b.op("aten::mul", [[64], [64]], F32, flops=64, kernel="elementwise_kernel")
+    c, _ = _costs(b.load(tmp_path))
+    assert c.source == "kineto_flops_arg" and c.flops.tolist() == [1000.0, 0.0]
+
+
+def test_checkpoint_recompute_is_hardware_flops(tmp_path):
+    b = _Trace()
+    b.op("aten::linear", [[64, 128], [32, 128], []], F32)
+    lin = lambda: b.op("aten::linear", [[64, 128], [32, 128], []], F32)    # noqa: E731
+    b.op("CheckpointFunctionBackward", children=[lin], kernels=0)
+    c, _ = _costs(b.load(tmp_path))
+    one = 2 * 64 * 128 * 32
+    assert c.flops.tolist() == [one, 0.0] and c.hw_flops.tolist() == [one, one]
+
+
+def test_a_trace_without_shapes_says_so(tmp_path):
+    b = _Trace()
+    b.op("aten::mm")
+    c, _ = _costs(b.load(tmp_path))
+    assert not c.known.any() and c.flops.sum() == 0 and c.missing == NO_SHAPES
+
+
+@pytest.mark.parametrize("props,dtype,tflops,source", [
+    (V100, "fp32", 15.7, "datasheet:V100 SXM2"),
+    (A100, "bf16", 312, "datasheet:A100 SXM 80GB"),
+    (A100, "tf32", 156, "datasheet:A100 SXM 80GB"),
+    (dict(A100, name="NVIDIA H100 80GB HBM3"), "bf16", 989.4, "datasheet:H100 SXM"),
+    (dict(A100, name="NVIDIA H100 PCIe"), "bf16", 756, "datasheet:H100 PCIe"),
+    (dict(A100, name="AMD Instinct MI300X"), "bf16", 1307.4, "datasheet:MI300X"),
+    (dict(A100, name="Tesla T4"), "fp16", 65, "datasheet:T4"),
+    (dict(A100, name="NVIDIA L4"), "fp8", 242.5, "datasheet:L4"),
+])
+def test_kineto_peaks_from_the_datasheet(tmp_path, props, dtype, tflops, source):
+    b = _Trace()
+    b.op("aten::mm")
+    p = device_peak(b.load(tmp_path, props=(props,)), 0, dtype)
+    assert p.flops_per_s == pytest.approx(tflops * 1e12) and p.source == source
+    assert p.bytes_per_s and p.device_model == props["name"]
+
+
+def test_kineto_unknown_device_has_no_peak(tmp_path):
+    b = _Trace()
+    b.op("aten::mm")
+    tr = b.load(tmp_path, props=(dict(A100, name="Mystery Accelerator 9000"),))
+    p = device_peak(tr, 0, "fp32")
+    assert p.flops_per_s is None and "Mystery" in p.missing
+    assert device_peak(tr, 0, "fp32", override_tflops=50).flops_per_s == 50e12
+
+
+RESNET = ("public", "kineto", "tb_plugin", "samples")
+
+
+@pytest.mark.parametrize("run", ["resnet50_num_workers_0", "resnet50_num_workers_4"])
+def test_resnet50_samples_flops_per_step(run):
+    files = sorted(glob.glob(os.path.join(shared_path(*RESNET, run), "*.pt.trace.json.gz")))
+    assert files
+    for f in files:
+        tr = tb_perfdiag.load(f)
+        c = op_costs(tr, tr.activity_of(0))
+        steps = [s for s in tr.steps_hint()]
+        assert c.source == "shapes" and c.dtype_name() == "fp32"
+        assert c.flops.sum() / len(steps) == pytest.approx(777.57e9, rel=0.03)
+        p = device_peak(tr, 0, c.dtype_name())
+        assert 14e12 <= p.flops_per_s <= 16.4e12
