@@ -303,3 +303,39 @@ def test_resnet50_samples_flops_per_step(run):
         assert c.flops.sum() / len(steps) == pytest.approx(777.57e9, rel=0.03)
         p = device_peak(tr, 0, c.dtype_name())
         assert 14e12 <= p.flops_per_s <= 16.4e12
+
+
+def _capture():
+    import json
+    root = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                        "testdata", "captures")
+    with open(os.path.join(root, "MANIFEST.json")) as f:
+        cap = next(c for c in json.load(f)["captures"] if c["name"] == "torch_flops")
+    return os.path.join(root, cap["files"][0]["path"]), cap["ground_truth"]
+
+
+def test_generated_capture_shape_formulas_match_torch_and_the_known_counts():
+    """A real torch CPU profile (record_shapes, with_flops) of ops of known work."""
+    from tb_perfdiag.analysis.efficiency.torch_shapes import host_costs
+    path, gt = _capture()
+    tr = tb_perfdiag.load(path)
+    h = host_costs(tr)
+    assert not isinstance(h, str)
+    # torch's own count of each op it counts (first call of the name)
+    for name, want in gt["profiler_flops"].items():
+        k = h.name.index(name)
+        if h.matmul[k]:
+            assert h.flops_shapes[k] == want, name
+    # per record_function block, the outermost counted ops give the known FLOPs
+    top = h.outermost(tr)
+    want = dict(gt["flops_by_block"])
+    want["backward"] = want.pop("conv_backward") + want.pop("linear_backward")
+    ids = [tr.strings.index(b) for b in want]
+    block_of = {int(i): tr.event_name(int(i)) for i in np.flatnonzero(np.isin(tr.name, ids))}
+    assert sorted(block_of.values()) == sorted(want)
+    got = {}
+    for k in np.flatnonzero(top).tolist():
+        for anc in tr.chain(int(h.event[k])):
+            if anc in block_of:
+                got[block_of[anc]] = got.get(block_of[anc], 0.0) + h.flops_shapes[k]
+    assert got == pytest.approx(want, rel=1e-9)

@@ -35,7 +35,7 @@ PYTHON="${PYTHON:-python3}"
 VENVS="$ROOT/.gen-venv"
 GEN="testdata/generators"
 CAPS="testdata/captures"
-ONLY="${ONLY:-torch jax jax_pod torch_xla tf}"
+ONLY="${ONLY:-torch torch_flops jax jax_pod torch_xla tf}"
 NUMPY_PIN="numpy==2.4.6"
 
 declare -A PKGS=(
@@ -52,11 +52,12 @@ declare -A CHECK=(
   [tf]="tensorflow==2.21.0 tensorboard==2.21.0 numpy==2.4.6"
 )
 declare -A SCRIPT=( [torch]=capture_torch.py [jax]=capture_jax.py [torch_xla]=capture_torch_xla.py
-                    [tf]=capture_tf.py [jax_pod]=capture_jax_pod.py )
+                    [tf]=capture_tf.py [jax_pod]=capture_jax_pod.py
+                    [torch_flops]=capture_torch_flops.py )
 declare -A OUTDIR=( [torch]=torch_cpu [jax]=jax_cpu [torch_xla]=torch_xla_cpu [tf]=tf_cpu
-                    [jax_pod]=jax_pod )
+                    [jax_pod]=jax_pod [torch_flops]=torch_flops_cpu )
 # generators that run in another one's venv
-declare -A VENV=( [jax_pod]=jax )
+declare -A VENV=( [jax_pod]=jax [torch_flops]=torch )
 
 log() { printf '\n== %s\n' "$*" >&2; }
 
@@ -131,10 +132,10 @@ import hashlib, json, os, shutil, sys
 
 caps, gt_dir, names = sys.argv[1], sys.argv[2], sys.argv[3:]
 OUTDIR = {"torch": "torch_cpu", "jax": "jax_cpu", "torch_xla": "torch_xla_cpu", "tf": "tf_cpu",
-          "jax_pod": "jax_pod"}
+          "jax_pod": "jax_pod", "torch_flops": "torch_flops_cpu"}
 SCRIPT = {"torch": "capture_torch.py", "jax": "capture_jax.py",
           "torch_xla": "capture_torch_xla.py", "tf": "capture_tf.py",
-          "jax_pod": "capture_jax_pod.py"}
+          "jax_pod": "capture_jax_pod.py", "torch_flops": "capture_torch_flops.py"}
 path = os.path.join(caps, "MANIFEST.json")
 old = {}
 if os.path.exists(path):
@@ -171,7 +172,8 @@ for c in captures.values():
             if rel not in listed:
                 sys.exit(f"unlisted file in captures: {rel}")
 
-order = [n for n in ("torch", "jax", "jax_pod", "torch_xla", "tf") if n in captures]
+order = [n for n in ("torch", "torch_flops", "jax", "jax_pod", "torch_xla", "tf")
+         if n in captures]
 with open(path, "w") as f:
     json.dump({"about": "Real profiler captures made by this project's generators "
                         "(testdata/generators/make_captures.sh) on a CPU-only machine. "

@@ -273,6 +273,15 @@ class HostCosts:
     recompute: np.ndarray           # bool: a checkpoint's recomputed forward op
     source: str
 
+    def outermost(self, trace: Trace) -> np.ndarray:
+        """Whether each op with a figure has no ancestor with one (the op that counts)."""
+        up = trace.parent[self.event].astype(np.int64)
+        ok = up >= 0
+        anc = np.full(self.event.shape[0], -1, np.int64)
+        if ok.any():
+            anc[ok] = _ancestor_rows(trace, up[ok], self.event, self.has, outermost=True)
+        return self.has & (anc < 0)
+
 
 def host_costs(trace: Trace):
     """The figures of the trace's host ops with shapes (``HostCosts``), or why there
