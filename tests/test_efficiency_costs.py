@@ -115,3 +115,32 @@ def test_real_tpu_trace_flops_and_peak():
         assert c.flops.sum() == pytest.approx(406.68e9, rel=0.01)
         p = device_peak(tr, d, c.dtype_name())
         assert p.flops_per_s == pytest.approx(918e12, rel=0.005)
+
+
+def test_real_tpu_trace_agrees_with_xprof_roofline(tmp_path):
+    """xprof's own roofline (``xprof get_roofline_model``) on the same file: its program
+    FLOP rate × time is the FLOPs of all chips."""
+    import json
+    import os
+    import shutil
+    import subprocess
+    import sys
+    pytest.importorskip("xprof")
+    src = shared_path(*TPU)
+    cli = os.path.join(os.path.dirname(sys.executable), "xprof")
+    if not os.path.exists(cli):
+        cli = shutil.which("xprof")
+    if not cli:
+        pytest.skip("the xprof CLI is not installed")
+    run = tmp_path / "logs" / "run" / "plugins" / "profile" / "s1"
+    run.mkdir(parents=True)
+    os.symlink(src, run / "host0.xplane.pb")
+    got = subprocess.run([cli, "get_roofline_model", str(tmp_path / "logs" / "run")],
+                         capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
+    assert got.returncode == 0, got.stderr[-2000:]
+    prog = json.loads(got.stdout[got.stdout.index("{"):])["program"]
+    theirs = prog["measured_flop_rate_gflops"] * 1e9 * prog["total_time_ms"] / 1e3
+    import tb_perfdiag
+    tr = tb_perfdiag.load(src)
+    ours = sum(op_costs(tr, tr.activity_of(d)).flops.sum() for d in range(len(tr.devices)))
+    assert ours == pytest.approx(theirs, rel=0.02)
