@@ -144,3 +144,99 @@ def test_real_tpu_trace_agrees_with_xprof_roofline(tmp_path):
     tr = tb_perfdiag.load(src)
     ours = sum(op_costs(tr, tr.activity_of(d)).flops.sum() for d in range(len(tr.devices)))
     assert ours == pytest.approx(theirs, rel=0.02)
+
+
+def _hlo_module():
+    """An HloProto: a dot, a convolution, a fusion of a dot and an add, a cuBLAS GEMM
+    custom call, and a custom call of unknown target."""
+    from tb_perfdiag.analysis.efficiency.hlo_costs import HloProto
+    F32, BF16 = 11, 16
+    msg = HloProto()
+    comps = msg.hlo_module.computations
+    fused = comps.add(name="fused_computation", id=2)
+    def ins(c, name, opcode, iid, dims, et=F32, ops=()):
+        i = c.instructions.add(name=name, opcode=opcode, id=iid)
+        i.shape.element_type = et
+        i.shape.dimensions.extend(dims)
+        i.operand_ids.extend(ops)
+        return i
+    ins(fused, "p0", "parameter", 101, [64, 32])
+    ins(fused, "p1", "parameter", 102, [32, 16])
+    d = ins(fused, "dot.9", "dot", 103, [64, 16], ops=(101, 102))
+    d.dot_dimension_numbers.lhs_contracting_dimensions.append(1)
+    d.dot_dimension_numbers.rhs_contracting_dimensions.append(0)
+    ins(fused, "add.9", "add", 104, [64, 16], ops=(103, 103))
+    main = comps.add(name="main", id=1)
+    ins(main, "a", "parameter", 1, [8, 128, 256], BF16)
+    ins(main, "b", "parameter", 2, [8, 256, 64], BF16)
+    d = ins(main, "dot.1", "dot", 3, [8, 128, 64], BF16, ops=(1, 2))
+    dn = d.dot_dimension_numbers
+    dn.lhs_batch_dimensions.append(0)
+    dn.rhs_batch_dimensions.append(0)
+    dn.lhs_contracting_dimensions.append(2)
+    dn.rhs_contracting_dimensions.append(1)
+    ins(main, "img", "parameter", 4, [4, 3, 32, 32])
+    ins(main, "w", "parameter", 5, [16, 3, 3, 3])
+    cv = ins(main, "convolution.2", "convolution", 6, [4, 16, 16, 16], ops=(4, 5))
+    cd = cv.convolution_dimension_numbers
+    cd.kernel_output_feature_dimension, cd.kernel_input_feature_dimension = 0, 1
+    cd.kernel_spatial_dimensions.extend([2, 3])
+    ins(main, "x", "parameter", 7, [64, 32])
+    ins(main, "y", "parameter", 8, [32, 16])
+    fu = ins(main, "fusion.3", "fusion", 9, [64, 16], ops=(7, 8))
+    fu.called_computation_ids.append(2)
+    gemm = ins(main, "custom-call.4", "custom-call", 10, [], ops=(1, 2))
+    gemm.custom_call_target = "__cublas$gemm"
+    t0 = gemm.shape.tuple_shapes.add(element_type=BF16)
+    t0.dimensions.extend([8, 128, 64])
+    gemm.shape.tuple_shapes.add(element_type=6).dimensions.append(1024)    # workspace
+    ins(main, "custom-call.5", "custom-call", 11, [8], ops=(1, 2)).custom_call_target = "foo"
+    return msg.SerializeToString()
+
+
+def test_hlo_cost_rules_on_xla_cpu_ops():
+    from tb_perfdiag.testing.xspace import Ref
+    w = XSpaceWriter()
+    md = w.plane("/host:metadata", id=9)
+    md.eid("jit_step(7)", md_stats=[("Hlo Proto", "b", _hlo_module())])
+    host = w.plane("/host:CPU", id=1)
+    ln = host.line(1, "tf_XLAEigen/1", timestamp_ns=0)
+    names = ["dot.1", "convolution.2", "fusion.3", "custom-call.4", "custom-call.5",
+             "dot.1"]
+    for i, n in enumerate(names):
+        host.event(ln, n, i * 1000, 500, stats={"hlo_op": n, "hlo_module": Ref("jit_step"),
+                                                 "program_id": 7})
+    tr = load_xspace(w)
+    c = op_costs(tr, tr.activity_of(0))
+    assert c.source == "hlo"
+    got = {tr.event_name(int(e)): (f, e_, m) for e, f, e_, m in
+           zip(c.event, c.flops, c.estimated, c.matmul)}
+    bmm = 2 * 8 * 128 * 64 * 256
+    assert got["dot.1"] == (bmm, False, True)
+    assert got["convolution.2"] == (2 * 4 * 16 * 16 * 16 * 27, False, True)
+    assert got["fusion.3"] == (2 * 64 * 16 * 32 + 64 * 16, False, True)   # dot + add
+    assert got["custom-call.4"] == (bmm, True, True)                    # from shapes
+    assert got["custom-call.5"][0] == 0 and not got["custom-call.5"][2]
+    assert c.known.all() and c.flops[~c.estimated].sum() == \
+        2 * bmm + 2 * 4 * 16 * 16 * 16 * 27 + 2 * 64 * 16 * 32 + 64 * 16
+    # the dot's bytes: its operands and its result
+    k = names.index("dot.1")
+    assert c.bytes[k] == 2 * (8 * 128 * 256 + 8 * 256 * 64 + 8 * 128 * 64)
+    assert DTYPES[c.dtype[k]] == "bf16"
+
+
+def test_generated_jax_capture_matmul_flops_by_hand():
+    """The project's JAX CPU capture: an MLP 256-512-512-10, batches 128 (× 10), 96, 64;
+    forward and the weights' gradients of all layers, the inputs' of all but the first."""
+    import glob
+    import os
+    import tb_perfdiag
+    root = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                        "testdata", "captures", "jax_cpu")
+    path = glob.glob(os.path.join(root, "**", "*.xplane.pb"), recursive=True)[0]
+    tr = tb_perfdiag.load(path)
+    c = op_costs(tr, tr.activity_of(0))
+    macs = 256 * 512 + 512 * 512 + 512 * 10
+    per_sample = 2 * (2 * macs + 512 * 512 + 512 * 10)
+    assert c.source == "hlo"
+    assert c.flops[c.matmul].sum() == per_sample * (10 * 128 + 96 + 64)

@@ -463,7 +463,8 @@ def build(path: str, scan: dict, progress=NULL):
     # HLO metadata from /host:metadata joined on (module, program_id, hlo_op)
     progress.within(0.5, "HLO op metadata")
     pages.let_go()                  # the HLO protos' table is Python objects
-    _join_hlo_metadata(planes, stats, strings, n, warnings)
+    protos = _hlo_protos(planes)
+    _join_hlo_metadata(planes, stats, strings, n, warnings, protos)
     # the last name is interned: the strings compact before the links and the event
     # order are made (see ``StringTable.freeze``)
     strings = strings.freeze()
@@ -489,6 +490,8 @@ def build(path: str, scan: dict, progress=NULL):
         metadata["profile_start_ps"] = origin
     # per device plane, its peaks and its ops' XLA cost figures (analysis.efficiency)
     metadata["device_planes"] = _device_facts(planes, devices)
+    if protos:
+        metadata["hlo_protos"] = protos
     del planes          # their metadata bytes and parsed protos (HLO protos: 50 MB at 40 M)
     events = {"ts": ts, "dur": dur, "track": track, "name": name, "kind": kind}
     del ts, dur, track, name, kind
@@ -754,20 +757,29 @@ COLLECTIVE_OPCODES = frozenset(
     for part in ("", "-start", "-done"))
 
 
-def _join_hlo_metadata(planes, stats, strings, n, warnings):
-    if "hlo_op" not in stats:
-        return
-    table = {}
+def _hlo_protos(planes) -> dict:
+    """{``<module>(<program_id>)``: serialized HloProto} of /host:metadata: kept as bytes
+    for the cost rules (``analysis.efficiency.hlo_costs``), parsed only when asked."""
+    out = {}
     for _, pname, pm in planes:
         if pname != "/host:metadata":
             continue
         for md in pm.msg.event_metadata.values():
             for st in md.stats:
                 if pm.stat_name.get(st.metadata_id) == "Hlo Proto" and st.bytes_value:
-                    try:
-                        table.update(hlo_op_metadata(md.name, st.bytes_value))
-                    except ValueError as e:
-                        warnings.append(f"unreadable Hlo Proto for {md.name}: {e}")
+                    out[md.name] = st.bytes_value
+    return out
+
+
+def _join_hlo_metadata(planes, stats, strings, n, warnings, protos=None):
+    if "hlo_op" not in stats:
+        return
+    table = {}
+    for name, raw in (_hlo_protos(planes) if protos is None else protos).items():
+        try:
+            table.update(hlo_op_metadata(name, raw))
+        except ValueError as e:
+            warnings.append(f"unreadable Hlo Proto for {name}: {e}")
     if not table:
         return
     by_program: dict = {}

@@ -27,7 +27,8 @@ class OpCosts:
                             # the trace does not tell them apart)
     bytes: np.ndarray       # float64 bytes accessed (0 where none)
     estimated: np.ndarray   # bool: from the shapes of an op opaque to the cost model (a
-                            # custom call), kept apart from the cost model's figures
+                            # custom call): its FLOPs are in ``flops``, flagged, so that
+                            # ``flops[~estimated]`` is the cost model's figure alone
     matmul: np.ndarray      # bool: matmul class (dot, convolution, attention)
     dtype: np.ndarray       # int8 into DTYPES: the dtype a matmul-class op ran in
     known: np.ndarray       # bool: the op has a figure (0 FLOPs may be a figure)
@@ -61,14 +62,18 @@ def empty(events: np.ndarray, source: str = "", missing: str = "") -> OpCosts:
 def op_costs(trace: Trace, events: np.ndarray) -> OpCosts:
     """The FLOPs and bytes of each of ``events`` (device op events), from the most exact
     source the trace has for them."""
-    from . import torch_shapes, xla_costs
+    from . import hlo_costs, torch_shapes, xla_costs
 
     events = np.asarray(events, np.int64)
     if trace.format == "xspace":
         got = xla_costs.from_op_stats(trace, events)
         if got is not None and got.known.any():
             return got
-        return empty(events, "", "the ops carry no XLA cost figures")
+        got = hlo_costs.from_hlo(trace, events)
+        if got is not None:
+            return got
+        return empty(events, "", "the ops carry no XLA cost figures and the capture has no "
+                                 "HLO proto of their programs")
     if trace.format == "kineto":
         return torch_shapes.from_torch(trace, events)
     return empty(events, "", f"no cost figures are read from {trace.format} traces")

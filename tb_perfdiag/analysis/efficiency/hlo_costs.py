@@ -1,0 +1,253 @@
+"""FLOPs and bytes of XLA ops from the HLO of their program (``/host:metadata``'s Hlo
+Protos, kept as bytes by the XSpace reader), where the ops carry no cost figures of
+their own (GPU XSpaces, XLA:CPU).
+
+XLA's cost rules (``HloCostAnalysis``), the parts that carry the work:
+- ``dot``: 2 × output elements × the contracting dimensions' product;
+- ``convolution``: 2 × output elements × kernel spatial product × input features per
+  group (the kernel's input-feature dimension);
+- elementwise arithmetic: 1 per output element; ``reduce``: 1 per input element;
+- ``fusion``: the sum of its fused instructions' FLOPs; its bytes are its operands' and
+  its output's (what the fused kernel reads and writes), as for any other op.
+Custom calls are opaque to that model: cuBLAS GEMMs and cuDNN forward convolutions are
+estimated from their shapes (``OpCosts.estimated``), others have no figure.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.message import DecodeError
+
+from ...trace.model import Trace
+from .costs import DTYPES, UNKNOWN_DTYPE, OpCosts
+
+
+def _classes():
+    F = descriptor_pb2.FieldDescriptorProto
+    pkg = "tb_perfdiag.hlocost"
+    fdp = descriptor_pb2.FileDescriptorProto(name="tb_perfdiag/hlocost.proto", package=pkg,
+                                             syntax="proto3")
+    M, I64, I32, S = F.TYPE_MESSAGE, F.TYPE_INT64, F.TYPE_INT32, F.TYPE_STRING
+    spec = {
+        "HloProto": [("hlo_module", 1, M, "HloModuleProto", False)],
+        "HloModuleProto": [("computations", 3, M, "HloComputationProto", True)],
+        "HloComputationProto": [("name", 1, S, None, False),
+                                ("instructions", 2, M, "HloInstructionProto", True),
+                                ("id", 5, I64, None, False)],
+        "HloInstructionProto": [
+            ("name", 1, S, None, False), ("opcode", 2, S, None, False),
+            ("shape", 3, M, "ShapeProto", False), ("window", 15, M, "Window", False),
+            ("convolution_dimension_numbers", 16, M, "ConvDims", False),
+            ("custom_call_target", 28, S, None, False),
+            ("dot_dimension_numbers", 30, M, "DotDims", False),
+            ("id", 35, I64, None, False), ("operand_ids", 36, I64, None, True),
+            ("called_computation_ids", 38, I64, None, True),
+            ("feature_group_count", 50, I64, None, False)],
+        "ShapeProto": [("element_type", 2, I32, None, False),
+                       ("dimensions", 3, I64, None, True),
+                       ("tuple_shapes", 4, M, "ShapeProto", True)],
+        "Window": [("dimensions", 1, M, "WindowDimension", True)],
+        "WindowDimension": [("size", 1, I64, None, False), ("stride", 2, I64, None, False)],
+        "ConvDims": [("kernel_input_feature_dimension", 3, I64, None, False),
+                     ("kernel_output_feature_dimension", 4, I64, None, False),
+                     ("kernel_spatial_dimensions", 6, I64, None, True)],
+        "DotDims": [("lhs_contracting_dimensions", 1, I64, None, True),
+                    ("rhs_contracting_dimensions", 2, I64, None, True),
+                    ("lhs_batch_dimensions", 3, I64, None, True),
+                    ("rhs_batch_dimensions", 4, I64, None, True)],
+    }
+    for name, fields_ in spec.items():
+        m = fdp.message_type.add(name=name)
+        for fname, num, ftype, tname, rep in fields_:
+            f = m.field.add(name=fname, number=num, type=ftype,
+                            label=F.LABEL_REPEATED if rep else F.LABEL_OPTIONAL)
+            if tname:
+                f.type_name = f".{pkg}.{tname}"
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fdp)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{pkg}.HloProto"))
+
+
+HloProto = _classes()
+
+# xla.PrimitiveType → (bytes per element, DTYPES name)
+_PRIMITIVE = {1: (1, ""), 2: (1, "int8"), 3: (2, ""), 4: (4, ""), 5: (8, ""), 6: (1, "int8"),
+              7: (2, ""), 8: (4, ""), 9: (8, ""), 10: (2, "fp16"), 11: (4, "fp32"),
+              12: (8, "fp64"), 15: (8, ""), 16: (2, "bf16"), 18: (16, ""), 19: (1, "fp8"),
+              20: (1, "fp8"), 23: (1, "fp8"), 24: (1, "fp8"), 25: (1, "fp8"), 28: (1, "fp8")}
+# one FLOP per output element (XLA counts transcendentals apart: not here)
+_ELEMENTWISE = frozenset((
+    "add", "subtract", "multiply", "divide", "maximum", "minimum", "negate", "abs",
+    "compare", "select", "and", "or", "xor", "not", "remainder", "clamp", "sign", "floor",
+    "ceil", "round-nearest-afz", "round-nearest-even"))
+_GEMM_TARGET = re.compile(r"gemm|matmul", re.I)
+_CONV_TARGET = re.compile(r"cudnn\$convForward|cudnn\$convBiasActivationForward", re.I)
+
+
+def _elements(shape) -> int:
+    if len(shape.tuple_shapes):
+        return 0
+    return int(np.prod(list(shape.dimensions), dtype=np.int64)) if len(shape.dimensions) \
+        else 1
+
+
+def _bytes(shape) -> int:
+    if len(shape.tuple_shapes):
+        return sum(_bytes(s) for s in shape.tuple_shapes)
+    return _elements(shape) * _PRIMITIVE.get(shape.element_type, (0, ""))[0]
+
+
+def _array(shape):
+    """The first array of a (tuple) shape: a custom call's result beside its workspace."""
+    while len(shape.tuple_shapes):
+        shape = shape.tuple_shapes[0]
+    return shape
+
+
+class _Module:
+    """Per instruction name: (flops, bytes, matmul, dtype index, estimated)."""
+
+    def __init__(self, raw: bytes):
+        self.ops: dict = {}
+        try:
+            msg = HloProto.FromString(raw)
+        except DecodeError:
+            return
+        comps = {c.id: c for c in msg.hlo_module.computations}
+        self._comps = comps
+        self._flops_of: dict = {}
+        for c in comps.values():
+            by_id = {i.id: i for i in c.instructions}
+            for ins in c.instructions:
+                fl, mm, dt, est = self._flops(ins, by_id)
+                by = _bytes(ins.shape) + sum(_bytes(by_id[o].shape) for o in ins.operand_ids
+                                             if o in by_id)
+                self.ops[ins.name] = (fl, float(by), mm, dt, est)
+
+    def _computation_flops(self, cid: int):
+        got = self._flops_of.get(cid)
+        if got is not None:
+            return got
+        self._flops_of[cid] = (0.0, False, UNKNOWN_DTYPE)      # a cycle counts nothing
+        c = self._comps.get(cid)
+        fl, mm, dt = 0.0, False, UNKNOWN_DTYPE
+        if c is not None:
+            by_id = {i.id: i for i in c.instructions}
+            for ins in c.instructions:
+                f, m, d, _ = self._flops(ins, by_id)
+                fl += f
+                if m and not mm:
+                    mm, dt = True, d
+        self._flops_of[cid] = (fl, mm, dt)
+        return self._flops_of[cid]
+
+    def _flops(self, ins, by_id):
+        """(flops, matmul, dtype index, estimated) of one instruction."""
+        op = ins.opcode
+        ops = [by_id[o] for o in ins.operand_ids if o in by_id]
+        out = _elements(ins.shape)
+        if op == "dot" and len(ops) >= 2:
+            lhs = list(ops[0].shape.dimensions)
+            k = int(np.prod([lhs[d] for d in ins.dot_dimension_numbers.lhs_contracting_dimensions
+                             if d < len(lhs)], dtype=np.int64))
+            return 2.0 * out * k, True, _dtype(ops[0].shape), False
+        if op == "convolution" and len(ops) >= 2:
+            return _conv_flops(ins, ops, out), True, _dtype(ops[0].shape), False
+        if op == "fusion" and len(ins.called_computation_ids):
+            fl, mm, dt = self._computation_flops(ins.called_computation_ids[0])
+            return fl, mm, dt, False
+        if op == "custom-call" and len(ops) >= 2:
+            target = ins.custom_call_target
+            res = _array(ins.shape)
+            if _GEMM_TARGET.search(target):
+                lhs = list(ops[0].shape.dimensions)
+                dims = list(res.dimensions)
+                if len(lhs) >= 2 and len(dims) >= 2:
+                    # the contracting side of the lhs: the one the result does not keep
+                    k = lhs[-1] if lhs[-2] == dims[-2] else lhs[-2]
+                    return 2.0 * _elements(res) * k, True, _dtype(ops[0].shape), True
+            if _CONV_TARGET.search(target):
+                return _conv_flops(ins, ops, _elements(res)), True, _dtype(ops[0].shape), True
+            return 0.0, False, UNKNOWN_DTYPE, False
+        if op in _ELEMENTWISE:
+            return float(out), False, UNKNOWN_DTYPE, False
+        if op == "reduce" and ops:
+            return float(_elements(ops[0].shape)), False, UNKNOWN_DTYPE, False
+        return 0.0, False, UNKNOWN_DTYPE, False
+
+
+def _dtype(shape) -> int:
+    name = _PRIMITIVE.get(shape.element_type, (0, ""))[1]
+    return DTYPES.index(name) if name else UNKNOWN_DTYPE
+
+
+def _conv_flops(ins, ops, out: int) -> float:
+    kern = list(ops[1].shape.dimensions)
+    dn = ins.convolution_dimension_numbers
+    spatial = [kern[d] for d in dn.kernel_spatial_dimensions if d < len(kern)]
+    cin = kern[dn.kernel_input_feature_dimension] if dn.kernel_input_feature_dimension < \
+        len(kern) else 1
+    return 2.0 * out * float(np.prod(spatial, dtype=np.int64) if spatial else 1) * cin
+
+
+_MODULE_NAME = re.compile(r"^(.*)\((-?\d+)\)$")
+
+
+def from_hlo(trace: Trace, events: np.ndarray) -> OpCosts | None:
+    """Costs of the ops from their programs' HLO; None where the capture has none."""
+    protos = trace.metadata.get("hlo_protos")
+    op = trace.stats.get("hlo_op")
+    if not protos or op is None or events.shape[0] == 0:
+        return None
+    by_program, by_module = {}, {}
+    for name, raw in protos.items():
+        m = _MODULE_NAME.match(name)
+        mod, prog = (m.group(1), int(m.group(2))) if m else (name, None)
+        if prog is not None:
+            by_program[prog % (1 << 64)] = raw
+        by_module.setdefault(mod, raw)
+    op_id, has_op = op.lookup(events)
+    prog_st, mod_st = trace.stats.get("program_id"), trace.stats.get("hlo_module")
+    p = np.full(events.shape[0], -1, np.int64)
+    if prog_st is not None:
+        pv, hp = prog_st.lookup(events)
+        p = np.where(hp, pv, -1).astype(np.int64)
+    mcode = np.full(events.shape[0], -1, np.int64)
+    if mod_st is not None:
+        mv, hm = mod_st.lookup(events)
+        mcode = np.where(hm, mv, -1).astype(np.int64)
+    keys = np.stack([p, mcode, np.where(has_op, op_id, -1).astype(np.int64)], axis=1)
+    uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+    inv = inv.reshape(-1)
+    modules: dict = {}
+    nk = uniq.shape[0]
+    fl, by = np.zeros(nk), np.zeros(nk)
+    mm, est, known = np.zeros(nk, bool), np.zeros(nk, bool), np.zeros(nk, bool)
+    dt = np.full(nk, UNKNOWN_DTYPE, np.int8)
+    for k, (pg, mc, o) in enumerate(uniq.tolist()):      # one per distinct op, not event
+        if o < 0:
+            continue
+        raw = by_program.get(pg % (1 << 64)) if pg != -1 else None
+        if raw is None and mc >= 0:
+            raw = by_module.get(trace.strings[mc])
+        if raw is None:
+            continue
+        mod = modules.get(id(raw))
+        if mod is None:
+            mod = modules[id(raw)] = _Module(raw)
+        got = mod.ops.get(trace.strings[o])
+        if got is None:
+            continue
+        fl[k], by[k], mm[k], d, est[k] = got
+        dt[k] = d
+        known[k] = True
+    if not known.any():
+        return None
+    flops = fl[inv]
+    # a custom call's figure from its shapes stays in ``flops``, flagged ``estimated``:
+    # callers keep it apart from the cost model's
+    return OpCosts(events, flops, flops.copy(), by[inv], est[inv], mm[inv],
+                   np.where(mm[inv], dt[inv], UNKNOWN_DTYPE).astype(np.int8), known[inv],
+                   "hlo", "" if known.all() else "some ops are in no HLO proto of the capture")
