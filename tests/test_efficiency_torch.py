@@ -339,3 +339,13 @@ def test_generated_capture_shape_formulas_match_torch_and_the_known_counts():
             if anc in block_of:
                 got[block_of[anc]] = got.get(block_of[anc], 0.0) + h.flops_shapes[k]
     assert got == pytest.approx(want, rel=1e-9)
+
+
+def test_amd_die_known_by_its_compute_units(tmp_path):
+    """ROCm names an MI250's die "AMD Radeon Graphics": its 104 units and 64 GiB say."""
+    b = _Trace()
+    b.op("aten::mm")
+    props = dict(A100, name="AMD Radeon Graphics", computeMajor=9, numSms=104,
+                 totalGlobalMem=68702699520)
+    p = device_peak(b.load(tmp_path, props=(props,)), 0, "fp32")
+    assert p.source == "datasheet:MI250" and p.flops_per_s == pytest.approx(45.25e12)

@@ -59,11 +59,12 @@ ROWS = (
        fp32=31.2, tf32=62.5, bf16=125, fp16=125, int8=250),
     _r("T4", ("t4",), 320, "NVIDIA T4 Tensor Core GPU datasheet (2019)",
        fp32=8.1, fp16=65, int8=130),
-    # CDNA's fp32 matrix cores: the matrix figure, what an fp32 GEMM can reach
-    _r("MI250X", ("mi250x",), 3276.8, "AMD Instinct MI250X accelerator data sheet (2021)",
-       fp32=95.7, bf16=383, fp16=383, int8=383, fp64=95.7),
-    _r("MI250", ("mi250",), 3276.8, "AMD Instinct MI250 accelerator data sheet (2021)",
-       fp32=90.5, bf16=362.1, fp16=362.1, int8=362.1, fp64=90.5),
+    # CDNA's fp32 matrix cores: the matrix figure, what an fp32 GEMM can reach.  An
+    # MI250(X) is two dies the profiler shows as two devices: half the package's figures
+    _r("MI250X", ("mi250x",), 1638.4, "AMD Instinct MI250X accelerator data sheet (2021), "
+       "per die", fp32=47.85, bf16=191.5, fp16=191.5, int8=191.5, fp64=47.85),
+    _r("MI250", ("mi250",), 1638.4, "AMD Instinct MI250 accelerator data sheet (2021), "
+       "per die", fp32=45.25, bf16=181.05, fp16=181.05, int8=181.05, fp64=45.25),
     _r("MI300X", ("mi300x",), 5300, _MI300,
        fp32=163.4, tf32=653.7, bf16=1307.4, fp16=1307.4, fp8=2614.9, int8=2614.9,
        fp64=163.4),
@@ -103,3 +104,23 @@ def row_for(device_name: str) -> Row | None:
 def _word(name: str, token: str) -> bool:
     import re
     return re.search(rf"(^|[^a-z0-9]){re.escape(token)}($|[^a-z0-9])", name) is not None
+
+
+# AMD parts ROCm names only "AMD Radeon Graphics": known by their compute units (numSms)
+# and memory, one die as the profiler sees it
+_AMD_BY_UNITS = {(104, 64): "MI250", (110, 64): "MI250X", (304, 192): "MI300X",
+                 (304, 256): "MI325X", (256, 288): "MI355X"}
+
+
+def row_for_properties(props: dict) -> Row | None:
+    """The row of a Kineto ``deviceProperties`` entry whose name says too little."""
+    name = str(props.get("name") or "").lower()
+    if "amd" not in name:
+        return None
+    try:
+        units = int(props.get("numSms"))
+        gib = round(float(props.get("totalGlobalMem")) / 2**30 / 16) * 16
+    except (TypeError, ValueError):
+        return None
+    key = _AMD_BY_UNITS.get((units, int(gib)))
+    return next((r for r in ROWS if r.key == key), None) if key else None

@@ -103,6 +103,8 @@ def device_peak(trace: Trace, device: int, dtype: str,
     if props is not None:
         model = str(props.get("name") or "")
     row = datasheets.row_for(model) if model else None
+    if row is None and props is not None:
+        row = datasheets.row_for_properties(props)
     bw = None
     if st.get("peak_hbm_bw_gigabytes_per_second"):
         bw = float(st["peak_hbm_bw_gigabytes_per_second"]) * 1e9
