@@ -349,3 +349,16 @@ def test_amd_die_known_by_its_compute_units(tmp_path):
                  totalGlobalMem=68702699520)
     p = device_peak(b.load(tmp_path, props=(props,)), 0, "fp32")
     assert p.source == "datasheet:MI250" and p.flops_per_s == pytest.approx(45.25e12)
+
+
+def test_the_file_is_read_again_once_per_trace(tmp_path, monkeypatch):
+    from tb_perfdiag import storage
+    b = _Trace()
+    b.op("aten::mm", [[64, 128], [128, 32]], F32)
+    tr = b.load(tmp_path)
+    reads = []
+    real = storage.read_bytes
+    monkeypatch.setattr(storage, "read_bytes", lambda *a, **k: reads.append(1) or real(*a, **k))
+    first = op_costs(tr, tr.activity_of(0))
+    again = op_costs(tr, tr.activity_of(0))
+    assert len(reads) == 1 and first.flops.tolist() == again.flops.tolist()

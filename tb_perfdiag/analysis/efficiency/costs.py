@@ -6,6 +6,7 @@ events of it: no Python loop per event.
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,6 +49,22 @@ class OpCosts:
         if w.sum() <= 0:
             w = np.bincount(self.dtype[m].astype(np.int64), minlength=len(DTYPES))
         return DTYPES[int(np.argmax(w))]
+
+
+_MEMO: dict = {}        # (id(trace), key) → (weak reference to the trace, value)
+
+
+def per_trace(trace: Trace, key: str, make):
+    """``make(trace)``, made once per trace object and kept while the trace lives: the
+    sources' per-op tables (a Kineto file's op args read again, an HLO module parsed)
+    serve every device's call."""
+    k = (id(trace), key)
+    got = _MEMO.get(k)
+    if got is not None and got[0]() is trace:
+        return got[1]
+    value = make(trace)
+    _MEMO[k] = (weakref.ref(trace, lambda _r, k=k: _MEMO.pop(k, None)), value)
+    return value
 
 
 def empty(events: np.ndarray, source: str = "", missing: str = "") -> OpCosts:

@@ -21,7 +21,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 
 from ...trace.model import Trace
-from .costs import DTYPES, UNKNOWN_DTYPE, OpCosts
+from .costs import DTYPES, UNKNOWN_DTYPE, OpCosts, per_trace
 
 
 def _classes():
@@ -221,7 +221,7 @@ def from_hlo(trace: Trace, events: np.ndarray) -> OpCosts | None:
     keys = np.stack([p, mcode, np.where(has_op, op_id, -1).astype(np.int64)], axis=1)
     uniq, inv = np.unique(keys, axis=0, return_inverse=True)
     inv = inv.reshape(-1)
-    modules: dict = {}
+    modules = per_trace(trace, "hlo_modules", lambda _t: {})    # parsed once per trace
     nk = uniq.shape[0]
     fl, by = np.zeros(nk), np.zeros(nk)
     mm, est, known = np.zeros(nk, bool), np.zeros(nk, bool), np.zeros(nk, bool)
