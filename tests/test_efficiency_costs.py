@@ -32,7 +32,7 @@ def _tpu_trace(peak=918.0, with_costs=True):
                   display="fusion.1", md_stats=md(U64(11), 100, 100, 512, "loop fusion"))
         tpu.event(ops, "%fusion.1 = f32[4]{0} fusion(f32[4] %q)#2", t + 2000, 1000,
                   display="fusion.1", md_stats=md(U64(12), 7, 7, 64, "loop fusion"))
-        tpu.event(ops, "%convolution.3 = bf16[128,256]{1,0} convolution(bf16[128,64] %a, "
+        tpu.event(ops, "%convolution.3 = f32[128,256]{1,0} convolution(bf16[128,64] %a, "
                        "bf16[64,256] %b)", t + 4000, 5000, display="convolution.3",
                   md_stats=md(U64(11), 2 * 128 * 64 * 256 + 10, 2 * 128 * 64 * 256,
                               2 * (128 * 64 + 64 * 256 + 128 * 256), "convolution"))

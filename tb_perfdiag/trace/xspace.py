@@ -42,6 +42,7 @@ MD_STR_STATS = ("hlo_op", "hlo_module", "tf_op", "hlo_category", "source", "shap
 MD_COST_STATS = ("flops", "model_flops", "bytes_accessed")
 # an HLO instruction's metadata name: "%fusion.3 = f32[8]{0} fusion(…)"
 _HLO_TEXT = re.compile(r"^%([^\s=]+) = ")
+_HLO_OPERAND_TYPE = re.compile(r"^%[^\s=]+ = .*?[a-z-]+\(\s*([a-z][a-z0-9]*)\[")
 _LUT_MAX = 1 << 22
 _NAME_BLOCK = 1 << 20
 
@@ -212,7 +213,7 @@ class _PlaneMeta:
         entry named by its HLO text (``%name = …``, TPU ops) also gives the ``hlo_op``."""
         ids = self.md_stat_ids
         meta = self.msg.event_metadata
-        # (hlo_op, program_id, flops, model_flops, bytes_accessed, result shape text)
+        # (hlo_op, program_id, flops, model_flops, bytes_accessed, element type text)
         self.op_costs = []
         if ids is None:
             ids = [k for k, m in meta.items() if len(m.stats)]
@@ -245,8 +246,11 @@ class _PlaneMeta:
             if device:
                 cost = _cost_of(md.stats, self.stat_name)
                 if cost is not None and "hlo_op" in got:
-                    m = _HLO_TEXT.match(md.name)
-                    shape = md.name[m.end():].split(" ", 1)[0] if m else ""
+                    # the element type the op computed in: its first operand's (a
+                    # bf16 dot may write f32), else its result's
+                    m = _HLO_OPERAND_TYPE.search(md.name) or _HLO_TEXT.match(md.name)
+                    shape = (m.group(1) if m.re is _HLO_OPERAND_TYPE else
+                             md.name[m.end():].split(" ", 1)[0]) if m else ""
                     self.op_costs.append((got["hlo_op"], got.get("program_id", -1), *cost,
                                           shape))
             for sname, v in got.items():
