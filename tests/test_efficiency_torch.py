@@ -315,7 +315,8 @@ def _capture():
 
 
 def test_generated_capture_shape_formulas_match_torch_and_the_known_counts():
-    """A real torch CPU profile (record_shapes, with_flops) of ops of known work."""
+    """A real torch CPU profile (record_shapes, with_flops) of ops of known work, one
+    layer under activation checkpointing."""
     from tb_perfdiag.analysis.efficiency.torch_shapes import host_costs
     path, gt = _capture()
     tr = tb_perfdiag.load(path)
@@ -329,7 +330,9 @@ def test_generated_capture_shape_formulas_match_torch_and_the_known_counts():
     # per record_function block, the outermost counted ops give the known FLOPs
     top = h.outermost(tr)
     want = dict(gt["flops_by_block"])
-    want["backward"] = want.pop("conv_backward") + want.pop("linear_backward")
+    recomputed = want.pop("recomputed")
+    want["backward"] = want.pop("conv_backward") + want.pop("linear_backward") + \
+        want.pop("ckpt_backward") + recomputed
     ids = [tr.strings.index(b) for b in want]
     block_of = {int(i): tr.event_name(int(i)) for i in np.flatnonzero(np.isin(tr.name, ids))}
     assert sorted(block_of.values()) == sorted(want)
@@ -339,6 +342,8 @@ def test_generated_capture_shape_formulas_match_torch_and_the_known_counts():
             if anc in block_of:
                 got[block_of[anc]] = got.get(block_of[anc], 0.0) + h.flops_shapes[k]
     assert got == pytest.approx(want, rel=1e-9)
+    # the checkpointed layer's forward, run again inside the backward: hardware FLOPs
+    assert h.flops_shapes[top & h.recompute].sum() == recomputed
 
 
 def test_amd_die_known_by_its_compute_units(tmp_path):

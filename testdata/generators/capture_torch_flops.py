@@ -16,8 +16,10 @@ gradient, so the convolution's backward computes only its weight's and bias' gra
     bmm      torch.bmm([8, 64, 32], [8, 32, 16])                2·8·64·32·16
     matmul   torch.matmul([2, 8, 64, 32], [32, 48])             2·16·64·32·48
     sdpa     causal SDPA, q = k = v = [2, 4, 128, 32]           4·2·4·128·128·32 · 129/256
-    backward the convolution's weight gradient (= its forward) and the linear layer's
-             weight gradient (= its forward; its input needs no gradient either)
+    ckpt     a second nn.Linear(256, 128) under torch.utils.checkpoint (non-reentrant)
+    backward the convolution's weight gradient (= its forward), each linear layer's
+             weight gradient (= its forward; their inputs need no gradient either), and
+             the checkpointed layer's forward run again (recomputed: hardware FLOPs)
 
 The ground truth (also written to --ground-truth) holds these FLOPs, computed here from
 the layers' sizes: the independent count the project's shape formulas are checked
@@ -36,6 +38,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile, record_function
+from torch.utils.checkpoint import checkpoint
 
 FILE = "flops.pt.trace.json.gz"
 
@@ -51,6 +54,9 @@ def expected() -> dict:
         "sdpa": 4 * 2 * 4 * 128 * 128 * 32 * 129 / 256,
         "conv_backward": conv,          # the weight's gradient only
         "linear_backward": lin,         # the weight's gradient only
+        "ckpt": lin,
+        "ckpt_backward": lin,           # its weight's gradient
+        "recomputed": lin,              # its forward, run again inside the backward
     }
 
 
@@ -71,6 +77,7 @@ def main() -> None:
     torch.manual_seed(0)
     torch.set_num_threads(1)
     lin = nn.Linear(256, 128)
+    lin2 = nn.Linear(256, 128)
     conv = nn.Conv2d(3, 16, 3, stride=2, padding=1)
     x = torch.randn(32, 256)
     img = torch.randn(4, 3, 32, 32)
@@ -78,7 +85,8 @@ def main() -> None:
     a4, b2 = torch.randn(2, 8, 64, 32), torch.randn(32, 48)
     q = torch.randn(2, 4, 128, 32)
     for _ in range(2):              # warm-up: first calls pick their kernels
-        (lin(x).sum() + conv(img).sum()).backward()
+        (lin(x).sum() + conv(img).sum() + checkpoint(lin2, x, use_reentrant=False).sum()
+         ).backward()
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True,
                  with_flops=True) as prof:
         with record_function("linear"):
@@ -91,8 +99,10 @@ def main() -> None:
             torch.matmul(a4, b2)
         with record_function("sdpa"):
             F.scaled_dot_product_attention(q, q, q, is_causal=True)
+        with record_function("ckpt"):
+            y2 = checkpoint(lin2, x, use_reentrant=False)
         with record_function("backward"):
-            (y.sum() + z.sum()).backward()
+            (y.sum() + z.sum() + y2.sum()).backward()
     if os.path.isdir(a.out):
         shutil.rmtree(a.out)
     os.makedirs(a.out)
