@@ -362,8 +362,23 @@ def test_the_file_is_read_again_once_per_trace(tmp_path, monkeypatch):
     b.op("aten::mm", [[64, 128], [128, 32]], F32)
     tr = b.load(tmp_path)
     reads = []
-    real = storage.read_bytes
-    monkeypatch.setattr(storage, "read_bytes", lambda *a, **k: reads.append(1) or real(*a, **k))
+    real = storage.open_file
+    monkeypatch.setattr(storage, "open_file", lambda *a, **k: reads.append(1) or real(*a, **k))
     first = op_costs(tr, tr.activity_of(0))
     again = op_costs(tr, tr.activity_of(0))
     assert len(reads) == 1 and first.flops.tolist() == again.flops.tolist()
+
+
+def test_a_file_without_shapes_is_given_up_after_its_first_ops(tmp_path, monkeypatch):
+    """Hundreds of ops without shapes first: the rest of the file is not scanned."""
+    from tb_perfdiag.analysis.efficiency import torch_shapes
+    b = _Trace()
+    for _ in range(300):
+        b.op("aten::mm")
+    b.op("aten::mm", [[64, 128], [128, 32]], F32)      # shapes only at the very end
+    tr = b.load(tmp_path)
+    scanned = []
+    real = torch_shapes._scan
+    monkeypatch.setattr(torch_shapes, "_scan", lambda *a: scanned.append(1) or real(*a))
+    c = op_costs(tr, tr.activity_of(0))
+    assert c.missing == NO_SHAPES and not scanned

@@ -130,26 +130,56 @@ def _wanted_names(trace: Trace) -> set:
     return want
 
 
+# ops seen without any shapes before the file is taken to have none (record_shapes
+# off writes no "Input Dims" on any op; on, it writes them on nearly every op)
+_OPS_WITHOUT_SHAPES = 256
+
+
 def _load_doc(trace: Trace):
     """The args of the file's ops of the names ``_wanted_names`` gives, read again from
-    the file: [(name, args)] (None where the file cannot be read).  The args objects are
-    found by their op's ``"name"`` text and parsed alone: a parse of the whole document
-    cost 3× the trace's read."""
+    the file: [(name, args)] (None where the file cannot be read).
+
+    Streamed a decoded chunk at a time (a 4 GB JSON is never held), each chunk cut
+    before its last event's ``"ph"`` so that events are whole; a file whose first ops
+    carry no shapes is given up after them (a 400 MB trace without shapes costs one
+    chunk).  The args objects are found by their op's ``"name"`` text and parsed alone:
+    a parse of the whole document cost 3× the trace's read."""
     from ... import storage
-    try:
-        raw = storage.read_bytes(trace.path)
-    except Exception:                    # noqa: BLE001 - a file gone since the read
-        return None
-    if b'"Input Dims"' not in raw and b'"flops"' not in raw:
-        return []
-    try:
-        from orjson import loads
-    except ImportError:                  # pragma: no cover - orjson is a dependency
-        from json import loads
     want = {n.encode() for n in _wanted_names(trace) if n.startswith("aten::")}
     if not want:
         return []
     out = []
+    try:
+        with storage.open_file(trace.path) as f:
+            carry, ops_seen, shapes = b"", 0, False
+            for chunk in f.chunks():
+                buf = carry + chunk if carry else chunk
+                cut = buf.rfind(b'"ph"')
+                if cut <= 0:
+                    carry = buf
+                    continue
+                part, carry = buf[:cut], buf[cut:]
+                if not shapes:
+                    shapes = b'"Input Dims"' in part or b'"flops"' in part
+                    if not shapes:
+                        ops_seen += part.count(b'"cpu_op"') + part.count(b'"Operator"')
+                        if ops_seen >= _OPS_WITHOUT_SHAPES:
+                            return []
+                        continue
+                _scan(part, want, out)
+            if carry and (shapes or b'"Input Dims"' in carry or b'"flops"' in carry):
+                _scan(carry, want, out)
+    except Exception:                    # noqa: BLE001 - a file gone or changed since
+        return None
+    return out
+
+
+def _scan(raw: bytes, want: set, out: list) -> None:
+    """Appends (name, args) of the wanted ops whose args have shapes or a count."""
+    try:
+        from orjson import loads
+    except ImportError:                  # pragma: no cover - orjson is a dependency
+        from json import loads
     # one pass over the events' names (a search per wanted name scanned the file
     # dozens of times), then the args object of each wanted op alone
     for m in _NAME.finditer(raw):
@@ -168,7 +198,6 @@ def _load_doc(trace: Trace):
                 continue
             if isinstance(args, dict) and ("Input Dims" in args or "flops" in args):
                 out.append((nm.decode(), args))
-    return out
 
 
 def _ext_id(args: dict) -> int:
