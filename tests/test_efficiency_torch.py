@@ -382,3 +382,21 @@ def test_a_file_without_shapes_is_given_up_after_its_first_ops(tmp_path, monkeyp
     monkeypatch.setattr(torch_shapes, "_scan", lambda *a: scanned.append(1) or real(*a))
     c = op_costs(tr, tr.activity_of(0))
     assert c.missing == NO_SHAPES and not scanned
+
+
+def test_a_gemm_workspace_memset_takes_none_of_its_flops(tmp_path):
+    b = _Trace()
+    b.op("aten::mm", [[64, 128], [128, 32]], F32)
+    # a memset launched inside the same op (as cuBLAS does for its workspace)
+    mm = b.events[-1]
+    ext, corr = mm["args"]["External id"], b.corr
+    b.events.insert(0, {"ph": "X", "cat": "cuda_runtime", "name": "cudaMemsetAsync",
+                        "pid": 1, "tid": 1, "ts": mm["ts"] + 0.5, "dur": 0.2,
+                        "args": {"correlation": corr, "External id": ext}})
+    b.events.append({"ph": "X", "cat": "gpu_memset", "name": "Memset (Device)", "pid": 0,
+                     "tid": 7, "ts": mm["ts"] + 0.6, "dur": 0.1,
+                     "args": {"device": 0, "stream": 7, "correlation": corr, "bytes": 4096}})
+    c, names = _costs(b.load(tmp_path))
+    k = names.index("volta_sgemm_128x64_nn")
+    assert len(c) == 2 and c.flops[k] == 2 * 64 * 128 * 32 and c.flops.sum() == c.flops[k]
+    assert c.bytes[1 - k] == 4096 and not c.matmul[1 - k]

@@ -541,12 +541,17 @@ def _to_kernels(trace, events, op_ev, has, op_fl, op_by, elems, op_mm, op_dt, re
             "no device op was launched inside a host op with a cost formula"
         return out
     r = row[hit]
-    # split each op's figure over its device events by duration (evenly where all are 0)
-    dur = trace.dur[events[hit]].astype(np.float64)
-    tot = np.bincount(r, weights=dur, minlength=op_ev.shape[0])
-    cnt = np.bincount(r, minlength=op_ev.shape[0]).astype(np.float64)
-    share = np.where(tot[r] > 0, dur / np.where(tot[r] > 0, tot[r], 1.0), 1.0 / cnt[r])
+    # split each op's figure over its kernels by duration (evenly where all last 0); a
+    # copy or fill it launched too (a workspace memset) takes none while it has a kernel
     is_kernel = trace.kind[events[hit]] == EventKind.KERNEL
+    n_ops = op_ev.shape[0]
+    has_kernel = np.bincount(r, weights=is_kernel, minlength=n_ops) > 0
+    takes = is_kernel | ~has_kernel[r]
+    dur = np.where(takes, trace.dur[events[hit]].astype(np.float64), 0.0)
+    tot = np.bincount(r, weights=dur, minlength=n_ops)
+    cnt = np.bincount(r, weights=takes, minlength=n_ops)
+    share = np.where(tot[r] > 0, dur / np.where(tot[r] > 0, tot[r], 1.0),
+                     takes / np.maximum(cnt[r], 1.0))
     fl = op_fl[r] * share
     out.hw_flops[hit] = fl
     out.flops[hit] = np.where(recompute[r], 0.0, fl)
