@@ -240,3 +240,23 @@ def test_generated_jax_capture_matmul_flops_by_hand():
     per_sample = 2 * (2 * macs + 512 * 512 + 512 * 10)
     assert c.source == "hlo"
     assert c.flops[c.matmul].sum() == per_sample * (10 * 128 + 96 + 64)
+
+
+@pytest.mark.parametrize("name,row,bf16", [
+    ("Tesla V100-SXM2-16GB", "V100 SXM2", None), ("Tesla V100-PCIE-32GB", "V100 PCIe", None),
+    ("NVIDIA A100-SXM4-80GB", "A100 SXM 80GB", 312), ("NVIDIA A100-PCIE-40GB", "A100 40GB", 312),
+    ("NVIDIA H100 80GB HBM3", "H100 SXM", 989.4), ("NVIDIA H100 PCIe", "H100 PCIe", 756),
+    ("NVIDIA H200", "H200 SXM", 989.4), ("NVIDIA GH200 480GB", "GH200", 989.4),
+    ("NVIDIA B200", "B200", 2250), ("NVIDIA L4", "L4", 121), ("NVIDIA A10G", "A10G", 125),
+    ("Tesla T4", "T4", None), ("AMD Instinct MI250X", "MI250X", 191.5),
+    ("AMD Instinct MI300X", "MI300X", 1307.4), ("AMD Instinct MI325X", "MI325X", 1307.4),
+    ("AMD Instinct MI355X", "MI355X", 2516.6), ("TPU v4", "TPU v4", 275),
+    ("TPU v5 lite", "TPU v5e", 197), ("TPU v5", "TPU v5p", 459), ("TPU v5p", "TPU v5p", 459),
+    ("TPU v6 lite", "TPU v6e", 918), ("NVIDIA L40S", None, None), ("NVIDIA A40", None, None),
+])
+def test_datasheet_rows_by_name(name, row, bf16):
+    from tb_perfdiag.analysis.efficiency.datasheets import row_for
+    r = row_for(name)
+    assert (r.key if r else None) == row
+    if r is not None:
+        assert r.datasheet and r.gbytes_per_s > 0 and r.tflops.get("bf16") == bf16

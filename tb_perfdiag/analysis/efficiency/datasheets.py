@@ -46,6 +46,9 @@ ROWS = (
        fp32=60, tf32=417, bf16=835, fp16=835, fp8=1670, int8=1670, fp64=60),
     _r("H100 SXM", ("h100",), 3350, _H100,
        fp32=67, tf32=494.7, bf16=989.4, fp16=989.4, fp8=1978.9, int8=1978.9, fp64=67),
+    # Grace Hopper: an H100-class GPU with its own HBM (the 96 GB HBM3 part's 4 TB/s)
+    _r("GH200", ("gh200",), 4000, "NVIDIA GH200 Grace Hopper Superchip datasheet (2023)",
+       fp32=67, tf32=494.7, bf16=989.4, fp16=989.4, fp8=1978.9, int8=1978.9, fp64=67),
     _r("H200 SXM", ("h200",), 4800, "NVIDIA H200 Tensor Core GPU datasheet (2024)",
        fp32=67, tf32=494.7, bf16=989.4, fp16=989.4, fp8=1978.9, int8=1978.9, fp64=67),
     _r("B200", ("b200",), 8000, "NVIDIA HGX B200 datasheet (2024), per GPU",
