@@ -493,8 +493,10 @@ def build(path: str, scan: dict, progress=NULL):
     if origin is not None:
         metadata["profile_start_ps"] = origin
     # per device plane, its peaks and its ops' XLA cost figures (analysis.efficiency)
-    metadata["device_planes"] = _device_facts(planes, devices)
-    if protos:
+    metadata["device_planes"] = facts = _device_facts(planes, devices)
+    if protos and not any("op_costs" in f for f in facts.values()):
+        # where no op carries XLA's cost figures, the HLO is what they come from: its
+        # bytes are kept (the planes are let go below), parsed only when asked
         metadata["hlo_protos"] = protos
     del planes          # their metadata bytes and parsed protos (HLO protos: 50 MB at 40 M)
     events = {"ts": ts, "dur": dur, "track": track, "name": name, "kind": kind}
