@@ -260,3 +260,15 @@ def test_datasheet_rows_by_name(name, row, bf16):
     assert (r.key if r else None) == row
     if r is not None:
         assert r.datasheet and r.gbytes_per_s > 0 and r.tflops.get("bf16") == bf16
+
+
+def test_distinct_rows_agrees_with_numpy():
+    from tb_perfdiag.analysis.efficiency.costs import distinct_rows
+    rng = np.random.default_rng(3)
+    a = rng.integers(0, 4, 5000)
+    b = rng.choice(np.array([-1, 2**63 - 5, -(2**62), 7]), 5000)
+    c = rng.integers(-1, 300, 5000)
+    rows, inv = distinct_rows(a, b, c)
+    want, winv = np.unique(np.stack([a, b, c], 1), axis=0, return_inverse=True)
+    assert (rows == want).all() and (inv == winv.reshape(-1)).all()
+    assert (rows[inv] == np.stack([a, b, c], 1)).all()

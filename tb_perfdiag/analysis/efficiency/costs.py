@@ -67,6 +67,51 @@ def per_trace(trace: Trace, key: str, make):
     return value
 
 
+def distinct_rows(*cols) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct rows of the integer columns ``cols``, (k, n_cols) int64; each row's
+    index into them): ``np.unique(axis=0)`` without its sort of rows (2.1 s over 480 k
+    TPU ops).  Each column is coded to 0..m−1 (a mark table where its values span
+    little, else a 1-D unique), the codes packed into one int64 key, the key coded."""
+    n = cols[0].shape[0]
+    codes, sizes, tables = [], [], []
+    for c in cols:
+        c = np.asarray(c, np.int64)
+        code, table = _code(c)
+        codes.append(code)
+        sizes.append(max(table.shape[0], 1))
+        tables.append(table)
+    if float(np.prod(np.asarray(sizes, np.float64))) >= 2.0 ** 62:   # no room in a key
+        rows, inv = np.unique(np.stack([np.asarray(c, np.int64) for c in cols], axis=1),
+                              axis=0, return_inverse=True)
+        return rows, inv.reshape(-1)
+    key = np.zeros(n, np.int64)
+    for code, size in zip(codes, sizes):
+        key = key * size + code
+    kcode, ktable = _code(key)
+    rows = np.empty((ktable.shape[0], len(cols)), np.int64)
+    rest = ktable.copy()
+    for j in range(len(cols) - 1, -1, -1):
+        rows[:, j] = tables[j][rest % sizes[j]] if tables[j].shape[0] else -1
+        rest //= sizes[j]
+    return rows, kcode
+
+
+def _code(c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(codes 0..m−1, the m distinct values ascending) of an int64 column."""
+    if not c.shape[0]:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    lo, hi = int(c.min()), int(c.max())
+    if hi - lo <= max(4 * c.shape[0], 1 << 16):
+        mark = np.zeros(hi - lo + 1, bool)
+        mark[c - lo] = True
+        table = np.flatnonzero(mark)
+        lut = np.zeros(hi - lo + 1, np.int64)
+        lut[table] = np.arange(table.shape[0])
+        return lut[c - lo], table + lo
+    table, inv = np.unique(c, return_inverse=True)
+    return inv.reshape(-1).astype(np.int64), table
+
+
 def empty(events: np.ndarray, source: str = "", missing: str = "") -> OpCosts:
     """Costs with no figure for any of ``events``."""
     n = events.shape[0]

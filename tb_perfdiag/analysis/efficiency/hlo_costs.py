@@ -21,7 +21,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 
 from ...trace.model import Trace
-from .costs import DTYPES, UNKNOWN_DTYPE, OpCosts, per_trace
+from .costs import DTYPES, UNKNOWN_DTYPE, OpCosts, distinct_rows, per_trace
 
 
 def _classes():
@@ -218,9 +218,7 @@ def from_hlo(trace: Trace, events: np.ndarray) -> OpCosts | None:
     if mod_st is not None:
         mv, hm = mod_st.lookup(events)
         mcode = np.where(hm, mv, -1).astype(np.int64)
-    keys = np.stack([p, mcode, np.where(has_op, op_id, -1).astype(np.int64)], axis=1)
-    uniq, inv = np.unique(keys, axis=0, return_inverse=True)
-    inv = inv.reshape(-1)
+    uniq, inv = distinct_rows(p, mcode, np.where(has_op, op_id, -1))
     modules = per_trace(trace, "hlo_modules", lambda _t: {})    # parsed once per trace
     nk = uniq.shape[0]
     fl, by = np.zeros(nk), np.zeros(nk)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...trace.model import Trace
-from .costs import DTYPES, UNKNOWN_DTYPE, OpCosts
+from .costs import DTYPES, UNKNOWN_DTYPE, OpCosts, distinct_rows
 
 # XLA op categories (``hlo_category``) whose work is matrix-unit work
 _MATMUL_CATEGORIES = ("convolution", "convolution fusion", "convolution-base", "dot",
@@ -29,9 +29,7 @@ def _key_codes(trace: Trace, events: np.ndarray, device_of: np.ndarray):
         p = np.where(has_p, p, -1).astype(np.int64)
     else:
         p = np.full(events.shape[0], -1, np.int64)
-    keys = np.stack([device_of.astype(np.int64), p,
-                     np.where(has_op, op_id, -1).astype(np.int64)], axis=1)
-    return np.unique(keys, axis=0, return_inverse=True)
+    return distinct_rows(device_of, p, np.where(has_op, op_id, -1))
 
 
 def from_op_stats(trace: Trace, events: np.ndarray) -> OpCosts | None:
@@ -87,11 +85,11 @@ def _matmul(trace: Trace, events: np.ndarray, cat) -> np.ndarray:
     if cat is None:
         return np.zeros(events.shape[0], bool)
     cid, has = cat.lookup(events)
-    cid = np.where(has, cid, -1)
-    u, inv = np.unique(cid, return_inverse=True)
+    u, inv = distinct_rows(np.where(has, cid, -1))
     is_mm = np.array([c >= 0 and any(w in trace.strings[c].lower()
-                                     for w in _MATMUL_CATEGORIES) for c in u.tolist()], bool)
-    return is_mm[inv.reshape(-1)]
+                                     for w in _MATMUL_CATEGORIES) for c in u[:, 0].tolist()],
+                     bool)
+    return is_mm[inv]
 
 
 def element_dtype(shape_text: str) -> str:
