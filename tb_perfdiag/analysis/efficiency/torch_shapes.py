@@ -122,10 +122,13 @@ def _wanted_names(trace: Trace) -> set:
         host = np.flatnonzero(np.isin(trace.name, conv_ids))
         host = host[trace.track_kind[trace.track[host]] == TrackKind.HOST]
         if host.size:
-            ev = np.flatnonzero(trace.track_kind[trace.track] == TrackKind.HOST)
+            # the convolutions' siblings: events of the same parents (a sort of every
+            # host event was 0.5 s at 2 M events)
+            par = np.unique(trace.parent[host])
+            ev = np.flatnonzero(np.isin(trace.parent, par))
+            ev = np.union1d(ev[trace.track_kind[trace.track[ev]] == TrackKind.HOST], host)
             nxt = _sibling_after(trace, ev)
-            pos = np.searchsorted(ev, host)
-            j = nxt[pos]
+            j = nxt[np.searchsorted(ev, host)]
             want |= {trace.strings[k] for k in np.unique(trace.name[ev[j[j >= 0]]]).tolist()}
     return want
 
@@ -145,9 +148,7 @@ def _load_doc(trace: Trace):
     chunk).  The args objects are found by their op's ``"name"`` text and parsed alone:
     a parse of the whole document cost 3× the trace's read."""
     from ... import storage
-    want = {n.encode() for n in _wanted_names(trace) if n.startswith("aten::")}
-    if not want:
-        return []
+    want = None                          # made once the file is seen to have shapes
     out = []
     try:
         with storage.open_file(trace.path) as f:
@@ -166,8 +167,14 @@ def _load_doc(trace: Trace):
                         if ops_seen >= _OPS_WITHOUT_SHAPES:
                             return []
                         continue
+                if want is None:
+                    want = {n.encode() for n in _wanted_names(trace)
+                            if n.startswith("aten::")}
                 _scan(part, want, out)
             if carry and (shapes or b'"Input Dims"' in carry or b'"flops"' in carry):
+                if want is None:
+                    want = {n.encode() for n in _wanted_names(trace)
+                            if n.startswith("aten::")}
                 _scan(carry, want, out)
     except Exception:                    # noqa: BLE001 - a file gone or changed since
         return None
