@@ -400,3 +400,13 @@ def test_a_gemm_workspace_memset_takes_none_of_its_flops(tmp_path):
     k = names.index("volta_sgemm_128x64_nn")
     assert len(c) == 2 and c.flops[k] == 2 * 64 * 128 * 32 and c.flops.sum() == c.flops[k]
     assert c.bytes[1 - k] == 4096 and not c.matmul[1 - k]
+
+
+def test_fp32_conv_on_tf32_kernels_runs_in_tf32(tmp_path):
+    b = _Trace()
+    b.op("aten::cudnn_convolution", [[8, 3, 32, 32], [16, 3, 3, 3]] + [[]] * 6, F32,
+         ["", "", "[1, 1]", "[2, 2]", "[1, 1]", "1"],
+         kernel="sm80_xmma_fprop_implicit_gemm_tf32f32_tf32f32_f32_nhwckrsc_nchw")
+    b.op("aten::mm", [[64, 128], [128, 32]], F32, kernel="ampere_sgemm_128x64_nn")
+    c, _ = _costs(b.load(tmp_path))
+    assert [DTYPES[d] for d in c.dtype] == ["tf32", "fp32"]

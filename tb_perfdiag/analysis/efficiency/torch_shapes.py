@@ -569,6 +569,9 @@ def _to_kernels(trace, events, op_ev, has, op_fl, op_by, elems, op_mm, op_dt, re
     out.known[hit] = True
     kdt, ksz = _kernel_dtypes(trace, events[hit])
     dt = np.where(op_dt[r] != UNKNOWN_DTYPE, op_dt[r], kdt)
+    # an fp32 op whose kernel runs TF32 tensor cores (cuDNN's default on Ampere+)
+    tf32 = DTYPES.index("tf32")
+    dt = np.where((dt == DTYPES.index("fp32")) & (kdt == tf32), tf32, dt)
     out.dtype[hit] = np.where(out.matmul[hit], dt, UNKNOWN_DTYPE)
     # bytes: the formula's, at the kernels' element size where the op had no types
     # (none where neither says: a kernel name without its type)
