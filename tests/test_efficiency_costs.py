@@ -272,3 +272,23 @@ def test_distinct_rows_agrees_with_numpy():
     want, winv = np.unique(np.stack([a, b, c], 1), axis=0, return_inverse=True)
     assert (rows == want).all() and (inv == winv.reshape(-1)).all()
     assert (rows[inv] == np.stack([a, b, c], 1)).all()
+
+
+def test_hlo_op_run_as_two_gpu_kernels_counts_once():
+    from tb_perfdiag.testing.xspace import Ref
+    w = XSpaceWriter()
+    md = w.plane("/host:metadata", id=9)
+    md.eid("jit_step(7)", md_stats=[("Hlo Proto", "b", _hlo_module())])
+    gpu = w.plane("/device:GPU:0", id=1)
+    ln = gpu.line(7, "Stream #7", timestamp_ns=0)
+    st = {"hlo_op": "dot.1", "hlo_module": Ref("jit_step"), "program_id": 7}
+    for i, kname in enumerate(["gemm_kernel", "splitk_reduce", "gemm_kernel"]):
+        stats = dict(st, correlation_id=i + 1)
+        if i == 2:
+            stats["hlo_op"] = "convolution.2"
+        gpu.event(ln, kname, i * 1000, 500, stats=stats)
+    tr = load_xspace(w)
+    c = op_costs(tr, tr.activity_of(0))
+    bmm = 2 * 8 * 128 * 64 * 256
+    assert c.source == "hlo" and c.flops.tolist() == [bmm / 2, bmm / 2,
+                                                      2 * 4 * 16 * 16 * 16 * 27]

@@ -195,6 +195,27 @@ def _conv_flops(ins, ops, out: int) -> float:
 _MODULE_NAME = re.compile(r"^(.*)\((-?\d+)\)$")
 
 
+def _kernel_share(trace: Trace, events: np.ndarray, key: np.ndarray) -> np.ndarray:
+    """Each event's share of its HLO op's figure.  On a GPU one op (a cuDNN convolution,
+    a split-K GEMM) may run as several kernels back to back on its stream, each naming
+    the op: a run of consecutive kernels of one op on one track shares one figure.  An
+    XLA:CPU or TPU op event is one run of the op (1)."""
+    share = np.ones(events.shape[0])
+    dev = trace.track_device[trace.track[events]]
+    gpu = np.array([d.kind == "gpu" for d in trace.devices], bool)
+    on = np.flatnonzero(gpu[dev]) if gpu.any() else np.zeros(0, np.int64)
+    if not on.size:
+        return share
+    o = on[np.argsort(events[on], kind="stable")]           # track, then time order
+    trk, k = trace.track[events[o]], key[o]
+    start = np.ones(o.shape[0], bool)
+    start[1:] = (trk[1:] != trk[:-1]) | (k[1:] != k[:-1])
+    run = np.cumsum(start) - 1
+    size = np.bincount(run).astype(np.float64)
+    share[o] = 1.0 / size[run]
+    return share
+
+
 def from_hlo(trace: Trace, events: np.ndarray) -> OpCosts | None:
     """Costs of the ops from their programs' HLO; None where the capture has none."""
     protos = trace.metadata.get("hlo_protos")
@@ -243,9 +264,10 @@ def from_hlo(trace: Trace, events: np.ndarray) -> OpCosts | None:
         known[k] = True
     if not known.any():
         return None
-    flops = fl[inv]
+    share = _kernel_share(trace, events, inv)
+    flops = fl[inv] * share
     # a custom call's figure from its shapes stays in ``flops``, flagged ``estimated``:
     # callers keep it apart from the cost model's
-    return OpCosts(events, flops, flops.copy(), by[inv], est[inv], mm[inv],
+    return OpCosts(events, flops, flops.copy(), by[inv] * share, est[inv], mm[inv],
                    np.where(mm[inv], dt[inv], UNKNOWN_DTYPE).astype(np.int8), known[inv],
                    "hlo", "" if known.all() else "some ops are in no HLO proto of the capture")
