@@ -150,8 +150,8 @@ class _Module:
         out = _elements(ins.shape)
         if op == "dot" and len(ops) >= 2:
             lhs = list(ops[0].shape.dimensions)
-            k = int(np.prod([lhs[d] for d in ins.dot_dimension_numbers.lhs_contracting_dimensions
-                             if d < len(lhs)], dtype=np.int64))
+            contracting = ins.dot_dimension_numbers.lhs_contracting_dimensions
+            k = int(np.prod([lhs[d] for d in contracting if d < len(lhs)], dtype=np.int64))
             return 2.0 * out * k, True, _dtype(ops[0].shape), False
         if op == "convolution" and len(ops) >= 2:
             return _conv_flops(ins, ops, out), True, _dtype(ops[0].shape), False

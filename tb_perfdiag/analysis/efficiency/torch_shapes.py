@@ -343,7 +343,6 @@ def host_costs(trace: Trace):
                           else np.nan for a in ops.args])
     names = ops.names
     ev = ops.event
-    name_arr = np.array(names, dtype=object)
     is_conv = np.array([nm in _CONV for nm in names], bool)
     is_bwd = np.array([nm in _CONV_BWD for nm in names], bool)
 
@@ -388,7 +387,7 @@ def host_costs(trace: Trace):
                                    F._ints(conc[r], dl) if dl is not None else None)
             if got is None:
                 j = nxt[r]
-                while j >= 0 and names[j] in _CONV:       # a conv nested in a conv
+                if j >= 0 and names[j] in _CONV:          # a convolution takes no output
                     j = -1
                 if j >= 0 and dims[j] and F._is_shape(dims[j][0]):
                     y = dims[j][0]
