@@ -33,11 +33,12 @@ class _Trace:
         self.t += 1
         for c in children:
             c()
-        for _ in range(kernels):
+        names = kernel if isinstance(kernel, list) else [kernel] * kernels
+        for kname in names:
             self.events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel",
                                 "pid": 1, "tid": 1, "ts": self.t, "dur": 1,
                                 "args": {"correlation": self.corr, "External id": self.ext}})
-            self.events.append({"ph": "X", "cat": "kernel", "name": kernel, "pid": 0,
+            self.events.append({"ph": "X", "cat": "kernel", "name": kname, "pid": 0,
                                 "tid": 7, "ts": self.t + 1, "dur": 2,
                                 "args": {"device": 0, "stream": 7,
                                          "correlation": self.corr}})
@@ -410,3 +411,11 @@ def test_fp32_conv_on_tf32_kernels_runs_in_tf32(tmp_path):
     b.op("aten::mm", [[64, 128], [128, 32]], F32, kernel="ampere_sgemm_128x64_nn")
     c, _ = _costs(b.load(tmp_path))
     assert [DTYPES[d] for d in c.dtype] == ["tf32", "fp32"]
+
+
+def test_a_gemm_op_s_flops_go_to_its_gemm_kernel_not_the_copy_beside_it(tmp_path):
+    b = _Trace()
+    b.op("aten::linear", [[64, 128], [32, 128], [32]], F32,
+         kernel=["void at::native::elementwise_kernel<128, 2>", "ampere_sgemm_64x64_nn"])
+    c, names = _costs(b.load(tmp_path))
+    assert c.flops.tolist() == [0.0, 2 * 64 * 128 * 32] and c.matmul.tolist() == [False, True]

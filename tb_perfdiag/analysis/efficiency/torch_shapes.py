@@ -512,6 +512,18 @@ def _formula(name, dims, conc, out_shape, kid_mask, dt, size):
     return None
 
 
+_MATMUL_KERNEL = re.compile(
+    r"gemm|gemv|matmul|conv|xmma|cutlass|cublas|wgrad|dgrad|fprop|winograd|im2col|fft|"
+    r"flash|fmha|attention|attn|mma|cudnn|miopen|igemm|hipblas|rocblas|ck_|Cijk_", re.I)
+
+
+def _matmul_kernels(trace: Trace, kern: np.ndarray) -> np.ndarray:
+    """Whether each kernel's name is that of matrix work (per distinct name)."""
+    u, inv = np.unique(trace.name[kern], return_inverse=True)
+    hit = np.array([bool(_MATMUL_KERNEL.search(trace.strings[i])) for i in u.tolist()], bool)
+    return hit[inv.reshape(-1)] if u.size else np.zeros(0, bool)
+
+
 def _kernel_dtypes(trace: Trace, kern: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(DTYPES index, element bytes) of each kernel from its name (per distinct name)."""
     u, inv = np.unique(trace.name[kern], return_inverse=True)
@@ -556,6 +568,11 @@ def _to_kernels(trace, events, op_ev, has, op_fl, op_by, elems, op_mm, op_dt, re
     n_ops = op_ev.shape[0]
     has_kernel = np.bincount(r, weights=is_kernel, minlength=n_ops) > 0
     takes = is_kernel | ~has_kernel[r]
+    # a matmul-class op's figure goes to its GEMM/convolution/attention kernels where it
+    # launched any (not to the bias add or the copy beside them)
+    mm_kernel = is_kernel & op_mm[r] & _matmul_kernels(trace, events[hit])
+    has_mm = np.bincount(r, weights=mm_kernel, minlength=n_ops) > 0
+    takes &= mm_kernel | ~has_mm[r]
     dur = np.where(takes, trace.dur[events[hit]].astype(np.float64), 0.0)
     tot = np.bincount(r, weights=dur, minlength=n_ops)
     cnt = np.bincount(r, weights=takes, minlength=n_ops)
@@ -564,7 +581,7 @@ def _to_kernels(trace, events, op_ev, has, op_fl, op_by, elems, op_mm, op_dt, re
     fl = op_fl[r] * share
     out.hw_flops[hit] = fl
     out.flops[hit] = np.where(recompute[r], 0.0, fl)
-    out.matmul[hit] = op_mm[r] & is_kernel
+    out.matmul[hit] = op_mm[r] & is_kernel & takes
     out.known[hit] = True
     kdt, ksz = _kernel_dtypes(trace, events[hit])
     dt = np.where(op_dt[r] != UNKNOWN_DTYPE, op_dt[r], kdt)
