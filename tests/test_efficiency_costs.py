@@ -72,6 +72,8 @@ def test_tpu_peak_from_plane_and_override():
     p = device_peak(tr, 0, "bf16")
     assert p.flops_per_s == 918e12 and p.bytes_per_s == 1640e9 and p.source == "trace"
     assert p.device_model == "TPU v6 Lite"
+    assert device_peak(tr, 0, "int8").flops_per_s == 1836e12     # the v6e's int8 rate
+    assert device_peak(tr, 0, "fp32").flops_per_s == 918e12
     p = device_peak(tr, 0, "bf16", override_tflops=100)
     assert p.flops_per_s == 100e12 and p.source == "option"
 

@@ -115,9 +115,13 @@ def device_peak(trace: Trace, device: int, dtype: str,
     if override_tflops is not None:
         return Peak(float(override_tflops) * 1e12, bw, dtype, "option", model)
     if st.get("peak_teraflops_per_second"):
-        # a TPU plane's own peak: the MXU's, whatever the matmuls' dtype
-        return Peak(float(st["peak_teraflops_per_second"]) * 1e12, bw, dtype or "bf16",
-                    "trace", model)
+        # a TPU plane's own peak: the MXU's bf16 rate (an fp32 matmul runs as bf16 passes
+        # at XLA's default precision); int8 and fp8 at the datasheet's ratio to it
+        tf = float(st["peak_teraflops_per_second"])
+        if row is not None and dtype in ("int8", "fp8") and row.tflops.get(dtype) and \
+                row.tflops.get("bf16"):
+            tf *= row.tflops[dtype] / row.tflops["bf16"]
+        return Peak(tf * 1e12, bw, dtype or "bf16", "trace", model)
     if row is not None:
         p = _from_row(row, dtype, model)
         if bw is not None:
