@@ -1,6 +1,6 @@
 // The Diagnose page: selectors, summary, steps chart, gap list, gap detail, timeline.
 import { getJSON, routeUrl, TB_ROOT } from "./api.js";
-import { h } from "./dom.js";
+import { h, put } from "./dom.js";
 import { causeColor, causeLabel, cut, formatNs, formatPct, fullTitle, gapLabel, gapRefs, optionText, plural, squeeze } from "./format.js";
 import { readState, writeState, urlWindow } from "./state.js";
 import { barHoldsStep, renderStepsChart, stepStats } from "./steps_chart.js";
@@ -11,8 +11,19 @@ import { CompareHosts } from "./compare.js";
 import { CompareRuns, renderPicker } from "./compare_runs.js";
 import { onTensorBoardReload } from "./tb_host.js";
 import { dutyWaitText, mergeStepWait, renderCollectives } from "./collectives.js";
+import { headline } from "./headline.js";
 
 const PAGE = 200;
+/** Causes where the device had the work and waited (not the host's doing). */
+const DEVICE_SIDE = ["device_wait", "collective_wait"];
+/** What the host did during a share of a gap, for the panel's "In short". */
+const HOST_DID = {
+  untraced: "shows no op (idle or not profiled)", data_loading: "was loading input",
+  host_compute: "was computing between launches", launch_overhead: "was launching work",
+  compilation: "was compiling", h2d_transfer: "was copying data to the device",
+  allocator: "was in the memory allocator", graph_capture: "was capturing a CUDA graph",
+  runtime_call: "was in a runtime call", startup: "was still starting up",
+};
 /** Runs with this many hosts or more open on the per-host summary (a pod), not on one host. */
 export const POD_HOSTS = 8;
 /** The host selector's value for that summary. */
@@ -32,6 +43,9 @@ export class App {
     this.diag = null;
     this.gaps = [];
     this.token = 0;
+    this.abort = null;             // the AbortController of the selection shown
+    this.shownKey = null;          // run|host|span|device whose answers are drawn
+    this.coll = null; this.collKey = null;
     this.runsVersion = 0;
     this.spanRule = "";
     this.profilePlugin = false;
@@ -207,6 +221,52 @@ export class App {
     }
   }
 
+  /** Which selection the answers are for: run, host and capture (the step filters within). */
+  selectionKey(s = this.state) {
+    return `${s.run}|${s.host}|${s.span || ""}`;
+  }
+
+  /** A new selection starts: every answer still coming for the old one is cancelled (its
+   *  fetches aborted, its token stale), and when the run, host, capture or device changed,
+   *  everything derived from the old answers (diagnosis, collectives, gaps, timeline,
+   *  the drawn cards) is dropped before anything of the new one is drawn, so no card can
+   *  mix the two. Returns the new token. */
+  beginSelection() {
+    const token = ++this.token;
+    if (this.abort) this.abort.abort();
+    this.abort = new AbortController();
+    const key = `${this.selectionKey()}|${this.state.device || ""}`;
+    if (key !== this.shownKey) {
+      this.shownKey = key;
+      this.diag = null; this.gaps = [];
+      if (this.collKey !== this.selectionKey()) { this.coll = null; this.collKey = null; }
+      if (this.timeline) { this.timeline.destroy(); this.timeline = null; }
+      this.gapRange = null;
+      if (this.deviceSlot) this.deviceSlot.textContent = "";
+      this.body.textContent = "";
+      delete this.root.dataset.collectives;
+    }
+    return token;
+  }
+
+  /** getJSON for the current selection: aborted when the selection changes, and then
+   *  answered {ok: false, aborted: true} rather than thrown (callers drop stale answers). */
+  async fetchJSON(route, params) {
+    const signal = this.abort ? this.abort.signal : undefined;
+    try {
+      return await getJSON(route, params, signal ? { signal } : undefined);
+    } catch (e) {
+      if (signal && signal.aborted) return { ok: false, aborted: true, status: 0, body: { error: "superseded" } };
+      return { ok: false, status: 0, body: { error: String(e) } };
+    }
+  }
+
+  /** The Collectives answer when it is this selection's (null otherwise: never another
+   *  run's or host's figures on this page). */
+  collectives() {
+    return this.coll && this.collKey === this.selectionKey() ? this.coll : null;
+  }
+
   /** The current selection: the per-host summary of a pod, a comparison with another run,
    * or one host's diagnosis. */
   show() {
@@ -236,7 +296,8 @@ export class App {
 
   /** Before (base_*) → after (the selection), from /compare; the URL keeps both. */
   async showCompare() {
-    const token = ++this.token;
+    this.shownKey = null;         // the comparison draws its own body
+    const token = this.beginSelection();
     const s = this.state;
     delete s.step; delete s.gap; delete s.zoom;
     writeState(s);
@@ -279,7 +340,8 @@ export class App {
   }
 
   showPod() {
-    this.token++;             // a diagnosis still loading must not replace this view
+    this.shownKey = null;
+    this.beginSelection();    // a diagnosis still loading must not replace this view
     const s = this.state;
     const run = this.runs.find((x) => x.run === s.run);
     writeState(s);
@@ -300,7 +362,7 @@ export class App {
     const poll = async () => {
       if (stop || token !== this.token) return;
       let r;
-      try { r = await getJSON("progress", this.params()); } catch (e) { r = null; }
+      r = await this.fetchJSON("progress", this.params());
       if (stop || token !== this.token) return;
       if (r && r.ok && r.body.state === "running") this.setProgress(label, r.body);
       timer = setTimeout(poll, PROGRESS_POLL_MS);
@@ -366,9 +428,13 @@ export class App {
 
   // ---------- diagnosis ----------
   async loadDiagnosis() {
-    const token = ++this.token;
+    const token = this.beginSelection();
     const s = this.state;
     delete this.root.dataset.loaded;
+    if (!this.body.firstChild) {
+      this.body.append(h("p", { class: "pd-loading pd-body-loading" }, h("span", { class: "spinner", "aria-hidden": "true" }),
+        ` Loading ${s.run} / ${s.host}…`));
+    }
     writeState(s);
     this.setStatus(`Analysing ${s.run} / ${s.host}…`, true);
     this.body.setAttribute("aria-busy", "true");
@@ -376,7 +442,7 @@ export class App {
     // the gaps (and step figures) of the device shown: the largest gaps of a capture can all
     // lie on other devices. Without a device in the URL the first answer names the devices
     // and, when several have gaps, the default one's own are asked for.
-    const ask = (device) => getJSON("diagnosis", this.params({ step: s.step, device, gaps_limit: PAGE }));
+    const ask = (device) => this.fetchJSON("diagnosis", this.params({ step: s.step, device, gaps_limit: PAGE }));
     let r;
     try {
       r = await ask(s.device);
@@ -497,7 +563,7 @@ export class App {
         this.updateExportEvents(v || this.timeline.view);
       },
       onSelectGap: (id) => this.selectGap(id, { keepZoom: true }),
-      fetchLanes: (start, end, width) => getJSON("timeline", this.params({ start_ns: start, end_ns: end, width })),
+      fetchLanes: (start, end, width) => this.fetchJSON("timeline", this.params({ start_ns: start, end_ns: end, width })),
     });
     this.renderTimeline();
     this.updateExportEvents(this.timeline.view);
@@ -509,14 +575,13 @@ export class App {
    *  cycle and the collective rows of "Device time by op". */
   async loadCollectives() {
     const token = this.token, s = this.state;
-    const key = `${s.run}|${s.host}|${s.span || ""}`;
+    const key = this.selectionKey(s);
     if (this.coll && this.collKey === key && this.coll.state !== "pending") { this.showCollectives(); return; }
     this.coll = null; this.collKey = key;
     this.root.dataset.collectives = "loading";
     for (;;) {
-      let r;
-      try { r = await getJSON("collectives", this.params()); } catch (e) { r = { ok: false, body: { error: String(e) } }; }
-      if (token !== this.token) return;
+      const r = await this.fetchJSON("collectives", this.params());
+      if (token !== this.token || this.collKey !== key) return;
       this.coll = r.ok ? r.body : { state: "error", error: r.body.error || `HTTP ${r.status}` };
       this.showCollectives();
       if (this.coll.state !== "pending") return;
@@ -526,7 +591,8 @@ export class App {
   }
 
   showCollectives() {
-    const c = this.coll;
+    const c = this.collectives();
+    if (!c || !this.diag) return;
     this.root.dataset.collectives = c.state;
     this.collEl.hidden = c.state === "none";
     renderCollectives(this.collBody, c, {
@@ -536,8 +602,14 @@ export class App {
       },
     });
     this.renderDeviceOps();     // its collective rows say wait/transfer, or why not
-    if (c.state !== "joined") return;
+    // whatever the answer, the cards that read it are drawn again from it (a card drawn
+    // before it came must not keep a figure it no longer backs)
     mergeStepWait(this.diag.steps, c);
+    this.renderDerived();
+  }
+
+  /** The cards that combine the diagnosis with the Collectives answer. */
+  renderDerived() {
     this.summaryEl.textContent = "";
     this.renderSummary();
     this.renderLegend();
@@ -559,7 +631,8 @@ export class App {
       const x = (st.devices || {})[key];
       return x && (x.idle_ns || 0) > Object.values(x.idle_by_cause_ns || {}).reduce((a, v) => a + v, 0);
     });
-    const wait = this.coll && this.coll.state === "joined" ? ["peer_wait"] : [];
+    const coll = this.collectives();
+    const wait = coll && coll.state === "joined" ? ["peer_wait"] : [];
     const causes = this.hasDeviceActivity() ? ["busy", ...wait, ...Object.entries(this.device().idle_by_cause_ns || {})
       .filter(([, v]) => v > 0).sort((a, b) => b[1] - a[1]).map(([c]) => c), ...(rest ? ["other_idle"] : [])] : ["host_step"];
     this.legendEl.textContent = "";
@@ -586,7 +659,7 @@ export class App {
     // capture): the figure compare and the CLI show; the device's own active span beside it
     const overSteps = (x) => x.steps_window && x.steps_window.duty_cycle != null && x.steps_window.window_ns !== x.window_ns;
     const devRows = d.devices.filter((x) => x.ops > 0).map((x) => {
-      const wait = dutyWaitText(this.coll, x.id);
+      const wait = dutyWaitText(this.collectives(), x.id);
       return h("div", { class: "pd-stat", title: dutyDef },
         h("span", { class: "pd-stat-value pd-duty" }, formatPct(overSteps(x) ? x.steps_window.duty_cycle : x.duty_cycle)),
         h("span", { class: "pd-stat-label" }, overSteps(x)
@@ -597,7 +670,18 @@ export class App {
     });
     const idle = Object.entries(this.device().idle_by_cause_ns || {}).sort((a, b) => b[1] - a[1]);
     const findings = [...(d.findings || [])].sort((a, b) => (b.time_lost_ns_per_step || 0) - (a.time_lost_ns_per_step || 0));
-    el.append(
+    // the largest loss leads: peer wait, start-up or any one cause, whichever costs most
+    const dev = this.device(), coll = this.collectives();
+    const hl = headline(dev, coll, nSteps, { duty: overSteps(dev) ? dev.steps_window.duty_cycle : dev.duty_cycle });
+    const peer = hl && (hl.loss && hl.loss.kind === "peer_wait" ? hl.loss : null);
+    const top = findings.filter((f) => f.top !== false).slice(0, 6).map((f) => this.findingItem(f));
+    if (peer) {   // busy time, so no finding of the server's: listed where its size ranks it
+      const at = findings.filter((f) => f.top !== false).slice(0, 6).findIndex((f) => (f.time_lost_ns_per_step || 0) < peer.per_step_ns);
+      top.splice(at < 0 ? top.length : at, 0, this.peerWaitItem(peer, coll));
+    }
+    put(el,
+      hl ? h("p", { class: "pd-headline", id: "pd-headline", "data-loss": hl.loss ? hl.loss.kind : "" },
+        h("b", {}, `${dev.name}: `), hl.text) : null,
       h("div", { class: "pd-stats" }, devRows,
         h("div", { class: "pd-stat" }, h("span", { class: "pd-stat-value" }, formatNs(avg)),
           h("span", { class: "pd-stat-label", title: d.step_marker ? `each step marked by ${d.step_marker}` : ((d.definitions || {}).steps || "") },
@@ -607,22 +691,45 @@ export class App {
         h("span", { class: "chip", style: { background: causeColor(c) } }), `${causeLabel(c)}: `, h("b", {}, formatNs(ns)))) :
         h("li", { class: "pd-muted" }, this.hasDeviceActivity() ? "No idle gaps above the threshold." : "None: no device activity.")),
       h("h3", {}, "Top findings"),
-      h("ol", { class: "pd-findings" }, findings.filter((f) => f.top !== false).slice(0, 6).map((f) => h("li", { class: "pd-finding", "data-finding": String((d.findings || []).indexOf(f)) },
-        h("div", {}, h("b", { title: fullTitle(f.title, 300) }, squeeze(f.title, 80, 300)), " ", h("span", { class: "pd-badge" }, f.one_time ? `${formatNs(f.time_lost_ns)} lost once` : `≈ ${formatNs(f.time_lost_ns_per_step)} lost per step`),
-          f.confidence ? h("span", { class: "pd-muted pd-small" }, ` · ${f.confidence} confidence`) : null),
-        h("div", { class: "pd-small" }, squeeze(f.detail)),
-        f.fix ? h("div", { class: "pd-fix" }, h("b", {}, "Fix: "), squeeze(f.fix)) : null,
-        (f.evidence && f.evidence.gaps || []).length ? h("div", { class: "pd-small" }, "Gaps: ",
-          gapRefs(f.evidence).slice(0, 5).map((g, i) => [i ? ", " : "", h("a", { href: "#", class: "pd-gap-link", "data-gap": g.id,
-            title: `gap ${g.id}`, onclick: (ev) => { ev.preventDefault(); this.selectGap(g.id); } },
-            gapLabel(g, (d.devices || []).filter((x) => x.ops > 0).length > 1))]),
-          f.evidence.gaps.length > 5 ? ` and ${f.evidence.gaps.length - 5} more` : "") : null,
-        (f.chain || []).length ? h("details", { class: "pd-small" }, h("summary", {}, "Call chain"),
-          squeeze(f.chain.join(" › "))) : null))),
+      h("ol", { class: "pd-findings" }, top),
       h("div", { class: "pd-small pd-muted" }, findings.some((f) => f.top === false) ?
         `${findings.filter((f) => f.top === false).length} more finding(s) under 1 % of a step not shown.` : ""));
     const warnings = (d.warnings || []).filter((w) => this.hasDeviceActivity() || !String(w).startsWith("no device activity"));
     if (warnings.length) el.append(h("ul", { class: "pd-warnings" }, warnings.map((w) => h("li", {}, squeeze(w, 80, 500)))));
+  }
+
+  findingItem(f) {
+    const d = this.diag;
+    return h("li", { class: "pd-finding", "data-finding": String((d.findings || []).indexOf(f)) },
+      h("div", {}, h("b", { title: fullTitle(f.title, 300) }, squeeze(f.title, 80, 300)), " ", h("span", { class: "pd-badge" }, f.one_time ? `${formatNs(f.time_lost_ns)} lost once` : `≈ ${formatNs(f.time_lost_ns_per_step)} lost per step`),
+        f.confidence ? h("span", { class: "pd-muted pd-small" }, ` · ${f.confidence} confidence`) : null),
+      h("div", { class: "pd-small" }, squeeze(f.detail)),
+      f.fix ? h("div", { class: "pd-fix" }, h("b", {}, "Fix: "), squeeze(f.fix)) : null,
+      (f.evidence && f.evidence.gaps || []).length ? h("div", { class: "pd-small" }, "Gaps: ",
+        gapRefs(f.evidence).slice(0, 5).map((g, i) => [i ? ", " : "", h("a", { href: "#", class: "pd-gap-link", "data-gap": g.id,
+          title: `gap ${g.id}`, onclick: (ev) => { ev.preventDefault(); this.selectGap(g.id); } },
+          gapLabel(g, (d.devices || []).filter((x) => x.ops > 0).length > 1))]),
+        f.evidence.gaps.length > 5 ? ` and ${f.evidence.gaps.length - 5} more` : "") : null,
+      (f.chain || []).length ? h("details", { class: "pd-small" }, h("summary", {}, "Call chain"),
+        squeeze(f.chain.join(" › "))) : null);
+  }
+
+  /** Peer wait as a finding: busy time inside collectives waiting for the last participant;
+   *  what to change is the straggler's own loss. */
+  peerWaitItem(loss, coll) {
+    const st = ((coll && coll.stragglers) || [])[0];
+    const who = loss.who || (st && st.host) || null;
+    const open = (host) => h("button", { class: "pd-link-btn", "data-host": host, title: `Open ${host}`, onclick: () => {
+      this.state = { run: this.state.run, host }; this.buildSelectors(); this.show();
+    } }, host);
+    const why = st && st.host === who && st.cause ? ` (late because of ${causeLabel(st.cause).toLowerCase()}${st.culprit ? `, ${squeeze(st.culprit, 80, 200)}` : ""})` : "";
+    return h("li", { class: "pd-finding pd-finding-peer", id: "pd-finding-peer-wait" },
+      h("div", {}, h("b", {}, `Waiting for ${who || "peers"}${loss.where ? ` at ${loss.where}` : ""}: busy time spent until the last participant arrives`), " ",
+        h("span", { class: "pd-badge" }, `≈ ${formatNs(loss.per_step_ns)} lost per step`)),
+      h("div", { class: "pd-small" }, `${formatNs(loss.ns)} over the capture inside collectives; see Collectives below.`),
+      h("div", { class: "pd-fix" }, h("b", {}, "Fix: "), who && who !== this.state.host
+        ? ["make ", open(who), ` arrive on time${why}: open it and fix its largest loss; this host then gains about that much per step.`]
+        : `balance the work between the participants, or overlap the collective with compute${why}.`));
   }
 
   renderSteps() {
@@ -665,8 +772,9 @@ export class App {
     }
     if (d.gaps_total > this.gaps.length) {
       this.listEl.append(h("button", { class: "pd-link-btn", id: "pd-more", onclick: async () => {
-        const r = await getJSON("diagnosis", this.params({ step: s.step, device: d.gaps_device ?? undefined, gaps_offset: this.gaps.length, gaps_limit: PAGE }));
-        if (r.ok) { this.gaps = this.gaps.concat(r.body.gaps); this.renderGapList(); this.renderTimeline(); }
+        const token = this.token;
+        const r = await this.fetchJSON("diagnosis", this.params({ step: s.step, device: d.gaps_device ?? undefined, gaps_offset: this.gaps.length, gaps_limit: PAGE }));
+        if (token === this.token && r.ok) { this.gaps = this.gaps.concat(r.body.gaps); this.renderGapList(); this.renderTimeline(); }
       } }, `Load more (${d.gaps_total - this.gaps.length} left)`));
     }
   }
@@ -674,7 +782,7 @@ export class App {
   /** Above the gaps: the device's peer wait (busy inside collectives, so no gap) in the
    *  step shown or the whole capture, with whom it waited for. */
   peerWaitNote(dev, step) {
-    const c = this.coll;
+    const c = this.collectives();
     if (!c || c.state !== "joined") return null;
     const d = (c.devices || []).find((x) => String(x.id) === String(dev.id));
     const ns = step ? ((c.step_peer_wait_ns || {})[String(step)] || {})[String(dev.id)] || 0 : d ? d.wait_ns : 0;
@@ -685,23 +793,53 @@ export class App {
       (d && d.waited_for ? ` (mostly for ${d.waited_for}${d.waited_at ? ` at ${d.waited_at}` : ""})` : "") + " — see Collectives above.");
   }
 
+  /** The window the timeline spans: the one the figures use (each device's steps window,
+   *  lead-in and tail gaps included), the listed gaps and the selected gap; with a step
+   *  selected, that step. */
   timelineBounds() {
     const dev = this.device();
     const step = this.state.step !== undefined && this.state.step !== "" ?
       (this.diag.steps || []).find((x) => String(x.id) === String(this.state.step)) : null;
+    const sel = this.gapRange && this.gapRange.id === this.state.gap ? [this.gapRange] : [];
+    const span = (xs) => {
+      xs = xs.filter((x) => x && Number.isFinite(x.start) && Number.isFinite(x.end) && x.end > x.start);
+      return xs.length ? { start: Math.min(...xs.map((x) => x.start)), end: Math.max(...xs.map((x) => x.end)) } : null;
+    };
     if (step) {
       const sd = (step.devices || {})[String(dev.id)] || step;
-      return { start: Math.min(step.start_ns, sd.start_ns), end: Math.max(step.end_ns, sd.end_ns) };
+      return span([{ start: step.start_ns, end: step.end_ns }, { start: sd.start_ns, end: sd.end_ns }, ...sel]);
     }
     const devs = (this.diag.devices || []).filter((x) => x.ops > 0 && x.start_ns !== null && x.end_ns !== null);
-    if (!devs.length) {       // host work only: the whole trace
-      const span = (this.diag.source || {}).span_ns;
-      if (span && span[1] > span[0]) return { start: span[0], end: span[1] };
-      const steps = this.diag.steps || [];
-      if (steps.length) return { start: steps[0].start_ns, end: steps[steps.length - 1].end_ns };
-      return { start: 0, end: 1000 };
+    const steps = this.diag.steps || [];
+    const parts = [...sel];
+    if (devs.length) {
+      for (const x of devs) {
+        const w = x.steps_window || {};
+        parts.push({ start: x.start_ns, end: x.end_ns }, { start: w.start_ns, end: w.end_ns });
+      }
+      if (steps.length) parts.push({ start: steps[0].start_ns, end: steps[steps.length - 1].end_ns });
+      for (const g of this.gaps || []) parts.push({ start: g.start_ns, end: g.end_ns });
+    } else {               // host work only: the whole trace
+      const sp = (this.diag.source || {}).span_ns;
+      if (sp) parts.push({ start: sp[0], end: sp[1] });
+      if (!parts.length && steps.length) parts.push({ start: steps[0].start_ns, end: steps[steps.length - 1].end_ns });
     }
-    return { start: Math.min(...devs.map((x) => x.start_ns)), end: Math.max(...devs.map((x) => x.end_ns)) };
+    return span(parts) || { start: 0, end: 1000 };
+  }
+
+  /** Gap `g` ({id, start_ns, end_ns, duration_ns}) drawn in the timeline's view: the view
+   *  moves to it unless `keepZoom` and it is in view already. */
+  bringGapIntoView(g, keepZoom) {
+    if (!this.timeline || !g || !Number.isFinite(g.start_ns) || !Number.isFinite(g.end_ns)) return;
+    this.gapRange = { id: g.id, start: g.start_ns, end: g.end_ns };
+    const v = this.timeline.view, b = this.timeline.bounds;
+    const inView = g.start_ns >= v.start && g.end_ns <= v.end;
+    const inBounds = g.start_ns >= b.start && g.end_ns <= b.end;
+    if (keepZoom && inView && inBounds) return;
+    const pad = Math.max((g.end_ns - g.start_ns) * 0.5, 1000);
+    this.state.zoom = `${Math.round(g.start_ns - pad)}_${Math.round(g.end_ns + pad)}`;
+    writeState(this.state);
+    this.renderTimeline();
   }
 
   renderTimeline() {
@@ -737,11 +875,11 @@ export class App {
     }
     if (this.timeline) { this.timeline.selectedGap = id; this.timeline.draw(); }
     const listed = this.gaps.find((x) => x.id === id);
-    if (listed) this.markGapStep(listed.step);
+    if (listed) { this.markGapStep(listed.step); this.bringGapIntoView(listed, keepZoom); }
     this.detailEl.textContent = "";
     this.detailEl.append(h("p", { class: "pd-loading" }, "Loading gap…"));
     const token = this.token;
-    const r = await getJSON("gap", this.params({ id }));
+    const r = await this.fetchJSON("gap", this.params({ id }));
     if (token !== this.token || this.state.gap !== id) return;
     this.detailEl.textContent = "";
     if (!r.ok) {
@@ -750,15 +888,7 @@ export class App {
     }
     this.markGapStep(r.body.step);
     this.renderDetail(r.body);
-    if (!keepZoom) {
-      const pad = Math.max(r.body.duration_ns * 0.5, 1000);
-      const bounds = this.timelineBounds();
-      if (r.body.start_ns >= bounds.start && r.body.end_ns <= bounds.end) {
-        this.state.zoom = `${Math.round(r.body.start_ns - pad)}_${Math.round(r.body.end_ns + pad)}`;
-        writeState(this.state);
-        this.renderTimeline();
-      }
-    }
+    if (!listed) this.bringGapIntoView(r.body, keepZoom);
   }
 
   /** The step of the selected gap, marked in the step chart (the step filter stays as it is). */
@@ -778,7 +908,7 @@ export class App {
   renderDeviceOps() {
     renderDeviceOps(this.opsEl, this.diag.device_ops, {
       deviceId: this.device().id ?? 0,
-      collectives: this.coll,
+      collectives: this.collectives(),
       opHref: (o) => this.opViewerUrl(o),
       onFinding: (i) => {
         const li = this.summaryEl.querySelector(`.pd-finding[data-finding="${i}"]`);
@@ -881,7 +1011,8 @@ export class App {
     return el;
   }
 
-  /** The gap split into what would close it: one stacked bar and one line per share. */
+  /** The gap split into what would close it: one stacked bar, one line per share (its one
+   *  figure, what the evidence says of it), and "In short" from the same shares. */
   renderShares(g) {
     const shares = Object.entries(g.shares_ns || {}).filter(([, v]) => v > 0).sort((a, b) => b[1] - a[1]);
     if (!shares.length) return null;
@@ -889,21 +1020,53 @@ export class App {
     const tl = g.tracelens || {};
     const axes = { sync_drain: "a sync drained the device's queue", starved: "the host did not give the device work in time",
       device_side: "the device had the work and waited on itself" };
+    const chain = (e, n = 2) => squeeze(e.chain && e.chain.length ? e.chain.slice(-n).join(" › ") : e.name, 80, 300);
+    const note = (c) => {
+      if (c === "host_sync" && g.blocking) return ` · exposed by ${chain(g.blocking, 3)} on ${squeeze(g.blocking.thread, 80, 120)}`;
+      if (DEVICE_SIDE.includes(c) && g.next_op) {
+        return ` · ${c === "collective_wait" ? "waiting for peers at" : "before"} ${squeeze(g.next_op.label || g.next_op.name, 80, 200)}` +
+          (g.waited_for ? `, issued by ${chain(g.waited_for)}` : "");
+      }
+      if (c === g.cause && g.culprit) return ` · ${chain(g.culprit, 3)}`;
+      return "";
+    };
+    // what the host did: the largest share the host side explains, in the list's own figure
+    const hostShare = shares.find(([c]) => !DEVICE_SIDE.includes(c));
+    const did = (c) => {
+      if (c === "host_sync") return g.blocking ? `was blocked in ${chain(g.blocking)}` : "was blocked waiting for the device";
+      const base = HOST_DID[c] || `was busy with ${causeLabel(c).toLowerCase()}`;
+      return c === g.cause && g.culprit && c !== "untraced" ? `${base} (${chain(g.culprit)})` : base;
+    };
+    const short = [tl.idle_type ? axes[tl.idle_type] || tl.idle_type : null,
+      hostShare ? `the host ${did(hostShare[0])} for ${formatNs(hostShare[1])} of it` : null].filter(Boolean).join("; ");
     return h("div", { class: "pd-shares", id: "pd-shares" },
       h("div", { class: "pd-shares-bar" }, shares.map(([c, v]) => h("span", {
         class: "pd-share", title: `${causeLabel(c)}: ${formatNs(v)}`,
         style: { width: `${100 * v / total}%`, background: causeColor(c) } }))),
-      h("ul", { class: "pd-shares-list" }, shares.map(([c, v]) => h("li", {},
+      h("ul", { class: "pd-shares-list" }, shares.map(([c, v]) => h("li", { "data-cause": c },
         h("span", { class: "chip", style: { background: causeColor(c) } }),
         `${formatNs(v)} ${causeLabel(c).toLowerCase()}`,
-        c === g.cause && g.culprit ? h("span", { class: "pd-muted pd-small" },
-          ` · ${squeeze(g.culprit.chain.slice(-3).join(" › "), 80, 300)}`) : null,
-        c === "host_sync" && g.blocking ? h("span", { class: "pd-muted pd-small" },
-          ` · exposed by ${squeeze(g.blocking.name, 80, 200)} on ${squeeze(g.blocking.thread, 80, 120)}`) : null))),
-      tl.idle_type ? h("div", { class: "pd-small pd-muted" },
-        h("span", { id: "pd-idle-kind" }, `In short: ${axes[tl.idle_type] || tl.idle_type}; the CPU was busy with ${causeLabel(tl.cpu).toLowerCase()}. `),
-        h("abbr", { class: "pd-help", title: "The same gap in the two axes of the TraceLens tool (why the device queue ran dry: a sync drained it, or the host starved it; and what the CPU did meanwhile), for comparing with its reports" }, "?"),
+        note(c) ? h("span", { class: "pd-muted pd-small" }, note(c)) : null))),
+      short ? h("div", { class: "pd-small pd-muted" },
+        h("span", { id: "pd-idle-kind" }, `In short: ${short}. `),
+        h("abbr", { class: "pd-help", title: "How the device queue ran dry (a sync drained it, the host starved it, or the device waited on itself; TraceLens' first axis) and what the host did meanwhile, from the shares listed above" }, "?"),
         g.followed_thread ? ` Idle time of the issuing thread followed to ${squeeze(g.followed_thread, 80, 120)}.` : "") : null);
+  }
+
+  /** The fix for gap `g`: its finding's (the one citing it, or about its cause), with a
+   *  link to that finding. */
+  renderGapFix(g) {
+    const f = g.fix;
+    if (!f || !f.text) return null;
+    const li = () => f.finding !== null && f.finding !== undefined ?
+      this.summaryEl.querySelector(`.pd-finding[data-finding="${f.finding}"]`) : null;
+    return h("div", { class: "pd-fix", id: "pd-gap-fix" }, h("b", {}, "Fix: "), squeeze(f.text), " ",
+      h("span", { class: "pd-muted pd-small" }, f.via === "gap" ? "(its finding: " : "(the finding about its cause: ",
+        li() ? h("a", { href: "#", class: "pd-link", id: "pd-gap-finding", title: fullTitle(f.title, 0), onclick: (e) => {
+          e.preventDefault();
+          const el = li();
+          if (el) { el.scrollIntoView({ block: "center" }); el.classList.add("pd-flash"); setTimeout(() => el.classList.remove("pd-flash"), 1500); }
+        } }, squeeze(f.title, 60, 120)) : squeeze(f.title, 60, 120), ")"));
   }
 
   /** Host ops during a gap, by thread: the issuing thread and the one its idle time was
@@ -953,14 +1116,15 @@ export class App {
       byThread.get(o.thread).push(o);
     }
     const maxSelf = Math.max(1, ...(g.host_ops || []).map((o) => o.self_ns || 0));
-    el.append(
+    put(el,
       h("h2", { id: "pd-detail-title", title: `gap ${g.id}` }, this.gapTitle(g)),
       h("div", { class: "pd-detail-head" },
         h("span", { class: "chip", style: { background: causeColor(g.cause) } }),
         h("b", { class: "pd-detail-cause" }, g.cause_label || causeLabel(g.cause)),
         g.shares_ns && Object.keys(g.shares_ns).length > 1 ? " · the largest of its causes" : ""),
-      h("p", { class: "pd-evidence" }, squeeze(g.evidence, 80, 1500)),
-      this.renderShares(g),
+      // the shares say what the evidence says, one figure each; the sentence only without them
+      this.renderShares(g) || h("p", { class: "pd-evidence" }, squeeze(g.evidence, 80, 1500)),
+      this.renderGapFix(g),
       this.renderActions(g),
       h("h3", {}, "Waited for"),
       g.waited_for ? h("div", { class: "pd-chain", title: fullTitle(g.waited_for.chain.join(" › "), 600) }, squeeze(g.waited_for.chain.join(" › "), 80, 600),

@@ -56,8 +56,11 @@ function stragglerLine(c, onHost, onStep) {
 function clockLine(c) {
   const k = c.clock;
   if (!k) return null;
-  const off = k.applied ? `offset ${formatNs(k.estimated_ns)} estimated from the instances' ends and applied (residual ${formatNs(k.residual_ns)})`
-    : `no offset applied (estimated ${formatNs(k.estimated_ns)}, within its residual ${formatNs(k.residual_ns)}: the same clock)`;
+  // a signed offset reads as a direction, never as a negative duration
+  const est = Number(k.estimated_ns) || 0;
+  const by = est ? `this host's clock ${formatNs(Math.abs(est))} ${est > 0 ? "ahead of" : "behind"} the others` : "no offset between the clocks";
+  const off = k.applied ? `offset applied (${by}, estimated from the instances' ends; residual ${formatNs(k.residual_ns)})`
+    : `no offset applied (${by}, within the residual ${formatNs(k.residual_ns)}: the same clock)`;
   return h("span", { id: "pd-coll-clock" }, `Clock: ${off}.`);
 }
 
@@ -118,7 +121,8 @@ export function renderCollectives(el, c, { onHost, onStep }) {
     return;
   }
   const devs = (c.devices || []).filter((d) => d.wait_ns > 0);
-  el.append(
+  // Element.append writes a null child as the text "null": absent parts are filtered out
+  el.append(...[
     h("div", { class: "pd-stats" },
       h("div", { class: "pd-stat" }, h("span", { class: "pd-stat-value", id: "pd-coll-peer-wait" }, formatNs(c.peer_wait_ns)),
         h("span", { class: "pd-stat-label" }, `peer wait per step (${formatNs(c.peer_wait_total_ns)} over the capture), busy time spent waiting for the last participant`)),
@@ -139,5 +143,5 @@ export function renderCollectives(el, c, { onHost, onStep }) {
       (c.unmatched || []).length ? h("span", { id: "pd-coll-unmatched" }, `Not matched: ${c.unmatched.map((u) =>
         u.host ? `${u.host} ${u.device || ""} has ${u.count} of ${u.instances} ${u.key}` : `${u.incomplete_instances} of ${u.instances} ${u.key} incomplete`).join("; ")}. `) : null,
       (c.failed_hosts || []).length ? `${c.failed_hosts.length} host(s) could not be analysed and are left out: ${c.failed_hosts.slice(0, 5).join(", ")}. ` : null,
-      h("abbr", { class: "pd-help", title: c.note || "" }, "?")));
+      h("abbr", { class: "pd-help", title: c.note || "" }, "?"))].filter((x) => x !== null && x !== undefined));
 }

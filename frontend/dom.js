@@ -14,3 +14,12 @@ export function h(tag, attrs, ...children) {
   }
   return el;
 }
+
+/** el.append that, like h(), skips null/undefined/false (append itself writes "null"). */
+export function put(el, ...children) {
+  for (const c of children.flat(Infinity)) {
+    if (c === undefined || c === null || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return el;
+}

@@ -137,6 +137,8 @@ export class Timeline {
       view: { ...this.view }, bounds: { ...this.bounds }, fetches: this.fetches,
       fetched: this.data ? { start: this.data.start_ns, end: this.data.end_ns } : null,
       gutter: GUTTER, plotWidth: this._plotW(),
+      // what the last draw put on screen: the step markers, the selected gap's box (px)
+      markers: [...(this.drawnMarkers || [])], selected: this.drawnSelected ? { ...this.drawnSelected } : null,
       lanes: this.rows.map((r) => ({ kind: r.kind, label: r.label, device: r.device ?? null, y: r.y, h: r.h,
         mode: r.lane ? (r.lane.bins ? "bins" : "events") : "gaps",
         n: r.lane ? (r.lane.events ? r.lane.events.length : r.lane.bins.share.length) : r.gaps.length })),
@@ -171,6 +173,7 @@ export class Timeline {
   draw() {
     const c = this.canvas;
     const layout = layoutLanes(this.data, this.devices, this.gapsByDevice, this.expanded);
+    this.drawnSelected = null;
     this.rows = layout.rows;
     const W = Math.max(400, this.container.clientWidth || 900), H = layout.height, w = W - GUTTER;
     const dpr = window.devicePixelRatio || 1;
@@ -203,9 +206,11 @@ export class Timeline {
     // Step boundaries + axis.
     ctx.strokeStyle = fg; ctx.fillStyle = fg; ctx.globalAlpha = 0.6;
     let lastLabel = -1e9;
+    this.drawnMarkers = [];
     for (const s of this.steps) {
       const x = this._x(s.start_ns, w);
       if (x < GUTTER - 1 || x > W + 1) continue;
+      this.drawnMarkers.push(s.id);
       ctx.beginPath(); ctx.moveTo(x + 0.5, 12); ctx.lineTo(x + 0.5, H - 16); ctx.stroke();
       if (x - lastLabel > 48) { ctx.fillText(`step ${s.id}`, x + 3, 9); lastLabel = x; }
     }
@@ -238,6 +243,7 @@ export class Timeline {
       ctx.globalAlpha = strip ? 1 : 0.55;
       ctx.fillRect(x0, row.y, Math.max(1, x1 - x0), row.h);
       if (strip && g.id === this.selectedGap) {
+        this.drawnSelected = { id: g.id, x0: Math.max(GUTTER, x0), x1: Math.min(GUTTER + w, x1), y: row.y, h: row.h };
         ctx.globalAlpha = 1; ctx.strokeStyle = getComputedStyle(this.container).getPropertyValue("--pd-accent").trim() || "#f57c00";
         ctx.lineWidth = 2; ctx.strokeRect(Math.max(GUTTER, x0) + 1, row.y + 1, Math.max(1, Math.min(GUTTER + w, x1) - Math.max(GUTTER, x0)) - 2, row.h - 2);
         ctx.lineWidth = 1;

@@ -44,8 +44,8 @@ from .render import chrome
 from .render import collectives as coll_render
 from .render.compare import comparison_json
 from .render.device_ops import TOP as TOP_OPS, device_ops_json
-from .render.json import (diagnosis_json, finding_json, gap_records, gap_row, gaps_page, json_bytes,
-                          steps_page, unknown_device)
+from .render.json import (diagnosis_json, finding_json, gap_fix, gap_records, gap_row, gaps_page,
+                          json_bytes, steps_page, unknown_device)
 from .render.pod import collective_join, summary_row
 from .storage import Underestimated, file_identity, open_file
 from .trace import detect_format, load_open
@@ -656,6 +656,7 @@ class DiagnosisService:
             extra = self.cache.get_or_compute(key, detail, persist=False)
             rec = gap_records(diag, [row], extra_detail=extra.value)[0]
         rec["viewer"] = chrome.viewer_json(diag, row)      # where the trace viewers open
+        rec["fix"] = gap_fix(diag, row)                     # what to change, in its panel
         return finish(rec)
 
     def timeline_json(self, params, finish=_same):

@@ -731,6 +731,23 @@ def finding_json(diag: Diagnosis, f: Finding) -> dict:
     return out
 
 
+def gap_fix(diag: Diagnosis, row: int) -> dict | None:
+    """What to change for gap ``row``, for its detail panel: the fix of the finding that
+    cites the gap (the one losing most, as findings are listed), else of the finding about
+    the gap's cause; None when no finding has a fix. ``finding`` is the finding's index in
+    the diagnosis' ``findings`` (None past the ones listed)."""
+    cause = C.ALL[int(diag.gaps.cause[row])]
+    fs = [(i, f) for i, f in enumerate(diag.findings) if f.fix]   # a few dozen at most
+    hit = next(((i, f, "gap") for i, f in fs if f.gaps.size and bool((f.gaps == row).any())), None)
+    if hit is None:
+        hit = next(((i, f, "cause") for i, f in fs if f.extra.get("cause") == cause), None)
+    if hit is None:
+        return None
+    i, f, via = hit
+    return {"text": f.fix, "title": f.title, "via": via,
+            "finding": i if i < FINDINGS_SHOWN else None}
+
+
 def hta_json(diag: Diagnosis) -> dict:
     """Idle time in HTA's categories per device (the mean over the devices with activity:
     idle summed over devices would outgrow the trace)."""

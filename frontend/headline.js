@@ -1,0 +1,60 @@
+// The headline of a host's page: the largest loss first. Losses are compared per step, over
+// the window the figures use: the busy time spent waiting for peers at collectives (from
+// the Collectives answer), and each cause of idle time (whatever causes the server names,
+// start-up included). Pure: no DOM, importable in any page.
+import { causeLabel, formatNs, formatPct } from "./format.js";
+
+/** Points (of the window, 0–100) as the page writes them: "77", "4.5". */
+export function pointsText(p) {
+  return p.toFixed(p < 10 ? 1 : 0);
+}
+
+/**
+ * Every loss of device `dev` (a diagnosis device row), largest first:
+ * [{kind: "peer_wait" | <cause>, ns, per_step_ns, points, who, where}].
+ * @param coll the Collectives answer for this selection, or null
+ * @param steps how many steps the window holds (per-step figures divide by it)
+ */
+export function lossesOf(dev, coll, steps) {
+  const w = (dev && dev.steps_window) || {};
+  const window = w.window_ns || (dev && dev.window_ns) || 0;
+  const n = Math.max(1, steps || 0);
+  const out = [];
+  const pts = (ns) => (window > 0 ? Math.min(100, (100 * ns) / window) : null);
+  for (const [cause, ns] of Object.entries((dev && dev.idle_by_cause_ns) || {})) {
+    if (ns > 0) out.push({ kind: cause, ns, per_step_ns: ns / n, points: pts(ns) });
+  }
+  const c = coll && coll.state === "joined" ? (coll.devices || []).find((x) => String(x.id) === String(dev && dev.id)) : null;
+  if (c && c.wait_ns > 0) {
+    const points = c.wait_points !== null && c.wait_points !== undefined ? Math.min(100, c.wait_points) : pts(c.wait_ns);
+    out.push({ kind: "peer_wait", ns: c.wait_ns, per_step_ns: c.wait_ns / n, points, who: c.waited_for || null, where: c.waited_at || null });
+  }
+  return out.sort((a, b) => b.ns - a.ns);
+}
+
+/** "77 points of it waiting for host2 at all-reduce" / "74 points idle in data loading /
+ *  input": the loss in the words of the duty cycle beside it. */
+export function lossText(loss) {
+  const p = loss.points === null || loss.points === undefined ? null : pointsText(loss.points);
+  if (loss.kind === "peer_wait") {
+    const who = `waiting for ${loss.who || "peers"}${loss.where ? ` at ${loss.where}` : ""}`;
+    return p === null ? `${formatNs(loss.per_step_ns)} per step ${who}` : `${p} points of it ${who}`;
+  }
+  const what = causeLabel(loss.kind).toLowerCase();
+  return p === null ? `${formatNs(loss.per_step_ns)} per step idle in ${what}` : `${p} points idle in ${what}`;
+}
+
+/**
+ * The page's first line for device `dev`: {duty, loss, text} — "duty 95% — 77 points of it
+ * waiting for host2 at all-reduce (31.4 ms per step)"; null without device activity.
+ * A loss under `minPoints` of the window is not called the largest (a busy device).
+ */
+export function headline(dev, coll, steps, { duty, minPoints = 1 } = {}) {
+  if (!dev || !(dev.ops > 0)) return null;
+  const losses = lossesOf(dev, coll, steps);
+  const top = losses[0] && (losses[0].points === null || losses[0].points >= minPoints) ? losses[0] : null;
+  const d = duty === undefined ? dev.duty_cycle : duty;
+  const head = `duty ${formatPct(d)}`;
+  if (!top) return { duty: d, loss: null, text: `${head} — no loss of a point or more` };
+  return { duty: d, loss: top, text: `${head} — ${lossText(top)} (${formatNs(top.per_step_ns)} per step)` };
+}
