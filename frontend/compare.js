@@ -8,6 +8,7 @@ import { getJSON } from "./api.js";
 import { h } from "./dom.js";
 import { causeColor, causeLabel, cut, formatNs, formatPct, fullTitle, plural, squeeze } from "./format.js";
 import { stepStats } from "./steps_chart.js";
+import { hostPeerLoss } from "./headline.js";
 
 /** One table row's numbers from a diagnosis body. */
 export function hostSummary(d) {
@@ -161,7 +162,7 @@ export class CompareHosts {
         h("td", { class: "pd-causes" }, Object.entries(r.cause_shares || {}).map(([c, v]) =>
           h("span", { class: "pd-cause-share", title: causeLabel(c), "data-cause": c },
             h("span", { class: "chip", style: { background: causeColor(c) } }), `${SHORT[c] || causeLabel(c)} ${formatPct(v)}`))),
-        h("td", { title: fullTitle(r.top_finding || "", 200) }, r.top_finding ? squeeze(r.top_finding, 60, 120) : "none"),
+        h("td", { title: fullTitle(r.top_finding || "", 200), class: "pd-largest-loss" }, hostPeerLoss(r) || (r.top_finding ? squeeze(r.top_finding, 60, 120) : "none")),
         h("td", { class: r.straggler ? "pd-error-msg" : "pd-muted", title: r.straggler_reason || "" },
           // the reason in full is the hover and the banner above; the cell names the cause
           r.straggler ? `yes: ${r.straggler_cause ? r.straggler_cause.replace(/_/g, " ") : squeeze(r.straggler_reason || "", 60, 60)}` : "no")];
@@ -212,7 +213,7 @@ export class CompareHosts {
         this.peers ? [this.sortHeader("Peer wait / step", "peer_wait"), this.sortHeader("Last arrivals", "last_arrivals"),
           h("th", { scope: "col", title: "median lateness against the median arrival when it arrived last" }, "Lateness")] : null,
         h("th", { scope: "col" }, "Top causes of idle time"),
-        h("th", { scope: "col" }, "Top finding"), this.sortHeader("Straggler", "straggler"))),
+        h("th", { scope: "col", title: "Peer wait at collectives when it costs the most, else the top finding" }, "Largest loss"), this.sortHeader("Straggler", "straggler"))),
       h("tbody", {}, rows.map((r) => this.row(r))));
     const done = this.complete;
     let status = null;

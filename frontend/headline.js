@@ -58,3 +58,18 @@ export function headline(dev, coll, steps, { duty, minPoints = 1 } = {}) {
   if (!top) return { duty: d, loss: null, text: `${head} — no loss of a point or more` };
   return { duty: d, loss: top, text: `${head} — ${lossText(top)} (${formatNs(top.per_step_ns)} per step)` };
 }
+
+/**
+ * The largest loss of one row of the Hosts view (a /hosts row) when it is peer wait, which
+ * no finding names (busy time): "waiting for host2 at all-reduce, 31.0 ms per step"; null
+ * when an idle cause costs more (the row's top finding then says it).
+ */
+export function hostPeerLoss(r) {
+  const wait = (r && r.peer_wait_ns) || 0;
+  if (!(wait > 0)) return null;
+  const idle = Math.max(0, ...Object.values(r.step_idle_ns || {}));
+  if (wait < idle) return null;
+  const top = (o, v) => Object.entries(o || {}).sort((a, b) => v(b[1]) - v(a[1]))[0];
+  const who = top(r.waited_for, (x) => x), op = top(r.wait_by_op, (x) => x.wait_ns || 0);
+  return `waiting for ${who ? who[0] : "peers"}${op && op[1].wait_ns > 0 ? ` at ${op[0]}` : ""}, ${formatNs(wait)} per step`;
+}

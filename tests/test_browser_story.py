@@ -219,6 +219,13 @@ def test_the_largest_loss_leads(tab, demo):
     first = frame.locator(".pd-findings > li").first
     assert first.get_attribute("id") == "pd-finding-peer-wait"
     assert "host2" in first.inner_text() and "Fix:" in first.inner_text()
+    # the Hosts view: the waiting hosts lead with their wait, the straggler with its own loss
+    frame.click("#pd-compare")
+    frame.wait_for_selector('.pd-compare-row[data-host="host2"] .pd-largest-loss', timeout=90000)
+    loss = lambda host: frame.inner_text(f'.pd-compare-row[data-host="{host}"] .pd-largest-loss')  # noqa: E731
+    assert re.match(r"waiting for host2 at all-reduce, [\d.]+ ms per step", loss("host0")), loss("host0")
+    assert "data loading" in loss("host2")
+    frame.click("#pd-compare")
     # a one-host run: its largest idle cause, in points of the same window as the duty cycle
     _choose(frame, next(r for r in runs if r.startswith("02_")))
     assert frame.get_attribute("#pd-headline", "data-loss") == "data_loading"
