@@ -231,13 +231,15 @@ export class App {
    *  everything derived from the old answers (diagnosis, collectives, gaps, timeline,
    *  the drawn cards) is dropped before anything of the new one is drawn, so no card can
    *  mix the two. Returns the new token. */
-  beginSelection() {
+  beginSelection({ fresh = false } = {}) {
     const token = ++this.token;
     if (this.abort) this.abort.abort();
     this.abort = new AbortController();
     const key = `${this.selectionKey()}|${this.state.device || ""}`;
-    if (key !== this.shownKey) {
-      this.shownKey = key;
+    if (fresh || key !== this.shownKey) {
+      // a view of its own (a comparison, a pod's summary) draws no diagnosis: whatever
+      // comes after it starts from a clean page
+      this.shownKey = fresh ? null : key;
       this.diag = null; this.gaps = [];
       if (this.collKey !== this.selectionKey()) { this.coll = null; this.collKey = null; }
       if (this.timeline) { this.timeline.destroy(); this.timeline = null; }
@@ -296,8 +298,7 @@ export class App {
 
   /** Before (base_*) → after (the selection), from /compare; the URL keeps both. */
   async showCompare() {
-    this.shownKey = null;         // the comparison draws its own body
-    const token = this.beginSelection();
+    const token = this.beginSelection({ fresh: true });   // the comparison draws its own body
     const s = this.state;
     delete s.step; delete s.gap; delete s.zoom;
     writeState(s);
@@ -340,8 +341,7 @@ export class App {
   }
 
   showPod() {
-    this.shownKey = null;
-    this.beginSelection();    // a diagnosis still loading must not replace this view
+    this.beginSelection({ fresh: true });    // a diagnosis still loading must not replace this view
     const s = this.state;
     const run = this.runs.find((x) => x.run === s.run);
     writeState(s);

@@ -154,7 +154,7 @@ export class Timeline {
       const width = Math.max(16, Math.round(this._plotW()));
       let r;
       try { r = await this.fetchLanes(v.start, v.end, width); } catch (e) { r = null; }
-      if (req !== this._req) return;
+      if (req !== this._req || (r && r.aborted)) return;   // a newer view or selection asked
       if (!r || !r.ok) {
         this.note.textContent = `Could not load the lanes: ${(r && r.body && r.body.error) || "network error"}`;
         return;
