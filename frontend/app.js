@@ -1062,7 +1062,7 @@ export class App {
       this.summaryEl.querySelector(`.pd-finding[data-finding="${f.finding}"]`) : null;
     return h("div", { class: "pd-fix", id: "pd-gap-fix" }, h("b", {}, "Fix: "), squeeze(f.text), " ",
       h("span", { class: "pd-muted pd-small" }, f.via === "gap" ? "(its finding: " : "(the finding about its cause: ",
-        li() ? h("a", { href: "#", class: "pd-link", id: "pd-gap-finding", title: fullTitle(f.title, 0), onclick: (e) => {
+        li() ? h("a", { href: "#", class: "pd-link pd-inline-link", id: "pd-gap-finding", title: fullTitle(f.title, 0), onclick: (e) => {
           e.preventDefault();
           const el = li();
           if (el) { el.scrollIntoView({ block: "center" }); el.classList.add("pd-flash"); setTimeout(() => el.classList.remove("pd-flash"), 1500); }
