@@ -245,6 +245,11 @@ export class App {
       if (this.timeline) { this.timeline.destroy(); this.timeline = null; }
       this.gapRange = null;
       if (this.deviceSlot) this.deviceSlot.textContent = "";
+      if (this.pickerEl.firstChild) {   // the picker was for the old selection
+        this.pickerEl.textContent = "";
+        const b = this.header.querySelector("#pd-compare-with");
+        if (b) b.setAttribute("aria-expanded", "false");
+      }
       this.body.textContent = "";
       delete this.root.dataset.collectives;
     }
