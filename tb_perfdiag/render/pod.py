@@ -10,6 +10,7 @@ import numpy as np
 from ..analysis import causes as C
 from ..analysis import collectives as coll
 from ..analysis.result import Diagnosis
+from .collectives import clock_note, clocks_json, late_text
 from .json import gap_ids, ns, ns_list
 from .text import safe as safe_text
 
@@ -61,8 +62,9 @@ def host_stats(diag: Diagnosis) -> dict:
     typical = {c: int(_median(v)) for c, v in per_step.items() if _median(v)}
     active = np.asarray([x is not None for x in duty_of], bool)
     n_act = max(int(active.sum()), 1)
-    # the whole capture, per device with activity (the mean, never the sum)
-    cap_window = int(sum(int(D.hi[d]) - int(D.lo[d]) for d in np.flatnonzero(active).tolist())
+    # the whole capture, per device with activity (the mean, never the sum): the window
+    # its idle by cause adds up over (its activity and the step windows on it)
+    cap_window = int(sum(D.window(d)[1] - D.window(d)[0] for d in np.flatnonzero(active).tolist())
                      / n_act / 1000) if active.any() else None
     cap_busy = int(D.busy[active].sum() / n_act / 1000) if active.any() else None
     cap_by_cause = D.idle_by_cause[active].sum(axis=0) / 1000 / n_act \
@@ -101,10 +103,14 @@ def host_stats(diag: Diagnosis) -> dict:
         "idle_ns": int(round(idle)),
         "cause_shares": shares,
         "top_cause": next(iter(shares), None),
-        # the whole capture's (the duty cycle's window): peer wait in duty points
+        # the whole capture's
         "capture_window_ns": cap_window,
         "capture_busy_ns": cap_busy,
         "capture_idle_ns": int(round(float(cap_by_cause.sum()))),
+        # the duty cycle's window (first to last activity, mean over devices): peer wait
+        # in duty points
+        "duty_window_ns": int(sum(int(D.hi[d]) - int(D.lo[d]) for d in np.flatnonzero(active).tolist())
+                              / n_act / 1000) if active.any() else None,
     }
     ct = diag.collectives
     if ct is not None and len(ct):
@@ -181,9 +187,9 @@ def apply_collectives(rows: list, j) -> dict | None:
         r["clock_shared_with"] = len(off.get("shared_with") or [])
         mine = np.flatnonzero(host_of_last == r["host"])
         r["lateness_ns"] = int(np.median(j.lateness[mine, j.last[mine]])) if mine.size else None
-        if r.get("capture_window_ns"):
-            # both over the whole capture (the duty cycle's window)
-            r["peer_wait_points"] = round(100 * f["peer_wait_total_ns"] / r["capture_window_ns"], 1)
+        if r.get("duty_window_ns"):
+            # both over the whole capture, in the duty cycle's window
+            r["peer_wait_points"] = round(100 * f["peer_wait_total_ns"] / r["duty_window_ns"], 1)
         r["straggler"] = f["straggler"]
         r["straggler_cause"] = f["straggler_cause"]
         if f["straggler"]:
@@ -224,63 +230,6 @@ def apply_collectives(rows: list, j) -> dict | None:
             + (f"; in {int((~j.resolved).sum())} of {n} instances the last arrival leads "
                f"the next by less than the clocks can be aligned ({j.resolution_ns / 1e6:.2f} "
                "ms): no one is blamed for those" if j.noisy else "")}
-
-
-def clocks_json(j) -> list:
-    """The run's clocks: which hosts share each (and why), the offset used for it and
-    how finely arrivals order on it."""
-    return [{"hosts": [j.hosts[t] for t in ck["tables"]], "basis": ck["basis"],
-             "offset_ns": ck["estimated_ns"] if ck["applied"] else 0,
-             "estimated_ns": ck["estimated_ns"], "residual_ns": ck["residual_ns"],
-             "applied": ck["applied"], "resolution_ns": ck["resolution_ns"]}
-            for ck in j.clocks]
-
-
-def clock_note(j) -> str:
-    """The offsets used, in one sentence."""
-    cks = j.clocks or []
-    if len(cks) <= 1:
-        basis = cks[0]["basis"] if cks else ""
-        why = {"one process": "devices of one process",
-               "ends agree": "the instances' ends agree within "
-                             f"{coll.SAME_CLOCK_NS / 1e3:.0f} µs"}.get(basis, basis)
-        res = cks[0]["resolution_ns"] if cks else 0
-        return (f"one clock ({why}): no offset; arrivals order at its ends' agreement "
-                f"({res / 1e3:.1f} µs)")
-    parts = []
-    for ck in cks:
-        who = ", ".join(j.hosts[t] for t in ck["tables"][:3]) + (
-            f" and {len(ck['tables']) - 3} more" if len(ck["tables"]) > 3 else "")
-        parts.append(f"{who}: " + (f"{ck['estimated_ns'] / 1e6:+.3f} ms (estimated from the "
-                                   f"instances' ends, residual {ck['residual_ns'] / 1e3:.0f} µs)"
-                                   if ck["applied"] else "no offset"))
-    return f"{len(cks)} clocks; offsets used — " + "; ".join(parts)
-
-
-def late_text(why: dict | None, culprit: str | None = None, participant: str = "rank") -> str:
-    """Why a straggler was late, in words (``collectives.why_late``): the idle cause
-    only where it explains half of the lateness; else where the rest comes from."""
-    if not why or not why.get("cause"):
-        return "why it was late is not in the trace"
-    c = why["cause"]
-    ms = lambda v: f"{(v or 0) / 1e6:.2f} ms"   # noqa: E731
-    if c == coll.LATE_START:
-        ss = why.get("step_start_excess_ns")
-        began = (f"its step began {ms(ss)} after the median {participant}'s" if ss and ss > 0
-                 else f"its work before the collectives began {ms(why.get('start_excess_ns'))} "
-                      f"after the median {participant}'s")
-        if why.get("before_capture"):
-            return (f"{began}: the lateness comes before the capture — profile from an "
-                    "earlier step or capture the data loader")
-        return f"{began}: the lateness comes before that step's first collective"
-    if c == coll.DEVICE_COMPUTE:
-        return (f"its device computed {ms(why.get('busy_excess_ns'))} more than the median "
-                f"{participant}'s before those collectives (imbalance)")
-    if c == coll.NOT_IN_TRACE:
-        return (f"its own idle and compute explain little of its {ms(why.get('lateness_ns'))} "
-                "lateness: the cause is not in the trace")
-    return (f"late because of {c.replace('_', ' ')}" + (f" ({culprit})" if culprit else "")
-            + f" ({ms(why.get('idle_excess_ns'))} more than the median {participant}'s)")
 
 
 def straggler_reason(f: dict, n: int) -> str:
@@ -434,12 +383,8 @@ def text_table(summary: dict, top: int = 20) -> str:
                     f"{100 * summary['median_duty_without_wait']:.1f}% doing work")
     st = summary.get("stragglers") or []
     out.append(f"{len(st)} straggler(s)" + (":" if st else ""))
-    n_ok = summary["done"] - (summary.get("failed") or 0)
     for s in st:
         line = f"  {safe_text(s['host'])}: {s['reason']}"
-        if cs and s.get("saving_per_step_ns") is not None and summary.get("median_step_ns"):
-            line += (f" — of the {summary['median_step_ns'] / 1e6:.2f} ms step, on each of "
-                     f"the other {max(n_ok - 1, 1)} host(s)")
         out.append(line)
     if cs:
         out.append(f"collectives: {cs['instances']} instance(s) matched across "
