@@ -182,3 +182,23 @@ def test_dlrm_eight_ranks_wait_for_worker7(page, tmp_path, artifacts_dir):  # no
         assert pg.console_log.unexpected() == []
     finally:
         tb.stop()
+
+
+def test_one_process_with_two_tpus_says_which_device_waited_for_which(page, tb_demo):  # noqa: F811
+    """Issue 56: the devices of one process share its clock; TPU 0 idles before each
+    all-reduce it already had while TPU 1 still computes: the card names that, as the
+    finding does, with no word of clocks that cannot be aligned."""
+    from test_browser import run_named
+    run = run_named(tb_demo, "xla_tpu_two_devices")
+    frame = open_host(page, tb_demo, run["run"], run["hosts"][0]["name"])
+    c = card(frame)
+    assert c["state"] == "joined" and not c["hidden"]
+    assert "Between this process's devices: TPU 1 arrived last to 5 of 5 instances" in c["straggler"]
+    assert "TPU 0 waited for it" in c["straggler"] and "collective wait" in c["straggler"]
+    (row,) = c["rows"]
+    who, last = row["cells"][6], row["cells"][7]
+    assert who.startswith("TPU 1") and last == "TPU 1 ×5"
+    text = frame.inner_text("#pd-collectives")
+    assert "could not be aligned" not in text and "one clock (devices of one process)" in text
+    assert "instances TPU 1 arrived last to" in text
+    assert page.console_log.unexpected() == []
