@@ -178,6 +178,11 @@ def test_dlrm_eight_ranks_wait_for_worker7(page, tmp_path, artifacts_dir):  # no
         assert set(ops) == {"send-recv", "all-reduce"}
         assert ops["send-recv"][6].startswith("worker7_step_12")
         assert "The run's straggler: worker7_step_12" in c["straggler"]
+        # issue 56: the saving of fixing it alone (its lead over the next-to-last arrival),
+        # who is last then, and why it was late from what explains it
+        assert "fixing it alone saves ≈ 1.31 ms per step" in c["straggler"]
+        assert "then worker5_step_12 is last" in c["straggler"]
+        assert "its step began" in c["straggler"] and "untraced" not in c["straggler"]
         assert "59 points of it waiting for worker7_step_12" in c["duty"][0]
         assert pg.console_log.unexpected() == []
     finally:
