@@ -77,7 +77,7 @@ function stragglerLine(c, onHost, onStep) {
 function clockLine(c) {
   const k = c.clock;
   if (!k) return null;
-  const shared = (k.shared_with || []).length;
+  const shared = k.shared_with || 0;
   const own = k.applied ? `this host's offset ${formatNs(k.estimated_ns)}, estimated from the instances' ends and applied (residual ${formatNs(k.residual_ns)})`
     : shared ? `this host shares its clock with ${shared} other host${shared > 1 ? "s" : ""} (${k.basis}): no offset`
       : c.clocks > 1 ? `no offset applied to this host (estimated ${formatNs(k.estimated_ns)}, within its residual ${formatNs(k.residual_ns)})` : "";

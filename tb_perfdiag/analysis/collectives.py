@@ -501,8 +501,9 @@ def join(tables: list) -> Join | None:
             offsets[tables[ti].host] = {
                 "clock": tables[ti].clock, "estimated_ns": ck["estimated_ns"],
                 "residual_ns": ck["residual_ns"], "applied": ck["applied"],
-                "shared_with": [tables[x].host for x in ck["tables"] if x != ti],
-                "basis": ck["basis"], "clocks": len(clocks)}
+                # how many other files share its clock (``clocks`` names them: a list
+                # here would be quadratic in a pod of one host)
+                "shared_with": len(ck["tables"]) - 1, "basis": ck["basis"]}
     arr, end, sstart = arr - off_p[None, :], end - off_p[None, :], sstart - off_p[None, :]
     step_t0 = np.where(step_t0 == _NONE, _NONE, step_t0 - off_p[None, :])
     dur = end - arr

@@ -158,8 +158,9 @@ def host_json(j: Join, host: str, diag: Diagnosis | None, figs: dict,
             "transfer_per_step_ns": int(round(t / n_steps)),
             "wait_share": w / (w + t) if w + t > 0 else None,
             "idle_wait_ns": int(round(float(iwait[rows].sum()))),
-            "waited_for": [{"host": k[0], "device": k[1], "wait_ns": int(round(v))} for k, v in
-                           sorted(who.items(), key=lambda x: -x[1])[:WAITED_FOR]],
+            # ``device``: one of this host's own devices (devices of one process)
+            "waited_for": [{"host": k[0], "wait_ns": int(round(v)), **({"device": k[1]} if k[1] else {})}
+                           for k, v in sorted(who.items(), key=lambda x: -x[1])[:WAITED_FOR]],
             "last_devices": _count([last_label[i] for i in rows.tolist()
                                     if last_host[i] == host and resolved[i]]),
             "last_arrivers": dict(sorted(last_count.items(), key=lambda x: -x[1])),

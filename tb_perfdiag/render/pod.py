@@ -184,7 +184,7 @@ def apply_collectives(rows: list, j) -> dict | None:
         off = j.offsets_ns.get(r["host"]) or {}
         r["clock_offset_ns"] = int(off.get("estimated_ns") or 0)
         r["clock_offset_applied"] = bool(off.get("applied"))
-        r["clock_shared_with"] = len(off.get("shared_with") or [])
+        r["clock_shared_with"] = int(off.get("shared_with") or 0)
         mine = np.flatnonzero(host_of_last == r["host"])
         r["lateness_ns"] = int(np.median(j.lateness[mine, j.last[mine]])) if mine.size else None
         if r.get("duty_window_ns"):
