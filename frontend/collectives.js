@@ -146,9 +146,13 @@ export function renderCollectives(el, c, { onHost, onStep }) {
   const lastDev = Object.entries(c.device_last_arrivals || {});
   el.append(
     h("div", { class: "pd-stats" },
-      h("div", { class: "pd-stat" }, h("span", { class: "pd-stat-value", id: "pd-coll-peer-wait" }, formatNs(c.peer_wait_ns)),
-        h("span", { class: "pd-stat-label" }, `peer wait per step (${formatNs(c.peer_wait_total_ns)} over the capture), busy time spent waiting for the last participant` +
-          (c.idle_wait_total_ns ? `; and ${formatNs(c.idle_wait_ns)} per step idle before the op, already queued (collective wait), per device on average` : ""))),
+      c.idle_wait_total_ns
+        // devices that idle before an op they already had wait for a peer outside the op
+        ? h("div", { class: "pd-stat" }, h("span", { class: "pd-stat-value", id: "pd-coll-peer-wait" }, formatNs((c.peer_wait_ns || 0) + (c.idle_wait_ns || 0))),
+          h("span", { class: "pd-stat-label" }, `waiting for peers per step, the mean over this host's devices: ${formatNs(c.idle_wait_ns)} idle before the ops, already queued (collective wait), ` +
+            `and ${formatNs(c.peer_wait_ns)} of busy time inside them (${formatNs(c.idle_wait_total_ns + (c.peer_wait_total_ns || 0))} over the capture)`))
+        : h("div", { class: "pd-stat" }, h("span", { class: "pd-stat-value", id: "pd-coll-peer-wait" }, formatNs(c.peer_wait_ns)),
+          h("span", { class: "pd-stat-label" }, `peer wait per step (${formatNs(c.peer_wait_total_ns)} over the capture), busy time spent waiting for the last participant`)),
       h("div", { class: "pd-stat" }, h("span", { class: "pd-stat-value" }, formatNs(c.transfer_total_ns)),
         h("span", { class: "pd-stat-label" }, "transfer over the capture (the rest of the collective time)")),
       c.hosts === 1
@@ -161,8 +165,9 @@ export function renderCollectives(el, c, { onHost, onStep }) {
             (c.lateness_ns ? ` (median ${formatNs(c.lateness_ns)} after the median arrival)` : "")))),
     devs.length ? h("ul", { class: "pd-idle pd-coll-devices" }, devs.map((d) => h("li", {},
       h("span", { class: "chip", style: { background: causeColor("peer_wait") } }),
-      `${d.name}: ${formatNs(d.wait_ns)} waiting inside the op`, d.wait_points !== null && d.wait_ns ? ` = ${d.wait_points.toFixed(1)} points of its duty cycle` : "",
-      d.idle_wait_ns ? `, ${formatNs(d.idle_wait_ns)} idle before it (collective wait)` : "",
+      `${d.name}: `, d.wait_ns ? `${formatNs(d.wait_ns)} waiting inside the ops` : "",
+      d.wait_ns && d.wait_points !== null ? ` = ${d.wait_points.toFixed(1)} points of its duty cycle` : "",
+      d.idle_wait_ns ? `${d.wait_ns ? ", " : ""}${formatNs(d.idle_wait_ns)} idle before them, already queued (collective wait)` : "",
       d.waited_for ? [", mostly for ", hostLink(d.waited_for, onHost), d.waited_at ? ` at ${d.waited_at}` : ""]
         : d.waited_for_device ? [`, mostly for ${d.waited_for_device}`, d.waited_at ? ` at ${d.waited_at}` : ""] : ""))) : null,
     stragglerLine(c, onHost, onStep),

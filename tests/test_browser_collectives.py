@@ -189,7 +189,7 @@ def test_dlrm_eight_ranks_wait_for_worker7(page, tmp_path, artifacts_dir):  # no
         tb.stop()
 
 
-def test_one_process_with_two_tpus_says_which_device_waited_for_which(page, tb_demo):  # noqa: F811
+def test_one_process_with_two_tpus_says_which_device_waited_for_which(page, tb_demo, artifacts_dir):  # noqa: F811
     """Issue 56: the devices of one process share its clock; TPU 0 idles before each
     all-reduce it already had while TPU 1 still computes: the card names that, as the
     finding does, with no word of clocks that cannot be aligned."""
@@ -206,4 +206,9 @@ def test_one_process_with_two_tpus_says_which_device_waited_for_which(page, tb_d
     text = frame.inner_text("#pd-collectives")
     assert "could not be aligned" not in text and "one clock (devices of one process)" in text
     assert "instances TPU 1 arrived last to" in text
+    # the card's wait is the finding's: TPU 0's ~1.7 ms a step, the mean over two devices
+    assert "idle before the ops, already queued (collective wait)" in text
+    assert frame.inner_text("#pd-coll-peer-wait").endswith("µs")    # ≈ 834 µs, not "0 ns"
+    frame.eval_on_selector("#pd-collectives", "e => e.scrollIntoView()")
+    page.screenshot(path=os.path.join(artifacts_dir, "collectives-two-tpus.png"))
     assert page.console_log.unexpected() == []
