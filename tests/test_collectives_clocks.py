@@ -171,7 +171,7 @@ def test_lateness_explained_by_a_later_step_start_says_so_not_a_small_idle_exces
     assert s["straggler"] and s["straggler_cause"] == coll.LATE_START
     assert s["late_why"]["step_start_excess_ns"] == 3 * MS and s["late_why"]["before_capture"]
     text = late_text(s["late_why"], s["culprit"])
-    assert "its step began 3.00 ms after the median rank's" in text
+    assert "its step began 3.00 ms after the median participant's" in text
     assert "before the capture" in text and "untraced" not in text
 
 
@@ -184,7 +184,9 @@ def test_lateness_explained_by_its_own_idle_names_that_cause():
     j, f = figures(ts)
     s = f["rank1"]
     assert s["straggler_cause"] == C.DATA_LOADING and s["culprit"] == "wait_for_batch"
-    assert "late because of data loading (wait_for_batch)" in late_text(s["late_why"], s["culprit"])
+    assert late_text(s["late_why"], s["culprit"]) == (
+        f"late because of data loading (wait_for_batch): 2.00 ms more than the median "
+        f"participant's before each of the {N} collectives it was late to")
 
 
 def test_lateness_from_longer_device_compute_is_imbalance():

@@ -64,12 +64,15 @@ def clock_note(j) -> str:
     return f"{len(cks)} clocks; offsets used — " + "; ".join(parts)
 
 
-def late_text(why: dict | None, culprit: str | None = None, participant: str = "rank") -> str:
+def late_text(why: dict | None, culprit: str | None = None, participant: str = "participant") -> str:
     """Why a straggler was late, in words (``collectives.why_late``): the idle cause
-    only where it explains half of the lateness; else where the rest comes from."""
+    only where it explains half of its lateness; else where the rest comes from.  Sums
+    over the instances it was late to are said per instance."""
     if not why or not why.get("cause"):
         return "why it was late is not in the trace"
     c = why["cause"]
+    n = max(int(why.get("instances") or 1), 1)
+    each = f" before each of the {n} collectives it was late to" if n > 1 else ""
     ms = lambda v: f"{(v or 0) / 1e6:.2f} ms"   # noqa: E731
     if c == coll.LATE_START:
         ss = why.get("step_start_excess_ns")
@@ -81,13 +84,13 @@ def late_text(why: dict | None, culprit: str | None = None, participant: str = "
                     "earlier step or capture the data loader")
         return f"{began}: the lateness comes before that step's first collective"
     if c == coll.DEVICE_COMPUTE:
-        return (f"its device computed {ms(why.get('busy_excess_ns'))} more than the median "
-                f"{participant}'s before those collectives (imbalance)")
+        return (f"its device computed {ms(why.get('busy_excess_ns', 0) / n)} more than the median "
+                f"{participant}'s{each} (imbalance)")
     if c == coll.NOT_IN_TRACE:
-        return (f"its own idle and compute explain little of its {ms(why.get('lateness_ns'))} "
-                "lateness: the cause is not in the trace")
+        return (f"its own idle and compute explain little of its {ms(why.get('lateness_ns', 0) / n)} "
+                f"lateness{each}: the cause is not in the trace")
     return (f"late because of {c.replace('_', ' ')}" + (f" ({culprit})" if culprit else "")
-            + f" ({ms(why.get('idle_excess_ns'))} more than the median {participant}'s)")
+            + f": {ms(why.get('idle_excess_ns', 0) / n)} more than the median {participant}'s{each}")
 
 
 def _cols(j: Join, host: str) -> np.ndarray:
