@@ -482,14 +482,21 @@ def join(tables: list) -> Join | None:
     host_of = np.array([ti for ti, _ in parts], np.int64)
     # ---- clocks: which participants share one (no offset among them), and per other
     # clock the median of (end − the instance's median end)
-    clocks = _clocks(tables, host_of, end, present)
-    med_end = np.median(np.where(present, end, np.nan), axis=1)
+    clocks = _clocks(tables, host_of, end)
+    med_end = np.median(end, axis=1)
     resid = end - med_end[:, None]
     off_p = np.zeros(len(parts), np.int64)
     offsets = {}
-    for ck in clocks:
-        cols = np.flatnonzero(np.isin(host_of, ck["tables"]))
-        r = resid[:, cols][present[:, cols]]
+    clock_of = np.zeros(len(parts), np.int64)
+    ck_of_table = np.zeros(len(tables), np.int64)
+    for ci, ck in enumerate(clocks):
+        ck_of_table[ck["tables"]] = ci
+    clock_of[:] = ck_of_table[host_of]
+    order_p = np.argsort(clock_of, kind="stable")
+    bounds = np.searchsorted(clock_of[order_p], np.arange(len(clocks) + 1))
+    for ci, ck in enumerate(clocks):
+        cols = order_p[bounds[ci]:bounds[ci + 1]]
+        r = resid[:, cols].reshape(-1)
         est = float(np.median(r)) if r.size else 0.0
         spread = float(np.median(np.abs(r - est))) if r.size else 0.0
         # one clock for every participant: nothing to align
@@ -524,9 +531,6 @@ def join(tables: list) -> Join | None:
     # how finely the last arrival is told from the next: on one clock, at its ends'
     # agreement (ties at the clock itself are ties); across clocks, at the spread of the
     # aligned ends
-    clock_of = np.zeros(len(parts), np.int64)
-    for ci, ck in enumerate(clocks):
-        clock_of[np.isin(host_of, ck["tables"])] = ci
     order = np.argsort(ready, axis=1, kind="stable")
     second_p = order[:, -2]
     second = ready[rows, second_p]
@@ -593,7 +597,7 @@ def _clock_name(t) -> str:
     return m.group(1) if m else ""
 
 
-def _clocks(tables, host_of, end, present) -> list:
+def _clocks(tables, host_of, end) -> list:
     """The participants' clocks: [{"tables": [table index], "basis", "resolution_ns"}].
     Devices of one file share its clock; files of one named host share it unless their
     ends say otherwise (a gap between them past what an estimate would apply); and files
@@ -601,12 +605,18 @@ def _clocks(tables, host_of, end, present) -> list:
     ``resolution_ns``: how closely one instance's ends agree on that clock (the median
     absolute deviation of its participants' ends), the finest lead it can order."""
     n_t = len(tables)
-    med_end = np.median(np.where(present, end, np.nan), axis=1)
-    # per file, per instance: its participants' median end (nan absent)
+    # the join keeps complete instances only: every cell is present
+    med_end = np.median(end, axis=1)
+    # per file, per instance: its participants' median end (one device: its own)
     f_end = np.full((end.shape[0], n_t), np.nan)
-    for ti in np.unique(host_of).tolist():
-        cols = np.flatnonzero(host_of == ti)
-        f_end[:, ti] = np.nanmedian(np.where(present[:, cols], end[:, cols], np.nan), axis=1)
+    count = np.bincount(host_of, minlength=n_t)
+    one = count[host_of] == 1
+    f_end[:, host_of[one]] = end[:, one]
+    for ti in np.flatnonzero(count > 1).tolist():
+        f_end[:, ti] = np.median(end[:, host_of == ti], axis=1)
+    # each file's offset from the instances' median ends, and its spread
+    f_est = np.median(f_end - med_end[:, None], axis=0)
+    f_spread = np.median(np.abs(f_end - med_end[:, None] - f_est[None, :]), axis=0)
     parent = list(range(n_t))
 
     def root(x):
@@ -624,8 +634,7 @@ def _clocks(tables, host_of, end, present) -> list:
     for nm, tis in named.items():
         if len(tis) < 2:
             continue
-        est = np.array([np.nanmedian(f_end[:, ti] - med_end) for ti in tis])
-        spread = np.array([np.nanmedian(np.abs(f_end[:, ti] - med_end - e)) for ti, e in zip(tis, est)])
+        est, spread = f_est[tis], f_spread[tis]
         ok = np.abs(est - np.median(est)) <= np.maximum(OFFSET_NOISE * spread, MIN_OFFSET_PS / 1000)
         members = [ti for ti, o in zip(tis, ok.tolist()) if o]
         for ti in members[1:]:
@@ -636,7 +645,7 @@ def _clocks(tables, host_of, end, present) -> list:
     # whose ends agree have nearly the same offset estimate, so only neighbours in the
     # order of their estimates are compared (a pod of a thousand files: a thousand pairs)
     tis = np.unique(host_of).tolist()
-    est_of = {ti: float(np.nanmedian(f_end[:, ti] - med_end)) for ti in tis}
+    est_of = {ti: float(f_est[ti]) for ti in tis}
     by_est = sorted(tis, key=est_of.get)
     for a, b in zip(by_est[:-1], by_est[1:]):
         if root(a) == root(b) or est_of[b] - est_of[a] > SAME_CLOCK_NS:
@@ -652,12 +661,11 @@ def _clocks(tables, host_of, end, present) -> list:
         groups.setdefault(root(ti), []).append(ti)
     out = []
     for g in groups.values():
-        cols = np.flatnonzero(np.isin(host_of, g))
-        e = np.where(present[:, cols], end[:, cols], np.nan)
         res = 0.0
-        if cols.size > 1:
-            dev = np.abs(e - np.nanmedian(e, axis=1)[:, None])
-            res = float(np.nanmedian(np.nanmedian(dev, axis=1)))
+        if len(g) > 1 or count[g[0]] > 1:
+            e = end[:, np.isin(host_of, g)]
+            dev = np.abs(e - np.median(e, axis=1)[:, None])
+            res = float(np.median(np.median(dev, axis=1)))
         one = len(g) == 1
         b = "one process" if one else (
             "ends agree" if any(basis.get(x) == "ends agree" for x in g) else basis.get(g[0], ""))
@@ -790,10 +798,12 @@ def host_figures(j: Join, steps_of: dict) -> dict:
             mine = mine[outstanding[mine] if out_h >= 2 else resolved[mine]]
         else:
             mine = mine[resolved[mine]]
-        blame = np.zeros(n_i, bool)
-        blame[mine] = True
-        why = why_late(j, blame) if n_i else why_late(j, np.zeros(0, bool))
-        top = why["cause"]
+        why = None
+        if is_str:              # why it was late: only the straggler's is said
+            blame = np.zeros(n_i, bool)
+            blame[mine] = True
+            why = why_late(j, blame)
+        top = why["cause"] if why else None
         late_steps = [int(x) for x in np.unique(s_of[mine]).tolist() if x >= 0]
         cul = {}
         for i in mine.tolist():
