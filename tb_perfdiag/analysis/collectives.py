@@ -693,8 +693,8 @@ def why_late(j: Join, mine: np.ndarray) -> dict:
     rows = np.arange(len(j))[mine]
     last = j.last[rows]
     late = float(np.clip(j.lateness[rows, last], 0, None).sum())
-    out = {"instances": int(rows.size), "lateness_ns": int(round(late)), "cause": None, "idle_cause": None,
-           "idle_excess_ns": 0, "busy_excess_ns": 0, "start_excess_ns": 0,
+    out = {"instances": int(rows.size), "lateness_ns": int(round(late)), "cause": None,
+           "idle_cause": None, "idle_excess_ns": 0, "busy_excess_ns": 0, "start_excess_ns": 0,
            "step_start_excess_ns": None, "before_capture": False}
     if not rows.size or late <= 0:
         return out
