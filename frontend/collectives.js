@@ -4,7 +4,7 @@
 // when there is no such figure, why (the other hosts still being analysed, the others not
 // captured, another capture than the run's). The page only renders.
 import { h } from "./dom.js";
-import { causeColor, causeLabel, formatNs, formatPct, squeeze } from "./format.js";
+import { causeColor, formatNs, formatPct } from "./format.js";
 
 /** "duty 66% — 59 points waiting for worker7 at send-recv" for device `id` (null: none). */
 export function dutyWaitText(coll, id) {
@@ -12,7 +12,7 @@ export function dutyWaitText(coll, id) {
   const d = (coll.devices || []).find((x) => String(x.id) === String(id));
   if (!d || !d.wait_ns || d.wait_points === null || d.wait_points === undefined) return null;
   return `${d.wait_points.toFixed(d.wait_points < 10 ? 1 : 0)} points of it waiting for ` +
-    `${d.waited_for || "peers"}${d.waited_at ? ` at ${d.waited_at}` : ""}`;
+    `${d.waited_for || d.waited_for_device || "peers"}${d.waited_at ? ` at ${d.waited_at}` : ""}`;
 }
 
 /** Peer wait per step and device into the diagnosis' steps (the bars draw it as a part). */
@@ -27,41 +27,65 @@ export function mergeStepWait(steps, coll) {
 const hostLink = (name, onHost, cls = "pd-link-btn") => h("button", { class: cls, "data-host": name,
   title: `Open ${name}`, onclick: () => onHost(name) }, name);
 
+// devices of one process: who arrived last among them and who waited for it
+function devicesLine(c) {
+  const last = Object.entries(c.device_last_arrivals || {});
+  if (c.hosts !== 1 || !last.length) return null;
+  const [who, n] = last[0];
+  const waiting = (c.devices || []).filter((d) => d.waited_for_device === who && (d.wait_ns + (d.idle_wait_ns || 0)) > 0);
+  const steps = c.steps || 1;
+  return h("p", { class: "pd-stragglers", id: "pd-coll-straggler" },
+    h("b", {}, "Between this process's devices: "),
+    `${who} arrived last to ${n} of ${c.instances} instances`,
+    waiting.length ? `; ${waiting.map((d) => `${d.name} waited for it ${formatNs((d.wait_ns + (d.idle_wait_ns || 0)) / steps)} per step` +
+      (d.idle_wait_ns ? ` (${formatNs(d.idle_wait_ns / steps)} of it idle before the op, already queued: collective wait)` : "")).join(", ")}` : "",
+    c.saving_per_step_ns ? `. Bringing ${who} in on time saves ≈ ${formatNs(c.saving_per_step_ns)} per step` : "",
+    ".");
+}
+
 function stragglerLine(c, onHost, onStep) {
   const st = c.stragglers || [];
   if (c.clock_noisy) {
     return h("p", { class: "pd-warnings-inline", id: "pd-coll-noisy", role: "note" },
       "The hosts' clocks could not be aligned closely enough to order arrivals: no straggler is named.");
   }
+  const dl = devicesLine(c);
+  if (dl) return dl;
   if (!st.length) {
     return h("p", { class: "pd-muted pd-small", id: "pd-coll-straggler" },
       "No participant is consistently the last to arrive: no straggler in this run.");
   }
   const s = st[0];
   const me = s.host === c.host;
-  const why = s.cause ? [" late because of ", h("span", { class: "chip", style: { background: causeColor(s.cause) } }),
-    causeLabel(s.cause).toLowerCase(), s.culprit ? [" (", h("code", {}, squeeze(s.culprit, 80, 200)), ")"] : null] : "";
+  // why: its own idle by cause only where that explains half of its lateness (the server's words)
+  const why = s.why ? [" ", h("span", { class: "pd-coll-why" }, s.why)] : "";
   const steps = (s.late_steps || []).slice(0, 8);
   return h("p", { class: "pd-stragglers", id: "pd-coll-straggler" },
     me ? h("b", {}, "This host is the run's straggler: ") : [h("b", {}, "The run's straggler: "), hostLink(s.host, onHost, "pd-link-btn pd-coll-straggler-link"), " — "],
-    `the others wait ${formatNs(s.caused_wait_per_step_ns)} per step for it (last to arrive at ${s.last_arrivals} of ${c.run_instances} instances);`,
+    `the others wait ${formatNs(s.caused_wait_per_step_ns)} per step for it (last to arrive at ${s.last_arrivals} of ${c.run_instances} instances); `,
+    s.saving_per_step_ns !== null && s.saving_per_step_ns !== undefined ? h("span", { id: "pd-coll-saving" },
+      `fixing it alone saves ≈ ${formatNs(s.saving_per_step_ns)} per step (its lead over the next-to-last arrival` +
+      (s.next_straggler ? `; then ${s.next_straggler} is last` : "") + ");") : null,
     why,
     steps.length ? [s.intermittent ? ", in a few steps only: " : "; late in step ", steps.map((x, i) => [i ? ", " : "",
       h("a", { href: "#", class: "pd-link", onclick: (e) => { e.preventDefault(); onStep(x); } }, String(x))]),
     s.late_steps.length > steps.length ? ` and ${s.late_steps.length - steps.length} more` : ""] : "",
-    ". Fixing it saves about that much per step on every other participant.",
+    ".",
     st.length > 1 ? h("span", { class: "pd-muted pd-small" }, ` Also: ${st.slice(1).map((x) => x.host).join(", ")}.`) : null);
 }
 
 function clockLine(c) {
   const k = c.clock;
   if (!k) return null;
+  const shared = k.shared_with || 0;
   // a signed offset reads as a direction, never as a negative duration
   const est = Number(k.estimated_ns) || 0;
-  const by = est ? `this host's clock ${formatNs(Math.abs(est))} ${est > 0 ? "ahead of" : "behind"} the others` : "no offset between the clocks";
-  const off = k.applied ? `offset applied (${by}, estimated from the instances' ends; residual ${formatNs(k.residual_ns)})`
-    : `no offset applied (${by}, within the residual ${formatNs(k.residual_ns)}: the same clock)`;
-  return h("span", { id: "pd-coll-clock" }, `Clock: ${off}.`);
+  const dir = est ? `${formatNs(Math.abs(est))} ${est > 0 ? "ahead of" : "behind"} the others` : "";
+  const own = k.applied ? `this host's clock ${dir || "level with the others"}, estimated from the instances' ends and applied (residual ${formatNs(k.residual_ns)})`
+    : shared ? `this host shares its clock with ${shared} other host${shared > 1 ? "s" : ""} (${k.basis}): no offset`
+      : c.clocks > 1 ? `no offset applied to this host (${dir ? `estimated ${dir}, ` : ""}within its residual ${formatNs(k.residual_ns)})` : "";
+  const said = [c.clock_note, own].filter(Boolean);
+  return said.length ? h("span", { id: "pd-coll-clock" }, `Clock: ${said.join("; ")}.`) : null;
 }
 
 function joinedTable(c, onHost, onStep) {
@@ -77,9 +101,11 @@ function joinedTable(c, onHost, onStep) {
       h("td", { class: "pd-num" }, o.wait_share === null ? "–" : h("span", { class: "pd-coll-share", title: "peer wait / (peer wait + transfer)" },
         h("span", { class: "pd-coll-bar", "aria-hidden": "true" }, h("span", { style: { width: `${100 * o.wait_share}%` } })), ` ${formatPct(o.wait_share)}`)),
       h("td", { class: "pd-coll-who" }, (o.waited_for || []).length ? o.waited_for.map((w, i) => [i ? ", " : "",
-        hostLink(w.host, onHost), ` ${formatNs(w.wait_ns)}`]) : h("span", { class: "pd-muted" }, "nobody")),
-      h("td", { class: "pd-small" }, Object.entries(o.last_arrivers || {}).map(([k, n], i) => [i ? ", " : "",
-        k === c.host ? h("b", {}, `this host ×${n}`) : `${k} ×${n}`])),
+        w.device ? w.device : hostLink(w.host, onHost), ` ${formatNs(w.wait_ns)}`]) : h("span", { class: "pd-muted" }, "nobody")),
+      h("td", { class: "pd-small" }, c.hosts === 1 && Object.keys(o.last_devices || {}).length
+        ? Object.entries(o.last_devices).map(([k, n], i) => [i ? ", " : "", `${k} ×${n}`])
+        : Object.entries(o.last_arrivers || {}).map(([k, n], i) => [i ? ", " : "",
+          k === c.host ? h("b", {}, `this host ×${n}`) : `${k} ×${n}`])),
       h("td", { class: "pd-small" }, (o.steps || []).slice(0, 6).map((x, i) => [i ? ", " : "",
         h("a", { href: "#", class: "pd-link pd-coll-step", "data-step": String(x.step), title: `open step ${x.step}`,
           onclick: (e) => { e.preventDefault(); onStep(x.step); } }, `${x.step}`), ` (${formatNs(x.wait_ns)})`]),
@@ -120,21 +146,35 @@ export function renderCollectives(el, c, { onHost, onStep }) {
     }
     return;
   }
-  const devs = (c.devices || []).filter((d) => d.wait_ns > 0);
+  const devs = (c.devices || []).filter((d) => d.wait_ns > 0 || d.idle_wait_ns > 0);
+  const lastDev = Object.entries(c.device_last_arrivals || {});
   // Element.append writes a null child as the text "null": absent parts are filtered out
   el.append(...[
     h("div", { class: "pd-stats" },
-      h("div", { class: "pd-stat" }, h("span", { class: "pd-stat-value", id: "pd-coll-peer-wait" }, formatNs(c.peer_wait_ns)),
-        h("span", { class: "pd-stat-label" }, `peer wait per step (${formatNs(c.peer_wait_total_ns)} over the capture), busy time spent waiting for the last participant`)),
+      c.idle_wait_total_ns
+        // devices that idle before an op they already had wait for a peer outside the op
+        ? h("div", { class: "pd-stat" }, h("span", { class: "pd-stat-value", id: "pd-coll-peer-wait" }, formatNs((c.peer_wait_ns || 0) + (c.idle_wait_ns || 0))),
+          h("span", { class: "pd-stat-label" }, `waiting for peers per step, the mean over this host's devices: ${formatNs(c.idle_wait_ns)} idle before the ops, already queued (collective wait), ` +
+            `and ${formatNs(c.peer_wait_ns)} of busy time inside them (${formatNs(c.idle_wait_total_ns + (c.peer_wait_total_ns || 0))} over the capture)`))
+        : h("div", { class: "pd-stat" }, h("span", { class: "pd-stat-value", id: "pd-coll-peer-wait" }, formatNs(c.peer_wait_ns)),
+          h("span", { class: "pd-stat-label" }, `peer wait per step (${formatNs(c.peer_wait_total_ns)} over the capture), busy time spent waiting for the last participant`)),
       h("div", { class: "pd-stat" }, h("span", { class: "pd-stat-value" }, formatNs(c.transfer_total_ns)),
         h("span", { class: "pd-stat-label" }, "transfer over the capture (the rest of the collective time)")),
-      h("div", { class: "pd-stat" }, h("span", { class: "pd-stat-value", id: "pd-coll-last" }, `${c.last_arrivals} of ${c.instances}`),
-        h("span", { class: "pd-stat-label" }, "instances this host arrived last to" +
-          (c.lateness_ns ? ` (median ${formatNs(c.lateness_ns)} after the median arrival)` : "")))),
+      c.hosts === 1
+        ? h("div", { class: "pd-stat" }, h("span", { class: "pd-stat-value", id: "pd-coll-last" }, lastDev.length ? `${lastDev[0][1]} of ${c.instances}` : `0 of ${c.instances}`),
+          h("span", { class: "pd-stat-label" }, lastDev.length ? `instances ${lastDev[0][0]} arrived last to, among this process's devices` +
+            (c.lateness_ns ? ` (median ${formatNs(c.lateness_ns)} after the median device)` : "")
+            : "instances one device arrived last to: the devices arrive together"))
+        : h("div", { class: "pd-stat" }, h("span", { class: "pd-stat-value", id: "pd-coll-last" }, `${c.last_arrivals} of ${c.instances}`),
+          h("span", { class: "pd-stat-label" }, "instances this host arrived last to" +
+            (c.lateness_ns ? ` (median ${formatNs(c.lateness_ns)} after the median arrival)` : "")))),
     devs.length ? h("ul", { class: "pd-idle pd-coll-devices" }, devs.map((d) => h("li", {},
       h("span", { class: "chip", style: { background: causeColor("peer_wait") } }),
-      `${d.name}: ${formatNs(d.wait_ns)} waiting`, d.wait_points !== null ? ` = ${d.wait_points.toFixed(1)} points of its duty cycle` : "",
-      d.waited_for ? [", mostly for ", hostLink(d.waited_for, onHost), d.waited_at ? ` at ${d.waited_at}` : ""] : ""))) : null,
+      `${d.name}: `, d.wait_ns ? `${formatNs(d.wait_ns)} waiting inside the ops` : "",
+      d.wait_ns && d.wait_points !== null ? ` = ${d.wait_points.toFixed(1)} points of its duty cycle` : "",
+      d.idle_wait_ns ? `${d.wait_ns ? ", " : ""}${formatNs(d.idle_wait_ns)} idle before them, already queued (collective wait)` : "",
+      d.waited_for ? [", mostly for ", hostLink(d.waited_for, onHost), d.waited_at ? ` at ${d.waited_at}` : ""]
+        : d.waited_for_device ? [`, mostly for ${d.waited_for_device}`, d.waited_at ? ` at ${d.waited_at}` : ""] : ""))) : null,
     stragglerLine(c, onHost, onStep),
     joinedTable(c, onHost, onStep),
     h("p", { class: "pd-muted pd-small" },

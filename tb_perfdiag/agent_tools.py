@@ -319,7 +319,8 @@ class Tools:
         keep = ("host", "span", "status", "error", "duty_cycle", "typical_step_ns",
                 "peer_wait_ns", "peer_wait_total_ns", "peer_wait_points", "last_arrivals",
                 "caused_wait_per_step_ns", "straggler", "straggler_cause", "straggler_reason",
-                "straggler_steps", "lateness_ns")
+                "straggler_steps", "lateness_ns", "saving_per_step_ns", "next_straggler",
+                "idle_wait_ns")
         rows = []
         for x in summary["hosts"]:
             row = {k: x[k] for k in keep if k in x}
@@ -332,6 +333,7 @@ class Tools:
                                              if o.get("applied")][:20]
             coll["last_arrivers"] = dict(list((coll.get("last_arrivers") or {}).items())[:10])
             coll["unmatched"] = (coll.get("unmatched") or [])[:10]
+            coll["clocks"] = [dict(c, hosts=c["hosts"][:10]) for c in (coll.get("clocks") or [])[:10]]
         head = {"run": r.name, "collectives": coll or None,
                 "stragglers": summary.get("stragglers"),
                 "note": None if summary.get("collectives") else

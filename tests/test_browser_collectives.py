@@ -178,7 +178,37 @@ def test_dlrm_eight_ranks_wait_for_worker7(page, tmp_path, artifacts_dir):  # no
         assert set(ops) == {"send-recv", "all-reduce"}
         assert ops["send-recv"][6].startswith("worker7_step_12")
         assert "The run's straggler: worker7_step_12" in c["straggler"]
+        # issue 56: the saving of fixing it alone (its lead over the next-to-last arrival),
+        # who is last then, and why it was late from what explains it
+        assert "fixing it alone saves ≈ 1.31 ms per step" in c["straggler"]
+        assert "then worker5_step_12 is last" in c["straggler"]
+        assert "its step began" in c["straggler"] and "untraced" not in c["straggler"]
         assert "59 points of it waiting for worker7_step_12" in c["duty"][0]
         assert pg.console_log.unexpected() == []
     finally:
         tb.stop()
+
+
+def test_one_process_with_two_tpus_says_which_device_waited_for_which(page, tb_demo, artifacts_dir):  # noqa: F811
+    """Issue 56: the devices of one process share its clock; TPU 0 idles before each
+    all-reduce it already had while TPU 1 still computes: the card names that, as the
+    finding does, with no word of clocks that cannot be aligned."""
+    from test_browser import run_named
+    run = run_named(tb_demo, "xla_tpu_two_devices")
+    frame = open_host(page, tb_demo, run["run"], run["hosts"][0]["name"])
+    c = card(frame)
+    assert c["state"] == "joined" and not c["hidden"]
+    assert "Between this process's devices: TPU 1 arrived last to 5 of 5 instances" in c["straggler"]
+    assert "TPU 0 waited for it" in c["straggler"] and "collective wait" in c["straggler"]
+    (row,) = c["rows"]
+    who, last = row["cells"][6], row["cells"][7]
+    assert who.startswith("TPU 1") and last == "TPU 1 ×5"
+    text = frame.inner_text("#pd-collectives")
+    assert "could not be aligned" not in text and "one clock (devices of one process)" in text
+    assert "instances TPU 1 arrived last to" in text
+    # the card's wait is the finding's: TPU 0's ~1.7 ms a step, the mean over two devices
+    assert "idle before the ops, already queued (collective wait)" in text
+    assert frame.inner_text("#pd-coll-peer-wait").endswith("µs")    # ≈ 834 µs, not "0 ns"
+    frame.eval_on_selector("#pd-collectives", "e => e.scrollIntoView()")
+    page.screenshot(path=os.path.join(artifacts_dir, "collectives-two-tpus.png"))
+    assert page.console_log.unexpected() == []

@@ -51,6 +51,11 @@ RESOLVE = 2.0
 # resolution) stands out: a late arrival, not the run's jitter
 OUTSTANDING = 4.0
 MIN_LEAD_NS = 20_000
+# files whose instances' ends agree within this (nine in ten instances) share one clock:
+# one collective's kernels end within 1-7 µs of each other on one host (the DLRM's eight
+# ranks), while clocks of different hosts agree to tens of µs at best (NTP)
+SAME_CLOCK_NS = 10_000
+_NONE = np.iinfo(np.int64).min   # no step start
 
 
 def is_collective(name: str) -> bool:
@@ -273,6 +278,7 @@ class HostTable:
     culprit: np.ndarray
     step_ids: list = field(default_factory=list)   # Diagnosis step index → step id
     dropped: int = 0
+    step_starts: list = field(default_factory=list)  # per step: its host start, ns from origin
 
 
 def from_row(host: str, row: dict) -> HostTable | None:
@@ -293,6 +299,7 @@ def from_row(host: str, row: dict) -> HostTable | None:
                          list(c["devices"]), list(c["keys"]), list(c["kinds"]),
                          list(c.get("names", [])), idle=idle,
                          step_ids=list(row.get("step_ids") or []),
+                         step_starts=[int(x) for x in row.get("step_start_ns") or []],
                          dropped=int(c.get("dropped") or 0), **cols)
     except (KeyError, TypeError, ValueError, AttributeError, zlib.error, binascii.Error):
         return None
@@ -335,7 +342,19 @@ class Join:
     present: np.ndarray | None = None   # (n_inst, n_part) bool: the participant has this op
     resolved: np.ndarray | None = None  # per instance: its last arrival leads the next by
     #                                     more than the clocks' resolution
-    resolution_ns: int = 0
+    resolution_ns: int = 0              # across clocks: the spread of the aligned ends
+    idle_wait: np.ndarray | None = None  # (n_inst, n_part) ns: collective-wait idle before the
+    #                                      op, while the last participant was not yet ready
+    second: np.ndarray | None = None    # per instance: the next-to-last arriver
+    lead: np.ndarray | None = None      # per instance: the last one's lead over it, ns
+    clock_of: np.ndarray | None = None  # per participant: index into ``clocks``
+    clocks: list = field(default_factory=list)   # [{"tables", "basis", "resolution_ns", …}]
+    idle_excess: np.ndarray | None = None   # (n_inst, n_causes): the last one's idle over the median
+    busy_excess: np.ndarray | None = None   # its device compute over the median's
+    span_start_excess: np.ndarray | None = None  # where its span began, after the median's
+    step_start_excess: np.ndarray | None = None  # where its step began, after the median's
+    has_step_start: np.ndarray | None = None
+    step_first: np.ndarray | None = None    # the instance lies in each one's first captured step
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -426,6 +445,7 @@ def join(tables: list) -> Join | None:
     idle = np.zeros((n_i, n_p, len(C.ALL)), np.int64)
     cul = np.full((n_i, n_p), -1, np.int64)
     present = np.zeros((n_i, n_p), bool)
+    step_t0 = np.full((n_i, n_p), _NONE, np.int64)    # the launching step's host start
     at = 0
     for ps, rows_of in blocks:
         ii = np.arange(at, at + rows_of.shape[0])
@@ -440,6 +460,10 @@ def join(tables: list) -> Join | None:
             idle[ii, p] = t.idle[rows]
             cul[ii, p] = t.culprit[rows]
             st = t.step[rows]
+            if len(t.step_starts) == len(t.step_ids) and t.step_starts:
+                t0 = np.asarray(t.step_starts, np.int64)
+                ok = (st >= 0) & (st < t0.size)
+                step_t0[ii, p] = np.where(ok, t0[np.clip(st, 0, t0.size - 1)] + shift, _NONE)
             if t.step_ids:
                 ids = np.asarray(t.step_ids, np.int64)
                 ok = (st >= 0) & (st < ids.size)
@@ -453,50 +477,81 @@ def join(tables: list) -> Join | None:
         return None
     keep = np.flatnonzero(used)
     parts = [parts[i] for i in keep.tolist()]
-    arr, end, sstart, step, idle, cul, present = (a[:, keep] for a in
-                                                  (arr, end, sstart, step, idle, cul, present))
-    # ---- clocks: per host file, the median of (end − the instance's median end)
+    arr, end, sstart, step, idle, cul, present, step_t0 = (
+        a[:, keep] for a in (arr, end, sstart, step, idle, cul, present, step_t0))
     host_of = np.array([ti for ti, _ in parts], np.int64)
-    med_end = np.median(np.where(present, end, np.nan), axis=1) if n_i else np.zeros(0)
+    # ---- clocks: which participants share one (no offset among them), and per other
+    # clock the median of (end − the instance's median end)
+    clocks = _clocks(tables, host_of, end)
+    med_end = np.median(end, axis=1)
     resid = end - med_end[:, None]
-    offsets = {}
     off_p = np.zeros(len(parts), np.int64)
-    for ti in np.unique(host_of).tolist():
-        cols = np.flatnonzero(host_of == ti)
-        r = resid[:, cols][present[:, cols]]
+    offsets = {}
+    clock_of = np.zeros(len(parts), np.int64)
+    ck_of_table = np.zeros(len(tables), np.int64)
+    for ci, ck in enumerate(clocks):
+        ck_of_table[ck["tables"]] = ci
+    clock_of[:] = ck_of_table[host_of]
+    order_p = np.argsort(clock_of, kind="stable")
+    bounds = np.searchsorted(clock_of[order_p], np.arange(len(clocks) + 1))
+    for ci, ck in enumerate(clocks):
+        cols = order_p[bounds[ci]:bounds[ci + 1]]
+        r = resid[:, cols].reshape(-1)
         est = float(np.median(r)) if r.size else 0.0
         spread = float(np.median(np.abs(r - est))) if r.size else 0.0
-        applied = abs(est) > max(OFFSET_NOISE * spread, MIN_OFFSET_PS / 1000)
+        # one clock for every participant: nothing to align
+        applied = len(clocks) > 1 and abs(est) > max(OFFSET_NOISE * spread, MIN_OFFSET_PS / 1000)
         if applied:
             off_p[cols] = int(round(est))
-        offsets[tables[ti].host] = {"clock": tables[ti].clock, "estimated_ns": int(round(est)),
-                                    "residual_ns": int(round(spread)), "applied": bool(applied)}
-    arr = arr - off_p[None, :]
-    end = end - off_p[None, :]
-    sstart = sstart - off_p[None, :]
+        ck.update(estimated_ns=int(round(est)), residual_ns=int(round(spread)), applied=bool(applied))
+        for ti in ck["tables"]:
+            offsets[tables[ti].host] = {
+                "clock": tables[ti].clock, "estimated_ns": ck["estimated_ns"],
+                "residual_ns": ck["residual_ns"], "applied": ck["applied"],
+                # how many other files share its clock (``clocks`` names them: a list
+                # here would be quadratic in a pod of one host)
+                "shared_with": len(ck["tables"]) - 1, "basis": ck["basis"]}
+    arr, end, sstart = arr - off_p[None, :], end - off_p[None, :], sstart - off_p[None, :]
+    step_t0 = np.where(step_t0 == _NONE, _NONE, step_t0 - off_p[None, :])
     dur = end - arr
-    last = np.argmax(arr, axis=1)
-    last_arr = arr[np.arange(n_i), last]
+    # a device that already had the collective and idled (§4 split: collective_wait) was
+    # ready for it before it started: it waited for a peer outside the op (devices of one
+    # process whose ops start together once the last one is ready)
+    cw = idle[:, :, C.ALL.index(C.COLLECTIVE_WAIT)]
+    ready = arr - np.minimum(cw, np.maximum(arr - sstart, 0))
+    last = np.argmax(ready, axis=1)
+    rows = np.arange(n_i)
+    last_ready = ready[rows, last]
+    last_arr = arr[rows, last]
     wait = np.clip(np.minimum(dur, last_arr[:, None] - arr), 0, None)
+    # the idle part: what of its collective-wait idle came before the last one was ready
+    idle_wait = np.clip(np.minimum(arr - ready, last_ready[:, None] - ready), 0, None)
     transfer = dur - wait
-    lateness = arr - np.median(arr, axis=1)[:, None]
-    # how finely arrivals on different clocks can be ordered: the spread of the aligned
-    # ends (one clock: exact); an instance whose last arrival leads the next by less
-    # cannot name its last arriver
-    clocks = {tables[ti].clock or tables[ti].host for ti in np.unique(host_of).tolist()}
-    resolution = 0.0
-    if len(clocks) > 1 and n_i:
-        resolution = float(np.median([o["residual_ns"] for o in offsets.values()]))
-    second = np.sort(arr, axis=1)[:, -2] if arr.shape[1] > 1 else arr[:, 0]
-    resolved = (last_arr - second) > max(RESOLVE * resolution, MIN_LEAD_NS)
-    noisy = bool(n_i and resolved.sum() < 0.5 * n_i)
+    lateness = ready - np.median(ready, axis=1)[:, None]
+    # how finely the last arrival is told from the next: on one clock, at its ends'
+    # agreement (ties at the clock itself are ties); across clocks, at the spread of the
+    # aligned ends
+    order = np.argsort(ready, axis=1, kind="stable")
+    second_p = order[:, -2]
+    second = ready[rows, second_p]
+    lead = last_ready - second
+    across = float(np.median([ck["residual_ns"] for ck in clocks])) if len(clocks) > 1 else 0.0
+    same = clock_of[last] == clock_of[second_p]
+    res_same = np.array([ck["resolution_ns"] for ck in clocks], np.float64)[clock_of[last]]
+    thr = np.where(same, np.maximum(RESOLVE * res_same, 0), max(RESOLVE * across, MIN_LEAD_NS))
+    resolved = lead > thr
+    noisy = bool(len(clocks) > 1 and n_i and resolved.sum() < 0.5 * n_i)
     # ---- why the last arriver was late: its span since the previous instance against
-    # the median participant's (idle by cause, and the rest: device compute)
+    # the median participant's (idle by cause, device compute), and where its span (and
+    # its step) began against theirs
     span = arr - sstart
     busy = span - idle.sum(axis=2)
-    rows = np.arange(n_i)
     ex = idle[rows, last] - np.median(idle, axis=1)            # (n_i, n_causes)
     exb = busy[rows, last] - np.median(busy, axis=1)
+    exs = sstart[rows, last] - np.median(sstart, axis=1)
+    has_t0 = (step_t0 != _NONE).all(axis=1)
+    ext = np.where(has_t0, step_t0[rows, last] - np.median(np.where(has_t0[:, None], step_t0, 0),
+                                                          axis=1), 0)
     top = np.argmax(ex, axis=1)
     ex_top = ex[rows, top]
     cause, culprit = [], []
@@ -518,7 +573,104 @@ def join(tables: list) -> Join | None:
     return Join([t.host for t in tables], participants, inst_key, inst_kind,
                 np.asarray(inst_ord, np.int64), arr, end, wait, transfer, lateness, last,
                 step, offsets, noisy, unmatched, cause, culprit, base, present, resolved,
-                int(round(resolution)))
+                int(round(across)), idle_wait=idle_wait, second=second_p, lead=lead,
+                clock_of=clock_of, clocks=clocks, idle_excess=ex, busy_excess=exb,
+                span_start_excess=exs, step_start_excess=ext, has_step_start=has_t0,
+                step_first=_first_step(tables, host_of, step))
+
+
+def _first_step(tables, host_of, step) -> np.ndarray:
+    """Per instance: its step is the first step of every participant's capture."""
+    firsts = np.array([min(t.step_ids) if t.step_ids else -1 for t in tables], np.int64)
+    return (step == firsts[host_of][None, :]).all(axis=1)
+
+
+_KINETO_WORKER = re.compile(r"^(.+)_\d+$")
+
+
+def _clock_name(t) -> str:
+    """The host a file's clock is named by: the XSpace's hostname, else the Kineto
+    worker name's host part (``torch.profiler``'s ``<hostname>_<pid>``); "" none."""
+    if t.clock:
+        return t.clock
+    m = _KINETO_WORKER.match(t.host or "")
+    return m.group(1) if m else ""
+
+
+def _clocks(tables, host_of, end) -> list:
+    """The participants' clocks: [{"tables": [table index], "basis", "resolution_ns"}].
+    Devices of one file share its clock; files of one named host share it unless their
+    ends say otherwise (a gap between them past what an estimate would apply); and files
+    whose instances' ends agree within SAME_CLOCK_NS are one clock whatever their names.
+    ``resolution_ns``: how closely one instance's ends agree on that clock (the median
+    absolute deviation of its participants' ends), the finest lead it can order."""
+    n_t = len(tables)
+    # the join keeps complete instances only: every cell is present
+    med_end = np.median(end, axis=1)
+    # per file, per instance: its participants' median end (one device: its own)
+    f_end = np.full((end.shape[0], n_t), np.nan)
+    count = np.bincount(host_of, minlength=n_t)
+    one = count[host_of] == 1
+    f_end[:, host_of[one]] = end[:, one]
+    for ti in np.flatnonzero(count > 1).tolist():
+        f_end[:, ti] = np.median(end[:, host_of == ti], axis=1)
+    # each file's offset from the instances' median ends, and its spread
+    f_est = np.median(f_end - med_end[:, None], axis=0)
+    f_spread = np.median(np.abs(f_end - med_end[:, None] - f_est[None, :]), axis=0)
+    parent = list(range(n_t))
+
+    def root(x):
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    basis = {}
+    named: dict = {}
+    for ti in np.unique(host_of).tolist():
+        nm = _clock_name(tables[ti])
+        if nm:
+            named.setdefault(nm, []).append(ti)
+    for nm, tis in named.items():
+        if len(tis) < 2:
+            continue
+        est, spread = f_est[tis], f_spread[tis]
+        ok = np.abs(est - np.median(est)) <= np.maximum(OFFSET_NOISE * spread, MIN_OFFSET_PS / 1000)
+        members = [ti for ti, o in zip(tis, ok.tolist()) if o]
+        for ti in members[1:]:
+            parent[root(ti)] = root(members[0])
+        for ti in members:
+            basis[ti] = f"one host ({nm})"
+    # ends that agree: most instances' ends within SAME_CLOCK_NS of each other.  Files
+    # whose ends agree have nearly the same offset estimate, so only neighbours in the
+    # order of their estimates are compared (a pod of a thousand files: a thousand pairs)
+    tis = np.unique(host_of).tolist()
+    est_of = {ti: float(f_est[ti]) for ti in tis}
+    by_est = sorted(tis, key=est_of.get)
+    for a, b in zip(by_est[:-1], by_est[1:]):
+        if root(a) == root(b) or est_of[b] - est_of[a] > SAME_CLOCK_NS:
+            continue
+        d = np.abs(f_end[:, a] - f_end[:, b])
+        d = d[~np.isnan(d)]
+        if d.size and float(np.percentile(d, 90)) <= SAME_CLOCK_NS:
+            parent[root(b)] = root(a)
+            for x in (a, b):
+                basis.setdefault(x, "ends agree")
+    groups: dict = {}
+    for ti in tis:
+        groups.setdefault(root(ti), []).append(ti)
+    out = []
+    for g in groups.values():
+        res = 0.0
+        if len(g) > 1 or count[g[0]] > 1:
+            e = end[:, np.isin(host_of, g)]
+            dev = np.abs(e - np.median(e, axis=1)[:, None])
+            res = float(np.median(np.median(dev, axis=1)))
+        one = len(g) == 1
+        b = "one process" if one else (
+            "ends agree" if any(basis.get(x) == "ends agree" for x in g) else basis.get(g[0], ""))
+        out.append({"tables": g, "basis": b, "resolution_ns": int(round(res))})
+    return out
 
 
 # ------------------------------------------------------------------- per host from a join
@@ -527,10 +679,56 @@ def _binom_tail(n: int, k: int, p: float) -> float:
     return sum(math.comb(n, j) * p ** j * (1 - p) ** (n - j) for j in range(k, n + 1))
 
 
+LATE_START = "late_start"         # its span (its step) began after the median participant's
+NOT_IN_TRACE = "not_in_trace"     # nothing the trace holds explains it
+EXPLAINS = 0.5                    # a cause is named when it explains this share of the lateness
+
+
+def why_late(j: Join, mine: np.ndarray) -> dict:
+    """Why the last arriver of the instances ``mine`` was late (GUIDE §4): its own idle
+    by cause against the median participant's when that explains at least half of its
+    lateness; else where the rest comes from — a later start of its span (its step began
+    after the others': before the capture when it is the capture's first step), more
+    device compute (imbalance), or nothing the trace holds."""
+    rows = np.arange(len(j))[mine]
+    last = j.last[rows]
+    late = float(np.clip(j.lateness[rows, last], 0, None).sum())
+    out = {"instances": int(rows.size), "lateness_ns": int(round(late)), "cause": None,
+           "idle_cause": None, "idle_excess_ns": 0, "busy_excess_ns": 0, "start_excess_ns": 0,
+           "step_start_excess_ns": None, "before_capture": False}
+    if not rows.size or late <= 0:
+        return out
+    ex = np.clip(j.idle_excess[rows], 0, None).sum(axis=0)
+    top = int(np.argmax(ex))
+    busy = float(np.clip(j.busy_excess[rows], 0, None).sum())
+    start = float(np.clip(j.span_start_excess[rows], 0, None).sum())
+    out.update(idle_cause=C.ALL[top] if ex[top] > 0 else None, idle_excess_ns=int(round(ex[top])),
+               busy_excess_ns=int(round(busy)), start_excess_ns=int(round(start)))
+    # where its span began late: the instance opens the capture's collectives, and its
+    # step's start says how much later it began
+    began = rows[j.span_start_excess[rows] > 0]
+    has = began[j.has_step_start[began]] if j.has_step_start is not None else began[:0]
+    if has.size:
+        out["step_start_excess_ns"] = int(round(float(np.median(j.step_start_excess[has]))))
+        out["before_capture"] = bool(j.step_first[has].all())
+    if ex[top] >= EXPLAINS * late:
+        out["cause"] = C.ALL[top]
+        return out
+    rest = late - float(ex[top])
+    if start >= busy and start >= EXPLAINS * rest:
+        out["cause"] = LATE_START
+    elif busy >= EXPLAINS * rest:
+        out["cause"] = DEVICE_COMPUTE
+    else:
+        out["cause"] = NOT_IN_TRACE
+    return out
+
+
 def host_figures(j: Join, steps_of: dict) -> dict:
     """Per host name: peer wait (total and per typical step, per device: the mean over its
-    participating devices), last arrivals, the wait it caused, straggler verdict and
-    cause.  ``steps_of``: host → number of steps its capture has (per-step figures)."""
+    participating devices), last arrivals, the wait it caused and what fixing it alone
+    saves, straggler verdict and why it was late.  ``steps_of``: host → number of steps
+    its capture has (per-step figures)."""
     n_h = len(j.hosts)
     host_of = np.array([p.host for p in j.participants], np.int64)
     n_i = len(j)
@@ -538,20 +736,33 @@ def host_figures(j: Join, steps_of: dict) -> dict:
     last_host = host_of[j.last] if n_i else np.zeros(0, np.int64)
     resolved = j.resolved if j.resolved is not None else np.ones(n_i, bool)
     n_res = int(resolved.sum())
-    # the wait each instance's last arriver caused: the mean over the others
-    others = j.wait.sum(axis=1) / max(len(j.participants) - 1, 1)
+    idle_wait = j.idle_wait if j.idle_wait is not None else np.zeros_like(j.wait)
+    # the wait each instance's last arriver caused: the mean over the others (inside the
+    # op, and idle before it where a device already had the op)
+    others = (j.wait + idle_wait).sum(axis=1) / max(len(j.participants) - 1, 1)
     hosts_in = np.unique(host_of)
     caused = np.zeros(n_h)
     np.add.at(caused, last_host, others)
     total_caused = float(others.sum())
+    # what fixing the last one alone saves: its lead over the next-to-last arrival (then
+    # that one is last), where the clocks can tell the two apart
+    lead = j.lead if j.lead is not None else np.zeros(n_i)
+    saving = np.zeros(n_h)
+    np.add.at(saving, last_host[resolved], lead[resolved])
+    srt = np.sort(j.lateness, axis=1) if n_i else np.zeros((0, 1))
+    lead2 = srt[:, -2] - srt[:, -3] if srt.shape[1] > 2 else np.zeros(n_i)
+    second_host = host_of[j.second] if j.second is not None and n_i else last_host
     p_last = 1.0 / max(hosts_in.size, 1)
     typical = float(np.median(others)) if n_i else 0.0
     outstanding = resolved & (others > OUTSTANDING * max(typical, j.resolution_ns, MIN_LEAD_NS))
     kind_names = sorted(set(j.kinds))
     kind_of = np.array([kind_names.index(k) for k in j.kinds], np.int64)
+    s_all = j.step.max(axis=1) if n_i else np.zeros(0, np.int64)
+    all_steps = [int(x) for x in np.unique(s_all).tolist() if x >= 0]
     for h in hosts_in.tolist():
         cols = np.flatnonzero(host_of == h)
         w_inst = j.wait[:, cols].mean(axis=1) if n_i else np.zeros(0)
+        iw_inst = idle_wait[:, cols].mean(axis=1) if n_i else np.zeros(0)
         w_total = float(w_inst.sum())
         lasts = int((last_host == h).sum())
         lasts_res = int(((last_host == h) & resolved).sum())
@@ -559,13 +770,18 @@ def host_figures(j: Join, steps_of: dict) -> dict:
         # per typical step: the median over the steps (steps without a collective wait 0)
         s_of = j.step[:, cols].max(axis=1) if n_i else np.zeros(0, np.int64)
         ids, inv = np.unique(s_of, return_inverse=True)
-        per = np.zeros(ids.size)
-        np.add.at(per, inv.reshape(-1), w_inst)
-        per = per[ids >= 0]
-        if per.size and n_steps > per.size:
-            per = np.r_[per, np.zeros(n_steps - per.size)]
-        per_step = float(np.median(per)) if per.size else (
-            w_total / n_steps if n_steps else None)
+
+        def per_step(v):
+            per = np.zeros(ids.size)
+            np.add.at(per, inv.reshape(-1), v)
+            per = per[ids >= 0]
+            if per.size and n_steps > per.size:
+                per = np.r_[per, np.zeros(n_steps - per.size)]
+            return float(np.median(per)) if per.size else (
+                float(v.sum()) / n_steps if n_steps else None)
+
+        pw_step = per_step(w_inst)
+        iw_step = per_step(iw_inst)
         mine = np.flatnonzero(last_host == h)
         # the one the others wait for: last, by more than the clocks can blur, more often
         # than chance and in most such instances, and the cause of most of the wait
@@ -574,23 +790,32 @@ def host_figures(j: Join, steps_of: dict) -> dict:
         # typical one's (a straggler in a few steps only)
         out_h = int((outstanding & (last_host == h)).sum())
         rare = out_h >= 2 and 2 * out_h > int(outstanding.sum())
-        is_str = bool(lasts_res >= 2 and (often or rare) and
+        is_str = bool(hosts_in.size > 1 and lasts_res >= 2 and (often or rare) and
                       total_caused > 0 and caused[h] >= SHARE * total_caused)
         if is_str:
             # the instances it is blamed for: those it was last to by more than the clocks
             # blur; where some of its waits stand out (a straggler of a few steps), those
             mine = mine[outstanding[mine] if out_h >= 2 else resolved[mine]]
-        why = {}
-        for i in mine.tolist():
-            c = j.cause[i] or "unknown"
-            why[c] = why.get(c, 0.0) + float(others[i])
-        top = max(why, key=why.get) if why else None
+        else:
+            mine = mine[resolved[mine]]
+        why = None
+        if is_str:              # why it was late: only the straggler's is said
+            blame = np.zeros(n_i, bool)
+            blame[mine] = True
+            why = why_late(j, blame)
+        top = why["cause"] if why else None
         late_steps = [int(x) for x in np.unique(s_of[mine]).tolist() if x >= 0]
-        all_steps = [int(x) for x in np.unique(s_of).tolist() if x >= 0]
         cul = {}
         for i in mine.tolist():
             if j.culprit[i] and j.cause[i] == top:
                 cul[j.culprit[i]] = cul.get(j.culprit[i], 0.0) + float(others[i])
+        # fixed, who is last then: the next-to-last of its instances takes its place
+        nxt = saving.copy()
+        nxt[h] = 0.0
+        mine_all = np.flatnonzero((last_host == h) & resolved)
+        np.add.at(nxt, second_host[mine_all], lead2[mine_all])
+        nxt[h] = 0.0
+        nx = int(np.argmax(nxt)) if nxt.size and nxt.max() > 0 else None
         t_inst = j.transfer[:, cols].mean(axis=1) if n_i else np.zeros(0)
         wk, tk = np.zeros(len(kind_names)), np.zeros(len(kind_names))
         np.add.at(wk, kind_of, w_inst)
@@ -598,20 +823,30 @@ def host_figures(j: Join, steps_of: dict) -> dict:
         by_op = {k: (wk[i], tk[i]) for i, k in enumerate(kind_names)}
         # whom it waited for: the hosts arriving last where it waited
         wh = np.zeros(n_h)
-        np.add.at(wh, last_host, w_inst)
+        np.add.at(wh, last_host, w_inst + iw_inst)
+        wh[h] = 0.0
         waited = {j.hosts[x]: float(wh[x]) for x in np.flatnonzero(wh > 0).tolist()}
+        n_per = max(len(all_steps), 1)
         out[j.hosts[h]] = {
             "peer_wait_total_ns": int(round(w_total)),
-            "peer_wait_ns": int(round(per_step)) if per_step is not None else None,
+            "peer_wait_ns": int(round(pw_step)) if pw_step is not None else None,
+            "idle_wait_total_ns": int(round(float(iw_inst.sum()))),
+            "idle_wait_ns": int(round(iw_step)) if iw_step is not None else None,
             "last_arrivals": lasts,
+            "last_arrivals_resolved": lasts_res,
             "caused_wait_ns": int(round(caused[h])),
-            "caused_wait_per_step_ns": int(round(caused[h] / max(len(all_steps), 1)))
-            if all_steps else int(round(caused[h])),
+            "caused_wait_per_step_ns": int(round(caused[h] / n_per)),
+            "saving_ns": int(round(saving[h])),
+            "saving_per_step_ns": int(round(saving[h] / n_per)),
+            "next_straggler": j.hosts[nx] if is_str and nx is not None else None,
+            "next_saving_per_step_ns": int(round(nxt[nx] / n_per))
+            if is_str and nx is not None else None,
             "straggler": is_str,
             "straggler_cause": top if is_str else None,
+            "late_why": why if is_str else None,
             "late_steps": late_steps,
             "intermittent": bool(is_str and all_steps and len(late_steps) < 0.5 * len(all_steps)),
-            "culprit": max(cul, key=cul.get) if cul else None,
+            "culprit": max(cul, key=cul.get) if cul and top in C.ALL else None,
             "waited_for": {k: int(round(v)) for k, v in
                            sorted(waited.items(), key=lambda x: -x[1])},
             "wait_by_op": {k: {"wait_ns": int(round(v[0])), "transfer_ns": int(round(v[1]))}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..analysis import collectives as coll
 from ..analysis.collectives import DEVICE_COMPUTE, Join, clock_origin_ps
 from ..analysis.compare import peer_wait_cells
 from ..analysis.device_ops import fold_kernel_name
@@ -30,6 +31,66 @@ ALONE = ("Only this host's profile holds these collectives (the other participan
          "captured or share no instance with it): the wait for peers cannot be told from the "
          "transfer without their profiles, so collective time is shown as it is, with how "
          "its instances' durations vary.")
+
+
+def clocks_json(j) -> list:
+    """The run's clocks: which hosts share each (and why), the offset used for it and
+    how finely arrivals order on it."""
+    return [{"hosts": [j.hosts[t] for t in ck["tables"]], "basis": ck["basis"],
+             "offset_ns": ck["estimated_ns"] if ck["applied"] else 0,
+             "estimated_ns": ck["estimated_ns"], "residual_ns": ck["residual_ns"],
+             "applied": ck["applied"], "resolution_ns": ck["resolution_ns"]}
+            for ck in j.clocks]
+
+
+def clock_note(j) -> str:
+    """The offsets used, in one sentence."""
+    cks = j.clocks or []
+    if len(cks) <= 1:
+        basis = cks[0]["basis"] if cks else ""
+        why = {"one process": "devices of one process",
+               "ends agree": "the instances' ends agree within "
+                             f"{coll.SAME_CLOCK_NS / 1e3:.0f} µs"}.get(basis, basis)
+        res = cks[0]["resolution_ns"] if cks else 0
+        return (f"one clock ({why}): no offset; arrivals order at its ends' agreement "
+                f"({res / 1e3:.1f} µs)")
+    parts = []
+    for ck in cks:
+        who = ", ".join(j.hosts[t] for t in ck["tables"][:3]) + (
+            f" and {len(ck['tables']) - 3} more" if len(ck["tables"]) > 3 else "")
+        parts.append(f"{who}: " + (f"{ck['estimated_ns'] / 1e6:+.3f} ms (estimated from the "
+                                   f"instances' ends, residual {ck['residual_ns'] / 1e3:.0f} µs)"
+                                   if ck["applied"] else "no offset"))
+    return f"{len(cks)} clocks; offsets used — " + "; ".join(parts)
+
+
+def late_text(why: dict | None, culprit: str | None = None, participant: str = "participant") -> str:
+    """Why a straggler was late, in words (``collectives.why_late``): the idle cause
+    only where it explains half of its lateness; else where the rest comes from.  Sums
+    over the instances it was late to are said per instance."""
+    if not why or not why.get("cause"):
+        return "why it was late is not in the trace"
+    c = why["cause"]
+    n = max(int(why.get("instances") or 1), 1)
+    each = f" before each of the {n} collectives it was late to" if n > 1 else ""
+    ms = lambda v: f"{(v or 0) / 1e6:.2f} ms"   # noqa: E731
+    if c == coll.LATE_START:
+        ss = why.get("step_start_excess_ns")
+        began = (f"its step began {ms(ss)} after the median {participant}'s" if ss and ss > 0
+                 else f"its work before the collectives began {ms(why.get('start_excess_ns'))} "
+                      f"after the median {participant}'s")
+        if why.get("before_capture"):
+            return (f"{began}: the lateness comes before the capture — profile from an "
+                    "earlier step or capture the data loader")
+        return f"{began}: the lateness comes before that step's first collective"
+    if c == coll.DEVICE_COMPUTE:
+        return (f"its device computed {ms(why.get('busy_excess_ns', 0) / n)} more than the median "
+                f"{participant}'s{each} (imbalance)")
+    if c == coll.NOT_IN_TRACE:
+        return (f"its own idle and compute explain little of its {ms(why.get('lateness_ns', 0) / n)} "
+                f"lateness{each}: the cause is not in the trace")
+    return (f"late because of {c.replace('_', ' ')}" + (f" ({culprit})" if culprit else "")
+            + f": {ms(why.get('idle_excess_ns', 0) / n)} more than the median {participant}'s{each}")
 
 
 def _cols(j: Join, host: str) -> np.ndarray:
@@ -61,7 +122,14 @@ def host_json(j: Join, host: str, diag: Diagnosis | None, figs: dict,
     host_of = np.array([p.host for p in j.participants], np.int64)
     last_host = [j.hosts[int(host_of[int(p)])] for p in j.last.tolist()]
     wait = _mean_over(j.wait[:, cols], present)
+    idle_w = _idle_wait(j)
+    iwait = _mean_over(idle_w[:, cols], present)
     transfer = _mean_over(j.transfer[:, cols], present)
+    resolved = j.resolved if j.resolved is not None else np.ones(n_i, bool)
+    # the last arriver as this host names it: another host by its name, one of its own
+    # devices by the device's (devices of one process wait for each other too)
+    last_label = [j.participants[int(p)].device if last_host[i] == host else last_host[i]
+                  for i, p in enumerate(j.last.tolist())]
     step_of = np.where(present, j.step[:, cols], -1).max(axis=1) if cols.size else \
         np.full(n_i, -1)
     n_steps = steps if steps else max(len(np.unique(step_of[step_of >= 0])), 1)
@@ -74,8 +142,12 @@ def host_json(j: Join, host: str, diag: Diagnosis | None, figs: dict,
         last_count: dict = {}
         for i in rows.tolist():
             last_count[last_host[i]] = last_count.get(last_host[i], 0) + 1
-            if wait[i] > 0 and last_host[i] != host:
-                who[last_host[i]] = who.get(last_host[i], 0.0) + float(wait[i])
+            # whom its devices waited for, inside the op and idle before it
+            for c in cols.tolist():
+                w_c = float(j.wait[i, c] + idle_w[i, c]) if j.present[i, c] else 0.0
+                if w_c > 0 and int(j.last[i]) != c and resolved[i]:
+                    k = (last_host[i], last_label[i] if last_host[i] == host else None)
+                    who[k] = who.get(k, 0.0) + w_c / max(int(present[i].sum()), 1)
         per_step: dict = {}
         for i in rows.tolist():
             s = int(step_of[i])
@@ -88,8 +160,12 @@ def host_json(j: Join, host: str, diag: Diagnosis | None, figs: dict,
             "wait_per_step_ns": int(round(w / n_steps)), "transfer_ns": int(round(t)),
             "transfer_per_step_ns": int(round(t / n_steps)),
             "wait_share": w / (w + t) if w + t > 0 else None,
-            "waited_for": [{"host": k, "wait_ns": int(round(v))} for k, v in
-                           sorted(who.items(), key=lambda x: -x[1])[:WAITED_FOR]],
+            "idle_wait_ns": int(round(float(iwait[rows].sum()))),
+            # ``device``: one of this host's own devices (devices of one process)
+            "waited_for": [{"host": k[0], "wait_ns": int(round(v)), **({"device": k[1]} if k[1] else {})}
+                           for k, v in sorted(who.items(), key=lambda x: -x[1])[:WAITED_FOR]],
+            "last_devices": _count([last_label[i] for i in rows.tolist()
+                                    if last_host[i] == host and resolved[i]]),
             "last_arrivers": dict(sorted(last_count.items(), key=lambda x: -x[1])),
             "arrived_last": last_count.get(host, 0),
             "steps": [{"step": s, "wait_ns": int(round(per_step[s]))} for s in worst],
@@ -108,6 +184,10 @@ def host_json(j: Join, host: str, diag: Diagnosis | None, figs: dict,
     stragglers = [{"host": h, "cause": x.get("straggler_cause"), "culprit": x.get("culprit"),
                    "last_arrivals": x.get("last_arrivals"),
                    "caused_wait_per_step_ns": x.get("caused_wait_per_step_ns"),
+                   "saving_per_step_ns": x.get("saving_per_step_ns"),
+                   "next_straggler": x.get("next_straggler"),
+                   "next_saving_per_step_ns": x.get("next_saving_per_step_ns"),
+                   "why": late_text(x.get("late_why"), x.get("culprit")),
                    "late_steps": x.get("late_steps") or [],
                    "intermittent": bool(x.get("intermittent"))}
                   for h, x in figs.items() if x.get("straggler")]
@@ -119,6 +199,8 @@ def host_json(j: Join, host: str, diag: Diagnosis | None, figs: dict,
         "participants": len(j.participants), "run_instances": n_i,
         "instances": int(mine.sum()), "steps": n_steps,
         "peer_wait_ns": f.get("peer_wait_ns"), "peer_wait_total_ns": f.get("peer_wait_total_ns"),
+        "idle_wait_ns": f.get("idle_wait_ns"), "idle_wait_total_ns": f.get("idle_wait_total_ns"),
+        "saving_per_step_ns": f.get("saving_per_step_ns"),
         "transfer_total_ns": int(round(float(transfer[mine].sum()))),
         "last_arrivals": int(mine_last.sum()),
         "lateness_ns": int(round(float(np.median(lat[mine_last].max(axis=1)))))
@@ -127,10 +209,25 @@ def host_json(j: Join, host: str, diag: Diagnosis | None, figs: dict,
         "straggler": bool(f.get("straggler")), "straggler_cause": f.get("straggler_cause"),
         "culprit": f.get("culprit"), "late_steps": f.get("late_steps") or [],
         "clock": (j.offsets_ns or {}).get(host), "clock_noisy": bool(j.noisy),
+        "clocks": len(j.clocks), "clock_note": clock_note(j),
+        "unresolved": int((~resolved[mine]).sum()),
+        "device_last_arrivals": _count([last_label[i] for i in range(n_i)
+                                        if mine[i] and last_host[i] == host and resolved[i]]),
         "unmatched": [u for u in j.unmatched if u.get("host") in (None, host)],
         "stragglers": stragglers, "ops": ops, "devices": devices, "groups": groups,
         "step_peer_wait_ns": by_step, "note": NOTE,
     }
+
+
+def _count(xs: list) -> dict:
+    out: dict = {}
+    for x in xs:
+        out[x] = out.get(x, 0) + 1
+    return dict(sorted(out.items(), key=lambda x: -x[1]))
+
+
+def _idle_wait(j: Join) -> np.ndarray:
+    return j.idle_wait if j.idle_wait is not None else np.zeros_like(j.wait)
 
 
 def _device_id(diag: Diagnosis | None, name: str):
@@ -144,28 +241,38 @@ def _devices(j: Join, cols: np.ndarray, diag: Diagnosis | None) -> list:
     """Per participating device: its peer wait and transfer over the capture, the duty
     points the wait is (of its busy window), and whom and where it waited most."""
     host_of = np.array([p.host for p in j.participants], np.int64)
+    iw_all = _idle_wait(j)
     out = []
     for c in cols.tolist():
         pr = j.present[:, c]
         w = np.where(pr, j.wait[:, c], 0)
+        iw = np.where(pr, iw_all[:, c], 0)
         who: dict = {}
         at: dict = {}
-        for i in np.flatnonzero(w > 0).tolist():
-            h = j.hosts[int(host_of[int(j.last[i])])]
-            who[h] = who.get(h, 0) + int(w[i])
-            at[j.kinds[i]] = at.get(j.kinds[i], 0) + int(w[i])
+        for i in np.flatnonzero((w + iw) > 0).tolist():
+            lp = int(j.last[i])
+            if lp == c:
+                continue
+            # another host by its name; a device of this one by the device's
+            k = (j.hosts[int(host_of[lp])], j.participants[lp].device
+                 if host_of[lp] == host_of[c] else None)
+            who[k] = who.get(k, 0) + int(w[i] + iw[i])
+            at[j.kinds[i]] = at.get(j.kinds[i], 0) + int(w[i] + iw[i])
         name = j.participants[c].device
         d = _device_id(diag, name)
         window = None
         if d is not None and diag.devices.ops[d] and diag.devices.hi[d] > diag.devices.lo[d]:
             window = (int(diag.devices.hi[d]) - int(diag.devices.lo[d])) // 1000
         total = int(w.sum())
+        top = max(who, key=who.get) if who else None
         out.append({
             "id": d, "name": name, "instances": int(pr.sum()), "wait_ns": total,
+            "idle_wait_ns": int(iw.sum()),
             "transfer_ns": int(np.where(pr, j.transfer[:, c], 0).sum()),
             "window_ns": window,
             "wait_points": 100.0 * total / window if window else None,
-            "waited_for": max(who, key=who.get) if who else None,
+            "waited_for": top[0] if top and top[1] is None else None,
+            "waited_for_device": top[1] if top else None,
             "waited_at": max(at, key=at.get) if at else None})
     return out
 
