@@ -32,7 +32,8 @@ export const SORTS = [["straggler", "Straggler"], ["host", "Host"], ["duty_cycle
 /** Short cause names for the shares column (the full label is the tooltip). */
 const SHORT = { host_sync: "Sync", compilation: "Compile", h2d_transfer: "H→D", data_loading: "Data",
   host_compute: "Host compute", launch_overhead: "Launch", collective_wait: "Collective", untraced: "Untraced",
-  device_wait: "Device wait", allocator: "Allocator", graph_capture: "Graph capture", runtime_call: "Runtime" };
+  device_wait: "Device wait", allocator: "Allocator", graph_capture: "Graph capture", runtime_call: "Runtime",
+  startup: "Start-up" };
 /** Each column's first direction (the server's default): worst hosts first. */
 const DEFAULT_DESC = { host: false, duty_cycle: false, typical_step: true, worst_gap: true, idle: true,
   peer_wait: true, last_arrivals: true };

@@ -14,10 +14,14 @@ DEVICE_WAIT = "device_wait"            # the device had the next op and did not 
 ALLOCATOR = "allocator"                # cudaMalloc/cudaFree/hipFree, empty_cache
 GRAPH_CAPTURE = "graph_capture"        # CUDA-graph capture or instantiation (one-time)
 RUNTIME_CALL = "runtime_call"          # other runtime calls that stall
+STARTUP = "startup"                    # what every job pays once: the profiler's own start
+                                       # and stop, CUDA/HIP context creation, lazy module
+                                       # loading, library handles, first-iteration autotuning
 
 # the order of result.Cause (append only: indices are stored)
 ALL = (HOST_SYNC, COMPILATION, H2D_TRANSFER, DATA_LOADING, HOST_COMPUTE, LAUNCH_OVERHEAD,
-       COLLECTIVE_WAIT, UNTRACED, DEVICE_WAIT, ALLOCATOR, GRAPH_CAPTURE, RUNTIME_CALL)
+       COLLECTIVE_WAIT, UNTRACED, DEVICE_WAIT, ALLOCATOR, GRAPH_CAPTURE, RUNTIME_CALL,
+       STARTUP)
 DEVICE_SIDE = (DEVICE_WAIT, COLLECTIVE_WAIT)
 
 LABELS = {
@@ -33,6 +37,7 @@ LABELS = {
     ALLOCATOR: "Memory allocator",
     GRAPH_CAPTURE: "CUDA-graph capture",
     RUNTIME_CALL: "Other runtime call",
+    STARTUP: "Start-up (profiler start, context creation)",
 }
 
 # Holistic Trace Analysis idle-time categories: host_wait (the device waited for the
@@ -51,6 +56,8 @@ HTA = {
     ALLOCATOR: "host_wait",
     GRAPH_CAPTURE: "host_wait",
     RUNTIME_CALL: "host_wait",
+    # HTA has no start-up category: the device waited for the host to get going
+    STARTUP: "host_wait",
 }
 
 # TraceLens' first axis: was the device's queue drained by a sync, did the host starve

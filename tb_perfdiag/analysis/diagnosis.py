@@ -35,6 +35,7 @@ from .ops import op_table
 from .device_ops import device_op_table, fill_overlap
 from .collectives import collective_ops, collective_table
 from .shares import split
+from .startup import startup_ranges, startup_roots
 from .notes import capture_notes
 from .tfdata import get_next_spans
 from .result import DeviceTable, Diagnosis, GapTable, StepNumbers, typical_of
@@ -570,8 +571,10 @@ def host_context(trace: Trace, origin: np.ndarray | None = None,
         u, inv = unique_inverse(trace.name[dev_mem])
         pg = np.array(["pageable" in trace.strings[x].lower() for x in u.tolist()], bool)
         pageable = origin[dev_mem][pg[inv.reshape(-1)]].astype(np.int64)
-    buckets = event_buckets(trace, launch_memcpy)
-    blocking = blocking_mask(trace, launch_memcpy, pageable)
+    # start-up first: its events are start-up whatever else they are
+    ranges = startup_ranges(trace, startup_roots(trace, launch_memcpy))
+    buckets = event_buckets(trace, launch_memcpy, ranges)
+    blocking = blocking_mask(trace, launch_memcpy, pageable, ranges)
     lines = build_hostlines(trace, buckets, trace.host_tracks(), blocking)
     del blocking, buckets
     return HostContext(trace, origin, via, EventCodes.of(memcpy_of),

@@ -20,13 +20,14 @@ from .sortedtimes import SortedTimes, search as t_search
 # time goes to (BUCKET_CAUSE).  Annotation self time is untraced, but it is not idle: the
 # thread was inside user code the profiler did not break down.
 BUCKETS = ("sync", "compile", "h2d", "data", "compute", "launch", "idle", "alloc",
-           "capture", "runtime", "annotation", "wait")
+           "capture", "runtime", "annotation", "wait", "startup")
 (B_SYNC, B_COMPILE, B_H2D, B_DATA, B_COMPUTE, B_LAUNCH, B_IDLE, B_ALLOC, B_CAPTURE,
- B_RUNTIME, B_ANNOT, B_WAIT) = range(len(BUCKETS))
+ B_RUNTIME, B_ANNOT, B_WAIT, B_STARTUP) = range(len(BUCKETS))
 BUCKET_CAUSE = {B_SYNC: C.HOST_SYNC, B_COMPILE: C.COMPILATION, B_H2D: C.H2D_TRANSFER,
                 B_DATA: C.DATA_LOADING, B_COMPUTE: C.HOST_COMPUTE, B_LAUNCH: C.LAUNCH_OVERHEAD,
                 B_IDLE: C.UNTRACED, B_ALLOC: C.ALLOCATOR, B_CAPTURE: C.GRAPH_CAPTURE,
-                B_RUNTIME: C.RUNTIME_CALL, B_ANNOT: C.UNTRACED, B_WAIT: C.UNTRACED}
+                B_RUNTIME: C.RUNTIME_CALL, B_ANNOT: C.UNTRACED, B_WAIT: C.UNTRACED,
+                B_STARTUP: C.STARTUP}
 # buckets an op passes to the ops it encloses (HLO passes under Compile are compile time,
 # aten ops under the data loader are data loading, anything inside a graph capture is
 # capture, event queries inside an allocation are the caching allocator's)
@@ -36,9 +37,19 @@ _THIN_ABOVE = 1 << 20
 _THIN_EVERY = 8
 
 
-def event_buckets(trace: Trace, launch_memcpy: np.ndarray) -> np.ndarray:
+def event_buckets(trace: Trace, launch_memcpy: np.ndarray,
+                  startup: list = ()) -> np.ndarray:
     """Cause bucket of every event (host events meaningful; device ones unused).
-    ``launch_memcpy``: per host call, the direction of the copy it issued (1 h2d, 2 d2h)."""
+    ``launch_memcpy``: per host call, the direction of the copy it issued (1 h2d, 2 d2h);
+    ``startup``: (lo, hi) event ranges of start-up (``startup.startup_ranges``), whose
+    events are start-up whatever else they are (checked before the other causes)."""
+    b = _buckets(trace, launch_memcpy)
+    for lo, hi in startup:
+        b[lo:hi] = B_STARTUP
+    return b
+
+
+def _buckets(trace: Trace, launch_memcpy: np.ndarray) -> np.ndarray:
     k = trace.kind
     # one table lookup per event instead of a pass over all events per kind
     by_kind = np.full(256, B_COMPUTE, np.int8)
@@ -94,13 +105,17 @@ def _capture_regions(trace: Trace, b: np.ndarray) -> None:
 
 
 def blocking_mask(trace: Trace, launch_memcpy: np.ndarray,
-                  pageable: np.ndarray | None = None) -> np.ndarray:
+                  pageable: np.ndarray | None = None, startup: list = ()) -> np.ndarray:
     """Host calls that block until the device catches up: syncs, device→host transfers
-    and copies, and copies from or to pageable memory (the host stages them itself)."""
+    and copies, and copies from or to pageable memory (the host stages them itself).
+    None inside start-up (``startup``: its event ranges): the profiler stopping
+    synchronises, and that wait is its own."""
     out = isin_few(trace.kind, (K.SYNC, K.TRANSFER_D2H)) | \
         ((trace.kind == K.LAUNCH) & (launch_memcpy == 2))
     if pageable is not None and pageable.size:
         out[pageable[trace.kind[pageable] == K.LAUNCH]] = True
+    for lo, hi in startup:
+        out[lo:hi] = False
     return out
 
 

@@ -32,6 +32,7 @@ class Cause(enum.IntEnum):
     ALLOCATOR = 9
     GRAPH_CAPTURE = 10
     RUNTIME_CALL = 11
+    STARTUP = 12
 
     @property
     def key(self) -> str:
@@ -61,6 +62,7 @@ class FindingKind(str, enum.Enum):
     DEVICE_SKEW = "device_skew"
     SERIALIZED_DEVICES = "serialized_devices"
     RECURRING_GAP = "recurring_gap"
+    STARTUP = "startup"
 
 
 def _nbytes(obj) -> int:

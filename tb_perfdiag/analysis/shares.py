@@ -34,7 +34,7 @@ from ..trace.classify import (is_collective_kernel, is_input_pipeline_thread,
                               is_pipeline_plumbing)
 from ..trace.model import EventKind as K, Trace
 from . import causes as C
-from .hostline import (B_ANNOT, B_DATA, B_H2D, B_IDLE, B_LAUNCH, B_SYNC, B_WAIT,
+from .hostline import (B_ANNOT, B_DATA, B_H2D, B_IDLE, B_LAUNCH, B_STARTUP, B_SYNC, B_WAIT,
                        BUCKET_CAUSE, BUCKETS, HostLine)
 from .intervals import covered, union
 from .sortedtimes import search as t_search
@@ -270,7 +270,9 @@ def split(trace: Trace, gs: np.ndarray, ge: np.ndarray, nxt: np.ndarray, wf: np.
             pos = np.searchsorted(rows, lr)
             take = np.minimum(l_in[lr], bt[pos, own])
             bt[pos, own] -= take
-            bt[pos, l_bucket[lr]] += take
+            # a launch that is start-up (a kernel's module loaded on its first launch)
+            # stays start-up
+            bt[pos, np.where(own == B_STARTUP, B_STARTUP, l_bucket[lr])] += take
         # 2. the sync: blocked while the device was busy (the call in flight at gs) plus
         # blocked inside the rest
         in_rest = bt[:, B_SYNC].copy()

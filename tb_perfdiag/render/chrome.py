@@ -28,7 +28,7 @@ CAUSE_COLORS = {  # Chrome trace viewer reserved colour names
     C.DATA_LOADING: "yellow", C.HOST_COMPUTE: "rail_response", C.LAUNCH_OVERHEAD: "grey",
     C.COLLECTIVE_WAIT: "rail_animation", C.UNTRACED: "white",
     C.DEVICE_WAIT: "thread_state_iowait", C.ALLOCATOR: "rail_load",
-    C.GRAPH_CAPTURE: "startup", C.RUNTIME_CALL: "generic_work",
+    C.GRAPH_CAPTURE: "startup", C.RUNTIME_CALL: "generic_work", C.STARTUP: "startup",
 }
 MAX_EVENTS = 20000         # real events in one overlay (the longest kept beyond it)
 MAX_HOST_THREADS = 12      # host threads shown around a gap (the ones that matter first)

@@ -145,6 +145,37 @@ class Strings(Sequence):
             pos = self._data.find(enc, pos + 1)
         return False
 
+    def ids_containing(self, sub: str) -> list:
+        """The indices of the strings that contain ``sub``, ascending: searches of the
+        buffer, from each hit on to the next string (no string decoded)."""
+        enc = sub.encode("utf-8", "surrogatepass")
+        data, off, out = self._data, self._off, []
+        if not enc:
+            return list(range(len(self)))
+        pos = data.find(enc)
+        while pos >= 0:
+            k = int(np.searchsorted(off, pos, side="right")) - 1
+            if pos + len(enc) <= off[k + 1]:
+                out.append(k)
+                pos = data.find(enc, int(off[k + 1]))
+            else:
+                pos = data.find(enc, pos + 1)
+        return out
+
+    def ids_starting(self, prefix: str) -> np.ndarray:
+        """The indices of the strings that start with ``prefix``: its bytes compared at
+        every string's start at once."""
+        enc = prefix.encode("utf-8", "surrogatepass")
+        off = self._off.astype(np.int64)
+        ok = np.diff(off) >= len(enc)
+        if not self._data or not enc:
+            return np.flatnonzero(ok)
+        buf = np.frombuffer(self._data, np.uint8)
+        last = buf.shape[0] - 1
+        for j, byte in enumerate(enc):
+            ok &= buf[np.minimum(off[:-1] + j, last)] == byte
+        return np.flatnonzero(ok)
+
     def __eq__(self, other) -> bool:
         if isinstance(other, Strings):
             return self._data == other._data and np.array_equal(self._off, other._off)

@@ -1,0 +1,265 @@
+"""Start-up (GUIDE §4): what every job pays once and its training loop does not.
+
+* the profiler's own start and stop: ``jax.profiler.start_trace``/``stop_trace``,
+  ``torch.profiler``'s ``start``/``stop`` and the profile's ``__enter__``/``__exit__``,
+  ``tf.profiler.experimental.start``/``stop``, torch_xla's ``xp.trace``/``start_server``
+  (their Python frames);
+* CUDA/HIP context creation and lazy module loading: a runtime or driver call of the first
+  iteration (before the first step ends) that takes far longer than the same call does
+  later in the same process (``FAR`` times its median there, at least ``MIN_PS``); the
+  process's first runtime call when nothing later compares with it;
+* cuDNN/cuBLAS/MIOpen handle creation, and autotuning in the first iteration.
+
+``startup_roots`` finds the outermost such events; everything they enclose on their
+thread is start-up too (``hostline.event_buckets`` gives it the start-up bucket, over
+whatever other bucket it had: a start-up share is never another cause's).  "Far longer"
+is decided from the trace itself, never from a list of names alone.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from ..trace.build import distinct
+from ..trace.model import EventKind as K, TrackKind, Trace, isin_few
+
+MIN_PS = 5_000_000_000          # 5 ms: shorter first calls are not worth a cause of their own
+FAR = 50                        # times the same call's median later in the process
+FIRST_ALONE_PS = 50_000_000_000  # the process's first call with nothing to compare: 50 ms
+
+# runtime and driver calls (cudaFree, cuInit, hipInit, cudaLaunchKernel …)
+_RUNTIME = re.compile(r"^(cuda|cu[A-Z]|hip[A-Z])")
+_RT_KINDS = (K.RUNTIME, K.ALLOC, K.LAUNCH, K.SYNC, K.OTHER, K.CPU_OP)
+# a blocking call's time is the device's, not start-up, unless it is the process's first
+_BLOCKING_KINDS = (K.SYNC, K.TRANSFER_D2H)
+# the profiler's own frames: a Kineto frame "path/profiler.py(123): stop", a JAX/TF one
+# "$profiler.py:101 start_trace"; record_function (torch/autograd/profiler.py) is the
+# user's annotation, not the profiler starting
+_PROFILER_FRAME = re.compile(
+    r"^(?:\$(?P<jfile>[^ :]*profiler(?:_v2)?\.py):\d+ |"
+    r"(?P<kfile>[^()]*profiler(?:_v2)?\.py)\(\d+\): )(?P<func>[\w.<>]+)$")
+_PROFILER_FUNCS = {"start_trace", "stop_trace", "start_server", "stop_server", "start",
+                   "stop", "__enter__", "__exit__", "_transit_action", "_start_trace",
+                   "_stop_trace", "export_chrome_trace", "_trace_ready"}
+_HANDLE = re.compile(r"^(cudnnCreate|cublasCreate|cublasLtCreate|cusparseCreate|"
+                     r"cusolverDnCreate|miopenCreate|hipblasCreate|hipblasLtCreate|"
+                     r"rocblas_create_handle)\w*$")
+_AUTOTUNE = re.compile(r"^(cudnnFind\w*|miopenFind\w*)$|autotun", re.I)
+_NEEDLES = ("profiler", "Create", "create_handle", "Find", "utotun")
+
+# what kind of start-up a culprit is, for the findings
+PROFILER, RUNTIME, HANDLE, AUTOTUNE = "profiler", "runtime", "handle", "autotune"
+
+
+def profiler_frame(name: str) -> bool:
+    """Whether ``name`` is a Python frame of the profiler starting or stopping."""
+    m = _PROFILER_FRAME.match(name)
+    if not m or m.group("func") not in _PROFILER_FUNCS | {"trace"}:
+        return False
+    path = m.group("jfile") or m.group("kfile")
+    if "autograd" in path:
+        return False
+    # "trace" is torch_xla's blocking xp.trace; JAX's trace() is a context manager whose
+    # frames are its start_trace/stop_trace calls (and annotate_function's wrapper)
+    return m.group("func") != "trace" or "torch_xla" in path
+
+
+def kind_of(name: str) -> str:
+    """The start-up family a name stands for ("" none by name: a runtime call is one by
+    its duration)."""
+    if profiler_frame(name):
+        return PROFILER
+    if _HANDLE.match(name):
+        return HANDLE
+    if _AUTOTUNE.search(name):
+        return AUTOTUNE
+    if _RUNTIME.match(name):
+        return RUNTIME
+    return ""
+
+
+def _named_ids(trace: Trace) -> tuple:
+    """(profiler frame ids, handle ids, autotune ids) among the trace's names: only the
+    strings holding one of ``_NEEDLES`` are looked at."""
+    S = trace.strings
+    cand = set()
+    if hasattr(S, "ids_containing"):
+        for n in _NEEDLES:
+            cand.update(S.ids_containing(n))
+    else:
+        cand = {i for i, s in enumerate(S) if any(n in s for n in _NEEDLES)}
+    prof, handle, tune = [], [], []
+    for i in sorted(cand):
+        s = S[i]
+        if profiler_frame(s):
+            prof.append(i)
+        elif _HANDLE.match(s):
+            handle.append(i)
+        elif _AUTOTUNE.search(s):
+            tune.append(i)
+    return prof, handle, tune
+
+
+def _first_iteration_end(trace: Trace) -> int | None:
+    """End of the first step (ps), None when the trace is one window."""
+    from .steps import find_steps
+    st = find_steps(trace)
+    if st.source == "whole_trace" or not st.host_end.shape[0]:
+        return None
+    return int(st.host_end[0])
+
+
+def _under_compile(trace: Trace, e: int) -> bool:
+    p = int(trace.parent[e])
+    while p >= 0:
+        if trace.kind[p] == K.COMPILE:
+            return True
+        p = int(trace.parent[p])
+    return False
+
+
+def startup_roots(trace: Trace, launch_memcpy=None) -> np.ndarray:
+    """The outermost host events whose time is start-up, ascending (module docstring).
+    ``launch_memcpy``: per host call the direction of the copy it issued (2: to the
+    host, a blocking copy whose time is the device's)."""
+    if trace.n_events == 0:
+        return np.zeros(0, np.int64)
+    prof, handle, tune = _named_ids(trace)
+    roots = [_events_named(trace, prof), _events_named(trace, handle)]
+    early_end = None
+    early_known = False
+
+    def early():
+        nonlocal early_end, early_known
+        if not early_known:
+            early_end, early_known = _first_iteration_end(trace), True
+        return early_end
+
+    t_ev = _events_named(trace, tune)
+    if t_ev.size:
+        end = early()
+        keep = [e for e in t_ev.tolist() if (end is None or trace.ts[e] < end)
+                and not _under_compile(trace, e)]
+        roots.append(np.asarray(keep, np.int64))
+    roots.append(_slow_runtime_calls(trace, launch_memcpy, early))
+    out = distinct(np.concatenate(roots).astype(np.int64)) if roots else np.zeros(0, np.int64)
+    return _outermost(trace, out)
+
+
+def _slow_runtime_calls(trace: Trace, launch_memcpy, early) -> np.ndarray:
+    """First-iteration runtime/driver calls far longer than the same call later in the
+    process (context creation, lazy module loading)."""
+    none = np.zeros(0, np.int64)
+    long_ = np.flatnonzero(trace.dur >= MIN_PS)
+    if long_.size == 0:
+        return none
+    long_ = long_[(trace.track_kind[trace.track[long_]] == TrackKind.HOST) &
+                  isin_few(trace.kind[long_], _RT_KINDS + _BLOCKING_KINDS)]
+    rt = [int(i) for i in distinct(trace.name[long_]).tolist()
+          if _RUNTIME.match(trace.strings[int(i)])]
+    if not rt:
+        return none
+    long_ = long_[np.isin(trace.name[long_], rt)]
+    end = early()
+    if end is not None:
+        long_ = long_[trace.ts[long_] < end]
+    if long_.size == 0:
+        return none
+    # the runtime calls of the processes these are in: which came first, and how long the
+    # same calls take later
+    group_of = {g: i for i, g in enumerate(dict.fromkeys(trace.track_group))}
+    tgroup = np.array([group_of[g] for g in trace.track_group], np.int64)
+    calls = _events_named(trace, _runtime_name_ids(trace))
+    c_proc = tgroup[trace.track[calls]]
+    c_ts = trace.ts[calls]
+    c_name = trace.name[calls]
+    first_ts = {}
+    for p in distinct(c_proc).tolist():
+        first_ts[p] = int(c_ts[c_proc == p].min())
+    typical: dict = {}
+
+    def median_of(sel) -> float | None:
+        return float(np.median(trace.dur[calls[sel]])) if sel.any() else None
+
+    out = []
+    for e in long_.tolist():
+        p = int(tgroup[trace.track[e]])
+        ts = int(trace.ts[e])
+        first = ts <= first_ts.get(p, ts)
+        blocking = trace.kind[e] in _BLOCKING_KINDS or (
+            launch_memcpy is not None and trace.kind[e] == K.LAUNCH and
+            int(launch_memcpy[e]) == 2)
+        if blocking and not first:
+            continue
+        # later: after the first iteration (one window: after this call)
+        key = (p, int(trace.name[e]), ts if end is None else -1)
+        if key not in typical:
+            mine = c_proc == p
+            later = mine & ((c_ts >= end) if end is not None else (c_ts > ts))
+            ref = median_of(later & (c_name == trace.name[e]))
+            typical[key] = ref if ref is not None else median_of(later)
+        ref = typical[key]
+        if ref is not None:
+            if trace.dur[e] >= FAR * max(ref, 1.0):
+                out.append(e)
+        elif first and trace.dur[e] >= FIRST_ALONE_PS:
+            out.append(e)
+    return np.asarray(out, np.int64)
+
+
+def _events_named(trace: Trace, ids: list) -> np.ndarray:
+    """Host events whose name is one of ``ids``: one gather of a table over the strings
+    (``isin`` over tens of names would pass over the events once per run of ids)."""
+    if not ids:
+        return np.zeros(0, np.int64)
+    want = np.zeros(len(trace.strings), bool)
+    want[ids] = True
+    ev = np.flatnonzero(want[trace.name])
+    return ev[trace.track_kind[trace.track[ev]] == TrackKind.HOST]
+
+
+def _runtime_name_ids(trace: Trace) -> list:
+    """Ids of the names that are runtime or driver calls (``_RUNTIME``)."""
+    S = trace.strings
+    if hasattr(S, "ids_starting"):
+        ids = set(S.ids_starting("cu")) | set(S.ids_starting("hip"))
+    else:
+        ids = {i for i, s in enumerate(S) if s.startswith(("cu", "hip"))}
+    return sorted(i for i in ids if _RUNTIME.match(S[i]))
+
+
+def _outermost(trace: Trace, ev: np.ndarray) -> np.ndarray:
+    """``ev`` without the events another of them encloses."""
+    if ev.size < 2:
+        return ev
+    keep = []
+    inside = set(ev.tolist())
+    for e in ev.tolist():
+        p, up = int(trace.parent[e]), False
+        while p >= 0:
+            if p in inside:
+                up = True
+                break
+            p = int(trace.parent[p])
+        if not up:
+            keep.append(e)
+    return np.asarray(keep, np.int64)
+
+
+def startup_ranges(trace: Trace, roots: np.ndarray) -> list:
+    """(lo, hi) event ranges of each root and what it encloses: events are sorted by
+    (track, start), so the events a root encloses are those of its track that start after
+    it and before its end (the deepest open event at their start is it or one of its
+    own)."""
+    out = []
+    if roots.size == 0:
+        return out
+    bounds = trace.track_bounds()
+    for e in roots.tolist():
+        t = int(trace.track[e])
+        hi_t = int(bounds[t + 1])
+        end = int(trace.ts[e] + trace.dur[e])
+        hi = e + 1 + int(np.searchsorted(trace.ts[e + 1:hi_t], end, side="left"))
+        out.append((e, hi))
+    return out
