@@ -1,7 +1,7 @@
 // The Diagnose page: selectors, summary, steps chart, gap list, gap detail, timeline.
 import { getJSON, routeUrl, TB_ROOT } from "./api.js";
 import { h, put } from "./dom.js";
-import { causeColor, causeLabel, cut, formatNs, formatPct, fullTitle, gapLabel, gapRefs, optionText, plural, squeeze } from "./format.js";
+import { causeColor, causeLabel, cut, findingCost, formatNs, formatPct, fullTitle, gapLabel, gapRefs, optionText, plural, squeeze } from "./format.js";
 import { readState, writeState, urlWindow } from "./state.js";
 import { barHoldsStep, renderStepsChart, stepStats } from "./steps_chart.js";
 import { Timeline, poolOf } from "./timeline.js";
@@ -662,13 +662,15 @@ export class App {
     }
     // the duty cycle over the window its idle by cause adds up over (the steps, or the
     // capture): the figure compare and the CLI show; the device's own active span beside it
+    // over the steps the steady state leaves start-up out (paid once per run)
+    const steadyDuty = (w) => (w.steady_duty_cycle != null ? w.steady_duty_cycle : w.duty_cycle);
     const overSteps = (x) => x.steps_window && x.steps_window.duty_cycle != null && x.steps_window.window_ns !== x.window_ns;
     const devRows = d.devices.filter((x) => x.ops > 0).map((x) => {
       const wait = dutyWaitText(this.collectives(), x.id);
       return h("div", { class: "pd-stat", title: dutyDef },
-        h("span", { class: "pd-stat-value pd-duty" }, formatPct(overSteps(x) ? x.steps_window.duty_cycle : x.duty_cycle)),
+        h("span", { class: "pd-stat-value pd-duty" }, formatPct(overSteps(x) ? steadyDuty(x.steps_window) : x.duty_cycle)),
         h("span", { class: "pd-stat-label" }, overSteps(x)
-          ? `${x.name} duty cycle over ${d.step_source === "whole_trace" ? "the capture" : "the steps"} (${formatPct(x.duty_cycle)} over its active span) `
+          ? `${x.name} duty cycle over ${d.step_source === "whole_trace" ? "the capture" : "the steps"}${x.steps_window.startup_ns ? ` leaving out ${formatNs(x.steps_window.startup_ns)} of start-up` : ""} (${formatPct(x.duty_cycle)} over its active span) `
           : `${x.name} duty cycle (its active span) `, h("abbr", { title: dutyDef, class: "pd-help" }, "?")),
         wait ? h("span", { class: "pd-stat-label pd-duty-wait", "data-device": String(x.id),
           style: { color: causeColor("peer_wait") } }, `— ${wait}`) : null);
@@ -706,7 +708,7 @@ export class App {
   findingItem(f) {
     const d = this.diag;
     return h("li", { class: "pd-finding", "data-finding": String((d.findings || []).indexOf(f)) },
-      h("div", {}, h("b", { title: fullTitle(f.title, 300) }, squeeze(f.title, 80, 300)), " ", h("span", { class: "pd-badge" }, f.one_time ? `${formatNs(f.time_lost_ns)} lost once` : `≈ ${formatNs(f.time_lost_ns_per_step)} lost per step`),
+      h("div", {}, h("b", { title: fullTitle(f.title, 300) }, squeeze(f.title, 80, 300)), " ", h("span", { class: "pd-badge" }, findingCost(f)),
         f.confidence ? h("span", { class: "pd-muted pd-small" }, ` · ${f.confidence} confidence`) : null),
       h("div", { class: "pd-small" }, squeeze(f.detail)),
       f.fix ? h("div", { class: "pd-fix" }, h("b", {}, "Fix: "), squeeze(f.fix)) : null,

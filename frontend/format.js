@@ -13,7 +13,7 @@ export const CAUSE_LABELS = {
   allocator: "Memory allocator",
   graph_capture: "CUDA-graph capture",
   runtime_call: "Other runtime call",
-  startup: "Start-up (profiler start, context creation)",
+  startup: "Start-up (once per run)",
   other_idle: "Other idle (short gaps / no device activity)",
   busy: "Busy",
   host_step: "Host step (no device activity)",
@@ -42,6 +42,14 @@ export const CAUSE_COLORS = {
   peer_wait: "#5254a3",
   device_compute: "#31a354",
 };
+
+/** A finding's cost on its badge: a rate per step for a recurring cost only; a one-time
+ *  cost (start-up, a warm-up, one step's) and time outside every step as a total. */
+export function findingCost(f) {
+  if (f.one_time || f.once) return `${formatNs(f.time_lost_ns)} lost once`;
+  if (!f.time_lost_ns_per_step && f.outside_steps_ns) return `${formatNs(f.time_lost_ns)} lost outside the steps`;
+  return `≈ ${formatNs(f.time_lost_ns_per_step)} lost per step`;
+}
 
 export function causeLabel(cause) {
   return CAUSE_LABELS[cause] || String(cause);

@@ -37,7 +37,7 @@ LABELS = {
     ALLOCATOR: "Memory allocator",
     GRAPH_CAPTURE: "CUDA-graph capture",
     RUNTIME_CALL: "Other runtime call",
-    STARTUP: "Start-up (profiler start, context creation)",
+    STARTUP: "Start-up (once per run)",
 }
 
 # Holistic Trace Analysis idle-time categories: host_wait (the device waited for the

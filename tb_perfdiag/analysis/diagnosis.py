@@ -35,8 +35,8 @@ from .ops import op_table
 from .device_ops import device_op_table, fill_overlap
 from .collectives import collective_ops, collective_table
 from .shares import split
-from .startup import startup_ranges, startup_roots
-from .notes import capture_notes
+from .startup import first_step_end, startup_ranges, startup_roots, steps_with_startup
+from .notes import capture_notes, startup_note
 from .tfdata import get_next_spans
 from .result import DeviceTable, Diagnosis, GapTable, StepNumbers, typical_of
 from .steps import device_windows, find_steps, launched_busy, launching_steps
@@ -228,6 +228,11 @@ def _stages(trace: Trace, opt: Options, progress, beside: ExitStack):
         outlier = (host_ns > 1.5 * float(np.median(host_ns))) | (c_count > 0)
     else:
         outlier = np.zeros(n_steps, bool)
+    # a step with start-up in it (context creation, the profiler starting) is no typical
+    # step: the steady state leaves it out
+    if n_steps >= 2:
+        outlier |= steps_with_startup(trace, startup_roots(trace, first_step_end(steps)),
+                                      steps.host_start, steps.host_end)
     progress.stage(0.3, "device time by op")
     # its overlap columns come from the busy figures the gap analysis makes (below); its
     # per-step cells are cut, so it sums the typical steps (StepNumbers.typical) itself
@@ -380,6 +385,10 @@ def _stages(trace: Trace, opt: Options, progress, beside: ExitStack):
                      list(trace.track_label), compilations, transfers, ops, device_ops,
                      coll)
     diag.findings, cited = find_mod.findings(trace, diag, steps, compile_ev, compile_step, ctx)
+    note = startup_note(devices, step_numbers, [
+        f.title.split(" — ")[0] for f in diag.findings if f.kind.value == C.STARTUP])
+    if note:
+        diag.warnings.insert(len(diag.warnings) - len(notes), note)
     sync_events = [e for per_gap in detail.syncs for _, e in per_gap]
     diag.refs = event_refs(trace, [gaps.prev_op, gaps.next_op, gaps.waited_for, gaps.blocking,
                                    gaps.culprit, detail.event, np.array(sync_events, np.int64),
@@ -572,7 +581,7 @@ def host_context(trace: Trace, origin: np.ndarray | None = None,
         pg = np.array(["pageable" in trace.strings[x].lower() for x in u.tolist()], bool)
         pageable = origin[dev_mem][pg[inv.reshape(-1)]].astype(np.int64)
     # start-up first: its events are start-up whatever else they are
-    ranges = startup_ranges(trace, startup_roots(trace, launch_memcpy))
+    ranges = startup_ranges(trace, startup_roots(trace))
     buckets = event_buckets(trace, launch_memcpy, ranges)
     blocking = blocking_mask(trace, launch_memcpy, pageable, ranges)
     lines = build_hostlines(trace, buckets, trace.host_tracks(), blocking)

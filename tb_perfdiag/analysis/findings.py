@@ -21,7 +21,7 @@ from ..trace.model import EventKind as K, Trace
 from . import causes as C
 from .culprits import (PYTORCH_XLA, SYNC_LABELS, Culprits, chain_sync_kind, clean,
                        framework, sync_kind)
-from . import tfdata
+from . import startup, tfdata
 from .fixes import fix_for
 from .intervals import covered
 from .notes import kernels_per_device
@@ -178,6 +178,10 @@ def _gap_families(trace, diag, G, ctx, fw, graphs, n_steps, typical_step, add) -
     floor = TOP_SHARE * typical_step * n_steps
     for ci, cause in enumerate(C.ALL):
         rows = np.flatnonzero(g.cause == ci)
+        if cause == C.STARTUP:
+            if rows.size:
+                _startup_findings(trace, diag, G, ci, rows, fw, add)
+            continue
         if cause == C.HOST_SYNC:
             # every gap a sync took a share of, by the blocking call that took it
             rows = np.flatnonzero((G.share_ns[:, ci] > 0) & (g.blocking >= 0))
@@ -212,6 +216,75 @@ def _gap_families(trace, diag, G, ctx, fw, graphs, n_steps, typical_step, add) -
 
 
 QUEUE_LABEL = "the runtime's queue"
+# what each kind of start-up is called in a title
+STARTUP_SUBJECT = {startup.PROFILER: "The profiler starting and stopping",
+                   startup.RUNTIME: "{api} context creation and lazy module loading",
+                   startup.HANDLE: "Library handle creation (cuDNN, cuBLAS, MIOpen)",
+                   startup.AUTOTUNE: "First-iteration autotuning"}
+
+
+def _startup_findings(trace, diag, G, ci, rows, fw, add) -> None:
+    """One finding per kind of start-up (``startup.kind_of`` its culprit and the frames
+    above it): a cost paid once, as a total and its share of the capture, never per
+    step (steady-state figures leave it out)."""
+    g = G.g
+    fam: dict = {}
+    names: dict = {}
+    for r in rows.tolist():
+        ev = int(g.culprit[r])
+        chain = [trace.event_name(e) for e in trace.chain(ev)] if ev >= 0 else []
+        k = startup.family(chain) or startup.RUNTIME
+        fam.setdefault(k, []).append(r)
+        # the calls named: the innermost frame of the family (the runtime call, the
+        # profiler's frame)
+        hit = [n for n in chain if startup.kind_of(n) == k]
+        if hit:
+            names.setdefault(k, {}).setdefault(clean(hit[-1] if k != startup.PROFILER
+                                                     else hit[0]), 0)
+            names[k][clean(hit[-1] if k != startup.PROFILER else hit[0])] += int(
+                G.share_ns[r, ci])
+    span = _capture_ns(diag)
+    ids = diag.steps.ids
+    for k, rs in sorted(fam.items(), key=lambda kv: -G.on_worst_device(kv[1], ci)[0]):
+        total, dev = G.on_worst_device(rs, ci)
+        if total <= 0:
+            continue
+        called = sorted(names.get(k, {}), key=lambda n: -names[k][n])
+        api = "HIP" if called and all(n.startswith("hip") for n in called) else "CUDA"
+        subject = STARTUP_SUBJECT[k].format(api=api)
+        what = ", ".join(_short(n, 50) for n in called[:2]) + (" …" if len(called) > 2 else "")
+        st = sorted(set(G.step[rs].tolist()))
+        if diag.steps.source == "whole_trace" or not len(diag.steps):
+            where = ""
+        elif st == [-1]:
+            where = " before the first step"
+        elif len(st) == 1:
+            where = f" in step {st[0]}"
+        else:
+            where = f" in steps {st[0]}–{st[-1]}" if -1 not in st else " around the first step"
+        share = total / span if span else None
+        cost = f"once, {_fmt(total)}{where}" + (f" ({_pct(share)} of the capture)"
+                                                if share else "")
+        title = f"{subject}{f' ({what})' if what else ''} — start-up, {cost}"
+        if len(title) > TITLE_MAX:
+            title = f"{subject} — start-up, {cost}"
+        extra = {"cause": C.STARTUP, "one_time": True, "capture_share": share,
+                 "startup": {"kind": k, "calls": called[:10]}}
+        if len(st) == 1 and st[0] >= 0:
+            extra["once"] = {"step": int(st[0]), "ns": int(total)}
+        detail = (f"{len(rs)} gap(s); start-up takes {_per_device(diag, rs, G, ci)}: paid "
+                  "once by every run, not by the training loop, so the typical step, the "
+                  "duty cycle over the steps and the per-step costs leave it out.")
+        f = add(FK.STARTUP, title, rs, fix_for("startup", k, fw), detail, total, dev,
+                confidence="high", extra=extra, in_steps_ns=total)
+        # a one-time cost has no rate per step
+        f.time_lost_ns_per_step = 0
+        f.extra.pop("outside_steps_ns", None)
+        f.extra["share_of_step"] = None
+        # not a top finding: those cost at least 1 % of a step, per step (the capture
+        # note says what start-up takes)
+        f.extra["top"] = False
+        _SUBJECT[id(f)] = subject
 
 
 def _fold_runtime_queue(groups: dict, first: dict, G, ci: int) -> tuple:

@@ -185,6 +185,45 @@ FIXES = {
         "in between).",
     ("launch_bound", "*", "*"):
         "Many device ops are shorter than the cost of issuing them: fuse them into larger ones.",
+    # ---- start-up: paid once per run, never by the loop ----
+    ("startup", "runtime", PYTORCH):
+        "The first CUDA calls of the process create its context and load the kernels' "
+        "modules (lazily, on first use, under CUDA_MODULE_LOADING=LAZY): a cost of every "
+        "job, not of the loop. Start the profiler after a warm-up step: "
+        "torch.profiler.profile(schedule=torch.profiler.schedule(wait=1, warmup=1, "
+        "active=3)) with prof.step() each iteration, so the capture shows the steady state.",
+    ("startup", "profiler", PYTORCH):
+        "This is the profiler starting and stopping, not your code. Profile steady-state "
+        "steps: torch.profiler.schedule(wait=1, warmup=1, active=3) with prof.step() each "
+        "iteration leaves the start and the export out of the steps.",
+    ("startup", "*", PYTORCH):
+        "cuDNN/cuBLAS handles and the first iteration's autotuning (cudnn.benchmark) are "
+        "paid once. Start the profiler after a warm-up step: "
+        "torch.profiler.schedule(wait=1, warmup=1, active=3).",
+    ("startup", "profiler", JAX):
+        "This is the profiler starting and stopping (jax.profiler.start_trace/stop_trace), "
+        "not your code, and nothing to jit. Call start_trace after a warm-up step (or wrap "
+        "only steady-state steps in jax.profiler.trace) so the capture shows the loop.",
+    ("startup", "*", JAX):
+        "Device start-up (context creation, module loading, autotuning) is paid once per "
+        "process. Run a warm-up step before jax.profiler.start_trace (or wrap only "
+        "steady-state steps in jax.profiler.trace).",
+    ("startup", "profiler", TENSORFLOW):
+        "This is the profiler starting and stopping (tf.profiler.experimental.start/stop), "
+        "not your model. Start it after warm-up steps (the Keras TensorBoard callback's "
+        "profile_batch=(10, 15)) so the capture shows the steady state.",
+    ("startup", "*", TENSORFLOW):
+        "Device start-up (context creation, library handles, autotuning) is paid once per "
+        "process. Profile after warm-up steps: tf.profiler.experimental.start after a few "
+        "steps, or the Keras TensorBoard callback's profile_batch=(10, 15).",
+    ("startup", "*", PYTORCH_XLA):
+        "Start-up (the profiler server starting, device initialisation) is paid once. "
+        "Capture with xp.trace (or xp.start_trace) after warm-up steps, once the program "
+        "is compiled, so the capture shows the steady state.",
+    ("startup", "*", "*"):
+        "Start-up (the profiler starting, device context creation, module loading) is paid "
+        "once per run. Start the profiler after a warm-up step so the capture shows the "
+        "steady state.",
     ("runtime_call", "*", "*"):
         "Runtime calls (stream or event creation, module loading, occupancy queries) inside "
         "the step: create streams and events once, outside the loop, and warm kernels up "

@@ -156,3 +156,29 @@ def _losses(trace: Trace, devices: DeviceTable) -> list:
                    f"stop have no device work in the trace and their idle is not real — "
                    f"raise the limit or capture fewer steps")
     return out
+
+
+def startup_note(devices: DeviceTable, steps: StepNumbers, kinds: list) -> str | None:
+    """How much of the capture start-up takes (on the device it idles most), what it is
+    (``kinds``: the start-up findings' subjects) and which figures leave it out."""
+    from . import causes as C
+    i = C.ALL.index(C.STARTUP)
+    if devices.idle_by_cause.shape[1] <= i:
+        return None
+    st = devices.idle_by_cause[:, i]
+    if not (st > 0).any():
+        return None
+    d = int(np.argmax(st))
+    a, b = devices.window(d)
+    w = max(b - a, 1)
+    what = f": {'; '.join(kinds)} —" if kinds else ""
+    if steps.source == "whole_trace":
+        left = ("the capture is one window: its duty cycle and idle show it as start-up, "
+                "and the findings count it once, never per step")
+    else:
+        left = ("the typical step, the duty cycle over the steps and the findings' per-step "
+                "costs leave it out; the capture's whole-window figures (idle by cause, the "
+                "steps that hold it) show it as start-up")
+    return (f"start-up{what} takes {_ms(int(st[d]))} of the {_ms(w)} capture on "
+            f"{devices.name[d]} ({100 * int(st[d]) / w:.0f}%): paid once per run, not by "
+            f"the loop; {left}")

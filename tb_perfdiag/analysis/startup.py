@@ -79,6 +79,18 @@ def kind_of(name: str) -> str:
     return ""
 
 
+def family(chain: list) -> str:
+    """The start-up family of a culprit from its chain of names (outermost first): the
+    profiler's frame anywhere above it, else the innermost name that is one."""
+    if any(profiler_frame(n) for n in chain):
+        return PROFILER
+    for n in reversed(chain):
+        k = kind_of(n)
+        if k:
+            return k
+    return ""
+
+
 def _named_ids(trace: Trace) -> tuple:
     """(profiler frame ids, handle ids, autotune ids) among the trace's names: only the
     strings holding one of ``_NEEDLES`` are looked at."""
@@ -101,13 +113,28 @@ def _named_ids(trace: Trace) -> tuple:
     return prof, handle, tune
 
 
-def _first_iteration_end(trace: Trace) -> int | None:
-    """End of the first step (ps), None when the trace is one window."""
-    from .steps import find_steps
-    st = find_steps(trace)
-    if st.source == "whole_trace" or not st.host_end.shape[0]:
+def first_step_end(steps) -> int | None:
+    """End of the first of ``steps`` (a ``steps.StepTable``) in ps, None when the trace
+    is one window: what "the first iteration" ends at."""
+    if steps.source == "whole_trace" or not steps.host_end.shape[0]:
         return None
-    return int(st.host_end[0])
+    return int(steps.host_end[0])
+
+
+def _first_iteration_end(trace: Trace) -> int | None:
+    from .steps import find_steps
+    return first_step_end(find_steps(trace))
+
+
+def steps_with_startup(trace: Trace, roots: np.ndarray, start: np.ndarray,
+                       end: np.ndarray) -> np.ndarray:
+    """bool per step window [start, end): a start-up event overlaps it (such a step is no
+    typical step)."""
+    out = np.zeros(start.shape[0], bool)
+    for e in roots.tolist():
+        a, b = int(trace.ts[e]), int(trace.ts[e] + trace.dur[e])
+        out |= (start < b) & (end > a)
+    return out
 
 
 def _under_compile(trace: Trace, e: int) -> bool:
@@ -119,16 +146,19 @@ def _under_compile(trace: Trace, e: int) -> bool:
     return False
 
 
-def startup_roots(trace: Trace, launch_memcpy=None) -> np.ndarray:
+_UNKNOWN = object()
+
+
+def startup_roots(trace: Trace, first_end=_UNKNOWN) -> np.ndarray:
     """The outermost host events whose time is start-up, ascending (module docstring).
-    ``launch_memcpy``: per host call the direction of the copy it issued (2: to the
-    host, a blocking copy whose time is the device's)."""
+    ``first_end``: the end of the first step in ps, None for a trace that is one window
+    (found from the trace's steps when not given, and only when needed)."""
     if trace.n_events == 0:
         return np.zeros(0, np.int64)
     prof, handle, tune = _named_ids(trace)
     roots = [_events_named(trace, prof), _events_named(trace, handle)]
-    early_end = None
-    early_known = False
+    early_end = None if first_end is _UNKNOWN else first_end
+    early_known = first_end is not _UNKNOWN
 
     def early():
         nonlocal early_end, early_known
@@ -142,12 +172,12 @@ def startup_roots(trace: Trace, launch_memcpy=None) -> np.ndarray:
         keep = [e for e in t_ev.tolist() if (end is None or trace.ts[e] < end)
                 and not _under_compile(trace, e)]
         roots.append(np.asarray(keep, np.int64))
-    roots.append(_slow_runtime_calls(trace, launch_memcpy, early))
+    roots.append(_slow_runtime_calls(trace, early))
     out = distinct(np.concatenate(roots).astype(np.int64)) if roots else np.zeros(0, np.int64)
     return _outermost(trace, out)
 
 
-def _slow_runtime_calls(trace: Trace, launch_memcpy, early) -> np.ndarray:
+def _slow_runtime_calls(trace: Trace, early) -> np.ndarray:
     """First-iteration runtime/driver calls far longer than the same call later in the
     process (context creation, lazy module loading)."""
     none = np.zeros(0, np.int64)
@@ -187,9 +217,10 @@ def _slow_runtime_calls(trace: Trace, launch_memcpy, early) -> np.ndarray:
         p = int(tgroup[trace.track[e]])
         ts = int(trace.ts[e])
         first = ts <= first_ts.get(p, ts)
-        blocking = trace.kind[e] in _BLOCKING_KINDS or (
-            launch_memcpy is not None and trace.kind[e] == K.LAUNCH and
-            int(launch_memcpy[e]) == 2)
+        # a sync or a copy waits for the device: its time is the device's, unless the
+        # process had made no runtime call before it
+        blocking = trace.kind[e] in _BLOCKING_KINDS or "emcpy" in trace.strings[
+            int(trace.name[e])]
         if blocking and not first:
             continue
         # later: after the first iteration (one window: after this call)

@@ -445,17 +445,27 @@ def devices_json(diag: Diagnosis) -> list:
                     "idle_by_cause_ns": _by_cause(D.idle_by_cause[d]),
                     "small_gaps": {"count": int(D.small_count[d]),
                                    "total_ns": ns(D.small_total[d])},
-                    "steps_window": _steps_window(D, d, busy)})
+                    "steps_window": _steps_window(D, d, busy,
+                                                  diag.steps.source != "whole_trace")})
     return out
 
 
-def _steps_window(D, d: int, busy: int) -> dict:
+_STARTUP_I = C.ALL.index(C.STARTUP)
+
+
+def _steps_window(D, d: int, busy: int, steps: bool = True) -> dict:
     """The window the device's idle by cause adds up over: its activity and the step
-    windows on it (the duty cycle beside it is over its activity alone)."""
+    windows on it (the duty cycle beside it is over its activity alone).  Over steps, the
+    steady state leaves start-up out: ``steady_duty_cycle`` is busy over the window less
+    its ``startup_ns``."""
     a, b = D.window(d)
     w = max(b - a, 0)
-    return {"start_ns": ns(a), "end_ns": ns(b), "window_ns": ns(w), "busy_ns": ns(busy),
-            "idle_ns": ns(w) - ns(busy), "duty_cycle": busy / w if w else None}
+    out = {"start_ns": ns(a), "end_ns": ns(b), "window_ns": ns(w), "busy_ns": ns(busy),
+           "idle_ns": ns(w) - ns(busy), "duty_cycle": busy / w if w else None}
+    st = int(D.idle_by_cause[d, _STARTUP_I]) if D.idle_by_cause.shape[1] > _STARTUP_I else 0
+    if steps and st > 0 and w > st:
+        out.update(startup_ns=ns(st), steady_duty_cycle=min(busy / (w - st), 1.0))
+    return out
 
 
 def _step_devices(diag: Diagnosis, devices=None) -> list:

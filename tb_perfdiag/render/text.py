@@ -46,6 +46,13 @@ def _duty(diag: Diagnosis, dev: dict) -> str:
         return f"duty cycle {dev['duty_cycle'] * 100:.1f}% ({own}, its active span)"
     over = "the capture" if diag.steps.source == "whole_trace" else \
         f"its {len(diag.steps)} step(s)"
+    if sw.get("startup_ns"):
+        # the steady state: the steps less the start-up they hold
+        return (f"duty cycle {sw['steady_duty_cycle'] * 100:.1f}% over {over} leaving out "
+                f"{_ms(sw['startup_ns'])} of start-up (busy {_ms(sw['busy_ns'])} of "
+                f"{_ms(sw['window_ns'] - sw['startup_ns'])}; "
+                f"{sw['duty_cycle'] * 100:.1f}% with it); "
+                f"{dev['duty_cycle'] * 100:.1f}% over its active span ({own})")
     return (f"duty cycle {sw['duty_cycle'] * 100:.1f}% over {over} (busy "
             f"{_ms(sw['busy_ns'])} of {_ms(sw['window_ns'])}); "
             f"{dev['duty_cycle'] * 100:.1f}% over its active span ({own})")
@@ -70,6 +77,18 @@ def _steps_summary(steps: list, devices: list) -> list:
              f"or 1.5× the median); the slowest and the outliers (every step: --steps all):"]
     return lines + [_step_line(steps[i], devices) + (" (outlier)" if steps[i]["outlier"] else "")
                      for i in shown]
+
+
+def _cost_suffix(fj: dict) -> str:
+    """What a finding costs after its title: a rate per step for a recurring cost only;
+    a one-time cost ("once", a warm-up, time outside every step) is its total, said once
+    (the title already says it when it says "once")."""
+    once = fj.get("one_time") or fj.get("once")
+    if once or not fj["time_lost_ns_per_step"]:
+        if "once" in fj["title"] or "outside every step" in fj["title"]:
+            return ""
+        return f" — {_ms(fj['time_lost_ns'])}" + (" once" if once else " in total")
+    return f" — {_ms(fj['time_lost_ns_per_step'])}/step"
 
 
 def report(label: str, diag: Diagnosis, top: int, step: int | None = None,
@@ -97,9 +116,7 @@ def report(label: str, diag: Diagnosis, top: int, step: int | None = None,
         lines.append("   findings:")
         for f in diag.findings[:top]:
             fj = finding_json(diag, f)
-            cost = (f"{_ms(fj['time_lost_ns'])} once" if fj.get("one_time")
-                    else f"{_ms(fj['time_lost_ns_per_step'])}/step")
-            lines.append(f"   * {fj['title']} — {cost} [{fj['confidence']}]")
+            lines.append(f"   * {fj['title']}{_cost_suffix(fj)} [{fj['confidence']}]")
             lines.append(f"       {fj['detail']}")
             lines.append(f"       fix: {fj['fix']}")
     lines += ["   " + x for x in device_op_lines(diag, top, step)]
