@@ -11,7 +11,7 @@ import numpy as np
 
 from ..trace.build import distinct
 from ..trace.model import EventKind as K, Trace
-from ..trace.strings import joined
+from ..trace.strings import contains_text, joined
 from .device_ops import fold_kernel_name
 
 PYTORCH, PYTORCH_XLA, JAX, TENSORFLOW, XLA = "pytorch", "pytorch_xla", "jax", "tensorflow", "xla"
@@ -38,6 +38,39 @@ def framework(trace: Trace) -> str:
                 any(rx.search(n) for n in names) or any(rx.search(n) for n in tracks):
             return fw
     return XLA
+
+
+# ---- what the trace already does ----
+_COMPILED = ("CompiledFunction", "Torch-Compiled Region", "CompiledFxGraph")
+_WORKERS = ("_MultiProcessingDataLoaderIter",)
+_WORKER_TRACKS = re.compile(r"pt_data_worker|DataLoader worker|dataloader_worker", re.I)
+
+
+def applied_fixes(trace: Trace) -> frozenset:
+    """The fixes a finding could offer that this trace already applies, so that it
+    offers the next step instead: "compiled" (torch.compile: AOTAutograd's
+    ``CompiledFunction``/``CompiledFunctionBackward``), "graphs" (CUDA-graph replays),
+    "workers" (a multi-process DataLoader, or its worker threads), "pinned" (every
+    host→device copy is from pinned memory), "jitted" (JAX ``PjitFunction`` dispatches,
+    TensorFlow's ``tf.function`` graphs)."""
+    S = trace.strings
+    out = set()
+    if any(contains_text(S, x) for x in _COMPILED):
+        out.add("compiled")
+    if any(contains_text(S, x) for x in _WORKERS) or any(
+            _WORKER_TRACKS.search(n) for n in trace.track_name):
+        out.add("workers")
+    if contains_text(S, "PjitFunction(") or contains_text(S, "__inference_"):
+        out.add("jitted")
+    launches = trace.kind == K.LAUNCH
+    if launches.any() and any("graphlaunch" in S[int(x)].lower()
+                              for x in distinct(trace.name[launches]).tolist()):
+        out.add("graphs")
+    mem = [S[int(x)] for x in distinct(trace.name[trace.kind == K.MEMCPY]).tolist()]
+    h2d = [m for m in mem if "HtoD" in m or "H2D" in m]
+    if h2d and all("Pinned" in m for m in h2d):
+        out.add("pinned")
+    return frozenset(out)
 
 
 # ---- user frames ----

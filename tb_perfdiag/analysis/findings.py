@@ -19,8 +19,8 @@ from ..trace.build import distinct, unique_rows
 from ..trace.classify import is_collective_kernel
 from ..trace.model import EventKind as K, Trace
 from . import causes as C
-from .culprits import (PYTORCH_XLA, SYNC_LABELS, Culprits, chain_sync_kind, clean,
-                       framework, sync_kind)
+from .culprits import (PYTORCH_XLA, SYNC_LABELS, Culprits, applied_fixes, chain_sync_kind,
+                       clean, framework, sync_kind)
 from . import startup, tfdata
 from .fixes import fix_for
 from .intervals import covered
@@ -118,9 +118,8 @@ def findings(trace: Trace, diag, steps, compile_ev, compile_step, ctx) -> tuple:
     n_steps = max(len(diag.steps), 1)
     G = _Gaps(diag)
     fw = framework(trace)
-    graphs = bool((trace.kind == K.LAUNCH).any()) and any(
-        "graphlaunch" in trace.strings[int(x)].lower()
-        for x in distinct(trace.name[trace.kind == K.LAUNCH]).tolist())
+    # the fixes the trace already applies: a finding offers the next step instead
+    applied = applied_fixes(trace)
     host_ns = np.rint(diag.steps.host_end / 1000) - np.rint(diag.steps.host_start / 1000)
     typical_step = float(np.median(host_ns)) if host_ns.size else 0.0
     out, cited = [], []
@@ -150,7 +149,7 @@ def findings(trace: Trace, diag, steps, compile_ev, compile_step, ctx) -> tuple:
         out.append(f)
         return f
 
-    _gap_families(trace, diag, G, ctx, fw, graphs, n_steps, typical_step, add)
+    _gap_families(trace, diag, G, ctx, fw, applied, n_steps, typical_step, add)
 
     _compile_summary(trace, diag, steps, compile_ev, compile_step, out, fw)
     _transfers(trace, diag, G, steps, fw, add, out)
@@ -167,7 +166,7 @@ def findings(trace: Trace, diag, steps, compile_ev, compile_step, ctx) -> tuple:
     return out, (np.concatenate(cited) if cited else np.zeros(0, np.int64))
 
 
-def _gap_families(trace, diag, G, ctx, fw, graphs, n_steps, typical_step, add) -> None:
+def _gap_families(trace, diag, G, ctx, fw, applied, n_steps, typical_step, add) -> None:
     """Per cause family: one finding per culprit that costs at least 1 % of a step; the
     family's other culprits fold into one finding that names the largest of them."""
     if G.n == 0:
@@ -204,7 +203,7 @@ def _gap_families(trace, diag, G, ctx, fw, graphs, n_steps, typical_step, add) -
             or ranked[:1]
         rest = [rs for k, rs in ranked if (k, rs) not in big]
         for key, rs in big:
-            _family_finding(trace, diag, G, ci, cause, kind, first[key], rs, fw, graphs,
+            _family_finding(trace, diag, G, ci, cause, kind, first[key], rs, fw, applied,
                             n_steps, add)
         if rest:
             rs = sorted(r for x in rest for r in x)
@@ -212,7 +211,7 @@ def _gap_families(trace, diag, G, ctx, fw, graphs, n_steps, typical_step, add) -
             names = list(dict.fromkeys(first[k][1] or " › ".join(first[k][2][-2:])
                                        for k, x in ranked if (k, x) not in big))[:3]
             _family_finding(trace, diag, G, ci, cause, kind, ("", None, (), "", (), -1), rs,
-                            fw, graphs, n_steps, add, others=(len(rest), names))
+                            fw, applied, n_steps, add, others=(len(rest), names))
 
 
 QUEUE_LABEL = "the runtime's queue"
@@ -371,7 +370,7 @@ def _group_by_signature(rows, evs, key, signature) -> tuple:
     return groups, first
 
 
-def _family_finding(trace, diag, G, ci, cause, kind, sig, rs, fw, graphs, n_steps, add,
+def _family_finding(trace, diag, G, ci, cause, kind, sig, rs, fw, applied, n_steps, add,
                     others=None) -> None:
     sub_kind, where, ops, label, chain, example = sig[:6]
     queue = sig[6] if len(sig) > 6 else None
@@ -392,6 +391,9 @@ def _family_finding(trace, diag, G, ci, cause, kind, sig, rs, fw, graphs, n_step
                 ", ".join(_short(o, 40) for o in queue["ops"][:2]) + (" …" if n_ops > 2 else ""))
         label = ""
     else:
+        # the autograd engine's "evaluate_function: X" around X says X twice
+        ops = tuple(o for i, o in enumerate(ops)
+                    if not (i + 1 < len(ops) and o.endswith(": " + ops[i + 1])))
         subject = _short(where) if where else (
             " › ".join(_short(o) for o in ops[-2:]) if ops else C.LABELS[cause])
         what = " › ".join(_short(o) for o in ops[-2:]) if ops and where else ""
@@ -423,7 +425,7 @@ def _family_finding(trace, diag, G, ci, cause, kind, sig, rs, fw, graphs, n_step
         title = f"{subject}: {what} — {phrase} {cost}"
     if len(title) > TITLE_MAX:
         title = f"{subject}: {phrase} {cost}"
-    fix = fix_for(k.value, _fix_culprit(k, label, example, graphs), fw)
+    fix = fix_for(k.value, _fix_culprit(k, label, example, applied), fw)
     f = add(k, title, rs, fix, _detail(diag, cause, rs, G, chain, ci), total, dev, extra=extra,
             in_steps_ns=inside)
     _SUBJECT[id(f)] = subject
@@ -454,11 +456,26 @@ def cost_phrase(diag, inside: float, outside: float, hit: list, n_steps: int,
     return ", ".join(parts)
 
 
+# where a name may be cut: between its frames and qualifiers, never inside a word
+_BOUNDARY = re.compile(r" › |::|: | |/|\|")
+
+
 def _short(name: str, most: int = TITLE_NAME) -> str:
     """A name as a title shows it: a long template argument cut (``cutlass::Kernel<
-    cutlass_80_tensorop_s1688gemm_…>``), then its first ``most`` characters."""
+    cutlass_80_tensorop_s1688gemm_…>``), then, past ``most`` characters, its leading
+    qualifiers and frames folded at a boundary ("…" + the most specific part:
+    ``autograd::engine::evaluate_function: CompiledFunctionBackward`` →
+    ``…engine::evaluate_function: CompiledFunctionBackward``).  A single word longer than that
+    is kept whole up to twice ``most``."""
     name = _LONG_ARG.sub(r"<\1…", name)
-    return name if len(name) <= most else name[:most - 1] + "…"
+    if len(name) <= most:
+        return name
+    # the latest cut that leaves a tail short enough (the tail starts past a boundary)
+    for m in _BOUNDARY.finditer(name):
+        tail = name[m.end():].lstrip(" ›")
+        if tail and len(tail) + 1 <= most:
+            return "…" + tail
+    return name if len(name) <= 2 * most else name[:2 * most - 1] + "…"
 
 
 def _compile_kind(trace, diag, ev, g, r) -> str:
@@ -512,7 +529,9 @@ def _signature(trace, diag, ctx, cul, cause, ev, g, r, fw) -> tuple:
     return (sub, where, ops, label, chain, ev)
 
 
-def _fix_culprit(kind, label, ev, graphs) -> str:
+def _fix_culprit(kind, label, ev, applied: frozenset) -> str:
+    """The fix's culprit key: what the finding names, and what the trace already applies
+    (``culprits.applied_fixes``: never offer torch.compile to a compiled step)."""
     if kind == FK.HOST_SYNC:
         for k, v in SYNC_LABELS.items():
             if v == label:
@@ -522,8 +541,17 @@ def _fix_culprit(kind, label, ev, graphs) -> str:
         return "main_thread"
     if kind == FK.INPUT_BOUND and tfdata.fix_key(label):
         return tfdata.fix_key(label)
-    if kind in (FK.LAUNCH_BOUND, FK.HOST_COMPUTE) and graphs:
-        return "graphs"
+    if kind == FK.INPUT_BOUND and "workers" in applied:
+        return "workers"
+    if kind in (FK.INPUT_BOUND, FK.H2D_TRANSFER) and "pinned" in applied:
+        return "pinned"
+    if kind in (FK.LAUNCH_BOUND, FK.HOST_COMPUTE):
+        if "compiled" in applied:
+            return "compiled_graphs" if "graphs" in applied else "compiled"
+        if "graphs" in applied:
+            return "graphs"
+        if "jitted" in applied:
+            return "jitted"
     return "*"
 
 

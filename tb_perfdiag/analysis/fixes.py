@@ -12,6 +12,12 @@ _NUM_WORKERS = ("Load batches in background workers: DataLoader(num_workers>0, p
                 "preprocessing (decode, resize, augmentation) into the dataset so it runs in "
                 "the workers.")
 
+# the same without what pinned copies already do
+_NUM_WORKERS_PINNED = ("Load batches in background workers: DataLoader(num_workers>0, "
+                       "persistent_workers=True, prefetch_factor=2 or more; the copies are "
+                       "already pinned), and move heavy preprocessing (decode, resize, "
+                       "augmentation) into the dataset so it runs in the workers.")
+
 FIXES = {
     # ---- host syncs ----
     ("host_sync", "nonzero", PYTORCH):
@@ -85,6 +91,15 @@ FIXES = {
         "happen while the accelerator waits. " + _NUM_WORKERS,
     ("input_bound", "*", PYTORCH):
         "Data loading is not keeping up with the device. " + _NUM_WORKERS,
+    ("input_bound", "pinned", PYTORCH):
+        "Data loading is not keeping up with the device. " + _NUM_WORKERS_PINNED,
+    # the DataLoader already has worker processes: the next step is more of them, or less
+    # work per sample
+    ("input_bound", "workers", PYTORCH):
+        "The DataLoader already loads in worker processes and still cannot keep up: raise "
+        "num_workers (up to the free CPU cores) and prefetch_factor, keep the workers alive "
+        "(persistent_workers=True), and make each sample cheaper: decode and augment on the "
+        "device (torchvision.transforms.v2 on GPU tensors, DALI) or precompute it.",
     ("input_bound", "*", PYTORCH_XLA):
         "Wrap the loader in torch_xla's MpDeviceLoader (pl.MpDeviceLoader(loader, device)) so "
         "batches are loaded and transferred while the device runs, with "
@@ -140,6 +155,10 @@ FIXES = {
         "The host stages host→device copies while the device waits. Pin the memory "
         "(DataLoader(pin_memory=True) or tensor.pin_memory()) and copy with "
         "non_blocking=True, ideally ahead of use on a side stream.",
+    ("h2d_transfer", "pinned", PYTORCH):
+        "The copies are already from pinned memory: issue them ahead of use with "
+        "non_blocking=True (prefetch the next batch to the device on a side stream while "
+        "this step runs) and copy fewer, larger buffers.",
     ("h2d_transfer", "*", PYTORCH_XLA):
         "Input transfers are not overlapped with execution: use MpDeviceLoader, which "
         "transfers the next batch while the device runs.",
@@ -170,6 +189,17 @@ FIXES = {
         "Many kernels are shorter than their launch. Fuse small ops (torch.compile), use "
         "foreach/fused optimizers (foreach=True, fused=True) and larger batches; the graph "
         "replays already here cut launches only for what they capture.",
+    # already under torch.compile (AOTAutograd's CompiledFunction): the next steps are
+    # CUDA graphs and larger compiled regions
+    ("launch_bound", "compiled", PYTORCH):
+        "The step already runs under torch.compile, yet its kernels are shorter than their "
+        "launch: replay it as a CUDA graph (torch.compile(mode='reduce-overhead')), make the "
+        "compiled regions larger (fewer graph breaks: TORCH_LOGS=graph_breaks, "
+        "fullgraph=True), use fused optimizers (fused=True) and larger batches.",
+    ("launch_bound", "compiled_graphs", PYTORCH):
+        "The step already runs compiled and replays CUDA graphs: the kernels launched outside "
+        "the graphs are the ones left (graph breaks: TORCH_LOGS=graph_breaks; the optimizer "
+        "step outside the compiled region); larger batches lengthen the kernels.",
     ("launch_bound", "*", PYTORCH):
         "Many kernels are shorter than their launch. Fuse small ops (torch.compile), replay "
         "the step as a CUDA graph (torch.cuda.graphs or torch.compile(mode='reduce-overhead')), "
@@ -177,6 +207,13 @@ FIXES = {
     ("launch_bound", "*", JAX):
         "Many tiny dispatches: jit the whole step rather than small functions, and replace "
         "Python loops of small calls with lax.scan / vmap.",
+    ("launch_bound", "jitted", JAX):
+        "The program is already jitted, yet its device ops are shorter than their dispatch: "
+        "run several steps per call (lax.scan or fori_loop over the steps), give each call "
+        "more work (vmap, larger batches), and keep host callbacks out of the program.",
+    ("launch_bound", "jitted", TENSORFLOW):
+        "The step already runs as a tf.function: fuse its small ops with jit_compile=True "
+        "(XLA) and, in Keras, raise steps_per_execution so one call runs several steps.",
     ("launch_bound", "*", TENSORFLOW):
         "Many tiny ops, each dispatched on its own: wrap the step in tf.function (with "
         "jit_compile=True to fuse them) and, in Keras, raise steps_per_execution.",
@@ -237,12 +274,32 @@ FIXES = {
         "The host is busy between launches: move Python work out of the step (precompute, "
         "vectorise per-element loops) and cut per-op overhead with torch.compile or CUDA "
         "graphs.",
+    ("host_compute", "compiled", PYTORCH):
+        "The step already runs under torch.compile (CompiledFunction): the host time is what "
+        "runs outside and between its compiled regions. Replay it as a CUDA graph "
+        "(torch.compile(mode='reduce-overhead')), make the compiled regions larger (fewer "
+        "graph breaks: TORCH_LOGS=graph_breaks, fullgraph=True), and move Python work out "
+        "of the step.",
+    ("host_compute", "compiled_graphs", PYTORCH):
+        "The step already runs compiled and replays CUDA graphs: the host time is what stays "
+        "outside them. Capture more of the step (fewer graph breaks: "
+        "TORCH_LOGS=graph_breaks; the optimizer inside the compiled region) and move Python "
+        "work out of the step.",
     ("host_compute", "*", PYTORCH_XLA):
         "Host work between executions: keep Python-side work out of the step; the lazy "
         "tensor traces every op on the host, so fewer, larger ops help.",
     ("host_compute", "*", JAX):
         "Host work between dispatches: jit the whole step and keep Python-side work out of "
         "the loop.",
+    ("host_compute", "jitted", JAX):
+        "The step is already jitted: the host time is Python around the jitted call. Keep "
+        "Python work (logging, metric reads, batch preparation) out of the loop, dispatch "
+        "the next step before reading this one's results (JAX dispatches asynchronously), "
+        "and run several steps per call (lax.scan) where dispatch itself dominates.",
+    ("host_compute", "jitted", TENSORFLOW):
+        "The step already runs as a tf.function: the host time goes to Python around it. "
+        "Keep Python work out of the loop, compile the function with jit_compile=True, and "
+        "in Keras raise steps_per_execution so one call runs several steps.",
     ("host_compute", "*", TENSORFLOW):
         "The host is busy between device work, typically eager op-by-op execution: wrap "
         "the step in tf.function (jit_compile=True to fuse it with XLA), keep Python work "
