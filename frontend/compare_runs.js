@@ -226,6 +226,8 @@ export class CompareRuns {
   }
 
   findingsCard(d) {
+    // a one-time cost (start-up, one step's) is its total, never a rate per step
+    const cost = (x, perStep) => (x && x.one_time ? `${formatNs(x.total_ns)} once` : formatNs(perStep));
     const changed = d.findings.filter((f) => f.change !== "same");
     const label = { new: "new", gone: "gone", grew: "grew", shrank: "shrank" };
     return h("section", { class: "pd-card", id: "pd-cmp-findings", "aria-label": "Findings that changed" },
@@ -235,7 +237,7 @@ export class CompareRuns {
           h("th", { scope: "col" }, "After /step"), h("th", { scope: "col" }, "Finding"))),
         h("tbody", {}, changed.slice(0, 20).map((f) => h("tr", { "data-change": f.change },
           h("td", {}, h("span", { class: `pd-badge pd-change-${f.change}` }, label[f.change])),
-          h("td", { class: "pd-num" }, formatNs(f.per_step_before_ns)), h("td", { class: "pd-num" }, formatNs(f.per_step_after_ns)),
+          h("td", { class: "pd-num" }, cost(f.before, f.per_step_before_ns)), h("td", { class: "pd-num" }, cost(f.after, f.per_step_after_ns)),
           h("td", {}, (f.after || f.before).title)))))
         : h("p", { class: "pd-muted" }, "No finding changed."));
   }

@@ -196,27 +196,24 @@ def _slow_runtime_calls(trace: Trace, early) -> np.ndarray:
         long_ = long_[trace.ts[long_] < end]
     if long_.size == 0:
         return none
-    # the runtime calls of the processes these are in: which came first, and how long the
-    # same calls take later
-    group_of = {g: i for i, g in enumerate(dict.fromkeys(trace.track_group))}
-    tgroup = np.array([group_of[g] for g in trace.track_group], np.int64)
-    calls = _events_named(trace, _runtime_name_ids(trace))
-    c_proc = tgroup[trace.track[calls]]
-    c_ts = trace.ts[calls]
-    c_name = trace.name[calls]
-    first_ts = {}
-    for p in distinct(c_proc).tolist():
-        first_ts[p] = int(c_ts[c_proc == p].min())
+    # per process (its host tracks): when its first runtime call came, and how long the
+    # same calls take later.  Read a track block at a time, the later calls sampled: a
+    # capture of 20 M launches holds no column over them all
+    want = np.zeros(len(trace.strings), bool)
+    want[_runtime_name_ids(trace)] = True
+    tracks_of: dict = {}
+    for t in np.flatnonzero(trace.track_kind == TrackKind.HOST).tolist():
+        tracks_of.setdefault(trace.track_group[t], []).append(t)
     typical: dict = {}
-
-    def median_of(sel) -> float | None:
-        return float(np.median(trace.dur[calls[sel]])) if sel.any() else None
-
+    first_ts: dict = {}
     out = []
     for e in long_.tolist():
-        p = int(tgroup[trace.track[e]])
+        proc = trace.track_group[int(trace.track[e])]
+        tracks = tracks_of[proc]
+        if proc not in first_ts:
+            first_ts[proc] = _first_call(trace, tracks, want)
         ts = int(trace.ts[e])
-        first = ts <= first_ts.get(p, ts)
+        first = ts <= first_ts[proc]
         # a sync or a copy waits for the device: its time is the device's, unless the
         # process had made no runtime call before it
         blocking = trace.kind[e] in _BLOCKING_KINDS or "emcpy" in trace.strings[
@@ -224,12 +221,14 @@ def _slow_runtime_calls(trace: Trace, early) -> np.ndarray:
         if blocking and not first:
             continue
         # later: after the first iteration (one window: after this call)
-        key = (p, int(trace.name[e]), ts if end is None else -1)
+        after = end if end is not None else ts + 1
+        key = (proc, int(trace.name[e]), after)
         if key not in typical:
-            mine = c_proc == p
-            later = mine & ((c_ts >= end) if end is not None else (c_ts > ts))
-            ref = median_of(later & (c_name == trace.name[e]))
-            typical[key] = ref if ref is not None else median_of(later)
+            same = np.zeros(len(trace.strings), bool)
+            same[int(trace.name[e])] = True
+            ref = _median_later(trace, tracks, same, after)
+            typical[key] = ref if ref is not None else _median_later(trace, tracks, want,
+                                                                     after)
         ref = typical[key]
         if ref is not None:
             if trace.dur[e] >= FAR * max(ref, 1.0):
@@ -237,6 +236,40 @@ def _slow_runtime_calls(trace: Trace, early) -> np.ndarray:
         elif first and trace.dur[e] >= FIRST_ALONE_PS:
             out.append(e)
     return np.asarray(out, np.int64)
+
+
+_BLOCK = 1 << 22
+_SAMPLE = 1 << 16          # later calls a median is taken over, at most (evenly spaced)
+
+
+def _first_call(trace: Trace, tracks: list, want: np.ndarray) -> int:
+    """Start (ps) of the earliest event named in ``want`` on ``tracks`` (a track's
+    events are in time order: its first such event is its earliest)."""
+    best = np.iinfo(np.int64).max
+    for lo, hi in trace.track_slices(tracks):
+        for a in range(lo, hi, _BLOCK):
+            b = min(a + _BLOCK, hi)
+            hit = np.flatnonzero(want[trace.name[a:b]])
+            if hit.size:
+                best = min(best, int(trace.ts[a + hit[0]]))
+                break
+    return best
+
+
+def _median_later(trace: Trace, tracks: list, want: np.ndarray, after: int) -> float | None:
+    """Median duration of the events named in ``want`` on ``tracks`` that start at or
+    after ``after`` (ps), over at most about ``_SAMPLE`` of them; None when none."""
+    parts, count = [], 0
+    for lo, hi in trace.track_slices(tracks):
+        lo = lo + int(np.searchsorted(trace.ts[lo:hi], after, side="left"))
+        for a in range(lo, hi, _BLOCK):
+            b = min(a + _BLOCK, hi)
+            hit = a + np.flatnonzero(want[trace.name[a:b]])
+            count += hit.size
+            parts.append(hit[::max(hit.size // _SAMPLE, 1)])
+    if not count:
+        return None
+    return float(np.median(trace.dur[np.concatenate(parts)]))
 
 
 def _events_named(trace: Trace, ids: list) -> np.ndarray:

@@ -120,13 +120,19 @@ def _side(s, diag: Diagnosis, with_steps: bool, peer=None) -> dict:
     return out
 
 
+def _one_time(f) -> bool:
+    """A finding whose cost is paid once (start-up, a first compile, one step's)."""
+    return f is not None and bool(f.extra.get("one_time") or f.extra.get("once"))
+
+
 def _finding(diag: Diagnosis, i: int) -> dict | None:
     if i < 0:
         return None
     f = diag.findings[i]
     return {"title": f.title, "per_step_ns": int(f.time_lost_ns_per_step),
             "steps_hit": len(f.steps), "confidence": f.confidence,
-            "top": bool(f.extra.get("top", True)), "fix": f.fix}
+            "top": bool(f.extra.get("top", True)), "fix": f.fix,
+            "one_time": _one_time(f), "total_ns": int(f.time_lost_ns)}
 
 
 def op_label(o) -> str:
@@ -254,6 +260,9 @@ def highlight_text(cmp: Comparison, h) -> str:
             return f"new finding: {title}"
         if f.change == Change.GONE:
             return f"gone: {title}"
+        if any(_one_time(d.findings[x]) for d, x in zip(cmp.diagnoses, (f.before, f.after))
+               if x >= 0):
+            return f"{f.change.value}: {title}"
         return (f"{f.change.value}: {title} ({_ms(f.per_step_before * 1000)} → "
                 f"{_ms(f.per_step_after * 1000)} per step)")
     if h.what == "op_count":
@@ -382,7 +391,15 @@ def report(cmp: Comparison, top: int = 8) -> str:
         L.append("   findings:")
         da, db = cmp.diagnoses
         for f in changed:
-            title = (db.findings[f.after] if f.after >= 0 else da.findings[f.before]).title
+            fa = da.findings[f.before] if f.before >= 0 else None
+            fb = db.findings[f.after] if f.after >= 0 else None
+            title = (fb or fa).title
+            if _one_time(fa) or _one_time(fb):
+                # a one-time cost (start-up, one step's) has no rate per step: its totals
+                tot = [x.time_lost_ns if x is not None else 0 for x in (fa, fb)]
+                L.append(f"   - {f.change.value:6} {_ms(tot[0] * 1000):>9} → "
+                         f"{_ms(tot[1] * 1000):>9} once  {title}")
+                continue
             L.append(f"   - {f.change.value:6} {_ms(f.per_step_before * 1000):>9} → "
                      f"{_ms(f.per_step_after * 1000):>9}/step  {title}")
     by_count, by_time, by_host = top_ops(cmp, top)
