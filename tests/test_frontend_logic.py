@@ -202,3 +202,28 @@ def test_lane_text_names_the_thread_then_its_id(js):
                    "CPU (XLA) · tf_data_private_threadpool/-42", "GPU 0 · stream 7", "python"]
     assert js("return [0, 1, 2].map((n) => m.format.plural(n, 'step'))") == \
         ["0 steps", "1 step", "2 steps"]
+
+
+def test_every_cause_has_a_legend_entry_and_start_up_is_one(js):
+    from tb_perfdiag.analysis import causes as C
+    labels = js("return [m.format.CAUSE_LABELS, m.format.CAUSE_COLORS]")
+    for c in C.ALL:
+        assert c in labels[0] and c in labels[1], c
+    assert labels[0]["startup"].startswith("Start-up")
+    # no two causes share a colour
+    colors = [labels[1][c] for c in C.ALL]
+    assert len(set(colors)) == len(colors)
+
+
+def test_a_one_time_finding_badge_has_no_rate_per_step(js):
+    got = js("return [m.format.findingCost({one_time: true, time_lost_ns: 981e6,"
+             " time_lost_ns_per_step: 0}),"
+             " m.format.findingCost({once: {step: 0}, time_lost_ns: 2e6,"
+             " time_lost_ns_per_step: 5e4}),"
+             " m.format.findingCost({time_lost_ns: 3e6, time_lost_ns_per_step: 0,"
+             " outside_steps_ns: 3e6}),"
+             " m.format.findingCost({time_lost_ns: 4e6, time_lost_ns_per_step: 1e6})]")
+    assert got[0].endswith("lost once") and "per step" not in got[0]
+    assert got[1].endswith("lost once") and "per step" not in got[1]
+    assert "outside the steps" in got[2] and "per step" not in got[2]
+    assert got[3].endswith("lost per step")

@@ -282,3 +282,18 @@ def test_alexnet_stream_priority_query_is_context_creation():
     assert "cudaDeviceGetStreamPriorityRange" in f["title"]
     assert not any("cudaDeviceGetStreamPriorityRange" in x["title"] for x in d["findings"]
                    if x["kind"] == "allocator")
+
+
+def test_the_profilers_transition_in_every_step_leaves_the_steps_typical():
+    """torch.profiler's ``_transit_action`` runs at every prof.step(), a few µs each: its
+    time is the profiler's own, yet no step becomes an outlier for it."""
+    b = TraceBuilder()
+    main, s7 = b.thread("python main"), b.stream()
+    for k in range(4):
+        t = 1000 * k
+        b.step(main, k, t, 1000)
+        b.op(main, "torch/profiler/profiler.py(700): _transit_action", t + 1, 3,
+             cat="python_function")
+        launch(b, main, s7, "gemm", t + 600, 5, t + 610, 380)
+    _, diag, d = report(b)
+    assert not any(s["outlier"] for s in d["steps"])

@@ -126,15 +126,22 @@ def _first_iteration_end(trace: Trace) -> int | None:
     return first_step_end(find_steps(trace))
 
 
+STEP_SHARE = 0.1                # start-up this share of the median step makes a step atypical
+
+
 def steps_with_startup(trace: Trace, roots: np.ndarray, start: np.ndarray,
                        end: np.ndarray) -> np.ndarray:
-    """bool per step window [start, end): a start-up event overlaps it (such a step is no
-    typical step)."""
-    out = np.zeros(start.shape[0], bool)
+    """bool per step window [start, end): start-up events take at least ``STEP_SHARE`` of
+    the median step in it (such a step is no typical step; torch.profiler's few µs of
+    ``_transit_action`` in every step leave every step typical)."""
+    start, end = np.asarray(start, np.int64), np.asarray(end, np.int64)
+    inside = np.zeros(start.shape[0], np.int64)
     for e in roots.tolist():
         a, b = int(trace.ts[e]), int(trace.ts[e] + trace.dur[e])
-        out |= (start < b) & (end > a)
-    return out
+        inside += np.maximum(np.minimum(end, b) - np.maximum(start, a), 0)
+    if not start.size:
+        return inside > 0
+    return inside >= STEP_SHARE * float(np.median(end - start))
 
 
 def _under_compile(trace: Trace, e: int) -> bool:
