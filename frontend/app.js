@@ -682,6 +682,8 @@ export class App {
     const hl = headline(dev, coll, nSteps, { duty: overSteps(dev) ? dev.steps_window.duty_cycle : dev.duty_cycle });
     const peer = hl && (hl.loss && hl.loss.kind === "peer_wait" ? hl.loss : null);
     const top = findings.filter((f) => f.top !== false).slice(0, 6).map((f) => this.findingItem(f));
+    // start-up costs no step but is what such a capture mostly holds: shown after them
+    top.push(...findings.filter((f) => f.kind === "startup").slice(0, 2).map((f) => this.findingItem(f)));
     if (peer) {   // busy time, so no finding of the server's: listed where its size ranks it
       const at = findings.filter((f) => f.top !== false).slice(0, 6).findIndex((f) => (f.time_lost_ns_per_step || 0) < peer.per_step_ns);
       top.splice(at < 0 ? top.length : at, 0, this.peerWaitItem(peer, coll));
@@ -690,17 +692,19 @@ export class App {
       hl ? h("p", { class: "pd-headline", id: "pd-headline", "data-loss": hl.loss ? hl.loss.kind : "" },
         h("b", {}, `${dev.name}: `), hl.text) : null,
       h("div", { class: "pd-stats" }, devRows,
-        h("div", { class: "pd-stat" }, h("span", { class: "pd-stat-value" }, formatNs(avg)),
+        // the steady state leaves the steps that hold start-up out (paid once per run)
+        h("div", { class: "pd-stat" }, h("span", { class: "pd-stat-value" }, formatNs(d.steady_step_ns != null ? d.steady_step_ns : avg)),
           h("span", { class: "pd-stat-label", title: d.step_marker ? `each step marked by ${d.step_marker}` : ((d.definitions || {}).steps || "") },
-            `average step time (${plural(nSteps, "step")}, from ${d.step_source || "?"})`))),
+            `average step time (${plural(nSteps, "step")}, from ${d.step_source || "?"}${d.steady_step_ns != null
+              ? `; leaving out start-up in step ${(d.startup_steps || []).join(", ")}, ${formatNs(avg)} with it` : ""})`))),
       h("h3", {}, "Idle time by cause ", h("abbr", { title: (d.definitions || {}).causes || "", class: "pd-help" }, "?")),
       h("ul", { class: "pd-idle" }, idle.length ? idle.map(([c, ns]) => h("li", {},
         h("span", { class: "chip", style: { background: causeColor(c) } }), `${causeLabel(c)}: `, h("b", {}, formatNs(ns)))) :
         h("li", { class: "pd-muted" }, this.hasDeviceActivity() ? "No idle gaps above the threshold." : "None: no device activity.")),
       h("h3", {}, "Top findings"),
       h("ol", { class: "pd-findings" }, top),
-      h("div", { class: "pd-small pd-muted" }, findings.some((f) => f.top === false) ?
-        `${findings.filter((f) => f.top === false).length} more finding(s) under 1 % of a step not shown.` : ""));
+      h("div", { class: "pd-small pd-muted" }, findings.some((f) => f.top === false && f.kind !== "startup") ?
+        `${findings.filter((f) => f.top === false && f.kind !== "startup").length} more finding(s) under 1 % of a step not shown.` : ""));
     const warnings = (d.warnings || []).filter((w) => this.hasDeviceActivity() || !String(w).startsWith("no device activity"));
     if (warnings.length) el.append(h("ul", { class: "pd-warnings" }, warnings.map((w) => h("li", {}, squeeze(w, 80, 500)))));
   }

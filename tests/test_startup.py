@@ -73,6 +73,7 @@ def test_first_iteration_cudaFree_far_longer_than_later_is_context_creation():
     assert "empty_cache" not in " ".join(x["fix"] for x in d["findings"])
     # steady state: step 0 is no typical step, the duty over the steps leaves it out
     assert d["steps"][0]["outlier"]
+    assert d["startup_steps"] == [0] and d["steady_step_ns"] == 1_000_000
     sw = d["devices"][0]["steps_window"]
     assert sw["startup_ns"] == 300_000_000
     assert sw["steady_duty_cycle"] == pytest.approx(

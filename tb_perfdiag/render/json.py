@@ -853,6 +853,7 @@ def diagnosis_json(diag: Diagnosis, gaps_offset: int = 0, gaps_limit: int | None
         "device_ops": device_ops_json(diag, step),
         "findings": [finding_json(diag, f) for f in diag.findings], "hta": hta_json(diag),
         "warnings": list(diag.warnings),
+        **startup_steps_json(diag),
     }
     if light:
         T, X = diag.compilations, diag.transfers
@@ -868,6 +869,22 @@ def diagnosis_json(diag: Diagnosis, gaps_offset: int = 0, gaps_limit: int | None
                    gaps_limit=gaps_limit if gaps_limit is not None else total,
                    gaps_device=device)
     return out
+
+
+def startup_steps_json(diag: Diagnosis) -> dict:
+    """The steps whose windows hold start-up idle on a device (``startup_steps``, ids) and
+    the mean step without them (``steady_step_ns``): the steady state leaves start-up
+    out.  Empty when no step holds any, or every step does."""
+    S = diag.steps
+    if not len(S) or diag.steps.source == "whole_trace" or \
+            S.idle_by_cause.shape[-1] <= _STARTUP_I:
+        return {}
+    has = (S.idle_by_cause[:, :, _STARTUP_I] > 0).any(axis=1)
+    if not has.any() or has.all():
+        return {}
+    dur = _step_ns(diag)
+    return {"startup_steps": S.ids[has].astype(np.int64).tolist(),
+            "steady_step_ns": int(round(float(dur[~has].mean())))}
 
 
 def _within(records: list, limit: int) -> list:
