@@ -229,19 +229,21 @@ def _startup_findings(trace, diag, G, ci, rows, fw, add) -> None:
     g = G.g
     fam: dict = {}
     names: dict = {}
+    seen: dict = {}                 # culprit event → (family, the call it names)
     for r in rows.tolist():
         ev = int(g.culprit[r])
-        chain = [trace.event_name(e) for e in trace.chain(ev)] if ev >= 0 else []
-        k = startup.family(chain) or startup.RUNTIME
+        if ev not in seen:
+            chain = [trace.event_name(e) for e in trace.chain(ev)] if ev >= 0 else []
+            k = startup.family(chain) or startup.RUNTIME
+            # the call named: the family's innermost frame (the runtime call), the
+            # profiler's outermost one (start_trace, not what it calls)
+            hit = [n for n in chain if startup.kind_of(n) == k]
+            seen[ev] = (k, clean(hit[0] if k == startup.PROFILER else hit[-1]) if hit else "")
+        k, call = seen[ev]
         fam.setdefault(k, []).append(r)
-        # the calls named: the innermost frame of the family (the runtime call, the
-        # profiler's frame)
-        hit = [n for n in chain if startup.kind_of(n) == k]
-        if hit:
-            names.setdefault(k, {}).setdefault(clean(hit[-1] if k != startup.PROFILER
-                                                     else hit[0]), 0)
-            names[k][clean(hit[-1] if k != startup.PROFILER else hit[0])] += int(
-                G.share_ns[r, ci])
+        if call:
+            names.setdefault(k, {}).setdefault(call, 0)
+            names[k][call] += int(G.share_ns[r, ci])
     span = _capture_ns(diag)
     ids = diag.steps.ids
     for k, rs in sorted(fam.items(), key=lambda kv: -G.on_worst_device(kv[1], ci)[0]):

@@ -134,13 +134,12 @@ def steps_with_startup(trace: Trace, roots: np.ndarray, start: np.ndarray,
     """bool per step window [start, end): start-up events take at least ``STEP_SHARE`` of
     the median step in it (such a step is no typical step; torch.profiler's few µs of
     ``_transit_action`` in every step leave every step typical)."""
+    from .intervals import covered, union
     start, end = np.asarray(start, np.int64), np.asarray(end, np.int64)
-    inside = np.zeros(start.shape[0], np.int64)
-    for e in roots.tolist():
-        a, b = int(trace.ts[e]), int(trace.ts[e] + trace.dur[e])
-        inside += np.maximum(np.minimum(end, b) - np.maximum(start, a), 0)
-    if not start.size:
-        return inside > 0
+    if not start.size or not roots.size:
+        return np.zeros(start.shape[0], bool)
+    us, ue = union(trace.ts[roots].astype(np.int64), trace.end_of(roots).astype(np.int64))
+    inside = covered(us, ue, start, np.maximum(end, start))
     return inside >= STEP_SHARE * float(np.median(end - start))
 
 
@@ -211,11 +210,16 @@ def _slow_runtime_calls(trace: Trace, early) -> np.ndarray:
     tracks_of: dict = {}
     for t in np.flatnonzero(trace.track_kind == TrackKind.HOST).tolist():
         tracks_of.setdefault(trace.track_group[t], []).append(t)
-    typical: dict = {}
+    samples: dict = {}
     first_ts: dict = {}
+    per_proc: dict = {}
     out = []
-    for e in long_.tolist():
+    for e in long_[np.argsort(trace.ts[long_], kind="stable")].tolist():
         proc = trace.track_group[int(trace.track[e])]
+        # start-up comes first: the earliest long calls of a process are looked at
+        per_proc[proc] = per_proc.get(proc, 0) + 1
+        if per_proc[proc] > MAX_CANDIDATES:
+            continue
         tracks = tracks_of[proc]
         if proc not in first_ts:
             first_ts[proc] = _first_call(trace, tracks, want)
@@ -229,24 +233,27 @@ def _slow_runtime_calls(trace: Trace, early) -> np.ndarray:
             continue
         # later: after the first iteration (one window: after this call)
         after = end if end is not None else ts + 1
-        key = (proc, int(trace.name[e]), after)
-        if key not in typical:
+        nid = int(trace.name[e])
+        if (proc, nid) not in samples:
             same = np.zeros(len(trace.strings), bool)
-            same[int(trace.name[e])] = True
-            ref = _median_later(trace, tracks, same, after)
-            typical[key] = ref if ref is not None else _median_later(trace, tracks, want,
-                                                                     after)
-        ref = typical[key]
+            same[nid] = True
+            samples[(proc, nid)] = _sample(trace, tracks, same)
+        ref = _median_after(samples[(proc, nid)], after)
+        if ref is None:
+            if (proc, -1) not in samples:
+                samples[(proc, -1)] = _sample(trace, tracks, want)
+            ref = _median_after(samples[(proc, -1)], after)
         if ref is not None:
             if trace.dur[e] >= FAR * max(ref, 1.0):
                 out.append(e)
         elif first and trace.dur[e] >= FIRST_ALONE_PS:
             out.append(e)
-    return np.asarray(out, np.int64)
+    return np.asarray(sorted(out), np.int64)
 
 
 _BLOCK = 1 << 22
-_SAMPLE = 1 << 16          # later calls a median is taken over, at most (evenly spaced)
+_SAMPLE = 1 << 16          # calls a median is taken over, about at most (evenly spaced)
+MAX_CANDIDATES = 64        # long calls of a process looked at, its earliest first
 
 
 def _first_call(trace: Trace, tracks: list, want: np.ndarray) -> int:
@@ -263,20 +270,25 @@ def _first_call(trace: Trace, tracks: list, want: np.ndarray) -> int:
     return best
 
 
-def _median_later(trace: Trace, tracks: list, want: np.ndarray, after: int) -> float | None:
-    """Median duration of the events named in ``want`` on ``tracks`` that start at or
-    after ``after`` (ps), over at most about ``_SAMPLE`` of them; None when none."""
-    parts, count = [], 0
+def _sample(trace: Trace, tracks: list, want: np.ndarray) -> tuple:
+    """(starts, durations) of the events named in ``want`` on ``tracks``, evenly sampled
+    to about ``_SAMPLE`` of them a block of events: read a block at a time (a capture of
+    20 M launches holds no column over them all)."""
+    parts = []
     for lo, hi in trace.track_slices(tracks):
-        lo = lo + int(np.searchsorted(trace.ts[lo:hi], after, side="left"))
         for a in range(lo, hi, _BLOCK):
             b = min(a + _BLOCK, hi)
             hit = a + np.flatnonzero(want[trace.name[a:b]])
-            count += hit.size
             parts.append(hit[::max(hit.size // _SAMPLE, 1)])
-    if not count:
-        return None
-    return float(np.median(trace.dur[np.concatenate(parts)]))
+    ev = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    return trace.ts[ev].astype(np.int64), trace.dur[ev].astype(np.int64)
+
+
+def _median_after(sample: tuple, after: int) -> float | None:
+    """Median duration of the sampled calls that start at or after ``after``."""
+    ts, dur = sample
+    sel = dur[ts >= after]
+    return float(np.median(sel)) if sel.size else None
 
 
 def _events_named(trace: Trace, ids: list) -> np.ndarray:
@@ -301,21 +313,20 @@ def _runtime_name_ids(trace: Trace) -> list:
 
 
 def _outermost(trace: Trace, ev: np.ndarray) -> np.ndarray:
-    """``ev`` without the events another of them encloses."""
+    """``ev`` (ascending) without the events another of them encloses: their ancestors
+    walked up a level at a time for all of them at once."""
     if ev.size < 2:
         return ev
-    keep = []
-    inside = set(ev.tolist())
-    for e in ev.tolist():
-        p, up = int(trace.parent[e]), False
-        while p >= 0:
-            if p in inside:
-                up = True
-                break
-            p = int(trace.parent[p])
-        if not up:
-            keep.append(e)
-    return np.asarray(keep, np.int64)
+    inner = np.zeros(ev.shape[0], bool)
+    cur = trace.parent[ev].astype(np.int64)
+    for _ in range(256):
+        live = cur >= 0
+        if not live.any():
+            break
+        k = np.minimum(np.searchsorted(ev, cur), ev.shape[0] - 1)
+        inner |= live & (ev[k] == cur)
+        cur = np.where(live & ~inner, trace.parent[np.maximum(cur, 0)], -1).astype(np.int64)
+    return ev[~inner]
 
 
 def startup_ranges(trace: Trace, roots: np.ndarray) -> list:
@@ -323,14 +334,15 @@ def startup_ranges(trace: Trace, roots: np.ndarray) -> list:
     (track, start), so the events a root encloses are those of its track that start after
     it and before its end (the deepest open event at their start is it or one of its
     own)."""
-    out = []
     if roots.size == 0:
-        return out
+        return []
+    roots = np.asarray(roots, np.int64)
     bounds = trace.track_bounds()
-    for e in roots.tolist():
-        t = int(trace.track[e])
-        hi_t = int(bounds[t + 1])
-        end = int(trace.ts[e] + trace.dur[e])
-        hi = e + 1 + int(np.searchsorted(trace.ts[e + 1:hi_t], end, side="left"))
-        out.append((e, hi))
-    return out
+    tr = trace.track[roots].astype(np.int64)
+    his = np.empty(roots.shape[0], np.int64)
+    for t in distinct(tr).tolist():
+        sel = np.flatnonzero(tr == t)
+        lo, hi = int(bounds[t]), int(bounds[t + 1])
+        his[sel] = lo + np.searchsorted(trace.ts[lo:hi], trace.end_of(roots[sel]), side="left")
+    his = np.maximum(his, roots + 1)
+    return list(zip(roots.tolist(), his.tolist()))
