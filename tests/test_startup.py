@@ -298,3 +298,16 @@ def test_the_profilers_transition_in_every_step_leaves_the_steps_typical():
         launch(b, main, s7, "gemm", t + 600, 5, t + 610, 380)
     _, diag, d = report(b)
     assert not any(s["outlier"] for s in d["steps"])
+
+
+def test_first_iteration_autotuning_is_start_up_but_a_compilers_is_compilation():
+    """cudnnFindConvolutionForwardAlgorithm in step 0 (cudnn.benchmark trying algorithms)
+    is start-up; an autotuner inside XLA's compile is the compilation's."""
+    b = steps_trace(("cudnnFindConvolutionForwardAlgorithm", 40_000, "cuda_runtime"),
+                    later=("cudaGetDevice", 2))
+    _, diag, d = report(b)
+    row = int(diag.gaps.duration.argmax())
+    assert C.ALL[int(diag.gaps.cause[row])] == C.STARTUP
+    f = next(f for f in d["findings"] if f["kind"] == "startup")
+    assert f["startup"]["kind"] == "autotune" and f["title"].startswith("First-iteration")
+    assert startup.kind_of("GemmAutotuner::Autotune") == startup.AUTOTUNE

@@ -175,9 +175,11 @@ def startup_roots(trace: Trace, first_end=_UNKNOWN) -> np.ndarray:
     t_ev = _events_named(trace, tune)
     if t_ev.size:
         end = early()
-        keep = [e for e in t_ev.tolist() if (end is None or trace.ts[e] < end)
-                and not _under_compile(trace, e)]
-        roots.append(np.asarray(keep, np.int64))
+        if end is not None:
+            t_ev = t_ev[trace.ts[t_ev] < end]
+        # XLA autotunes inside its compiler: that is compilation's
+        roots.append(np.asarray([e for e in t_ev.tolist() if not _under_compile(trace, e)],
+                                np.int64))
     roots.append(_slow_runtime_calls(trace, early))
     out = distinct(np.concatenate(roots).astype(np.int64)) if roots else np.zeros(0, np.int64)
     return _outermost(trace, out)
