@@ -311,3 +311,29 @@ def test_first_iteration_autotuning_is_start_up_but_a_compilers_is_compilation()
     f = next(f for f in d["findings"] if f["kind"] == "startup")
     assert f["startup"]["kind"] == "autotune" and f["title"].startswith("First-iteration")
     assert startup.kind_of("GemmAutotuner::Autotune") == startup.AUTOTUNE
+
+
+def test_the_cli_checks_start_up_over_typical_steps_and_prints_it_once(tmp_path):
+    """``check --max-idle-cause startup=1%`` passes on a capture whose first step creates
+    the context (typical steps leave it out); ``diagnose`` says the duty over the steps
+    without it and prints its finding with no rate per step."""
+    import os
+    import subprocess
+    import sys
+    path = tmp_path / "warm.pt.trace.json"
+    path.write_bytes(steps_trace(("cudaFree", 300_000, "cuda_runtime"),
+                                 later=("cudaFree", 20)).to_bytes())
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))] +
+        [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    run = lambda *a: subprocess.run([sys.executable, "-m", "tb_perfdiag.cli", *a],  # noqa: E731
+                                    capture_output=True, text=True, timeout=300, env=env)
+    r = run("check", str(path), "--max-idle-cause", "startup=1%")
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    assert "start-up" in r.stdout.lower()
+    r = run("diagnose", str(path))
+    assert r.returncode == 0, r.stderr
+    assert "leaving out 300.000 ms of start-up" in r.stdout
+    line = next(x for x in r.stdout.splitlines() if "context creation" in x and "* " in x)
+    assert "once" in line and "/step" not in line
+    assert "warning: start-up" in r.stdout
