@@ -682,12 +682,12 @@ export class App {
     const hl = headline(dev, coll, nSteps, { duty: overSteps(dev) ? dev.steps_window.duty_cycle : dev.duty_cycle });
     const peer = hl && (hl.loss && hl.loss.kind === "peer_wait" ? hl.loss : null);
     const top = findings.filter((f) => f.top !== false).slice(0, 6).map((f) => this.findingItem(f));
-    // start-up costs no step but is what such a capture mostly holds: shown after them
-    top.push(...findings.filter((f) => f.kind === "startup").slice(0, 2).map((f) => this.findingItem(f)));
     if (peer) {   // busy time, so no finding of the server's: listed where its size ranks it
       const at = findings.filter((f) => f.top !== false).slice(0, 6).findIndex((f) => (f.time_lost_ns_per_step || 0) < peer.per_step_ns);
       top.splice(at < 0 ? top.length : at, 0, this.peerWaitItem(peer, coll));
     }
+    // start-up costs no step but is what such a capture mostly holds: shown after them
+    top.push(...findings.filter((f) => f.kind === "startup").slice(0, 2).map((f) => this.findingItem(f)));
     put(el,
       hl ? h("p", { class: "pd-headline", id: "pd-headline", "data-loss": hl.loss ? hl.loss.kind : "" },
         h("b", {}, `${dev.name}: `), hl.text) : null,

@@ -41,6 +41,7 @@ export function lossText(loss) {
     return p === null ? `${formatNs(loss.per_step_ns)} per step ${who}` : `${p} points of it ${who}`;
   }
   const what = causeLabel(loss.kind).toLowerCase();
+  if (p === null && loss.kind === "startup") return `${formatNs(loss.ns)} idle in ${what}`;
   return p === null ? `${formatNs(loss.per_step_ns)} per step idle in ${what}` : `${p} points idle in ${what}`;
 }
 
@@ -56,7 +57,9 @@ export function headline(dev, coll, steps, { duty, minPoints = 1 } = {}) {
   const d = duty === undefined ? dev.duty_cycle : duty;
   const head = `duty ${formatPct(d)}`;
   if (!top) return { duty: d, loss: null, text: `${head} — no loss of a point or more` };
-  return { duty: d, loss: top, text: `${head} — ${lossText(top)} (${formatNs(top.per_step_ns)} per step)` };
+  // start-up is paid once per run: its total, never a rate per step
+  const cost = top.kind === "startup" ? `${formatNs(top.ns)} once` : `${formatNs(top.per_step_ns)} per step`;
+  return { duty: d, loss: top, text: `${head} — ${lossText(top)} (${cost})` };
 }
 
 /**

@@ -28,6 +28,9 @@ def test_the_page_shows_start_up_once_and_leaves_it_out_of_the_duty(browser, tmp
         line = next(x for x in findings.splitlines() if "context creation" in x)
         assert "per step" not in line
         assert "Start-up" in frame.inner_text(".pd-idle")
+        # the headline names start-up as the largest loss, paid once
+        head = frame.inner_text("#pd-headline")
+        assert "start-up" in head and "once" in head and "per step" not in head, head
         stats = frame.inner_text(".pd-stats")
         # the duty and the average step over the steps leave start-up out
         assert "duty cycle over the steps leaving out 300 ms of start-up" in stats
