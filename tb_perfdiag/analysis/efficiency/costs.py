@@ -6,126 +6,19 @@ events of it: no Python loop per event.
 """
 from __future__ import annotations
 
-import weakref
-from dataclasses import dataclass
-
 import numpy as np
 
 from ...trace.model import Trace
+from . import hlo_costs, torch_shapes, xla_costs
+from .opcosts import DTYPES, UNKNOWN_DTYPE, OpCosts, distinct_rows, empty, per_trace
 
-# the dtypes a matmul-class op may run in; ``OpCosts.dtype`` indexes this ("" unknown)
-DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp64", "")
-UNKNOWN_DTYPE = DTYPES.index("")
-
-
-@dataclass
-class OpCosts:
-    """The cost figures of device op events, one row per event given, same order."""
-
-    event: np.ndarray       # int64 trace event indices (device ops)
-    flops: np.ndarray       # float64 model FLOPs (0 where none)
-    hw_flops: np.ndarray    # float64 hardware FLOPs (recomputation included; = flops when
-                            # the trace does not tell them apart)
-    bytes: np.ndarray       # float64 bytes accessed (0 where none)
-    estimated: np.ndarray   # bool: from the shapes of an op opaque to the cost model (a
-                            # custom call): its FLOPs are in ``flops``, flagged, so that
-                            # ``flops[~estimated]`` is the cost model's figure alone
-    matmul: np.ndarray      # bool: matmul class (dot, convolution, attention)
-    dtype: np.ndarray       # int8 into DTYPES: the dtype a matmul-class op ran in
-    known: np.ndarray       # bool: the op has a figure (0 FLOPs may be a figure)
-    source: str             # "xla_op_stats" | "hlo" | "kineto_flops_arg" | "shapes" | ""
-    missing: str            # why figures are absent ("" when every op has one)
-
-    def __len__(self) -> int:
-        return int(self.event.shape[0])
-
-    def dtype_name(self) -> str:
-        """The dtype most of the matmul-class FLOPs ran in ("" where none is known)."""
-        m = self.matmul & (self.dtype != UNKNOWN_DTYPE)
-        if not m.any():
-            return ""
-        w = np.bincount(self.dtype[m].astype(np.int64), weights=self.hw_flops[m],
-                        minlength=len(DTYPES))
-        if w.sum() <= 0:
-            w = np.bincount(self.dtype[m].astype(np.int64), minlength=len(DTYPES))
-        return DTYPES[int(np.argmax(w))]
-
-
-_MEMO: dict = {}        # (id(trace), key) → (weak reference to the trace, value)
-
-
-def per_trace(trace: Trace, key: str, make):
-    """``make(trace)``, made once per trace object and kept while the trace lives: the
-    sources' per-op tables (a Kineto file's op args read again, an HLO module parsed)
-    serve every device's call."""
-    k = (id(trace), key)
-    got = _MEMO.get(k)
-    if got is not None and got[0]() is trace:
-        return got[1]
-    value = make(trace)
-    _MEMO[k] = (weakref.ref(trace, lambda _r, k=k: _MEMO.pop(k, None)), value)
-    return value
-
-
-def distinct_rows(*cols) -> tuple[np.ndarray, np.ndarray]:
-    """(the distinct rows of the integer columns ``cols``, (k, n_cols) int64; each row's
-    index into them): ``np.unique(axis=0)`` without its sort of rows (2.1 s over 480 k
-    TPU ops).  Each column is coded to 0..m−1 (a mark table where its values span
-    little, else a 1-D unique), the codes packed into one int64 key, the key coded."""
-    n = cols[0].shape[0]
-    codes, sizes, tables = [], [], []
-    for c in cols:
-        c = np.asarray(c, np.int64)
-        code, table = _code(c)
-        codes.append(code)
-        sizes.append(max(table.shape[0], 1))
-        tables.append(table)
-    if float(np.prod(np.asarray(sizes, np.float64))) >= 2.0 ** 62:   # no room in a key
-        rows, inv = np.unique(np.stack([np.asarray(c, np.int64) for c in cols], axis=1),
-                              axis=0, return_inverse=True)
-        return rows, inv.reshape(-1)
-    key = np.zeros(n, np.int64)
-    for code, size in zip(codes, sizes):
-        key = key * size + code
-    kcode, ktable = _code(key)
-    rows = np.empty((ktable.shape[0], len(cols)), np.int64)
-    rest = ktable.copy()
-    for j in range(len(cols) - 1, -1, -1):
-        rows[:, j] = tables[j][rest % sizes[j]] if tables[j].shape[0] else -1
-        rest //= sizes[j]
-    return rows, kcode
-
-
-def _code(c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(codes 0..m−1, the m distinct values ascending) of an int64 column."""
-    if not c.shape[0]:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    lo, hi = int(c.min()), int(c.max())
-    if hi - lo <= max(4 * c.shape[0], 1 << 16):
-        mark = np.zeros(hi - lo + 1, bool)
-        mark[c - lo] = True
-        table = np.flatnonzero(mark)
-        lut = np.zeros(hi - lo + 1, np.int64)
-        lut[table] = np.arange(table.shape[0])
-        return lut[c - lo], table + lo
-    table, inv = np.unique(c, return_inverse=True)
-    return inv.reshape(-1).astype(np.int64), table
-
-
-def empty(events: np.ndarray, source: str = "", missing: str = "") -> OpCosts:
-    """Costs with no figure for any of ``events``."""
-    n = events.shape[0]
-    z = np.zeros(n, np.float64)
-    return OpCosts(np.asarray(events, np.int64), z, z.copy(), z.copy(), np.zeros(n, bool),
-                   np.zeros(n, bool), np.full(n, UNKNOWN_DTYPE, np.int8),
-                   np.zeros(n, bool), source, missing)
+__all__ = ["DTYPES", "UNKNOWN_DTYPE", "OpCosts", "distinct_rows", "empty", "op_costs",
+           "per_trace"]
 
 
 def op_costs(trace: Trace, events: np.ndarray) -> OpCosts:
     """The FLOPs and bytes of each of ``events`` (device op events), from the most exact
     source the trace has for them."""
-    from . import hlo_costs, torch_shapes, xla_costs
-
     events = np.asarray(events, np.int64)
     if trace.format == "xspace":
         got = xla_costs.from_op_stats(trace, events)

@@ -21,7 +21,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 
 from ...trace.model import Trace
-from .costs import DTYPES, UNKNOWN_DTYPE, OpCosts, distinct_rows, per_trace
+from .opcosts import DTYPES, UNKNOWN_DTYPE, OpCosts, distinct_rows, per_trace
 
 
 def _classes():

@@ -25,7 +25,7 @@ import numpy as np
 
 from ...trace.model import EventKind, LinkKind, Trace, TrackKind
 from . import torch_formulas as F
-from .costs import DTYPES, UNKNOWN_DTYPE, OpCosts, empty, per_trace
+from .opcosts import DTYPES, UNKNOWN_DTYPE, OpCosts, empty, per_trace
 
 NO_SHAPES = "profile with record_shapes=True: the trace's ops carry no shapes"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...trace.model import Trace
-from .costs import DTYPES, UNKNOWN_DTYPE, OpCosts, distinct_rows
+from .opcosts import DTYPES, UNKNOWN_DTYPE, OpCosts, distinct_rows
 
 # XLA op categories (``hlo_category``) whose work is matrix-unit work
 _MATMUL_CATEGORIES = ("convolution", "convolution fusion", "convolution-base", "dot",
