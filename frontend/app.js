@@ -1,7 +1,7 @@
 // The Diagnose page: selectors, summary, steps chart, gap list, gap detail, timeline.
 import { getJSON, routeUrl, TB_ROOT } from "./api.js";
 import { h, put } from "./dom.js";
-import { causeColor, causeLabel, cut, findingCost, formatNs, formatPct, fullTitle, gapLabel, gapRefs, optionText, plural, squeeze } from "./format.js";
+import { causeColor, causeLabel, cut, findingCost, formatNs, formatPct, fullTitle, gapLabel, gapRefs, optionText, plural, squeeze, stepPlace } from "./format.js";
 import { readState, writeState, urlWindow } from "./state.js";
 import { barHoldsStep, renderStepsChart, stepStats } from "./steps_chart.js";
 import { Timeline, poolOf } from "./timeline.js";
@@ -778,7 +778,7 @@ export class App {
       h("span", { class: "chip", style: { background: causeColor(g.cause) } }),
       h("span", { class: "gap-dur" }, formatNs(g.duration_ns)),
       h("span", { class: "gap-cause" }, g.cause_label || causeLabel(g.cause)),
-      h("span", { class: "gap-step" }, g.step === null || g.step === undefined ? "no step" : `step ${g.step}`),
+      h("span", { class: "gap-step" }, g.step === null || g.step === undefined ? (g.outside === "after_last_step" ? "after the last step" : "before the first step") : `step ${g.step}`),
       h("span", { class: "gap-chain" }, chain ? `waited for ${chain}` : "")));
     }
     if (d.gaps_total > this.gaps.length) {
@@ -912,7 +912,7 @@ export class App {
   /** "3.29 ms idle in step 44 on GPU 0": a gap as a person names it (its id stays in the URL). */
   gapTitle(g) {
     const dev = (this.diag && this.diag.devices || []).find((x) => String(x.id) === String(g.device));
-    const where = g.step === null || g.step === undefined ? "before the first step" : `in step ${g.step}`;
+    const where = stepPlace(g);
     return `${formatNs(g.duration_ns)} idle ${where}${dev ? ` on ${dev.name}` : ""}`;
   }
 

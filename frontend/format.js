@@ -137,10 +137,17 @@ export function gapRefs(evidence) {
   return ids.map((id, i) => refs[i] && refs[i].id === id ? refs[i] : { id, duration_ns: null, step: null, device: null });
 }
 
+/** Where a gap lies, as the gap list says it: "in step 41", "before the first step" or
+ * "after the last step" (its outside field, when it is in no step). */
+export function stepPlace(g) {
+  if (g.step !== null && g.step !== undefined) return `in step ${g.step}`;
+  return g.outside === "after_last_step" ? "after the last step" : "before the first step";
+}
+
 /** "8.6 ms in step 41" (with the device when several have gaps); never an internal id
  * unless nothing else is known. */
 export function gapLabel(ref, withDevice = false) {
   if (ref.duration_ns === null || ref.duration_ns === undefined) return `gap ${ref.id}`;
-  const where = ref.step === null || ref.step === undefined ? "before the first step" : `in step ${ref.step}`;
+  const where = stepPlace(ref);
   return `${formatNs(ref.duration_ns)} ${where}${withDevice && ref.device ? ` on ${ref.device}` : ""}`;
 }

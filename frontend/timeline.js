@@ -404,7 +404,7 @@ export class Timeline {
       }
       if (!hit) { this.tip.hidden = true; c.style.cursor = ""; return; }
       let text;
-      if (hit.gap) text = `${causeLabel(hit.gap.cause)} · ${formatNs(hit.gap.duration_ns)} · ${hit.gap.step === null || hit.gap.step === undefined ? "no step" : "step " + hit.gap.step} (click to select)`;
+      if (hit.gap) text = `${causeLabel(hit.gap.cause)} · ${formatNs(hit.gap.duration_ns)} · ${hit.gap.step === null || hit.gap.step === undefined ? (hit.gap.outside === "after_last_step" ? "after the last step" : "before the first step") : "step " + hit.gap.step} (click to select)`;
       else if (hit.bin) text = `${cut(hit.bin.name, 200)} · ${Math.round(hit.bin.share * 100)}% busy in this pixel · ${cut(hit.bin.lane, 100)}`;
       else text = `${cut(hit.event.name, 200)} · ${formatNs(hit.event.dur)} · ${cut(hit.event.lane, 100)}`;
       c.style.cursor = hit.gap ? "pointer" : "";

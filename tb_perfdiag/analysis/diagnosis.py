@@ -36,10 +36,10 @@ from .device_ops import device_op_table, fill_overlap
 from .collectives import collective_ops, collective_table
 from .shares import split
 from .startup import first_step_end, startup_ranges, startup_roots, steps_with_startup
-from .notes import capture_notes, startup_note
+from .notes import capture_notes, outside_step_gaps, startup_note
 from .tfdata import get_next_spans
 from .result import DeviceTable, Diagnosis, GapTable, StepNumbers, typical_of
-from .steps import device_windows, find_steps, launched_busy, launching_steps
+from .steps import device_windows, find_steps, gap_steps, launched_busy, launching_steps
 
 DEFAULT_THRESHOLD_US = 5.0
 DETAIL_LIMIT = 200            # gaps with host-op detail up front (largest first; the page
@@ -350,10 +350,8 @@ def _stages(trace: Trace, opt: Options, progress, beside: ExitStack):
         ops = op_table(trace, ev_step, step_numbers.typical())
 
     # ---- gaps, largest first ----
-    # a gap belongs to the step of the op it waited for (that step's host work kept the
-    # device idle), else to the window it starts in
     progress.stage(0.85, "host ops behind the gaps")
-    gaps = _gap_table(trace, steps, gaps_all, windows, ev_step, via, ctx)
+    gaps = _gap_table(trace, steps, gaps_all, windows, via)
     m = min(max(int(opt.detail_limit), 0), len(gaps))
     rows = np.arange(m, dtype=np.int32)
     detail = host_ops(trace, ctx.lines, rows, gaps.start[:m], gaps.end[:m])
@@ -376,6 +374,10 @@ def _stages(trace: Trace, opt: Options, progress, beside: ExitStack):
         ops, notes = tail_job.result()
     else:
         notes = capture_notes(trace, devices, step_numbers, origin, threshold_ps)
+    # the capture's notes, with where its gaps in no step lie (the start-up note goes
+    # before them, once the findings are known)
+    notes = notes + outside_step_gaps(devices, gaps.device, gaps.step, gaps.end - gaps.start,
+                                      steps.source)
     warnings += notes
     coll = collective_table(trace, coll_ops, coll_step, gaps, dev_lo,
                             lambda e: trace.strings[int(trace.name[e])])
@@ -406,24 +408,30 @@ def _tail_side(trace, ev_step, step_numbers, devices, origin, threshold_ps) -> t
 def _edge_gaps(trace, ops, wb, we, lo, hi, gaps, threshold_ps):
     """The device's gaps with the steps' idle before its first op ([first window start,
     lo)) and after its last ([hi, last window end)) added in time order: (gs, ge, prev,
-    nxt) with −1 for no op, and the edges under the threshold as (start, end) pairs."""
+    nxt) with −1 for no op, and the edges under the threshold as (start, end) pairs.
+    Each edge is cut at the windows' bounds: a device whose first op runs after the last
+    step ends idles for the steps' span in them (not an 840 ms "gap in step 0" of a
+    19.9 ms step), and from their end to that op after the last step."""
     gs, ge, prev, nxt = gaps
     open_ = we > wb
     if not open_.any():
         return gaps, []
     w_lo, w_hi = int(wb[open_].min()), int(we[open_].max())
     short, add = [], []
+    pieces = []
     if lo > w_lo:
-        if lo - w_lo >= threshold_ps:
-            add.append((w_lo, lo, -1, int(ops[_first_min(trace.ts, ops)])))
-        else:
-            short.append((w_lo, lo))
+        first = int(ops[_first_min(trace.ts, ops)])
+        pieces += [(w_lo, min(lo, w_hi), -1, first)] + \
+            ([(w_hi, lo, -1, first)] if lo > w_hi else [])
     if w_hi > hi:
-        if w_hi - hi >= threshold_ps:
-            last = ops[int(np.argmax(trace.end_of(ops)))]
-            add.append((hi, w_hi, int(last), -1))
+        last = int(ops[int(np.argmax(trace.end_of(ops)))])
+        pieces += ([(hi, w_lo, last, -1)] if hi < w_lo else []) + \
+            [(max(hi, w_lo), w_hi, last, -1)]
+    for a, b, p, n in pieces:
+        if b - a >= threshold_ps:
+            add.append((a, b, p, n))
         else:
-            short.append((hi, w_hi))
+            short.append((a, b))
     if not add:
         return gaps, short
     a = np.array(add, np.int64)
@@ -474,17 +482,19 @@ def _issuer(trace: Trace, origin, root, nxt, users, executors=()) -> np.ndarray:
     return wf
 
 
-def _gap_table(trace, steps, gaps_all, windows, ev_step, via, ctx) -> GapTable:
+def _gap_table(trace, steps, gaps_all, windows, via) -> GapTable:
     if not gaps_all or not sum(len(g) for g in gaps_all):
         return GapTable.empty(len(C.ALL))
     gap_step = []
     for g in gaps_all:
-        # a tail gap (no op after it) belongs to the window it starts in
-        st = np.where(g.next_op >= 0, ev_step[np.maximum(g.next_op, 0)], -1) \
-            if steps.source != "whole_trace" else np.zeros(len(g), np.int64)
-        if len(g):                     # a device with gaps has ops, so windows
-            by_window = np.searchsorted(windows[int(g.device[0])][0], g.start, side="right") - 1
-            st = np.where(st >= 0, st, by_window)
+        # a gap is in the step whose window holds most of it (GUIDE §4: the window is the
+        # step), else before the first step or after the last: the one place the gap
+        # list, the findings, the step chart and the notes all name (``gap_steps``)
+        if steps.source == "whole_trace" or not len(g):
+            st = np.zeros(len(g), np.int32)
+        else:                          # a device with gaps has ops, so windows
+            wb, we = windows[int(g.device[0])][:2]
+            st = gap_steps(wb, we, g.start, g.end)
         gap_step.append(st.astype(np.int32))
     cat = lambda name: np.concatenate([getattr(g, name) for g in gaps_all])  # noqa: E731
     start, end = cat("start"), cat("end")

@@ -23,7 +23,7 @@ from .culprits import (PYTORCH_XLA, SYNC_LABELS, Culprits, applied_fixes, chain_
                        clean, framework, sync_kind)
 from . import startup, tfdata
 from .fixes import fix_for
-from .intervals import covered
+from .steps import in_step_part
 from .notes import kernels_per_device
 from .result import Finding, FindingKind as FK
 
@@ -80,15 +80,14 @@ class _Gaps:
         ids = diag.steps.ids
         self.step = np.where(g.step >= 0, ids[np.maximum(g.step, 0)] if ids.size else -1, -1)
         # the part of each gap inside its device's step windows: only that is a cost per
-        # step (a gap before the first step or after the last is time outside every step)
+        # step; a gap the gap list puts before the first step or after the last is all
+        # outside every step (a sliver of it in step 0's window is no "once in step 0")
         self.inside = np.zeros(self.n, np.int64)
         S = diag.steps
         for d in np.unique(g.device).tolist():
             at = np.flatnonzero(g.device == d)
-            wb, we = S.win_start[:, d], S.win_end[:, d]
-            keep = we > wb
-            o = np.argsort(wb[keep], kind="stable")
-            self.inside[at] = covered(wb[keep][o], we[keep][o], g.start[at], g.end[at])
+            self.inside[at] = in_step_part(S.win_start[:, d], S.win_end[:, d], g.start[at],
+                                           g.end[at], g.step[at])
         frac = self.inside / np.maximum(g.end - g.start, 1)
         self.share_in_ns = np.rint(self.share_ns * frac[:, None]).astype(np.int64)
 
@@ -417,8 +416,13 @@ def _family_finding(trace, diag, G, ci, cause, kind, sig, rs, fw, applied, n_ste
         cost = f"{_fmt(total)} in total" + (f" ({_pct(share)} of the capture)" if share else "")
     else:
         # a recompilation says the shapes change: a rate, even when the capture saw one
-        cost = cost_phrase(diag, inside, total - inside, sorted(hit), n_steps, extra,
-                           once_ok=k != FK.RECOMPILATION)
+        # the steps the figure is from: the gaps on the device it is said of, each in the
+        # step the gap list names (another device's gap in step 0 makes no "once in step 0"
+        # of this one's)
+        on_dev = np.asarray(rs, np.int64)
+        on_dev = on_dev[G.g.device[on_dev] == dev]
+        cost = cost_phrase(diag, inside, total - inside, sorted(G.steps_hit(on_dev)), n_steps,
+                           extra, once_ok=k != FK.RECOMPILATION)
     phrase = PHRASE.get(k, C.LABELS[cause].lower())
     title = f"{subject}: {what + ' — ' if what else ''}{phrase} {cost}"
     if len(title) > TITLE_MAX and others and len(others[1]) > 1:

@@ -10,6 +10,7 @@ import numpy as np
 
 from ..trace.model import EventKind as K, Trace, isin_few
 from .result import DeviceTable, StepNumbers
+from .steps import AFTER_LAST, BEFORE_FIRST
 
 _BLOCK = 1 << 20
 # a device op that starts this much before the host call that launched it: the clocks
@@ -182,3 +183,27 @@ def startup_note(devices: DeviceTable, steps: StepNumbers, kinds: list) -> str |
     return (f"start-up{what} takes {_ms(int(st[d]))} of the {_ms(w)} capture on "
             f"{devices.name[d]} ({100 * int(st[d]) / w:.0f}%): paid once per run, not by "
             f"the loop; {left}")
+
+
+def outside_step_gaps(devices: DeviceTable, gap_device: np.ndarray, gap_step: np.ndarray,
+                      gap_len: np.ndarray, source: str) -> list:
+    """The gaps that lie in no step (``steps.gap_steps``: before the device's first step
+    window, after its last): their idle is in no step's figures and the findings count it
+    outside every step.  Per side, the device with the most (idle is never summed over
+    devices)."""
+    if source == "whole_trace" or not gap_step.size:
+        return []
+    out = []
+    for code, where in ((BEFORE_FIRST, "before the first step"),
+                        (AFTER_LAST, "after the last step")):
+        sel = gap_step == code
+        if not sel.any():
+            continue
+        per = np.bincount(gap_device[sel], weights=gap_len[sel], minlength=len(devices))
+        d = int(np.argmax(per))
+        on = int(np.count_nonzero(per))
+        out.append(f"{int(sel.sum())} gap(s) lie {where} ({_ms(per[d])} of idle on "
+                   f"{devices.name[d]}" + (f", the most of {on} devices" if on > 1 else "")
+                   + "): they are in no step's figures, and findings count them outside "
+                   "every step")
+    return out

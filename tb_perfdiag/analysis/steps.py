@@ -22,6 +22,7 @@ import numpy as np
 from ..trace.extension import native_fn
 from ..trace.model import EventKind as K, TrackKind, Trace, isin_few, narrowest_int, search
 from .attribution import run_dispatch
+from .intervals import covered
 
 DEFINITION = ("Step windows come from, in order: a device Steps line, host step annotations "
               "(ProfilerStep#N, step_num), the repeated runs of the dominant program (run k "
@@ -500,3 +501,56 @@ def device_windows(steps: StepTable, op_step: np.ndarray | None, op_end: np.ndar
     e[-1] = max(int(last_end[-1]), int(steps.host_end[-1]))
     e = np.maximum(e, b)
     return b, e
+
+
+# a gap's place when it is in no step (GapTable.step): before the device's first step
+# window, after its last one
+BEFORE_FIRST, AFTER_LAST = -1, -2
+
+
+def gap_steps(wb: np.ndarray, we: np.ndarray, gs: np.ndarray, ge: np.ndarray) -> np.ndarray:
+    """The one step each gap [gs, ge) of a device belongs to, from that device's step
+    windows [wb, we) (GUIDE §4: the window is the step): the window holding most of it;
+    ``BEFORE_FIRST`` when more of it lies before the first window than in any one window,
+    ``AFTER_LAST`` likewise after the last (a 5.5 s wait that ends 330 ns into step 0's
+    window lies before step 0).  A tie goes to the later window, where the device resumes;
+    a gap in a hole between two windows (a device Steps line with holes) to the next.
+    int32 step indices."""
+    gs, ge = np.asarray(gs, np.int64), np.asarray(ge, np.int64)
+    out = np.full(gs.shape[0], BEFORE_FIRST, np.int32)
+    open_ = np.flatnonzero(np.asarray(we) > np.asarray(wb))
+    if not gs.size or not open_.size:
+        return out
+    at = open_[np.argsort(np.asarray(wb)[open_], kind="stable")]
+    b, e = np.asarray(wb, np.int64)[at], np.asarray(we, np.int64)[at]
+    w0 = np.maximum(np.searchsorted(b, gs, side="right") - 1, 0)
+    w1 = np.maximum(np.searchsorted(b, ge - 1, side="right") - 1, 0)
+    cnt = w1 - w0 + 1
+    g = np.repeat(np.arange(gs.shape[0]), cnt)
+    w = w0[g] + (np.arange(g.shape[0]) - np.repeat(np.cumsum(cnt) - cnt, cnt))
+    ov = np.maximum(np.minimum(ge[g], e[w]) - np.maximum(gs[g], b[w]), 0)
+    # per gap, its largest overlap (the later window on a tie): first of each gap's run
+    o = np.lexsort((-w, -ov, g))
+    first = o[np.r_[0, np.flatnonzero(np.diff(g[o])) + 1]]
+    best_w, best_ov = w[first], ov[first]
+    before = np.maximum(np.minimum(ge, b[0]) - gs, 0)
+    after = np.maximum(ge - np.maximum(gs, e[-1]), 0)
+    # no overlap, neither before nor after: a hole between windows, the next one's
+    nxt = np.minimum(np.searchsorted(b, gs, side="right"), b.shape[0] - 1)
+    step = np.where(best_ov > 0, at[best_w], at[nxt])
+    step = np.where((before > best_ov) & (before >= after), BEFORE_FIRST, step)
+    step = np.where((after > best_ov) & (after > before), AFTER_LAST, step)
+    out[:] = step
+    return out
+
+
+def in_step_part(wb: np.ndarray, we: np.ndarray, gs: np.ndarray, ge: np.ndarray,
+                 step: np.ndarray) -> np.ndarray:
+    """ps of each gap inside the device's step windows, 0 for a gap in no step
+    (``gap_steps``): the part a cost per step counts; the rest is outside every step."""
+    gs, ge = np.asarray(gs, np.int64), np.asarray(ge, np.int64)
+    keep = np.asarray(we) > np.asarray(wb)
+    o = np.argsort(np.asarray(wb)[keep], kind="stable")
+    inside = covered(np.asarray(wb, np.int64)[keep][o], np.asarray(we, np.int64)[keep][o],
+                     gs, ge) if gs.size else np.zeros(0, np.int64)
+    return np.where(np.asarray(step) >= 0, inside, 0)

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..analysis import causes as C
 from ..analysis.result import Diagnosis
+from ..analysis.steps import AFTER_LAST
 from ..trace.model import EventKind as K, Trace, TrackKind
 from .json import _dur, gap_ids, gap_records, ns, ns_list
 
@@ -100,6 +101,8 @@ def _gap_args(diag: Diagnosis, r: int, gid: str, evidence: str) -> dict:
             "duration": _dur(total), "shares": shares,
             "evidence": cut(evidence, MAX_ARG),
             "step": int(diag.steps.ids[st]) if st >= 0 else None}
+    if st < 0:                                   # in no step: where, as the gap list says
+        args["outside"] = "after the last step" if st == AFTER_LAST else "before the first step"
     labels = diag.track_labels
     for key, col in (("waited for", g.waited_for), ("blocking call", g.blocking),
                      ("culprit", g.culprit)):

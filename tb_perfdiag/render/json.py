@@ -20,7 +20,7 @@ from ..analysis.culprits import readable
 from ..analysis.diagnosis import no_cyclic_gc
 from ..analysis.device_ops import fold_kernel_name
 from ..analysis.result import Diagnosis, Direction, EventRefs, Finding, FindingKind, HostOps
-from ..analysis.steps import DEFINITION as STEP_DEFINITION
+from ..analysis.steps import AFTER_LAST, DEFINITION as STEP_DEFINITION
 from ..trace.model import EventKind as K
 from .device_ops import device_ops_json
 
@@ -90,6 +90,11 @@ def gap_ids(diag: Diagnosis, rows) -> list:
                                        ns_list(diag.gaps.start[rows]))]
 
 
+def _outside(st: int):
+    """Where a gap in no step lies (``GapTable.step`` −1, −2), as the JSON says it."""
+    return None if st >= 0 else ("after_last_step" if st == AFTER_LAST else "before_first_step")
+
+
 def gap_refs(diag: Diagnosis, rows) -> list:
     """What a reader needs to pick a cited gap out ("8.6 ms in step 41 on TPU:1"), beside
     the id the page links with."""
@@ -99,9 +104,10 @@ def gap_refs(diag: Diagnosis, rows) -> list:
     st = g.step[rows]
     steps = np.where(st >= 0, ids[np.maximum(st, 0)] if ids.size else -1, -1).tolist()
     names = diag.devices.name
-    return [{"id": i, "duration_ns": d, "step": s if s >= 0 else None, "device": names[v]}
-            for i, d, s, v in zip(gap_ids(diag, rows), ns_list(g.end[rows] - g.start[rows]),
-                                  steps, g.device[rows].tolist())]
+    return [{"id": i, "duration_ns": d, "step": s if s >= 0 else None, "device": names[v],
+             "outside": _outside(r)}
+            for i, d, s, v, r in zip(gap_ids(diag, rows), ns_list(g.end[rows] - g.start[rows]),
+                                     steps, g.device[rows].tolist(), st.tolist())]
 
 
 def gap_row(diag: Diagnosis, gap_id: str) -> int:
@@ -399,7 +405,8 @@ def _gap_records(diag: Diagnosis, rows, extra_detail, evidence_only: bool,
     names = C.ALL
     cols_out = (
         [f"{d}-{s}" for d, s in zip(dev, s0)], rl, dev,
-        [x if x >= 0 else None for x in steps], s0, e0, dur, cause, evid,
+        [x if x >= 0 else None for x in steps], [_outside(x) for x in st.tolist()],
+        s0, e0, dur, cause, evid,
         [{names[i]: v for i, v in enumerate(sh) if v} for sh in shares],
         [tracelens_of(a, b) for a, b in zip(idle_type, cpu)],
         [ev.waited(b, -1) if b >= 0 else None for b in raw["blocking"]],
@@ -410,7 +417,8 @@ def _gap_records(diag: Diagnosis, rows, extra_detail, evidence_only: bool,
         [ev.waited(w, v) for w, v in zip(raw["waited_for"], via)],
         [own.get(r) for r in rl] if own else [None] * len(rl))
     return [{
-        "id": i_, "rank": r, "device": d, "step": st_, "start_ns": a, "end_ns": b,
+        "id": i_, "rank": r, "device": d, "step": st_, "outside": out_, "start_ns": a,
+        "end_ns": b,
         "duration_ns": du, "cause": names[c], "cause_label": label[c], "hta_category": hta[c],
         "evidence": evi, "shares_ns": sh, "tracelens": tl, "blocking": bl, "culprit": cu,
         "analysed_thread": at, "followed_thread": fo, "prev_op": po, "next_op": no,
@@ -418,7 +426,7 @@ def _gap_records(diag: Diagnosis, rows, extra_detail, evidence_only: bool,
         "host_ops_total": det[2] if det else 0, "syncs": det[1] if det else [],
         "syncs_total": det[3] if det else 0,
         "detail": det is not None,
-    } for (i_, r, d, st_, a, b, du, c, evi, sh, tl, bl, cu, at, fo, po, no, wf, det)
+    } for (i_, r, d, st_, out_, a, b, du, c, evi, sh, tl, bl, cu, at, fo, po, no, wf, det)
         in zip(*cols_out)]
 
 

@@ -127,7 +127,9 @@ def report(label: str, diag: Diagnosis, top: int, step: int | None = None,
     if rows:
         lines.append(f"   largest gaps ({len(rows)} in total):")
         for g in gap_records(diag, rows[:top]):
-            where = "before the first step" if g["step"] is None else f"in step {g['step']}"
+            where = f"in step {g['step']}" if g["step"] is not None else \
+                "after the last step" if g["outside"] == "after_last_step" else \
+                "before the first step"
             lines.append(f"   - {_ms(g['duration_ns'])} {where} (gap {g['id']}): "
                          f"{C.LABELS[g['cause']]} — {g['evidence']}")
             if g["waited_for"]:
