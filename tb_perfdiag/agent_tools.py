@@ -77,7 +77,7 @@ Offset = Annotated[int, Field(description="first item of the page (a previous an
 
 def _name(what: str, value: Optional[str]) -> Optional[str]:
     """A run/host/span name as given, refused when it is a path: names come from the
-    listing and nothing outside the logdir is reachable through one."""
+    listing and nothing the listing did not find is reachable through one."""
     if value is None:
         return None
     v = str(value)

@@ -14,17 +14,19 @@ latest capture unless a span is named — latest by the capture time in the file
 modification time.  Spans are shown by that capture time.
 
 Requests never name files: they name (run, host, span), which are looked up in the
-listing made here, so no request parameter can reach outside the logdir.  The listing
-holds regular files only, never a named pipe or device.  A symbolic link (to a file or
-a folder: runs are often linked into a logdir) is followed when what it resolves to lies
-inside the logdir's resolved root: the run and host are named where the link is, and the
-listing holds the resolved path, which has no link below the root.  A link leading
-outside the root is not followed, and the listing says so (``Skipped``).  Each file is
-later read relative to the root without following any link (``storage.open_file``), so a
-name swapped for a link after the listing is not read.
+listing made here, so no request parameter reaches a file the listing did not find.
+The listing holds regular files only, never a named pipe or device.  A symbolic link (to a file or
+a folder: runs are often linked into a logdir, ``ln -s ~/traces/run1 logdir/run1``) is
+followed as TensorBoard and the Profile plugin follow it: the run and host are named
+where the link is, and the listing holds the resolved path with the folder its read is
+confined to — the logdir's resolved root, or, for a link leading elsewhere, the linked
+folder (a linked file: the folder holding it).  Folders are walked once however often
+they are linked; a link to a folder holding it (a loop, ``/``) is not followed.  Each
+file is later read relative to its folder without following any link
+(``storage.open_file``), so a name swapped for a link after the listing is not read.
 
 What looks like a profile but is not listed — an ``.xplane.pb`` outside the Profile
-plugin's layout, a link out of the logdir, a pipe, a ``.pftrace`` holding Perfetto
+plugin's layout, a broken link or a loop, a pipe, a ``.pftrace`` holding Perfetto
 protobuf — is kept with the reason (``scan_logdir(…, skipped=[])``), so that "no
 profiles found" can say what was found instead.
 """
@@ -226,10 +228,16 @@ def _inside(path: str, root: str) -> bool:
 
 
 def _walk_local(root: str, skipped):
-    """``_walk`` of a local root (resolved): links followed while they stay below it."""
-    stack, seen = [((), root)], {root}
+    """``_walk`` of a local root (resolved), each file with the folder its read is
+    confined to.  A symbolic link is followed, once, as TensorBoard and the Profile plugin
+    follow runs linked into a logdir: one leading inside the folder being walked is read
+    where it leads; one leading elsewhere is read where it leads, confined to its target
+    folder (a linked file: the folder holding it), so that nothing below that is reached
+    through a link either.  A folder already walked (linked twice) is walked once; a link
+    to a folder holding the one it is in (a loop, or ``/``) is not followed."""
+    stack, seen = [((), root, root)], {root}
     while stack:
-        parts, folder = stack.pop()
+        parts, folder, within = stack.pop()
         try:
             with os.scandir(folder) as it:
                 entries = sorted(it, key=lambda e: e.name)
@@ -242,7 +250,7 @@ def _walk_local(root: str, skipped):
                 st = os.lstat(e.path)           # the name itself first
             except OSError:
                 continue
-            full = e.path
+            full, confined = e.path, within
             if stat.S_ISLNK(st.st_mode):
                 target = os.path.realpath(e.path)
                 try:
@@ -251,23 +259,25 @@ def _walk_local(root: str, skipped):
                     if _candidate(e.name):
                         _skip(skipped, rel, "a symbolic link to nothing (broken): not read")
                     continue
-                if not _inside(target, root):
-                    if stat.S_ISDIR(st.st_mode) or _candidate(e.name):
-                        _skip(skipped, rel, f"a symbolic link leading outside the logdir "
-                                            f"(to {target}): not followed")
+                if stat.S_ISDIR(st.st_mode) and (_inside(folder, target) or
+                                                 _inside(root, target)):
+                    _skip(skipped, rel, f"a symbolic link to a folder holding it (to "
+                                        f"{target}): a loop, not followed")
                     continue
-                full = target                   # read where it is: no link below the root
+                full = target                   # read where it is: no link on the way
+                if not _inside(target, within):
+                    confined = target if stat.S_ISDIR(st.st_mode) else os.path.dirname(target)
             if stat.S_ISDIR(st.st_mode):
                 if full not in seen:            # a folder linked twice, or a cycle: once
                     seen.add(full)
-                    sub.append((parts + (e.name,), full))
+                    sub.append((parts + (e.name,), full, confined))
                 continue
             if not _candidate(e.name):
                 continue
             if not stat.S_ISREG(st.st_mode):
                 _skip(skipped, rel, f"{_kind(st.st_mode)}, not a regular file: not read")
                 continue
-            yield parts, e.name, full, st.st_size, st.st_mtime
+            yield parts, e.name, full, st.st_size, st.st_mtime, confined
         stack.extend(reversed(sub))             # folders in name order
 
 
@@ -280,11 +290,11 @@ def _kind(mode: int) -> str:
 
 
 def _walk(logdir: str, skipped=None):
-    """Yield (relative dir parts, filename, path to read, size, mtime) for every regular
-    file under logdir (a local one given resolved: ``resolve_root``) whose name may be a
-    profile's.  A link is followed when it resolves below the root (the path to read is
-    then its resolved one); links out of it, named pipes and devices are skipped, and
-    said in ``skipped``."""
+    """Yield (relative dir parts, filename, path to read, size, mtime, the folder its read
+    is confined to — None for a URL) for every regular file under logdir (a local one
+    given resolved: ``resolve_root``) whose name may be a profile's.  A link is followed
+    (``_walk_local``: the path to read is then its resolved one); broken links, loops,
+    named pipes and devices are skipped, and said in ``skipped``."""
     fs, root = filesystem(logdir)
     if fs is None:
         yield from _walk_local(os.path.abspath(root), skipped)
@@ -308,7 +318,7 @@ def _walk(logdir: str, skipped=None):
             mtime = float(mtime)
         except (TypeError, ValueError):
             mtime = 0.0
-        yield parts[:-1], fn, url, int(info.get("size") or 0), mtime
+        yield parts[:-1], fn, url, int(info.get("size") or 0), mtime, None
 
 
 def scan_logdir(logdir: str, skipped: list | None = None) -> dict:
@@ -317,7 +327,9 @@ def scan_logdir(logdir: str, skipped: list | None = None) -> dict:
     runs: dict[str, Run] = {}
     root_name = os.path.basename(str(logdir).rstrip("/")) or str(logdir)
     root = resolve_root(logdir)
-    for parts, fn, full, size, mtime in _walk(root, skipped):
+    for parts, fn, full, size, mtime, within in _walk(root, skipped):
+        if within is not None:          # read later confined below where it was found
+            full = ListedPath(full, within)
         if fn.endswith(XPLANE_SUFFIX):
             # …/<tb_run…>/plugins/profile/<run>/<host>.xplane.pb
             if len(parts) < 3 or parts[-3:-1] != ("plugins", "profile"):
@@ -341,10 +353,6 @@ def scan_logdir(logdir: str, skipped: list | None = None) -> dict:
             run = runs.setdefault(name, Run(name, "pytorch"))
             worker, span = _split_pt_name(fn)
             run.sources.append(Source(worker, span, full, "kineto", size, mtime))
-    if not is_remote(root):        # read later confined below the root it was listed in
-        for run in runs.values():
-            for src in run.sources:
-                src.path = ListedPath(src.path, root)
     return dict(sorted(runs.items()))
 
 

@@ -1,7 +1,7 @@
 """The TensorBoard face: routes that return JSON and serve the Diagnose page.
 
 Routes name (run, host, span), never files; they are resolved through the
-logdir listing, so no parameter can reach outside the logdir.
+logdir listing, so no parameter can reach a file the listing did not find.
 """
 from __future__ import annotations
 

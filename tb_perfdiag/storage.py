@@ -6,11 +6,12 @@ and the API:
 * Only regular files.  A local file is opened with O_NONBLOCK (a named pipe cannot hold
   the open) and checked with ``fstat`` on the open descriptor: a pipe, device, socket or
   folder is refused whatever a listing said about that name.
-* No symbolic links under a ``root`` (the logdir, resolved once per listing): every
-  folder below the root is opened with O_NOFOLLOW relative to the one above it, then the
-  file with O_NOFOLLOW, so a link swapped in after the listing — for the file or for any
-  folder on the way — is refused instead of followed.  Without a root (a path a person
-  typed) links are followed, to a regular file only.
+* No symbolic links under a ``root`` (the folder the listing found the file in, resolved:
+  the logdir, or the folder a link in it leads to): every folder below the root is opened
+  with O_NOFOLLOW relative to the one above it, then the file with O_NOFOLLOW, so a link
+  swapped in after the listing — for the file or for any folder on the way — is refused
+  instead of followed.  Without a root (a path a person typed) links are followed, to a
+  regular file only.
 * Sizes come from the open file, never from a listing: ``max_bytes`` caps the bytes read
   *and* the bytes out of gzip decompression, so a file grown since it was listed, or a
   small gzip that expands to gigabytes, is refused when the budget is reached instead of
@@ -400,12 +401,12 @@ def open_file(path: str, root: str | None = None, max_bytes: int | None = None) 
         raise FileGone(path, "file not found (deleted or renamed since it was listed)") from None
     except OSError as e:
         if e.errno in (errno.ELOOP, errno.EMLINK):
-            raise TraceError(path, "the file is a symbolic link: links in the logdir are "
-                                   "not followed") from None
+            raise TraceError(path, "the file is a symbolic link put in its place after "
+                                   "the logdir was listed: not followed") from None
         if e.errno == errno.ENOTDIR and root:
             raise TraceError(path, "a folder on its path is no longer a folder (a link or "
-                                   "a file put in its place): links in the logdir are not "
-                                   "followed") from None
+                                   "a file put in its place after the logdir was listed): "
+                                   "not followed") from None
         raise TraceError(path, f"cannot open: {e.strerror or e}") from None
     try:
         st = os.fstat(fd)

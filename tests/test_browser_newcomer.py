@@ -105,8 +105,8 @@ def test_demo_pair_comparison_leads_with_the_sync_finding(laptop, tb_newcomer, a
 
 
 def test_logdir_without_readable_profiles_says_what_it_found(browser, tmp_path, artifacts_dir):  # noqa: F811
-    """A bare XSpace (not under plugins/profile/) and a link out of the logdir: the tab
-    says it found them and why it did not read them."""
+    """A bare XSpace (not under plugins/profile/) and a broken link: the tab says it
+    found them and why it did not read them."""
     import glob
     import shutil
     logdir = tmp_path / "ld"
@@ -114,9 +114,8 @@ def test_logdir_without_readable_profiles_says_what_it_found(browser, tmp_path, 
     xplane = sorted(glob.glob(os.path.join(ROOT, "testdata", "synthetic", "logdir", "*", "plugins",
                                            "profile", "*", "*.xplane.pb")))[0]
     shutil.copy(xplane, logdir / "exp" / "host.xplane.pb")
-    (tmp_path / "elsewhere").mkdir()
     if hasattr(os, "symlink"):
-        os.symlink(tmp_path / "elsewhere", logdir / "linked_run")
+        os.symlink(tmp_path / "gone", logdir / "exp" / "linked.pt.trace.json")
     tb = TensorBoard(logdir)
     try:
         ctx = browser.new_context(viewport=SCREEN)
@@ -126,7 +125,7 @@ def test_logdir_without_readable_profiles_says_what_it_found(browser, tmp_path, 
         text = pg.inner_text("#pd-skipped")
         assert "exp/host.xplane.pb" in text and "plugins/profile" in text
         if hasattr(os, "symlink"):
-            assert "linked_run" in text and "outside the logdir" in text
+            assert "linked.pt.trace.json" in text and "broken" in text
         pg.screenshot(path=os.path.join(artifacts_dir, "newcomer-skipped.png"))
         ctx.close()
     finally:

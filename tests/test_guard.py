@@ -60,15 +60,90 @@ def test_listing_holds_regular_files_only(tmp_path):
     skipped = []
     runs = scan_logdir(str(ld), skipped)
     assert time.monotonic() - started < 5            # the pipe was never opened
-    # the one link that stays inside the logdir is followed, read where it leads
-    assert sorted(runs) == ["links", "ok"]
-    assert [(s.host, str(s.path)) for s in runs["links"].sources] == [
-        ("w2", os.path.realpath(ld / "ok" / "w0.1700000000000.pt.trace.json"))]
+    # links are followed and read where they lead (a file linked from outside confined
+    # to the folder holding it, a linked folder to itself); a link to a device is not
+    assert sorted(runs) == ["linkdir", "links", "ok"]
+    assert [(s.host, str(s.path), s.path.root) for s in runs["links"].sources] == [
+        ("w1", os.path.realpath(outside / "w9.1.pt.trace.json"), os.path.realpath(outside)),
+        ("w2", os.path.realpath(ld / "ok" / "w0.1700000000000.pt.trace.json"),
+         os.path.realpath(ld))]
+    assert [(s.host, s.path.root) for s in runs["linkdir"].sources] == [
+        ("w9", os.path.realpath(outside))]
     why = {s.path: s.reason for s in skipped}
-    assert "outside the logdir" in why["links/w1.1.pt.trace.json"]
-    assert "outside the logdir" in why["links/w3.1.pt.trace.json"]      # /dev/zero
-    assert "outside the logdir" in why["linkdir"]
+    assert "character device, not a regular file" in why["links/w3.1.pt.trace.json"]
     assert "named pipe" in why["pipe/w0.1.pt.trace.json"]
+    assert set(why) == {"links/w3.1.pt.trace.json", "pipe/w0.1.pt.trace.json"}
+
+
+@posix_only
+def test_runs_and_files_linked_in_from_elsewhere_are_read(tmp_path):
+    """``ln -s ~/traces/run1 logdir/run1`` and a trace file linked into a run folder: both
+    listed and read (as TensorBoard and the Profile plugin read them), a folder linked
+    twice walked once, a loop and a link to / not followed; requests still name only what
+    the listing found, and a file of a linked folder swapped for a link after the listing
+    is refused like any other."""
+    ld = tmp_path / "ld"
+    ld.mkdir()
+    traces = tmp_path / "traces"
+    (traces / "run1").mkdir(parents=True)
+    shutil.copy(KINETO, traces / "run1" / "w0.1700000000000.pt.trace.json")
+    shutil.copy(KINETO, traces / "one.1700000000000.pt.trace.json")
+    secret = tmp_path / "secret.pt.trace.json"
+    shutil.copy(KINETO, secret)
+    os.symlink(traces / "run1", ld / "run1")
+    os.symlink(traces / "run1", ld / "zz_again")         # the same folder a second time
+    (ld / "run2").mkdir()
+    os.symlink(traces / "one.1700000000000.pt.trace.json",
+               ld / "run2" / "w1.1700000000000.pt.trace.json")
+    os.symlink(ld, ld / "run1_loop")                      # a loop
+    os.symlink("/", ld / "everything")                    # a folder holding the logdir
+    os.symlink(tmp_path / "gone", ld / "run2" / "w2.1.pt.trace.json")   # broken
+    skipped = []
+    runs = scan_logdir(str(ld), skipped)
+    assert sorted(runs) == ["run1", "run2"]                # the folder linked twice: once
+    assert [s.host for s in runs["run1"].sources] == ["w0"]
+    assert [s.host for s in runs["run2"].sources] == ["w1"]
+    why = {s.path: s.reason for s in skipped}
+    assert "a loop, not followed" in why["run1_loop"] and "a loop" in why["everything"]
+    assert "broken" in why["run2/w2.1.pt.trace.json"]
+    svc = _service(ld)
+    for run, host in (("run1", "w0"), ("run2", "w1")):
+        status, body = call(svc, "diagnosis", {"run": run, "host": host})
+        assert status == 200 and body["devices"], (run, body)
+    # a request names a listed run and host, never a path, linked or not
+    for params in ({"run": "../secret.pt.trace.json"}, {"run": "run2", "host": "../../secret"},
+                   {"run": str(secret)}):
+        status, body = call(svc, "diagnosis", params)
+        assert status in (400, 404), (params, status, body)
+    # the linked folder's file swapped for a link after the listing: refused, unread
+    fresh = _service(ld)
+    src = fresh.catalog.find("run1", "w0")
+    assert src.path.root == os.path.realpath(traces / "run1")
+    os.unlink(src.path)
+    os.symlink(secret, src.path)
+    status, body = call(fresh, "diagnosis", {"run": "run1", "host": "w0"})
+    assert status == 422 and "symbolic link" in body["error"]
+    assert fresh.loads == 0
+
+
+def test_the_cli_reads_linked_runs_and_files(tmp_path):
+    """The CLI on a logdir holding a linked run and a linked trace file: both
+    diagnosed, exit 0."""
+    import subprocess
+    import sys
+    ld, elsewhere = tmp_path / "ld", tmp_path / "elsewhere"
+    (elsewhere / "run1").mkdir(parents=True)
+    shutil.copy(KINETO, elsewhere / "run1" / "w0.1700000000000.pt.trace.json")
+    shutil.copy(KINETO, elsewhere / "w1.1700000000000.pt.trace.json")
+    (ld / "run2").mkdir(parents=True)
+    os.symlink(elsewhere / "run1", ld / "run1")
+    os.symlink(elsewhere / "w1.1700000000000.pt.trace.json",
+               ld / "run2" / "w1.1700000000000.pt.trace.json")
+    r = subprocess.run([sys.executable, "-m", "tb_perfdiag.cli", "diagnose", str(ld)],
+                       capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONSAFEPATH": "1"})
+    assert r.returncode == 0, r.stderr
+    assert "== run1 · w0" in r.stdout and "== run2 · w1" in r.stdout
 
 
 def test_logdir_given_through_a_symlink_shows_its_runs(tmp_path):
@@ -112,7 +187,7 @@ def test_folder_swapped_for_a_link_after_the_listing_is_not_followed(tmp_path):
     shutil.rmtree(ld / "b")
     os.symlink(secret, ld / "b")
     status, body = call(svc, "diagnosis", {"run": "b", "host": "w0"})
-    assert status == 422 and "links in the logdir are not followed" in body["error"]
+    assert status == 422 and "after the logdir was listed): not followed" in body["error"]
 
 
 @posix_only

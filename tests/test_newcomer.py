@@ -36,8 +36,8 @@ def _cli(*args):
 
 def _logdir(tmp_path):
     """run_a: a trace; linked/: a link to it (inside); outside: a run folder linked in
-    from outside the logdir; bare/x.xplane.pb: outside the Profile layout; pf/: a
-    .pftrace of Kineto JSON and one of Perfetto protobuf."""
+    from outside the logdir (read, as TensorBoard reads it); bare/x.xplane.pb: outside
+    the Profile layout; pf/: a .pftrace of Kineto JSON and one of Perfetto protobuf."""
     ld, ext = tmp_path / "ld", tmp_path / "elsewhere"
     (ld / "run_a").mkdir(parents=True)
     (ext / "r").mkdir(parents=True)
@@ -62,7 +62,7 @@ def test_listing_follows_links_inside_and_says_what_it_skipped(tmp_path):
     ld = _logdir(tmp_path)
     skipped = []
     runs = scan_logdir(str(ld), skipped)
-    assert sorted(runs) == ["linked", "pf", "run_a"]
+    assert sorted(runs) == ["linked", "outside", "pf", "run_a"]
     # a linked file is read where it is (no link below the root on the read path)
     (src,) = runs["linked"].sources
     assert src.host == "w1" and str(src.path) == os.path.realpath(
@@ -73,10 +73,13 @@ def test_listing_follows_links_inside_and_says_what_it_skipped(tmp_path):
     why = {s.path: s.reason for s in skipped}
     assert "Perfetto protobuf" in why["pf/w3.pftrace"] and "not read yet" in why["pf/w3.pftrace"]
     assert "plugins/profile" in why["bare/x.xplane.pb"]
-    assert "outside the logdir" in why["outside"]
+    # a run linked in from elsewhere is read there, confined to the linked folder
+    (out,) = runs["outside"].sources
+    assert out.host == "w5" and out.path.root == os.path.realpath(tmp_path / "elsewhere" / "r")
+    assert load(out.path).summary()["events"] > 0
     # the folder linked twice inside the logdir is listed once
     assert not any("same_run" in s.path for s in skipped)
-    assert all(src.path.startswith(os.path.realpath(ld)) for r in runs.values()
+    assert all(src.path.startswith(src.path.root) for r in runs.values()
                for src in r.sources)
 
 
@@ -84,9 +87,9 @@ def test_listing_follows_links_inside_and_says_what_it_skipped(tmp_path):
 def test_tensorboard_listing_says_what_it_skipped(tmp_path):
     ld = _logdir(tmp_path)
     cat = Catalog(str(ld))
-    assert sorted(cat.runs()) == ["linked", "pf", "run_a"]
+    assert sorted(cat.runs()) == ["linked", "outside", "pf", "run_a"]
     paths = {s.path for s in cat.skipped()}
-    assert {"outside", "bare/x.xplane.pb", "pf/w3.pftrace"} <= paths
+    assert {"bare/x.xplane.pb", "pf/w3.pftrace"} == paths
     svc = DiagnosisService(cat, DiagnosisCache(disk_dir=None))
     status, body = call(svc, "diagnosis", {"run": "linked", "host": "w1"})
     assert status == 200, body
@@ -109,8 +112,8 @@ def test_cli_says_what_it_skipped(tmp_path):
     r = _cli("diagnose", str(ld))
     assert r.returncode == 0, r.stderr
     notes = [x for x in r.stderr.splitlines() if x.startswith("tb-perfdiag: note: skipped")]
-    assert len(notes) == 3 and any("outside the logdir" in x for x in notes)
-    assert "linked · w1" in r.stdout and "pf · w2" in r.stdout
+    assert len(notes) == 2 and any("plugins/profile" in x for x in notes)
+    assert "linked · w1" in r.stdout and "pf · w2" in r.stdout and "outside · w5" in r.stdout
     # nothing readable: the error names what was found instead
     only = tmp_path / "only"
     (only / "x").mkdir(parents=True)

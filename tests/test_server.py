@@ -175,7 +175,9 @@ def test_static_and_other_routes_cannot_leave(tb_demo, path):
         assert headers["Content-Type"].split(";")[0] in ("application/json", "text/html")
 
 
-def test_symlink_outside_logdir_is_ignored(tmp_path):
+def test_symlink_outside_logdir_is_read_where_it_leads(tmp_path):
+    """A trace file and a folder linked in from outside the logdir are listed, as
+    TensorBoard lists them, each read confined to where it leads."""
     from tb_perfdiag.discovery import scan_logdir
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -186,7 +188,12 @@ def test_symlink_outside_logdir_is_ignored(tmp_path):
     ld.mkdir(parents=True)
     os.symlink(outside / f, ld / f)
     os.symlink(outside, tmp_path / "ld" / "linked_dir")
-    assert scan_logdir(str(tmp_path / "ld")) == {}
+    runs = scan_logdir(str(tmp_path / "ld"))
+    assert sorted(runs) == ["linked_dir", "run"]
+    for r in runs.values():
+        (src,) = r.sources
+        assert str(src.path) == str(os.path.realpath(outside / f))
+        assert src.path.root == os.path.realpath(outside)
 
 
 def test_headers_match_tensorboard_plugins(tb_demo):
