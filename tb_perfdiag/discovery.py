@@ -41,7 +41,7 @@ import zlib
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from .storage import GZIP_MAGIC, ListedPath, filesystem, is_remote
+from .storage import GZIP_MAGIC, TRACE_BYTES_READ, ListedPath, filesystem, is_remote
 from .trace import PERFETTO_NOT_READ
 
 XPLANE_SUFFIX = ".xplane.pb"
@@ -214,6 +214,7 @@ def _sniff(path: str) -> bool:
                 head = f.read(SNIFF_BYTES)
     except (OSError, ValueError):
         return False
+    TRACE_BYTES_READ.add(len(head))
     if head[:2] == GZIP_MAGIC:
         try:
             head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, SNIFF_TEXT)

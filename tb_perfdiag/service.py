@@ -47,7 +47,7 @@ from .render.device_ops import TOP as TOP_OPS, device_ops_json
 from .render.json import (diagnosis_json, finding_json, gap_fix, gap_records, gap_row, gaps_page,
                           json_bytes, steps_page, unknown_device)
 from .render.pod import collective_join, summary_row
-from .storage import Underestimated, file_identity, open_file
+from .storage import TRACE_BYTES_READ, Underestimated, file_identity, open_file
 from .trace import detect_format, load_open
 
 
@@ -471,6 +471,7 @@ class DiagnosisService:
                     "evicted": st.evicted},
                 "pod_engine": self.engine.describe(),
                 "max_file_mb": self.max_file_mb, "trace_loads": self.loads,
+                "trace_bytes_read": TRACE_BYTES_READ.total,
                 "traces_in_memory": len(self.traces), "traces_bytes": self.traces.size,
                 "traces_limit_bytes": self.traces.capacity,
                 "responses": self.responses.snapshot(), "memory": self.budget.snapshot(),

@@ -29,6 +29,7 @@ except ImportError:  # pragma: no cover - every CPython on a desktop or server h
     mmap = None
 import stat
 import threading
+import time
 import zlib
 
 try:  # ISA-L's inflate is about 1.6× zlib's; same format, same errors
@@ -82,6 +83,22 @@ def max_file_bytes() -> int:
 def over_budget(path: str, what: str, cap: int) -> TraceTooLarge:
     return TraceTooLarge(path, f"{what} more than the {cap / 1e6:.0f} MB budget for one file; "
                                f"raise it with the {MAX_FILE_MB_ENV} environment variable")
+
+
+class _ReadCounter:
+    """Bytes this process read from trace files (on disk, before gunzip): the reads, the
+    sniffs, the identity hashes and the mappings handed to a scanner; what a route's
+    "reads the file once" is measured by (``/status``'s ``trace_bytes_read``)."""
+
+    def __init__(self):
+        self._lock, self.total = threading.Lock(), 0
+
+    def add(self, n: int) -> None:
+        with self._lock:
+            self.total += int(n)
+
+
+TRACE_BYTES_READ = _ReadCounter()
 
 
 class Underestimated(Exception):
@@ -146,9 +163,11 @@ class OpenFile:
     def _pread(self, n: int, at: int) -> bytes:
         try:
             self._f.seek(at)
-            return self._f.read(n)
+            got = self._f.read(n)
         except (OSError, ValueError):
             return b""
+        TRACE_BYTES_READ.add(len(got))
+        return got
 
     def head(self, n: int) -> bytes:
         """The file's first ``n`` bytes (fewer when it is shorter)."""
@@ -182,6 +201,7 @@ class OpenFile:
             return None          # a file system that cannot map: read it instead
         if hasattr(m, "madvise") and hasattr(mmap, "MADV_SEQUENTIAL"):
             m.madvise(mmap.MADV_SEQUENTIAL)      # read ahead; pages behind are let go
+        TRACE_BYTES_READ.add(st.st_size)         # the scanner reads every page once
         return m
 
     @property
@@ -205,10 +225,12 @@ class OpenFile:
             self._f.seek(0)
             want = self.size if cap is None else min(self.size, cap)
             raw = self._f.read(want + 1)         # one allocation of the file's size
+            TRACE_BYTES_READ.add(len(raw))
             if len(raw) > want:                  # grown since it was opened
                 if cap is not None and len(raw) > cap:
                     raise over_budget(self.path, "the file holds", cap)
                 rest = self._f.read(-1 if cap is None else cap + 1 - len(raw))
+                TRACE_BYTES_READ.add(len(rest))
                 raw += rest
                 if cap is not None and len(raw) > cap:
                     raise over_budget(self.path, "the file holds", cap)
@@ -246,6 +268,7 @@ class OpenFile:
                     raise TraceError(path, f"cannot read: {e.strerror or e}") from None
                 if not b:
                     return
+                TRACE_BYTES_READ.add(len(b))
                 seen[0] += len(b)
                 if cap is not None and seen[0] > cap:    # grown since it was opened
                     raise over_budget(path, "the file holds", cap)
@@ -468,13 +491,41 @@ _CONTENT_TOKENS = ("generation", "md5Hash", "crc32c", "ETag", "etag", "content_m
 def _edges(f, size: int) -> str:
     """sha256 of the size and the first and last ``IDENTITY_EDGE`` bytes."""
     h = hashlib.sha256(str(size).encode())
-    h.update(f.read(IDENTITY_EDGE))
+
+    def take(b: bytes) -> None:
+        TRACE_BYTES_READ.add(len(b))
+        h.update(b)
+    take(f.read(IDENTITY_EDGE))
     if size > 2 * IDENTITY_EDGE:
         f.seek(size - IDENTITY_EDGE)
-        h.update(f.read(IDENTITY_EDGE))
+        take(f.read(IDENTITY_EDGE))
     elif size > IDENTITY_EDGE:
-        h.update(f.read())
+        take(f.read())
     return h.hexdigest()[:32]
+
+
+# A local file's ends' hash, by all that its stat says: every route asks for the identity
+# of the file it answers about (two or four times a request), and 128 KiB a time was a
+# third of the file read again over a page's first requests (a 3 MB trace read 1.57
+# times for a run, its timeline, a gap and two overlays).  Kept only once the file's
+# ctime is older than the coarsest ctime tick (FAT's 2 s): any later write then moves
+# ctime, so the tuple it is keyed by changes and the ends are hashed again; a hash made
+# within a tick of a write is made again at the next request.
+_EDGES: dict = {}
+_EDGES_MAX = 4096
+CTIME_SETTLED_NS = 2_000_000_000
+
+
+def _local_edges(f, st, key: tuple) -> str:
+    got = _EDGES.get(key)
+    if got is not None:
+        return got
+    got = _edges(f, st.st_size)
+    if time.time_ns() - max(st.st_ctime_ns, st.st_mtime_ns) > CTIME_SETTLED_NS:
+        if len(_EDGES) >= _EDGES_MAX:
+            _EDGES.clear()
+        _EDGES[key] = got
+    return got
 
 
 def file_identity(path: str) -> tuple:
@@ -500,9 +551,10 @@ def file_identity(path: str) -> tuple:
             raise FileNotFoundError(path) from None
         with f:
             st = os.fstat(f._f.fileno())
-            edges = _edges(f._f, st.st_size)
-        return (os.path.abspath(inner), st.st_size, st.st_mtime_ns, st.st_dev, st.st_ino,
-                st.st_ctime_ns, edges)
+            key = (os.path.abspath(inner), st.st_size, st.st_mtime_ns, st.st_dev, st.st_ino,
+                   st.st_ctime_ns)
+            edges = _local_edges(f._f, st, key)
+        return key + (edges,)
     info = fs.info(inner)
     if info.get("type", "file") != "file":
         raise TraceError(path, "is a directory, not a file")
