@@ -233,7 +233,7 @@ def test_finding_gap_links_read_as_duration_and_step_and_open_the_gap(page, tb_d
     assert links.count() > 0
     texts = links.evaluate_all("els => els.map(e => e.textContent)")
     for t in texts:
-        assert re.fullmatch(r"[\d.]+ (ns|µs|ms|s) (in step \d+|before the first step)( on .+)?", t), t
+        assert re.fullmatch(r"[\d.]+ (ns|µs|ms|s) (in step \d+|before the first step|after the last step)( on .+)?", t), t
     gid = links.first.get_attribute("data-gap")
     assert re.fullmatch(r"\d+-\d+", gid)
     links.first.click()
