@@ -529,10 +529,12 @@ def gap_steps(wb: np.ndarray, we: np.ndarray, gs: np.ndarray, ge: np.ndarray) ->
     g = np.repeat(np.arange(gs.shape[0]), cnt)
     w = w0[g] + (np.arange(g.shape[0]) - np.repeat(np.cumsum(cnt) - cnt, cnt))
     ov = np.maximum(np.minimum(ge[g], e[w]) - np.maximum(gs[g], b[w]), 0)
-    # per gap, its largest overlap (the later window on a tie): first of each gap's run
-    o = np.lexsort((-w, -ov, g))
-    first = o[np.r_[0, np.flatnonzero(np.diff(g[o])) + 1]]
-    best_w, best_ov = w[first], ov[first]
+    # per gap (its pairs are contiguous, windows in order), its largest overlap and the
+    # last pair holding it (the later window on a tie): reductions, no sort
+    starts = np.cumsum(cnt) - cnt
+    best_ov = np.maximum.reduceat(ov, starts)
+    pos = np.where(ov == best_ov[g], np.arange(g.shape[0]), -1)
+    best_w = w[np.maximum.reduceat(pos, starts)]
     before = np.maximum(np.minimum(ge, b[0]) - gs, 0)
     after = np.maximum(ge - np.maximum(gs, e[-1]), 0)
     # no overlap, neither before nor after: a hole between windows, the next one's
