@@ -243,9 +243,13 @@ def test_tf_gpu_demo_gaps_fit_their_step():
     paths = _real("public/tensorflow-profiler/demo/**/*.xplane.pb")
     if not paths:
         pytest.skip("../shared/traces is absent")
-    d = tb_perfdiag.diagnose(paths[0]).to_json(all_gaps=True)
+    diag = tb_perfdiag.diagnose(paths[0])
+    d = diag.to_json(all_gaps=True)
     check_one_place(d)
     step = d["steps"][0]
+    # its duty over the window that reaches from the step to its copies says so
+    assert "GPU 1: duty cycle 0.0% over its 1 step(s) and its work outside them" in \
+        report("x", diag, 5)
     for g in d["gaps"]:
         if g["step"] is not None:
             w = step["devices"][str(g["device"])]
