@@ -670,7 +670,7 @@ export class App {
       return h("div", { class: "pd-stat", title: dutyDef },
         h("span", { class: "pd-stat-value pd-duty" }, formatPct(overSteps(x) ? steadyDuty(x.steps_window) : x.duty_cycle)),
         h("span", { class: "pd-stat-label" }, overSteps(x)
-          ? `${x.name} duty cycle over ${d.step_source === "whole_trace" ? "the capture" : "the steps"}${x.steps_window.startup_ns ? ` leaving out ${formatNs(x.steps_window.startup_ns)} of start-up` : ""} (${formatPct(x.duty_cycle)} over its active span) `
+          ? `${x.name} duty cycle over ${d.step_source === "whole_trace" ? "the capture" : x.steps_window.past_steps ? "the steps and its work outside them" : "the steps"}${x.steps_window.startup_ns ? ` leaving out ${formatNs(x.steps_window.startup_ns)} of start-up` : ""} (${formatPct(x.duty_cycle)} over its active span) `
           : `${x.name} duty cycle (its active span) `, h("abbr", { title: dutyDef, class: "pd-help" }, "?")),
         wait ? h("span", { class: "pd-stat-label pd-duty-wait", "data-device": String(x.id),
           style: { color: causeColor("peer_wait") } }, `— ${wait}`) : null);

@@ -454,18 +454,21 @@ def devices_json(diag: Diagnosis) -> list:
                     "small_gaps": {"count": int(D.small_count[d]),
                                    "total_ns": ns(D.small_total[d])},
                     "steps_window": _steps_window(D, d, busy,
-                                                  diag.steps.source != "whole_trace")})
+                                                  diag.steps.source != "whole_trace",
+                                                  diag.steps)})
     return out
 
 
 _STARTUP_I = C.ALL.index(C.STARTUP)
 
 
-def _steps_window(D, d: int, busy: int, steps: bool = True) -> dict:
+def _steps_window(D, d: int, busy: int, steps: bool = True, S=None) -> dict:
     """The window the device's idle by cause adds up over: its activity and the step
     windows on it (the duty cycle beside it is over its activity alone).  Over steps, the
     steady state leaves start-up out: ``steady_duty_cycle`` is busy over the window less
-    its ``startup_ns``."""
+    its ``startup_ns``.  With the step numbers ``S``: ``past_steps`` when the device's
+    work reaches outside the span of its step windows (the window is then more than the
+    steps)."""
     a, b = D.window(d)
     w = max(b - a, 0)
     out = {"start_ns": ns(a), "end_ns": ns(b), "window_ns": ns(w), "busy_ns": ns(busy),
@@ -473,6 +476,11 @@ def _steps_window(D, d: int, busy: int, steps: bool = True) -> dict:
     st = int(D.idle_by_cause[d, _STARTUP_I]) if D.idle_by_cause.shape[1] > _STARTUP_I else 0
     if steps and st > 0 and w > st:
         out.update(startup_ns=ns(st), steady_duty_cycle=min(busy / (w - st), 1.0))
+    if S is not None:
+        wb, we = S.win_start[:, d], S.win_end[:, d]
+        open_ = we > wb
+        out["past_steps"] = steps and bool(open_.any()) and (
+            int(D.lo[d]) < int(wb[open_].min()) or int(D.hi[d]) > int(we[open_].max()))
     return out
 
 

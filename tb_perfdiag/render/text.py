@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import re
 
-import numpy as np
-
 from ..analysis import causes as C
 from ..analysis.result import Diagnosis
 from .device_ops import text_lines as device_op_lines
@@ -48,7 +46,7 @@ def _duty(diag: Diagnosis, dev: dict) -> str:
         return f"duty cycle {dev['duty_cycle'] * 100:.1f}% ({own}, its active span)"
     over = "the capture" if diag.steps.source == "whole_trace" else \
         f"its {len(diag.steps)} step(s)"
-    if diag.steps.source != "whole_trace" and _outside_steps(diag, dev["id"], sw):
+    if sw.get("past_steps"):
         # the window reaches past the steps to the device's work outside them: said so,
         # beside the note that this work counts in no step's figures
         over += " and its work outside them"
@@ -62,18 +60,6 @@ def _duty(diag: Diagnosis, dev: dict) -> str:
     return (f"duty cycle {sw['duty_cycle'] * 100:.1f}% over {over} (busy "
             f"{_ms(sw['busy_ns'])} of {_ms(sw['window_ns'])}); "
             f"{dev['duty_cycle'] * 100:.1f}% over its active span ({own})")
-
-
-def _outside_steps(diag: Diagnosis, d: int, sw: dict) -> bool:
-    """Whether device ``d``'s window (``steps_window``: its steps and its activity)
-    reaches past the span of its step windows."""
-    S = diag.steps
-    wb, we = S.win_start[:, d], S.win_end[:, d]
-    open_ = we > wb
-    if not open_.any():
-        return False
-    span = (int(we[open_].max()) - int(wb[open_].min())) // 1000
-    return sw["window_ns"] - span > 1000
 
 
 def _step_line(s: dict, devices: list) -> str:
