@@ -35,7 +35,7 @@ def diagnose(b):
 
 def place(g: dict) -> object:
     """A gap's place as the JSON says it: its step id, or where it lies outside them."""
-    return g["step"] if g["step"] is not None else g["outside"]
+    return g["step"] if g["step"] is not None else g["outside"]   # set only then
 
 
 def check_one_place(d: dict) -> None:
@@ -44,14 +44,14 @@ def check_one_place(d: dict) -> None:
     for gaps in no step."""
     gaps = {g["id"]: g for g in d["gaps"]}
     for g in d["gaps"]:
-        assert (g["step"] is None) != (g["outside"] is None), g
+        assert (g["step"] is None) != (g.get("outside") is None), g
     for f in d["findings"]:
         refs = f["evidence"].get("gap_refs") or []
         cited = [gaps[r["id"]] for r in refs if r["id"] in gaps]
         for r in refs:
             if r["id"] in gaps:
-                assert (r["step"], r["outside"]) == (gaps[r["id"]]["step"],
-                                                     gaps[r["id"]]["outside"]), (f["title"], r)
+                assert (r["step"], r.get("outside")) == (gaps[r["id"]]["step"],
+                                                         gaps[r["id"]].get("outside")), (f["title"], r)
         in_steps = {g["step"] for g in cited if g["step"] is not None}
         if not f.get("cause") or not cited:
             continue

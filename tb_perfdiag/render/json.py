@@ -105,7 +105,7 @@ def gap_refs(diag: Diagnosis, rows) -> list:
     steps = np.where(st >= 0, ids[np.maximum(st, 0)] if ids.size else -1, -1).tolist()
     names = diag.devices.name
     return [{"id": i, "duration_ns": d, "step": s if s >= 0 else None, "device": names[v],
-             "outside": _outside(r)}
+             **({"outside": _outside(r)} if r < 0 else {})}
             for i, d, s, v, r in zip(gap_ids(diag, rows), ns_list(g.end[rows] - g.start[rows]),
                                      steps, g.device[rows].tolist(), st.tolist())]
 
@@ -417,8 +417,8 @@ def _gap_records(diag: Diagnosis, rows, extra_detail, evidence_only: bool,
         [ev.waited(w, v) for w, v in zip(raw["waited_for"], via)],
         [own.get(r) for r in rl] if own else [None] * len(rl))
     return [{
-        "id": i_, "rank": r, "device": d, "step": st_, "outside": out_, "start_ns": a,
-        "end_ns": b,
+        "id": i_, "rank": r, "device": d, "step": st_, **({"outside": out_} if out_ else {}),
+        "start_ns": a, "end_ns": b,
         "duration_ns": du, "cause": names[c], "cause_label": label[c], "hta_category": hta[c],
         "evidence": evi, "shares_ns": sh, "tracelens": tl, "blocking": bl, "culprit": cu,
         "analysed_thread": at, "followed_thread": fo, "prev_op": po, "next_op": no,

@@ -132,7 +132,7 @@ def report(label: str, diag: Diagnosis, top: int, step: int | None = None,
         lines.append(f"   largest gaps ({len(rows)} in total):")
         for g in gap_records(diag, rows[:top]):
             where = f"in step {g['step']}" if g["step"] is not None else \
-                "after the last step" if g["outside"] == "after_last_step" else \
+                "after the last step" if g.get("outside") == "after_last_step" else \
                 "before the first step"
             lines.append(f"   - {_ms(g['duration_ns'])} {where} (gap {g['id']}): "
                          f"{C.LABELS[g['cause']]} — {g['evidence']}")
