@@ -556,13 +556,15 @@ def _overlap_columns(blk, busy, u_comp, u_copy, u_coll, u_cm, u_cx) -> None:
 def device_op_table(trace: Trace, ops: np.ndarray, op_step: np.ndarray, n_steps: int,
                     origin: np.ndarray, path_of_op: np.ndarray | None = None,
                     paths: list | None = None, memo: dict | None = None,
-                    defer_overlap: bool = False, typical: np.ndarray | None = None):
+                    defer_overlap: bool = False, typical: np.ndarray | None = None,
+                    op_rows: list | None = None):
     """``ops``: the busy set's device ops, ascending; ``op_step``: the step that launched
     each (−1 none); ``origin``: the host call behind every event (−1 none);
     ``path_of_op``/``paths``: the user annotation path of each op
     (``annotations.op_paths``), when at hand; ``memo``: that pass's stat lookups on the
     same ``ops``; ``typical``: bool per step, the steps a typical step averages (None:
-    all).  ``defer_overlap``: leave the overlap columns zero and return
+    all); ``op_rows``: a list to receive (the ops kept, the table row of each), for the
+    efficiency sums.  ``defer_overlap``: leave the overlap columns zero and return
     ``(table, (events, OpClass, step, device) of the ops that are no compute)`` for
     ``fill_overlap``, which needs the busy figures the gap analysis computes.
 
@@ -634,6 +636,8 @@ def device_op_table(trace: Trace, ops: np.ndarray, op_step: np.ndarray, n_steps:
         r_path = _dominant(row, path_of_op, dur, n_rows, path_of_op[pos])
     else:
         r_path = np.full(n_rows, -1)
+    if op_rows is not None:
+        op_rows.append((ops, row))
     del row
     # overlap per device and per (step, device)
     nc = None

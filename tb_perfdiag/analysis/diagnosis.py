@@ -39,6 +39,7 @@ from .startup import first_step_end, startup_ranges, startup_roots, steps_with_s
 from .notes import capture_notes, outside_step_gaps, startup_note
 from .tfdata import get_next_spans
 from .result import DeviceTable, Diagnosis, GapTable, StepNumbers, typical_of
+from .efficiency import mfu as eff_mod, sums as eff_sums
 from .steps import device_windows, find_steps, gap_steps, launched_busy, launching_steps
 
 DEFAULT_THRESHOLD_US = 5.0
@@ -50,9 +51,11 @@ class Options:
     threshold_us: float = DEFAULT_THRESHOLD_US
     kernels_only: bool = False
     detail_limit: int = DETAIL_LIMIT  # largest gaps whose host ops are computed up front
+    peak_tflops: float | None = None  # the peak MFU is taken against (None: the device's)
 
     def key(self) -> tuple:
-        return (float(self.threshold_us), bool(self.kernels_only), int(self.detail_limit))
+        return (float(self.threshold_us), bool(self.kernels_only), int(self.detail_limit),
+                float(self.peak_tflops) if self.peak_tflops else None)
 
 
 @dataclass
@@ -236,9 +239,12 @@ def _stages(trace: Trace, opt: Options, progress, beside: ExitStack):
     progress.stage(0.3, "device time by op")
     # its overlap columns come from the busy figures the gap analysis makes (below); its
     # per-step cells are cut, so it sums the typical steps (StepNumbers.typical) itself
+    op_rows: list = []
     device_ops, noncompute = device_op_table(
         trace, dev_ops, op_step, n_steps, origin, pid, paths, memo,
-        defer_overlap=True, typical=typical_of(outlier))
+        defer_overlap=True, typical=typical_of(outlier), op_rows=op_rows)
+    # the ops' cost figures folded into per step, device and row sums (none kept per op)
+    costs = eff_sums.gather(trace, dev_ops, op_step, n_steps, device_ops, op_rows)
     annotations = ann_job.result() if ann_job is not None else ann_mod.device_time(*ann_args)
     del dev_ops, op_step, pid, paths, memo, ann_args
     progress.stage(0.35, "host timelines")
@@ -386,6 +392,7 @@ def _stages(trace: Trace, opt: Options, progress, beside: ExitStack):
                      detail, annotations, [], small_total, warnings, None,
                      list(trace.track_label), compilations, transfers, ops, device_ops,
                      coll)
+    diag.efficiency = eff_mod.stage(trace, costs, diag, opt.peak_tflops)
     diag.findings, cited = find_mod.findings(trace, diag, steps, compile_ev, compile_step, ctx)
     note = startup_note(devices, step_numbers, [
         f.title.split(" — ")[0] for f in diag.findings if f.kind.value == C.STARTUP])

@@ -63,6 +63,12 @@ class FindingKind(str, enum.Enum):
     SERIALIZED_DEVICES = "serialized_devices"
     RECURRING_GAP = "recurring_gap"
     STARTUP = "startup"
+    # busy time badly spent (``efficiency/advice.py``)
+    FP32_MATMUL = "fp32_matmul"
+    SLOW_MATMUL = "slow_matmul"
+    UNFUSED_ELEMENTWISE = "unfused_elementwise"
+    UNFUSED_ATTENTION = "unfused_attention"
+    COPY_BOUND = "copy_bound"
 
 
 def _nbytes(obj) -> int:
@@ -457,6 +463,63 @@ class CollectiveTable:
                                i32, [], [], [])
 
 
+class Bound(enum.IntEnum):
+    """Which roof limits an op group (``EfficiencyTable.row_bound``)."""
+
+    UNKNOWN = -1      # no FLOPs or no bytes, or no peak
+    COMPUTE = 0       # intensity at or above the ridge point
+    MEMORY = 1        # below it
+
+
+@dataclass
+class EfficiencyTable:
+    """What the busy time achieves (``efficiency/``): model FLOPs, the peak and MFU per
+    device and per (step, device), the MFU waterfall of each window (points of the
+    window's time at peak, in the order of ``parts``, adding up to 100), and the roofline
+    of every device-op-table row.  NaN marks a figure that is absent (``missing`` says
+    why).  FLOPs are float64 (they pass 2**53)."""
+
+    parts: list                    # waterfall part names: causes, small_gaps, peer_wait, …
+    flops: np.ndarray              # (n_dev,) model FLOPs, cost-model figures
+    flops_estimated: np.ndarray    # (n_dev,) model FLOPs estimated from shapes (custom calls)
+    hw_flops: np.ndarray           # (n_dev,) hardware FLOPs (recomputation included)
+    bytes: np.ndarray              # (n_dev,) bytes accessed
+    op_time: np.ndarray            # (n_dev,) int64 ps: summed op durations
+    known_time: np.ndarray         # (n_dev,) int64 ps: of those, ops with a figure
+    flops_source: list             # per device: where the figures came from ("" none)
+    missing: list                  # per device: why a figure is absent ("" nothing)
+    peak_flops: np.ndarray         # (n_dev,) FLOP/s, NaN unknown
+    peak_bytes: np.ndarray         # (n_dev,) bytes/s, NaN unknown
+    peak_dtype: list               # per device: the dtype whose peak is used
+    peak_source: list              # per device: trace, datasheet, option
+    device_model: list             # per device: the accelerator ("" unknown)
+    mfu: np.ndarray                # (n_dev,) over its steps window (DeviceTable.window)
+    waterfall: np.ndarray          # (n_dev, n_parts) points, NaN rows: none
+    step_flops: np.ndarray         # (n_steps, n_dev) model FLOPs the step launched
+    step_mfu: np.ndarray           # (n_steps, n_dev)
+    step_waterfall: np.ndarray     # (n_steps, n_dev, n_parts) float32 points
+    # roofline per DeviceOpTable row (same order)
+    row_flops: np.ndarray          # model FLOPs (estimated included)
+    row_hw_flops: np.ndarray       # what the roofline plots: hardware FLOPs
+    row_bytes: np.ndarray
+    row_matmul: np.ndarray         # bool: matmul-class ops hold most of its FLOPs
+    row_flops_per_s: np.ndarray    # achieved, over the row's summed op time
+    row_bytes_per_s: np.ndarray
+    row_intensity: np.ndarray      # FLOPs / byte
+    row_attainable: np.ndarray     # min(peak, intensity × bandwidth) FLOP/s
+    row_efficiency: np.ndarray     # achieved / attainable
+    row_bound: np.ndarray          # int8 Bound
+    # roofline of each device's ops together (xprof's program-level figure)
+    intensity: np.ndarray          # (n_dev,)
+    attainable: np.ndarray
+    roofline_efficiency: np.ndarray
+    bound: np.ndarray              # (n_dev,) int8 Bound
+    ridge: np.ndarray              # (n_dev,) FLOPs/byte where the roofs meet
+
+    def part(self, name: str) -> int:
+        return self.parts.index(name)
+
+
 @dataclass
 class Finding:
     kind: FindingKind
@@ -496,6 +559,9 @@ class Diagnosis:
     # collective op instances on this host's devices (``collectives.py``): what the join
     # across the participants of a run reads
     collectives: CollectiveTable | None = None
+    # what the busy time achieves (FLOPs, MFU, waterfall, roofline); None where no op
+    # carried a cost figure's inputs, or in old results
+    efficiency: EfficiencyTable | None = None
 
     def nbytes(self) -> int:
         return _nbytes(self)

@@ -12,6 +12,7 @@ import numpy as np
 
 from ..analysis.device_ops import STEP_GROUPS
 from ..analysis.result import Diagnosis, FindingKind, OpClass, Overlap
+from . import efficiency as eff_json
 
 TOP = 15
 _CLASS = {int(c): c.name.lower() for c in OpClass}
@@ -114,7 +115,8 @@ def device_ops_json(diag: Diagnosis, step: int | None = None, top: int = TOP) ->
                 "longest": {"start_ns": _ns(lts[r]), "duration_ns": _ns(ldur[r]),
                             "track": labels[int(ltrack[r])] if 0 <= int(ltrack[r]) < len(labels)
                             else None},
-                "viewer": _viewer(diag, int(lts[r]), int(ldur[r]))})
+                "viewer": _viewer(diag, int(lts[r]), int(ldur[r])),
+                "row": int(r), "roofline": eff_json.op_roofline(diag, r)})
         rest = mine[top:]
         other = None
         if rest.size or cut_g:
@@ -140,7 +142,8 @@ def device_ops_json(diag: Diagnosis, step: int | None = None, top: int = TOP) ->
             "short_kernels": {"calls": sc, "total_ns": _ns(st), "share_of_busy": share(st, busy),
                               "finding": launch_bound if sc else None,
                               "groups": groups if sc else []},
-            "overlap": _overlap(ov_all[d])})
+            "overlap": _overlap(ov_all[d]),
+            "roofline": eff_json.roofline_json(diag, d)})
     return {"step": step, "step_ns": step_ns, "top": top, "latency_ns": _ns(T.latency_ps),
             "definition": DEFINITION, "devices": out}
 

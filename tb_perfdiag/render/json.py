@@ -23,6 +23,7 @@ from ..analysis.result import Diagnosis, Direction, EventRefs, Finding, FindingK
 from ..analysis.steps import AFTER_LAST, DEFINITION as STEP_DEFINITION
 from ..trace.model import EventKind as K
 from .device_ops import device_ops_json
+from . import efficiency as eff_json
 
 SCHEMA_VERSION = 1
 MAX_EVIDENCE = 20
@@ -63,6 +64,7 @@ DEFINITIONS = {
     "transfer": "One per user-level host↔device transfer call on the user's threads (.item()'s "
                 "TransferFromDevice, JAX's np.asarray(jax.Array)), however many runtime "
                 "threads carry the copy.",
+    "mfu": eff_json.DEFINITION,
     "waited_for": "The host op that issued the device op ending the gap (launch, transfer, "
                   "execute), found through correlation ids, flows or program runs.",
     "causes": "Each gap is split into what would have to change to close it: device-side "
@@ -455,7 +457,8 @@ def devices_json(diag: Diagnosis) -> list:
                                    "total_ns": ns(D.small_total[d])},
                     "steps_window": _steps_window(D, d, busy,
                                                   diag.steps.source != "whole_trace",
-                                                  diag.steps)})
+                                                  diag.steps),
+                    "efficiency": eff_json.device_json(diag, d)})
     return out
 
 
@@ -518,7 +521,8 @@ def steps_json(diag: Diagnosis, rows=None, devices=None) -> list:
                                "launched_ns": ns(lau) if lau >= 0 else None,
                                "idle_by_cause_ns": _by_cause(S.idle_by_cause[s, d]),
                                "small_gaps": {"count": int(S.small_count[s, d]),
-                                              "total_ns": ns(S.small_total[s, d])}}
+                                              "total_ns": ns(S.small_total[s, d])},
+                               **eff_json.step_json(diag, s, d)}
         out.append({"id": int(S.ids[s]), "start_ns": ns(S.host_start[s]),
                     "end_ns": ns(S.host_end[s]), "devices": per_dev,
                     "compile": {"count": int(S.compile_count[s]),

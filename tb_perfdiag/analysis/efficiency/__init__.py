@@ -9,5 +9,7 @@ each device (GUIDE §4, "Efficiency").
   bandwidth, from the trace (TPU plane stats, GPU plane properties, Kineto
   ``deviceProperties``) or the datasheet table (``datasheets``).
 
-MFU, the waterfall, the roofline and findings are built on these elsewhere.
+On these: ``sums`` folds the per-op figures into per step, device and op-group sums;
+``mfu`` makes the ``EfficiencyTable`` (MFU per step and device, the ``waterfall``, the
+``roofline`` per op group); ``advice`` the findings when busy time is badly spent.
 """

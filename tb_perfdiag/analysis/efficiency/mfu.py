@@ -1,0 +1,166 @@
+"""The efficiency table of a diagnosis: FLOPs, peak and MFU per device and per (step,
+device), the MFU waterfall of each window and the roofline per op group (GUIDE §4).
+
+MFU of a window = model FLOPs of the ops it launched ÷ (window × peak).  The windows
+are the duty cycle's: a device's steps window (``DeviceTable.window``: its activity and
+the step windows on it) and each step's window on it (``StepNumbers.win_start/end``),
+with the FLOPs of the ops each step launched (``sums.CostSums.step_flops``).  The peak
+is the device's dense peak for the dtype its matmul-class ops ran in (most of their
+FLOPs), or the ``--peak-tflops`` override.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import causes as C
+from ..result import Bound, EfficiencyTable, Overlap
+from . import waterfall as W
+from .roofline import roofline
+from .sums import CostSums, dtype_names
+
+NO_SHAPES = ("no op carries a cost figure: profile PyTorch with record_shapes=True "
+             "(or with_flops=True)")
+
+
+def peer_wait(coll, n_dev: int, n_steps: int):
+    """(wait, duration) per device and per (step, device), ps: each collective instance
+    that two or more devices of this trace share (same key and ordinal) waits, on each,
+    min(its duration, the last arrival − its arrival).  Instances of one device alone
+    wait for peers this trace does not hold: none counted."""
+    z1, z2 = np.zeros(n_dev), np.zeros((n_steps, n_dev))
+    if coll is None or not len(coll):
+        return z1, z2.copy(), z1.copy(), z2.copy()
+    dev = np.asarray(coll.device, np.int64)
+    key = np.asarray(coll.key, np.int64) * (int(np.max(coll.ordinal, initial=0)) + 1) + \
+        np.asarray(coll.ordinal, np.int64)
+    u, inv = np.unique(key, return_inverse=True)
+    inv = inv.reshape(-1)
+    start, end = np.asarray(coll.start, np.int64), np.asarray(coll.end, np.int64)
+    last = np.full(u.shape[0], np.iinfo(np.int64).min)
+    np.maximum.at(last, inv, start)
+    peers = np.zeros(u.shape[0], np.int64)
+    # devices per instance (a device holds one op per key and ordinal)
+    np.add.at(peers, inv, 1)
+    dur = (end - start).astype(np.float64)
+    wait = np.where(peers[inv] > 1, np.clip(np.minimum(dur, last[inv] - start), 0, None), 0.0)
+    shared = peers[inv] > 1
+    st = np.asarray(coll.step, np.int64)
+    ins = (st >= 0) & (st < n_steps)
+    sk = st[ins] * n_dev + dev[ins]
+    bc = lambda k, n, w: np.bincount(k, weights=w, minlength=n)[:n]  # noqa: E731
+    return (bc(dev, n_dev, wait), bc(sk, n_steps * n_dev, wait[ins]).reshape(n_steps, n_dev),
+            bc(dev, n_dev, np.where(shared, dur, 0.0)),
+            bc(sk, n_steps * n_dev, np.where(shared, dur, 0.0)[ins]).reshape(n_steps, n_dev))
+
+
+def _frac(a, b):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return np.where(b > 0, a / np.where(b > 0, b, 1), 0.0)
+
+
+def _peaks(trace, sums: CostSums, active, override_tflops):
+    """Per device: (FLOP/s, bytes/s, dtype, source, model); NaN where unknown."""
+    names = dtype_names()
+    n = sums.n_dev
+    pf, pb = np.full(n, np.nan), np.full(n, np.nan)
+    dts, srcs, models = [""] * n, [""] * n, [""] * n
+    try:
+        from .peaks import device_peak
+    except ImportError:
+        device_peak = None
+    for d in np.flatnonzero(active).tolist():
+        by = sums.dtype_flops[d] if sums.dtype_flops[d].any() else sums.dtype_all[d]
+        dt = names[int(np.argmax(by))] if by.any() else "fp32"
+        if dt == "unknown":
+            dt = "fp32"
+        dts[d] = dt
+        if device_peak is None:
+            if override_tflops:
+                pf[d], srcs[d] = float(override_tflops) * 1e12, "option"
+            continue
+        p = device_peak(trace, d, dt, override_tflops=override_tflops)
+        pf[d] = p.flops_per_s if p.flops_per_s else np.nan
+        pb[d] = p.bytes_per_s if p.bytes_per_s else np.nan
+        dts[d], srcs[d], models[d] = p.dtype or dt, p.source or "", p.device_model or ""
+    return pf, pb, dts, srcs, models
+
+
+def efficiency_table(trace, sums: CostSums | None, devices, steps, device_ops, coll,
+                     peak_tflops: float | None = None) -> EfficiencyTable | None:
+    """The diagnosis' ``EfficiencyTable`` (None without cost sums)."""
+    if sums is None:
+        return None
+    n_dev, n_steps = sums.n_dev, sums.n_steps
+    active = np.asarray(devices.ops, np.int64) > 0
+    pf, pb, dts, srcs, models = _peaks(trace, sums, active, peak_tflops)
+    all_flops = sums.flops + sums.flops_est
+    missing = []
+    for d in range(n_dev):
+        why = []
+        if active[d] and not all_flops[d] > 0:
+            why.append(sums.missing or NO_SHAPES)
+        elif active[d] and sums.known_time[d] < sums.op_time[d]:
+            gone = 1 - sums.known_time[d] / max(sums.op_time[d], 1)
+            if gone >= 0.005:
+                why.append(f"{100 * gone:.1f}% of the op time has no cost figure"
+                           + (f" ({sums.missing})" if sums.missing else ""))
+        if active[d] and not np.isfinite(pf[d]):
+            why.append(f"no peak known for {models[d] or devices.name[d]} "
+                       f"({dts[d]}): pass --peak-tflops")
+        missing.append("; ".join(why))
+    # ---- peer wait and the busy split, per device and per (step, device)
+    w_d, w_sd, cd_d, cd_sd = peer_wait(coll, n_dev, n_steps)
+    ov = device_ops.overlap if device_ops is not None else np.zeros((n_dev, len(Overlap)))
+    sov = device_ops.step_overlap if device_ops is not None else \
+        np.zeros((n_steps, n_dev, len(Overlap)))
+    win = np.array([(lambda ab: ab[1] - ab[0])(devices.window(d)) if active[d] else 0
+                    for d in range(n_dev)], np.float64)
+    wf, mfu = W.points(win, devices.busy, devices.idle_by_cause, devices.small_total,
+                       ov[:, Overlap.COMPUTE], ov[:, Overlap.COPIES_EXPOSED],
+                       ov[:, Overlap.COLLECTIVES_EXPOSED], _frac(sums.mm_time, sums.comp_time),
+                       _frac(w_d, cd_d), all_flops, pf)
+    S = steps
+    sw = np.clip(S.win_end - S.win_start, 0, None).reshape(-1).astype(np.float64)
+    sf = sums.step_flops.reshape(-1)
+    swf, smfu = W.points(sw, S.busy.reshape(-1), S.idle_by_cause.reshape(-1, len(C.ALL)),
+                         S.small_total.reshape(-1),
+                         sov[:, :, Overlap.COMPUTE].reshape(-1),
+                         sov[:, :, Overlap.COPIES_EXPOSED].reshape(-1),
+                         sov[:, :, Overlap.COLLECTIVES_EXPOSED].reshape(-1),
+                         _frac(sums.step_mm_time, sums.step_comp_time).reshape(-1),
+                         _frac(w_sd, cd_sd).reshape(-1), sf, np.tile(pf, n_steps))
+    step_flops = np.where(sums.step_known > 0, sums.step_flops, np.nan)
+    # ---- roofline per row and per device
+    rd = np.asarray(device_ops.device, np.int64) if device_ops is not None else np.zeros(0, np.int64)
+    rt = np.asarray(device_ops.time, np.float64) if device_ops is not None else np.zeros(0)
+    r = roofline(sums.row_hw, sums.row_bytes, rt, pf[rd], pb[rd])
+    dv = roofline(sums.hw_flops, sums.bytes, sums.op_time, pf, pb)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ridge = pf / pb
+    nan = lambda n: np.full(n, np.nan)  # noqa: E731
+    return EfficiencyTable(
+        parts=list(W.PARTS), flops=np.where(active, sums.flops, np.nan),
+        flops_estimated=np.where(active, sums.flops_est, np.nan),
+        hw_flops=np.where(active, sums.hw_flops, np.nan),
+        bytes=np.where(active, sums.bytes, np.nan),
+        op_time=sums.op_time.astype(np.int64), known_time=sums.known_time.astype(np.int64),
+        flops_source=[sums.source if active[d] and all_flops[d] > 0 else "" for d in range(n_dev)],
+        missing=missing, peak_flops=pf, peak_bytes=pb, peak_dtype=dts, peak_source=srcs,
+        device_model=models, mfu=mfu, waterfall=wf, step_flops=step_flops,
+        step_mfu=smfu.reshape(n_steps, n_dev),
+        step_waterfall=swf.reshape(n_steps, n_dev, len(W.PARTS)).astype(np.float32),
+        row_flops=sums.row_flops, row_hw_flops=sums.row_hw, row_bytes=sums.row_bytes,
+        row_matmul=sums.row_mm_flops > 0.5 * sums.row_flops,
+        row_flops_per_s=r[0], row_bytes_per_s=r[1], row_intensity=r[2],
+        row_attainable=r[3], row_efficiency=r[4], row_bound=r[5],
+        intensity=dv[2] if n_dev else nan(0), attainable=dv[3], roofline_efficiency=dv[4],
+        bound=dv[5], ridge=ridge)
+
+
+def stage(trace, sums, diag, peak_tflops=None) -> EfficiencyTable | None:
+    """``efficiency_table`` of what a diagnosis holds (its one call in the analysis)."""
+    return efficiency_table(trace, sums, diag.devices, diag.steps, diag.device_ops,
+                            diag.collectives, peak_tflops)
+
+
+__all__ = ["efficiency_table", "peer_wait", "stage", "Bound"]

@@ -1,0 +1,138 @@
+"""EfficiencyTable → the ``efficiency`` JSON of each device and step, the roofline rows
+beside the device-op table, and the terminal lines.  NaN figures are written as null."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..analysis.efficiency import waterfall as W
+from ..analysis.result import Bound, Diagnosis
+
+ROOFLINE_POINTS = 200          # op groups per device on the roofline chart (most time first)
+_BOUND = {int(Bound.UNKNOWN): None, int(Bound.COMPUTE): "compute", int(Bound.MEMORY): "memory"}
+DEFINITION = (
+    "MFU of a window = model FLOPs of the ops it launched ÷ (window × peak), the peak being "
+    "the device's dense peak for the dtype its matmul-class ops ran in. The waterfall splits "
+    "the window's time at peak into points adding up to 100: idle by cause (and gaps under "
+    "the threshold), peer wait at collectives, busy time in ops with no matmul work "
+    "(elementwise, copies, collective transfer), matmul-class ops' time above what their "
+    "FLOPs take at peak, and the MFU. Roofline of an op group (whole capture): intensity = "
+    "FLOPs ÷ bytes, attainable = min(peak, intensity × bandwidth), compute-bound at or "
+    "above the ridge point (peak ÷ bandwidth), efficiency = achieved ÷ attainable.")
+
+
+def _f(x):
+    """A finite float, else None."""
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def _n(x):
+    """A FLOP or byte count as a number JSON keeps exactly enough (None when absent)."""
+    x = float(x)
+    return (int(round(x)) if abs(x) < 2**53 else x) if math.isfinite(x) else None
+
+
+def device_json(diag: Diagnosis, d: int) -> dict | None:
+    """``devices[d].efficiency`` (None where the diagnosis has no efficiency table)."""
+    E = getattr(diag, "efficiency", None)
+    if E is None or d >= len(E.flops):
+        return None
+    est = _n(E.flops_estimated[d])
+    return {"flops": _n(E.flops[d]),
+            "flops_estimated": est, "hw_flops": _n(E.hw_flops[d]),
+            "bytes": _n(E.bytes[d]), "flops_source": E.flops_source[d] or None,
+            "op_time_with_figures": _f(E.known_time[d] / E.op_time[d]) if E.op_time[d] else None,
+            "peak_flops_per_s": _f(E.peak_flops[d]), "peak_dtype": E.peak_dtype[d] or None,
+            "peak_source": E.peak_source[d] or None, "peak_bytes_per_s": _f(E.peak_bytes[d]),
+            "device_model": E.device_model[d] or None,
+            "achieved_flops_per_s": _achieved(diag, d),
+            "mfu": _f(E.mfu[d]), "waterfall": W.as_dict(E.waterfall[d]),
+            "roofline": {"intensity": _f(E.intensity[d]), "ridge": _f(E.ridge[d]),
+                         "attainable_flops_per_s": _f(E.attainable[d]),
+                         "efficiency": _f(E.roofline_efficiency[d]),
+                         "bound": _BOUND[int(E.bound[d])]},
+            "missing": E.missing[d] or None}
+
+
+def _achieved(diag: Diagnosis, d: int):
+    """Model FLOP/s over the device's steps window (what an unknown device shows)."""
+    E = diag.efficiency
+    a, b = diag.devices.window(d)
+    f = float(np.nan_to_num(E.flops[d]) + np.nan_to_num(E.flops_estimated[d]))
+    return _f(f / ((b - a) * 1e-12)) if b > a and f > 0 else None
+
+
+def step_json(diag: Diagnosis, s: int, d: int) -> dict:
+    """The efficiency figures of step row ``s`` on device ``d``: flops, mfu, waterfall."""
+    E = getattr(diag, "efficiency", None)
+    if E is None or s >= E.step_flops.shape[0]:
+        return {}
+    return {"flops": _n(E.step_flops[s, d]), "mfu": _f(E.step_mfu[s, d]),
+            "waterfall": W.as_dict(E.step_waterfall[s, d].astype(np.float64))}
+
+
+def op_roofline(diag: Diagnosis, r: int) -> dict | None:
+    """The roofline figures of device-op-table row ``r`` (whole capture)."""
+    E = getattr(diag, "efficiency", None)
+    if E is None or r >= len(E.row_flops):
+        return None
+    return {"flops": _n(E.row_flops[r]), "hw_flops": _n(E.row_hw_flops[r]),
+            "bytes": _n(E.row_bytes[r]), "matmul": bool(E.row_matmul[r]),
+            "flops_per_s": _f(E.row_flops_per_s[r]), "bytes_per_s": _f(E.row_bytes_per_s[r]),
+            "intensity": _f(E.row_intensity[r]),
+            "attainable_flops_per_s": _f(E.row_attainable[r]),
+            "efficiency": _f(E.row_efficiency[r]), "bound": _BOUND[int(E.row_bound[r])]}
+
+
+def roofline_json(diag: Diagnosis, d: int) -> dict | None:
+    """Device ``d``'s roofline: its roofs and its op groups with FLOPs or bytes (the
+    ``ROOFLINE_POINTS`` with most time), each naming its device-op-table row."""
+    E = getattr(diag, "efficiency", None)
+    T = diag.device_ops
+    if E is None or T is None or d >= len(E.flops):
+        return None
+    rows = np.flatnonzero((T.device == d) & ((E.row_hw_flops > 0) | (E.row_bytes > 0))
+                          & (E.row_bound >= 0))
+    rows = rows[np.lexsort((rows, -T.time[rows]))][:ROOFLINE_POINTS]
+    busy = max(int(diag.devices.busy[d]), 1)
+    pts = [{"row": int(r), "name": T.name[r], "total_ns": int(np.rint(T.time[r] / 1000)),
+            "share_of_busy": float(T.time[r]) / busy, **op_roofline(diag, r)}
+           for r in rows.tolist()]
+    return {"peak_flops_per_s": _f(E.peak_flops[d]), "peak_bytes_per_s": _f(E.peak_bytes[d]),
+            "ridge": _f(E.ridge[d]), "dtype": E.peak_dtype[d] or None, "points": pts}
+
+
+def text_lines(diag: Diagnosis) -> list:
+    """The terminal report's efficiency lines: per device MFU and its waterfall."""
+    E = getattr(diag, "efficiency", None)
+    if E is None:
+        return []
+    L = []
+    for d in np.flatnonzero(diag.devices.ops > 0).tolist():
+        e = device_json(diag, d)
+        name = diag.devices.name[d]
+        fl = (e["flops"] or 0) + (e["flops_estimated"] or 0)
+        if not fl:
+            L.append(f"efficiency, {name}: no FLOP figures ({e['missing'] or 'none'})")
+            continue
+        pk = e["peak_flops_per_s"]
+        head = (f"efficiency, {name}: {fl / 1e9:,.1f} GFLOP"
+                + (f" ({(e['flops_estimated'] or 0) / 1e9:,.1f} estimated)" if e["flops_estimated"] else ""))
+        if pk:
+            head += (f", MFU {100 * e['mfu']:.2f}% of {pk / 1e12:,.1f} TFLOP/s {e['peak_dtype']} "
+                     f"({e['peak_source']})")
+        elif e["achieved_flops_per_s"]:
+            head += f", {e['achieved_flops_per_s'] / 1e12:.2f} TFLOP/s achieved, no peak known"
+        rf = e["roofline"]
+        if rf["bound"]:
+            head += f"; {rf['bound']}-bound, {100 * (rf['efficiency'] or 0):.2f}% of roofline"
+        L.append(head)
+        if e["waterfall"]:
+            parts = sorted(e["waterfall"].items(), key=lambda kv: -kv[1])
+            L.append("  waterfall (points of the window at peak): " + ", ".join(
+                f"{k} {v:.1f}" for k, v in parts if v >= 0.05 or k == "mfu"))
+        if e["missing"]:
+            L.append(f"  missing: {e['missing']}")
+    return L
