@@ -121,7 +121,7 @@ def text_lines(diag: Diagnosis) -> list:
         head = (f"efficiency, {name}: {fl / 1e9:,.1f} GFLOP"
                 + (f" ({(e['flops_estimated'] or 0) / 1e9:,.1f} estimated)" if e["flops_estimated"] else ""))
         if pk:
-            head += (f", MFU {100 * e['mfu']:.2f}% of {pk / 1e12:,.1f} TFLOP/s {e['peak_dtype']} "
+            head += (f", MFU {100 * e['mfu']:.3g}% of {pk / 1e12:,.1f} TFLOP/s {e['peak_dtype']} "
                      f"({e['peak_source']})")
         elif e["achieved_flops_per_s"]:
             head += f", {e['achieved_flops_per_s'] / 1e12:.2f} TFLOP/s achieved, no peak known"

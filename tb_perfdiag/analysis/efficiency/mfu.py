@@ -59,30 +59,32 @@ def _frac(a, b):
 
 
 def _peaks(trace, sums: CostSums, active, override_tflops):
-    """Per device: (FLOP/s, bytes/s, dtype, source, model); NaN where unknown."""
+    """Per device: (FLOP/s, bytes/s, dtype, source, model, why no peak); NaN unknown."""
     names = dtype_names()
     n = sums.n_dev
     pf, pb = np.full(n, np.nan), np.full(n, np.nan)
-    dts, srcs, models = [""] * n, [""] * n, [""] * n
+    dts, srcs, models, why = [""] * n, [""] * n, [""] * n, [""] * n
     try:
         from .peaks import device_peak
     except ImportError:
         device_peak = None
     for d in np.flatnonzero(active).tolist():
+        # the dtype most of the matmul-class FLOPs ran in ("" none known)
         by = sums.dtype_flops[d] if sums.dtype_flops[d].any() else sums.dtype_all[d]
-        dt = names[int(np.argmax(by))] if by.any() else "fp32"
-        if dt == "unknown":
-            dt = "fp32"
-        dts[d] = dt
+        dt = names[int(np.argmax(by))] if by.any() else ""
+        dt = "" if dt == "unknown" else dt
+        if not dt and trace.format == "kineto":
+            dt = "fp32"          # no figure says: PyTorch's default dtype
         if device_peak is None:
             if override_tflops:
-                pf[d], srcs[d] = float(override_tflops) * 1e12, "option"
+                pf[d], srcs[d], dts[d] = float(override_tflops) * 1e12, "option", dt
             continue
         p = device_peak(trace, d, dt, override_tflops=override_tflops)
         pf[d] = p.flops_per_s if p.flops_per_s else np.nan
         pb[d] = p.bytes_per_s if p.bytes_per_s else np.nan
         dts[d], srcs[d], models[d] = p.dtype or dt, p.source or "", p.device_model or ""
-    return pf, pb, dts, srcs, models
+        why[d] = getattr(p, "missing", "") or ""
+    return pf, pb, dts, srcs, models, why
 
 
 def efficiency_table(trace, sums: CostSums | None, devices, steps, device_ops, coll,
@@ -92,7 +94,7 @@ def efficiency_table(trace, sums: CostSums | None, devices, steps, device_ops, c
         return None
     n_dev, n_steps = sums.n_dev, sums.n_steps
     active = np.asarray(devices.ops, np.int64) > 0
-    pf, pb, dts, srcs, models = _peaks(trace, sums, active, peak_tflops)
+    pf, pb, dts, srcs, models, no_peak = _peaks(trace, sums, active, peak_tflops)
     all_flops = sums.flops + sums.flops_est
     missing = []
     for d in range(n_dev):
@@ -105,8 +107,8 @@ def efficiency_table(trace, sums: CostSums | None, devices, steps, device_ops, c
                 why.append(f"{100 * gone:.1f}% of the op time has no cost figure"
                            + (f" ({sums.missing})" if sums.missing else ""))
         if active[d] and not np.isfinite(pf[d]):
-            why.append(f"no peak known for {models[d] or devices.name[d]} "
-                       f"({dts[d]}): pass --peak-tflops")
+            why.append(no_peak[d] or f"no peak known for {models[d] or devices.name[d]} "
+                       f"(give the peak with --peak-tflops)")
         missing.append("; ".join(why))
     # ---- peer wait and the busy split, per device and per (step, device)
     w_d, w_sd, cd_d, cd_sd = peer_wait(coll, n_dev, n_steps)
@@ -134,7 +136,8 @@ def efficiency_table(trace, sums: CostSums | None, devices, steps, device_ops, c
     rd = np.asarray(device_ops.device, np.int64) if device_ops is not None else np.zeros(0, np.int64)
     rt = np.asarray(device_ops.time, np.float64) if device_ops is not None else np.zeros(0)
     r = roofline(sums.row_hw, sums.row_bytes, rt, pf[rd], pb[rd])
-    dv = roofline(sums.hw_flops, sums.bytes, sums.op_time, pf, pb)
+    # the device's ops together over its window, idle included: xprof's program level
+    dv = roofline(sums.hw_flops, sums.bytes, win, pf, pb)
     with np.errstate(divide="ignore", invalid="ignore"):
         ridge = pf / pb
     nan = lambda n: np.full(n, np.nan)  # noqa: E731

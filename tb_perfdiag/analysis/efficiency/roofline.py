@@ -2,7 +2,8 @@
 min(peak, intensity × bandwidth), compute-bound at or above the ridge point (peak ÷
 bandwidth), memory-bound below; efficiency = achieved ÷ attainable — as the Profile
 plugin's ``get_roofline_model`` reports it for XSpace.  Achieved rates are over the
-group's summed op time (what xprof's op profile divides by).  Hardware FLOPs are plotted:
+time given: an op group's summed op time (xprof's per-op self time), a device's window
+idle included (xprof's program level: its total time counts the idle).  Hardware FLOPs are plotted:
 the roofline is about what the chip did, recomputation included."""
 from __future__ import annotations
 
