@@ -23,6 +23,7 @@ from .culprits import (PYTORCH_XLA, SYNC_LABELS, Culprits, applied_fixes, chain_
                        clean, framework, sync_kind)
 from . import startup, tfdata
 from .fixes import fix_for
+from .efficiency.advice import findings as efficiency_findings
 from .steps import in_step_part
 from .notes import kernels_per_device
 from .result import Finding, FindingKind as FK
@@ -154,7 +155,7 @@ def findings(trace: Trace, diag, steps, compile_ev, compile_step, ctx) -> tuple:
     _transfers(trace, diag, G, steps, fw, add, out)
     _memcpy_share(trace, diag, fw, add)
 
-    for f in _multi_device(trace, diag, n_steps, fw):
+    for f in _multi_device(trace, diag, n_steps, fw) + efficiency_findings(diag, fw, out):
         f.extra["share_of_step"] = f.time_lost_ns_per_step / typical_step if typical_step \
             else None
         f.extra["top"] = bool(f.time_lost_ns_per_step > 0 and (

@@ -509,12 +509,16 @@ class EfficiencyTable:
     row_attainable: np.ndarray     # min(peak, intensity × bandwidth) FLOP/s
     row_efficiency: np.ndarray     # achieved / attainable
     row_bound: np.ndarray          # int8 Bound
+    row_fp32_time: np.ndarray      # ps of its fp32 matmul-class ops
     # roofline of each device's ops together (xprof's program-level figure)
     intensity: np.ndarray          # (n_dev,)
     attainable: np.ndarray
     roofline_efficiency: np.ndarray
     bound: np.ndarray              # (n_dev,) int8 Bound
     ridge: np.ndarray              # (n_dev,) FLOPs/byte where the roofs meet
+    # where the matmuls ran in fp32: the device's fastest lower-precision matrix peak
+    fast_peak: np.ndarray = field(default_factory=lambda: np.zeros(0))   # FLOP/s, NaN none
+    fast_dtype: list = field(default_factory=list)                       # "tf32", "bf16"…
 
     def part(self, name: str) -> int:
         return self.parts.index(name)

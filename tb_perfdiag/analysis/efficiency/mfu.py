@@ -64,6 +64,7 @@ def _peaks(trace, sums: CostSums, active, override_tflops):
     n = sums.n_dev
     pf, pb = np.full(n, np.nan), np.full(n, np.nan)
     dts, srcs, models, why = [""] * n, [""] * n, [""] * n, [""] * n
+    fast, fast_dt = np.full(n, np.nan), [""] * n
     try:
         from .peaks import device_peak
     except ImportError:
@@ -84,7 +85,13 @@ def _peaks(trace, sums: CostSums, active, override_tflops):
         pb[d] = p.bytes_per_s if p.bytes_per_s else np.nan
         dts[d], srcs[d], models[d] = p.dtype or dt, p.source or "", p.device_model or ""
         why[d] = getattr(p, "missing", "") or ""
-    return pf, pb, dts, srcs, models, why
+        if dts[d] == "fp32" and sums.dtype_flops[d].any():
+            # what the same matmuls could run at in a lower precision (TF32, bf16, fp16)
+            for alt in ("tf32", "bf16", "fp16"):
+                q = device_peak(trace, d, alt)
+                if q.flops_per_s and q.dtype == alt and not q.flops_per_s <= np.nan_to_num(fast[d]):
+                    fast[d], fast_dt[d] = q.flops_per_s, alt
+    return pf, pb, dts, srcs, models, why, (fast, fast_dt)
 
 
 def efficiency_table(trace, sums: CostSums | None, devices, steps, device_ops, coll,
@@ -94,7 +101,7 @@ def efficiency_table(trace, sums: CostSums | None, devices, steps, device_ops, c
         return None
     n_dev, n_steps = sums.n_dev, sums.n_steps
     active = np.asarray(devices.ops, np.int64) > 0
-    pf, pb, dts, srcs, models, no_peak = _peaks(trace, sums, active, peak_tflops)
+    pf, pb, dts, srcs, models, no_peak, (fast, fast_dt) = _peaks(trace, sums, active, peak_tflops)
     all_flops = sums.flops + sums.flops_est
     missing = []
     for d in range(n_dev):
@@ -157,7 +164,8 @@ def efficiency_table(trace, sums: CostSums | None, devices, steps, device_ops, c
         row_flops_per_s=r[0], row_bytes_per_s=r[1], row_intensity=r[2],
         row_attainable=r[3], row_efficiency=r[4], row_bound=r[5],
         intensity=dv[2] if n_dev else nan(0), attainable=dv[3], roofline_efficiency=dv[4],
-        bound=dv[5], ridge=ridge)
+        bound=dv[5], ridge=ridge, row_fp32_time=sums.row_fp32_mm_time,
+        fast_peak=fast, fast_dtype=fast_dt)
 
 
 def stage(trace, sums, diag, peak_tflops=None) -> EfficiencyTable | None:

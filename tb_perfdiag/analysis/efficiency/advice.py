@@ -1,0 +1,209 @@
+"""Findings when busy time is badly spent (GUIDE §4 "Efficiency"): what a device's busy
+time achieves against its roofs, with the framework's fix and the time it would save at
+a stated assumption.  Only on devices with FLOP figures; a saving never exceeds the busy
+time it concerns (each is a part of the time of the op groups it names).
+
+- fp32 matmuls on a device whose matrix units run a lower precision faster;
+- matmul-class op groups far below their roofline (small or unaligned shapes);
+- memory-bound elementwise kernels an eager framework runs one by one (fusion);
+- attention computed as separate matmuls and a softmax (no fused kernel);
+- busy time dominated by copies.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from ..culprits import JAX, PYTORCH, PYTORCH_XLA, TENSORFLOW
+from ..result import Bound, Finding, FindingKind as FK, OpClass, Overlap
+
+SHARE = 0.10              # of the device's busy time a finding's ops hold at least
+SLOW = 0.10               # a matmul group under this share of its attainable roofline
+SLOW_TARGET = 0.5         # …is assumed to reach this share once its shapes are fixed
+FUSED_SAVING = 0.5        # fusing an elementwise chain: half its time (one read, one write)
+ELEMENTWISE_SHARE = 0.20
+COPY_SHARE = 0.5
+FASTER = 1.5              # a lower-precision peak counts when this many times the fp32 one
+_ATTN_FUSED = re.compile(r"flash|fmha|sdpa|scaled_dot_product|attention|mha|cudnn.*attn|"
+                         r"fused_attn|xformers|splash|ragged_paged", re.I)
+_SOFTMAX = re.compile(r"softmax", re.I)
+
+_FIX = {
+    (FK.FP32_MATMUL, PYTORCH): "Let the matmuls use the tensor cores: "
+        "torch.set_float32_matmul_precision('high') (TF32, Ampere and newer) and "
+        "torch.backends.cudnn.allow_tf32 = True, or train under torch.autocast('cuda', "
+        "dtype=torch.bfloat16) (float16 with torch.amp.GradScaler on a V100 or T4).",
+    (FK.FP32_MATMUL, JAX): "Run the matmuls in bfloat16: keep parameters and activations in "
+        "jnp.bfloat16, or set jax.default_matmul_precision('bfloat16') / "
+        "precision=jax.lax.Precision.DEFAULT in the dots.",
+    (FK.FP32_MATMUL, TENSORFLOW): "tf.keras.mixed_precision.set_global_policy('mixed_bfloat16') "
+        "(or 'mixed_float16'), and tf.config.experimental.enable_tensor_float_32_execution(True).",
+    (FK.FP32_MATMUL, "*"): "Run the matmuls in a lower precision the matrix units support "
+        "(TF32, bfloat16 or float16 mixed precision).",
+    (FK.SLOW_MATMUL, "*"): "Small or unaligned shapes leave the matrix units idle: make the "
+        "matmul dimensions multiples of 8 (16-bit), 16 (8-bit) or 128 (TPU), pad vocabularies "
+        "and hidden sizes, and batch small matmuls together (larger batch, bmm instead of a "
+        "loop).",
+    (FK.UNFUSED_ELEMENTWISE, PYTORCH): "Fuse the elementwise chains: torch.compile(model) "
+        "turns runs of pointwise kernels into one kernel each (or use fused optimizers: "
+        "torch.optim.AdamW(fused=True), and fused layers such as apex/Transformer Engine).",
+    (FK.UNFUSED_ELEMENTWISE, "*"): "Fuse the elementwise chains (a compiler such as "
+        "torch.compile or XLA, or fused kernels for the layer).",
+    (FK.UNFUSED_ATTENTION, PYTORCH): "Use a fused attention kernel: "
+        "torch.nn.functional.scaled_dot_product_attention (flash / memory-efficient / cuDNN "
+        "backends) instead of matmul → softmax → matmul.",
+    (FK.UNFUSED_ATTENTION, JAX): "Use jax.nn.dot_product_attention (implementation='cudnn' on "
+        "GPU) or a Pallas flash/splash attention kernel on TPU.",
+    (FK.UNFUSED_ATTENTION, "*"): "Use a fused (flash) attention kernel instead of separate "
+        "matmuls and a softmax.",
+    (FK.COPY_BOUND, JAX): "The chip mostly copies buffers: donate the step's inputs "
+        "(jax.jit(..., donate_argnums=...)), keep arrays on the device (jax.device_put once, "
+        "outside the loop), and avoid host offload (memory_kind='pinned_host') and layout "
+        "changes between steps; check what the copy-start/copy-done ops move in the HLO.",
+    (FK.COPY_BOUND, PYTORCH_XLA): "The chip mostly copies buffers: keep tensors on the XLA "
+        "device between steps (no .cpu() / .to() in the loop), and use MpDeviceLoader for "
+        "inputs.",
+    (FK.COPY_BOUND, PYTORCH): "The device mostly copies: keep tensors on the device, drop "
+        ".to()/.cpu()/.clone()/.contiguous() in the step, and use pinned memory with "
+        "non_blocking=True for the inputs.",
+    (FK.COPY_BOUND, "*"): "The device mostly copies buffers: keep data on the device between "
+        "steps and remove copies from the step.",
+}
+
+
+def _fix(kind, fw: str) -> str:
+    return _FIX.get((kind, fw)) or _FIX[(kind, "*")]
+
+
+def _ms(ps: float) -> str:
+    return f"{ps / 1e9:,.1f} ms" if ps >= 1e8 else f"{ps / 1e6:,.0f} µs"
+
+
+def findings(diag, fw: str, earlier=()) -> list:
+    """The efficiency findings of a diagnosis (``Finding``s, unsorted); ``earlier``: the
+    findings already made (a device whose memcpys have their own finding gets no copy
+    one)."""
+    E, T = getattr(diag, "efficiency", None), diag.device_ops
+    if E is None or T is None or not len(T):
+        return []
+    D = diag.devices
+    n_steps = max(len(diag.steps), 1)
+    out = []
+
+    S = diag.steps
+    # the part of each device's busy time inside the steps: a saving per step is that
+    # part of it, averaged over the steps
+    inside = (S.busy.sum(axis=0) / np.maximum(D.busy, 1)).clip(0, 1) if len(S) else \
+        np.ones(len(D))
+    best = {}                 # kind → (saving ns, finding, devices alike)
+
+    def add(kind, d, title, detail, saving_ps, assumption, rows, extra=None):
+        ns_ = int(round(saving_ps / 1000))
+        if ns_ <= 0:
+            return
+        per = int(ns_ * float(inside[d]) / n_steps) if len(S) else ns_
+        f = Finding(kind, title, detail + f" Saving at the stated assumption: {assumption}",
+                    _fix(kind, fw), "medium", ns_, per,
+                    [int(x) for x in S.ids.tolist()] if len(S) else [],
+                    np.zeros(0, np.int32),
+                    extra={"device": D.name[d], "saving_assumption": assumption,
+                           "op_groups": [T.name[r] for r in rows[:5]], **(extra or {})})
+        if per < ns_ and len(S):
+            f.extra["outside_steps_ns"] = int(ns_ * (1 - float(inside[d])))
+        # one finding per kind: the device it costs most, naming the others alike
+        had = best.get(kind)
+        alike = (had[2] if had else []) + [D.name[d]]
+        if had is None or ns_ > had[0]:
+            best[kind] = (ns_, f, alike)
+        else:
+            best[kind] = (had[0], had[1], alike)
+
+    flops = np.nan_to_num(E.flops) + np.nan_to_num(E.flops_estimated)
+    for d in np.flatnonzero((D.ops > 0) & (flops > 0)).tolist():
+        busy = float(D.busy[d])
+        if busy <= 0:
+            continue
+        mine = np.flatnonzero(T.device == d)
+        mine = mine[np.argsort(-T.time[mine], kind="stable")]
+        t = T.time.astype(np.float64)
+        name = D.name[d]
+        # ---- fp32 matmuls where a lower precision runs faster
+        fast = float(E.fast_peak[d]) if d < len(E.fast_peak) else float("nan")
+        pk = float(E.peak_flops[d])
+        t32 = float(E.row_fp32_time[mine].sum())
+        if np.isfinite(fast) and np.isfinite(pk) and fast >= FASTER * pk and t32 >= SHARE * busy:
+            keep = pk / fast
+            rows = mine[E.row_fp32_time[mine] > 0]
+            add(FK.FP32_MATMUL, d,
+                f"fp32 matmuls take {100 * t32 / busy:.0f}% of {name}'s busy time: its "
+                f"{E.fast_dtype[d].upper()} peak is {fast / pk:.0f}× the fp32 one",
+                f"{_ms(t32)} of matmul-class ops ran in fp32 against a {pk / 1e12:.1f} TFLOP/s "
+                f"fp32 peak; in {E.fast_dtype[d]} the device peaks at {fast / 1e12:.0f} TFLOP/s.",
+                t32 * (1 - keep),
+                f"the matmuls reach the same share of the {E.fast_dtype[d]} peak as they do of "
+                f"the fp32 one ({100 * (1 - keep):.0f}% of their time saved).", rows.tolist(),
+                {"fp32_matmul_ns": int(t32 / 1000), "faster_dtype": E.fast_dtype[d]})
+        # ---- matmul groups far below their roofline
+        slow = mine[E.row_matmul[mine] & (E.row_bound[mine] >= 0) &
+                    (np.nan_to_num(E.row_efficiency[mine], nan=1.0) < SLOW)]
+        ts = float(t[slow].sum())
+        if slow.size and ts >= SHARE * busy:
+            att = E.row_attainable[slow]
+            need = np.where(att > 0, E.row_hw_flops[slow] / (SLOW_TARGET * att) * 1e12, t[slow])
+            save = float(np.clip(t[slow] - need, 0, None).sum())
+            eff = float(np.nansum(E.row_efficiency[slow] * t[slow]) / ts)
+            add(FK.SLOW_MATMUL, d,
+                f"Matmuls run at {100 * eff:.1f}% of their roofline on {name} "
+                f"({100 * ts / busy:.0f}% of its busy time)",
+                f"{slow.size} matmul-class op groups ({_ms(ts)}) reach {100 * eff:.1f}% of the "
+                f"FLOP/s their intensity allows, most of it {T.name[slow[0]][:80]}.",
+                save, f"they reach {100 * SLOW_TARGET:.0f}% of their attainable roofline.",
+                slow.tolist())
+        # ---- memory-bound elementwise kernels run one by one (eager PyTorch)
+        if fw == PYTORCH:
+            ew = mine[(T.klass[mine] == OpClass.COMPUTE) & ~E.row_matmul[mine] &
+                      (E.row_bound[mine] == Bound.MEMORY)]
+            te = float(t[ew].sum())
+            if ew.size >= 3 and te >= ELEMENTWISE_SHARE * busy:
+                add(FK.UNFUSED_ELEMENTWISE, d,
+                    f"Memory-bound elementwise kernels take {100 * te / busy:.0f}% of {name}'s "
+                    f"busy time", f"{ew.size} op groups, {int(T.count[ew].sum())} kernels "
+                    f"({_ms(te)}) each read and write their tensors to memory; most of it "
+                    f"{T.name[ew[0]][:80]}.", te * FUSED_SAVING,
+                    f"fusion keeps the intermediates on chip: {100 * FUSED_SAVING:.0f}% of "
+                    f"their time.", ew.tolist())
+        # ---- attention as matmuls and a softmax
+        names = [T.name[r] for r in mine.tolist()]
+        sm = mine[[bool(_SOFTMAX.search(x)) for x in names]] if names else mine[:0]
+        fused = any(_ATTN_FUSED.search(x) for x in names)
+        if sm.size and not fused and E.row_matmul[mine].any():
+            tsm = float(t[sm].sum())
+            if tsm >= 0.02 * busy:
+                add(FK.UNFUSED_ATTENTION, d,
+                    f"Attention without a fused kernel on {name}: softmax kernels take "
+                    f"{100 * tsm / busy:.0f}% of its busy time",
+                    f"{int(T.count[sm].sum())} softmax kernels ({_ms(tsm)}) run between "
+                    f"matmuls, and no fused attention kernel ran.", tsm,
+                    "a fused kernel keeps the scores on chip: the softmax kernels' time "
+                    "(the score matrix' round trips not counted).", sm.tolist())
+        # ---- copies
+        cp = mine[np.isin(T.klass[mine], (OpClass.MEMCPY, OpClass.MEMSET))]
+        ov = T.overlap[d]
+        exposed = float(ov[Overlap.COPIES_EXPOSED])
+        said = any(f.kind == FK.EXCESSIVE_MEMCPY and f.extra.get("device") == name
+                   for f in earlier)
+        if cp.size and exposed >= COPY_SHARE * busy and not said:
+            add(FK.COPY_BOUND, d,
+                f"Copies take {100 * exposed / busy:.0f}% of {name}'s busy time",
+                f"{int(T.count[cp].sum())} copies in {cp.size} groups, most of it "
+                f"{T.name[cp[0]][:60]} ({_ms(t[cp[0]])}); {_ms(exposed)} of them ran with no "
+                f"compute beside them.", exposed,
+                "the copies are removed or hidden under compute: their time not under "
+                "compute.", cp.tolist())
+    for _, f, alike in best.values():
+        if len(alike) > 1:
+            f.title += f" ({len(alike)} devices alike)"
+            f.extra["devices"] = alike
+        out.append(f)
+    return out
