@@ -119,6 +119,8 @@ def _idle_budget(s: str) -> tuple:
 
 _T = PARAMS["threshold_us"]
 _threshold = _number("threshold", _T.lo, _T.hi)
+_P = PARAMS["peak_tflops"]
+_peak = _number("peak", _P.lo, _P.hi)
 
 
 # ---- resolving paths ----
@@ -204,7 +206,8 @@ def _diagnose(path: str, opt: Options):
 
 
 def _options(args) -> Options:
-    return Options(threshold_us=args.threshold_us, kernels_only=args.kernels_only)
+    return Options(threshold_us=args.threshold_us, kernels_only=args.kernels_only,
+                   peak_tflops=getattr(args, "peak_tflops", None))
 
 
 def _dump(doc, args) -> None:
@@ -436,12 +439,12 @@ def cmd_compare(args) -> int:
 
 def cmd_check(args) -> int:
     budgets = Budgets(args.min_duty, dict(args.max_idle_cause or []), args.max_regression,
-                      args.max_peer_wait)
+                      args.max_peer_wait, args.min_mfu)
     if (args.baseline is None) != (args.max_regression is None):
         raise UsageError("--baseline and --max-regression go together")
     if budgets.empty():
         raise UsageError("nothing to check: give --min-duty, --max-idle-cause, "
-                         "--max-peer-wait or --baseline with --max-regression")
+                         "--max-peer-wait, --min-mfu or --baseline with --max-regression")
     opt = _options(args)
     t0 = time.perf_counter()
     checked = []
@@ -524,6 +527,9 @@ def _analysis_options(p) -> None:
     p.add_argument("--threshold-us", type=_threshold, default=_T.default,
                    help=f"smallest listed gap, µs (default {_T.default:g})")
     p.add_argument("--kernels-only", action="store_true", help="busy = kernels only")
+    p.add_argument("--peak-tflops", type=_peak, default=None, metavar="TFLOPS",
+                   help="the peak MFU is taken against, TFLOP/s (default: the device's, from "
+                        "the trace or its datasheet)")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -602,6 +608,9 @@ def parser() -> argparse.ArgumentParser:
                     help="most busy time spent waiting for peers at collectives per typical "
                          "step, as a share of the step, on every device (the run's hosts "
                          "matched as the pod summary does; 10%%)")
+    pk.add_argument("--min-mfu", type=_fraction, metavar="P%",
+                    help="least MFU per typical step (model FLOPs ÷ window × peak), on every "
+                         "device (40%%); a device with no FLOP figures or peak fails")
     pk.add_argument("--baseline", metavar="OLD", help="a run to compare with")
     pk.add_argument("--max-regression", type=_growth, metavar="P%",
                     help="with --baseline: most the typical step may slow down (5%%)")

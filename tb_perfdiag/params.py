@@ -67,6 +67,8 @@ PARAMS = {p.name: p for p in (
     Param("span", "str", doc="profile span (capture time); the latest when absent"),
     Param("threshold_us", "float", 5.0, 0.0, 1e7, doc="shortest idle gap counted, µs"),
     Param("kernels_only", "bool", False, doc="only kernels count as device busy"),
+    Param("peak_tflops", "float", None, 1e-3, 1e6,
+          doc="the peak MFU is taken against, TFLOP/s (the device's own when absent)"),
     Param("step", "int", None, -2**63, 2**63 - 1, doc="only the gaps of this step"),
     Param("device", "int", None, 0, 2**31 - 1,
           doc="only this device's gaps (its id in devices); every device's when absent"),
@@ -98,7 +100,7 @@ PARAMS = {p.name: p for p in (
           doc="hosts: direction (each column has its natural default)"),
 )}
 
-_FILE = ("run", "host", "span", "threshold_us", "kernels_only")   # one file's diagnosis
+_FILE = ("run", "host", "span", "threshold_us", "kernels_only", "peak_tflops")  # one file's diagnosis
 ROUTES = {
     "runs": Route(("refresh",)),
     "diagnosis": Route(_FILE + ("step", "device", "gaps_offset", "gaps_limit")),
@@ -106,7 +108,7 @@ ROUTES = {
     "steps": Route(_FILE + ("steps_offset", "steps_limit")),
     "overlay": Route(_FILE + ("with_events", "start_us", "end_us", "gap")),
     "timeline": Route(_FILE + ("start_ns", "end_ns", "width"), ordered=(("start_ns", "end_ns"),)),
-    "hosts": Route(("run", "threshold_us", "kernels_only", "wait", "hosts_offset",
+    "hosts": Route(("run", "threshold_us", "kernels_only", "peak_tflops", "wait", "hosts_offset",
                     "hosts_limit", "sort", "order")),
     "progress": Route(_FILE),
     "compare": Route(_FILE + ("base_run", "base_host", "base_span", "top")),

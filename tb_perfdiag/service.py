@@ -211,7 +211,8 @@ class DiagnosisService:
         return src
 
     def _options(self, params) -> Options:
-        return Options(threshold_us=params.threshold_us, kernels_only=params.kernels_only)
+        return Options(threshold_us=params.threshold_us, kernels_only=params.kernels_only,
+                       peak_tflops=getattr(params, "peak_tflops", None))
 
     def _diagnosis(self, params):
         """The typed diagnosis of the file ``params`` name."""
@@ -606,7 +607,9 @@ class DiagnosisService:
         return parse("collectives", {"run": run or params.run, "host": host or params.host,
                                      "span": (span if run else params.span) or "",
                                      "threshold_us": repr(params.threshold_us),
-                                     "kernels_only": "1" if params.kernels_only else "0"})
+                                     "kernels_only": "1" if params.kernels_only else "0",
+                                     "peak_tflops": repr(params.peak_tflops)
+                                     if getattr(params, "peak_tflops", None) else ""})
 
     def _base_source(self, params):
         base = self.catalog.find(params.base_run, params.base_host, params.base_span)

@@ -11,6 +11,9 @@
   per typical step (GUIDE §4, from the run's collective join) stays within this share of
   the step window.  A device without collectives waits 0; one whose collectives could not
   be matched with the other participants' fails: its wait cannot be measured.
+* ``min_mfu``: every device with activity keeps an MFU over the typical steps (model FLOPs
+  they launched ÷ (their windows × peak), GUIDE §4) of at least this fraction; a device
+  with no FLOP figures or no peak fails: its MFU cannot be measured.
 
 Results are typed (``Result``); ``render/check.py`` words them for a terminal, JUnit XML
 and GitHub annotations.
@@ -32,10 +35,11 @@ class Budgets:
     max_idle: dict = field(default_factory=dict)      # cause key → fraction of the step
     max_regression: float | None = None               # fraction; needs a baseline
     max_peer_wait: float | None = None                # fraction of the step
+    min_mfu: float | None = None                      # fraction of the peak
 
     def empty(self) -> bool:
         return self.min_duty is None and not self.max_idle and self.max_regression is None \
-            and self.max_peer_wait is None
+            and self.max_peer_wait is None and self.min_mfu is None
 
 
 @dataclass
@@ -93,6 +97,8 @@ def check(diag: Diagnosis, budgets: Budgets, baseline: Comparison | None = None,
                               {"device": name, "peer_wait_ps": f.peer_wait,
                                "window_ps": f.window, "steps": f.steps,
                                "waited_for": waited_for}))
+    if budgets.min_mfu is not None:
+        out += _mfu_results(diag, active, typ, budgets.min_mfu)
     if budgets.max_regression is not None and baseline is not None:
         a, b = baseline.sides
         slower = (b.step_time - a.step_time) / a.step_time if a.step_time > 0 else 0.0
@@ -112,4 +118,29 @@ def check(diag: Diagnosis, budgets: Budgets, baseline: Comparison | None = None,
                           slower <= budgets.max_regression,
                           {"before_ps": a.step_time, "after_ps": b.step_time,
                            "baseline": a.label, "grew": grew[:3]}))
+    return out
+
+
+def _mfu_results(diag: Diagnosis, active: list, typ: np.ndarray, limit: float) -> list:
+    """``min_mfu`` per active device: the typical steps' FLOPs over their windows at peak
+    (the device's steps window when there are no steps)."""
+    E, S, out = diag.efficiency, diag.steps, []
+    for d in active:
+        name = diag.devices.name[d]
+        why = (E.missing[d] if E is not None else "") or "no FLOP figures"
+        pk = float(E.peak_flops[d]) if E is not None else float("nan")
+        if E is None or not np.isfinite(pk):
+            out.append(Result("min_mfu", name, None, limit, False, {"device": name, "reason": why}))
+            continue
+        if len(S):
+            w = np.clip(S.win_end[typ, d] - S.win_start[typ, d], 0, None).sum() * 1e-12
+            f = float(np.nansum(E.step_flops[typ, d]))
+            n = int(typ.sum())
+        else:
+            a, b = diag.devices.window(d)
+            w, f, n = (b - a) * 1e-12, float(np.nansum([E.flops[d], E.flops_estimated[d]])), 0
+        mfu = f / (w * pk) if w > 0 and f > 0 else None
+        out.append(Result("min_mfu", name, mfu, limit, mfu is not None and mfu >= limit,
+                          {"device": name, "flops": f, "window_s": w, "peak_flops_per_s": pk,
+                           "steps": n, "reason": why if mfu is None else ""}))
     return out

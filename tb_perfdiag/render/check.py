@@ -30,6 +30,8 @@ def title(r: Result) -> str:
         return f"{dev} {C.LABELS.get(cause, cause).lower()} idle ≤ {_pct(r.limit)} of the step"
     if r.budget == "max_peer_wait":
         return f"{r.subject} peer wait at collectives ≤ {_pct(r.limit)} of the step"
+    if r.budget == "min_mfu":
+        return f"{r.subject} MFU per typical step ≥ {_pct(r.limit)}"
     return f"typical step at most {_pct(r.limit)} slower than the baseline"
 
 
@@ -47,6 +49,15 @@ def message(r: Result) -> str:
         return (f"{d['device']} {C.LABELS[d['cause']].lower()} idle {_ms(d['idle_ps'])} per "
                 f"typical step = {_pct(r.value)} of the step {'≤' if r.ok else '>'} "
                 f"{_pct(r.limit)}")
+    if r.budget == "min_mfu":
+        d = r.detail
+        if r.value is None:
+            return (f"{d['device']} MFU cannot be measured ({d['reason']}): the budget of "
+                    f"{_pct(r.limit)} is not met")
+        return (f"{d['device']} MFU per typical step {100 * r.value:.3g}% "
+                f"{'≥' if r.ok else '<'} {_pct(r.limit)} ({d['flops'] / 1e9:,.1f} GFLOP in "
+                f"{d['window_s'] * 1e3:,.1f} ms at {d['peak_flops_per_s'] / 1e12:,.1f} TFLOP/s"
+                + (f", {d['steps']} typical steps)" if d["steps"] else ")"))
     if r.budget == "max_peer_wait":
         d = r.detail
         if r.value is None:

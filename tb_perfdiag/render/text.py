@@ -6,6 +6,7 @@ import re
 from ..analysis import causes as C
 from ..analysis.result import Diagnosis
 from .device_ops import text_lines as device_op_lines
+from .efficiency import text_lines as efficiency_lines
 from .json import devices_json, finding_json, gap_records, steps_json
 
 # C0 and C1 controls (ESC, CSI, BEL, backspace, carriage return, newline…), DEL, and the
@@ -64,6 +65,7 @@ def _duty(diag: Diagnosis, dev: dict) -> str:
 
 def _step_line(s: dict, devices: list) -> str:
     dc = " ".join(f"{devices[int(k)]['name']} {v['duty_cycle'] * 100:.1f}%"
+                  + (f" (MFU {100 * v['mfu']:.3g}%)" if v.get("mfu") is not None else "")
                   for k, v in s["devices"].items() if v["duty_cycle"] is not None)
     extra = f", {s['compile']['count']} compile(s)" if s["compile"]["count"] else ""
     return f"     step {s['id']}: {_ms(s['end_ns'] - s['start_ns'])}, duty {dc}{extra}"
@@ -110,6 +112,7 @@ def report(label: str, diag: Diagnosis, top: int, step: int | None = None,
         idle = ", ".join(f"{C.LABELS[c]} {_ms(v)}" for c, v in
                          sorted(dev["idle_by_cause_ns"].items(), key=lambda kv: -kv[1]))
         lines.append(f"   {dev['name']}: {_duty(diag, dev)}; idle: {idle or '-'}")
+    lines += ["   " + x for x in efficiency_lines(diag)]
     steps = steps_json(diag)
     if steps and (all_steps or len(steps) <= STEP_LINES):
         lines.append("   steps:")
