@@ -12,6 +12,7 @@ import { CompareRuns, renderPicker } from "./compare_runs.js";
 import { onTensorBoardReload } from "./tb_host.js";
 import { dutyWaitText, mergeStepWait, renderCollectives } from "./collectives.js";
 import { headline } from "./headline.js";
+import { renderDeviceRoofline, renderEfficiency } from "./efficiency.js";
 
 const PAGE = 200;
 /** Causes where the device had the work and waited (not the host's doing). */
@@ -705,6 +706,7 @@ export class App {
       h("ol", { class: "pd-findings" }, top),
       h("div", { class: "pd-small pd-muted" }, findings.some((f) => f.top === false && f.kind !== "startup") ?
         `${findings.filter((f) => f.top === false && f.kind !== "startup").length} more finding(s) under 1 % of a step not shown.` : ""));
+    renderEfficiency(el, d, { deviceId: this.device().id ?? 0, step: this.state.step });
     const warnings = (d.warnings || []).filter((w) => this.hasDeviceActivity() || !String(w).startsWith("no device activity"));
     if (warnings.length) el.append(h("ul", { class: "pd-warnings" }, warnings.map((w) => h("li", {}, squeeze(w, 80, 500)))));
   }
@@ -927,6 +929,7 @@ export class App {
         if (li) { li.classList.add("pd-flash"); setTimeout(() => li.classList.remove("pd-flash"), 1500); }
       },
     });
+    renderDeviceRoofline(this.opsEl, this.diag.device_ops, this.device().id ?? 0);
   }
 
   /** An op's longest instance: the trace viewer on the overlay with the real events around

@@ -61,7 +61,7 @@ export function layoutSteps(steps, deviceKey, width, height, opts = {}) {
     const dev = (s.devices || {})[String(deviceKey)] || {};
     return {
       id: s.id, x: i * slot + gapPx / 2, w: Math.max(1, slot - gapPx), total_ns: total,
-      barTop: top + plotH - h, busy_ns: dev.busy_ns || 0, duty_cycle: dev.duty_cycle,
+      barTop: top + plotH - h, busy_ns: dev.busy_ns || 0, duty_cycle: dev.duty_cycle, mfu: dev.mfu ?? null,
       recompile: isRecompile(s), compileWord: compileWord(s), outlier: !!s.outlier, segments,
       labelled: i % every === 0, narrow: slot < FLAG_PX,
     };
@@ -124,6 +124,7 @@ export function renderStepsChart(container, diag, { deviceKey, selectedStep, onS
     title.textContent = (bn ? `Steps ${bn.first}–${bn.last} (${bn.steps}): median ${formatNs(bn.median_ns)}, ` +
       `${formatNs(bn.min_ns)} to ${formatNs(bn.max_ns)}; click for the slowest, step ${bn.slowest}\nMean step: ${formatNs(b.total_ns)}`
       : `Step ${b.id}: ${formatNs(b.total_ns)}`) + (hostOnly ? " (host only: no device activity)" : `, duty cycle ${formatPct(b.duty_cycle)}`) +
+      (b.mfu !== null && b.mfu !== undefined ? `, MFU ${(100 * b.mfu).toPrecision(3)}%` : "") +
       (pw && b.total_ns > 0 ? ` — ${(100 * pw.ns / b.total_ns).toFixed(0)} points of it waiting for peers at collectives` : "") +
       (b.recompile ? ` — ${b.compileWord}` : "") + (b.outlier ? " — outlier" : "") +
       b.segments.map((s) => `\n${causeLabel(s.cause)}: ${formatNs(s.ns)}`).join("");

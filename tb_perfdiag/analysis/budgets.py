@@ -140,7 +140,8 @@ def _mfu_results(diag: Diagnosis, active: list, typ: np.ndarray, limit: float) -
             a, b = diag.devices.window(d)
             w, f, n = (b - a) * 1e-12, float(np.nansum([E.flops[d], E.flops_estimated[d]])), 0
         mfu = f / (w * pk) if w > 0 and f > 0 else None
-        out.append(Result("min_mfu", name, mfu, limit, mfu is not None and mfu >= limit,
+        # above 1 the peak (or the FLOPs) is wrong: no budget is met by it
+        out.append(Result("min_mfu", name, mfu, limit, mfu is not None and limit <= mfu <= 1,
                           {"device": name, "flops": f, "window_s": w, "peak_flops_per_s": pk,
                            "steps": n, "reason": why if mfu is None else ""}))
     return out

@@ -54,6 +54,10 @@ def message(r: Result) -> str:
         if r.value is None:
             return (f"{d['device']} MFU cannot be measured ({d['reason']}): the budget of "
                     f"{_pct(r.limit)} is not met")
+        if r.value > 1:
+            return (f"{d['device']} MFU per typical step {100 * r.value:.3g}%: over 100%, the "
+                    f"peak of {d['peak_flops_per_s'] / 1e12:,.3g} TFLOP/s is below what ran "
+                    f"(check --peak-tflops)")
         return (f"{d['device']} MFU per typical step {100 * r.value:.3g}% "
                 f"{'≥' if r.ok else '<'} {_pct(r.limit)} ({d['flops'] / 1e9:,.1f} GFLOP in "
                 f"{d['window_s'] * 1e3:,.1f} ms at {d['peak_flops_per_s'] / 1e12:,.1f} TFLOP/s"

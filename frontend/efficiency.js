@@ -1,0 +1,100 @@
+// What the busy time achieves: MFU beside the duty cycle in the summary, and the MFU
+// waterfall of the selected step (or of the device's steps window) as a stacked bar whose
+// points add up to 100. Everything comes from the current diagnosis JSON
+// (devices[].efficiency, steps[].devices[k]); nothing is kept between renders.
+import { h } from "./dom.js";
+import { causeColor, causeLabel, formatPct } from "./format.js";
+import { renderRoofline } from "./roofline.js";
+
+const PART = {
+  small_gaps: ["gaps under the threshold", "#bbbbbb"],
+  peer_wait: ["peer wait at collectives", null],
+  no_matmul_work: ["busy with no matmul work (elementwise, copies, collective transfer)", "#f0b27a"],
+  matmul_below_peak: ["matmul-class ops below peak", "#85c1e9"],
+  mfu: ["achieved MFU", "#1e8449"],
+};
+
+export function partLabel(k) {
+  return PART[k] ? PART[k][0] : `idle: ${causeLabel(k)}`;
+}
+
+function partColor(k) {
+  return (PART[k] && PART[k][1]) || causeColor(k);
+}
+
+function pctOf(x) {
+  return x === null || x === undefined ? "–" : `${Number(x) < 0.001 ? Number(100 * x).toPrecision(2) : (100 * x).toFixed(1)}%`;
+}
+
+/** The waterfall shown: the selected step's on the device, else the device's own. */
+export function shownWaterfall(diag, deviceId, step) {
+  const dev = (diag.devices || []).find((x) => String(x.id) === String(deviceId)) || {};
+  const e = dev.efficiency || null;
+  if (step !== null && step !== undefined && step !== "") {
+    const s = (diag.steps || []).find((x) => String(x.id) === String(step));
+    const sd = s && (s.devices || {})[String(deviceId)];
+    if (sd) return { where: `step ${step}`, waterfall: sd.waterfall || null, mfu: sd.mfu ?? null, eff: e, dev };
+  }
+  return { where: "its steps window", waterfall: e && e.waterfall, mfu: e && e.mfu, eff: e, dev };
+}
+
+function mfuStat(dev, def) {
+  const e = dev.efficiency;
+  if (!e) return null;
+  const pk = e.peak_flops_per_s;
+  const label = pk ? `${dev.name} MFU (of ${(pk / 1e12).toPrecision(3)} TFLOP/s ${e.peak_dtype || ""}${e.peak_source ? `, ${e.peak_source}` : ""})`
+    : e.achieved_flops_per_s ? `${dev.name}: ${(e.achieved_flops_per_s / 1e12).toPrecision(3)} TFLOP/s achieved, no peak known` : `${dev.name}: no FLOP figures`;
+  return h("div", { class: "pd-stat pd-mfu-stat", "data-device": String(dev.id), title: [def, e.missing].filter(Boolean).join("\n") },
+    h("span", { class: "pd-stat-value pd-mfu" }, e.mfu !== null && e.mfu !== undefined ? pctOf(e.mfu) : "–"),
+    h("span", { class: "pd-stat-label" }, label));
+}
+
+function waterfallBar(w, where, dev) {
+  const parts = Object.entries(w).filter(([, v]) => Number.isFinite(v) && v > 0);
+  const total = parts.reduce((a, [, v]) => a + v, 0);
+  return h("div", { class: "pd-waterfall", id: "pd-waterfall", "data-total": total.toFixed(2) },
+    h("div", { class: "pd-small" }, `MFU waterfall of ${dev.name} over ${where}: the time at peak, in points adding up to ${total.toFixed(1)}`),
+    h("div", { class: "dop-stack pd-wf-stack", role: "img", "aria-label": parts.map(([k, v]) => `${partLabel(k)} ${v.toFixed(1)}`).join(", ") },
+      parts.map(([k, v]) => h("span", { class: "dop-part pd-wf-part", "data-part": k,
+        style: { width: `${v}%`, background: partColor(k) }, title: `${partLabel(k)}: ${v.toFixed(2)} points` }))),
+    h("ul", { class: "pd-idle pd-wf-legend" }, parts.sort((a, b) => b[1] - a[1]).slice(0, 8).map(([k, v]) => h("li", {},
+      h("span", { class: "chip", style: { background: partColor(k) } }), `${partLabel(k)}: `, h("b", {}, `${v.toFixed(1)} pts`)))));
+}
+
+/** The summary's efficiency parts: an MFU stat per device beside the duty cycles (in the
+ *  summary's .pd-stats) and the waterfall of the selected step on the selected device. */
+export function renderEfficiency(summaryEl, diag, { deviceId = 0, step = null } = {}) {
+  const def = (diag.definitions || {}).mfu || "";
+  const stats = summaryEl.querySelector(".pd-stats");
+  const devs = (diag.devices || []).filter((x) => x.ops > 0 && x.efficiency);
+  if (!devs.length) return;
+  const statEls = devs.map((x) => mfuStat(x, def)).filter(Boolean);
+  if (stats) stats.append(...statEls);
+  const s = shownWaterfall(diag, deviceId, step);
+  const box = h("div", { class: "pd-efficiency", id: "pd-efficiency" },
+    h("h3", {}, "What the busy time achieves ", h("abbr", { title: def, class: "pd-help" }, "?")));
+  if (s.waterfall) box.append(waterfallBar(s.waterfall, s.where, s.dev));
+  else box.append(h("p", { class: "pd-muted pd-small" }, `No MFU waterfall for ${s.dev.name || "this device"} over ${s.where}` +
+    (s.eff && s.eff.missing ? `: ${s.eff.missing}` : ": no FLOP figures or no peak.")));
+  const stepsHead = summaryEl.querySelector("h3");
+  summaryEl.insertBefore(box, stepsHead || null);
+}
+
+/** The roofline chart of the selected device under the op table; a point flashes its op's
+ *  row and opens its longest instance in the trace viewer where the row links one. */
+export function renderDeviceRoofline(opsEl, deviceOps, deviceId) {
+  const dev = ((deviceOps && deviceOps.devices) || []).find((x) => String(x.device) === String(deviceId));
+  if (!dev || !dev.roofline) return;
+  renderRoofline(opsEl, dev.roofline, {
+    deviceName: dev.name,
+    onPoint: (name) => {
+      const row = [...opsEl.querySelectorAll(".dop-row")].find((r) => r.getAttribute("data-op") === name);
+      if (!row) return;
+      row.scrollIntoView({ block: "center" });
+      row.classList.add("pd-flash");
+      setTimeout(() => row.classList.remove("pd-flash"), 1500);
+      const a = row.querySelector("a.dop-open");
+      if (a) window.open(a.href, "_blank", "noopener");
+    },
+  });
+}

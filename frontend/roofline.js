@@ -1,0 +1,88 @@
+// The roofline chart: a device's op groups as points (log–log: FLOPs per byte against
+// FLOP/s achieved, sized by device time), its roofs drawn (the memory slope up to the ridge
+// point, the peak beyond). The page only renders the server's device_ops[].roofline; a
+// point calls onPoint with its op group's name.
+import { h } from "./dom.js";
+import { formatNs, formatPct } from "./format.js";
+
+const SVG = "http://www.w3.org/2000/svg";
+const W = 560, H = 300, L = 58, R = 12, T = 12, B = 36;
+
+function el(tag, attrs, text) {
+  const e = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, String(v));
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+function sig(x) {
+  return Number(x).toPrecision(3).replace(/\.?0+e/, "e");
+}
+
+/** Where the chart's points lie: the groups with achieved FLOP/s and an intensity. */
+export function rooflinePoints(roof) {
+  return ((roof && roof.points) || []).filter((p) => p.intensity > 0 && p.flops_per_s > 0 &&
+    Number.isFinite(p.intensity) && Number.isFinite(p.flops_per_s));
+}
+
+export function renderRoofline(container, roof, { deviceName = "", onPoint = null } = {}) {
+  const pts = rooflinePoints(roof);
+  const peak = roof && roof.peak_flops_per_s, bw = roof && roof.peak_bytes_per_s;
+  const box = h("div", { class: "pd-roofline", id: "pd-roofline" },
+    h("h3", {}, `Roofline${deviceName ? ` of ${deviceName}` : ""} `,
+      h("span", { class: "pd-muted pd-small" }, "(op groups over the capture, sized by device time; click a point for its op)")));
+  container.append(box);
+  if (!pts.length || !(peak > 0)) {
+    const memOnly = ((roof && roof.points) || []).length;
+    box.append(h("p", { class: "pd-muted pd-small" }, !(peak > 0) ? "No peak known for this device: no roofline (give one with --peak-tflops / peak_tflops)."
+      : memOnly ? `${memOnly} op group(s) move bytes but do no FLOPs: all memory-bound, nothing to plot on a log scale.` : "No op group has FLOP or byte figures."));
+    return box;
+  }
+  const ridge = bw > 0 ? peak / bw : null;
+  const xs = pts.map((p) => p.intensity).concat(ridge ? [ridge] : []);
+  const ys = pts.map((p) => p.flops_per_s).concat([peak]);
+  const x0 = Math.log10(Math.min(...xs)) - 0.5, x1 = Math.log10(Math.max(...xs)) + 0.5;
+  const y0 = Math.log10(Math.min(...ys)) - 0.5, y1 = Math.log10(Math.max(...ys)) + 0.3;
+  const X = (v) => L + (Math.log10(v) - x0) / (x1 - x0) * (W - L - R);
+  const Y = (v) => T + (1 - (Math.log10(v) - y0) / (y1 - y0)) * (H - T - B);
+  const svg = el("svg", { viewBox: `0 0 ${W} ${H}`, width: "100%", role: "img", class: "pd-roofline-svg",
+    "aria-label": `roofline: ${pts.length} op groups, peak ${sig(peak)} FLOP/s` + (ridge ? `, ridge ${sig(ridge)} FLOP/byte` : "") });
+  svg.append(el("rect", { x: L, y: T, width: W - L - R, height: H - T - B, fill: "none", stroke: "#ccc" }));
+  for (let e = Math.ceil(x0); e <= Math.floor(x1); e++) {
+    svg.append(el("line", { x1: X(10 ** e), x2: X(10 ** e), y1: T, y2: H - B, stroke: "#eee" }));
+    svg.append(el("text", { x: X(10 ** e), y: H - B + 14, "text-anchor": "middle", "font-size": 10 }, `1e${e}`));
+  }
+  for (let e = Math.ceil(y0); e <= Math.floor(y1); e++) {
+    svg.append(el("line", { x1: L, x2: W - R, y1: Y(10 ** e), y2: Y(10 ** e), stroke: "#eee" }));
+    svg.append(el("text", { x: L - 4, y: Y(10 ** e) + 3, "text-anchor": "end", "font-size": 10 }, `1e${e}`));
+  }
+  svg.append(el("text", { x: (L + W - R) / 2, y: H - 4, "text-anchor": "middle", "font-size": 11 }, "FLOPs per byte"));
+  svg.append(el("text", { x: 12, y: (T + H - B) / 2, "text-anchor": "middle", "font-size": 11,
+    transform: `rotate(-90 12 ${(T + H - B) / 2})` }, "FLOP/s"));
+  // the roofs: bandwidth × intensity up to the ridge point, the peak beyond it
+  const xa = 10 ** x0, xb = 10 ** x1;
+  if (ridge) {
+    const xl = Math.max(xa, 10 ** y0 / bw);
+    svg.append(el("polyline", { class: "pd-roof", fill: "none", stroke: "#c0392b", "stroke-width": 2,
+      points: `${X(xl)},${Y(xl * bw)} ${X(ridge)},${Y(peak)} ${X(xb)},${Y(peak)}` }));
+    svg.append(el("text", { x: X(ridge) - 4, y: Y(peak) - 4, "text-anchor": "end", "font-size": 10, fill: "#c0392b" }, `ridge ${sig(ridge)} FLOP/B`));
+  } else {
+    svg.append(el("line", { class: "pd-roof", x1: X(xa), x2: X(xb), y1: Y(peak), y2: Y(peak), stroke: "#c0392b", "stroke-width": 2 }));
+  }
+  const maxT = Math.max(1, ...pts.map((p) => p.total_ns));
+  for (const p of [...pts].sort((a, b) => b.total_ns - a.total_ns)) {
+    const c = el("circle", { class: "pd-roof-point", cx: X(p.intensity), cy: Y(p.flops_per_s),
+      r: 3 + 9 * Math.sqrt(p.total_ns / maxT), fill: p.bound === "compute" ? "#2e86c1" : "#e67e22",
+      "fill-opacity": 0.6, stroke: "#333", "data-op": p.name, tabindex: 0 });
+    c.append(el("title", {}, `${p.name}\n${formatNs(p.total_ns)} (${formatPct(p.share_of_busy)} of busy), ` +
+      `${sig(p.flops_per_s)} FLOP/s, ${sig(p.intensity)} FLOP/byte, ${p.bound}-bound, ` +
+      `${p.efficiency === null ? "–" : formatPct(p.efficiency)} of attainable`));
+    if (onPoint) {
+      c.addEventListener("click", () => onPoint(p.name));
+      c.addEventListener("keydown", (e) => { if (e.key === "Enter") onPoint(p.name); });
+    }
+    svg.append(c);
+  }
+  box.append(svg);
+  return box;
+}
