@@ -59,6 +59,12 @@ class StepFigures:
     # busy time spent waiting for peers at collectives (GUIDE §4), part of ``busy``; None:
     # no join of the run's participants (one file alone, or no collectives)
     peer_wait: float | None = None
+    # model FLOPs the steps launched (mean per step), MFU over their windows and the MFU
+    # waterfall over them (points per ``EfficiencyTable.parts``); None: no FLOP figures
+    flops: float | None = None
+    mfu: float | None = None
+    waterfall: np.ndarray | None = None
+    parts: tuple = ()
 
     @property
     def duty(self) -> float | None:
@@ -265,9 +271,24 @@ def step_figures(diag: Diagnosis, device: int, steps: np.ndarray,
     if S.launched is not None and (S.launched[steps, device] >= 0).all():
         launched = float(S.launched[steps, device].sum()) / k
     pw = float(peer[steps, device].sum()) / k if peer is not None else None
-    return StepFigures(k, float(win.sum()) / k, float(S.busy[steps, device].sum()) / k,
-                       S.idle_by_cause[steps, device, :].sum(axis=0).astype(float) / k,
-                       float(S.small_total[steps, device].sum()) / k, launched, pw)
+    fig = StepFigures(k, float(win.sum()) / k, float(S.busy[steps, device].sum()) / k,
+                      S.idle_by_cause[steps, device, :].sum(axis=0).astype(float) / k,
+                      float(S.small_total[steps, device].sum()) / k, launched, pw)
+    E = getattr(diag, "efficiency", None)
+    if E is not None and device < E.step_flops.shape[1]:
+        fl = E.step_flops[steps, device]
+        pk = float(E.peak_flops[device])
+        if np.isfinite(fl).any() and np.nansum(fl) > 0:
+            fig.flops = float(np.nansum(fl)) / k
+            if np.isfinite(pk) and win.sum() > 0:
+                fig.mfu = float(np.nansum(fl)) / (float(win.sum()) * 1e-12 * pk)
+            # the steps' waterfalls weighted by their windows: still 100 points
+            wf = E.step_waterfall[steps, device].astype(np.float64)
+            ok = np.isfinite(wf).all(axis=1) & (win > 0)
+            if ok.any():
+                fig.waterfall = (wf[ok] * win[ok, None]).sum(axis=0) / float(win[ok].sum())
+                fig.parts = tuple(E.parts)
+    return fig
 
 
 def peer_wait_cells(j, host: str, diag: Diagnosis) -> np.ndarray | None:

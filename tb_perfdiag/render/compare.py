@@ -58,7 +58,13 @@ def _figures(f: StepFigures | None) -> dict | None:
             "idle_by_cause_ns": {c: _ns(v) for c, v in zip(C.ALL, f.idle_by_cause.tolist())
                                  if round(v / 1000)},
             "short_gaps_ns": _ns(f.short_gaps), "other_idle_ns": _ns(f.other_idle),
-            "peer_wait_ns": _ns(f.peer_wait), "work_duty_cycle": _work(f)}
+            "peer_wait_ns": _ns(f.peer_wait), "work_duty_cycle": _work(f),
+            "flops": f.flops, "mfu": f.mfu,
+            "waterfall": {p: round(float(v), 4) for p, v in zip(f.parts, f.waterfall.tolist())
+                          if v > 0 or p in _FIXED_PARTS} if f.waterfall is not None else None}
+
+
+_FIXED_PARTS = ("small_gaps", "peer_wait", "no_matmul_work", "matmul_below_peak", "mfu")
 
 
 def _work(f: StepFigures):
@@ -87,6 +93,14 @@ def _causes(fa: StepFigures | None, fb: StepFigures | None) -> list:
     return rows
 
 
+def _waterfall_delta(fa: StepFigures, fb: StepFigures) -> dict | None:
+    """Per waterfall part: after − before, in points (None without both waterfalls)."""
+    if fa.waterfall is None or fb.waterfall is None:
+        return None
+    return {p: round(float(y - x), 4) for p, x, y in zip(fa.parts, fa.waterfall.tolist(),
+                                                         fb.waterfall.tolist()) if x or y}
+
+
 def _set(fa, fb) -> dict:
     out = {"before": _figures(fa), "after": _figures(fb), "causes": _causes(fa, fb)}
     if fa is not None and fb is not None:
@@ -95,7 +109,9 @@ def _set(fa, fb) -> dict:
                         "duty_cycle": _delta(fa.duty, fb.duty),
                         "short_gaps_ns": _ns(fb.short_gaps) - _ns(fa.short_gaps),
                         "peer_wait_ns": None if fa.peer_wait is None or fb.peer_wait is None
-                        else _ns(fb.peer_wait) - _ns(fa.peer_wait)}
+                        else _ns(fb.peer_wait) - _ns(fa.peer_wait),
+                        "mfu": _delta(fa.mfu, fb.mfu),
+                        "waterfall": _waterfall_delta(fa, fb)}
     return out
 
 
@@ -356,6 +372,22 @@ def comparison_json(cmp: Comparison, top: int = DEFAULT_TOP, with_steps: bool = 
 
 # ---- terminal ----
 
+def _mfu_lines(fa: StepFigures, fb: StepFigures) -> list:
+    """MFU and the waterfall's parts that moved a point or more, before → after."""
+    if fa.mfu is None and fb.mfu is None:
+        return []
+    m = lambda x: "–" if x is None else f"{100 * x:.3g}%"  # noqa: E731
+    L = [f"     {'MFU':40} {m(fa.mfu):>9} → {m(fb.mfu):>9}"]
+    d = _waterfall_delta(fa, fb) if fa.waterfall is not None and fb.waterfall is not None \
+        else None
+    if d:
+        a, b = dict(zip(fa.parts, fa.waterfall.tolist())), dict(zip(fb.parts, fb.waterfall.tolist()))
+        for p, v in sorted(d.items(), key=lambda kv: -abs(kv[1])):
+            if abs(v) >= 1:
+                L.append(f"     {'waterfall: ' + p:40} {a[p]:>8.1f}p → {b[p]:>8.1f}p  {v:+.1f} points")
+    return L
+
+
 def report(cmp: Comparison, top: int = 8) -> str:
     a, b = cmp.sides
     L = [f"== compare: {a.label}  →  {b.label}"]
@@ -386,6 +418,7 @@ def report(cmp: Comparison, top: int = 8) -> str:
                  fb.duty is not None else f"     duty cycle: {_pct(fa.duty)} → {_pct(fb.duty)}")
         for name, x, y in rows:
             L.append(f"     {name[:40]:40} {_ms(x):>9} → {_ms(y):>9}  {_signed(y - x)}")
+        L += _mfu_lines(fa, fb)
     changed = [f for f in cmp.findings if f.change != Change.SAME][:top]
     if changed:
         L.append("   findings:")
