@@ -73,6 +73,9 @@ MaxBytes = Annotated[int, Field(
                 "(trimmed)", ge=MIN_MAX_BYTES, le=MAX_MAX_BYTES)]
 Offset = Annotated[int, Field(description="first item of the page (a previous answer's "
                                           "next_offset)", ge=0)]
+PeakTflops = Annotated[Optional[float], Field(
+    description="the peak MFU is taken against, TFLOP/s (the device's own from the trace or "
+                "its datasheet when absent)", gt=0, le=1e6)]
 
 
 def _name(what: str, value: Optional[str]) -> Optional[str]:
@@ -165,14 +168,17 @@ class Tools:
         return page({"span_rule": SPAN_RULE}, "runs", runs[offset:], offset, len(runs),
                     max_bytes)
 
-    @tool("One host's diagnosis at a glance: devices with duty cycle and idle time by cause, "
-          "gap count, compilations, transfers and the top findings with their fixes.")
+    @tool("One host's diagnosis at a glance: devices with duty cycle, idle time by cause and "
+          "efficiency (FLOPs, peak, MFU and its waterfall), gap count, compilations, transfers "
+          "and the top findings with their fixes.")
     def summary(self, run: Run, host: Host = None, span: Span = None,
                 top: Annotated[int, Field(description="findings to include", ge=0,
                                           le=1000)] = DEFAULT_TOP,
                 threshold_us: Threshold = 5.0, kernels_only: KernelsOnly = False,
+                peak_tflops: PeakTflops = None,
                 max_bytes: MaxBytes = DEFAULT_MAX_BYTES) -> dict:
-        p = self._params("diagnosis", run, host, span, threshold_us, kernels_only, gaps_limit=0)
+        p = self._params("diagnosis", run, host, span, threshold_us, kernels_only, gaps_limit=0,
+                         peak_tflops=peak_tflops)
         doc = self.service.diagnosis_json(p)
         out = {"schema_version": doc["schema_version"], "run": p.run, "host": p.host,
                "source": doc["source"], "options": doc["options"],
@@ -243,7 +249,8 @@ class Tools:
 
     @tool("What the device is busy with: per device, the op groups with the most device "
           "time (calls, mean, share of busy, host op and annotation behind each, its longest "
-          "instance), short kernels, and compute/copies/collectives overlap; whole trace or "
+          "instance, its roofline: FLOPs, bytes, intensity, compute- or memory-bound, share of "
+          "attainable), short kernels, and compute/copies/collectives overlap; whole trace or "
           "one step.")
     def device_ops(self, run: Run, host: Host = None, span: Span = None,
                    step: Annotated[Optional[int], Field(
@@ -256,9 +263,10 @@ class Tools:
                                                          "rest summed as other", ge=1,
                                              le=STEP_GROUPS)] = 15,
                    threshold_us: Threshold = 5.0, kernels_only: KernelsOnly = False,
+                   peak_tflops: PeakTflops = None,
                    max_bytes: MaxBytes = DEFAULT_MAX_BYTES) -> dict:
         p = self._params("diagnosis", run, host, span, threshold_us, kernels_only, step=step,
-                         gaps_limit=0)
+                         gaps_limit=0, peak_tflops=peak_tflops)
         doc = self.service.device_ops_json(p, top, device)
         if doc is None:
             raise Unavailable("this diagnosis was made before device time by op existed; "

@@ -73,6 +73,18 @@ def step_json(diag: Diagnosis, s: int, d: int) -> dict:
             "waterfall": W.as_dict(E.step_waterfall[s, d].astype(np.float64))}
 
 
+def bin_mfu(diag: Diagnosis, d: int, lo: np.ndarray, windows: np.ndarray) -> list | None:
+    """Per bin of consecutive steps (starting at the step rows ``lo``, their windows'
+    sums ``windows`` ps): the bin's FLOPs over its windows at peak (None where absent)."""
+    E = getattr(diag, "efficiency", None)
+    if E is None or d >= E.step_flops.shape[1] or not np.isfinite(E.peak_flops[d]):
+        return None
+    fl = np.add.reduceat(np.nan_to_num(E.step_flops[:, d]), lo)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        m = fl / (np.asarray(windows, np.float64) * 1e-12 * float(E.peak_flops[d]))
+    return [_f(x) if x > 0 else None for x in m.tolist()]
+
+
 def op_roofline(diag: Diagnosis, r: int) -> dict | None:
     """The roofline figures of device-op-table row ``r`` (whole capture)."""
     E = getattr(diag, "efficiency", None)

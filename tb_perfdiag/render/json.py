@@ -576,12 +576,13 @@ def step_bins_json(diag: Diagnosis, bins: int = STEP_BINS, devices=None) -> list
     outl, comp = sums(S.outlier.astype(np.int64)), sums(S.compile_count > 0)
     recomp = sums(again > 0)
     devs = _step_devices(diag, devices)
-    per = {}
+    per, mfu = {}, {}
     for d in devs:
         w = np.maximum(S.win_end[:, d] - S.win_start[:, d], 0)
         bz, ww = sums(S.busy[:, d]), sums(w)
         ib = np.add.reduceat(S.idle_by_cause[:, d, :], lo, axis=0)
         duty = (bz / np.maximum(ww, 1)).tolist()
+        mfu[d] = eff_json.bin_mfu(diag, d, lo, ww)
         per[d] = ((ww > 0).tolist(), duty, _mean_ns(bz, cnt), _mean_ns(ww - bz, cnt),
                   [{C.ALL[i]: v for i, v in zip(np.flatnonzero(m).tolist(), r[m].tolist())}
                    for m, r in zip(ib > 0, _mean_ns(ib, cnt[:, None], lists=False))])
@@ -608,7 +609,8 @@ def step_bins_json(diag: Diagnosis, bins: int = STEP_BINS, devices=None) -> list
             has, duty, busy, idle, by_cause = per[d]
             devices[str(d)] = {"duty_cycle": duty[k] if has[k] else None,
                                "busy_ns": busy[k], "idle_ns": idle[k],
-                               "idle_by_cause_ns": by_cause[k]}
+                               "idle_by_cause_ns": by_cause[k],
+                               "mfu": mfu[d][k] if mfu[d] is not None else None}
         out.append({"first": first, "last": last, "steps": c, "start_ns": st, "end_ns": en,
                     "min_ns": mn, "median_ns": med, "mean_ns": int(round(tot / c)),
                     "max_ns": mx, "slowest": slow, "outliers": no, "compiling": nc,
