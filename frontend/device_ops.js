@@ -7,6 +7,21 @@ import { formatNs, formatPct, squeeze } from "./format.js";
 
 const CLASS_LABEL = { compute: "compute", collective: "collective", memcpy: "copy", memset: "set" };
 
+/** Achieved FLOP/s of an op group ("" where it has no FLOPs). */
+function flopRate(r) {
+  if (!r || !r.flops_per_s) return "";
+  const v = r.flops_per_s;
+  return v >= 1e12 ? `${(v / 1e12).toPrecision(3)} T` : v >= 1e9 ? `${(v / 1e9).toPrecision(3)} G` : `${(v / 1e6).toPrecision(3)} M`;
+}
+
+/** "memory-bound · 1.7 %": which roof limits the group and its share of the attainable. */
+function roofCell(r) {
+  if (!r || !r.bound) return h("td", {}, "");
+  return h("td", { class: "pd-small dop-roof", title: `intensity ${r.intensity === null ? "–" : Number(r.intensity).toPrecision(3)} FLOP/byte; ` +
+    `${r.bytes_per_s ? `${(r.bytes_per_s / 1e9).toPrecision(3)} GB/s; ` : ""}share of the attainable roofline` },
+  `${r.bound}-bound · ${r.efficiency === null ? "–" : formatPct(r.efficiency)}`);
+}
+
 function pct(x) {
   return x === null || x === undefined ? "" : formatPct(x);
 }
@@ -108,7 +123,9 @@ export function renderDeviceOps(container, doc, { deviceId, opHref, onFinding, c
     container.append(h("p", { class: "pd-small pd-muted", id: "pd-ops-one-host", title: oneHost },
       "Every op here was launched by ", h("code", {}, squeeze(oneHost, 60, 120)), "."));
   }
-  const head = h("tr", {}, ["Op", "Class", "Calls", "Total", "Mean", "% busy", stepCol ? "% step" : null, hostCol ? "Host op" : null, "Annotation"]
+  // the roofline columns where the ops carry FLOP or byte figures (whole capture)
+  const roofCol = dev.ops.some((o) => o.roofline && o.roofline.bound);
+  const head = h("tr", {}, ["Op", "Class", "Calls", "Total", "Mean", "% busy", stepCol ? "% step" : null, roofCol ? "FLOP/s" : null, roofCol ? "Roofline" : null, hostCol ? "Host op" : null, "Annotation"]
     .filter((x) => x !== null).map((x) => h("th", { scope: "col", class: x === "Host op" ? "dop-text dop-host-h" : x === "Annotation" ? "dop-text" : null }, x)));
   const maxT = Math.max(1, ...dev.ops.map((o) => o.total_ns));
   const rows = dev.ops.map((o) => {
@@ -126,6 +143,8 @@ export function renderDeviceOps(container, doc, { deviceId, opHref, onFinding, c
     h("td", { class: "pd-num" }, formatNs(o.mean_ns)),
     h("td", { class: "pd-num" }, pct(o.share_of_busy)),
     stepCol ? h("td", { class: "pd-num" }, pct(o.share_of_step)) : null,
+    roofCol ? h("td", { class: "pd-num dop-flops" }, flopRate(o.roofline)) : null,
+    roofCol ? roofCell(o.roofline) : null,
     hostCol ? h("td", { class: "dop-host", title: o.host_op || "" }, squeeze(o.host_op || "", 40, 120)) : null,
     h("td", { class: "dop-ann", title: o.annotation || "" }, squeeze(o.annotation || "", 40, 120)));
   });
@@ -134,6 +153,7 @@ export function renderDeviceOps(container, doc, { deviceId, opHref, onFinding, c
       h("td", {}, h("span", { class: "dop-barbox" }), `other (${dev.other.groups} groups)`), h("td", {}, ""),
       h("td", { class: "pd-num" }, String(dev.other.calls)), h("td", { class: "pd-num" }, formatNs(dev.other.total_ns)),
       h("td", {}, ""), h("td", { class: "pd-num" }, pct(dev.other.share_of_busy)), stepCol ? h("td", {}, "") : null,
+      roofCol ? h("td", {}, "") : null, roofCol ? h("td", {}, "") : null,
       hostCol ? h("td", {}, "") : null, h("td", {}, "")));
   }
   container.append(h("table", { class: "dop-table", id: "pd-device-ops-table", "aria-label": `Device time by op on ${dev.name}` },

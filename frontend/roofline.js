@@ -45,7 +45,7 @@ export function renderRoofline(container, roof, { deviceName = "", onPoint = nul
   const y0 = Math.log10(Math.min(...ys)) - 0.5, y1 = Math.log10(Math.max(...ys)) + 0.3;
   const X = (v) => L + (Math.log10(v) - x0) / (x1 - x0) * (W - L - R);
   const Y = (v) => T + (1 - (Math.log10(v) - y0) / (y1 - y0)) * (H - T - B);
-  const svg = el("svg", { viewBox: `0 0 ${W} ${H}`, width: "100%", role: "img", class: "pd-roofline-svg",
+  const svg = el("svg", { viewBox: `0 0 ${W} ${H}`, width: "100%", style: "max-width: 640px", role: "img", class: "pd-roofline-svg",
     "aria-label": `roofline: ${pts.length} op groups, peak ${sig(peak)} FLOP/s` + (ridge ? `, ridge ${sig(ridge)} FLOP/byte` : "") });
   svg.append(el("rect", { x: L, y: T, width: W - L - R, height: H - T - B, fill: "none", stroke: "#ccc" }));
   for (let e = Math.ceil(x0); e <= Math.floor(x1); e++) {
