@@ -328,3 +328,13 @@ def test_browser_waterfall_and_roofline(tmp_path, artifacts_dir):
             br.close()
     finally:
         tb.stop()
+
+
+def test_folding_in_blocks_changes_nothing(costs_by_name, monkeypatch):
+    from tb_perfdiag.analysis.efficiency import sums
+    costs_by_name.update(gemm=(1e9, 1e6, True, "fp32"), relu=(3.0, 1e6, False, "bf16"))
+    whole = diagnose_trace(_steps_trace()).efficiency
+    monkeypatch.setattr(sums, "BLOCK", 2)
+    blocks = diagnose_trace(_steps_trace()).efficiency
+    for name in ("flops", "bytes", "mfu", "waterfall", "step_flops", "row_flops", "row_bound"):
+        np.testing.assert_array_equal(getattr(whole, name), getattr(blocks, name))
