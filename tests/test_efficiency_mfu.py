@@ -338,3 +338,18 @@ def test_folding_in_blocks_changes_nothing(costs_by_name, monkeypatch):
     blocks = diagnose_trace(_steps_trace()).efficiency
     for name in ("flops", "bytes", "mfu", "waterfall", "step_flops", "row_flops", "row_bound"):
         np.testing.assert_array_equal(getattr(whole, name), getattr(blocks, name))
+
+
+def test_unknown_device_shows_achieved_rate_and_no_peak(costs_by_name, monkeypatch):
+    costs_by_name.update(gemm=(1e9, 1e6, True, "fp32"))
+    monkeypatch.setattr(sys.modules["tb_perfdiag.analysis.efficiency.peaks"], "device_peak",
+                        lambda trace, d, dt, override_tflops=None: _Peak(
+                            None, None, dt, "", "Mystery-9000", "'Mystery-9000' is not in the "
+                            "datasheet table (give the peak with --peak-tflops)"))
+    d = diagnose_trace(_steps_trace())
+    e = diagnosis_json(d)["devices"][0]["efficiency"]
+    assert e["mfu"] is None and e["waterfall"] is None and e["peak_flops_per_s"] is None
+    assert e["achieved_flops_per_s"] == pytest.approx(3e9 / 3000e-6)
+    assert "--peak-tflops" in e["missing"]
+    from tb_perfdiag.render.efficiency import text_lines
+    assert any("no peak known" in x for x in text_lines(d))

@@ -70,7 +70,8 @@ def step_json(diag: Diagnosis, s: int, d: int) -> dict:
     if E is None or s >= E.step_flops.shape[0]:
         return {}
     return {"flops": _n(E.step_flops[s, d]), "mfu": _f(E.step_mfu[s, d]),
-            "waterfall": W.as_dict(E.step_waterfall[s, d].astype(np.float64))}
+            # two decimals: a step's row is repeated per step and device in the page's answer
+            "waterfall": W.as_dict(E.step_waterfall[s, d].astype(np.float64), digits=2)}
 
 
 def bin_mfu(diag: Diagnosis, d: int, lo: np.ndarray, windows: np.ndarray) -> list | None:

@@ -78,12 +78,12 @@ def points(window, busy, idle_by_cause, small, compute, copies_x, coll_x, mm_fra
     return pts, mfu
 
 
-def as_dict(row, keep_zero: bool = False) -> dict | None:
-    """{part: points} of one waterfall row (None when absent); the idle causes with no
-    time left out unless ``keep_zero``."""
+def as_dict(row, keep_zero: bool = False, digits: int = 4) -> dict | None:
+    """{part: points} of one waterfall row (None when absent), rounded to ``digits``; the
+    idle causes with no time left out unless ``keep_zero``."""
     row = np.asarray(row, np.float64)
     if not row.size or not np.isfinite(row).all():
         return None
     fixed = set(PARTS[N_CAUSES:])
-    return {p: round(float(v), 4) for p, v in zip(PARTS, row.tolist())
+    return {p: round(float(v), digits) for p, v in zip(PARTS, row.tolist())
             if keep_zero or v > 0 or p in fixed}
