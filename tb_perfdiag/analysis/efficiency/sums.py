@@ -59,8 +59,8 @@ class CostSums:
 
 
 def _bc(key, n, w=None) -> np.ndarray:
-    return np.bincount(key, weights=w, minlength=n)[:n].astype(np.float64) if key.size \
-        else np.zeros(n, np.float64)
+    return np.bincount(key, weights=w, minlength=n)[:n].astype(np.float64, copy=False) \
+        if key.size else np.zeros(n, np.float64)
 
 
 BLOCK = 1 << 20              # ops folded at a time: the temporaries stay a few tens of MB
@@ -84,49 +84,69 @@ def fold(costs, op_dev: np.ndarray, op_step: np.ndarray, op_row: np.ndarray, dur
 
 
 def _fold_block(c: dict, op_dev, op_step, op_row, dur, table, n_dev: int, n_steps: int) -> dict:
-    """``fold``'s sums over one block of ops (``c``: its cost columns)."""
+    """``fold``'s sums over one block of ops (``c``: its cost columns).  Each op is counted
+    into its row and its (step, device) cell; a device's sums are its rows' (a row is one
+    device's group), so no pass over the ops is made per device."""
     names = dtype_names()
     n_dt = len(names)
     n_rows = len(table)
-    known = c["known"].astype(bool)
-    est = c["estimated"].astype(bool) & known
-    fl = np.where(known, np.nan_to_num(c["flops"].astype(np.float64)), 0.0)
-    hw = np.where(known, np.nan_to_num(c["hw_flops"].astype(np.float64)), 0.0)
+    # no copy of a column already of its type; the figures zeroed where unknown, NaN
+    # (none expected) zeroed in place
+    known = np.asarray(c["known"], bool)
+    est = np.asarray(c["estimated"], bool) & known
+
+    def figure(x):
+        out = np.where(known, np.asarray(x, np.float64), 0.0)
+        return np.nan_to_num(out, copy=False)
+    fl, hw, by = figure(c["flops"]), figure(c["hw_flops"]), figure(c["bytes"])
     hw = np.where(hw > 0, hw, fl)
-    by = np.where(known, np.nan_to_num(c["bytes"].astype(np.float64)), 0.0)
-    row = np.asarray(op_row, np.int64)
-    klass = np.asarray(table.klass, np.int8)[np.maximum(row, 0)] if n_rows else \
-        np.zeros(row.shape[0], np.int8)
-    compute = (klass == OpClass.COMPUTE) & (row >= 0)
-    mm = c["matmul"].astype(bool) & compute
-    dv = np.asarray(op_dev, np.int64)
-    d = np.asarray(dur).astype(np.float64)
-    dt = np.clip(c["dtype"].astype(np.int64), 0, n_dt - 1)
-    fp32 = names.index("fp32") if "fp32" in names else -1
-    st = np.asarray(op_step, np.int64)
-    in_step = st >= 0
-    sk = st[in_step] * n_dev + dv[in_step]
-    nsd = n_steps * n_dev
-    shape = (n_steps, n_dev)
+    row = np.asarray(op_row, np.intp)
     r_ok = row >= 0
-    rk = row[r_ok]
+    if not r_ok.all():                        # an op in no row counts nowhere
+        keep = np.flatnonzero(r_ok)
+        row, known, est, fl, hw, by = (x[keep] for x in (row, known, est, fl, hw, by))
+        op_dev, op_step, dur = (np.asarray(x)[keep] for x in (op_dev, op_step, dur))
+        c = {k: np.asarray(v)[keep] for k, v in c.items()}
+    r_klass = np.asarray(table.klass, np.int8)
+    r_compute = r_klass == OpClass.COMPUTE
+    compute = r_compute[row] if n_rows else np.zeros(row.shape[0], bool)
+    mm = np.asarray(c["matmul"], bool) & compute
+    d = np.asarray(dur, np.float64)
+    dt = np.clip(np.asarray(c["dtype"], np.intp), 0, n_dt - 1)
+    fp32 = names.index("fp32") if "fp32" in names else -1
+    mm_d = np.where(mm, d, 0.0)
+    mm_fl = np.where(mm, fl, 0.0)
+    # per row
+    r_est = _bc(row, n_rows, np.where(est, fl, 0.0))
+    r_fl = _bc(row, n_rows, fl)
+    r_hw, r_by, r_d = _bc(row, n_rows, hw), _bc(row, n_rows, by), _bc(row, n_rows, d)
+    r_known = _bc(row, n_rows, np.where(known, d, 0.0))
+    r_mm_d, r_mm_fl = _bc(row, n_rows, mm_d), _bc(row, n_rows, mm_fl)
+    r_fp32 = _bc(row, n_rows, np.where(dt == fp32, mm_d, 0.0))
+    rdt = row * n_dt + dt
+    r_dt_mm = _bc(rdt, n_rows * n_dt, mm_fl).reshape(n_rows, n_dt)
+    r_dt_all = _bc(rdt, n_rows * n_dt, fl).reshape(n_rows, n_dt)
+    # per device, from its rows
+    rdev = np.asarray(table.device, np.int64)
+    per = lambda x: _bc(rdev, n_dev, x)  # noqa: E731
+    dev_dt = lambda x: np.stack([per(x[:, k]) for k in range(n_dt)], axis=1) if n_rows \
+        else np.zeros((n_dev, n_dt))  # noqa: E731
+    # per (launching step, device)
+    st = np.asarray(op_step, np.intp)
+    in_step = np.flatnonzero(st >= 0) if st.size and st.min() < 0 else slice(None)
+    sk = st[in_step] * n_dev + np.asarray(op_dev, np.intp)[in_step]
+    nsd, shape = n_steps * n_dev, (n_steps, n_dev)
     return dict(
-        flops=_bc(dv, n_dev, np.where(est, 0.0, fl)), flops_est=_bc(dv, n_dev, np.where(est, fl, 0.0)),
-        hw_flops=_bc(dv, n_dev, hw), bytes=_bc(dv, n_dev, by), op_time=_bc(dv, n_dev, d),
-        known_time=_bc(dv, n_dev, np.where(known, d, 0.0)),
-        mm_time=_bc(dv, n_dev, np.where(mm, d, 0.0)),
-        comp_time=_bc(dv, n_dev, np.where(compute, d, 0.0)),
-        dtype_flops=_bc(dv * n_dt + dt, n_dev * n_dt, np.where(mm, fl, 0.0)).reshape(n_dev, n_dt),
-        dtype_all=_bc(dv * n_dt + dt, n_dev * n_dt, fl).reshape(n_dev, n_dt),
+        flops=per(r_fl - r_est), flops_est=per(r_est), hw_flops=per(r_hw), bytes=per(r_by),
+        op_time=per(r_d), known_time=per(r_known), mm_time=per(r_mm_d),
+        comp_time=per(np.where(r_compute, r_d, 0.0)),
+        dtype_flops=dev_dt(r_dt_mm), dtype_all=dev_dt(r_dt_all),
         step_flops=_bc(sk, nsd, fl[in_step]).reshape(shape),
         step_known=_bc(sk, nsd, known[in_step].astype(np.float64)).reshape(shape),
-        step_mm_time=_bc(sk, nsd, np.where(mm, d, 0.0)[in_step]).reshape(shape),
+        step_mm_time=_bc(sk, nsd, mm_d[in_step]).reshape(shape),
         step_comp_time=_bc(sk, nsd, np.where(compute, d, 0.0)[in_step]).reshape(shape),
-        row_flops=_bc(rk, n_rows, fl[r_ok]), row_hw=_bc(rk, n_rows, hw[r_ok]),
-        row_bytes=_bc(rk, n_rows, by[r_ok]),
-        row_mm_flops=_bc(rk, n_rows, np.where(mm, fl, 0.0)[r_ok]),
-        row_known_time=_bc(rk, n_rows, np.where(known, d, 0.0)[r_ok]),
-        row_fp32_mm_time=_bc(rk, n_rows, np.where(mm & (dt == fp32), d, 0.0)[r_ok]))
+        row_flops=r_fl, row_hw=r_hw, row_bytes=r_by, row_mm_flops=r_mm_fl,
+        row_known_time=r_known, row_fp32_mm_time=r_fp32)
 
 
 def gather(trace, ops: np.ndarray, op_step: np.ndarray, n_steps: int, table: DeviceOpTable,
