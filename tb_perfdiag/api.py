@@ -68,7 +68,8 @@ class Report:
 def diagnose(path_or_trace, **options) -> Report:
     """Diagnose one trace file (or an already loaded ``Trace``).
 
-    Options: ``threshold_us`` (default 5), ``kernels_only`` (default False).
+    Options: ``threshold_us`` (default 5), ``kernels_only`` (default False),
+    ``peak_tflops`` (the peak MFU is taken against; default: the device's own).
     """
     opt = Options(**options)
     if isinstance(path_or_trace, Trace):
