@@ -243,9 +243,11 @@ def _stages(trace: Trace, opt: Options, progress, beside: ExitStack):
     device_ops, noncompute = device_op_table(
         trace, dev_ops, op_step, n_steps, origin, pid, paths, memo,
         defer_overlap=True, typical=typical_of(outlier), op_rows=op_rows)
-    # the ops' cost figures folded into per step, device and row sums (none kept per op)
-    costs = eff_sums.gather(trace, dev_ops, op_step, n_steps, device_ops, op_rows)
     annotations = ann_job.result() if ann_job is not None else ann_mod.device_time(*ann_args)
+    # the ops' cost figures folded into per step, device and row sums (none kept per op),
+    # once the device time by annotation beside is done: their per-op columns and its
+    # temporaries never add up
+    costs = eff_sums.gather(trace, dev_ops, op_step, n_steps, device_ops, op_rows)
     del dev_ops, op_step, pid, paths, memo, ann_args
     progress.stage(0.35, "host timelines")
     ctx, executors, get_next, busy_sets = ctx_job.result() if ctx_job is not None else \
