@@ -103,6 +103,9 @@ export function deviceRows(set) {
       ? [{ key: "work_duty", label: "Duty cycle, peer wait left out", metric: "duty", before: a.work_duty_cycle,
         after: b.work_duty_cycle, unit: "frac" }] : []),
     { key: "busy", label: "Busy", metric: "busy", before: a.busy_ns, after: b.busy_ns, unit: "ns" },
+    // what the busy time achieves: higher is better, like the duty cycle
+    ...((a.mfu ?? null) !== null || (b.mfu ?? null) !== null
+      ? [{ key: "mfu", label: "MFU", metric: "duty", before: a.mfu ?? null, after: b.mfu ?? null, unit: "frac" }] : []),
   ];
   // with peer wait in it, the duty cycle is judged without it (its own row): the raw one is neutral
   if (rows.some((r) => r.key === "work_duty")) rows[1].metric = "";
