@@ -323,6 +323,13 @@ def test_browser_waterfall_and_roofline(tmp_path, artifacts_dir):
             assert "NaN" not in text and "null" not in text and "undefined" not in text
             assert frame.locator(".pd-mfu-stat").count() == 1
             assert frame.locator("#pd-roofline .pd-roof-point").count() == 2
+            # the waterfall shown is the selection's: the step's, else the device's own
+            got = frame.evaluate(
+                "async () => { const m = await import(new URL('efficiency.js', document.baseURI).href);"
+                " const d = {devices: [{id: 0, name: 'g', ops: 1, efficiency: {mfu: 0.1, waterfall: {mfu: 10}}}],"
+                "  steps: [{id: 3, devices: {'0': {mfu: 0.5, waterfall: {mfu: 50}}}}]};"
+                " return ['3', '', '9'].map((s) => { const w = m.shownWaterfall(d, 0, s); return [w.where, w.mfu]; }); }")
+            assert got == [["step 3", 0.5], ["its steps window", 0.1], ["its steps window", 0.1]]
             frame.locator("#pd-efficiency").screenshot(path=os.path.join(artifacts_dir, "mfu-waterfall.png"))
             frame.locator("#pd-roofline").screenshot(path=os.path.join(artifacts_dir, "roofline.png"))
             br.close()
