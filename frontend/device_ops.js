@@ -18,8 +18,8 @@ function flopRate(r) {
 function roofCell(r) {
   if (!r || !r.bound) return h("td", {}, "");
   return h("td", { class: "pd-small dop-roof", title: `intensity ${r.intensity === null ? "–" : Number(r.intensity).toPrecision(3)} FLOP/byte; ` +
-    `${r.bytes_per_s ? `${(r.bytes_per_s / 1e9).toPrecision(3)} GB/s; ` : ""}share of the attainable roofline` },
-  `${r.bound}-bound · ${r.efficiency === null ? "–" : formatPct(r.efficiency)}`);
+    `${r.bytes_per_s ? `${(r.bytes_per_s / 1e9).toPrecision(3)} GB/s; ` : ""}share of the attainable roofline (${r.bound}-bound)` },
+  `${r.bound} · ${r.efficiency === null ? "–" : formatPct(r.efficiency)}`);
 }
 
 function pct(x) {

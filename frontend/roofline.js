@@ -84,5 +84,12 @@ export function renderRoofline(container, roof, { deviceName = "", onPoint = nul
     svg.append(c);
   }
   box.append(svg);
+  const above = pts.filter((p) => p.efficiency !== null && p.efficiency > 1);
+  if (above.length) {
+    box.append(h("p", { class: "pd-small pd-muted", id: "pd-roofline-above" },
+      `${above.length} op group(s) above the roof: their model FLOPs exceed what the hardware did (Winograd or FFT ` +
+      "convolutions multiply less than the definition counts), or the FLOPs of an op that launched several kernels are " +
+      "not split as the kernels did them."));
+  }
   return box;
 }
