@@ -10,6 +10,7 @@ import numpy as np
 from ..analysis import causes as C
 from ..analysis import collectives as coll
 from ..analysis.result import Diagnosis
+from .collectives import clock_note, clocks_json, late_text
 from .json import gap_ids, ns, ns_list
 from .text import safe as safe_text
 
@@ -60,17 +61,31 @@ def host_stats(diag: Diagnosis) -> dict:
                  "cause": C.ALL[int(g.cause[0])],
                  "step": int(S.ids[st]) if st >= 0 else None}
     typical = {c: int(_median(v)) for c, v in per_step.items() if _median(v)}
-    if typical:
-        by_cause = np.asarray([typical.get(c, 0) for c in C.ALL], np.float64)
-    else:   # no steps: the whole trace, per device with activity (the mean, never the sum)
-        active = np.asarray([x is not None for x in duty_of], bool)
-        by_cause = D.idle_by_cause[active].sum(axis=0) / 1000 / max(int(active.sum()), 1) \
-            if active.any() else np.zeros(len(C.ALL))
+    active = np.asarray([x is not None for x in duty_of], bool)
+    n_act = max(int(active.sum()), 1)
+    # the whole capture, per device with activity (the mean, never the sum): the window
+    # its idle by cause adds up over (its activity and the step windows on it)
+    cap_window = int(sum(D.window(d)[1] - D.window(d)[0] for d in np.flatnonzero(active).tolist())
+                     / n_act / 1000) if active.any() else None
+    cap_busy = int(D.busy[active].sum() / n_act / 1000) if active.any() else None
+    cap_by_cause = D.idle_by_cause[active].sum(axis=0) / 1000 / n_act \
+        if active.any() else np.zeros(len(C.ALL))
+    # one window a row: the typical step's (the step of median length), its busy and idle
+    # time from that same window; without steps the whole capture's
+    typ_step, window, busy = None, cap_window, cap_busy
+    by_cause = cap_by_cause
+    dev_steps = np.flatnonzero(S.has_device) if len(S) else np.zeros(0, np.int64)
+    if steps and dev_steps.size:
+        k = int(np.argsort(np.asarray(steps), kind="stable")[(len(steps) - 1) // 2])
+        typ_step = int(S.ids[k])
+        window = int(round(float((S.win_end[k, dev_steps] - S.win_start[k, dev_steps]).mean())
+                           / 1000))
+        busy = int(round(float(S.busy[k, dev_steps].mean()) / 1000))
+        by_cause = S.idle_by_cause[k, dev_steps, :].sum(axis=0) / 1000 / dev_steps.size
     idle = float(by_cause.sum())
     top = np.argsort(-by_cause, kind="stable")[:TOP_CAUSES]
     shares = {C.ALL[i]: round(float(by_cause[i]) / idle, 3) for i in top if idle > 0}
     shares = {c: v for c, v in shares.items() if v > 0}
-    windows = [int(D.hi[d]) - int(D.lo[d]) for d in range(len(D)) if D.ops[d] and D.hi[d] > D.lo[d]]
     # MFU over each device's steps window (``EfficiencyTable``), the mean over the devices
     # that have one
     E = getattr(diag, "efficiency", None)
@@ -88,13 +103,23 @@ def host_stats(diag: Diagnosis) -> dict:
         "worst_gap": worst,
         "top_finding": diag.findings[0].title if diag.findings else None,
         "step_idle_ns": typical,
-        # idle time of a typical step (of the whole trace without steps) and the largest
-        # causes' shares of it
+        # one window: the typical step's (``typical_step_id``; the whole trace without
+        # steps), per device with activity (the mean), its busy and idle time and the
+        # largest causes' shares of that idle time
+        "typical_step_id": typ_step,
+        "window_ns": window,
+        "busy_ns": busy,
         "idle_ns": int(round(idle)),
         "cause_shares": shares,
         "top_cause": next(iter(shares), None),
-        # the devices' window (mean over those with activity): peer wait in duty points
-        "window_ns": int(sum(windows) / len(windows) / 1000) if windows else None,
+        # the whole capture's
+        "capture_window_ns": cap_window,
+        "capture_busy_ns": cap_busy,
+        "capture_idle_ns": int(round(float(cap_by_cause.sum()))),
+        # the duty cycle's window (first to last activity, mean over devices): peer wait
+        # in duty points
+        "duty_window_ns": int(sum(int(D.hi[d]) - int(D.lo[d]) for d in np.flatnonzero(active).tolist())
+                              / n_act / 1000) if active.any() else None,
     }
     ct = diag.collectives
     if ct is not None and len(ct):
@@ -103,6 +128,9 @@ def host_stats(diag: Diagnosis) -> dict:
         out["collectives_table"] = coll.to_row(ct, coll.clock_origin_ps(diag.source),
                                                list(D.name))
         out["step_ids"] = S.ids.tolist()
+        # each step's host start on the table's clock (ns from its origin): where a late
+        # arriver's step began against its peers'
+        out["step_start_ns"] = (np.asarray(S.host_start, np.int64) // 1000).tolist()
         out.update(alone_figures(diag))
     return out
 
@@ -158,16 +186,19 @@ def apply_collectives(rows: list, j) -> dict | None:
         f = figs.get(r["host"])
         if f is None:
             continue
-        r.update({k: f[k] for k in ("peer_wait_ns", "peer_wait_total_ns", "last_arrivals",
-                                    "caused_wait_ns", "caused_wait_per_step_ns", "waited_for",
-                                    "wait_by_op")})
+        r.update({k: f[k] for k in ("peer_wait_ns", "peer_wait_total_ns", "idle_wait_ns",
+                                    "idle_wait_total_ns", "last_arrivals",
+                                    "caused_wait_ns", "caused_wait_per_step_ns",
+                                    "saving_per_step_ns", "waited_for", "wait_by_op")})
         off = j.offsets_ns.get(r["host"]) or {}
         r["clock_offset_ns"] = int(off.get("estimated_ns") or 0)
         r["clock_offset_applied"] = bool(off.get("applied"))
+        r["clock_shared_with"] = int(off.get("shared_with") or 0)
         mine = np.flatnonzero(host_of_last == r["host"])
         r["lateness_ns"] = int(np.median(j.lateness[mine, j.last[mine]])) if mine.size else None
-        if r.get("window_ns"):
-            r["peer_wait_points"] = round(100 * f["peer_wait_total_ns"] / r["window_ns"], 1)
+        if r.get("duty_window_ns"):
+            # both over the whole capture, in the duty cycle's window
+            r["peer_wait_points"] = round(100 * f["peer_wait_total_ns"] / r["duty_window_ns"], 1)
         r["straggler"] = f["straggler"]
         r["straggler_cause"] = f["straggler_cause"]
         if f["straggler"]:
@@ -175,12 +206,10 @@ def apply_collectives(rows: list, j) -> dict | None:
             r["straggler_steps"] = f["late_steps"]
             r["straggler_intermittent"] = f["intermittent"]
             r["straggler_culprit"] = f["culprit"]
-            cause = (f["straggler_cause"] or "unknown").replace("_", " ")
-            r["straggler_reason"] = (
-                f"the others wait {f['caused_wait_per_step_ns'] / 1e6:.2f} ms/step for it at "
-                f"collectives: last to arrive at {f['last_arrivals']} of {n}; late because of "
-                f"{cause}" + (f" ({f['culprit']})" if f["culprit"] else "")
-                + (f", in {len(f['late_steps'])} step(s) only" if f["intermittent"] else ""))
+            r["straggler_why"] = f["late_why"]
+            r["next_straggler"] = f["next_straggler"]
+            r["next_saving_per_step_ns"] = f["next_saving_per_step_ns"]
+            r["straggler_reason"] = straggler_reason(f, n)
     last_by = {}
     ops = {}
     host_of = [p.host for p in j.participants]
@@ -202,6 +231,7 @@ def apply_collectives(rows: list, j) -> dict | None:
             "last_arrivers": dict(sorted(last_by.items(), key=lambda x: -x[1])),
             "clock_offsets": j.offsets_ns, "clock_noisy": j.noisy,
             "clock_resolution_ns": j.resolution_ns,
+            "clocks": clocks_json(j), "clock_note": clock_note(j),
             "unresolved": int((~j.resolved).sum()) if j.resolved is not None else 0,
             "unmatched": j.unmatched, "stragglers": strag,
             "note": ("peer wait = min(op duration, last arrival − own arrival) per "
@@ -209,6 +239,19 @@ def apply_collectives(rows: list, j) -> dict | None:
             + (f"; in {int((~j.resolved).sum())} of {n} instances the last arrival leads "
                f"the next by less than the clocks can be aligned ({j.resolution_ns / 1e6:.2f} "
                "ms): no one is blamed for those" if j.noisy else "")}
+
+
+def straggler_reason(f: dict, n: int) -> str:
+    """A straggler's row reason: the wait it causes, what fixing it alone saves and who
+    is last then, and why it was late."""
+    nxt = (f"; then {f['next_straggler']} is last (fixing it too: "
+           f"≈ {f['next_saving_per_step_ns'] / 1e6:.2f} ms/step more)"
+           if f.get("next_straggler") else "")
+    return (f"the others wait {f['caused_wait_per_step_ns'] / 1e6:.2f} ms/step for it at "
+            f"collectives (last to arrive at {f['last_arrivals']} of {n}); fixing it alone "
+            f"saves ≈ {f['saving_per_step_ns'] / 1e6:.2f} ms/step (its lead over the "
+            f"next-to-last arrival){nxt}; {late_text(f.get('late_why'), f.get('culprit'))}"
+            + (f", in {len(f['late_steps'])} step(s) only" if f["intermittent"] else ""))
 
 
 def flag_stragglers(rows: list, by_collectives: bool = False) -> tuple:
@@ -298,10 +341,13 @@ def pod_summary(rows: list, sort: str = "straggler", descending: bool | None = N
     for r in rows:          # the tables served the join; rows stay small
         r.pop("collectives_table", None)
         r.pop("step_ids", None)
+        r.pop("step_start_ns", None)
     ok = [r for r in rows if r.get("status") == 200]
     stragglers = [{"host": r["host"], "reason": r.get("straggler_reason", ""),
                    "cause": r.get("straggler_cause"),
-                   "excess_ns": r.get("straggler_excess_ns")}
+                   "excess_ns": r.get("straggler_excess_ns"),
+                   "saving_per_step_ns": r.get("saving_per_step_ns") if collectives else None,
+                   "next_straggler": r.get("next_straggler")}
                   for r in sort_rows([r for r in ok if r.get("straggler")])]
     top_counts, step_idle = {}, {}
     for r in ok:
@@ -346,26 +392,16 @@ def text_table(summary: dict, top: int = 20) -> str:
                     f"{100 * summary['median_duty_without_wait']:.1f}% doing work")
     st = summary.get("stragglers") or []
     out.append(f"{len(st)} straggler(s)" + (":" if st else ""))
-    n_ok = summary["done"] - (summary.get("failed") or 0)
     for s in st:
         line = f"  {safe_text(s['host'])}: {s['reason']}"
-        if cs and s.get("excess_ns") and summary.get("median_step_ns"):
-            line += (f"; fixing it saves ≈ {s['excess_ns'] / 1e6:.2f} ms of the "
-                     f"{summary['median_step_ns'] / 1e6:.2f} ms step on each of the other "
-                     f"{max(n_ok - 1, 1)} host(s)")
         out.append(line)
     if cs:
         out.append(f"collectives: {cs['instances']} instance(s) matched across "
                    f"{cs['hosts']} host(s)"
                    + "".join(f"; {k} ×{o['count']}" for k, o in cs["ops"].items())
-                   + (f"; {cs['unresolved']} too close to order "
-                      + f"(the last two arrivals within "
-                        f"{max(coll.RESOLVE * (cs.get('clock_resolution_ns') or 0), coll.MIN_LEAD_NS) / 1e3:.0f}"
-                        " µs: what the clocks' alignment can tell apart)"
-                      if cs.get("unresolved") else "")
-                   + "".join(f"; {safe_text(h)}'s clock {o['estimated_ns'] / 1e6:+.1f} ms"
-                             for h, o in (cs.get("clock_offsets") or {}).items()
-                             if o.get("applied")))
+                   + (f"; {cs['unresolved']} too close to order (the last two arrivals "
+                      "within what the clocks can tell apart)" if cs.get("unresolved") else "")
+                   + (f"; {safe_text(cs['clock_note'])}" if cs.get("clock_note") else ""))
     wait_cols = bool(cs)
     out.append(f"{'host':<24} {'duty':>6} {'MFU':>7} {'typical step':>13} {'worst gap':>11}"
                + (f" {'peer wait':>10} {'last':>5} {'late by':>9}" if wait_cols else "")
