@@ -302,7 +302,11 @@ def test_check_min_mfu_exit_code(tmp_path):
 
 def test_browser_waterfall_and_roofline(tmp_path, artifacts_dir):
     pytest.importorskip("playwright.sync_api")
-    from conftest import TensorBoard
+    from conftest import IN_CI, TensorBoard
+    if not os.path.exists("/usr/bin/chromium"):
+        if IN_CI:
+            pytest.fail("/usr/bin/chromium is required in CI")
+        pytest.skip("/usr/bin/chromium is absent (apt-get install chromium)")
     from test_browser import open_diagnose, wait_loaded
     from playwright.sync_api import sync_playwright
     _tpu_logdir(str(tmp_path))
