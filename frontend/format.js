@@ -59,16 +59,18 @@ export function causeColor(cause) {
   return CAUSE_COLORS[cause] || "#999999";
 }
 
-/** Nanoseconds → human text with 3 significant digits: 1234567 → "1.23 ms". */
+/** Nanoseconds → text by the one unit rule of every face (tb_perfdiag/units.py writes the
+ *  same): whole ns below 1 µs, µs below 1 ms, ms below 10 s, s above, three significant
+ *  digits: 1234567 → "1.23 ms", 3379400000 → "3379 ms" (never beside "1.75 s"). */
 export function formatNs(ns) {
   if (ns === null || ns === undefined || Number.isNaN(Number(ns))) return "–";
   const v = Number(ns);
   const a = Math.abs(v);
-  const units = [[1e9, "s"], [1e6, "ms"], [1e3, "µs"]];
-  for (const [scale, unit] of units) {
-    if (a >= scale) return `${sig3(v / scale)} ${unit}`;
+  const units = [[1e10, 1e9, "s"], [1e6, 1e6, "ms"], [1e3, 1e3, "µs"]];
+  for (const [at, scale, unit] of units) {
+    if (a >= at) return `${sig3(v / scale)} ${unit}`;
   }
-  return `${Math.round(v)} ns`;      // whole nanoseconds: never "0.00 ns"
+  return `${v.toFixed(0)} ns`;      // whole nanoseconds: never "0.00 ns"
 }
 
 /** "3 steps", "1 step". */

@@ -35,6 +35,7 @@ from .render.json import diagnosis_json, json_bytes, unknown_device
 from .render.text import safe, safe_text
 from .storage import max_file_bytes
 from .trace import TraceError, load
+from .units import duration_ps
 from .trace.extension import reader_kind
 
 OK, BREACH, USAGE, INPUT, PIPE = 0, 1, 2, 3, 141
@@ -49,6 +50,14 @@ class UsageError(Exception):
 
 class InputError(Exception):
     """A path or file that cannot be read (exit 3)."""
+
+
+class FileInputError(InputError):
+    """A file that cannot be read: ``path: reason``, the file named once."""
+
+    def __init__(self, path: str, reason: str):
+        super().__init__(f"{path}: {reason}")
+        self.path, self.reason = path, reason
 
 
 class _Parser(argparse.ArgumentParser):
@@ -198,11 +207,11 @@ def _diagnose(path: str, opt: Options):
     try:
         return read_and_analyse(path, opt, max_bytes=max_file_bytes())[0]
     except TraceError as e:
-        raise InputError(f"{path}: {e.reason}") from None
+        raise FileInputError(path, e.reason) from None
     except OSError as e:
-        raise InputError(f"{path}: {e.strerror or e}") from None
+        raise FileInputError(path, str(e.strerror or e)) from None
     except MemoryError:
-        raise InputError(f"{path}: {OUT_OF_MEMORY}") from None
+        raise FileInputError(path, OUT_OF_MEMORY) from None
 
 
 def _options(args) -> Options:
@@ -234,11 +243,12 @@ def cmd_info(args) -> int:
         try:
             tr = _load(path)
         except (TraceError, OSError) as e:
-            _file_error(label, str(getattr(e, 'reason', None) or e))
+            _file_error(path, str(getattr(e, 'reason', None) or getattr(e, 'strerror', None)
+                                  or e))
             rc = INPUT
             continue
         except MemoryError:
-            _file_error(label, OUT_OF_MEMORY)
+            _file_error(path, OUT_OF_MEMORY)
             rc = INPUT
             continue
         s = tr.summary()
@@ -246,8 +256,8 @@ def cmd_info(args) -> int:
         # names from the file (and the file's own name) are shown as text, escapes visible
         print(safe(label))
         print(safe(f"  file: {path}"))
-        print(safe(f"  format: {s['format']}, {s['events']} events, span {(hi - lo) / 1e9:.3f} "
-                   f"ms, devices: {', '.join(s['devices']) or 'none'}"))
+        print(safe(f"  format: {s['format']}, {s['events']} events, span {duration_ps(hi - lo)}, "
+                   f"devices: {', '.join(s['devices']) or 'none'}"))
         print(f"  reader: {reader_kind()}")
         steps = s["steps"]
         print(f"  steps: {len(steps)}" + (f" ({steps[0]}..{steps[-1]})" if steps else ""))
@@ -328,9 +338,10 @@ def cmd_pod(args) -> int:
     return INPUT if any(s["failed"] for s in out.values()) else OK
 
 
-def _file_error(label: str, err: str) -> None:
-    """A file that could not be read: one line on stderr (the other files' reports go on)."""
-    print(safe(f"tb-perfdiag: error: {label}: {err}"), file=sys.stderr)
+def _file_error(name: str, err: str) -> None:
+    """A file that could not be read: one line on stderr naming it once (its path, which
+    holds the report's label), while the other files' reports go on."""
+    print(safe(f"tb-perfdiag: error: {name}: {err}"), file=sys.stderr)
 
 
 def cmd_diagnose(args) -> int:
@@ -341,9 +352,9 @@ def cmd_diagnose(args) -> int:
     for label, path in _profiles(args.path):
         try:
             results.append((label, _diagnose(path, opt), None))
-        except InputError as e:
-            results.append((label, None, {"error": str(e), "file": path}))
-            _file_error(label, str(e))
+        except FileInputError as e:
+            results.append((label, None, {"error": e.reason, "file": path}))
+            _file_error(path, e.reason)
             rc = INPUT
     if args.step is not None:
         # a step no capture has is a usage error (naming the steps there are), never a

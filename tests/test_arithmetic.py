@@ -96,7 +96,7 @@ def test_the_lead_in_and_the_tail_are_gaps_counted_everywhere():
     # the data-loading finding counts step 0's lead-in: 3 × 600 µs over 3 steps
     f = next(f for f in d["findings"] if f["kind"] == "input_bound")
     assert f["time_lost_ns"] == 1_800_000 and f["time_lost_ns_per_step"] == 600_000
-    assert "600 µs per step on average (1.8 ms in 3 of 3 steps)" in f["title"]
+    assert "600 µs per step on average (1.80 ms in 3 of 3 steps)" in f["title"]
 
 
 def test_the_cli_states_which_window_a_duty_cycle_is_over(tmp_path):
@@ -336,8 +336,8 @@ def test_the_cli_summarises_long_step_lists(tmp_path, capsys):
     path.write_bytes(b.to_bytes())
     assert main(["diagnose", str(path)]) == 0
     out = capsys.readouterr().out
-    assert "steps: 20, median 0.100 ms; 1 outlier(s)" in out
-    assert "step 7: 0.400 ms" in out and "(outlier)" in out
+    assert "steps: 20, median 100 µs; 1 outlier(s)" in out
+    assert "step 7: 400 µs" in out and "(outlier)" in out
     assert out.count("     step ") <= 4
     assert main(["diagnose", str(path), "--steps", "all"]) == 0
     assert capsys.readouterr().out.count("     step ") == 20

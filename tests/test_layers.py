@@ -18,7 +18,7 @@ PACKAGE = "tb_perfdiag"
 # lowest first; "x.*" is every module under the package x; "" is the package's own
 # __init__ (the public facade: load, diagnose, __version__ re-exported)
 LAYERS = {
-    "foundations": ["errors", "progress", "_version", "_native", "beside"],
+    "foundations": ["errors", "progress", "_version", "_native", "beside", "units"],
     "storage": ["storage"],
     "trace model and readers": ["trace", "trace.*"],
     "analyses": ["analysis", "analysis.*"],

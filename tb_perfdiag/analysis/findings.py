@@ -15,6 +15,7 @@ from collections import defaultdict
 
 import numpy as np
 
+from ..units import duration
 from ..trace.build import distinct, unique_rows
 from ..trace.classify import is_collective_kernel
 from ..trace.model import EventKind as K, Trace
@@ -61,12 +62,7 @@ PHRASE = {FK.HOST_SYNC: "blocks on the device", FK.INPUT_BOUND: "data loading st
           FK.GRAPH_BUILDING: "XLA graph building on the host starves the device"}
 
 
-def _fmt(ns: float) -> str:
-    if ns >= 1e6:
-        return f"{ns / 1e6:.1f} ms"
-    if ns >= 1e3:
-        return f"{ns / 1e3:.0f} µs" if ns >= 1e4 else f"{ns / 1e3:.1f} µs"
-    return f"{ns:.0f} ns"
+_fmt = duration            # the one unit rule (units.py)
 
 
 class _Gaps:
@@ -770,9 +766,9 @@ def _multi_device(trace: Trace, diag, n_steps: int, fw: str) -> list:
     win_ns = np.rint(S.win_end / 1000).astype(np.int64) - np.rint(S.win_start / 1000).astype(
         np.int64)
     per_step_dev = {D.name[d]: win_ns[:, d].tolist() for d in devs if len(S)}
-    detail = (f"Busy time differs by {skew / 1e6:.2f} ms across {len(devs)} devices "
-              f"({slow} is busiest). Collective time per device (ms): " +
-              ", ".join(f"{k}: {v / 1e6:.2f}" for k, v in coll.items()) + ".")
+    detail = (f"Busy time differs by {_fmt(skew)} across {len(devs)} devices "
+              f"({slow} is busiest). Collective time per device: " +
+              ", ".join(f"{k}: {_fmt(v)}" for k, v in coll.items()) + ".")
     none = np.zeros(0, np.int32)
     # per step: how much longer the busiest device worked than the least busy one, inside
     # the step (the whole-trace difference may lie outside every step)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..units import duration_ps
 from ..trace.model import EventKind as K, Trace, isin_few
 from .result import DeviceTable, StepNumbers
 from .steps import AFTER_LAST, BEFORE_FIRST
@@ -18,8 +19,7 @@ _BLOCK = 1 << 20
 CLOCK_SLACK_PS = 1_000_000
 
 
-def _ms(ps: float) -> str:
-    return f"{ps / 1e9:.2f} ms" if ps >= 1e9 else f"{ps / 1e6:.1f} µs"
+_ms = duration_ps          # the one unit rule (units.py)
 
 
 def _ids(ids: list, most: int = 8) -> str:

@@ -12,6 +12,7 @@ import re
 
 import numpy as np
 
+from ..units import duration
 from ..trace.classify import is_input_pipeline_thread, iterator_stage
 from ..trace.strings import contains_text
 from ..trace.model import Trace
@@ -97,5 +98,4 @@ def stage(trace: Trace, lines: dict, thread: int, gs: int, ge: int, ev: int):
     return ops, f"{STAGE_LABEL} ({STAGE_KIND[key]}), {_fmt(per)} a batch", key
 
 
-def _fmt(ns: float) -> str:
-    return f"{ns / 1e6:.1f} ms" if ns >= 1e6 else f"{ns / 1e3:.0f} µs"
+_fmt = duration            # the one unit rule (units.py)

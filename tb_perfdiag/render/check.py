@@ -9,6 +9,7 @@ import datetime
 import socket
 from xml.etree import ElementTree as ET
 
+from ..units import duration_ps
 from ..analysis import causes as C
 from ..analysis.budgets import Result
 
@@ -17,8 +18,7 @@ def _pct(x) -> str:
     return "–" if x is None else f"{100 * x:.1f}%"
 
 
-def _ms(ps) -> str:
-    return f"{ps / 1e9:.2f} ms"
+_ms = duration_ps          # the one unit rule (units.py)
 
 
 def title(r: Result) -> str:

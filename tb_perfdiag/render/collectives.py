@@ -17,6 +17,7 @@ from ..analysis.collectives import DEVICE_COMPUTE, Join, clock_origin_ps
 from ..analysis.compare import peer_wait_cells
 from ..analysis.device_ops import fold_kernel_name
 from ..analysis.result import Diagnosis
+from ..units import duration
 
 WAITED_FOR = 5              # hosts named per op as the ones it waited for
 MAX_STEPS_LISTED = 50       # steps listed per op (the most waited first)
@@ -50,16 +51,17 @@ def clock_note(j) -> str:
         basis = cks[0]["basis"] if cks else ""
         why = {"one process": "devices of one process",
                "ends agree": "the instances' ends agree within "
-                             f"{coll.SAME_CLOCK_NS / 1e3:.0f} µs"}.get(basis, basis)
+                             f"{duration(coll.SAME_CLOCK_NS)}"}.get(basis, basis)
         res = cks[0]["resolution_ns"] if cks else 0
         return (f"one clock ({why}): no offset; arrivals order at its ends' agreement "
-                f"({res / 1e3:.1f} µs)")
+                f"({duration(res)})")
     parts = []
     for ck in cks:
         who = ", ".join(j.hosts[t] for t in ck["tables"][:3]) + (
             f" and {len(ck['tables']) - 3} more" if len(ck["tables"]) > 3 else "")
-        parts.append(f"{who}: " + (f"{ck['estimated_ns'] / 1e6:+.3f} ms (estimated from the "
-                                   f"instances' ends, residual {ck['residual_ns'] / 1e3:.0f} µs)"
+        parts.append(f"{who}: " + (f"{'+' if ck['estimated_ns'] >= 0 else ''}"
+                                   f"{duration(ck['estimated_ns'])} (estimated from the "
+                                   f"instances' ends, residual {duration(ck['residual_ns'])})"
                                    if ck["applied"] else "no offset"))
     return f"{len(cks)} clocks; offsets used — " + "; ".join(parts)
 
@@ -73,7 +75,7 @@ def late_text(why: dict | None, culprit: str | None = None, participant: str = "
     c = why["cause"]
     n = max(int(why.get("instances") or 1), 1)
     each = f" before each of the {n} collectives it was late to" if n > 1 else ""
-    ms = lambda v: f"{(v or 0) / 1e6:.2f} ms"   # noqa: E731
+    ms = lambda v: duration(v or 0)   # noqa: E731  (the one unit rule)
     if c == coll.LATE_START:
         ss = why.get("step_start_excess_ns")
         began = (f"its step began {ms(ss)} after the median {participant}'s" if ss and ss > 0

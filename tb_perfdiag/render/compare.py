@@ -2,6 +2,7 @@
 the terminal report.  Times in ns per step (rounded), duty cycles as fractions."""
 from __future__ import annotations
 
+from ..units import duration_ps
 from ..analysis import causes as C
 from ..analysis.compare import Change, Comparison, StepFigures
 from ..analysis.device_ops import fold_kernel_name
@@ -209,14 +210,7 @@ def changed_annotations(cmp: Comparison, top: int) -> list:
 
 # ---- highlights in words ----
 
-def _ms(ps) -> str:
-    ns = ps / 1000
-    a = abs(ns)
-    if a >= 1e6:
-        return f"{ns / 1e6:.1f} ms" if a >= 1e7 else f"{ns / 1e6:.2f} ms"
-    if a >= 1e3:
-        return f"{ns / 1e3:.0f} µs" if a >= 1e4 else f"{ns / 1e3:.1f} µs"
-    return f"{ns:.0f} ns"
+_ms = duration_ps          # the one unit rule (units.py)
 
 
 def _signed(ps) -> str:

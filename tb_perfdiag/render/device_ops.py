@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..units import duration
 from ..analysis.device_ops import STEP_GROUPS
 from ..analysis.result import Diagnosis, FindingKind, OpClass, Overlap
 from . import efficiency as eff_json
@@ -183,8 +184,7 @@ def text_lines(diag: Diagnosis, top: int = 8, step: int | None = None) -> list:
     return L
 
 
-def _ms(ns_) -> str:
-    return f"{ns_ / 1e6:.3f} ms"
+_ms = duration             # the one unit rule (units.py)
 
 
 def _pct(x) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import orjson
 
+from ..units import duration_ps
 from ..analysis import causes as C
 from ..analysis.attribution import VIA_NAMES
 from ..analysis.culprits import readable
@@ -123,13 +124,7 @@ def gap_row(diag: Diagnosis, gap_id: str) -> int:
     return int(hit[0]) if hit.size else -1
 
 
-def _dur(ps: float) -> str:
-    ns_ = ps / 1000
-    if ns_ >= 1e6:
-        return f"{ns_ / 1e6:.1f} ms"
-    if ns_ >= 1e3:
-        return f"{ns_ / 1e3:.0f} µs" if ns_ >= 1e4 else f"{ns_ / 1e3:.1f} µs"
-    return f"{ns_:.0f} ns"
+_dur = duration_ps         # the one unit rule (units.py)
 
 
 def _short_chain(chain: list, frames: int = 3) -> str:

@@ -12,6 +12,7 @@ from ..analysis import collectives as coll
 from ..analysis.result import Diagnosis
 from .collectives import clock_note, clocks_json, late_text
 from .json import gap_ids, ns, ns_list
+from ..units import duration
 from .text import safe as safe_text
 
 SLOWER_STEP = 1.10          # straggler: typical (median) step 10 % slower than the median host…
@@ -237,19 +238,18 @@ def apply_collectives(rows: list, j) -> dict | None:
             "note": ("peer wait = min(op duration, last arrival − own arrival) per "
                      "instance, per device (GUIDE §4); the rest of the op is transfer")
             + (f"; in {int((~j.resolved).sum())} of {n} instances the last arrival leads "
-               f"the next by less than the clocks can be aligned ({j.resolution_ns / 1e6:.2f} "
-               "ms): no one is blamed for those" if j.noisy else "")}
+               f"the next by less than the clocks can be aligned ({duration(j.resolution_ns)}): no one is blamed for those" if j.noisy else "")}
 
 
 def straggler_reason(f: dict, n: int) -> str:
     """A straggler's row reason: the wait it causes, what fixing it alone saves and who
     is last then, and why it was late."""
     nxt = (f"; then {f['next_straggler']} is last (fixing it too: "
-           f"≈ {f['next_saving_per_step_ns'] / 1e6:.2f} ms/step more)"
+           f"≈ {duration(f['next_saving_per_step_ns'])}/step more)"
            if f.get("next_straggler") else "")
-    return (f"the others wait {f['caused_wait_per_step_ns'] / 1e6:.2f} ms/step for it at "
+    return (f"the others wait {duration(f['caused_wait_per_step_ns'])}/step for it at "
             f"collectives (last to arrive at {f['last_arrivals']} of {n}); fixing it alone "
-            f"saves ≈ {f['saving_per_step_ns'] / 1e6:.2f} ms/step (its lead over the "
+            f"saves ≈ {duration(f['saving_per_step_ns'])}/step (its lead over the "
             f"next-to-last arrival){nxt}; {late_text(f.get('late_why'), f.get('culprit'))}"
             + (f", in {len(f['late_steps'])} step(s) only" if f["intermittent"] else ""))
 
@@ -289,7 +289,7 @@ def flag_stragglers(rows: list, by_collectives: bool = False) -> tuple:
         if why and worst is not None and excess[worst] > 0:
             r["straggler_cause"] = worst
             r["straggler_excess_ns"] = int(excess[worst])
-            why.append(f"{worst.replace('_', ' ')} idle {excess[worst] / 1e6:.1f} ms/step "
+            why.append(f"{worst.replace('_', ' ')} idle {duration(excess[worst])}/step "
                        "above the median host")
         r["straggler_reason"] = "; ".join(why)
     return med_step, med_duty
@@ -380,7 +380,7 @@ def text_table(summary: dict, top: int = 20) -> str:
     """The pod summary for a terminal: stragglers named, then the slowest hosts."""
     out = [f"{summary['done']} of {summary['total']} hosts"
            + (f", {summary['failed']} failed" if summary.get("failed") else "")
-           + (f"; median host: typical step {summary['median_step_ns'] / 1e6:.2f} ms"
+           + (f"; median host: typical step {duration(summary['median_step_ns'])}"
               if summary.get("median_step_ns") else "")
            + (f", duty cycle {100 * summary['median_duty_cycle']:.1f}%"
               if summary.get("median_duty_cycle") is not None else "")]
@@ -415,15 +415,15 @@ def text_table(summary: dict, top: int = 20) -> str:
                            for c, v in (r.get("cause_shares") or {}).items())
         duty = f"{100 * r['duty_cycle']:.1f}%" if r.get("duty_cycle") is not None else "–"
         mfu = f"{100 * r['mfu']:.3g}%" if r.get("mfu") is not None else "–"
-        step = f"{r['typical_step_ns'] / 1e6:.2f} ms" if r.get("typical_step_ns") else "–"
-        gap = f"{wg['duration_ns'] / 1e6:.2f} ms" if wg else "–"
+        step = duration(r['typical_step_ns']) if r.get("typical_step_ns") else "–"
+        gap = duration(wg['duration_ns']) if wg else "–"
         waits = ""
         if wait_cols:
             pw = r.get("peer_wait_ns")
             late = r.get("lateness_ns")
-            waits = (f" {(f'{pw / 1e6:.2f} ms' if pw is not None else '–'):>10}"
+            waits = (f" {duration(pw):>10}"
                      f" {r.get('last_arrivals', '–')!s:>5}"
-                     f" {(f'{late / 1e6:.2f} ms' if late else '–'):>9}")
+                     f" {(duration(late) if late else '–'):>9}")
         out.append(f"{safe_text(r['host']):<24} {duty:>6} {mfu:>7} {step:>13} {gap:>11}{waits}  {shares}")
     if len(summary["hosts"]) > top:
         out.append(f"… {len(summary['hosts']) - top} more (--json for all)")

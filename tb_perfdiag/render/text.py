@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import re
 
+from ..units import duration
 from ..analysis import causes as C
 from ..analysis.result import Diagnosis
 from .device_ops import text_lines as device_op_lines
@@ -34,8 +35,7 @@ def safe_text(s) -> str:
 STEP_LINES = 12       # steps listed one a line; a longer list is summarised
 
 
-def _ms(ns) -> str:
-    return f"{ns / 1e6:.3f} ms"
+_ms = duration             # the one unit rule (units.py)
 
 
 def _duty(diag: Diagnosis, dev: dict) -> str:
