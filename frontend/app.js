@@ -693,11 +693,15 @@ export class App {
       hl ? h("p", { class: "pd-headline", id: "pd-headline", "data-loss": hl.loss ? hl.loss.kind : "" },
         h("b", {}, `${dev.name}: `), hl.text) : null,
       h("div", { class: "pd-stats" }, devRows,
-        // the steady state leaves the steps that hold start-up out (paid once per run)
-        h("div", { class: "pd-stat" }, h("span", { class: "pd-stat-value" }, formatNs(d.steady_step_ns != null ? d.steady_step_ns : avg)),
-          h("span", { class: "pd-stat-label", title: d.step_marker ? `each step marked by ${d.step_marker}` : ((d.definitions || {}).steps || "") },
-            `average step time (${plural(nSteps, "step")}, from ${d.step_source || "?"}${d.steady_step_ns != null
-              ? `; leaving out start-up in step ${(d.startup_steps || []).join(", ")}, ${formatNs(avg)} with it` : ""})`))),
+        // the one step time of every face (definitions.typical_step): the CLI, check,
+        // compare and MCP say the same figure; the steady state leaves the steps that hold
+        // start-up out (paid once per run)
+        h("div", { class: "pd-stat", title: (d.definitions || {}).typical_step || "" },
+          h("span", { class: "pd-stat-value pd-typical-step" }, formatNs(d.typical_step_ns ?? d.steady_step_ns ?? avg)),
+          h("span", { class: "pd-stat-label", title: [(d.definitions || {}).typical_step, d.step_marker ? `each step marked by ${d.step_marker}` : ((d.definitions || {}).steps || "")].filter(Boolean).join("\n") },
+            `typical step time (${plural(nSteps, "step")}, from ${d.step_source || "?"}${d.steady_step_ns != null
+              ? `; leaving out start-up in step ${(d.startup_steps || []).join(", ")}, ${formatNs(avg)} with it` : ""}) `,
+            h("abbr", { title: (d.definitions || {}).typical_step || "", class: "pd-help" }, "?")))),
       h("h3", {}, "Idle time by cause ", h("abbr", { title: (d.definitions || {}).causes || "", class: "pd-help" }, "?")),
       h("ul", { class: "pd-idle" }, idle.length ? idle.map(([c, ns]) => h("li", {},
         h("span", { class: "chip", style: { background: causeColor(c) } }), `${causeLabel(c)}: `, h("b", {}, formatNs(ns)))) :

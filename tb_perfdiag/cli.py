@@ -22,6 +22,7 @@ from .analysis import Options
 from .analysis import causes as C
 from .analysis.budgets import Budgets, check as check_budgets
 from .analysis.compare import compare as compare_diagnoses
+from .analysis.result import Diagnosis
 from .analysis.steps import unknown_step
 from .api import is_folder, trace_files
 from .discovery import scan_logdir, span_label
@@ -344,12 +345,48 @@ def _file_error(name: str, err: str) -> None:
     print(safe(f"tb-perfdiag: error: {name}: {err}"), file=sys.stderr)
 
 
+def _multi_host_runs(path: str) -> tuple:
+    """({run: [(host, label, file)]}, every file of those runs) of the runs under
+    ``path`` with several hosts or ranks, each host's newest span (as the tab and the pod
+    summary open them); ({}, set()) for a file."""
+    if not is_folder(path):
+        return {}, set()
+    runs = scan_logdir(path)
+    by_run: dict = {}
+    for run, host, label, file in _latest_sources(path):
+        by_run.setdefault(run, []).append((host, label, file))
+    many = {run: xs for run, xs in by_run.items() if len(xs) > 1}
+    return many, {s.path for name in many for s in runs[name].sources}
+
+
+def _run_summary(members: list, diags: dict) -> dict:
+    """The pod summary of one run (stragglers, peer wait, the hosts table) from its
+    hosts' diagnoses {file: Diagnosis or why not}, analysed in this process: the rows
+    ``diagnose --scheduler`` has its workers make."""
+    from .render.pod import error_row, pod_summary, summary_row
+    rows = []
+    for host, _, file in members:
+        d = diags.get(file)
+        rows.append(summary_row(host, "", d) if isinstance(d, Diagnosis) else
+                    error_row(host, "", 422, d or "not analysed"))
+    return pod_summary(rows)
+
+
 def cmd_diagnose(args) -> int:
     if args.scheduler or args.results:
         return cmd_pod(args)
     opt = _options(args)
     results, rc = [], OK
+    # a folder of ranks or hosts leads with the run's summary; each file's report (every
+    # span of it) with --per-file, --step or --device, and in the JSON
+    detailed = args.json or args.per_file or args.step is not None or args.device is not None
+    runs, summarised = _multi_host_runs(args.path) if not detailed else ({}, set())
+    latest = {file for xs in runs.values() for _, _, file in xs}
+    analysed = []                    # the file of each of ``results``
     for label, path in _profiles(args.path):
+        if path in summarised and path not in latest:
+            continue                 # an older span of a summarised host: not shown
+        analysed.append(path)
         try:
             results.append((label, _diagnose(path, opt), None))
         except FileInputError as e:
@@ -375,8 +412,16 @@ def cmd_diagnose(args) -> int:
         _dump(docs[0][1] if len(docs) == 1 else dict(docs), args)
         return rc
     top = DEFAULT_TOP if args.top is None else args.top
-    for label, diag, err in results:
-        if diag is not None:         # a file that failed was said on stderr as it failed
+    if runs:
+        from .render.pod import text_table
+        by_file = {path: diag if diag is not None else err["error"]
+                   for (_, diag, err), path in zip(results, analysed)}
+    for run, members in runs.items():
+        print(safe(f"== {run}: {len(members)} hosts or ranks, the run's summary (each "
+                   f"one's report: --per-file)"))
+        print(text_table(_run_summary(members, by_file), top))
+    for (label, diag, _), path in zip(results, analysed):
+        if diag is not None and path not in summarised:   # a failed file was said on stderr
             print(text.report(label, diag, top, args.step, all_steps=args.steps == "all"))
     return rc
 
@@ -562,6 +607,10 @@ def parser() -> argparse.ArgumentParser:
     pd.add_argument("--device", type=_number("device", 0, 2**31 - 1, True), default=None,
                     help="--json: only this device's gaps (its id in devices), as the "
                          "route's device=")
+    pd.add_argument("--per-file", action="store_true",
+                    help="a folder of several hosts or ranks: each file's report instead of "
+                         "the run's summary (stragglers, peer wait, the hosts table) it "
+                         "leads with; --step and --device print them too")
     pd.add_argument("--steps", choices=("summary", "all"), default="summary",
                     help="text: a long step list as its median, slowest steps and outliers "
                          "(summary, the default), or every step (all)")

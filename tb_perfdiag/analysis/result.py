@@ -238,6 +238,22 @@ class StepNumbers:
         ``outlier`` (compiling, or 1.5× the median step), all of them when every step is."""
         return typical_of(self.outlier)
 
+    def typical_step_ps(self) -> float | None:
+        """The step time every face shows (``TYPICAL_STEP``): the mean host step window
+        over the typical steps; None without steps."""
+        if not len(self):
+            return None
+        host = np.asarray(self.host_end, np.int64) - np.asarray(self.host_start, np.int64)
+        return float(host[self.typical()].mean())
+
+
+# the one definition of step time, said by the page, the CLI (diagnose, check, compare, the
+# pod summary) and MCP: a mean, so that busy + idle by cause add up to it
+TYPICAL_STEP = ("Typical step (the step time shown everywhere): the mean host step window over "
+                "the typical steps — every step but those that compile or last over 1.5× the "
+                "median step (all of them when every step does); a trace without steps is "
+                "one step.")
+
 
 def typical_of(outlier: np.ndarray) -> np.ndarray:
     """``StepNumbers.typical`` of these ``outlier`` flags."""

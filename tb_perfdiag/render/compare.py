@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..units import duration_ps
 from ..analysis import causes as C
 from ..analysis.compare import Change, Comparison, StepFigures
+from ..analysis.result import TYPICAL_STEP
 from ..analysis.device_ops import fold_kernel_name
 from ..analysis.result import Diagnosis, OpClass
 from ..trace.model import EventKind as K
@@ -14,10 +15,7 @@ DEFAULT_TOP = 15
 _KIND = {int(k): k.name.lower() for k in K}
 
 DEFINITIONS = {
-    "typical_step": "The mean over the typical steps: every step but those that compile or "
-                    "last over 1.5× the median step (all of them when every step does). "
-                    "Step time is the host's step window; a trace without steps is one "
-                    "step.",
+    "typical_step": TYPICAL_STEP,
     "per_step": "The mean over all steps.",
     "device_figures": "Per device and step: the device's step window, its busy time, its "
                       "idle time by cause (the gaps' cause shares), gaps under the "

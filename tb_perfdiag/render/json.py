@@ -23,6 +23,7 @@ from ..analysis.device_ops import fold_kernel_name
 from ..analysis.result import Diagnosis, Direction, EventRefs, Finding, FindingKind, HostOps
 from ..analysis.steps import AFTER_LAST, DEFINITION as STEP_DEFINITION
 from ..trace.model import EventKind as K
+from ..analysis.result import TYPICAL_STEP
 from .device_ops import device_ops_json
 from . import efficiency as eff_json
 
@@ -55,6 +56,7 @@ DEFINITIONS = {
     "gap": "A gap is a maximal interval inside that window where the busy set is empty, at least "
            "the threshold long; shorter ones are counted and summed per step.",
     "steps": STEP_DEFINITION,
+    "typical_step": TYPICAL_STEP,
     "device_time": "Annotation device time is the sum of the durations of the device ops the "
                    "annotation caused (streams may overlap).",
     "compilation": "One per outermost graph compilation with a duration on the user's threads "
@@ -125,6 +127,12 @@ def gap_row(diag: Diagnosis, gap_id: str) -> int:
 
 
 _dur = duration_ps         # the one unit rule (units.py)
+
+
+def _typical_step_ns(diag: Diagnosis) -> int | None:
+    """The step time the page and every face show (``TYPICAL_STEP``)."""
+    t = diag.steps.typical_step_ps()
+    return None if t is None else int(round(t / 1000))
 
 
 def _short_chain(chain: list, frames: int = 3) -> str:
@@ -863,6 +871,7 @@ def diagnosis_json(diag: Diagnosis, gaps_offset: int = 0, gaps_limit: int | None
         "step_marker": getattr(diag.steps, "marker", "") or None,
         "devices": devices_json(diag),
         "steps": steps_json(diag, shown, devs), "steps_total": n_steps,
+        "typical_step_ns": _typical_step_ns(diag),
         "gaps": gaps,
         "annotations": annotations_json(diag, per_step),
         "unscoped": unscoped_json(diag, per_step), "user_scopes": user_scopes_json(diag),

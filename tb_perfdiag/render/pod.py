@@ -15,7 +15,7 @@ from .json import gap_ids, ns, ns_list
 from ..units import duration
 from .text import safe as safe_text
 
-SLOWER_STEP = 1.10          # straggler: typical (median) step 10 % slower than the median host…
+SLOWER_STEP = 1.10          # straggler: typical step 10 % slower than the median host's…
 LOWER_DUTY = 0.05           # …or duty cycle 5 points below it
 TOP_CAUSES = 3              # cause shares kept per row
 
@@ -41,7 +41,7 @@ def _median(xs):
 
 def host_stats(diag: Diagnosis) -> dict:
     """One host's row without its name: duty cycle per device and on average, typical
-    (median) step, worst gap, top finding, idle time by cause per typical step and the
+    step (``TYPICAL_STEP``), worst gap, top finding, idle time by cause per typical step and the
     largest causes' shares of the host's idle time."""
     S, D, g = diag.steps, diag.devices, diag.gaps
     steps = (np.asarray(ns_list(S.host_end)) - np.asarray(ns_list(S.host_start))).tolist()
@@ -100,7 +100,8 @@ def host_stats(diag: Diagnosis) -> dict:
         "duty_cycle": sum(duty) / len(duty) if duty else None,
         "mfu": sum(mfus) / len(mfus) if mfus else None,
         "steps": len(steps), "avg_step_ns": int(sum(steps) / len(steps)) if steps else None,
-        "typical_step_ns": int(_median(steps)) if steps else None,
+        # the one step time of every face (analysis.result.TYPICAL_STEP)
+        "typical_step_ns": int(round(S.typical_step_ps() / 1000)) if steps else None,
         "worst_gap": worst,
         "top_finding": diag.findings[0].title if diag.findings else None,
         "step_idle_ns": typical,
@@ -255,7 +256,7 @@ def straggler_reason(f: dict, n: int) -> str:
 
 
 def flag_stragglers(rows: list, by_collectives: bool = False) -> tuple:
-    """Marks rows whose typical (median) step is slow or whose duty cycle is low next to
+    """Marks rows whose typical step is slow or whose duty cycle is low next to
     the median host, and names the cause of idle time that grew most; returns (median
     host's typical step ns, median duty cycle).  With ``by_collectives`` (the run's
     hosts share collectives: ``apply_collectives`` already judged them) the verdicts

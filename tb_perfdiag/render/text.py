@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 
-from ..units import duration
+from ..units import duration, duration_ps
 from ..analysis import causes as C
 from ..analysis.result import Diagnosis
 from .device_ops import text_lines as device_op_lines
@@ -104,6 +104,11 @@ def report(label: str, diag: Diagnosis, top: int, step: int | None = None,
     lines = [f"== {label}",
              f"   {diag.source['events']} events, steps from {diag.steps.source}"
              f"{f' ({marker})' if marker else ''}, gap threshold {diag.threshold_us} µs"]
+    t = diag.steps.typical_step_ps()
+    if t is not None:
+        n, k = len(diag.steps), int(diag.steps.typical().sum())
+        lines.append(f"   typical step {duration_ps(t)}: the mean of {k} of {n} step(s)"
+                     + (", compiling and 1.5×-median steps left out" if k < n else ""))
     devices = devices_json(diag)
     for dev in devices:
         if dev["duty_cycle"] is None:
