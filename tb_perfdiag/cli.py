@@ -25,7 +25,7 @@ from .analysis.compare import compare as compare_diagnoses
 from .analysis.result import Diagnosis
 from .analysis.steps import unknown_step
 from .api import is_folder, trace_files
-from .discovery import scan_logdir, span_label
+from .discovery import latest, scan_logdir, span_label
 from .errors import StorageError
 from .file_analysis import read_and_analyse
 from .params import DEFAULT_GAPS_PAGE, MAX_GAPS_PAGE, PARAMS
@@ -349,13 +349,16 @@ def _multi_host_runs(path: str) -> tuple:
     """({run: [(host, label, file)]}, every file of those runs) of the runs under
     ``path`` with several hosts or ranks, each host's newest span (as the tab and the pod
     summary open them); ({}, set()) for a file."""
+    _exists(path)
     if not is_folder(path):
         return {}, set()
-    runs = scan_logdir(path)
-    by_run: dict = {}
-    for run, host, label, file in _latest_sources(path):
-        by_run.setdefault(run, []).append((host, label, file))
-    many = {run: xs for run, xs in by_run.items() if len(xs) > 1}
+    runs = scan_logdir(path)          # what it skips is said once, by _profiles
+    many = {}
+    for name, run in runs.items():
+        hosts = run.hosts()
+        if len(hosts) > 1:
+            newest = [latest([s for s in run.sources if s.host == h]) for h in hosts]
+            many[name] = [(s.host, f"{name} · {s.host}", s.path) for s in newest]
     return many, {s.path for name in many for s in runs[name].sources}
 
 

@@ -126,8 +126,63 @@ def test_bad_file_beside_good_ones_is_said_on_stderr_and_the_rest_reported(pair,
     r = _run("diagnose", str(tmp_path))
     assert r.returncode == INPUT
     assert "bad.pt.trace.json" in r.stderr and "JSON" in r.stderr
-    assert len(r.stderr.strip().splitlines()) == 1
-    assert "· good" in r.stdout and "· bad" not in r.stdout
+    (line,) = r.stderr.strip().splitlines()
+    # the file named once: its path holds its name
+    assert line.count("bad.pt.trace.json") == 1, line
+    # two workers of one run: the run's summary, the bad one a row that says why
+    rows = {x.split()[0]: x for x in r.stdout.splitlines()[1:] if x.split()}
+    assert "ERROR" in rows["bad"] and "JSON" in rows["bad"] and "ERROR" not in rows["good"]
+    per = _run("diagnose", str(tmp_path), "--per-file")
+    assert per.returncode == INPUT and len(per.stderr.strip().splitlines()) == 1
+    assert "· good" in per.stdout and "· bad" not in per.stdout
+
+
+def test_an_unreadable_file_is_named_once(tmp_path):
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "empty.pt.trace.json").write_bytes(b"")
+    for cmd, where in (("diagnose", "bad/"), ("diagnose", "bad/empty.pt.trace.json"),
+                       ("info", "bad/")):
+        r = _run(cmd, where, cwd=str(tmp_path))
+        one_line_error(r, INPUT, "empty file")
+        assert r.stderr.count("empty.pt.trace.json") == 1, r.stderr
+
+
+POD_RUN = os.path.join(TESTDATA, "captures", "jax_pod", "data_loading_straggler")
+
+
+def test_a_folder_of_hosts_leads_with_the_runs_summary():
+    """A run of several hosts (the 4-process JAX job whose host2 loads data 30 ms a step):
+    the straggler, the peer wait and the hosts table, analysed in this process, without
+    --scheduler; each host's report only with --per-file."""
+    r = _run("diagnose", POD_RUN)
+    assert r.returncode == OK, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("== ") and "4 hosts or ranks" in lines[0] and "--per-file" in lines[0]
+    assert "points of it waiting for peers at collectives" in lines[1]
+    assert "1 straggler(s):" in r.stdout
+    (strag,) = [x for x in lines if x.startswith("  host2: ")]
+    assert "the others wait" in strag and "data loading (load_batch)" in strag
+    table = lines[lines.index(next(x for x in lines if x.startswith("host "))) + 1:]
+    assert sorted(x.split()[0] for x in table) == ["host0", "host1", "host2", "host3"]
+    assert table[0].startswith("host2")                  # stragglers first
+    assert "largest gaps" not in r.stdout and "findings:" not in r.stdout
+    per = _run("diagnose", POD_RUN, "--per-file")
+    assert per.returncode == OK
+    assert per.stdout.count("\n== ") + per.stdout.startswith("== ") == 4
+    assert "straggler(s)" not in per.stdout and "largest gaps" in per.stdout
+    # the JSON stays each file's document, as the route serves it
+    doc = json.loads(_run("diagnose", POD_RUN, "--json").stdout)
+    assert len(doc) == 4 and all("gaps" in d for d in doc.values())
+
+
+def test_dlrm_ranks_lead_with_the_straggler():
+    from conftest import shared_path
+    path = shared_path("public", "param", "et_replay", "tests", "inputs", "dlrm_kineto")
+    r = _run("diagnose", path)
+    assert r.returncode == OK, r.stderr
+    assert r.stdout.startswith("== dlrm_kineto: 8 hosts or ranks")
+    assert len(r.stdout.splitlines()) < 30            # not 722 lines of per-rank reports
+    assert "  worker7_step_12: the others wait" in r.stdout
 
 
 def test_unknown_step_is_a_usage_error_naming_the_steps(pair):
@@ -413,3 +468,23 @@ def test_escape_sequences_in_trace_names_are_shown_safely(tmp_path):
     r = _run("diagnose", str(tmp_path / f"missing{ESC}"))
     _no_traceback(r)
     assert "\x1b" not in r.stderr and "\\x1b[2J" in r.stderr and r.returncode == INPUT
+
+
+def test_one_step_time_on_every_face(pair):
+    """The typical step (definitions.typical_step: the mean over the steps that neither
+    compile nor last 1.5× the median) is the figure diagnose, its JSON, compare, check and
+    the hosts summary all show."""
+    from tb_perfdiag.units import duration
+    doc = json.loads(_run("diagnose", pair["slow"], "--json").stdout)
+    t = doc["typical_step_ns"]
+    assert t and "mean" in doc["definitions"]["typical_step"]
+    assert f"typical step {duration(t)}:" in _run("diagnose", pair["slow"]).stdout
+    cmp = json.loads(_run("compare", pair["slow"], pair["fast"], "--json").stdout)
+    assert cmp["step_time"]["before_ns"] == t
+    assert cmp["definitions"]["typical_step"] == doc["definitions"]["typical_step"]
+    r = _run("check", pair["fast"], "--baseline", pair["slow"], "--max-regression", "5%")
+    assert f"typical step {duration(t)} (baseline" in r.stdout
+    two = _run("diagnose", pair["two_hosts"]).stdout
+    alone = json.loads(_run("diagnose", os.path.join(pair["two_hosts"], "a.1700000000000.pt.trace.json"),
+                            "--json").stdout)["typical_step_ns"]
+    assert f"typical step {duration(alone)}" in two.splitlines()[1]

@@ -56,7 +56,12 @@ def test_state_round_trip(js):
 
 def test_format_ns(js):
     got = js("return [1234567, 999, 1500, 2.5e9, 0, null, 12345678].map(m.format.formatNs)")
-    assert got == ["1.23 ms", "999 ns", "1.50 µs", "2.50 s", "0 ns", "–", "12.3 ms"]
+    assert got == ["1.23 ms", "999 ns", "1.50 µs", "2500 ms", "0 ns", "–", "12.3 ms"]
+    # the page and the Python faces write every duration alike (one unit rule)
+    from test_units import CASES
+    from tb_perfdiag.units import duration
+    values = [ns for ns, _ in CASES if ns is not None and ns == ns] + [0.5, 2.5, 1e13, 99.95e6]
+    assert js("return arg.map(m.format.formatNs)", values) == [duration(v) for v in values]
     assert js("return [0.0117, 0.5, 0, 0.0003].map(m.format.formatPct)") == ["1.2%", "50%", "0%", "<0.1%"]
 
 

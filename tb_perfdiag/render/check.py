@@ -43,7 +43,8 @@ def message(r: Result) -> str:
         d = r.detail
         return (f"{r.subject} duty cycle per typical step {_pct(r.value)} "
                 f"{'≥' if r.ok else '<'} {_pct(r.limit)} (busy {_ms(d['busy_ps'])} of "
-                f"{_ms(d['window_ps'])} per step, {d['steps']} typical steps)")
+                f"its {_ms(d['window_ps'])} window per typical step, {d['steps']} typical "
+                f"steps)")
     if r.budget == "max_idle":
         d = r.detail
         return (f"{d['device']} {C.LABELS[d['cause']].lower()} idle {_ms(d['idle_ps'])} per "
