@@ -156,7 +156,7 @@ export class CompareHosts {
           r.mfu !== null && r.mfu !== undefined ? h("span", { class: "pd-small pd-mfu-cell", title: "MFU: model FLOPs over the steps window at peak (the mean over the host's devices)" },
             ` · MFU ${(100 * r.mfu).toPrecision(3)}%`) : null),
         devNames.map((n) => { const d = devs.find((x) => x.name === n); return h("td", { class: "pd-num" }, d ? formatPct(d.duty_cycle) : "–"); }),
-        h("td", { class: "pd-num", title: `average ${formatNs(r.avg_step_ns)}` }, formatNs(r.typical_step_ns),
+        h("td", { class: "pd-num", title: `typical step: the mean over the steps that neither compile nor last 1.5× the median; all steps: ${formatNs(r.avg_step_ns)}` }, formatNs(r.typical_step_ns),
           h("span", { class: "pd-muted pd-small" }, ` (${plural(r.steps, "step")})`)),
         h("td", {}, r.worst_gap ? [h("span", { class: "chip", style: { background: causeColor(r.worst_gap.cause) } }),
           `${formatNs(r.worst_gap.duration_ns)} ${causeLabel(r.worst_gap.cause)}`] : "none"),

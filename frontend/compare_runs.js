@@ -31,20 +31,45 @@ export function signedPoints(frac) {
   return `${frac > 0 ? "+" : "−"}${Math.abs(frac * 100).toFixed(1)} points`;
 }
 
-/** The default run to compare with: another run (the one before the current in the list),
- * else another host of the same run; its first host and newest span. */
+/** What makes two runs comparable before either is analysed: the layout (PyTorch or the
+ *  Profile plugin's), the trace formats of their spans, and one host against several. */
+export function runKind(run) {
+  const formats = [...new Set((run.hosts || []).flatMap((x) => (x.spans || []).map((s) => s.format || "")))].sort();
+  return `${run.layout || ""}|${formats.join(",")}|${(run.hosts || []).length > 1 ? "hosts" : "host"}`;
+}
+
+/** The default run to compare with: the nearest comparable run in the list (same layout,
+ * formats and host count; the one before first at equal distance), on the same host name
+ * when it has one; else the previous capture of the same host (the span before the one
+ * shown); else another host of the same run; else the nearest other run. */
 export function defaultBase(runs, state) {
   const i = runs.findIndex((r) => r.run === state.run);
-  const others = runs.filter((r) => r.run !== state.run);
-  const prefer = i > 0 ? runs[i - 1] : others[0];
-  if (prefer) {
-    const host = prefer.hosts[0];
-    return { base_run: prefer.run, base_host: host ? host.name : "", base_span: "" };
+  const cur = runs[i];
+  const on = (r) => {
+    const host = r.hosts.find((x) => x.name === state.host) || r.hosts[0];
+    return { base_run: r.run, base_host: host ? host.name : "", base_span: "" };
+  };
+  if (!cur) return runs.length ? on(runs[0]) : { base_run: "", base_host: "", base_span: "" };
+  const kind = runKind(cur);
+  let best = -1;
+  runs.forEach((r, j) => {
+    if (j !== i && runKind(r) === kind && (best < 0 || Math.abs(j - i) < Math.abs(best - i))) best = j;
+  });
+  if (best >= 0) return on(runs[best]);
+  const host = cur.hosts.find((x) => x.name === state.host) || cur.hosts[0];
+  const spans = host ? host.spans || [] : [];
+  if (spans.length > 1) {
+    // spans are listed oldest first; the one shown is the chosen span, else the latest
+    let k = spans.findIndex((x) => x.name === state.span);
+    if (k < 0) k = Math.max(spans.findIndex((x) => x.latest), 0);
+    const prev = spans[k > 0 ? k - 1 : 1];
+    return { base_run: cur.run, base_host: host.name, base_span: prev.name };
   }
-  const run = runs[i >= 0 ? i : 0];
-  const host = run ? (run.hosts.find((x) => x.name !== state.host) || run.hosts[0]) : null;
-  const span = host && host.name === state.host ? (host.spans.find((x) => x.name !== state.span) || {}).name : "";
-  return { base_run: run ? run.run : "", base_host: host ? host.name : "", base_span: span || "" };
+  const other = cur.hosts.find((x) => x.name !== (host && host.name));
+  if (other) return { base_run: cur.run, base_host: other.name, base_span: "" };
+  const near = runs.map((r, j) => [Math.abs(j - i) - (j < i ? 0.5 : 0), r]).filter(([, r]) => r !== cur)
+    .sort((x, y) => x[0] - y[0]);
+  return near.length ? on(near[0][1]) : on(cur);
 }
 
 /** The picker: run, host and span of the run to compare with. `onCompare(base)`. */
@@ -71,14 +96,16 @@ export function renderPicker(container, runs, state, { onCompare, onCancel }) {
       el.value = value;
       return h("label", { class: "pd-field" }, label + " ", el);
     };
-    row.append(
+    // a run with one span has no span picker: nothing is appended (append(null) would
+    // write the text "null")
+    row.append(...[
       h("span", { class: "pd-muted" }, "Compare with (before): "),
       sel("pd-base-run", "Run", runs.map((r) => [r.run, r.run]), pick.base_run, (v) => { pick = { base_run: v, base_host: "", base_span: "" }; }),
       sel("pd-base-host", "Host", run.hosts.map((x) => [x.name, x.name]), pick.base_host, (v) => { pick.base_host = v; pick.base_span = ""; }),
       spans.length > 1 ? sel("pd-base-span", "Span", spans.map((x) => [x.name, `${x.label || x.name}${x.latest ? " (latest)" : ""}`]),
         pick.base_span, (v) => { pick.base_span = v; }) : null,
       h("button", { class: "pd-button", id: "pd-compare-go", onclick: () => onCompare({ ...pick }) }, "Compare"),
-      h("button", { class: "pd-link-btn", onclick: onCancel }, "Cancel"));
+      h("button", { class: "pd-link-btn", onclick: onCancel }, "Cancel")].filter(Boolean));
   };
   draw();
   container.append(h("div", { class: "pd-card pd-picker", id: "pd-compare-picker", role: "group",

@@ -478,3 +478,45 @@ def test_demo_pair_new_sync_finding_leads_the_highlights():
     names = [r["name"] for r in cj["device_ops"]["by_device_time"]]
     assert len(names) == len(set(names)) and "at::native::multi_tensor_apply_kernel<…>" in names
     assert not any(h["text"].startswith("void ") for h in cj["highlights"])
+
+
+def _loader_loop(stall_steps, stall_us: float, ops=(), steps: int = 6) -> TraceBuilder:
+    """``training``'s loop with the DataLoader stalling only in ``stall_steps`` (inside
+    it the host ops ``ops``, nested), the steps otherwise alike."""
+    b = TraceBuilder()
+    main, s7 = b.thread("python main"), b.stream(gpu=0, stream=7)
+    t = 0.0
+    for n in range(steps):
+        load = stall_us if n in stall_steps else 0
+        length = load + 8 * 200 + 40
+        with b.step(main, n, t, length):
+            if load:
+                b.op(main, LOADER, t + 2, load, cat="user_annotation")
+                for depth, name in enumerate(ops):
+                    b.op(main, name, t + 3 + depth, load - 2 - 2 * depth)
+            for i in range(8):
+                ts = t + load + 10 + i * 200
+                b.launch(main, "cudaLaunchKernel", ts, 4, kernel=b.kernel(s7, "gemm", ts + 8, 198))
+        t += length
+    return b
+
+
+def test_one_culprit_is_one_row_whatever_its_steps_and_op_chain():
+    """The DataLoader on the main thread stalls once (step 2) before and every step after,
+    where its time now goes to aten::stack › aten::cat under it: one finding that grew,
+    never "new" beside "gone"."""
+    before = tb_perfdiag.diagnose(_loader_loop({2}, 300).build())
+    after = tb_perfdiag.diagnose(_loader_loop(set(range(6)), 2000, ("aten::stack", "aten::cat")).build())
+    fa = [f for f in before.diagnosis.findings if f.kind == FindingKind.INPUT_BOUND]
+    fb = [f for f in after.diagnosis.findings if f.kind == FindingKind.INPUT_BOUND]
+    assert len(fa) == len(fb) == 1
+    # the culprit keys differ (the op chain below the user's place): matched by the place
+    assert finding_key(fa[0]) != finding_key(fb[0])
+    cmp = tb_perfdiag.compare(before, after)
+    rows = [f for f in cmp.findings if f.kind == FindingKind.INPUT_BOUND]
+    assert [f.change for f in rows] == [Change.GREW]
+    assert rows[0].per_step_before > 0 and rows[0].per_step_after > rows[0].per_step_before
+    back = tb_perfdiag.compare(after, before)
+    assert [f.change for f in back.findings if f.kind == FindingKind.INPUT_BOUND] == [Change.SHRANK]
+    text = cmp.to_text()
+    assert " new " not in text and " gone " not in text

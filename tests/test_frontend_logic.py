@@ -159,6 +159,33 @@ def test_compare_runs_logic(js):
     # one run only: another span of the same host
     assert js("return m.compare_runs.defaultBase([arg[0]], {run: 'a', host: 'h1', span: '1'})", runs) == \
         {"base_run": "a", "base_host": "h1", "base_span": "2"}
+    # the nearest comparable run: same layout, formats and host count — a PyTorch GPU run
+    # is compared with the next PyTorch run, never with the JAX pod listed before it
+    def run(name, layout, fmt, hosts, spans=("1",)):
+        return {"run": name, "layout": layout, "hosts": [
+            {"name": f"host{i}", "spans": [{"name": s, "format": fmt, "latest": s == spans[-1]}
+                                            for s in spans]} for i in range(hosts)]}
+    demo = [run("01_gpu", "pytorch", "kineto", 1), run("01b_pod", "profile_plugin", "xspace", 4),
+            run("02_tpu", "profile_plugin", "xspace", 1), run("03_gpu", "pytorch", "kineto", 1),
+            run("10_xla", "profile_plugin", "xspace", 1, ("1", "2", "3"))]
+    pick = lambda state: js("return m.compare_runs.defaultBase(arg[0], arg[1])", [demo, state])  # noqa: E731
+    assert pick({"run": "01_gpu", "host": "host0"})["base_run"] == "03_gpu"
+    assert pick({"run": "03_gpu", "host": "host0"})["base_run"] == "01_gpu"
+    assert pick({"run": "10_xla", "host": "host0"})["base_run"] == "02_tpu"
+    # nothing comparable: another host of the pod
+    assert pick({"run": "01b_pod", "host": "host0"}) == \
+        {"base_run": "01b_pod", "base_host": "host1", "base_span": ""}
+    # the only run of its kind with several captures: the one before the span shown
+    alone = [demo[0], demo[4]]
+    assert js("return m.compare_runs.defaultBase(arg[0], arg[1])", [alone, {"run": "10_xla", "host": "host0"}]) == \
+        {"base_run": "10_xla", "base_host": "host0", "base_span": "2"}
+    assert js("return m.compare_runs.defaultBase(arg[0], arg[1])",
+              [alone, {"run": "10_xla", "host": "host0", "span": "2"}])["base_span"] == "1"
+    # the picker of a run with one span: no span field, and no stray "null" text
+    text = js("const d = document.createElement('div');"
+              " m.compare_runs.renderPicker(d, arg, {run: '03_gpu', host: 'host0'}, {onCompare() {}, onCancel() {}});"
+              " return [d.textContent, d.querySelectorAll('select').length]", demo)
+    assert "null" not in text[0] and "undefined" not in text[0] and text[1] == 2
     rows = js("return m.compare_runs.deviceRows(arg).map(r => [r.key, r.metric, r.before, r.after])", {
         "before": {"window_ns": 10, "duty_cycle": 0.5, "busy_ns": 5, "short_gaps_ns": 1},
         "after": {"window_ns": 8, "duty_cycle": 0.75, "busy_ns": 6, "short_gaps_ns": 0},

@@ -374,9 +374,34 @@ def finding_key(f: Finding, device_name=lambda n: n) -> str:
     return device_name(dev) if dev else ""
 
 
+def culprit_place(f: Finding) -> str:
+    """The user's place a finding blames (its innermost user frame, line numbers dropped),
+    "" when it names none: what still matches when the op chain below it or the steps it
+    hit differ between runs (a DataLoader once in step 10 before, in every step after)."""
+    cul = f.extra.get("culprit")
+    return _norm(cul.get("where") or "") if isinstance(cul, dict) else ""
+
+
+def _pair_leftovers(a: Diagnosis, b: Diagnosis, gone: list, new: list) -> list:
+    """[(before index, after index, key)]: the findings only one run has, paired when both
+    blame the same place with the same kind — one culprit is one row, whatever its op
+    chain or steps; the largest of each side first."""
+    def by_place(diag, idx):
+        out = {}
+        for i in sorted(idx, key=lambda i: -int(diag.findings[i].time_lost_ns_per_step)):
+            place = culprit_place(diag.findings[i])
+            if place:
+                out.setdefault((diag.findings[i].kind, place), []).append(i)
+        return out
+    ga, nb = by_place(a, gone), by_place(b, new)
+    return [(i, j, k[1]) for k in ga if k in nb for i, j in zip(ga[k], nb[k])]
+
+
 def match_findings(a: Diagnosis, b: Diagnosis, rename: dict, step_before: float) -> list:
     """[FindingDelta], the largest change per step first; ``rename`` maps a before device
-    name to its after partner (per-device findings match across the pairing)."""
+    name to its after partner (per-device findings match across the pairing).  Findings
+    match by kind and culprit key (``finding_key``), then those left by kind and the
+    user's place they blame (``culprit_place``)."""
     def keyed(diag, names):
         out, seen = {}, {}
         for i, f in enumerate(diag.findings):
@@ -387,9 +412,18 @@ def match_findings(a: Diagnosis, b: Diagnosis, rename: dict, step_before: float)
             out[k] = i
         return out
     ka, kb = keyed(a, rename), keyed(b, {})
+    pairs = [(k, ka.get(k, -1), kb.get(k, -1)) for k in list(ka) + [k for k in kb if k not in ka]]
+    gone = [i for _, i, j in pairs if j < 0]
+    new = [j for _, i, j in pairs if i < 0]
+    joined = _pair_leftovers(a, b, gone, new)
+    if joined:
+        used_a = {i for i, _, _ in joined}
+        used_b = {j for _, j, _ in joined}
+        pairs = [p for p in pairs if not (p[2] < 0 and p[1] in used_a)
+                 and not (p[1] < 0 and p[2] in used_b)]
+        pairs += [((a.findings[i].kind, key), i, j) for i, j, key in joined]
     out = []
-    for k in list(ka) + [k for k in kb if k not in ka]:
-        i, j = ka.get(k, -1), kb.get(k, -1)
+    for k, i, j in pairs:
         pa = int(a.findings[i].time_lost_ns_per_step) if i >= 0 else 0
         pb = int(b.findings[j].time_lost_ns_per_step) if j >= 0 else 0
         if i < 0:
