@@ -10,4 +10,6 @@ PY=${PYTHON:-python3}
 .venv/bin/pip install -q -e .
 LOGDIR=${DEMO_LOGDIR:-.demo-logdir}
 .venv/bin/python scripts/demo_logdir.py "$LOGDIR" >/dev/null
+echo "tb-perfdiag is in .venv/bin (source .venv/bin/activate puts it on PATH):" \
+     ".venv/bin/tb-perfdiag diagnose $LOGDIR/01_pytorch_gpu_input_bound" >&2
 exec .venv/bin/tensorboard --logdir "$LOGDIR" --port "${PORT:-6006}" --bind_all "$@"
