@@ -261,7 +261,7 @@ export class CompareRuns {
     const changed = d.findings.filter((f) => f.change !== "same");
     const label = { new: "new", gone: "gone", grew: "grew", shrank: "shrank" };
     return h("section", { class: "pd-card", id: "pd-cmp-findings", "aria-label": "Findings that changed" },
-      h("h2", {}, "Findings ", h("span", { class: "pd-muted pd-small" }, `(${changed.length} changed of ${d.findings.length}; matched by kind and culprit)`)),
+      h("h2", {}, "Findings ", h("span", { class: "pd-muted pd-small" }, `(${changed.length} changed of ${d.findings.length}; matched by kind and culprit: one culprit is one row)`)),
       changed.length ? h("table", { class: "pd-cmp-table" },
         h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Change"), h("th", { scope: "col" }, "Before /step"),
           h("th", { scope: "col" }, "After /step"), h("th", { scope: "col" }, "Finding"))),

@@ -537,8 +537,8 @@ def cmd_check(args) -> int:
                 cmp = compare_diagnoses(_diagnose(bh[0][2], opt), diag, (bh[0][1], label))
             cells, why, who = peers.get((run, host), (None, "", None))
             checked.append((label, path, check_budgets(diag, budgets, cmp, cells, why, who)))
-        except InputError as e:
-            checked.append((label, path, str(e)))
+        except InputError as e:      # under its label: the file's reason alone
+            checked.append((label, path, getattr(e, "reason", None) or str(e)))
     elapsed = time.perf_counter() - t0
     if args.junit:
         with open(args.junit, "wb") as f:

@@ -437,15 +437,9 @@ def test_annotations_tree(page, tb_demo, artifacts_dir):
 
 
 def js_format_ns(ns):
-    a = abs(ns)
-    for scale, unit in ((1e9, "s"), (1e6, "ms"), (1e3, "µs")):
-        if a >= scale:
-            v = ns / scale
-            break
-    else:
-        v, unit = ns, "ns"
-    av = abs(v)
-    return (f"{v:.0f}" if av >= 100 else f"{v:.1f}" if av >= 10 else f"{v:.2f}") + " " + unit
+    """The page's formatNs: the one unit rule of every face (tb_perfdiag.units)."""
+    from tb_perfdiag.units import duration
+    return duration(ns)
 
 
 def test_compare_hosts(browser, tmp_path, artifacts_dir):

@@ -23,7 +23,9 @@ DEFINITIONS = {
                       "busy / window, summed over the steps.",
     "devices": "Devices are paired by name, else in order (paired_by).",
     "findings": "Matched by kind and culprit (the user's frame and op chain; line numbers "
-                "and numbered suffixes dropped): new, gone, grew or shrank by at least 10 % "
+                "and numbered suffixes dropped), then those left by kind and the user's "
+                "frame alone, so one culprit is one row whatever its op chain or steps: "
+                "new, gone, grew or shrank by at least 10 % "
                 "and 1 % of the before run's typical step, else same. Times are the "
                 "findings' own time lost per step.",
     "ops": "Count and time per typical step of every op name: host ops with their "
