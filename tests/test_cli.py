@@ -161,7 +161,7 @@ def test_a_folder_of_hosts_leads_with_the_runs_summary():
     assert "points of it waiting for peers at collectives" in lines[1]
     assert "1 straggler(s):" in r.stdout
     (strag,) = [x for x in lines if x.startswith("  host2: ")]
-    assert "the others wait" in strag and "data loading (load_batch)" in strag
+    assert "the others wait" in strag and "load_batch" in strag
     table = lines[lines.index(next(x for x in lines if x.startswith("host "))) + 1:]
     assert sorted(x.split()[0] for x in table) == ["host0", "host1", "host2", "host3"]
     assert table[0].startswith("host2")                  # stragglers first

@@ -35,4 +35,5 @@ def test_no_face_writes_ms_beside_s():
         for f in os.listdir(base):
             if f.endswith(".py"):
                 text = open(os.path.join(base, f), encoding="utf-8").read()
-                assert not hand_made.search(text), (f, hand_made.search(text).group())
+                hit = hand_made.search(text)
+                assert not hit, (f, hit.group() if hit else None)
