@@ -184,6 +184,9 @@ class Tools:
                "source": doc["source"], "options": doc["options"],
                "step_source": doc["step_source"], "step_marker": doc["step_marker"],
                "steps": doc["steps_total"],
+               # the one step time of every face, with its definition
+               "typical_step_ns": doc.get("typical_step_ns"),
+               "typical_step": doc["definitions"].get("typical_step"),
                "devices": doc["devices"], "gaps_total": doc["gaps_total"], "hta": doc["hta"],
                "compilations": {"count": doc["compilations_total"],
                                 "recompilations": doc["recompilations_total"]},
