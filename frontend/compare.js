@@ -226,7 +226,7 @@ export class CompareHosts {
       const where = e.workers ? ` on ${e.workers} Dask worker${e.workers > 1 ? "s" : ""}${e.memory_limit_bytes ? ` (${(e.memory_limit_bytes / 1e9).toFixed(1)} GB each)` : ""}` : "";
       status = h("div", { class: "pd-pod-progress", role: "status" },
         h("progress", { max: String(d.total), value: String(d.done) }),
-        ` ${d.done} of ${d.total} hosts${where}, ${d.from_store} from the result store, ${d.elapsed_s.toFixed(1)} s`);
+        ` ${d.done} of ${d.total} hosts${where}, ${d.from_store} from the result store, ${formatNs(d.elapsed_s * 1e9)}`);
     } else if (!d) status = h("p", { class: "pd-muted", role: "status" }, "Loading the host summary…");
     const st = d ? d.stragglers : [];
     const shown = st.slice(0, 20);
