@@ -338,7 +338,9 @@ def test_pages_fit_the_window(browser, tb_pages, artifacts_dir, run):
         assert all(a[0] + a[1] <= b[0] for a, b in zip(boxes, boxes[1:]))
         groups = [lane for lane in lanes if lane["kind"] == "hostgroup"]
         assert groups and len(lanes) < 60
-        assert frame.evaluate("() => document.documentElement.scrollHeight") < 5000
+        # the page's length does not grow with the 100 steps or the 100+ threads; the
+        # efficiency cards (the waterfall, a roofline chart under the op table) add ~450 px
+        assert frame.evaluate("() => document.documentElement.scrollHeight") < 5600
         # a pool opens on a click, thread by thread (once the lanes of the view are in)
         frame.wait_for_function(
             "() => { const m = window.__perfdiag.timeline.model();"
