@@ -14,12 +14,28 @@ from google.protobuf.message import DecodeError
 _MODULE_NAME = re.compile(r"^(.*)\((-?\d+)\)$")
 
 
+def message_class(pkg: str, spec: dict, root: str):
+    """The upb message class ``root`` of a proto3 file ``pkg`` built at run time from
+    ``spec`` ({message: [(field, number, type, message type or None, repeated)]}): only
+    the fields read, with no generated code pinning the protobuf runtime's version."""
+    F = descriptor_pb2.FieldDescriptorProto
+    fdp = descriptor_pb2.FileDescriptorProto(name=pkg.replace(".", "/") + ".proto",
+                                             package=pkg, syntax="proto3")
+    for name, fields_ in spec.items():
+        m = fdp.message_type.add(name=name)
+        for fname, num, ftype, tname, rep in fields_:
+            f = m.field.add(name=fname, number=num, type=ftype,
+                            label=F.LABEL_REPEATED if rep else F.LABEL_OPTIONAL)
+            if tname:
+                f.type_name = f".{pkg}.{tname}"
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fdp)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{pkg}.{root}"))
+
+
 def _hlo_classes():
     """Just the HloProto fields we read, as upb message classes (unknown fields skipped)."""
     F = descriptor_pb2.FieldDescriptorProto
-    pkg = "tb_perfdiag.hlo"
-    fdp = descriptor_pb2.FileDescriptorProto(name="tb_perfdiag/hlo.proto", package=pkg,
-                                             syntax="proto3")
     spec = {
         "HloProto": [("hlo_module", 1, F.TYPE_MESSAGE, "HloModuleProto", False)],
         "HloModuleProto": [("computations", 3, F.TYPE_MESSAGE, "HloComputationProto", True)],
@@ -32,16 +48,7 @@ def _hlo_classes():
                        ("source_file", 3, F.TYPE_STRING, None, False),
                        ("source_line", 4, F.TYPE_INT32, None, False)],
     }
-    for name, fields_ in spec.items():
-        m = fdp.message_type.add(name=name)
-        for fname, num, ftype, tname, rep in fields_:
-            f = m.field.add(name=fname, number=num, type=ftype,
-                            label=F.LABEL_REPEATED if rep else F.LABEL_OPTIONAL)
-            if tname:
-                f.type_name = f".{pkg}.{tname}"
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(fdp)
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{pkg}.HloProto"))
+    return message_class("tb_perfdiag.hlo", spec, "HloProto")
 
 
 HloProto = _hlo_classes()

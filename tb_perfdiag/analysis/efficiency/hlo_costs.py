@@ -17,18 +17,16 @@ from __future__ import annotations
 import re
 
 import numpy as np
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf import descriptor_pb2
 from google.protobuf.message import DecodeError
 
+from ...trace.hlo import message_class
 from ...trace.model import Trace
 from .opcosts import DTYPES, UNKNOWN_DTYPE, OpCosts, distinct_rows, per_trace
 
 
 def _classes():
     F = descriptor_pb2.FieldDescriptorProto
-    pkg = "tb_perfdiag.hlocost"
-    fdp = descriptor_pb2.FileDescriptorProto(name="tb_perfdiag/hlocost.proto", package=pkg,
-                                             syntax="proto3")
     M, I64, I32, S = F.TYPE_MESSAGE, F.TYPE_INT64, F.TYPE_INT32, F.TYPE_STRING
     spec = {
         "HloProto": [("hlo_module", 1, M, "HloModuleProto", False)],
@@ -58,16 +56,7 @@ def _classes():
                     ("lhs_batch_dimensions", 3, I64, None, True),
                     ("rhs_batch_dimensions", 4, I64, None, True)],
     }
-    for name, fields_ in spec.items():
-        m = fdp.message_type.add(name=name)
-        for fname, num, ftype, tname, rep in fields_:
-            f = m.field.add(name=fname, number=num, type=ftype,
-                            label=F.LABEL_REPEATED if rep else F.LABEL_OPTIONAL)
-            if tname:
-                f.type_name = f".{pkg}.{tname}"
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(fdp)
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{pkg}.HloProto"))
+    return message_class("tb_perfdiag.hlocost", spec, "HloProto")
 
 
 HloProto = _classes()
