@@ -26,7 +26,7 @@ from .attribution import (dispatch_threads, incoming_host_link, origins, region_
 from .detail import host_ops
 from .gaps import device_busy, find_gaps, short_gaps, user_threads
 from .hostline import blocking_mask, build_hostlines, event_buckets
-from .intervals import covered, total_length
+from .intervals import covered, total_length, window_pairs
 from ..beside import Beside, side_by_side
 from .culprits import framework
 from .eventcodes import EventCodes, FewValues
@@ -104,12 +104,7 @@ def _window_numbers(wb, we, us, ue, gt, n_causes):
     by_cause = np.zeros((wb.shape[0], n_causes), np.int64)
     if len(gt):
         gs, ge, sh = gt.start, gt.end, gt.shares
-        w0 = np.maximum(np.searchsorted(wb, gs, side="right") - 1, 0)
-        w1 = np.maximum(np.searchsorted(wb, ge - 1, side="right") - 1, 0)
-        cnt = w1 - w0 + 1
-        g = np.repeat(np.arange(gs.shape[0]), cnt)
-        w = w0[g] + (np.arange(g.shape[0]) - np.repeat(np.cumsum(cnt) - cnt, cnt))
-        ov = np.maximum(np.minimum(ge[g], we[w]) - np.maximum(gs[g], wb[w]), 0)
+        g, w, ov, _ = window_pairs(wb, we, gs, ge)
         ov = np.where(open_[w], ov, 0)
         whole = ov == (ge - gs)[g]
         part = np.where(whole[:, None], sh[g],

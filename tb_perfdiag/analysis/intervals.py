@@ -129,3 +129,16 @@ def complement(us: np.ndarray, ue: np.ndarray, lo: int, hi: int) -> tuple[np.nda
 def clip_sum(starts: np.ndarray, ends: np.ndarray, wa: np.ndarray, wb: np.ndarray) -> np.ndarray:
     """For each window [wa, wb): total length of (disjoint, sorted) intervals inside it."""
     return covered(starts, ends, wa, wb)
+
+
+def window_pairs(wb: np.ndarray, we: np.ndarray, gs: np.ndarray, ge: np.ndarray) -> tuple:
+    """Every (interval, window) pair that may overlap, for intervals [gs, ge) against
+    windows [wb, we) sorted by start: (interval row g, window w, their overlap ov, the
+    pairs per interval cnt).  An interval's pairs are contiguous, its windows in order."""
+    w0 = np.maximum(np.searchsorted(wb, gs, side="right") - 1, 0)
+    w1 = np.maximum(np.searchsorted(wb, ge - 1, side="right") - 1, 0)
+    cnt = w1 - w0 + 1
+    g = np.repeat(np.arange(gs.shape[0]), cnt)
+    w = w0[g] + (np.arange(g.shape[0]) - np.repeat(np.cumsum(cnt) - cnt, cnt))
+    ov = np.maximum(np.minimum(ge[g], we[w]) - np.maximum(gs[g], wb[w]), 0)
+    return g, w, ov, cnt

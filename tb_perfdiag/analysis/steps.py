@@ -22,7 +22,7 @@ import numpy as np
 from ..trace.extension import native_fn
 from ..trace.model import EventKind as K, TrackKind, Trace, isin_few, narrowest_int, search
 from .attribution import run_dispatch
-from .intervals import covered
+from .intervals import covered, window_pairs
 
 DEFINITION = ("Step windows come from, in order: a device Steps line, host step annotations "
               "(ProfilerStep#N, step_num), the repeated runs of the dominant program (run k "
@@ -523,12 +523,7 @@ def gap_steps(wb: np.ndarray, we: np.ndarray, gs: np.ndarray, ge: np.ndarray) ->
         return out
     at = open_[np.argsort(np.asarray(wb)[open_], kind="stable")]
     b, e = np.asarray(wb, np.int64)[at], np.asarray(we, np.int64)[at]
-    w0 = np.maximum(np.searchsorted(b, gs, side="right") - 1, 0)
-    w1 = np.maximum(np.searchsorted(b, ge - 1, side="right") - 1, 0)
-    cnt = w1 - w0 + 1
-    g = np.repeat(np.arange(gs.shape[0]), cnt)
-    w = w0[g] + (np.arange(g.shape[0]) - np.repeat(np.cumsum(cnt) - cnt, cnt))
-    ov = np.maximum(np.minimum(ge[g], e[w]) - np.maximum(gs[g], b[w]), 0)
+    g, w, ov, cnt = window_pairs(b, e, gs, ge)
     # per gap (its pairs are contiguous, windows in order), its largest overlap and the
     # last pair holding it (the later window on a tie): reductions, no sort
     starts = np.cumsum(cnt) - cnt
