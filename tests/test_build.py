@@ -536,6 +536,31 @@ def test_a_spread_stat_reads_as_the_sparse_one():
     np.testing.assert_array_equal(_lookup(spread, at), _lookup(sparse, at))
 
 
+@pytest.mark.parametrize("span", [1000, 10**6])
+def test_lookup_together_answers_as_each_lookup(span):
+    """Stats looked up together answer as each's own lookup, whether they share their
+    events (one search, by a table of positions where the range is short, by a search
+    where it is wide) or not, coded, spread or absent."""
+    from tb_perfdiag.trace.model import Coded, Stat, lookup_together, spread_if_dense
+    rng = np.random.default_rng(11)
+    ev = np.sort(rng.choice(span, 900, replace=False)).astype(np.int32)
+    other = np.sort(rng.choice(span, 300, replace=False)).astype(np.int32)
+    a = Stat(ev, rng.integers(0, 10**6, 900))
+    b = Stat(ev, Coded(rng.integers(0, 4, 900).astype(np.uint8), np.array([5, 9, 2, 7])))
+    c = Stat(other, rng.integers(0, 9, 300))
+    # a stat on nearly every event, held spread (a column over the events)
+    dense_ev = np.setdiff1d(np.arange(span), rng.choice(span, span // 10)).astype(np.int32)
+    d = spread_if_dense(Stat(dense_ev, rng.integers(0, 50, dense_ev.shape[0])), span, False)
+    assert d.spread
+    at = np.concatenate([rng.choice(ev, 200), rng.integers(0, span, 200)])
+    got = lookup_together([a, None, b, c, d], at)
+    assert got[1] is None
+    for st, (v, has) in zip((a, b, c, d), got[:1] + got[2:]):
+        want_v, want_has = st.lookup(at)
+        np.testing.assert_array_equal(has, want_has)
+        np.testing.assert_array_equal(v[has], want_v[want_has])
+
+
 @pytest.mark.parametrize("block", [1, 7, 1 << 20])
 def test_a_stat_of_few_values_reads_as_the_plain_one(block, monkeypatch):
     """A stat of few distinct integer values (a program id, a stream) is held as one- or

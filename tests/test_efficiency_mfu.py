@@ -351,6 +351,55 @@ def test_folding_in_blocks_changes_nothing(costs_by_name, monkeypatch):
         np.testing.assert_array_equal(getattr(whole, name), getattr(blocks, name))
 
 
+def _two_gpu_trace():
+    """Two GPUs running kernels of the same names (gemm, relu) over three steps."""
+    b = TraceBuilder()
+    main = b.thread("python main")
+    streams = [b.stream(gpu=0, stream=7), b.stream(gpu=1, stream=7)]
+    for i in range(3):
+        t0 = i * 1000
+        with b.step(main, i, t0, 1000):
+            for g, s in enumerate(streams):
+                k = b.kernel(s, "gemm", t0 + 300 + 10 * g, 200 + 50 * g)
+                b.launch(main, "cudaLaunchKernel", t0 + 10 + g, 1, kernel=k)
+                k = b.kernel(s, "relu", t0 + 600, 100)
+                b.launch(main, "cudaLaunchKernel", t0 + 20 + g, 1, kernel=k)
+    return b.build()
+
+
+@pytest.mark.parametrize("block", [1 << 20, 3])
+def test_costs_held_per_distinct_op_fold_as_per_op(costs_by_name, monkeypatch, block):
+    """Figures held once per distinct op (XLA's cost stats) and a code per op give the
+    same sums as the same figures per op, whether an op's code gives its row (the
+    gemm on each GPU its own code) or not (one code for every gemm, on both GPUs)."""
+    from tb_perfdiag.analysis.efficiency import sums
+    from tb_perfdiag.analysis.efficiency.opcosts import OpCosts
+    costs_by_name.update(gemm=(1e9, 1e6, True, "bf16"), relu=(3.0, 2e6, False, "fp32"))
+    per_op = sys.modules["tb_perfdiag.analysis.efficiency.costs"].op_costs
+    monkeypatch.setattr(sums, "BLOCK", block)
+    flat = diagnose_trace(_two_gpu_trace()).efficiency
+
+    for by_device in (True, False):
+        def keyed(trace, events, by_device=by_device):
+            c = per_op(trace, events)
+            key = trace.name[events].astype(np.int64) * 2
+            if by_device:
+                key += trace.track_device[trace.track[events]]
+            u, first, code = np.unique(key, return_index=True, return_inverse=True)
+            return OpCosts(c.event, *(np.asarray(getattr(c, f))[first] for f in
+                                      ("flops", "hw_flops", "bytes", "estimated", "matmul",
+                                       "dtype", "known")), c.source, c.missing,
+                           code=code.reshape(-1))
+        monkeypatch.setattr(sys.modules["tb_perfdiag.analysis.efficiency.costs"], "op_costs",
+                            keyed)
+        got = diagnose_trace(_two_gpu_trace()).efficiency
+        for name in ("flops", "bytes", "mfu", "waterfall", "step_flops", "row_flops",
+                     "row_bytes", "row_bound"):
+            np.testing.assert_allclose(getattr(got, name), getattr(flat, name), rtol=1e-12,
+                                       err_msg=f"{name}, by device: {by_device}")
+    assert np.nansum(flat.flops) == 6 * (1e9 + 3.0)
+
+
 def test_unknown_device_shows_achieved_rate_and_no_peak(costs_by_name, monkeypatch):
     costs_by_name.update(gemm=(1e9, 1e6, True, "fp32"))
     monkeypatch.setattr(sys.modules["tb_perfdiag.analysis.efficiency.peaks"], "device_peak",

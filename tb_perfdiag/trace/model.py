@@ -271,6 +271,44 @@ class Stat:
         return out
 
 
+def lookup_together(stats, at: np.ndarray) -> list:
+    """``[stat.lookup(at) for stat in stats]`` (None for a None stat), with one search of
+    ``at`` for the stats that share their events column (an XSpace op's metadata stats:
+    three searches of 480 k ops were two thirds of its cost lookup)."""
+    at = np.asarray(at)
+    out, found = [], {}
+    for st in stats:
+        if st is None:
+            out.append(None)
+            continue
+        ev = st._events
+        if isinstance(st._held, Spread) or ev is None or ev.shape[0] == 0 or at.shape[0] == 0:
+            out.append(st.lookup(at))
+            continue
+        got = found.get(id(ev))
+        if got is None or got[0] is not ev:
+            got = found[id(ev)] = (ev, *_positions(ev, at))
+        out.append((st.take(got[1]), got[2]))
+    return out
+
+
+def _positions(ev: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the position in ``ev`` (ascending) of each of ``at``, clipped; whether it is
+    there).  Through a table of positions over the events' range where that is not much
+    longer than the two (2 ms against a search's 9 ms for 480 k ops of 2 M events)."""
+    lo = min(int(ev[0]), int(at.min()))
+    hi = max(int(ev[-1]), int(at.max()))
+    if hi - lo < 8 * (ev.shape[0] + at.shape[0]):
+        pos = np.full(hi - lo + 1, -1, np.int32 if ev.shape[0] < 2**31 else np.int64)
+        pos[ev - lo] = np.arange(ev.shape[0], dtype=pos.dtype)
+        k = pos[at - lo]
+        del pos
+        has = k >= 0
+        return np.maximum(k, 0), has
+    k = np.minimum(np.searchsorted(ev, at), ev.shape[0] - 1)
+    return k, ev[k] == at
+
+
 def spread_if_dense(stat: Stat, n: int, shared: bool) -> Stat:
     """``stat`` held as a column over all ``n`` events (``Spread``) where it is on more
     than three quarters of them, its values are integers with a value they never take

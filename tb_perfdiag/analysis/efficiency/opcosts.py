@@ -5,7 +5,6 @@ not import each other."""
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -16,36 +15,64 @@ DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp64", "")
 UNKNOWN_DTYPE = DTYPES.index("")
 
 
-@dataclass
-class OpCosts:
-    """The cost figures of device op events, one row per event given, same order."""
+FIGURES = ("flops", "hw_flops", "bytes", "estimated", "matmul", "dtype", "known")
 
-    event: np.ndarray       # int64 trace event indices (device ops)
-    flops: np.ndarray       # float64 model FLOPs (0 where none)
-    hw_flops: np.ndarray    # float64 hardware FLOPs (recomputation included; = flops when
-                            # the trace does not tell them apart)
-    bytes: np.ndarray       # float64 bytes accessed (0 where none)
-    estimated: np.ndarray   # bool: from the shapes of an op opaque to the cost model (a
-                            # custom call): its FLOPs are in ``flops``, flagged, so that
-                            # ``flops[~estimated]`` is the cost model's figure alone
-    matmul: np.ndarray      # bool: matmul class (dot, convolution, attention)
-    dtype: np.ndarray       # int8 into DTYPES: the dtype a matmul-class op ran in
-    known: np.ndarray       # bool: the op has a figure (0 FLOPs may be a figure)
-    source: str             # "xla_op_stats" | "hlo" | "kineto_flops_arg" | "shapes" | ""
-    missing: str            # why figures are absent ("" when every op has one)
+
+class OpCosts:
+    """The cost figures of device op events, one per event given, in the same order.
+
+    ``flops``: float64 model FLOPs (0 where none); ``hw_flops``: hardware FLOPs
+    (recomputation included; = flops when the trace does not tell them apart);
+    ``bytes``: bytes accessed; ``estimated``: from the shapes of an op opaque to the cost
+    model (a custom call), its FLOPs in ``flops`` but flagged, so that
+    ``flops[~estimated]`` is the cost model's figure alone; ``matmul``: matmul class
+    (dot, convolution, attention); ``dtype``: int8 into DTYPES, the dtype a matmul-class
+    op ran in; ``known``: the op has a figure (0 FLOPs may be a figure).  ``source``:
+    "xla_op_stats" | "hlo" | "kineto_flops_arg" | "shapes" | ""; ``missing``: why figures
+    are absent ("" when every op has one).
+
+    Where every figure is one per distinct op (XLA's cost stats), they are held per op
+    and ``code`` gives each event's op: the fold into sums then works per distinct
+    (row, op) and no float column per event is made (seven at 40 M events are 1.9 GB).
+    A figure read by name is then made per event, on each read."""
+
+    __slots__ = ("event", "code", "source", "missing", "_held")
+
+    def __init__(self, event, flops, hw_flops, bytes, estimated, matmul, dtype, known,
+                 source: str, missing: str, code: np.ndarray | None = None):
+        self.event = event
+        self.code = code
+        self.source, self.missing = source, missing
+        self._held = dict(zip(FIGURES, (flops, hw_flops, bytes, estimated, matmul, dtype,
+                                        known)))
+
+    def held(self, name: str) -> np.ndarray:
+        """A figure as held: per distinct op where ``code`` is set, else per event."""
+        return self._held[name]
+
+    def _figure(name):  # noqa: N805 - builds the per-event properties below
+        def get(self):
+            v = self._held[name]
+            return v if self.code is None else v[self.code]
+        return property(get)
+
+    flops, hw_flops, bytes = _figure("flops"), _figure("hw_flops"), _figure("bytes")
+    estimated, matmul, dtype = _figure("estimated"), _figure("matmul"), _figure("dtype")
+    known = _figure("known")
+    del _figure
 
     def __len__(self) -> int:
         return int(self.event.shape[0])
 
     def dtype_name(self) -> str:
         """The dtype most of the matmul-class FLOPs ran in ("" where none is known)."""
-        m = self.matmul & (self.dtype != UNKNOWN_DTYPE)
+        mm, dt, hw = self.matmul, self.dtype, self.hw_flops
+        m = mm & (dt != UNKNOWN_DTYPE)
         if not m.any():
             return ""
-        w = np.bincount(self.dtype[m].astype(np.int64), weights=self.hw_flops[m],
-                        minlength=len(DTYPES))
+        w = np.bincount(dt[m].astype(np.int64), weights=hw[m], minlength=len(DTYPES))
         if w.sum() <= 0:
-            w = np.bincount(self.dtype[m].astype(np.int64), minlength=len(DTYPES))
+            w = np.bincount(dt[m].astype(np.int64), minlength=len(DTYPES))
         return DTYPES[int(np.argmax(w))]
 
 
@@ -111,11 +138,18 @@ def _code(c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def empty(events: np.ndarray, source: str = "", missing: str = "") -> OpCosts:
-    """Costs with no figure for any of ``events``."""
-    n = events.shape[0]
+    """Costs with no figure for any of ``events``: one op, no figure, for all of them."""
+    z = np.zeros(1, np.float64)
+    return OpCosts(np.asarray(events, np.int64), z, z, z, np.zeros(1, bool),
+                   np.zeros(1, bool), np.full(1, UNKNOWN_DTYPE, np.int8),
+                   np.zeros(1, bool), source, missing,
+                   code=np.zeros(np.asarray(events).shape[0], np.int8))
+
+
+def blank(events: np.ndarray, source: str = "") -> OpCosts:
+    """Costs held per event, no figure yet: for a source to fill in place."""
+    n = np.asarray(events).shape[0]
     z = np.zeros(n, np.float64)
     return OpCosts(np.asarray(events, np.int64), z, z.copy(), z.copy(), np.zeros(n, bool),
                    np.zeros(n, bool), np.full(n, UNKNOWN_DTYPE, np.int8),
-                   np.zeros(n, bool), source, missing)
-
-
+                   np.zeros(n, bool), source, "")

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..result import DeviceOpTable, OpClass
+from .opcosts import distinct_rows
 
 # the dtype names of ``costs.DTYPES`` where that module is not there yet (tests of the
 # arithmetic build their own cost columns)
@@ -66,85 +67,125 @@ def _bc(key, n, w=None) -> np.ndarray:
 BLOCK = 1 << 20              # ops folded at a time: the temporaries stay a few tens of MB
 
 
+_FIGURES = ("flops", "hw_flops", "bytes", "estimated", "matmul", "dtype", "known")
+
+
 def fold(costs, op_dev: np.ndarray, op_step: np.ndarray, op_row: np.ndarray, dur: np.ndarray,
          table: DeviceOpTable, n_dev: int, n_steps: int) -> CostSums:
     """``costs``: an ``OpCosts`` of the ops (one row each, in order); ``op_dev``, ``op_step``
     (−1 none), ``op_row`` (their device-op-table row) and ``dur`` (ps) of the same ops.
-    Folded a block of ops at a time (a float column per op at 40 M events is 320 MB)."""
+    Folded a block of ops at a time (a float column per op at 40 M events is 320 MB);
+    costs held per distinct op (``OpCosts.code``) are folded per distinct (row, op)."""
     n = int(np.asarray(op_row).shape[0])
-    cols = ("flops", "hw_flops", "bytes", "estimated", "matmul", "dtype", "known")
+    code = getattr(costs, "code", None)
+    if code is not None:
+        figs = {c: np.asarray(costs.held(c)) for c in _FIGURES}
     got = None
     for a in range(0, max(n, 1), BLOCK):
         b = min(a + BLOCK, n)
-        part = _fold_block({c: np.asarray(getattr(costs, c))[a:b] for c in cols},
-                           op_dev[a:b], op_step[a:b], op_row[a:b], dur[a:b], table, n_dev, n_steps)
+        if code is None:
+            figs = {c: np.asarray(getattr(costs, c))[a:b] for c in _FIGURES}
+        part = _fold_block(figs, None if code is None else code[a:b], op_dev[a:b],
+                           op_step[a:b], op_row[a:b], dur[a:b], table, n_dev, n_steps)
         got = part if got is None else {k: got[k] + v for k, v in part.items()}
     return CostSums(n_dev, n_steps, **got, source=str(getattr(costs, "source", "") or ""),
                     missing=str(getattr(costs, "missing", "") or ""))
 
 
-def _fold_block(c: dict, op_dev, op_step, op_row, dur, table, n_dev: int, n_steps: int) -> dict:
-    """``fold``'s sums over one block of ops (``c``: its cost columns).  Each op is counted
-    into its row and its (step, device) cell; a device's sums are its rows' (a row is one
-    device's group), so no pass over the ops is made per device."""
+def _pairs(row: np.ndarray, code: np.ndarray, n_codes: int):
+    """(each op's pair, each pair's row and op code) of the distinct (row, op code) pairs
+    of a block.  A device-op-table row holds ops of one name on one device, so an op's
+    code nearly always gives its row: then the pairs are the codes themselves."""
+    row_of = np.full(n_codes, -1, np.intp)
+    row_of[code] = row
+    if (row_of[code] == row).all():
+        # codes with no op here sum nothing (their counts are 0): any row will do
+        return code, np.maximum(row_of, 0), np.arange(n_codes)
+    rows, pair = distinct_rows(row, code)
+    return pair, rows[:, 0].astype(np.intp), rows[:, 1].astype(np.intp)
+
+
+def _fold_block(c: dict, code, op_dev, op_step, op_row, dur, table, n_dev: int,
+                n_steps: int) -> dict:
+    """``fold``'s sums over one block of ops (``c``: its cost figures, per op, or per
+    distinct op with ``code`` each op's).  Each op is counted into its row and its
+    (step, device) cell; a device's sums are its rows' (a row is one device's group), so
+    no pass over the ops is made per device."""
     names = dtype_names()
     n_dt = len(names)
     n_rows = len(table)
-    # no copy of a column already of its type; the figures zeroed where unknown, NaN
-    # (none expected) zeroed in place
-    known = np.asarray(c["known"], bool)
-    est = np.asarray(c["estimated"], bool) & known
-
-    def figure(x):
-        out = np.where(known, np.asarray(x, np.float64), 0.0)
-        return np.nan_to_num(out, copy=False)
-    fl, hw, by = figure(c["flops"]), figure(c["hw_flops"]), figure(c["bytes"])
-    hw = np.where(hw > 0, hw, fl)
     row = np.asarray(op_row, np.intp)
+    d = np.asarray(dur, np.float64)
+    op_dev, op_step = np.asarray(op_dev), np.asarray(op_step)
     r_ok = row >= 0
     if not r_ok.all():                        # an op in no row counts nowhere
         keep = np.flatnonzero(r_ok)
-        row, known, est, fl, hw, by = (x[keep] for x in (row, known, est, fl, hw, by))
-        op_dev, op_step, dur = (np.asarray(x)[keep] for x in (op_dev, op_step, dur))
-        c = {k: np.asarray(v)[keep] for k, v in c.items()}
+        row, d, op_dev, op_step = row[keep], d[keep], op_dev[keep], op_step[keep]
+        if code is None:
+            c = {k: np.asarray(v)[keep] for k, v in c.items()}
+        else:
+            code = np.asarray(code)[keep]
+    # the unit the figures are per: an op, or a distinct (row, op) of ops held per op,
+    # with its count of ops and their summed time
+    if code is None:
+        pair, p_row, cnt, p_dur = None, row, 1.0, d
+        fig = np.asarray
+    else:
+        n_codes = int(np.asarray(c["flops"]).shape[0])
+        pair, p_row, p_code = _pairs(row, np.asarray(code, np.intp), n_codes)
+        n_p = int(p_row.shape[0])
+        cnt, p_dur = _bc(pair, n_p), _bc(pair, n_p, d)
+        fig = lambda x: np.asarray(x)[p_code]  # noqa: E731
+    # the figures zeroed where unknown, NaN (none expected) zeroed in place
+    known = fig(c["known"]).astype(bool, copy=False)
+    est = fig(c["estimated"]).astype(bool, copy=False) & known
+
+    def figure(x):
+        out = np.where(known, fig(x).astype(np.float64, copy=False), 0.0)
+        return np.nan_to_num(out, copy=False)
+    fl, hw, by = figure(c["flops"]), figure(c["hw_flops"]), figure(c["bytes"])
+    hw = np.where(hw > 0, hw, fl)
     r_klass = np.asarray(table.klass, np.int8)
     r_compute = r_klass == OpClass.COMPUTE
-    compute = r_compute[row] if n_rows else np.zeros(row.shape[0], bool)
-    mm = np.asarray(c["matmul"], bool) & compute
-    d = np.asarray(dur, np.float64)
-    dt = np.clip(np.asarray(c["dtype"], np.intp), 0, n_dt - 1)
+    compute = r_compute[p_row] if n_rows else np.zeros(p_row.shape[0], bool)
+    mm = fig(c["matmul"]).astype(bool, copy=False) & compute
+    dt = np.clip(fig(c["dtype"]).astype(np.intp), 0, n_dt - 1)
     fp32 = names.index("fp32") if "fp32" in names else -1
-    mm_d = np.where(mm, d, 0.0)
-    mm_fl = np.where(mm, fl, 0.0)
+    # a unit's sums: its figure times its count of ops, its ops' time
+    fl_n, hw_n, by_n = fl * cnt, hw * cnt, by * cnt
+    mm_d = np.where(mm, p_dur, 0.0)
+    mm_fl = np.where(mm, fl_n, 0.0)
     # per row
-    r_est = _bc(row, n_rows, np.where(est, fl, 0.0))
-    r_fl = _bc(row, n_rows, fl)
-    r_hw, r_by, r_d = _bc(row, n_rows, hw), _bc(row, n_rows, by), _bc(row, n_rows, d)
-    r_known = _bc(row, n_rows, np.where(known, d, 0.0))
-    r_mm_d, r_mm_fl = _bc(row, n_rows, mm_d), _bc(row, n_rows, mm_fl)
-    r_fp32 = _bc(row, n_rows, np.where(dt == fp32, mm_d, 0.0))
-    rdt = row * n_dt + dt
+    r_est = _bc(p_row, n_rows, np.where(est, fl_n, 0.0))
+    r_fl = _bc(p_row, n_rows, fl_n)
+    r_hw, r_by, r_d = _bc(p_row, n_rows, hw_n), _bc(p_row, n_rows, by_n), _bc(p_row, n_rows, p_dur)
+    r_known = _bc(p_row, n_rows, np.where(known, p_dur, 0.0))
+    r_mm_d, r_mm_fl = _bc(p_row, n_rows, mm_d), _bc(p_row, n_rows, mm_fl)
+    r_fp32 = _bc(p_row, n_rows, np.where(dt == fp32, mm_d, 0.0))
+    rdt = p_row * n_dt + dt
     r_dt_mm = _bc(rdt, n_rows * n_dt, mm_fl).reshape(n_rows, n_dt)
-    r_dt_all = _bc(rdt, n_rows * n_dt, fl).reshape(n_rows, n_dt)
+    r_dt_all = _bc(rdt, n_rows * n_dt, fl_n).reshape(n_rows, n_dt)
     # per device, from its rows
     rdev = np.asarray(table.device, np.int64)
     per = lambda x: _bc(rdev, n_dev, x)  # noqa: E731
     dev_dt = lambda x: np.stack([per(x[:, k]) for k in range(n_dt)], axis=1) if n_rows \
         else np.zeros((n_dev, n_dt))  # noqa: E731
-    # per (launching step, device)
+    # per (launching step, device): each op its unit's figure
     st = np.asarray(op_step, np.intp)
     in_step = np.flatnonzero(st >= 0) if st.size and st.min() < 0 else slice(None)
     sk = st[in_step] * n_dev + np.asarray(op_dev, np.intp)[in_step]
+    unit = in_step if pair is None else pair[in_step]
+    d_in = d[in_step]
     nsd, shape = n_steps * n_dev, (n_steps, n_dev)
     return dict(
         flops=per(r_fl - r_est), flops_est=per(r_est), hw_flops=per(r_hw), bytes=per(r_by),
         op_time=per(r_d), known_time=per(r_known), mm_time=per(r_mm_d),
         comp_time=per(np.where(r_compute, r_d, 0.0)),
         dtype_flops=dev_dt(r_dt_mm), dtype_all=dev_dt(r_dt_all),
-        step_flops=_bc(sk, nsd, fl[in_step]).reshape(shape),
-        step_known=_bc(sk, nsd, known[in_step].astype(np.float64)).reshape(shape),
-        step_mm_time=_bc(sk, nsd, mm_d[in_step]).reshape(shape),
-        step_comp_time=_bc(sk, nsd, np.where(compute, d, 0.0)[in_step]).reshape(shape),
+        step_flops=_bc(sk, nsd, fl[unit]).reshape(shape),
+        step_known=_bc(sk, nsd, known[unit].astype(np.float64)).reshape(shape),
+        step_mm_time=_bc(sk, nsd, np.where(mm[unit], d_in, 0.0)).reshape(shape),
+        step_comp_time=_bc(sk, nsd, np.where(compute[unit], d_in, 0.0)).reshape(shape),
         row_flops=r_fl, row_hw=r_hw, row_bytes=r_by, row_mm_flops=r_mm_fl,
         row_known_time=r_known, row_fp32_mm_time=r_fp32)
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from ...trace.model import EventKind, LinkKind, Trace, TrackKind
 from . import torch_formulas as F
-from .opcosts import DTYPES, UNKNOWN_DTYPE, OpCosts, empty, per_trace
+from .opcosts import DTYPES, UNKNOWN_DTYPE, OpCosts, blank, empty, per_trace
 
 NO_SHAPES = "profile with record_shapes=True: the trace's ops carry no shapes"
 
@@ -541,7 +541,7 @@ def _kernel_dtypes(trace: Trace, kern: np.ndarray) -> tuple[np.ndarray, np.ndarr
 def _to_kernels(trace, events, op_ev, has, op_fl, op_by, elems, op_mm, op_dt, recompute,
                 source):
     """Each device event's share of the outermost costed op that launched it."""
-    out = empty(events, source, "")
+    out = blank(events, source)
     if not events.size:
         return out
     # launch → device event (correlation links)

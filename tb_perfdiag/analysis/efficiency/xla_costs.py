@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...trace.model import Trace
+from ...trace.model import Trace, lookup_together
 from .opcosts import DTYPES, UNKNOWN_DTYPE, OpCosts, distinct_rows
 
 # XLA op categories (``hlo_category``) whose work is matrix-unit work
@@ -18,22 +18,24 @@ _ELEMENT_DTYPE = {"f32": "fp32", "bf16": "bf16", "f16": "fp16", "f8e4m3fn": "fp8
 
 
 def _key_codes(trace: Trace, events: np.ndarray, device_of: np.ndarray):
-    """Per event, a code of its (device, program, hlo_op) and the distinct keys."""
-    op = trace.stats.get("hlo_op")
-    if op is None:
+    """Per event, a code of its (device, program, hlo_op, hlo_category), and the distinct
+    keys; None where no op has an ``hlo_op``."""
+    if trace.stats.get("hlo_op") is None:
         return None
-    op_id, has_op = op.lookup(events)
-    prog = trace.stats.get("program_id")
-    if prog is not None:
-        p, has_p = prog.lookup(events)
-        p = np.where(has_p, p, -1).astype(np.int64)
-    else:
-        p = np.full(events.shape[0], -1, np.int64)
-    return distinct_rows(device_of, p, np.where(has_op, op_id, -1))
+    cols = [device_of]
+    for got in lookup_together([trace.stats.get(s) for s in _KEY_STATS], events):
+        cols.append(np.full(events.shape[0], -1, np.int64) if got is None else
+                    np.where(got[1], got[0], -1))
+    return distinct_rows(*cols)
+
+
+# the op's key: its program's and its own name, and its category (a key's op class)
+_KEY_STATS = ("program_id", "hlo_op", "hlo_category")
 
 
 def from_op_stats(trace: Trace, events: np.ndarray) -> OpCosts | None:
-    """Costs from the ops' XLA cost stats; None where no device plane carries them."""
+    """Costs from the ops' XLA cost stats, held per distinct op; None where no device
+    plane carries them."""
     planes = trace.metadata.get("device_planes") or {}
     tables = {d: f["op_costs"] for d, f in planes.items() if "op_costs" in f}
     if not tables or events.shape[0] == 0:
@@ -43,7 +45,6 @@ def from_op_stats(trace: Trace, events: np.ndarray) -> OpCosts | None:
     if got is None:
         return None
     uniq, inv = got
-    inv = inv.reshape(-1)
     # per device: {(program, hlo_op): row}; a program id absent on the metadata (-1)
     # matches the op by name alone
     lookup = {}
@@ -55,8 +56,7 @@ def from_op_stats(trace: Trace, events: np.ndarray) -> OpCosts | None:
     mfl = np.zeros(nk)
     by = np.zeros(nk)
     known = np.zeros(nk, bool)
-    cat = trace.stats.get("hlo_category")
-    for k, (d, p, o) in enumerate(uniq.tolist()):      # one per distinct op, not event
+    for k, (d, p, o, _c) in enumerate(uniq.tolist()):   # one per distinct op, not event
         if o < 0 or d not in lookup:
             continue
         name = trace.strings[o]
@@ -73,23 +73,17 @@ def from_op_stats(trace: Trace, events: np.ndarray) -> OpCosts | None:
     hw = np.where(np.isnan(fl), np.where(np.isnan(mfl), 0.0, mfl), fl)
     model = np.where(np.isnan(mfl), hw, mfl)
     by = np.nan_to_num(by)
-    matmul = _matmul(trace, events, cat)
-    dtype = np.where(matmul, dt[inv], UNKNOWN_DTYPE).astype(np.int8)
-    return OpCosts(events, model[inv], hw[inv], by[inv], np.zeros(events.shape[0], bool),
-                   matmul, dtype, known[inv], "xla_op_stats",
-                   "" if known.all() else "some ops carry no XLA cost figures")
+    matmul = _matmul(trace, uniq[:, 3])
+    dtype = np.where(matmul, dt, UNKNOWN_DTYPE).astype(np.int8)
+    return OpCosts(events, model, hw, by, np.zeros(nk, bool), matmul, dtype, known,
+                   "xla_op_stats", "" if known.all() else "some ops carry no XLA cost figures",
+                   code=inv.reshape(-1))
 
 
-def _matmul(trace: Trace, events: np.ndarray, cat) -> np.ndarray:
-    """Matmul class from the op's XLA category (``hlo_category``)."""
-    if cat is None:
-        return np.zeros(events.shape[0], bool)
-    cid, has = cat.lookup(events)
-    u, inv = distinct_rows(np.where(has, cid, -1))
-    is_mm = np.array([c >= 0 and any(w in trace.strings[c].lower()
-                                     for w in _MATMUL_CATEGORIES) for c in u[:, 0].tolist()],
-                     bool)
-    return is_mm[inv]
+def _matmul(trace: Trace, category: np.ndarray) -> np.ndarray:
+    """Matmul class from the op's XLA category (``hlo_category`` string ids, −1 none)."""
+    return np.array([c >= 0 and any(w in trace.strings[c].lower() for w in _MATMUL_CATEGORIES)
+                     for c in category.tolist()], bool)
 
 
 def element_dtype(shape_text: str) -> str:
