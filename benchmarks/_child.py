@@ -13,6 +13,8 @@ WHAT:
                               objects (upb parses lazily into C structures; this is the
                               decode "into Python objects" that json.loads does for JSON)
   load                        tb_perfdiag.load(path), reading the file included
+  diagnose-no-efficiency      diagnose with the efficiency stage given no cost sums (what
+                              the FLOPs, MFU and roofline add is diagnose less this)
   diagnose                    tb_perfdiag.diagnose(path), reading the file included; then
                               .to_json(all_gaps=False) as JSON bytes (what the /diagnosis
                               route serves, the page's first answer: answer_bytes its
@@ -102,8 +104,14 @@ def main():
         rep["peak_mb"] = peak_mb()
         rep["protobuf_impl"] = api_implementation.Type()
         rep["events"] = sum(len(ln.events) for p in s.planes for ln in p.lines)
-    elif what in ("load", "diagnose"):
+    elif what in ("load", "diagnose", "diagnose-no-efficiency"):
         import tb_perfdiag
+        if what == "diagnose-no-efficiency":
+            # the same analysis with the efficiency stage's input left out (no costs, no
+            # sums: the efficiency table is then empty): what the FLOPs, MFU and roofline
+            # cost, on the same tree and the same machine load
+            from tb_perfdiag.analysis.efficiency import sums as _sums
+            _sums.gather = lambda *a, **k: None
         native = native_probe()
         rep["import_mb"] = peak_mb()
         t, c = clock(), cpu()

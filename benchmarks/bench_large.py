@@ -3,7 +3,8 @@
 with the bare decode and the anchors, each in its own process.
 
     python benchmarks/bench_large.py [--rows 1,2,3,4,5] [--anchors 2m|all|none]
-                                     [--repeat N] [--baseline PYTHON] [--json OUT]
+                                     [--repeat N] [--baseline PYTHON] [--efficiency-cost]
+                                     [--json OUT]
 
 Rows (inputs written by testdata/generators/synthetic.py --large into the temp dir on
 first use, then reused; see benchmarks/README.md for the time that takes):
@@ -30,6 +31,9 @@ ours, the anchor, alternated), and each row gives the median of its N runs (peak
 largest).  With --baseline PYTHON (the python of another checkout's venv, e.g. main's),
 its ``diagnose`` runs too, in the same rounds, so that before/after share the machine's
 load.
+With --efficiency-cost, our diagnose also runs with the efficiency stage given no cost
+sums (no FLOPs, MFU, waterfall or roofline), in the same rounds: the target line then says
+what those figures add (issue 55: ≤ 10 %).
 Anchors run on the 2 M rows by default (--anchors 2m): on rows 3 and 4 they need far more
 memory than this machine has (measured per event on rows 1 and 2: ~1.4 kB for xprof,
 ~1.1 kB for HTA); --anchors all tries them anyway under a memory cap and reports the
@@ -79,7 +83,7 @@ def total_mb() -> float:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20
 
 
-def measure(n, spec, path, anchors, repeat, log, baseline=None):
+def measure(n, spec, path, anchors, repeat, log, baseline=None, efficiency_cost=False):
     """The row's tools, each in its own child.  With ``repeat`` N > 1 they run in N
     rounds, one child of every tool a round (the bare decode, ours, the anchor), so that
     each figure is the median of N runs spread over the same minutes as the others'."""
@@ -97,6 +101,8 @@ def measure(n, spec, path, anchors, repeat, log, baseline=None):
             tools.append(("json.loads", "json.loads", path, kw))
     if baseline:
         tools.append(("diagnose @baseline", "diagnose", path, dict(kw, python=baseline)))
+    if efficiency_cost:
+        tools.append((NO_EFF, "diagnose-no-efficiency", path, kw))
     tools.append(("tb-perfdiag diagnose", "diagnose", path, kw))
     if anchors == "all" or (anchors == "2m" and not big):
         if spec["fmt"] == "xspace":
@@ -145,6 +151,10 @@ def measure(n, spec, path, anchors, repeat, log, baseline=None):
     return rows, errors
 
 
+# our diagnose with the efficiency stage given no cost sums (--efficiency-cost)
+NO_EFF = "diagnose, no efficiency"
+
+
 def report(rows, files, out=sys.stdout):
     print(f"{'row':18} {'tool':22} {'seconds':>8} {'cpu s':>7} {'peak MB':>8} {'×decode':>8} "
           f"{'×anchor t':>9} {'×anchor mem':>11}", file=out)
@@ -188,6 +198,11 @@ def report(rows, files, out=sys.stdout):
                 if spec.get("x_decode") and decode and decode["tool"] == "ParseFromString":
                     checks.append((f"≤ {spec['x_decode']}× ParseFromString ({xd:.2f}×)",
                                    xd <= spec["x_decode"]))
+                off = next((x for x in rs if x["tool"] == NO_EFF and x["seconds"]), None)
+                if off:     # issue 55: the efficiency figures add at most 10 %
+                    add = r["seconds"] / off["seconds"] - 1
+                    checks.append((f"efficiency figures add ≤ 10 % ({100 * add:+.1f} %)",
+                                   add <= 0.10))
                 verdicts.append(f"  row {n} {spec['label']}: " + "; ".join(
                     f"{name} {'PASS' if ok else 'MISS'}" for name, ok in checks))
     print("\nTargets:", file=out)
@@ -205,6 +220,9 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--baseline", metavar="PYTHON",
                     help="another checkout's venv python: its diagnose, interleaved with ours")
+    ap.add_argument("--efficiency-cost", action="store_true",
+                    help="also our diagnose with the efficiency stage given no cost sums, "
+                         "interleaved: what the FLOPs, MFU and roofline add")
     ap.add_argument("--json", metavar="OUT")
     a = ap.parse_args(argv)
 
@@ -227,7 +245,8 @@ def main(argv=None):
             errors.append(f"row {n}: no input: {note}")
             continue
         files[n] = (path, note)
-        r, e = measure(n, spec, path, a.anchors, a.repeat, log, a.baseline)
+        r, e = measure(n, spec, path, a.anchors, a.repeat, log, a.baseline,
+                       a.efficiency_cost)
         rows += r
         errors += e
     print()

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from ..analysis import causes as C
 from ..analysis.efficiency import waterfall as W
 from ..analysis.result import Bound, Diagnosis
 
@@ -21,6 +22,16 @@ DEFINITION = (
     "FLOPs ÷ bytes, attainable = min(peak, intensity × bandwidth), compute-bound at or "
     "above the ridge point (peak ÷ bandwidth), efficiency = achieved ÷ attainable.")
 
+
+
+# the waterfall's parts as the text names them (an idle part is its cause's label)
+_PART_LABELS = {W.SMALL: "gaps under the threshold", W.PEER: "peer wait at collectives",
+                W.NO_MM: "busy, no matmul work", W.SHORT: "matmul-class ops below peak",
+                W.MFU: "achieved MFU"}
+
+
+def part_label(part: str) -> str:
+    return _PART_LABELS.get(part) or f"idle: {C.LABELS.get(part, part)}"
 
 def _f(x):
     """A finite float, else None."""
@@ -145,7 +156,8 @@ def text_lines(diag: Diagnosis) -> list:
         if e["waterfall"]:
             parts = sorted(e["waterfall"].items(), key=lambda kv: -kv[1])
             L.append("  waterfall (points of the window at peak): " + ", ".join(
-                f"{k} {v:.1f}" for k, v in parts if v >= 0.05 or k == "mfu"))
+                f"{part_label(k)} {v:.1f}" if v >= 0.05 else f"{part_label(k)} {v:.2g}"
+                for k, v in parts if v >= 0.05 or k == "mfu"))
         if e["missing"]:
             L.append(f"  missing: {e['missing']}")
     return L
