@@ -510,7 +510,7 @@ class EfficiencyTable:
     peak_flops: np.ndarray         # (n_dev,) FLOP/s, NaN unknown
     peak_bytes: np.ndarray         # (n_dev,) bytes/s, NaN unknown
     peak_dtype: list               # per device: the dtype whose peak is used
-    peak_source: list              # per device: trace, datasheet, option
+    peak_source: list              # per device: trace, datasheet:<row>, option, computed from …
     device_model: list             # per device: the accelerator ("" unknown)
     mfu: np.ndarray                # (n_dev,) over its steps window (DeviceTable.window)
     waterfall: np.ndarray          # (n_dev, n_parts) points, NaN rows: none
