@@ -56,7 +56,7 @@ export function renderRoofline(container, roof, { deviceName = "", onPoint = nul
     svg.append(el("line", { x1: L, x2: W - R, y1: Y(10 ** e), y2: Y(10 ** e), stroke: "#eee" }));
     svg.append(el("text", { x: L - 4, y: Y(10 ** e) + 3, "text-anchor": "end", "font-size": 10 }, `1e${e}`));
   }
-  svg.append(el("text", { x: (L + W - R) / 2, y: H - 4, "text-anchor": "middle", "font-size": 11 }, "FLOPs per byte"));
+  svg.append(el("text", { x: (L + W - R) / 2, y: H - 4, "text-anchor": "middle", "font-size": 11 }, roof.memory_space === "hbm" ? "FLOPs per HBM byte" : "FLOPs per byte"));
   svg.append(el("text", { x: 12, y: (T + H - B) / 2, "text-anchor": "middle", "font-size": 11,
     transform: `rotate(-90 12 ${(T + H - B) / 2})` }, "FLOP/s"));
   // the roofs: bandwidth × intensity up to the ridge point, the peak beyond it

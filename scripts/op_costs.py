@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import sys
 
+import numpy as np
+
 import tb_perfdiag
 from tb_perfdiag.analysis.efficiency.costs import op_costs
 from tb_perfdiag.analysis.efficiency.peaks import device_peak
@@ -24,7 +26,9 @@ def main(paths) -> None:
             print(f"{path} · {dev.name}: {model / 1e9:.2f} GFLOP"
                   f"{f' ({model / steps / 1e9:.2f} a step of {steps})' if steps else ''}, "
                   f"estimated {c.flops[c.estimated].sum() / 1e9:.2f}, "
-                  f"{c.bytes.sum() / 1e9:.2f} GB, {c.known.mean():.0%} of ops known, "
+                  f"{c.bytes.sum() / 1e9:.2f} GB"
+                  f"{'' if np.isnan(c.hbm_bytes).all() else f' ({np.nansum(c.hbm_bytes) / 1e9:.2f} in HBM)'}, "
+                  f"{c.known.mean():.0%} of ops known, "
                   f"source {c.source or '-'}, dtype {c.dtype_name() or '-'}; peak "
                   f"{'-' if p.flops_per_s is None else f'{p.flops_per_s / 1e12:g} TFLOP/s'}"
                   f" ({p.source or p.missing}){'; ' + c.missing if c.missing else ''}")

@@ -6,6 +6,7 @@ import pytest
 
 from tb_perfdiag.analysis.efficiency.costs import DTYPES, op_costs
 from tb_perfdiag.analysis.efficiency.peaks import device_peak
+from tb_perfdiag.render.json import diagnosis_json
 from tb_perfdiag.testing.xspace import U64, XSpaceWriter, load_xspace
 
 from conftest import shared_path
@@ -95,7 +96,8 @@ def test_gpu_plane_peak_from_its_properties():
     gpu.event(gpu.line(7, "Stream #7", 0), "volta_sgemm_128x64_nn", 0, 10)
     tr = load_xspace(w)
     p = device_peak(tr, 0, "fp32")
-    assert p.source == "trace" and p.flops_per_s == pytest.approx(15.67e12, rel=1e-3)
+    assert p.source.startswith("computed from the plane's 80 SMs × 1.53 GHz (cc 7.0")
+    assert p.flops_per_s == pytest.approx(15.67e12, rel=1e-3)
     assert p.bytes_per_s == 898048000000
     assert device_peak(tr, 0, "fp16").flops_per_s == pytest.approx(125.3e12, rel=1e-3)
 
@@ -146,6 +148,22 @@ def test_real_tpu_trace_agrees_with_xprof_roofline(tmp_path):
     tr = tb_perfdiag.load(src)
     ours = sum(op_costs(tr, tr.activity_of(d)).flops.sum() for d in range(len(tr.devices)))
     assert ours == pytest.approx(theirs, rel=0.02)
+    # its roofline counts HBM bytes (the ops' memory_access_breakdown) against the HBM
+    # bandwidth, over all cores' time: so do ours, the chips' windows summed
+    diag = tb_perfdiag.diagnose(tr)
+    effs = [diagnosis_json(diag)["devices"][d]["efficiency"] for d in range(len(tr.devices))]
+    hbm = sum(e["hbm_bytes"] for e in effs)
+    win = sum((lambda ab: (ab[1] - ab[0]) * 1e-12)(diag.devices.window(d))
+              for d in range(len(tr.devices)))
+    assert all(e["roofline"]["memory_space"] == "hbm" and e["roofline"]["bound"] == "memory"
+               for e in effs) and prog["bound_by"] == "HBM"
+    assert hbm / win / 2**30 == pytest.approx(prog["hbm_bw_gibs"], rel=0.02)
+    share = float(prog["hbm_bw_utilization_percent"].rstrip("%")) / 100
+    assert hbm / win / effs[0]["peak_bytes_per_s"] == pytest.approx(share, rel=0.02)
+    assert ours / hbm == pytest.approx(prog["bottleneck_operational_intensity_flop_per_byte"],
+                                       rel=0.02)
+    assert effs[0]["roofline"]["ridge"] == pytest.approx(
+        prog["bound_by_ridge_point_flop_per_byte"], rel=0.02)
 
 
 def _hlo_module():

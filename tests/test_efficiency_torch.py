@@ -283,7 +283,9 @@ def test_kineto_peaks_from_the_datasheet(tmp_path, props, dtype, tflops, source)
 def test_kineto_unknown_device_has_no_peak(tmp_path):
     b = _Trace()
     b.op("aten::mm")
-    tr = b.load(tmp_path, props=(dict(A100, name="Mystery Accelerator 9000"),))
+    # a name no datasheet row has and no compute capability to compute a peak from
+    mystery = {k: v for k, v in A100.items() if k not in ("computeMajor", "computeMinor")}
+    tr = b.load(tmp_path, props=(dict(mystery, name="Mystery Accelerator 9000"),))
     p = device_peak(tr, 0, "fp32")
     assert p.flops_per_s is None and "Mystery" in p.missing
     assert device_peak(tr, 0, "fp32", override_tflops=50).flops_per_s == 50e12

@@ -499,7 +499,10 @@ class EfficiencyTable:
     flops: np.ndarray              # (n_dev,) model FLOPs, cost-model figures
     flops_estimated: np.ndarray    # (n_dev,) model FLOPs estimated from shapes (custom calls)
     hw_flops: np.ndarray           # (n_dev,) hardware FLOPs (recomputation included)
-    bytes: np.ndarray              # (n_dev,) bytes accessed
+    bytes: np.ndarray              # (n_dev,) bytes accessed, all memory spaces
+    hbm_bytes: np.ndarray          # (n_dev,) of those, in HBM (NaN: no split in the trace)
+    onchip_bytes: np.ndarray       # (n_dev,) on chip: CMEM, VMEM (NaN: no split)
+    bytes_space: list              # per device: the bytes its roofline counts, "hbm" or "all"
     op_time: np.ndarray            # (n_dev,) int64 ps: summed op durations
     known_time: np.ndarray         # (n_dev,) int64 ps: of those, ops with a figure
     flops_source: list             # per device: where the figures came from ("" none)
@@ -507,7 +510,7 @@ class EfficiencyTable:
     peak_flops: np.ndarray         # (n_dev,) FLOP/s, NaN unknown
     peak_bytes: np.ndarray         # (n_dev,) bytes/s, NaN unknown
     peak_dtype: list               # per device: the dtype whose peak is used
-    peak_source: list              # per device: trace, datasheet, option
+    peak_source: list              # per device: trace, datasheet:<row>, option, computed from …
     device_model: list             # per device: the accelerator ("" unknown)
     mfu: np.ndarray                # (n_dev,) over its steps window (DeviceTable.window)
     waterfall: np.ndarray          # (n_dev, n_parts) points, NaN rows: none
@@ -518,6 +521,9 @@ class EfficiencyTable:
     row_flops: np.ndarray          # model FLOPs (estimated included)
     row_hw_flops: np.ndarray       # what the roofline plots: hardware FLOPs
     row_bytes: np.ndarray
+    row_hbm_bytes: np.ndarray      # of those, in HBM (NaN: no split); the roofline's bytes
+                                   # where there is a split, ``row_bytes`` where not
+    row_bytes_space: np.ndarray    # int8: 1 the roofline counts HBM bytes, 0 all bytes
     row_matmul: np.ndarray         # bool: matmul-class ops hold most of its FLOPs
     row_flops_per_s: np.ndarray    # achieved, over the row's summed op time
     row_bytes_per_s: np.ndarray

@@ -11,6 +11,7 @@ from ..analysis.efficiency import waterfall as W
 from ..analysis.result import Bound, Diagnosis
 
 ROOFLINE_POINTS = 200          # op groups per device on the roofline chart (most time first)
+_SPACE = ("all", "hbm")          # EfficiencyTable.row_bytes_space
 _BOUND = {int(Bound.UNKNOWN): None, int(Bound.COMPUTE): "compute", int(Bound.MEMORY): "memory"}
 DEFINITION = (
     "MFU of a window = model FLOPs of the ops it launched ÷ (window × peak), the peak being "
@@ -19,7 +20,8 @@ DEFINITION = (
     "the threshold), peer wait at collectives, busy time in ops with no matmul work "
     "(elementwise, copies, collective transfer), matmul-class ops' time above what their "
     "FLOPs take at peak, and the MFU. Roofline of an op group (whole capture): intensity = "
-    "FLOPs ÷ bytes, attainable = min(peak, intensity × bandwidth), compute-bound at or "
+    "FLOPs ÷ bytes (those in HBM where the trace splits them by memory space, all of them "
+    "where it does not: memory_space), attainable = min(peak, intensity × bandwidth), compute-bound at or "
     "above the ridge point (peak ÷ bandwidth), efficiency = achieved ÷ attainable.")
 
 
@@ -53,14 +55,16 @@ def device_json(diag: Diagnosis, d: int) -> dict | None:
     est = _n(E.flops_estimated[d])
     return {"flops": _n(E.flops[d]),
             "flops_estimated": est, "hw_flops": _n(E.hw_flops[d]),
-            "bytes": _n(E.bytes[d]), "flops_source": E.flops_source[d] or None,
+            "bytes": _n(E.bytes[d]), "hbm_bytes": _n(E.hbm_bytes[d]),
+            "onchip_bytes": _n(E.onchip_bytes[d]), "flops_source": E.flops_source[d] or None,
             "op_time_with_figures": _f(E.known_time[d] / E.op_time[d]) if E.op_time[d] else None,
             "peak_flops_per_s": _f(E.peak_flops[d]), "peak_dtype": E.peak_dtype[d] or None,
             "peak_source": E.peak_source[d] or None, "peak_bytes_per_s": _f(E.peak_bytes[d]),
             "device_model": E.device_model[d] or None,
             "achieved_flops_per_s": _achieved(diag, d),
             "mfu": _f(E.mfu[d]), "waterfall": W.as_dict(E.waterfall[d]),
-            "roofline": {"intensity": _f(E.intensity[d]), "ridge": _f(E.ridge[d]),
+            "roofline": {"memory_space": E.bytes_space[d],
+                         "intensity": _f(E.intensity[d]), "ridge": _f(E.ridge[d]),
                          "attainable_flops_per_s": _f(E.attainable[d]),
                          "efficiency": _f(E.roofline_efficiency[d]),
                          "bound": _BOUND[int(E.bound[d])]},
@@ -103,7 +107,8 @@ def op_roofline(diag: Diagnosis, r: int) -> dict | None:
     if E is None or r >= len(E.row_flops):
         return None
     return {"flops": _n(E.row_flops[r]), "hw_flops": _n(E.row_hw_flops[r]),
-            "bytes": _n(E.row_bytes[r]), "matmul": bool(E.row_matmul[r]),
+            "bytes": _n(E.row_bytes[r]), "hbm_bytes": _n(E.row_hbm_bytes[r]),
+            "memory_space": _SPACE[int(E.row_bytes_space[r])], "matmul": bool(E.row_matmul[r]),
             "flops_per_s": _f(E.row_flops_per_s[r]), "bytes_per_s": _f(E.row_bytes_per_s[r]),
             "intensity": _f(E.row_intensity[r]),
             "attainable_flops_per_s": _f(E.row_attainable[r]),
@@ -125,7 +130,7 @@ def roofline_json(diag: Diagnosis, d: int) -> dict | None:
             "share_of_busy": float(T.time[r]) / busy, **op_roofline(diag, r)}
            for r in rows.tolist()]
     return {"peak_flops_per_s": _f(E.peak_flops[d]), "peak_bytes_per_s": _f(E.peak_bytes[d]),
-            "ridge": _f(E.ridge[d]), "dtype": E.peak_dtype[d] or None, "points": pts}
+            "memory_space": E.bytes_space[d], "ridge": _f(E.ridge[d]), "dtype": E.peak_dtype[d] or None, "points": pts}
 
 
 def text_lines(diag: Diagnosis) -> list:
@@ -151,7 +156,8 @@ def text_lines(diag: Diagnosis) -> list:
             head += f", {e['achieved_flops_per_s'] / 1e12:.2f} TFLOP/s achieved, no peak known"
         rf = e["roofline"]
         if rf["bound"]:
-            head += f"; {rf['bound']}-bound, {100 * (rf['efficiency'] or 0):.2f}% of roofline"
+            head += (f"; {rf['bound']}-bound, {100 * (rf['efficiency'] or 0):.2f}% of roofline"
+                     + (" (HBM bytes)" if rf["memory_space"] == "hbm" else ""))
         L.append(head)
         if e["waterfall"]:
             parts = sorted(e["waterfall"].items(), key=lambda kv: -kv[1])

@@ -55,6 +55,14 @@ _MESSAGES = {
     "XStatMetadata": [("id", 1, _I64, _OPT, None, None),
                       ("name", 2, _STR, _OPT, None, None),
                       ("description", 3, _STR, _OPT, None, None)],
+    # an op's ``memory_access_breakdown`` stat (bytes): xprof's ``OpMetrics.
+    # MemoryAccessBreakdown`` (op_metrics.proto).  ``operation_type`` (READ 1, WRITE 2)
+    # is an enum there and ``memory_space`` (HBM 1, CMEM 2, VMEM 3) a uint64: both
+    # varints, read here as uint64
+    "MemoryAccessBreakdown": [("memory_accessed", 1, _MSG, _REP, "MemoryAccessed", None)],
+    "MemoryAccessed": [("operation_type", 1, _U64, _OPT, None, None),
+                       ("memory_space", 2, _U64, _OPT, None, None),
+                       ("bytes_accessed", 3, _U64, _OPT, None, None)],
 }
 _ONEOFS = {"XEvent": ["data"], "XStat": ["value"]}
 _MAP_ENTRIES = {"XPlane": [("EventMetadataEntry", "XEventMetadata"),
@@ -101,3 +109,4 @@ XEvent = _cls("XEvent")
 XStat = _cls("XStat")
 XEventMetadata = _cls("XEventMetadata")
 XStatMetadata = _cls("XStatMetadata")
+MemoryAccessBreakdown = _cls("MemoryAccessBreakdown")

@@ -23,7 +23,7 @@ from .build import (StringTable, Tracks, assemble, correlation_links, map_distin
 from .hlo import FIELDS as HLO_FIELDS, hlo_op_metadata
 from .losses import xspace_losses
 from .model import Coded, Device, EventKind as K, LinkKind, TraceError, TrackKind, search
-from .xplane_pb import XPlane, XSpace
+from .xplane_pb import MemoryAccessBreakdown, XPlane, XSpace
 from .xspace_stats import STATS, STR_STATS
 
 # stat value kinds in scan columns
@@ -40,6 +40,9 @@ MD_STR_STATS = ("hlo_op", "hlo_module", "tf_op", "hlo_category", "source", "shap
 # XLA's cost figures of an op (TPU planes keep them on the op's metadata): one row per
 # metadata entry in ``Trace.metadata["xla_op_costs"]``, never a column over events
 MD_COST_STATS = ("flops", "model_flops", "bytes_accessed")
+# and its bytes per memory space (a serialized MemoryAccessBreakdown, TPU planes)
+MD_BREAKDOWN_STAT = "memory_access_breakdown"
+_HBM_SPACE = 1                 # xprof's MemorySpace: MEMORY_SPACE_HBM
 # an HLO instruction's metadata name: "%fusion.3 = f32[8]{0} fusion(…)"
 _HLO_TEXT = re.compile(r"^%([^\s=]+) = ")
 _HLO_OPERAND_TYPE = re.compile(r"^%[^\s=]+ = .*?[a-z-]+\(\s*([a-z][a-z0-9]*)\[")
@@ -213,7 +216,8 @@ class _PlaneMeta:
         entry named by its HLO text (``%name = …``, TPU ops) also gives the ``hlo_op``."""
         ids = self.md_stat_ids
         meta = self.msg.event_metadata
-        # (hlo_op, program_id, flops, model_flops, bytes_accessed, element type text)
+        # (hlo_op, program_id, flops, model_flops, bytes_accessed, HBM bytes, on-chip
+        # bytes, element type text)
         self.op_costs = []
         if ids is None:
             ids = [k for k, m in meta.items() if len(m.stats)]
@@ -559,9 +563,12 @@ def _runtime_waits(trace) -> None:
 
 
 def _cost_of(stats, stat_name: dict):
-    """(flops, model_flops, bytes_accessed) of an op's metadata stats (NaN where one is
-    absent), None where it has none of them."""
-    got = [np.nan, np.nan, np.nan]
+    """(flops, model_flops, bytes_accessed, HBM bytes, on-chip bytes) of an op's metadata
+    stats (NaN where one is absent), None where it has none of the first three.  The
+    last two are from its ``memory_access_breakdown`` (XLA's bytes per memory space, as
+    xprof's roofline reads them: space 1 is HBM, any other on-chip — CMEM, VMEM); NaN
+    where the op carries no breakdown, 0 where it lists no access in that space."""
+    got = [np.nan] * 5
     found = False
     for st in stats:
         sname = stat_name.get(st.metadata_id)
@@ -570,13 +577,32 @@ def _cost_of(stats, stat_name: dict):
             if which in ("double_value", "int64_value", "uint64_value"):
                 got[MD_COST_STATS.index(sname)] = float(getattr(st, which))
                 found = True
+        elif sname == MD_BREAKDOWN_STAT and st.WhichOneof("value") == "bytes_value":
+            got[3:5] = _breakdown_bytes(st.bytes_value)
     return tuple(got) if found else None
+
+
+def _breakdown_bytes(raw: bytes) -> tuple:
+    """(HBM bytes, on-chip bytes) of a serialized ``MemoryAccessBreakdown`` (read and
+    written together; NaN both where it does not parse)."""
+    m = MemoryAccessBreakdown()
+    try:
+        m.ParseFromString(raw)
+    except DecodeError:
+        return np.nan, np.nan
+    hbm = onchip = 0.0
+    for a in m.memory_accessed:
+        if a.memory_space == _HBM_SPACE:
+            hbm += a.bytes_accessed
+        else:
+            onchip += a.bytes_accessed
+    return hbm, onchip
 
 
 def _device_facts(planes, devices: list) -> dict:
     """{device index: {"plane_stats": {…}, "op_costs": (hlo_op list, program ids int64,
-    flops, model_flops, bytes_accessed float64 (NaN: absent), result shape texts)}} of
-    the device planes."""
+    flops, model_flops, bytes_accessed, HBM bytes, on-chip bytes float64 (NaN: absent),
+    result shape texts)}} of the device planes."""
     out = {}
     for _, pname, pm in planes:
         m = _DEVICE_PLANE.match(pname)
@@ -588,10 +614,11 @@ def _device_facts(planes, devices: list) -> dict:
         facts = {"plane_stats": pm.plane_stats()}
         rows = getattr(pm, "op_costs", None)
         if rows:
-            ops, prog, fl, mfl, by, shape = zip(*rows)
+            ops, prog, fl, mfl, by, hbm, onchip, shape = zip(*rows)
             facts["op_costs"] = (list(ops), np.asarray(prog, np.int64),
                                  np.asarray(fl, np.float64), np.asarray(mfl, np.float64),
-                                 np.asarray(by, np.float64), list(shape))
+                                 np.asarray(by, np.float64), list(shape),
+                                 np.asarray(hbm, np.float64), np.asarray(onchip, np.float64))
         out[dev] = facts
     return out
 

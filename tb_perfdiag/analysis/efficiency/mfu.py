@@ -18,6 +18,9 @@ from . import waterfall as W
 from .roofline import roofline
 from .sums import CostSums, dtype_names
 
+# the memory space of the bytes a roofline counts: HBM where the trace splits an op's
+# bytes by memory space (TPU ops' memory_access_breakdown), all spaces where it does not
+SPACE_HBM, SPACE_ALL = "hbm", "all"
 NO_SHAPES = ("no op carries a cost figure: profile PyTorch with record_shapes=True "
              "(or with_flops=True)")
 
@@ -142,9 +145,12 @@ def efficiency_table(trace, sums: CostSums | None, devices, steps, device_ops, c
     # ---- roofline per row and per device
     rd = np.asarray(device_ops.device, np.int64) if device_ops is not None else np.zeros(0, np.int64)
     rt = np.asarray(device_ops.time, np.float64) if device_ops is not None else np.zeros(0)
-    r = roofline(sums.row_hw, sums.row_bytes, rt, pf[rd], pb[rd])
+    # bytes against the HBM bandwidth: those in HBM where the trace splits them by
+    # memory space (as xprof's roofline does), all of them where it does not
+    r = roofline(sums.row_hw, sums.row_hbm_bytes, rt, pf[rd], pb[rd])
     # the device's ops together over its window, idle included: xprof's program level
-    dv = roofline(sums.hw_flops, sums.bytes, win, pf, pb)
+    dv = roofline(sums.hw_flops, sums.hbm_bytes, win, pf, pb)
+    split = sums.split > 0
     with np.errstate(divide="ignore", invalid="ignore"):
         ridge = pf / pb
     nan = lambda n: np.full(n, np.nan)  # noqa: E731
@@ -153,6 +159,9 @@ def efficiency_table(trace, sums: CostSums | None, devices, steps, device_ops, c
         flops_estimated=np.where(active, sums.flops_est, np.nan),
         hw_flops=np.where(active, sums.hw_flops, np.nan),
         bytes=np.where(active, sums.bytes, np.nan),
+        hbm_bytes=np.where(active & split, sums.hbm_bytes, np.nan),
+        onchip_bytes=np.where(active & split, sums.onchip_bytes, np.nan),
+        bytes_space=[SPACE_HBM if split[d] else SPACE_ALL for d in range(n_dev)],
         op_time=sums.op_time.astype(np.int64), known_time=sums.known_time.astype(np.int64),
         flops_source=[sums.source if active[d] and all_flops[d] > 0 else "" for d in range(n_dev)],
         missing=missing, peak_flops=pf, peak_bytes=pb, peak_dtype=dts, peak_source=srcs,
@@ -160,6 +169,8 @@ def efficiency_table(trace, sums: CostSums | None, devices, steps, device_ops, c
         step_mfu=smfu.reshape(n_steps, n_dev),
         step_waterfall=swf.reshape(n_steps, n_dev, len(W.PARTS)).astype(np.float32),
         row_flops=sums.row_flops, row_hw_flops=sums.row_hw, row_bytes=sums.row_bytes,
+        row_hbm_bytes=np.where(sums.row_split > 0, sums.row_hbm_bytes, np.nan),
+        row_bytes_space=np.where(sums.row_split > 0, 1, 0).astype(np.int8),
         row_matmul=sums.row_mm_flops > 0.5 * sums.row_flops,
         row_flops_per_s=r[0], row_bytes_per_s=r[1], row_intensity=r[2],
         row_attainable=r[3], row_efficiency=r[4], row_bound=r[5],

@@ -16,6 +16,9 @@ UNKNOWN_DTYPE = DTYPES.index("")
 
 
 FIGURES = ("flops", "hw_flops", "bytes", "estimated", "matmul", "dtype", "known")
+# of ``bytes``, those XLA places in HBM and on chip (CMEM, VMEM), where the trace splits
+# them by memory space (a TPU op's ``memory_access_breakdown``); NaN where it does not
+SPLIT = ("hbm_bytes", "onchip_bytes")
 
 
 class OpCosts:
@@ -27,7 +30,9 @@ class OpCosts:
     model (a custom call), its FLOPs in ``flops`` but flagged, so that
     ``flops[~estimated]`` is the cost model's figure alone; ``matmul``: matmul class
     (dot, convolution, attention); ``dtype``: int8 into DTYPES, the dtype a matmul-class
-    op ran in; ``known``: the op has a figure (0 FLOPs may be a figure).  ``source``:
+    op ran in; ``known``: the op has a figure (0 FLOPs may be a figure);
+    ``hbm_bytes``, ``onchip_bytes``: of ``bytes``, those in HBM and on chip where the
+    trace splits them by memory space (NaN where not: the default).  ``source``:
     "xla_op_stats" | "hlo" | "kineto_flops_arg" | "shapes" | ""; ``missing``: why figures
     are absent ("" when every op has one).
 
@@ -39,12 +44,16 @@ class OpCosts:
     __slots__ = ("event", "code", "source", "missing", "_held")
 
     def __init__(self, event, flops, hw_flops, bytes, estimated, matmul, dtype, known,
-                 source: str, missing: str, code: np.ndarray | None = None):
+                 source: str, missing: str, code: np.ndarray | None = None,
+                 hbm_bytes: np.ndarray | None = None, onchip_bytes: np.ndarray | None = None):
         self.event = event
         self.code = code
         self.source, self.missing = source, missing
         self._held = dict(zip(FIGURES, (flops, hw_flops, bytes, estimated, matmul, dtype,
                                         known)))
+        n = np.asarray(flops).shape[0]
+        for name, v in zip(SPLIT, (hbm_bytes, onchip_bytes)):
+            self._held[name] = np.full(n, np.nan) if v is None else v
 
     def held(self, name: str) -> np.ndarray:
         """A figure as held: per distinct op where ``code`` is set, else per event."""
@@ -59,6 +68,7 @@ class OpCosts:
     flops, hw_flops, bytes = _figure("flops"), _figure("hw_flops"), _figure("bytes")
     estimated, matmul, dtype = _figure("estimated"), _figure("matmul"), _figure("dtype")
     known = _figure("known")
+    hbm_bytes, onchip_bytes = _figure("hbm_bytes"), _figure("onchip_bytes")
     del _figure
 
     def __len__(self) -> int:

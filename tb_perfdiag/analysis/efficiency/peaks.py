@@ -1,14 +1,16 @@
 """A device's peak: dense FLOP/s for the dtype its matmul-class ops ran in, and its memory
 bandwidth — from the trace where it says (a TPU plane's ``peak_teraflops_per_second``
 and HBM bandwidth; a GPU plane's clock, SM count and compute capability; Kineto's
-``deviceProperties``), else from the datasheet table (``datasheets``)."""
+``deviceProperties``) and the datasheet table (``datasheets``).  A GPU whose name a
+datasheet row matches has that row's (marketed) figures; one no row names has SMs ×
+clock × the FLOPs per SM per clock of its compute capability (``sm_rates``)."""
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 
 from ...trace.model import Trace
-from . import datasheets
+from . import datasheets, sm_rates
 
 
 @dataclass
@@ -16,27 +18,10 @@ class Peak:
     flops_per_s: float | None   # dense peak for ``dtype`` (None: unknown, see ``missing``)
     bytes_per_s: float | None   # memory bandwidth
     dtype: str
-    source: str                 # "trace" | "datasheet:<row>" | "option" | ""
+    source: str                 # "trace" | "datasheet:<row>" | "option" |
+                                # "computed from …" (SMs × clock, see sm_rates) | ""
     device_model: str           # "Tesla V100-DGXS-32GB", "TPU v6 Lite"
     missing: str = ""           # why ``flops_per_s`` is None
-
-
-# dense FLOPs per SM per clock of NVIDIA parts by compute capability (the CUDA
-# programming guide's throughput table; tensor-core figures from the architecture
-# whitepapers: Volta 1024 fp16, Ampere GA100 2048 fp16 / 1024 tf32, Hopper 4096 fp16)
-_PER_SM_CLOCK = {
-    (6, 0): {"fp32": 128, "fp16": 256, "fp64": 64},
-    (6, 1): {"fp32": 256, "int8": 1024},
-    (7, 0): {"fp32": 128, "fp16": 1024, "fp64": 64},
-    (7, 5): {"fp32": 128, "fp16": 512, "int8": 1024},
-    (8, 0): {"fp32": 128, "tf32": 1024, "bf16": 2048, "fp16": 2048, "int8": 4096,
-             "fp64": 128},
-    (8, 6): {"fp32": 256, "tf32": 256, "bf16": 512, "fp16": 512, "int8": 1024},
-    (8, 9): {"fp32": 256, "tf32": 256, "bf16": 512, "fp16": 512, "fp8": 1024,
-             "int8": 1024},
-    (9, 0): {"fp32": 256, "tf32": 2048, "bf16": 4096, "fp16": 4096, "fp8": 8192,
-             "int8": 8192, "fp64": 256},
-}
 
 
 def _device_number(name: str) -> int | None:
@@ -71,24 +56,61 @@ def _from_row(row, dtype: str, model: str) -> Peak:
                 "" if tf else f"the {row.key} datasheet gives no dense {dtype} peak")
 
 
+def _computed(sms: float, hz: float, cc: tuple, dtype: str, bw, model: str,
+              how: str, note: str = "") -> Peak:
+    """SMs × clock × dense FLOPs per SM per clock of compute capability ``cc`` (the rates
+    and their whitepapers: ``sm_rates``); ``how`` says whose SMs and clock ("the plane's
+    80 SMs × 1.53 GHz"), ``note`` anything more the source must say."""
+    r = sm_rates.rates(cc)
+    want = dtype or "bf16"
+    got = None
+    if r is not None:
+        want, got = sm_rates.per_clock(r, dtype)
+    ccs = f"cc {cc[0]}.{cc[1]}"
+    if got is None:
+        why = (f"no dense {want} rate known for compute capability {cc[0]}.{cc[1]}"
+               + (f" ({r.arch})" if r else ""))
+        return Peak(None, bw, want, "", model, why + " (give the peak with --peak-tflops)")
+    return Peak(sms * hz * got, bw, want, f"computed from {how} ({ccs}, {r.arch}"
+                f"{'; ' + note if note else ''})", model)
+
+
 def _from_gpu_plane(st: dict, dtype: str, model: str) -> Peak | None:
-    """From a GPU plane's properties: SMs × FLOPs per SM per clock × clock."""
+    """From a GPU XSpace plane's properties: SMs × clock (``clock_rate``, kHz) × FLOPs per
+    SM per clock of its compute capability; its ``memory_bandwidth`` (bytes/s)."""
     try:
         cc = (int(st["compute_cap_major"]), int(st["compute_cap_minor"]))
-        sms, khz = float(st["core_count"]), float(st["clock_rate"])
+        sms, khz = int(st["core_count"]), float(st["clock_rate"])
     except (KeyError, TypeError, ValueError):
         return None
-    bw = st.get("memory_bandwidth")
-    bw = float(bw) if bw else None
-    per = _PER_SM_CLOCK.get(cc)
-    want = dtype or ("bf16" if per and "bf16" in per else "fp16")
-    got = per.get(want) if per else None
-    if got is None and want == "tf32" and per:
-        got = per.get("fp32")
-    if got is None:
-        return Peak(None, bw, want, "trace", model,
-                    f"no dense {want} rate known for compute capability {cc[0]}.{cc[1]}")
-    return Peak(sms * got * khz * 1e3, bw, want, "trace", model)
+    if sms <= 0 or khz <= 0:
+        return None
+    bw = float(st["memory_bandwidth"]) if st.get("memory_bandwidth") else None
+    return _computed(sms, khz * 1e3, cc, dtype, bw, model,
+                     f"the plane's {sms} SMs × {khz / 1e6:.3g} GHz")
+
+
+def _from_kineto_props(props: dict, dtype: str, model: str) -> Peak | None:
+    """From Kineto's ``deviceProperties`` (``numSms``, ``computeMajor/Minor``): it writes
+    no clock, so the boost clock of the known part of that compute capability nearest in
+    SM count, named in the source; no memory bandwidth.  None where it says too little."""
+    try:
+        cc = (int(props["computeMajor"]), int(props["computeMinor"]))
+        sms = int(props["numSms"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    if sms <= 0 or cc[0] < 7 or "amd" in str(props.get("name") or "").lower():
+        return None                  # ROCm writes its own architecture numbers there
+    part = sm_rates.nearest_part(cc, sms)
+    if part is None:
+        return Peak(None, None, dtype, "", model,
+                    f"{model or 'the device'!r} is not in the datasheet table and no boost "
+                    f"clock of a compute capability {cc[0]}.{cc[1]} part is known, nor does "
+                    f"the trace give one (give the peak with --peak-tflops)")
+    ghz = part.boost_mhz / 1e3
+    return _computed(sms, part.boost_mhz * 1e6, cc, dtype, None, model,
+                     f"deviceProperties' {sms} SMs × {ghz:.3g} GHz",
+                     f"the trace gives no clock: the {part.name}'s boost clock")
 
 
 def device_peak(trace: Trace, device: int, dtype: str,
@@ -127,8 +149,13 @@ def device_peak(trace: Trace, device: int, dtype: str,
         if bw is not None:
             p.bytes_per_s = bw
         return p
+    # no datasheet row names it: computed from what the trace says of its SMs
     got = _from_gpu_plane(st, dtype, model) if st else None
+    if got is None and props is not None:
+        got = _from_kineto_props(props, dtype, model)
     if got is not None:
+        if got.bytes_per_s is None:
+            got.bytes_per_s = bw
         return got
     if props is not None and model:
         why = f"{model!r} is not in the datasheet table"

@@ -38,7 +38,11 @@ class CostSums:
     flops: np.ndarray           # (n_dev,) model FLOPs, cost-model figures
     flops_est: np.ndarray       # (n_dev,) estimated ones
     hw_flops: np.ndarray        # (n_dev,)
-    bytes: np.ndarray           # (n_dev,)
+    bytes: np.ndarray           # (n_dev,) all memory spaces
+    hbm_bytes: np.ndarray       # (n_dev,) in HBM where the op's figure splits them by
+                                # memory space, its all-space bytes where it does not
+    onchip_bytes: np.ndarray    # (n_dev,) on chip (CMEM, VMEM) where split
+    split: np.ndarray           # (n_dev,) ops whose bytes are split by memory space
     op_time: np.ndarray         # (n_dev,) ps summed durations
     known_time: np.ndarray      # (n_dev,) ps of ops with a figure
     mm_time: np.ndarray         # (n_dev,) ps of matmul-class compute ops
@@ -52,6 +56,8 @@ class CostSums:
     row_flops: np.ndarray       # per device-op-table row: model FLOPs (estimated included)
     row_hw: np.ndarray
     row_bytes: np.ndarray
+    row_hbm_bytes: np.ndarray   # as ``hbm_bytes``, per row
+    row_split: np.ndarray
     row_mm_flops: np.ndarray    # FLOPs of its matmul-class ops
     row_known_time: np.ndarray  # ps
     row_fp32_mm_time: np.ndarray  # ps of its fp32 matmul-class ops
@@ -68,6 +74,7 @@ BLOCK = 1 << 20              # ops folded at a time: the temporaries stay a few 
 
 
 _FIGURES = ("flops", "hw_flops", "bytes", "estimated", "matmul", "dtype", "known")
+_SPLIT = ("hbm_bytes", "onchip_bytes")      # optional: NaN where a cost table has none
 
 
 def fold(costs, op_dev: np.ndarray, op_step: np.ndarray, op_row: np.ndarray, dur: np.ndarray,
@@ -80,16 +87,29 @@ def fold(costs, op_dev: np.ndarray, op_step: np.ndarray, op_row: np.ndarray, dur
     code = getattr(costs, "code", None)
     if code is not None:
         figs = {c: np.asarray(costs.held(c)) for c in _FIGURES}
+        figs.update({c: _optional(costs, c, figs["flops"].shape[0], held=True)
+                     for c in _SPLIT})
     got = None
     for a in range(0, max(n, 1), BLOCK):
         b = min(a + BLOCK, n)
         if code is None:
             figs = {c: np.asarray(getattr(costs, c))[a:b] for c in _FIGURES}
+            figs.update({c: _optional(costs, c, n)[a:b] for c in _SPLIT})
         part = _fold_block(figs, None if code is None else code[a:b], op_dev[a:b],
                            op_step[a:b], op_row[a:b], dur[a:b], table, n_dev, n_steps)
         got = part if got is None else {k: got[k] + v for k, v in part.items()}
     return CostSums(n_dev, n_steps, **got, source=str(getattr(costs, "source", "") or ""),
                     missing=str(getattr(costs, "missing", "") or ""))
+
+
+def _optional(costs, name: str, n: int, held: bool = False) -> np.ndarray:
+    """An optional figure of ``costs`` (NaN for all ``n`` where it has none): a cost table
+    of a source with no memory-space split, or the arithmetic tests' own columns."""
+    try:
+        v = costs.held(name) if held else getattr(costs, name, None)
+    except (AttributeError, KeyError):
+        v = None
+    return np.full(n, np.nan) if v is None else np.asarray(v)
 
 
 def _pairs(row: np.ndarray, code: np.ndarray, n_codes: int):
@@ -145,6 +165,13 @@ def _fold_block(c: dict, code, op_dev, op_step, op_row, dur, table, n_dev: int,
         return np.nan_to_num(out, copy=False)
     fl, hw, by = figure(c["flops"]), figure(c["hw_flops"]), figure(c["bytes"])
     hw = np.where(hw > 0, hw, fl)
+    # HBM bytes where the op's bytes are split by memory space, else all its bytes
+    # (xprof's rule for an op with no breakdown); ``sp`` marks the split ones
+    hb = fig(c["hbm_bytes"]).astype(np.float64, copy=False)
+    sp = known & np.isfinite(hb)
+    hbm = np.where(sp, hb, by)
+    oc = fig(c["onchip_bytes"]).astype(np.float64, copy=False)
+    onc = np.where(known & np.isfinite(oc), oc, 0.0)
     r_klass = np.asarray(table.klass, np.int8)
     r_compute = r_klass == OpClass.COMPUTE
     compute = r_compute[p_row] if n_rows else np.zeros(p_row.shape[0], bool)
@@ -159,6 +186,8 @@ def _fold_block(c: dict, code, op_dev, op_step, op_row, dur, table, n_dev: int,
     r_est = _bc(p_row, n_rows, np.where(est, fl_n, 0.0))
     r_fl = _bc(p_row, n_rows, fl_n)
     r_hw, r_by, r_d = _bc(p_row, n_rows, hw_n), _bc(p_row, n_rows, by_n), _bc(p_row, n_rows, p_dur)
+    r_hbm, r_onc = _bc(p_row, n_rows, hbm * cnt), _bc(p_row, n_rows, onc * cnt)
+    r_sp = _bc(p_row, n_rows, np.where(sp, cnt, 0.0))
     r_known = _bc(p_row, n_rows, np.where(known, p_dur, 0.0))
     r_mm_d, r_mm_fl = _bc(p_row, n_rows, mm_d), _bc(p_row, n_rows, mm_fl)
     r_fp32 = _bc(p_row, n_rows, np.where(dt == fp32, mm_d, 0.0))
@@ -179,6 +208,7 @@ def _fold_block(c: dict, code, op_dev, op_step, op_row, dur, table, n_dev: int,
     nsd, shape = n_steps * n_dev, (n_steps, n_dev)
     return dict(
         flops=per(r_fl - r_est), flops_est=per(r_est), hw_flops=per(r_hw), bytes=per(r_by),
+        hbm_bytes=per(r_hbm), onchip_bytes=per(r_onc), split=per(r_sp),
         op_time=per(r_d), known_time=per(r_known), mm_time=per(r_mm_d),
         comp_time=per(np.where(r_compute, r_d, 0.0)),
         dtype_flops=dev_dt(r_dt_mm), dtype_all=dev_dt(r_dt_all),
@@ -186,7 +216,8 @@ def _fold_block(c: dict, code, op_dev, op_step, op_row, dur, table, n_dev: int,
         step_known=_bc(sk, nsd, known[unit].astype(np.float64)).reshape(shape),
         step_mm_time=_bc(sk, nsd, np.where(mm[unit], d_in, 0.0)).reshape(shape),
         step_comp_time=_bc(sk, nsd, np.where(compute[unit], d_in, 0.0)).reshape(shape),
-        row_flops=r_fl, row_hw=r_hw, row_bytes=r_by, row_mm_flops=r_mm_fl,
+        row_flops=r_fl, row_hw=r_hw, row_bytes=r_by, row_hbm_bytes=r_hbm, row_split=r_sp,
+        row_mm_flops=r_mm_fl,
         row_known_time=r_known, row_fp32_mm_time=r_fp32)
 
 

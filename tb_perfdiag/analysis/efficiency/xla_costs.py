@@ -1,6 +1,6 @@
 """XLA's own cost figures of each op, as a TPU XSpace keeps them on the op's metadata
-(``flops``, ``model_flops``, ``bytes_accessed``; the reader keeps one row per op of a
-program in ``Trace.metadata["device_planes"][device]["op_costs"]``)."""
+(``flops``, ``model_flops``, ``bytes_accessed`` and its split by memory space,
+``memory_access_breakdown``; the reader keeps one row per op of a program in ``Trace.metadata["device_planes"][device]["op_costs"]``)."""
 from __future__ import annotations
 
 import numpy as np
@@ -55,6 +55,7 @@ def from_op_stats(trace: Trace, events: np.ndarray) -> OpCosts | None:
     fl = np.zeros(nk)
     mfl = np.zeros(nk)
     by = np.zeros(nk)
+    hbm, onchip = np.full(nk, np.nan), np.full(nk, np.nan)
     known = np.zeros(nk, bool)
     for k, (d, p, o, _c) in enumerate(uniq.tolist()):   # one per distinct op, not event
         if o < 0 or d not in lookup:
@@ -65,8 +66,10 @@ def from_op_stats(trace: Trace, events: np.ndarray) -> OpCosts | None:
             row = lookup[d].get((-1, name))
         if row is None:
             continue
-        _, _, f, mf, b, shape = tables[d]
+        _, _, f, mf, b, shape, *split = tables[d]
         fl[k], mfl[k], by[k] = f[row], mf[row], b[row]
+        if split:
+            hbm[k], onchip[k] = split[0][row], split[1][row]
         dt[k] = DTYPES.index(element_dtype(shape[row]))
         known[k] = True
     # model FLOPs where XLA gives them; its ``flops`` count what the hardware ran
@@ -77,7 +80,7 @@ def from_op_stats(trace: Trace, events: np.ndarray) -> OpCosts | None:
     dtype = np.where(matmul, dt, UNKNOWN_DTYPE).astype(np.int8)
     return OpCosts(events, model, hw, by, np.zeros(nk, bool), matmul, dtype, known,
                    "xla_op_stats", "" if known.all() else "some ops carry no XLA cost figures",
-                   code=inv.reshape(-1))
+                   code=inv.reshape(-1), hbm_bytes=hbm, onchip_bytes=onchip)
 
 
 def _matmul(trace: Trace, category: np.ndarray) -> np.ndarray:
