@@ -51,17 +51,19 @@ class OpCosts:
         self.source, self.missing = source, missing
         self._held = dict(zip(FIGURES, (flops, hw_flops, bytes, estimated, matmul, dtype,
                                         known)))
-        n = np.asarray(flops).shape[0]
-        for name, v in zip(SPLIT, (hbm_bytes, onchip_bytes)):
-            self._held[name] = np.full(n, np.nan) if v is None else v
+        # no split is held as None (no NaN column per event at 20 M Kineto ops)
+        self._held.update(zip(SPLIT, (hbm_bytes, onchip_bytes)))
 
-    def held(self, name: str) -> np.ndarray:
-        """A figure as held: per distinct op where ``code`` is set, else per event."""
+    def held(self, name: str) -> np.ndarray | None:
+        """A figure as held: per distinct op where ``code`` is set, else per event (None:
+        a memory-space split the source does not have)."""
         return self._held[name]
 
     def _figure(name):  # noqa: N805 - builds the per-event properties below
         def get(self):
             v = self._held[name]
+            if v is None:
+                return np.full(self.event.shape[0], np.nan)
             return v if self.code is None else v[self.code]
         return property(get)
 

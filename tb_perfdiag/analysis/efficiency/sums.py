@@ -74,7 +74,7 @@ BLOCK = 1 << 20              # ops folded at a time: the temporaries stay a few 
 
 
 _FIGURES = ("flops", "hw_flops", "bytes", "estimated", "matmul", "dtype", "known")
-_SPLIT = ("hbm_bytes", "onchip_bytes")      # optional: NaN where a cost table has none
+_SPLIT = ("hbm_bytes", "onchip_bytes")      # optional: None where a cost table has none
 
 
 def fold(costs, op_dev: np.ndarray, op_step: np.ndarray, op_row: np.ndarray, dur: np.ndarray,
@@ -87,14 +87,14 @@ def fold(costs, op_dev: np.ndarray, op_step: np.ndarray, op_row: np.ndarray, dur
     code = getattr(costs, "code", None)
     if code is not None:
         figs = {c: np.asarray(costs.held(c)) for c in _FIGURES}
-        figs.update({c: _optional(costs, c, figs["flops"].shape[0], held=True)
-                     for c in _SPLIT})
+        figs.update({c: _optional(costs, c, held=True) for c in _SPLIT})
     got = None
     for a in range(0, max(n, 1), BLOCK):
         b = min(a + BLOCK, n)
         if code is None:
             figs = {c: np.asarray(getattr(costs, c))[a:b] for c in _FIGURES}
-            figs.update({c: _optional(costs, c, n)[a:b] for c in _SPLIT})
+            split = {c: _optional(costs, c) for c in _SPLIT}
+            figs.update({c: None if v is None else v[a:b] for c, v in split.items()})
         part = _fold_block(figs, None if code is None else code[a:b], op_dev[a:b],
                            op_step[a:b], op_row[a:b], dur[a:b], table, n_dev, n_steps)
         got = part if got is None else {k: got[k] + v for k, v in part.items()}
@@ -102,14 +102,14 @@ def fold(costs, op_dev: np.ndarray, op_step: np.ndarray, op_row: np.ndarray, dur
                     missing=str(getattr(costs, "missing", "") or ""))
 
 
-def _optional(costs, name: str, n: int, held: bool = False) -> np.ndarray:
-    """An optional figure of ``costs`` (NaN for all ``n`` where it has none): a cost table
-    of a source with no memory-space split, or the arithmetic tests' own columns."""
+def _optional(costs, name: str, held: bool = False) -> np.ndarray | None:
+    """An optional figure of ``costs`` (None where it has none: a source with no
+    memory-space split, or the arithmetic tests' own columns)."""
     try:
         v = costs.held(name) if held else getattr(costs, name, None)
     except (AttributeError, KeyError):
         v = None
-    return np.full(n, np.nan) if v is None else np.asarray(v)
+    return None if v is None else np.asarray(v)
 
 
 def _pairs(row: np.ndarray, code: np.ndarray, n_codes: int):
@@ -142,7 +142,7 @@ def _fold_block(c: dict, code, op_dev, op_step, op_row, dur, table, n_dev: int,
         keep = np.flatnonzero(r_ok)
         row, d, op_dev, op_step = row[keep], d[keep], op_dev[keep], op_step[keep]
         if code is None:
-            c = {k: np.asarray(v)[keep] for k, v in c.items()}
+            c = {k: None if v is None else np.asarray(v)[keep] for k, v in c.items()}
         else:
             code = np.asarray(code)[keep]
     # the unit the figures are per: an op, or a distinct (row, op) of ops held per op,
@@ -167,11 +167,17 @@ def _fold_block(c: dict, code, op_dev, op_step, op_row, dur, table, n_dev: int,
     hw = np.where(hw > 0, hw, fl)
     # HBM bytes where the op's bytes are split by memory space, else all its bytes
     # (xprof's rule for an op with no breakdown); ``sp`` marks the split ones
-    hb = fig(c["hbm_bytes"]).astype(np.float64, copy=False)
-    sp = known & np.isfinite(hb)
-    hbm = np.where(sp, hb, by)
-    oc = fig(c["onchip_bytes"]).astype(np.float64, copy=False)
-    onc = np.where(known & np.isfinite(oc), oc, 0.0)
+    if c.get("hbm_bytes") is None:
+        sp, hbm = np.zeros(known.shape[0], bool), by
+    else:
+        hb = fig(c["hbm_bytes"]).astype(np.float64, copy=False)
+        sp = known & np.isfinite(hb)
+        hbm = np.where(sp, hb, by)
+    if c.get("onchip_bytes") is None:
+        onc = np.zeros(known.shape[0])
+    else:
+        oc = fig(c["onchip_bytes"]).astype(np.float64, copy=False)
+        onc = np.where(known & np.isfinite(oc), oc, 0.0)
     r_klass = np.asarray(table.klass, np.int8)
     r_compute = r_klass == OpClass.COMPUTE
     compute = r_compute[p_row] if n_rows else np.zeros(p_row.shape[0], bool)
