@@ -27,23 +27,24 @@ class _Trace:
         self.events, self.t, self.ext, self.corr = [], 0, 1, 1
 
     def op(self, name, dims=None, types=None, conc=None, kernels=1, children=(),
-           kernel="volta_sgemm_128x64_nn", flops=None):
-        """An op of ``kernels`` launches after its ``children`` (callables adding ops)."""
+           kernel="volta_sgemm_128x64_nn", flops=None, durs=None):
+        """An op of ``kernels`` launches after its ``children`` (callables adding ops);
+        ``durs``: the kernels' durations (µs, 2 each unless given)."""
         start = self.t
         self.t += 1
         for c in children:
             c()
         names = kernel if isinstance(kernel, list) else [kernel] * kernels
-        for kname in names:
+        for kname, kdur in zip(names, durs or [2] * len(names)):
             self.events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel",
                                 "pid": 1, "tid": 1, "ts": self.t, "dur": 1,
                                 "args": {"correlation": self.corr, "External id": self.ext}})
             self.events.append({"ph": "X", "cat": "kernel", "name": kname, "pid": 0,
-                                "tid": 7, "ts": self.t + 1, "dur": 2,
+                                "tid": 7, "ts": self.t + 1, "dur": kdur,
                                 "args": {"device": 0, "stream": 7,
                                          "correlation": self.corr}})
             self.corr += 1
-            self.t += 3
+            self.t += kdur + 1
         args = {"External id": self.ext}
         if dims is not None:
             args["Input Dims"] = dims
@@ -421,3 +422,122 @@ def test_a_gemm_op_s_flops_go_to_its_gemm_kernel_not_the_copy_beside_it(tmp_path
          kernel=["void at::native::elementwise_kernel<128, 2>", "ampere_sgemm_64x64_nn"])
     c, names = _costs(b.load(tmp_path))
     assert c.flops.tolist() == [0.0, 2 * 64 * 128 * 32] and c.matmul.tolist() == [False, True]
+
+
+def test_a_backward_s_parts_go_to_the_child_ops_kernels_not_by_time(tmp_path):
+    # 2021 traces: the input's gradient is computed inside ``*_backward_input``, the
+    # weight's inside ``*_backward_weight``; a short GEMM must not take the long one's FLOPs
+    b = _Trace()
+    sh = [[8, 3, 32, 32], [8, 16, 30, 30], [16, 3, 3, 3]]
+    i = lambda: b.op("aten::cudnn_convolution_backward_input", [[], sh[1], sh[2]],  # noqa
+                     kernel="volta_sgemm_64x64_nt", durs=[10])
+    w = lambda: b.op("aten::cudnn_convolution_backward_weight", [[], sh[1], sh[0]],  # noqa
+                     kernel=["volta_sgemm_64x64_nt", "cudnn::winograd_nonfused::"
+                             "winogradWgradOutput4x4<float, float>"], durs=[2, 8])
+    b.op("aten::cudnn_convolution_backward", sh, F32, children=[i, w], kernels=0)
+    c, names = _costs(b.load(tmp_path))
+    one = 2 * 8 * 16 * 30 * 30 * 27
+    assert c.flops.tolist() == [one, one, 0.0]
+    assert c.matmul.tolist() == [True, True, False]
+    assert c.bytes[2] > 0                        # a transform moves bytes
+
+
+@pytest.mark.parametrize("mask,want", [("[True, True, False]", (1, 1)),
+                                       ("[False, True, False]", (0, 1)),
+                                       ("[True, False, False]", (1, 0))])
+def test_a_backward_s_parts_go_to_its_dgrad_and_wgrad_kernels_by_name(tmp_path, mask, want):
+    b = _Trace()
+    conc = [""] * 3 + ["[16]", "[1, 1]", "[0, 0]", "[1, 1]", "False", "[0, 0]", "1", mask]
+    names = ["sm80_xmma_dgrad_implicit_gemm_f32f32_tf32f32_f32_nhwckrsc_nchw",
+             "sm80_xmma_wgrad_implicit_gemm_f32f32_tf32f32_f32_nhwckrsc_nchw"]
+    names = [n for n, w in zip(names, want) if w]
+    b.op("aten::convolution_backward", [[8, 16, 30, 30], [8, 3, 32, 32], [16, 3, 3, 3]] +
+         [[]] * 8, F32, conc, kernel=names, durs=[9, 1][:len(names)])
+    c, _ = _costs(b.load(tmp_path))
+    one = 2 * 8 * 16 * 30 * 30 * 27
+    assert c.flops.tolist() == [one] * len(names)
+
+
+def test_a_backward_whose_kernels_do_not_say_splits_by_time(tmp_path):
+    b = _Trace()
+    conc = [""] * 3 + ["[16]", "[1, 1]", "[0, 0]", "[1, 1]", "False", "[0, 0]", "1",
+                       "[True, True, False]"]
+    b.op("aten::convolution_backward", [[8, 16, 30, 30], [8, 3, 32, 32], [16, 3, 3, 3]] +
+         [[]] * 8, F32, conc, kernel=["volta_sgemm_64x64_nt", "volta_sgemm_128x64_nn"],
+         durs=[3, 1])
+    c, _ = _costs(b.load(tmp_path))
+    one = 2 * 8 * 16 * 30 * 30 * 27
+    assert c.flops.tolist() == pytest.approx([1.5 * one, 0.5 * one])
+
+
+def test_winograd_transforms_take_bytes_and_the_gemm_its_tiled_hardware_count(tmp_path):
+    b = _Trace()
+    t = "cudnn::winograd_nonfused::winogradForward{}4x4<float, float>"
+    b.op("aten::cudnn_convolution", [[8, 16, 14, 14], [32, 16, 3, 3]] + [[]] * 7, F32,
+         ["", "", "[1, 1]", "[1, 1]", "[1, 1]", "1"],
+         kernel=[t.format("Data"), t.format("Filter"), "volta_sgemm_64x64_nn",
+                 t.format("Output")], durs=[6, 1, 2, 6])
+    c, _ = _costs(b.load(tmp_path))
+    model = 2 * 8 * 32 * 14 * 14 * 16 * 9
+    assert c.flops.tolist() == [0.0, 0.0, model, 0.0]
+    assert c.matmul.tolist() == [False, False, True, False]
+    # F(4×4, 3×3): 36 products per 4×4 output tile, ⌈14/4⌉² = 16 tiles of 196 outputs
+    assert c.hw_flops[2] == pytest.approx(model * 36 * 16 / (9 * 196))
+    assert (c.bytes > 0).all()
+    assert c.bytes.sum() == pytest.approx((8 * 16 * 196 + 32 * 16 * 9 + 8 * 32 * 196) * 4)
+
+
+def test_a_fused_winograd_kernel_s_hardware_count_is_f2x2_s(tmp_path):
+    b = _Trace()
+    b.op("aten::cudnn_convolution", [[8, 16, 14, 14], [32, 16, 3, 3]] + [[]] * 7, F32,
+         ["", "", "[1, 1]", "[1, 1]", "[1, 1]", "1"],
+         kernel=["void cudnn::winograd::generateWinogradTilesKernel<0, float, float>",
+                 "volta_scudnn_winograd_128x128_ldg1_ldg4_relu_tile148t_nt_v1"])
+    c, _ = _costs(b.load(tmp_path))
+    model = 2 * 8 * 32 * 14 * 14 * 16 * 9
+    assert c.flops.tolist() == [0.0, model]
+    assert c.hw_flops[1] == pytest.approx(model * 16 * 49 / (9 * 196))
+
+
+def _kernel_rates(tr):
+    """(kernel name, hardware FLOP/s over its summed time, the peak of its dtype) per
+    matmul-class kernel name of device 0."""
+    ev = tr.activity_of(0)
+    c = op_costs(tr, ev)
+    out = []
+    for dt in np.unique(c.dtype[c.matmul]).tolist():
+        peak = device_peak(tr, 0, DTYPES[dt]).flops_per_s
+        m = c.matmul & (c.dtype == dt)
+        u, inv = np.unique(tr.name[ev[m]], return_inverse=True)
+        fl = np.bincount(inv, weights=c.hw_flops[m])
+        t = np.bincount(inv, weights=tr.dur[ev[m]].astype(np.float64)) * 1e-12
+        out += [(tr.strings[k], f / s, peak) for k, f, s in zip(u.tolist(), fl, t) if s > 0]
+    return out
+
+
+@pytest.mark.parametrize("run", ["resnet50_num_workers_0", "resnet50_num_workers_4"])
+def test_resnet50_no_kernel_above_its_peak(run):
+    files = sorted(glob.glob(os.path.join(shared_path(*RESNET, run), "*.pt.trace.json.gz")))
+    assert files
+    for f in files:
+        rates = _kernel_rates(tb_perfdiag.load(f))
+        assert len(rates) > 20
+        over = [(n, r / p) for n, r, p in rates if r > p * 1.05]
+        assert not over, over
+
+
+def test_real_traces_with_shapes_no_kernel_above_its_peak():
+    root = shared_path("public", "HolisticTraceAnalysis", "tests", "data")
+    seen = 0
+    for f in sorted(glob.glob(os.path.join(root, "**", "*.json.gz"), recursive=True)):
+        try:
+            tr = tb_perfdiag.load(f)
+        except Exception:                    # noqa: BLE001 - not every file is a trace
+            continue
+        if tr.format != "kineto" or not tr.devices:
+            continue
+        rates = [(n, r / p) for n, r, p in _kernel_rates(tr) if p]
+        seen += bool(rates)
+        over = [x for x in rates if x[1] > 1.05]
+        assert not over, (f, over)
+    assert seen >= 2

@@ -294,8 +294,7 @@ def from_torch(trace: Trace, events: np.ndarray) -> OpCosts:
     h = per_trace(trace, "torch_host_costs", host_costs)
     if isinstance(h, str):
         return empty(events, "", h)
-    return _to_kernels(trace, events, h.event, h.has, h.flops_shapes_or_arg, h.bytes,
-                       h.elems, h.matmul, h.dtype, h.recompute, h.source)
+    return _to_kernels(trace, events, h)
 
 
 @dataclass
@@ -314,6 +313,15 @@ class HostCosts:
     dtype: np.ndarray               # int8 into DTYPES
     recompute: np.ndarray           # bool: a checkpoint's recomputed forward op
     source: str
+    # a convolution backward's share of its FLOPs that is the input's gradient (the
+    # rest the weight's; NaN: not a backward): which of its kernels take which part
+    input_part: np.ndarray = None   # float64
+    # the spatial dims a Winograd algorithm tiles (a 2-D 3×3 convolution's output, or its
+    # backward's grad_output; 0: not such a convolution): its kernels' hardware count
+    tile_hw: np.ndarray = None      # (n, 2) int64
+    # whether the op is a convolution backward's input/weight child (2021 traces): the
+    # kernels launched inside one compute that part
+    child_part: np.ndarray = None   # int8: 1 input, 2 weight, 0 neither
 
     def outermost(self, trace: Trace) -> np.ndarray:
         """Whether each op with a figure has no ancestor with one (the op that counts)."""
@@ -426,10 +434,13 @@ def host_costs(trace: Trace):
     first[inv[::-1]] = np.arange(n)[::-1]
     cost = [None] * uk.shape[0]
     elems = np.zeros(uk.shape[0], bool)
+    part = np.full(uk.shape[0], np.nan)
+    tile = np.zeros((uk.shape[0], 2), np.int64)
     for k, r in enumerate(first.tolist()):
-        cost[k], elems[k] = _cost(names[r], dims[r], types[r], conc[r], out_shape[r],
-                                  (mask_in[r], mask_w[r]) if has_kids[r] else None)
-    elems = elems[inv]
+        kid = (mask_in[r], mask_w[r]) if has_kids[r] else None
+        cost[k], elems[k] = _cost(names[r], dims[r], types[r], conc[r], out_shape[r], kid)
+        part[k], tile[k] = _parts(names[r], dims[r], conc[r], out_shape[r], kid)
+    elems, part, tile = elems[inv], part[inv], tile[inv]
     has = np.array([c is not None for c in cost], bool)[inv]
     op_fl = np.array([c.flops if c is not None else 0.0 for c in cost])[inv]
     op_by = np.array([c.bytes if c is not None else 0.0 for c in cost])[inv]
@@ -446,9 +457,47 @@ def host_costs(trace: Trace):
     op_fl = np.where(arg_only, flops_arg, op_fl)
     op_mm |= arg_only
     has |= arg_only
+    child = np.zeros(n, np.int8)
+    if kids.size:
+        child[kids] = np.where(inp, 1, 2)
     return HostCosts(ev, names, has, shape_fl, flops_arg, op_fl, op_by, elems, op_mm, op_dt,
                      recompute,
-                     "kineto_flops_arg" if use_arg.any() or arg_only.any() else "shapes")
+                     "kineto_flops_arg" if use_arg.any() or arg_only.any() else "shapes",
+                     np.where(has, part, np.nan), tile, child)
+
+
+def _bwd_mask(name, conc, kid_mask):
+    """A backward convolution's output mask (input grad, weight grad): its scalar, else
+    its children's, else both."""
+    mi = _CONV_BWD[name][3]
+    if mi == "input":
+        return (True, False)
+    m = F._mask(conc, mi, 2)
+    return m if m is not None else (kid_mask if kid_mask is not None else (True, True))
+
+
+def _parts(name, dims, conc, out_shape, kid_mask):
+    """(the input gradient's share of a backward's FLOPs (NaN: not a backward), the
+    spatial dims a Winograd algorithm would tile ((0, 0): not a 2-D 3×3 convolution))."""
+    part, tile = np.nan, (0, 0)
+    try:
+        if name in _CONV_BWD:
+            m = _bwd_mask(name, conc, kid_mask)
+            n = int(bool(m[0])) + int(bool(m[1]))
+            part = int(bool(m[0])) / n if n else np.nan
+            gi, wi = _CONV_BWD[name][1:3]
+            y = dims[gi] if gi < len(dims) else None
+            w = dims[wi] if wi < len(dims) else None
+        elif name in _CONV:
+            y, w = out_shape, dims[1] if len(dims) > 1 else None
+        else:
+            return part, tile
+        if F._is_shape(y) and F._is_shape(w) and len(y) == 4 and len(w) == 4 and \
+                w[2:] == [3, 3]:
+            tile = (y[2], y[3])
+    except (TypeError, ValueError, IndexError):
+        pass
+    return part, tile
 
 
 def _cost(name, dims, types, conc, out_shape, kid_mask):
@@ -472,15 +521,10 @@ def _formula(name, dims, conc, out_shape, kid_mask, dt, size):
                 tr = bool(F._flag(conc, tr))
             return F.conv_forward(dims[0], dims[1], out_shape, size, dt, tr)
         if name in _CONV_BWD:
-            xi, gi, wi, mi, tr = _CONV_BWD[name]
+            xi, gi, wi, _mi, tr = _CONV_BWD[name]
             if max(gi, wi) >= len(dims):
                 return None
-            if mi == "input":
-                mask = (True, False)
-            else:
-                m = F._mask(conc, mi, 2)
-                mask = m if m is not None else (kid_mask if kid_mask is not None
-                                                else (True, True))
+            mask = _bwd_mask(name, conc, kid_mask)
             x = dims[xi] if xi is not None and xi < len(dims) else []
             if not isinstance(tr, bool):
                 tr = bool(F._flag(conc, tr))
@@ -513,15 +557,60 @@ def _formula(name, dims, conc, out_shape, kid_mask, dt, size):
 
 
 _MATMUL_KERNEL = re.compile(
-    r"gemm|gemv|matmul|conv|xmma|cutlass|cublas|wgrad|dgrad|fprop|winograd|im2col|fft|"
+    r"gemm|gemv|matmul|conv|xmma|cutlass|cublas|wgrad|dgrad|fprop|winograd|fft|"
     r"flash|fmha|attention|attn|mma|cudnn|miopen|igemm|hipblas|rocblas|ck_|Cijk_", re.I)
+# kernels of a convolution or GEMM that do no matrix work: layout and Winograd/FFT
+# transforms, im2col, offset tables, a β-scaling or split-K reduction.  They take the
+# op's bytes by their time, none of its FLOPs (a short GEMM beside a long transform
+# would take the transform's share and run above the peak)
+_NOT_MATMUL_KERNEL = re.compile(
+    r"Offsets|nchwTo|nhwcTo|ToNchw|ToNhwc|transpose|scalePackedTensor|im2col|col2im|"
+    r"generateWinogradTiles|winograd(Forward|Wgrad|Backward)(Data|Filter|Output|Delta)|"
+    r"fft\w*(r2c|c2r)|flip_?filter|splitKreduce|reduce_?kernel|convertTensor|"
+    r"tensorTransform|set_?kernel|fill_?kernel|memset", re.I)
+# which gradient a convolution backward's kernel computes, where its name says
+_DGRAD_KERNEL = re.compile(r"dgrad|bwd_?data|backward_?data|BackwardData", re.I)
+_WGRAD_KERNEL = re.compile(r"wgrad|bwd_?filter|backward_?filter|BackwardFilter|bwd_?weight",
+                           re.I)
+# the output tile of a Winograd algorithm F(m×m, 3×3) its kernels' names tell
+# (cuDNN's non-fused ``winograd…4x4`` kernels); a fused kernel's name does not tell it
+# (``volta_scudnn_winograd_128x128_…_tile148t``): F(2×2, 3×3), the smallest saving a
+# Winograd algorithm makes, so that its hardware count is an upper bound
+_WINOGRAD = re.compile(r"winograd", re.I)
+_WINOGRAD_TILE = re.compile(r"(?<![0-9])([246])x\1(?![0-9])")
+
+
+def _per_name(trace: Trace, kern: np.ndarray, f, dtype) -> np.ndarray:
+    """``f(kernel name)`` of each kernel, computed once per distinct name."""
+    u, inv = np.unique(trace.name[kern], return_inverse=True)
+    if not u.size:
+        return np.zeros(0, dtype)
+    got = np.array([f(trace.strings[i]) for i in u.tolist()], dtype)
+    return got[inv.reshape(-1)]
+
+
+def _is_matmul_name(s: str) -> bool:
+    return bool(_MATMUL_KERNEL.search(s)) and not _NOT_MATMUL_KERNEL.search(s)
 
 
 def _matmul_kernels(trace: Trace, kern: np.ndarray) -> np.ndarray:
     """Whether each kernel's name is that of matrix work (per distinct name)."""
-    u, inv = np.unique(trace.name[kern], return_inverse=True)
-    hit = np.array([bool(_MATMUL_KERNEL.search(trace.strings[i])) for i in u.tolist()], bool)
-    return hit[inv.reshape(-1)] if u.size else np.zeros(0, bool)
+    return _per_name(trace, kern, _is_matmul_name, bool)
+
+
+def _grad_part(s: str) -> int:
+    """1: the kernel computes an input gradient, 2: a weight gradient, 0: its name does
+    not say."""
+    w, d = bool(_WGRAD_KERNEL.search(s)), bool(_DGRAD_KERNEL.search(s))
+    return 2 if w and not d else 1 if d and not w else 0
+
+
+def _winograd_tile(s: str) -> int:
+    """The output tile m of a Winograd kernel (0: not one)."""
+    if not _WINOGRAD.search(s):
+        return 0
+    m = _WINOGRAD_TILE.search(s)
+    return int(m.group(1)) if m else 2
 
 
 def _kernel_dtypes(trace: Trace, kern: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -538,10 +627,11 @@ def _kernel_dtypes(trace: Trace, kern: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return dt[inv.reshape(-1)], sz[inv.reshape(-1)]
 
 
-def _to_kernels(trace, events, op_ev, has, op_fl, op_by, elems, op_mm, op_dt, recompute,
-                source):
+def _to_kernels(trace, events, h: HostCosts):
     """Each device event's share of the outermost costed op that launched it."""
-    out = blank(events, source)
+    op_ev, has, op_fl, op_by, elems = h.event, h.has, h.flops_shapes_or_arg, h.bytes, h.elems
+    op_mm, op_dt, recompute = h.matmul, h.dtype, h.recompute
+    out = blank(events, h.source)
     if not events.size:
         return out
     # launch → device event (correlation links)
@@ -562,40 +652,104 @@ def _to_kernels(trace, events, op_ev, has, op_fl, op_by, elems, op_mm, op_dt, re
             "no device op was launched inside a host op with a cost formula"
         return out
     r = row[hit]
-    # split each op's figure over its kernels by duration (evenly where all last 0); a
-    # copy or fill it launched too (a workspace memset) takes none while it has a kernel
-    is_kernel = trace.kind[events[hit]] == EventKind.KERNEL
+    kev = events[hit]
     n_ops = op_ev.shape[0]
+    kdur = trace.dur[kev].astype(np.float64)
+    # a copy or fill the op launched (a workspace memset) takes none of its figure while
+    # the op has a kernel
+    is_kernel = trace.kind[kev] == EventKind.KERNEL
     has_kernel = np.bincount(r, weights=is_kernel, minlength=n_ops) > 0
-    takes = is_kernel | ~has_kernel[r]
-    # a matmul-class op's figure goes to its GEMM/convolution/attention kernels where it
-    # launched any (not to the bias add or the copy beside them)
-    mm_kernel = is_kernel & op_mm[r] & _matmul_kernels(trace, events[hit])
+    takes_bytes = is_kernel | ~has_kernel[r]
+    # a matmul-class op's FLOPs go to its GEMM/convolution/attention kernels where it
+    # launched any (not to the bias add, the transforms or the copy beside them)
+    mm_kernel = is_kernel & op_mm[r] & _matmul_kernels(trace, kev)
     has_mm = np.bincount(r, weights=mm_kernel, minlength=n_ops) > 0
-    takes &= mm_kernel | ~has_mm[r]
-    dur = np.where(takes, trace.dur[events[hit]].astype(np.float64), 0.0)
-    tot = np.bincount(r, weights=dur, minlength=n_ops)
-    cnt = np.bincount(r, weights=takes, minlength=n_ops)
-    share = np.where(tot[r] > 0, dur / np.where(tot[r] > 0, tot[r], 1.0),
-                     takes / np.maximum(cnt[r], 1.0))
-    fl = op_fl[r] * share
-    out.hw_flops[hit] = fl
+    takes = takes_bytes & (mm_kernel | ~has_mm[r])
+    # a convolution backward's parts: the input's gradient to the kernels computing it,
+    # the weight's to theirs — known from the child op (``*_backward_input``) the kernel
+    # was launched in, else from the kernel's name; by time over all its matmul kernels
+    # where some kernel's part is unknown or a part has none
+    part = _kernel_parts(trace, launch[hit], h, kev)
+    frac_in = h.input_part[r] if h.input_part is not None else np.full(r.shape[0], np.nan)
+    split = np.isfinite(frac_in) & mm_kernel
+    n_mm = np.bincount(r, weights=mm_kernel, minlength=n_ops)
+    n_in = np.bincount(r, weights=split & (part == 1), minlength=n_ops)
+    n_w = np.bincount(r, weights=split & (part == 2), minlength=n_ops)
+    fi = np.where(np.isfinite(h.input_part), h.input_part, 0.0) if h.input_part is not None \
+        else np.zeros(n_ops)
+    by_part = (n_mm > 0) & (n_in + n_w == n_mm) & ((fi <= 0) | (n_in > 0)) & \
+        ((fi >= 1) | (n_w > 0))
+    if h.input_part is not None:
+        by_part &= np.isfinite(h.input_part)
+    kp = np.where(by_part[r], part, 0)
+    group = r * 3 + kp                      # (op, part): the unit a figure is split over
+    fl_share = _shares(group, takes, kdur, 3 * n_ops)
+    fl_share *= np.where(kp == 1, fi[r], np.where(kp == 2, 1.0 - fi[r], 1.0))
+    fl = op_fl[r] * fl_share
+    # a Winograd convolution does fewer multiplies than its direct count (the model
+    # FLOPs): its kernels' hardware count is the tiled one
+    hw = fl * _winograd_factor(trace, kev, group, h.tile_hw, r, 3 * n_ops)
+    out.hw_flops[hit] = hw
     out.flops[hit] = np.where(recompute[r], 0.0, fl)
     out.matmul[hit] = op_mm[r] & is_kernel & takes
     out.known[hit] = True
-    kdt, ksz = _kernel_dtypes(trace, events[hit])
+    kdt, ksz = _kernel_dtypes(trace, kev)
     dt = np.where(op_dt[r] != UNKNOWN_DTYPE, op_dt[r], kdt)
     # an fp32 op whose kernel runs TF32 tensor cores (cuDNN's default on Ampere+)
     tf32 = DTYPES.index("tf32")
     dt = np.where((dt == DTYPES.index("fp32")) & (kdt == tf32), tf32, dt)
     out.dtype[hit] = np.where(out.matmul[hit], dt, UNKNOWN_DTYPE)
-    # bytes: the formula's, at the kernels' element size where the op had no types
-    # (none where neither says: a kernel name without its type)
-    out.bytes[hit] = op_by[r] * np.where(elems[r], ksz, 1.0) * share
+    # bytes: the formula's over every kernel of the op by time (a transform moves the
+    # tensors too), at the kernels' element size where the op had no types (none where
+    # neither says: a kernel name without its type)
+    by_share = _shares(r, takes_bytes, kdur, n_ops)
+    out.bytes[hit] = op_by[r] * np.where(elems[r], ksz, 1.0) * by_share
     _copy_bytes(trace, events, out)
     out.missing = "" if out.known.all() else \
         "some device ops were launched by no host op with shapes and a cost formula"
     return out
+
+
+def _shares(group: np.ndarray, takes: np.ndarray, dur: np.ndarray, n: int) -> np.ndarray:
+    """Each row's share of its group's figure: by duration among the rows that take
+    one (evenly where all of them last 0)."""
+    d = np.where(takes, dur, 0.0)
+    tot = np.bincount(group, weights=d, minlength=n)[group]
+    cnt = np.bincount(group, weights=takes, minlength=n)[group]
+    return np.where(tot > 0, d / np.where(tot > 0, tot, 1.0), takes / np.maximum(cnt, 1.0))
+
+
+def _kernel_parts(trace, launch, h: HostCosts, kev) -> np.ndarray:
+    """Which gradient each kernel computes (1 input, 2 weight, 0 unknown): the
+    innermost ``*_backward_input``/``*_backward_weight`` op around its launch, else its
+    name."""
+    part = _per_name(trace, kev, _grad_part, np.int8)
+    child = h.child_part
+    if child is not None and child.any():
+        c = _ancestor_rows(trace, launch, h.event, child > 0, outermost=False)
+        part = np.where(c >= 0, child[np.maximum(c, 0)], part)
+    return part
+
+
+def _winograd_factor(trace, kev, group, tile_hw, r, n) -> np.ndarray:
+    """Hardware ÷ model FLOPs of each kernel: for a (op, part) whose kernels run a
+    Winograd F(m×m, 3×3) (its transforms' or GEMM's names say so), the (m+2)² products
+    per m×m output tile and (input, output) channel pair, over whole tiles, against the
+    direct count's 9 per output: (m+2)²·⌈H/m⌉·⌈W/m⌉ ÷ (9·H·W); 1 elsewhere."""
+    m = _per_name(trace, kev, _winograd_tile, np.int64)
+    f = np.ones(kev.shape[0])
+    if tile_hw is None or not m.any():
+        return f
+    gm = np.zeros(n, np.int64)
+    np.maximum.at(gm, group, m)
+    m = gm[group]
+    hh, ww = tile_hw[r, 0], tile_hw[r, 1]
+    ok = (m > 0) & (hh > 0) & (ww > 0)
+    ms = np.maximum(m, 1)
+    tiles = -(-hh // ms) * -(-ww // ms)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        f = np.where(ok, (ms + 2.0) ** 2 * tiles / (9.0 * np.maximum(hh * ww, 1)), 1.0)
+    return f
 
 
 def _copy_bytes(trace: Trace, events: np.ndarray, out: OpCosts) -> None:
