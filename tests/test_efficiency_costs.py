@@ -237,12 +237,92 @@ def test_hlo_cost_rules_on_xla_cpu_ops():
     assert got["fusion.3"] == (2 * 64 * 16 * 32 + 64 * 16, False, True)   # dot + add
     assert got["custom-call.4"] == (bmm, True, True)                    # from shapes
     assert got["custom-call.5"][0] == 0 and not got["custom-call.5"][2]
-    assert c.known.all() and c.flops[~c.estimated].sum() == \
+    # a custom call of a target with no estimate has no figure, and says which
+    assert c.known.tolist() == [n != "custom-call.5" for n in names]
+    assert "foo" in c.missing
+    assert c.flops[~c.estimated].sum() == \
         2 * bmm + 2 * 4 * 16 * 16 * 16 * 27 + 2 * 64 * 16 * 32 + 64 * 16
     # the dot's bytes: its operands and its result
     k = names.index("dot.1")
     assert c.bytes[k] == 2 * (8 * 128 * 256 + 8 * 256 * 64 + 8 * 128 * 64)
     assert DTYPES[c.dtype[k]] == "bf16"
+
+
+def _fmha_module():
+    """An HloProto of cuDNN fused-attention custom calls: a causal forward in the BTNH
+    layout (Q [B, T, N, H]) with its config in a GpuBackendConfig, an unmasked backward
+    in the BHSD layout with an older bare config, a forward with K passed transposed,
+    and one without operands' shapes enough to count."""
+    import json
+    from tb_perfdiag.analysis.efficiency.hlo_costs import HloProto
+    BF16 = 16
+    msg = HloProto()
+    main = msg.hlo_module.computations.add(name="main", id=1)
+
+    def ins(name, opcode, iid, dims, ops=(), target="", cfg=None):
+        i = main.instructions.add(name=name, opcode=opcode, id=iid)
+        i.shape.element_type = BF16
+        i.shape.dimensions.extend(dims)
+        i.operand_ids.extend(ops)
+        if target:
+            i.custom_call_target = target
+        if cfg is not None:
+            i.backend_config = json.dumps(cfg).encode()
+        return i
+
+    def dn(lb, lc, rb, rc):
+        return {"lhs_batch_dimensions": [str(x) for x in lb],
+                "lhs_contracting_dimensions": [str(x) for x in lc],
+                "rhs_batch_dimensions": [str(x) for x in rb],
+                "rhs_contracting_dimensions": [str(x) for x in rc]}
+    # BTNH: B 2, T 512 (query) / 256 (key), N 8, H 64
+    ins("q", "parameter", 1, [2, 512, 8, 64])
+    ins("k", "parameter", 2, [2, 256, 8, 64])
+    ins("v", "parameter", 3, [2, 256, 8, 64])
+    ins("fmha.fwd", "custom-call", 4, [2, 512, 8, 64], (1, 2, 3), "__cudnn$fmhaSoftmax",
+        {"operation_queue_id": "0", "cudnn_fmha_backend_config": {
+            "bmm1_dot_dimension_numbers": dn([0, 2], [3], [0, 2], [3]),
+            "mask_type": "CAUSAL", "fmha_scale": 0.125}})
+    # BHSD: B 4, H 6, S 128, D 32; the backward's operands Q, K, V, output, dO
+    ins("q2", "parameter", 5, [4, 6, 128, 32])
+    ins("k2", "parameter", 6, [4, 6, 128, 32])
+    ins("v2", "parameter", 7, [4, 6, 128, 32])
+    ins("fmha.bwd", "custom-call", 8, [4, 6, 128, 32], (5, 6, 7, 5, 5),
+        "__cudnn$fmhaScaleBiasSoftmaxBackward",
+        {"bmm1_grad_gemm1_dot_dimension_numbers": dn([0, 1], [3], [0, 1], [2]),
+         "mask_type": "NO_MASK"})
+    # K transposed ([B, H, D, S]), as XLA's first fMHA rewrites passed it
+    ins("kt", "parameter", 9, [4, 6, 32, 128])
+    ins("fmha.kt", "custom-call", 10, [4, 6, 128, 32], (5, 9, 7),
+        "__cudnn$fmhaScaleBiasSoftmaxDropout",
+        {"bmm1_dot_dimension_numbers": dn([0, 1], [3], [0, 1], [2])})
+    ins("fmha.bad", "custom-call", 11, [4], (5, 9), "__cudnn$fmhaSoftmax")
+    return msg.SerializeToString()
+
+
+def test_hlo_cudnn_fused_attention_from_its_shapes():
+    from tb_perfdiag.analysis.efficiency.torch_formulas import causal_fraction
+    from tb_perfdiag.testing.xspace import Ref
+    w = XSpaceWriter()
+    md = w.plane("/host:metadata", id=9)
+    md.eid("jit_attn(3)", md_stats=[("Hlo Proto", "b", _fmha_module())])
+    host = w.plane("/host:CPU", id=1)
+    ln = host.line(1, "tf_XLAEigen/1", timestamp_ns=0)
+    names = ["fmha.fwd", "fmha.bwd", "fmha.kt", "fmha.bad"]
+    for i, n in enumerate(names):
+        host.event(ln, n, i * 1000, 500, stats={"hlo_op": n, "hlo_module": Ref("jit_attn"),
+                                                 "program_id": 3})
+    tr = load_xspace(w)
+    c = op_costs(tr, tr.activity_of(0))
+    got = {tr.event_name(int(e)): (f, est, m) for e, f, est, m in
+           zip(c.event, c.flops, c.estimated, c.matmul)}
+    fwd = 4 * 2 * 8 * 512 * 256 * 64 * causal_fraction(512, 256)
+    assert got["fmha.fwd"] == (pytest.approx(fwd), True, True)
+    assert got["fmha.bwd"] == (pytest.approx(2.5 * 4 * 4 * 6 * 128 * 128 * 32), True, True)
+    assert got["fmha.kt"] == (pytest.approx(4 * 4 * 6 * 128 * 128 * 32), True, True)
+    assert got["fmha.bad"] == (0.0, False, False)
+    assert not c.known[names.index("fmha.bad")] and "__cudnn$fmhaSoftmax" in c.missing
+    assert DTYPES[c.dtype[0]] == "bf16"
 
 
 def test_generated_jax_capture_matmul_flops_by_hand():

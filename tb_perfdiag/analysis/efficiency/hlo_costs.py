@@ -9,8 +9,9 @@ XLA's cost rules (``HloCostAnalysis``), the parts that carry the work:
 - elementwise arithmetic: 1 per output element; ``reduce``: 1 per input element;
 - ``fusion``: the sum of its fused instructions' FLOPs; its bytes are its operands' and
   its output's (what the fused kernel reads and writes), as for any other op.
-Custom calls are opaque to that model: cuBLAS GEMMs and cuDNN forward convolutions are
-estimated from their shapes (``OpCosts.estimated``), others have no figure.
+Custom calls are opaque to that model: cuBLAS GEMMs, cuDNN forward convolutions and
+cuDNN fused attention (``__cudnn$fmha…``, forward and backward) are estimated from their
+shapes (``OpCosts.estimated``), others have no figure.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from .opcosts import DTYPES, UNKNOWN_DTYPE, OpCosts, distinct_rows, per_trace
 
 def _classes():
     F = descriptor_pb2.FieldDescriptorProto
-    M, I64, I32, S = F.TYPE_MESSAGE, F.TYPE_INT64, F.TYPE_INT32, F.TYPE_STRING
+    M, I64, I32, S, B = F.TYPE_MESSAGE, F.TYPE_INT64, F.TYPE_INT32, F.TYPE_STRING, F.TYPE_BYTES
     spec = {
         "HloProto": [("hlo_module", 1, M, "HloModuleProto", False)],
         "HloModuleProto": [("computations", 3, M, "HloComputationProto", True)],
@@ -42,6 +43,7 @@ def _classes():
             ("dot_dimension_numbers", 30, M, "DotDims", False),
             ("id", 35, I64, None, False), ("operand_ids", 36, I64, None, True),
             ("called_computation_ids", 38, I64, None, True),
+            ("backend_config", 43, B, None, False),
             ("feature_group_count", 50, I64, None, False)],
         "ShapeProto": [("element_type", 2, I32, None, False),
                        ("dimensions", 3, I64, None, True),
@@ -73,6 +75,10 @@ _ELEMENTWISE = frozenset((
     "ceil", "round-nearest-afz", "round-nearest-even"))
 _GEMM_TARGET = re.compile(r"gemm|matmul", re.I)
 _CONV_TARGET = re.compile(r"cudnn\$convForward|cudnn\$convBiasActivationForward", re.I)
+# cuDNN fused multi-head attention, as XLA's fMHA rewriter spells its targets
+# (``__cudnn$fmhaSoftmax``, ``…ScaleBiasSoftmaxDropout``, ``…Backward``, ``…F8``; early
+# XLA wrote ``__cudnn$fhma…``)
+_FMHA_TARGET = re.compile(r"cudnn\$f(mh|hm)a", re.I)
 
 
 def _elements(shape) -> int:
@@ -113,7 +119,11 @@ class _Module:
                 fl, mm, dt, est = self._flops(ins, by_id)
                 by = _bytes(ins.shape) + sum(_bytes(by_id[o].shape) for o in ins.operand_ids
                                              if o in by_id)
-                self.ops[ins.name] = (fl, float(by), mm, dt, est)
+                # a custom call with no estimate has no figure (not 0 FLOPs): its time is
+                # the busy time without one, its target what to name
+                opaque = ins.custom_call_target if ins.opcode == "custom-call" and \
+                    not est else ""
+                self.ops[ins.name] = (fl, float(by), mm, dt, est, opaque)
 
     def _computation_flops(self, cid: int):
         got = self._flops_of.get(cid)
@@ -150,6 +160,11 @@ class _Module:
         if op == "custom-call" and len(ops) >= 2:
             target = ins.custom_call_target
             res = _array(ins.shape)
+            if _FMHA_TARGET.search(target):
+                fl = _fmha_flops(target, ops, ins.backend_config)
+                if fl is not None:
+                    return fl, True, _dtype(ops[0].shape), True
+                return 0.0, False, UNKNOWN_DTYPE, False
             if _GEMM_TARGET.search(target):
                 lhs = list(ops[0].shape.dimensions)
                 dims = list(res.dimensions)
@@ -179,6 +194,77 @@ def _conv_flops(ins, ops, out: int) -> float:
     cin = kern[dn.kernel_input_feature_dimension] if dn.kernel_input_feature_dimension < \
         len(kern) else 1
     return 2.0 * out * float(np.prod(spatial, dtype=np.int64) if spatial else 1) * cin
+
+
+def _fmha_config(raw: bytes) -> dict:
+    """The ``CudnnfMHABackendConfig`` of a custom call's backend config (JSON text: a
+    ``GpuBackendConfig`` holding it, or, in older XLA, the config itself); {} where none."""
+    import json
+    try:
+        cfg = json.loads(raw.decode("utf-8")) if raw else {}
+    except (UnicodeDecodeError, ValueError):
+        return {}
+    if not isinstance(cfg, dict):
+        return {}
+    inner = cfg.get("cudnn_fmha_backend_config", cfg.get("cudnnFmhaBackendConfig"))
+    return inner if isinstance(inner, dict) else cfg
+
+
+def _ints(v) -> list:
+    try:
+        return [int(x) for x in (v or [])]          # proto JSON writes int64 as text
+    except (TypeError, ValueError):
+        return []
+
+
+def _fmha_flops(target: str, ops, backend_config: bytes) -> float | None:
+    """cuDNN fused attention from its operands Q, K, V (the first three, forward and
+    backward): QKᵀ and PV, 2·B·H·Sq·Skv·(D + Dv) forward; backward 2.5× (dQ, dK, dV and
+    the recomputed S); a causal mask keeps its pairs (top-left, as PyTorch's).
+
+    B·H are Q's batch dimensions as the config's dot dimension numbers say (forward
+    ``bmm1``'s lhs, backward ``bmm1_grad_gemm1``'s rhs; else all but the last two); D is
+    Q's contracting (else last) dimension; Sq, Skv and Dv follow from the operands' sizes,
+    whatever the order of K's dimensions (XLA may pass it transposed)."""
+    from .torch_formulas import causal_fraction
+    if len(ops) < 3:
+        return None
+    q, k, v = (list(o.shape.dimensions) for o in ops[:3])
+    if len(q) < 3 or not k or not v:
+        return None
+    cfg = _fmha_config(backend_config)
+    bwd = "backward" in target.lower()
+    bd, cd = [], []
+    fwd_dn = cfg.get("bmm1_dot_dimension_numbers")
+    if isinstance(fwd_dn, dict):
+        bd = _ints(fwd_dn.get("lhs_batch_dimensions"))
+        cd = _ints(fwd_dn.get("lhs_contracting_dimensions"))
+    if not bd:
+        for key in ("bmm1_grad_gemm1_dot_dimension_numbers",
+                    "bmm1_grad_gemm2_dot_dimension_numbers"):
+            dn = cfg.get(key)
+            if isinstance(dn, dict) and _ints(dn.get("rhs_batch_dimensions")):
+                bd = _ints(dn.get("rhs_batch_dimensions"))
+                break
+    if not bd or any(d >= len(q) for d in bd) or len(bd) != len(q) - 2:
+        bd = list(range(len(q) - 2))
+    rest = [i for i in range(len(q)) if i not in bd]
+    di = cd[0] if len(cd) == 1 and cd[0] in rest else rest[-1]
+    bh = int(np.prod([q[i] for i in bd], dtype=np.int64))
+    d = q[di]
+    nq, nk, nv = (int(np.prod(x, dtype=np.int64)) for x in (q, k, v))
+    if bh <= 0 or d <= 0 or nk % (bh * d):
+        return None
+    sq, skv = nq // (bh * d), nk // (bh * d)
+    if skv <= 0 or nv % (bh * skv):
+        return None
+    dv = nv // (bh * skv)
+    fl = 2.0 * bh * sq * skv * (d + dv)
+    mask = str(cfg.get("mask_type", "")).upper()
+    # CAUSAL = 2, PADDING_CAUSAL = 3 where the enum is written as a number
+    if "CAUSAL" in mask or mask in ("2", "3") or cfg.get("is_causal_mask") in (True, "true"):
+        fl *= causal_fraction(sq, skv)
+    return fl * (2.5 if bwd else 1.0)
 
 
 _MODULE_NAME = re.compile(r"^(.*)\((-?\d+)\)$")
@@ -234,6 +320,7 @@ def from_hlo(trace: Trace, events: np.ndarray) -> OpCosts | None:
     fl, by = np.zeros(nk), np.zeros(nk)
     mm, est, known = np.zeros(nk, bool), np.zeros(nk, bool), np.zeros(nk, bool)
     dt = np.full(nk, UNKNOWN_DTYPE, np.int8)
+    opaque: set = set()
     for k, (pg, mc, o) in enumerate(uniq.tolist()):      # one per distinct op, not event
         if o < 0:
             continue
@@ -248,10 +335,13 @@ def from_hlo(trace: Trace, events: np.ndarray) -> OpCosts | None:
         got = mod.ops.get(trace.strings[o])
         if got is None:
             continue
-        fl[k], by[k], mm[k], d, est[k] = got
+        fl[k], by[k], mm[k], d, est[k], target = got
+        if target:
+            opaque.add(target)
+            continue
         dt[k] = d
         known[k] = True
-    if not known.any():
+    if not known.any() and not opaque:
         return None
     share = _kernel_share(trace, events, inv)
     flops = fl[inv] * share
@@ -259,4 +349,15 @@ def from_hlo(trace: Trace, events: np.ndarray) -> OpCosts | None:
     # callers keep it apart from the cost model's
     return OpCosts(events, flops, flops.copy(), by[inv] * share, est[inv], mm[inv],
                    np.where(mm[inv], dt[inv], UNKNOWN_DTYPE).astype(np.int8), known[inv],
-                   "hlo", "" if known.all() else "some ops are in no HLO proto of the capture")
+                   "hlo", _missing(known, opaque))
+
+
+def _missing(known: np.ndarray, opaque: set) -> str:
+    if known.all():
+        return ""
+    if not opaque:
+        return "some ops are in no HLO proto of the capture"
+    names = sorted(opaque)
+    more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+    return ("some ops are custom calls opaque to XLA's cost model with no estimate from "
+            "their shapes: " + ", ".join(names[:3]) + more)
