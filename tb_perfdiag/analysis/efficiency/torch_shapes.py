@@ -18,6 +18,7 @@ autograd backward node is the recomputation: hardware FLOPs, not model FLOPs.
 """
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -580,51 +581,50 @@ _WINOGRAD = re.compile(r"winograd", re.I)
 _WINOGRAD_TILE = re.compile(r"(?<![0-9])([246])x\1(?![0-9])")
 
 
-def _per_name(trace: Trace, kern: np.ndarray, f, dtype) -> np.ndarray:
-    """``f(kernel name)`` of each kernel, computed once per distinct name."""
-    u, inv = np.unique(trace.name[kern], return_inverse=True)
-    if not u.size:
-        return np.zeros(0, dtype)
-    got = np.array([f(trace.strings[i]) for i in u.tolist()], dtype)
-    return got[inv.reshape(-1)]
+@functools.lru_cache(maxsize=8192)
+def _name_facts(s: str) -> tuple:
+    """What a kernel's name tells, once per distinct name (the regexes over long template
+    names were most of the split's time): (matrix work, gradient part (1 input, 2
+    weight, 0 unknown), Winograd output tile (0: not one), DTYPES index, element bytes)."""
+    mm = bool(_MATMUL_KERNEL.search(s)) and not _NOT_MATMUL_KERNEL.search(s)
+    w, d = bool(_WGRAD_KERNEL.search(s)), bool(_DGRAD_KERNEL.search(s))
+    part = 2 if w and not d else 1 if d and not w else 0
+    tile = 0
+    if _WINOGRAD.search(s):
+        m = _WINOGRAD_TILE.search(s)
+        tile = int(m.group(1)) if m else 2
+    dt, sz = UNKNOWN_DTYPE, 0
+    for rx, name in _KERNEL_DTYPE:
+        if rx.search(s):
+            dt, sz = DTYPES.index(name), _KERNEL_SIZE[name]
+            break
+    return mm, part, tile, dt, sz
 
 
-def _is_matmul_name(s: str) -> bool:
-    return bool(_MATMUL_KERNEL.search(s)) and not _NOT_MATMUL_KERNEL.search(s)
+class _KernelNames:
+    """The facts of each kernel's name (columns over the kernels given)."""
+
+    def __init__(self, trace: Trace, kern: np.ndarray):
+        u, inv = np.unique(trace.name[kern], return_inverse=True)
+        inv = inv.reshape(-1)
+        facts = [_name_facts(trace.strings[i]) for i in u.tolist()]
+        cols = list(zip(*facts)) if facts else [()] * 5
+        self.matmul = np.array(cols[0], bool)[inv] if facts else np.zeros(0, bool)
+        self.part = np.array(cols[1], np.int8)[inv] if facts else np.zeros(0, np.int8)
+        self.tile = np.array(cols[2], np.int64)[inv] if facts else np.zeros(0, np.int64)
+        self.dtype = np.array(cols[3], np.int8)[inv] if facts else np.zeros(0, np.int8)
+        self.size = np.array(cols[4], np.float64)[inv] if facts else np.zeros(0)
 
 
 def _matmul_kernels(trace: Trace, kern: np.ndarray) -> np.ndarray:
     """Whether each kernel's name is that of matrix work (per distinct name)."""
-    return _per_name(trace, kern, _is_matmul_name, bool)
-
-
-def _grad_part(s: str) -> int:
-    """1: the kernel computes an input gradient, 2: a weight gradient, 0: its name does
-    not say."""
-    w, d = bool(_WGRAD_KERNEL.search(s)), bool(_DGRAD_KERNEL.search(s))
-    return 2 if w and not d else 1 if d and not w else 0
-
-
-def _winograd_tile(s: str) -> int:
-    """The output tile m of a Winograd kernel (0: not one)."""
-    if not _WINOGRAD.search(s):
-        return 0
-    m = _WINOGRAD_TILE.search(s)
-    return int(m.group(1)) if m else 2
+    return _KernelNames(trace, kern).matmul
 
 
 def _kernel_dtypes(trace: Trace, kern: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(DTYPES index, element bytes) of each kernel from its name (per distinct name)."""
-    u, inv = np.unique(trace.name[kern], return_inverse=True)
-    dt = np.full(u.shape[0], UNKNOWN_DTYPE, np.int8)
-    sz = np.zeros(u.shape[0])
-    for i, nid in enumerate(u.tolist()):
-        s = trace.strings[nid]
-        for rx, d in _KERNEL_DTYPE:
-            if rx.search(s):
-                dt[i], sz[i] = DTYPES.index(d), _KERNEL_SIZE[d]
-                break
-    return dt[inv.reshape(-1)], sz[inv.reshape(-1)]
+    k = _KernelNames(trace, kern)
+    return k.dtype, k.size
 
 
 def _to_kernels(trace, events, h: HostCosts):
@@ -662,15 +662,16 @@ def _to_kernels(trace, events, h: HostCosts):
     takes_bytes = is_kernel | ~has_kernel[r]
     # a matmul-class op's FLOPs go to its GEMM/convolution/attention kernels where it
     # launched any (not to the bias add, the transforms or the copy beside them)
-    mm_kernel = is_kernel & op_mm[r] & _matmul_kernels(trace, kev)
+    kn = _KernelNames(trace, kev)
+    mm_kernel = is_kernel & op_mm[r] & kn.matmul
     has_mm = np.bincount(r, weights=mm_kernel, minlength=n_ops) > 0
     takes = takes_bytes & (mm_kernel | ~has_mm[r])
     # a convolution backward's parts: the input's gradient to the kernels computing it,
     # the weight's to theirs — known from the child op (``*_backward_input``) the kernel
     # was launched in, else from the kernel's name; by time over all its matmul kernels
     # where some kernel's part is unknown or a part has none
-    part = _kernel_parts(trace, launch[hit], h, kev)
     frac_in = h.input_part[r] if h.input_part is not None else np.full(r.shape[0], np.nan)
+    part = _kernel_parts(trace, launch[hit], h, kn.part, np.isfinite(frac_in))
     split = np.isfinite(frac_in) & mm_kernel
     n_mm = np.bincount(r, weights=mm_kernel, minlength=n_ops)
     n_in = np.bincount(r, weights=split & (part == 1), minlength=n_ops)
@@ -688,12 +689,12 @@ def _to_kernels(trace, events, h: HostCosts):
     fl = op_fl[r] * fl_share
     # a Winograd convolution does fewer multiplies than its direct count (the model
     # FLOPs): its kernels' hardware count is the tiled one
-    hw = fl * _winograd_factor(trace, kev, group, h.tile_hw, r, 3 * n_ops)
+    hw = fl * _winograd_factor(kn.tile, group, h.tile_hw, r, 3 * n_ops)
     out.hw_flops[hit] = hw
     out.flops[hit] = np.where(recompute[r], 0.0, fl)
     out.matmul[hit] = op_mm[r] & is_kernel & takes
     out.known[hit] = True
-    kdt, ksz = _kernel_dtypes(trace, kev)
+    kdt, ksz = kn.dtype, kn.size
     dt = np.where(op_dt[r] != UNKNOWN_DTYPE, op_dt[r], kdt)
     # an fp32 op whose kernel runs TF32 tensor cores (cuDNN's default on Ampere+)
     tf32 = DTYPES.index("tf32")
@@ -719,25 +720,25 @@ def _shares(group: np.ndarray, takes: np.ndarray, dur: np.ndarray, n: int) -> np
     return np.where(tot > 0, d / np.where(tot > 0, tot, 1.0), takes / np.maximum(cnt, 1.0))
 
 
-def _kernel_parts(trace, launch, h: HostCosts, kev) -> np.ndarray:
+def _kernel_parts(trace, launch, h: HostCosts, by_name, want) -> np.ndarray:
     """Which gradient each kernel computes (1 input, 2 weight, 0 unknown): the
     innermost ``*_backward_input``/``*_backward_weight`` op around its launch, else its
-    name."""
-    part = _per_name(trace, kev, _grad_part, np.int8)
+    name (``by_name``); only for the kernels of a backward (``want``)."""
+    part = np.where(want, by_name, 0).astype(np.int8)
     child = h.child_part
-    if child is not None and child.any():
-        c = _ancestor_rows(trace, launch, h.event, child > 0, outermost=False)
-        part = np.where(c >= 0, child[np.maximum(c, 0)], part)
+    w = np.flatnonzero(want)
+    if child is not None and child.any() and w.size:
+        c = _ancestor_rows(trace, launch[w], h.event, child > 0, outermost=False)
+        part[w] = np.where(c >= 0, child[np.maximum(c, 0)], part[w])
     return part
 
 
-def _winograd_factor(trace, kev, group, tile_hw, r, n) -> np.ndarray:
+def _winograd_factor(m, group, tile_hw, r, n) -> np.ndarray:
     """Hardware ÷ model FLOPs of each kernel: for a (op, part) whose kernels run a
     Winograd F(m×m, 3×3) (its transforms' or GEMM's names say so), the (m+2)² products
     per m×m output tile and (input, output) channel pair, over whole tiles, against the
     direct count's 9 per output: (m+2)²·⌈H/m⌉·⌈W/m⌉ ÷ (9·H·W); 1 elsewhere."""
-    m = _per_name(trace, kev, _winograd_tile, np.int64)
-    f = np.ones(kev.shape[0])
+    f = np.ones(m.shape[0])
     if tile_hw is None or not m.any():
         return f
     gm = np.zeros(n, np.int64)
