@@ -565,7 +565,8 @@ _MATMUL_KERNEL = re.compile(
 # op's bytes by their time, none of its FLOPs (a short GEMM beside a long transform
 # would take the transform's share and run above the peak)
 _NOT_MATMUL_KERNEL = re.compile(
-    r"Offsets|nchwTo|nhwcTo|ToNchw|ToNhwc|transpose|scalePackedTensor|im2col|col2im|"
+    r"Offsets|nchwTo|nhwcTo|ToNchw|ToNhwc|transpose(?!.*(gemm|mma|conv))|"
+    r"scalePackedTensor|im2col|col2im|ReduceSplitK|"
     r"generateWinogradTiles|winograd(Forward|Wgrad|Backward)(Data|Filter|Output|Delta)|"
     r"fft\w*(r2c|c2r)|flip_?filter|splitKreduce|reduce_?kernel|convertTensor|"
     r"tensorTransform|set_?kernel|fill_?kernel|memset", re.I)
