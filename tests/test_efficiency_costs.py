@@ -252,7 +252,8 @@ def _fmha_module():
     """An HloProto of cuDNN fused-attention custom calls: a causal forward in the BTNH
     layout (Q [B, T, N, H]) with its config in a GpuBackendConfig, an unmasked backward
     in the BHSD layout with an older bare config, a forward with K passed transposed,
-    and one without operands' shapes enough to count."""
+    one without operands' shapes enough to count; and cuDNN's two convolution
+    gradients."""
     import json
     from tb_perfdiag.analysis.efficiency.hlo_costs import HloProto
     BF16 = 16
@@ -297,10 +298,24 @@ def _fmha_module():
         "__cudnn$fmhaScaleBiasSoftmaxDropout",
         {"bmm1_dot_dimension_numbers": dn([0, 1], [3], [0, 1], [2])})
     ins("fmha.bad", "custom-call", 11, [4], (5, 9), "__cudnn$fmhaSoftmax")
+    # cuDNN's convolution gradients, the forward's dimension numbers (NCHW, OIHW):
+    # x [4, 3, 32, 32], w [16, 3, 3, 3], dY [4, 16, 30, 30]
+    ins("dy", "parameter", 12, [4, 16, 30, 30])
+    ins("w", "parameter", 13, [16, 3, 3, 3])
+    ins("x", "parameter", 14, [4, 3, 32, 32])
+    for name, iid, dims, ops, target in (
+            ("conv.dx", 15, [4, 3, 32, 32], (12, 13), "__cudnn$convBackwardInput"),
+            ("conv.dw", 16, [16, 3, 3, 3], (14, 12), "__cudnn$convBackwardFilter")):
+        c = ins(name, "custom-call", iid, [], ops, target)
+        c.shape.tuple_shapes.add(element_type=BF16).dimensions.extend(dims)
+        c.shape.tuple_shapes.add(element_type=6).dimensions.append(64)     # workspace
+        cd = c.convolution_dimension_numbers
+        cd.kernel_output_feature_dimension, cd.kernel_input_feature_dimension = 0, 1
+        cd.kernel_spatial_dimensions.extend([2, 3])
     return msg.SerializeToString()
 
 
-def test_hlo_cudnn_fused_attention_from_its_shapes():
+def test_hlo_cudnn_attention_and_convolution_gradients_from_their_shapes():
     from tb_perfdiag.analysis.efficiency.torch_formulas import causal_fraction
     from tb_perfdiag.testing.xspace import Ref
     w = XSpaceWriter()
@@ -308,7 +323,7 @@ def test_hlo_cudnn_fused_attention_from_its_shapes():
     md.eid("jit_attn(3)", md_stats=[("Hlo Proto", "b", _fmha_module())])
     host = w.plane("/host:CPU", id=1)
     ln = host.line(1, "tf_XLAEigen/1", timestamp_ns=0)
-    names = ["fmha.fwd", "fmha.bwd", "fmha.kt", "fmha.bad"]
+    names = ["fmha.fwd", "fmha.bwd", "fmha.kt", "fmha.bad", "conv.dx", "conv.dw"]
     for i, n in enumerate(names):
         host.event(ln, n, i * 1000, 500, stats={"hlo_op": n, "hlo_module": Ref("jit_attn"),
                                                  "program_id": 3})
@@ -323,6 +338,8 @@ def test_hlo_cudnn_fused_attention_from_its_shapes():
     assert got["fmha.bad"] == (0.0, False, False)
     assert not c.known[names.index("fmha.bad")] and "__cudnn$fmhaSoftmax" in c.missing
     assert DTYPES[c.dtype[0]] == "bf16"
+    one = 2 * 4 * 16 * 30 * 30 * 27                     # the forward's count, each gradient
+    assert got["conv.dx"] == (one, True, True) and got["conv.dw"] == (one, True, True)
 
 
 def test_generated_jax_capture_matmul_flops_by_hand():

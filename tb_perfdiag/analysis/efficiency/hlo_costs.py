@@ -9,8 +9,8 @@ XLA's cost rules (``HloCostAnalysis``), the parts that carry the work:
 - elementwise arithmetic: 1 per output element; ``reduce``: 1 per input element;
 - ``fusion``: the sum of its fused instructions' FLOPs; its bytes are its operands' and
   its output's (what the fused kernel reads and writes), as for any other op.
-Custom calls are opaque to that model: cuBLAS GEMMs, cuDNN forward convolutions and
-cuDNN fused attention (``__cudnn$fmha…``, forward and backward) are estimated from their
+Custom calls are opaque to that model: cuBLAS GEMMs, cuDNN convolutions (forward and
+both gradients) and cuDNN fused attention (``__cudnn$fmha…``, forward and backward) are estimated from their
 shapes (``OpCosts.estimated``), others have no figure.
 """
 from __future__ import annotations
@@ -75,6 +75,11 @@ _ELEMENTWISE = frozenset((
     "ceil", "round-nearest-afz", "round-nearest-even"))
 _GEMM_TARGET = re.compile(r"gemm|matmul", re.I)
 _CONV_TARGET = re.compile(r"cudnn\$convForward|cudnn\$convBiasActivationForward", re.I)
+# cuDNN's gradients: the dimension numbers and window are the forward convolution's,
+# whose output is the backward-input call's operand 0 (dY, kernel operand 1) and the
+# backward-filter call's operand 1 (dY, kernel its result)
+_CONV_BWD_INPUT_TARGET = re.compile(r"cudnn\$convBackwardInput", re.I)
+_CONV_BWD_FILTER_TARGET = re.compile(r"cudnn\$convBackwardFilter", re.I)
 # cuDNN fused multi-head attention, as XLA's fMHA rewriter spells its targets
 # (``__cudnn$fmhaSoftmax``, ``…ScaleBiasSoftmaxDropout``, ``…Backward``, ``…F8``; early
 # XLA wrote ``__cudnn$fhma…``)
@@ -174,6 +179,12 @@ class _Module:
                     return 2.0 * _elements(res) * k, True, _dtype(ops[0].shape), True
             if _CONV_TARGET.search(target):
                 return _conv_flops(ins, ops, _elements(res)), True, _dtype(ops[0].shape), True
+            if _CONV_BWD_INPUT_TARGET.search(target):
+                return (_conv_flops(ins, ops, _elements(ops[0].shape)), True,
+                        _dtype(ops[0].shape), True)
+            if _CONV_BWD_FILTER_TARGET.search(target):
+                return (_conv_flops(ins, ops, _elements(ops[1].shape), kernel=res), True,
+                        _dtype(ops[0].shape), True)
             return 0.0, False, UNKNOWN_DTYPE, False
         if op in _ELEMENTWISE:
             return float(out), False, UNKNOWN_DTYPE, False
@@ -187,8 +198,10 @@ def _dtype(shape) -> int:
     return DTYPES.index(name) if name else UNKNOWN_DTYPE
 
 
-def _conv_flops(ins, ops, out: int) -> float:
-    kern = list(ops[1].shape.dimensions)
+def _conv_flops(ins, ops, out: int, kernel=None) -> float:
+    """2 × the forward's outputs × kernel spatial size × input features per group; the
+    kernel is operand 1 unless given (a backward-filter call's result)."""
+    kern = list((kernel if kernel is not None else ops[1].shape).dimensions)
     dn = ins.convolution_dimension_numbers
     spatial = [kern[d] for d in dn.kernel_spatial_dimensions if d < len(kern)]
     cin = kern[dn.kernel_input_feature_dimension] if dn.kernel_input_feature_dimension < \
