@@ -413,3 +413,21 @@ def test_unknown_device_shows_achieved_rate_and_no_peak(costs_by_name, monkeypat
     assert "--peak-tflops" in e["missing"]
     from tb_perfdiag.render.efficiency import text_lines
     assert any("no peak known" in x for x in text_lines(d))
+
+
+def test_a_convolution_s_transforms_are_not_an_elementwise_chain(costs_by_name):
+    # cuDNN's Winograd transforms are memory-bound and move no matmul FLOPs, but
+    # torch.compile does not fuse them away: not in the elementwise finding
+    t = "void cudnn::winograd_nonfused::winogradForward{}4x4<float, float>"
+    names = [t.format("Data"), t.format("Filter"), t.format("Output")]
+    costs_by_name.update({n: (0.0, 1e8, False, "bf16") for n in names})
+    costs_by_name.update(sgemm_bf16=(1e9, 1e6, True, "bf16"))
+    d = diagnose_trace(_gpu_trace([(n, 150) for n in names] + [("sgemm_bf16", 200)]))
+    assert FK.UNFUSED_ELEMENTWISE not in _kinds(d)
+    costs_by_name.update(add_kernel=(0.0, 1e8, False, "bf16"),
+                         mul_kernel=(0.0, 1e8, False, "bf16"),
+                         exp_kernel=(0.0, 1e8, False, "bf16"))
+    d = diagnose_trace(_gpu_trace([(n, 150) for n in names] + [("sgemm_bf16", 200)] +
+                                  [(n, 150) for n in ("add_kernel", "mul_kernel", "exp_kernel")]))
+    f = _kinds(d)[FK.UNFUSED_ELEMENTWISE]
+    assert f.time_lost_ns <= 3 * 4 * 150e3 * 0.5 + 1      # the three real ones' half, no more

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..culprits import JAX, PYTORCH, PYTORCH_XLA, TENSORFLOW
 from ..result import Bound, Finding, FindingKind as FK, OpClass, Overlap
+from .torch_shapes import library_helper
 
 SHARE = 0.10              # of the device's busy time a finding's ops hold at least
 SLOW = 0.10               # a matmul group under this share of its attainable roofline
@@ -164,6 +165,9 @@ def findings(diag, fw: str, earlier=()) -> list:
         if fw == PYTORCH:
             ew = mine[(T.klass[mine] == OpClass.COMPUTE) & ~E.row_matmul[mine] &
                       (E.row_bound[mine] == Bound.MEMORY)]
+            # a convolution's own transforms are not the model's elementwise chain
+            ew = ew[~np.array([library_helper(T.name[r]) for r in ew.tolist()], bool)] \
+                if ew.size else ew
             te = float(t[ew].sum())
             if ew.size >= 3 and te >= ELEMENTWISE_SHARE * busy:
                 add(FK.UNFUSED_ELEMENTWISE, d,

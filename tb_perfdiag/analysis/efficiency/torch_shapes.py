@@ -582,6 +582,13 @@ _WINOGRAD = re.compile(r"winograd", re.I)
 _WINOGRAD_TILE = re.compile(r"(?<![0-9])([246])x\1(?![0-9])")
 
 
+def library_helper(name: str) -> bool:
+    """Whether a kernel is a GEMM or convolution library's own non-matrix step (a cuDNN
+    layout or Winograd transform, an offset table): work a compiler's fusion of the
+    model's elementwise ops does not remove."""
+    return bool(_MATMUL_KERNEL.search(name)) and bool(_NOT_MATMUL_KERNEL.search(name))
+
+
 @functools.lru_cache(maxsize=8192)
 def _name_facts(s: str) -> tuple:
     """What a kernel's name tells, once per distinct name (the regexes over long template
