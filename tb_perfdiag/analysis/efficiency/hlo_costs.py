@@ -10,8 +10,9 @@ XLA's cost rules (``HloCostAnalysis``), the parts that carry the work:
 - ``fusion``: the sum of its fused instructions' FLOPs; its bytes are its operands' and
   its output's (what the fused kernel reads and writes), as for any other op.
 Custom calls are opaque to that model: cuBLAS GEMMs, cuDNN convolutions (forward and
-both gradients) and cuDNN fused attention (``__cudnn$fmha…``, forward and backward) are estimated from their
-shapes (``OpCosts.estimated``), others have no figure.
+both gradients) and cuDNN fused attention (``__cudnn$fmha…``, forward and backward) are
+estimated from their shapes (``OpCosts.estimated``); others have no figure (``known``
+false, their targets named in ``missing``).
 """
 from __future__ import annotations
 

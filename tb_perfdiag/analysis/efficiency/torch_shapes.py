@@ -624,17 +624,6 @@ class _KernelNames:
         self.size = np.array(cols[4], np.float64)[inv] if facts else np.zeros(0)
 
 
-def _matmul_kernels(trace: Trace, kern: np.ndarray) -> np.ndarray:
-    """Whether each kernel's name is that of matrix work (per distinct name)."""
-    return _KernelNames(trace, kern).matmul
-
-
-def _kernel_dtypes(trace: Trace, kern: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(DTYPES index, element bytes) of each kernel from its name (per distinct name)."""
-    k = _KernelNames(trace, kern)
-    return k.dtype, k.size
-
-
 def _to_kernels(trace, events, h: HostCosts):
     """Each device event's share of the outermost costed op that launched it."""
     op_ev, has, op_fl, op_by, elems = h.event, h.has, h.flops_shapes_or_arg, h.bytes, h.elems
