@@ -6,7 +6,9 @@ ops' ``args`` are read again from the file here, once per call, and joined to th
 trace's host ops on (``External id``, name).  Each distinct (name, shapes, types,
 scalars, what its neighbours tell) is costed once.  An op's figure belongs to the
 outermost costed op around it (``aten::conv2d`` over ``aten::cudnn_convolution``: one
-count), and is split over the kernels launched inside that op by their durations.
+count), and is split over the kernels launched inside that op (``_to_kernels``): a
+matmul op's FLOPs over its matrix kernels by duration, a convolution backward's two
+gradients each over the kernels computing it; bytes over all of its kernels.
 
 What a 2021 trace leaves out, inferred from neighbours, never guessed:
 - a forward convolution's output shape (its stride and padding are not recorded): the
