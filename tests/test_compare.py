@@ -278,11 +278,16 @@ def test_compare_accepts_paths_traces_reports_and_diagnoses():
 
 # ---- synthetic: no ../shared needed ----
 
+MM = 1024          # with ``shapes``: each kernel is an fp32 (1024 × 1024) @ (1024 × 1024)
+
+
 def training(loader_us: float, steps: int = 6, kernels: int = 8, kernel_us: float = 200,
-             fmt: str = "kineto") -> TraceBuilder:
+             fmt: str = "kineto", shapes: bool = False) -> TraceBuilder:
     """A training loop: each step fetches a batch for ``loader_us`` on the main thread
     (nothing for the device to do meanwhile), then launches ``kernels`` back-to-back
-    kernels."""
+    kernels; with ``shapes`` each launch is inside an ``aten::mm`` recorded with its shapes
+    (``record_shapes=True``), so the kernels have FLOPs (2 × MM³ each) on the A100 the
+    builder's header names."""
     b = TraceBuilder(fmt)
     main, s7 = b.thread("python main"), b.stream(gpu=0, stream=7)
     t = 0.0
@@ -294,6 +299,9 @@ def training(loader_us: float, steps: int = 6, kernels: int = 8, kernel_us: floa
             k0 = t + loader_us + 10
             for i in range(kernels):
                 ts = k0 + i * kernel_us
+                if shapes:
+                    b.op(main, "aten::mm", ts - 1, 6, cat="cpu_op",
+                         args={"Input Dims": [[MM, MM], [MM, MM]], "Input type": ["float", "float"]})
                 b.launch(main, "cudaLaunchKernel", ts, 4,
                          kernel=b.kernel(s7, "gemm", ts + 8, kernel_us - 2))
         t += length
@@ -520,3 +528,46 @@ def test_one_culprit_is_one_row_whatever_its_steps_and_op_chain():
     assert [f.change for f in back.findings if f.kind == FindingKind.INPUT_BOUND] == [Change.SHRANK]
     text = cmp.to_text()
     assert " new " not in text and " gone " not in text
+
+
+def _written(tmp_path, name, **kw) -> str:
+    p = os.path.join(str(tmp_path), f"{name}.pt.trace.json")
+    with open(p, "wb") as f:
+        f.write(training(**kw).to_bytes())
+    return p
+
+
+def test_the_waterfall_before_after_and_a_side_without_flops(tmp_path):
+    # shapes are read from the file again: the traces are written, not built in memory
+    slow, fast, bare = (tb_perfdiag.diagnose(_written(tmp_path, n, loader_us=u, shapes=s))
+                        for n, u, s in (("slow", 3000, True), ("fast", 0, True), ("bare", 0, False)))
+    cmp = tb_perfdiag.compare(slow, fast, labels=("slow", "fast"))
+    cj = cmp.to_json()
+    assert jsonschema.validate(cj, SCHEMA) is None
+    t = cj["devices"][0]["typical_step"]
+    a, b = t["before"], t["after"]
+    assert a["missing"] is None and b["missing"] is None
+    moved = t["delta"]["waterfall_moved"]
+    # the achieved MFU first (in points: MFU × 100), then the parts that moved ≥ 1 point
+    assert moved[0]["part"] == "mfu" and moved[0]["after"] == pytest.approx(100 * b["mfu"], abs=1e-3)
+    rest = moved[1:]
+    assert rest[0]["part"] == C.DATA_LOADING and rest[0]["after"] == 0      # the stall's share gone
+    assert [abs(r["delta"]) for r in rest] == sorted((abs(r["delta"]) for r in rest), reverse=True)
+    assert all(abs(r["delta"]) >= 1 for r in rest)
+    for r in moved:                              # each side's figure, subtracted
+        assert r["before"] == pytest.approx(a["waterfall"].get(r["part"], 0), abs=1e-4)
+        assert r["after"] == pytest.approx(b["waterfall"].get(r["part"], 0), abs=1e-4)
+        assert r["delta"] == pytest.approx(r["after"] - r["before"], abs=2e-4)
+        assert r["delta"] == t["delta"]["waterfall"][r["part"]]
+    small = {p for p, v in t["delta"]["waterfall"].items() if abs(v) < 1} - {"mfu"}
+    assert not small & {r["part"] for r in moved}
+    text = cmp.to_text()
+    assert "waterfall: data_loading" in text and "waterfall: mfu" in text.split("waterfall: data")[0]
+    # a side without shapes: no waterfall, and why — in the JSON and in words
+    cmp = tb_perfdiag.compare(bare, fast, labels=("bare", "fast"))
+    cj = cmp.to_json()
+    assert jsonschema.validate(cj, SCHEMA) is None
+    t = cj["devices"][0]["typical_step"]
+    assert t["before"]["waterfall"] is None and "record_shapes=True" in t["before"]["missing"]
+    assert t["after"]["missing"] is None and t["delta"]["waterfall_moved"] is None
+    assert "no MFU waterfall before: profile with record_shapes=True" in cmp.to_text()

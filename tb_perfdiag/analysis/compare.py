@@ -65,6 +65,10 @@ class StepFigures:
     mfu: float | None = None
     waterfall: np.ndarray | None = None
     parts: tuple = ()
+    # why the waterfall (or part of its figures) is absent: the diagnosis' own reason for the
+    # device ("" when nothing is missing), so a before → after view can say which side lacks
+    # figures and why
+    missing: str = ""
 
     @property
     def duty(self) -> float | None:
@@ -275,7 +279,10 @@ def step_figures(diag: Diagnosis, device: int, steps: np.ndarray,
                       S.idle_by_cause[steps, device, :].sum(axis=0).astype(float) / k,
                       float(S.small_total[steps, device].sum()) / k, launched, pw)
     E = getattr(diag, "efficiency", None)
-    if E is not None and device < E.step_flops.shape[1]:
+    if E is None or device >= E.step_flops.shape[1]:
+        fig.missing = "the diagnosis has no cost figures for its device ops"
+    else:
+        fig.missing = E.missing[device] if device < len(E.missing) else ""
         fl = E.step_flops[steps, device]
         pk = float(E.peak_flops[device])
         if np.isfinite(fl).any() and np.nansum(fl) > 0:
@@ -288,6 +295,9 @@ def step_figures(diag: Diagnosis, device: int, steps: np.ndarray,
             if ok.any():
                 fig.waterfall = (wf[ok] * win[ok, None]).sum(axis=0) / float(win[ok].sum())
                 fig.parts = tuple(E.parts)
+        if fig.waterfall is None and not fig.missing:
+            # the device has figures but these steps launched none (or no window)
+            fig.missing = "no FLOP figures in these steps"
     return fig
 
 

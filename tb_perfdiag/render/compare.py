@@ -62,7 +62,8 @@ def _figures(f: StepFigures | None) -> dict | None:
             "peer_wait_ns": _ns(f.peer_wait), "work_duty_cycle": _work(f),
             "flops": f.flops, "mfu": f.mfu,
             "waterfall": {p: round(float(v), 4) for p, v in zip(f.parts, f.waterfall.tolist())
-                          if v > 0 or p in _FIXED_PARTS} if f.waterfall is not None else None}
+                          if v > 0 or p in _FIXED_PARTS} if f.waterfall is not None else None,
+            "missing": f.missing or None}
 
 
 _FIXED_PARTS = ("small_gaps", "peer_wait", "no_matmul_work", "matmul_below_peak", "mfu")
@@ -102,6 +103,26 @@ def _waterfall_delta(fa: StepFigures, fb: StepFigures) -> dict | None:
                                                          fb.waterfall.tolist()) if x or y}
 
 
+WATERFALL_MOVED = 1.0       # points: a waterfall part that moved less is not listed
+
+
+def waterfall_moves(fa: StepFigures, fb: StepFigures) -> list | None:
+    """The waterfall's parts before → after in points, as the CLI and the page list them:
+    the achieved MFU first, then every part that moved ``WATERFALL_MOVED`` points or more,
+    largest move first (None without both waterfalls).  A part absent on one side is 0
+    there."""
+    d = _waterfall_delta(fa, fb)
+    if d is None:
+        return None
+    a = dict(zip(fa.parts, fa.waterfall.tolist()))
+    b = dict(zip(fb.parts, fb.waterfall.tolist()))
+    row = lambda p: {"part": p, "before": round(float(a.get(p, 0.0)), 4),  # noqa: E731
+                     "after": round(float(b.get(p, 0.0)), 4), "delta": d.get(p, 0.0)}
+    moved = sorted((p for p, v in d.items() if p != "mfu" and abs(v) >= WATERFALL_MOVED),
+                   key=lambda p: (-abs(d[p]), p))
+    return [row("mfu")] + [row(p) for p in moved]
+
+
 def _set(fa, fb) -> dict:
     out = {"before": _figures(fa), "after": _figures(fb), "causes": _causes(fa, fb)}
     if fa is not None and fb is not None:
@@ -112,7 +133,8 @@ def _set(fa, fb) -> dict:
                         "peer_wait_ns": None if fa.peer_wait is None or fb.peer_wait is None
                         else _ns(fb.peer_wait) - _ns(fa.peer_wait),
                         "mfu": _delta(fa.mfu, fb.mfu),
-                        "waterfall": _waterfall_delta(fa, fb)}
+                        "waterfall": _waterfall_delta(fa, fb),
+                        "waterfall_moved": waterfall_moves(fa, fb)}
     return out
 
 
@@ -372,13 +394,12 @@ def _mfu_lines(fa: StepFigures, fb: StepFigures) -> list:
         return []
     m = lambda x: "–" if x is None else f"{100 * x:.3g}%"  # noqa: E731
     L = [f"     {'MFU':40} {m(fa.mfu):>9} → {m(fb.mfu):>9}"]
-    d = _waterfall_delta(fa, fb) if fa.waterfall is not None and fb.waterfall is not None \
-        else None
-    if d:
-        a, b = dict(zip(fa.parts, fa.waterfall.tolist())), dict(zip(fb.parts, fb.waterfall.tolist()))
-        for p, v in sorted(d.items(), key=lambda kv: -abs(kv[1])):
-            if abs(v) >= 1:
-                L.append(f"     {'waterfall: ' + p:40} {a[p]:>8.1f}p → {b[p]:>8.1f}p  {v:+.1f} points")
+    for r in waterfall_moves(fa, fb) or ():
+        L.append(f"     {'waterfall: ' + r['part']:40} {r['before']:>8.1f}p → {r['after']:>8.1f}p  "
+                 f"{r['delta']:+.1f} points")
+    for tag, f in (("before", fa), ("after", fb)):
+        if f.waterfall is None and f.missing:
+            L.append(f"     no MFU waterfall {tag}: {f.missing}")
     return L
 
 
