@@ -9,6 +9,7 @@ from ..analysis.result import TYPICAL_STEP
 from ..analysis.device_ops import fold_kernel_name
 from ..analysis.result import Diagnosis, OpClass
 from ..trace.model import EventKind as K
+from .efficiency import DEFINITION as MFU_DEFINITION
 from .json import SCHEMA_VERSION, steps_json
 
 DEFAULT_TOP = 15
@@ -38,6 +39,9 @@ DEFINITIONS = {
                  "participant, min(op duration, last arrival − own arrival) per instance, per "
                  "device and step (GUIDE §4); null when the run's collectives could not be "
                  "matched with the other participants', 0 for a run without collectives.",
+    "mfu": MFU_DEFINITION + " Compared: each side's waterfall over the steps, weighted by "
+           "their windows; waterfall_moved lists the MFU and the parts that moved 1 point "
+           "or more.",
 }
 
 
