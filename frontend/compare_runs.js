@@ -7,6 +7,7 @@ import { getJSON } from "./api.js";
 import { h } from "./dom.js";
 import { causeColor, causeLabel, formatNs, formatPct } from "./format.js";
 import { renderStepsChart, stepSegments } from "./steps_chart.js";
+import { waterfallCompare } from "./compare_waterfall.js";
 
 /** Is a change good ("better"), bad ("worse") or neither ("")? Step time and idle: lower is
  * better; duty cycle: higher is better; busy time and counts: neither (more work is not bad). */
@@ -228,7 +229,12 @@ export class CompareRuns {
               : r.unit === "frac" ? deltaCell(signedPoints(r.after - r.before), r.metric, r.after - r.before)
                 : deltaCell(signedNs(r.after - r.before), r.metric, r.after - r.before),
             h("td", { class: "pd-num pd-muted" }, r.shareBefore !== undefined && r.shareBefore !== null && r.shareAfter !== null ? `${formatPct(r.shareBefore)} → ${formatPct(r.shareAfter)}` : "")))))
-          : h("p", { class: "pd-muted" }, `Active in the ${set.before ? "before" : "after"} run only.`)));
+          : h("p", { class: "pd-muted" }, `Active in the ${set.before ? "before" : "after"} run only.`),
+        (set.before && set.after && (set.before.waterfall || set.after.waterfall || set.before.mfu != null || set.after.mfu != null ||
+          set.before.missing || set.after.missing))
+          ? waterfallCompare(set, p.name, { where: this.basis === "per_step" ? "steps" : "typical steps", definition: (d.definitions || {}).mfu || "",
+            labels: { before: d.before.label, after: d.after.label } })
+          : null));
     }
 
     // the step chart of each run, side by side (click a step: open that run at that step)

@@ -6,6 +6,8 @@ import { h } from "./dom.js";
 import { causeColor, causeLabel, formatPct } from "./format.js";
 import { renderRoofline } from "./roofline.js";
 
+// the waterfall's parts beyond the idle causes: label and colour (a cause's are its own);
+// the single run's card and the compare view's both read them through partLabel/partColor
 const PART = {
   small_gaps: ["gaps under the threshold", "#bbbbbb"],
   peer_wait: ["peer wait at collectives", null],
@@ -18,7 +20,7 @@ export function partLabel(k) {
   return PART[k] ? PART[k][0] : `idle: ${causeLabel(k)}`;
 }
 
-function partColor(k) {
+export function partColor(k) {
   return (PART[k] && PART[k][1]) || causeColor(k);
 }
 

@@ -117,3 +117,96 @@ def test_compare_view_shows_an_unreadable_run(page, tb_pair, tmp_path):  # noqa:
     frame.click("#pd-compare-close")
     loaded(frame, "|ok")
     assert [e for e in pg.console_log.unexpected() if "status of 404" not in e[1]] == []
+
+
+@pytest.fixture(scope="module")
+def tb_flops(tmp_path_factory):
+    """The same loop three times: 'slow' and 'fast' profiled with shapes (FLOPs, an A100's
+    peak), 'bare' without them (no FLOP figures)."""
+    logdir = tmp_path_factory.mktemp("flops")
+    for name, loader, shapes in (("slow", 3000, True), ("fast", 0, True), ("bare", 0, False)):
+        d = logdir / name
+        d.mkdir()
+        (d / "worker0.1700000000000.pt.trace.json").write_bytes(
+            training(loader, shapes=shapes).to_bytes())
+    tb = TensorBoard(logdir)
+    yield tb
+    tb.stop()
+
+
+def _open_compare(pg, tb, before, after):
+    """The compare view of ``before`` → ``after`` and the /compare JSON the page read."""
+    got = []
+    pg.on("response", lambda r: got.append(r) if "/data/plugin/perfdiag/compare?" in r.url else None)
+    pg.goto(tb.url + f"/#perfdiag&p.perfdiag.run={after}&p.perfdiag.host=worker0"
+            f"&p.perfdiag.base_run={before}&p.perfdiag.base_host=worker0")
+    frame = plugin_frame(pg, 60)
+    loaded(frame, "|compare-ok")
+    assert got and got[-1].ok
+    return frame, got[-1].json()
+
+
+def test_compare_shows_the_mfu_waterfall_before_and_after(page, tb_flops, artifacts_dir):  # noqa: F811
+    pg = page
+    frame, cj = _open_compare(pg, tb_flops, "slow", "fast")
+    t = cj["devices"][0]["typical_step"]
+    card = ".pd-cmp-efficiency"
+    frame.wait_for_selector(card)
+    # two bars, each the side's waterfall: one segment per part it has, as wide as its points
+    bars = frame.evaluate("""() => ['before', 'after'].map(s => Object.fromEntries([...document
+        .querySelectorAll(`.pd-cmp-wf-stack[data-side="${s}"] .pd-wf-part`)]
+        .map(e => [e.dataset.part, parseFloat(e.style.width)])))""")
+    for side, got in zip(("before", "after"), bars):
+        want = {p: v for p, v in t[side]["waterfall"].items() if v > 0}
+        assert got.keys() == want.keys()
+        assert all(got[p] == pytest.approx(want[p], abs=1e-3) for p in want)
+    # the single-run card's part colours: a cause's part is the cause's colour
+    colours = frame.evaluate("""async () => {
+        const m = await import(new URL('efficiency.js', document.baseURI).href);
+        return [...document.querySelectorAll('.pd-cmp-wf-stack .pd-wf-part')].map(e => {
+          const probe = document.createElement('span'); probe.style.background = m.partColor(e.dataset.part);
+          return [e.style.background, probe.style.background]; }); }""")
+    assert colours and all(a == b for a, b in colours)
+    # the parts table: MFU first, then what moved ≥ 1 point by the size of the move, with
+    # the JSON's before, after and Δ
+    rows = frame.evaluate("""() => [...document.querySelectorAll('.pd-cmp-wf-table tbody tr')].map(r => ({
+        part: r.dataset.part, delta: r.dataset.delta, cells: [...r.querySelectorAll('td')].map(c => c.textContent),
+        cls: r.querySelector('.pd-delta').className}))""")
+    moved = t["delta"]["waterfall_moved"]
+    assert [r["part"] for r in rows] == [m["part"] for m in moved]
+    assert rows[0]["part"] == "mfu" and rows[1]["part"] == "data_loading"
+    for r, m in zip(rows, moved):
+        assert float(r["delta"]) == m["delta"] == t["delta"]["waterfall"][m["part"]]
+        before, after, change = r["cells"]
+        assert float(before) == pytest.approx(m["before"], abs=0.05)
+        assert float(after) == pytest.approx(m["after"], abs=0.05)
+        shown = float(change.replace("−", "-").replace(" pts", ""))
+        assert shown == pytest.approx(m["delta"], abs=0.05)
+    assert "pd-better" in rows[0]["cls"] and "pd-better" in rows[1]["cls"]   # MFU up, idle down
+    text = frame.inner_text(card)
+    assert "achieved MFU" in text and "idle: Data loading / input" in text
+    assert not any(w in text for w in ("NaN", "null", "undefined"))
+    frame.locator(card).screenshot(path=os.path.join(artifacts_dir, "compare-waterfall.png"))
+    # narrow: nothing wider than the window
+    pg.set_viewport_size({"width": 900, "height": 1000})
+    pg.wait_for_timeout(300)
+    inner = frame.evaluate("() => [document.documentElement.scrollWidth, document.documentElement.clientWidth]")
+    assert inner[0] <= inner[1] + 1, inner
+    frame.locator(card).screenshot(path=os.path.join(artifacts_dir, "compare-waterfall-900.png"))
+    assert pg.console_log.unexpected() == []
+
+
+def test_compare_says_which_side_has_no_flops_and_why(page, tb_flops):  # noqa: F811
+    frame, cj = _open_compare(page, tb_flops, "bare", "fast")
+    t = cj["devices"][0]["typical_step"]
+    assert t["before"]["waterfall"] is None and t["before"]["missing"]
+    frame.wait_for_selector(".pd-cmp-wf-missing")
+    assert frame.locator(".pd-cmp-wf-stack").count() == 0
+    assert frame.locator(".pd-cmp-wf-table").count() == 0
+    why = frame.inner_text('.pd-cmp-wf-missing [data-side="before"]')
+    assert why == t["before"]["missing"] and "record_shapes=True" in why
+    assert frame.locator('.pd-cmp-wf-missing [data-side="after"]').count() == 0
+    text = frame.inner_text(".pd-cmp-wf-missing")
+    assert "before" in text and "bare" in text
+    assert not any(w in frame.inner_text("#pd-compare-view") for w in ("NaN", "null", "undefined"))
+    assert page.console_log.unexpected() == []
