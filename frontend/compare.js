@@ -26,7 +26,7 @@ export function hostSummary(d) {
 /** Rows per page of the table. */
 export const HOSTS_PAGE = 50;
 /** Sort keys the server takes, each with its column label. */
-export const SORTS = [["straggler", "Straggler"], ["host", "Host"], ["duty_cycle", "Duty cycle"],
+export const SORTS = [["straggler", "Straggler"], ["host", "Host"], ["duty_cycle", "Duty cycle"], ["mfu", "MFU"],
   ["typical_step", "Typical step"], ["worst_gap", "Worst gap"], ["idle", "Idle / step"],
   ["peer_wait", "Peer wait / step"], ["last_arrivals", "Last arrivals"]];
 /** Short cause names for the shares column (the full label is the tooltip). */
@@ -35,11 +35,16 @@ const SHORT = { host_sync: "Sync", compilation: "Compile", h2d_transfer: "H→D"
   device_wait: "Device wait", allocator: "Allocator", graph_capture: "Graph capture", runtime_call: "Runtime",
   startup: "Start-up" };
 /** Each column's first direction (the server's default): worst hosts first. */
-const DEFAULT_DESC = { host: false, duty_cycle: false, typical_step: true, worst_gap: true, idle: true,
+const DEFAULT_DESC = { host: false, duty_cycle: false, mfu: false, typical_step: true, worst_gap: true, idle: true,
   peer_wait: true, last_arrivals: true };
 /** At most this many devices get a duty-cycle column each (more: the mean alone). */
 const MAX_DEVICE_COLUMNS = 4;
 const POLL_MS = 700;
+
+/** An MFU as the hosts table shows it: three significant figures (0.5% and 52.3% alike). */
+export function mfuPct(x) {
+  return `${(100 * x).toPrecision(3)}%`;
+}
 
 /** "Hosts 51–100 of 1000". */
 export function pageLabel(offset, count, total) {
@@ -141,7 +146,7 @@ export class CompareHosts {
   row(r) {
     const pick = () => this.onPick(r.host);
     const devNames = this.devNames;
-    const width = devNames.length + 6 + (this.spans ? 1 : 0) + (this.peers ? 3 : 0);
+    const width = devNames.length + 6 + (this.spans ? 1 : 0) + (this.peers ? 3 : 0) + (this.mfus ? 1 : 0);
     let cells;
     if (r.status === "pending") cells = [h("td", { colspan: String(width), class: "pd-muted" }, "Analysing…")];
     else if (r.status !== 200) cells = [h("td", { colspan: String(width), class: "pd-error-msg" }, squeeze(r.error || `HTTP ${r.status}`, 80, 500))];
@@ -152,10 +157,12 @@ export class CompareHosts {
         this.spans ? h("td", { class: "pd-capture", "data-span": r.span || "" }, this.spanLabel(r.host, r.span)) : null,
         h("td", { class: "pd-num", title: devs.map((d) => `${d.name}: ${formatPct(d.duty_cycle)}`).join("\n") }, formatPct(r.duty_cycle),
           r.peer_wait_points ? h("span", { class: "pd-small pd-duty-wait-cell", title: "busy time spent waiting for peers at collectives, in points of the duty cycle" },
-            ` — ${r.peer_wait_points.toFixed(0)} pts waiting`) : null,
-          r.mfu !== null && r.mfu !== undefined ? h("span", { class: "pd-small pd-mfu-cell", title: "MFU: model FLOPs over the steps window at peak (the mean over the host's devices)" },
-            ` · MFU ${(100 * r.mfu).toPrecision(3)}%`) : null),
+            ` — ${r.peer_wait_points.toFixed(0)} pts waiting`) : null),
         devNames.map((n) => { const d = devs.find((x) => x.name === n); return h("td", { class: "pd-num" }, d ? formatPct(d.duty_cycle) : "–"); }),
+        // what the busy time achieves, beside how much of the time was busy: the host's mean
+        // MFU, each device's in the hover
+        this.mfus ? h("td", { class: "pd-num pd-mfu-cell", title: devs.filter((d) => d.mfu !== null && d.mfu !== undefined)
+          .map((d) => `${d.name}: MFU ${mfuPct(d.mfu)}`).join("\n") }, r.mfu !== null && r.mfu !== undefined ? mfuPct(r.mfu) : "–") : null,
         h("td", { class: "pd-num", title: `typical step: the mean over the steps that neither compile nor last 1.5× the median; all steps: ${formatNs(r.avg_step_ns)}` }, formatNs(r.typical_step_ns),
           h("span", { class: "pd-muted pd-small" }, ` (${plural(r.steps, "step")})`)),
         h("td", {}, r.worst_gap ? [h("span", { class: "chip", style: { background: causeColor(r.worst_gap.cause) } }),
@@ -200,6 +207,8 @@ export class CompareHosts {
     // the run's hosts share collectives: the peer-wait columns (GUIDE §4)
     const coll = d && d.collectives;
     this.peers = !!coll;
+    // an MFU column where some host has FLOP figures (the server sorts by it too)
+    this.mfus = rows.some((r) => r.mfu !== null && r.mfu !== undefined);
     this.instances = coll ? coll.instances : 0;
     const causeSort = h("select", { class: "pd-cause-sort", "aria-label": "Sort by a cause's share of the idle time",
       onchange: (e) => { if (e.target.value) this.reorder(e.target.value); } },
@@ -211,6 +220,7 @@ export class CompareHosts {
         this.spans ? h("th", { scope: "col", title: "The capture analysed: each worker's latest unless one is chosen (the same rule as the host page and the API)" }, "Capture") : null,
         this.sortHeader("Duty cycle", "duty_cycle"),
         this.devNames.map((n) => h("th", { scope: "col" }, `${n} duty cycle`)),
+        this.mfus ? this.sortHeader("MFU", "mfu") : null,
         this.sortHeader("Typical step", "typical_step"), this.sortHeader("Worst gap", "worst_gap"),
         this.sortHeader("Idle / step", "idle"),
         this.peers ? [this.sortHeader("Peer wait / step", "peer_wait"), this.sortHeader("Last arrivals", "last_arrivals"),

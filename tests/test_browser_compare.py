@@ -122,12 +122,18 @@ def test_compare_view_shows_an_unreadable_run(page, tb_pair, tmp_path):  # noqa:
 @pytest.fixture(scope="module")
 def tb_flops(tmp_path_factory):
     """The same loop three times: 'slow' and 'fast' profiled with shapes (FLOPs, an A100's
-    peak), 'bare' without them (no FLOP figures)."""
+    peak), 'bare' without them (no FLOP figures); and 'pod', three hosts of them."""
     logdir = tmp_path_factory.mktemp("flops")
     for name, loader, shapes in (("slow", 3000, True), ("fast", 0, True), ("bare", 0, False)):
         d = logdir / name
         d.mkdir()
         (d / "worker0.1700000000000.pt.trace.json").write_bytes(
+            training(loader, shapes=shapes).to_bytes())
+    # a run of three hosts: one stalls on data loading, one has no shapes
+    d = logdir / "pod"
+    d.mkdir()
+    for host, loader, shapes in (("hosta", 0, True), ("hostb", 3000, True), ("hostc", 0, False)):
+        (d / f"{host}.1700000000000.pt.trace.json").write_bytes(
             training(loader, shapes=shapes).to_bytes())
     tb = TensorBoard(logdir)
     yield tb
@@ -210,3 +216,26 @@ def test_compare_says_which_side_has_no_flops_and_why(page, tb_flops):  # noqa: 
     assert "before" in text and "bare" in text
     assert not any(w in frame.inner_text("#pd-compare-view") for w in ("NaN", "null", "undefined"))
     assert page.console_log.unexpected() == []
+
+
+def test_compare_hosts_has_an_mfu_column_that_sorts(page, tb_flops):  # noqa: F811
+    pg = page
+    pg.goto(tb_flops.url + "/#perfdiag&p.perfdiag.run=pod&p.perfdiag.host=hosta")
+    frame = plugin_frame(pg, 60)
+    loaded(frame, "|ok")
+    frame.click("#pd-compare")
+    frame.wait_for_selector(".pd-compare[data-complete]", timeout=120000)
+    _, _, body = tb_flops.get("/data/plugin/perfdiag/hosts?run=pod")
+    want = {r["host"]: r["mfu"] for r in body["hosts"]}
+    assert want["hosta"] > want["hostb"] > 0 and want["hostc"] is None
+    got = dict(frame.locator(".pd-compare-row").evaluate_all(
+        "els => els.map(e => [e.dataset.host, e.querySelector('.pd-mfu-cell').textContent])"))
+    assert got == {h: "–" if m is None else f"{100 * m:#.3g}%" for h, m in want.items()}
+    assert "GPU 0: MFU" in frame.get_attribute('.pd-compare-row[data-host="hosta"] .pd-mfu-cell', "title")
+    frame.click('.pd-sort[data-sort="mfu"]')                     # lowest first
+    frame.wait_for_function("() => document.querySelector('th[aria-sort=ascending] [data-sort=mfu]')")
+    frame.wait_for_function("() => document.querySelector('.pd-compare-row')?.dataset.host === 'hostb'")
+    frame.click('.pd-sort[data-sort="mfu"]')                     # again: highest first
+    frame.wait_for_function("() => document.querySelector('.pd-compare-row')?.dataset.host === 'hosta'")
+    assert not any(w in frame.inner_text(".pd-compare") for w in ("NaN", "null", "undefined"))
+    assert pg.console_log.unexpected() == []
