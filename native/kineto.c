@@ -29,17 +29,24 @@ typedef struct {
     int t;
     int esc;   /* T_STR: has escapes */
     int empty; /* T_OBJ/T_ARR: no members */
-    const unsigned char *s, *e; /* T_STR: content between the quotes */
+    const unsigned char *s, *e; /* T_STR: content between the quotes; T_OBJ/T_ARR: the text */
     Num num;
 } Tok;
 
 /* event keys */
 enum { K_PH, K_CAT, K_NAME, K_PID, K_TID, K_TS, K_DUR, K_NKEYS, K_ARGS = K_NKEYS, K_OTHER };
-/* args keys, in STAT_ARGS order; external_id has two spellings */
-enum { A_CORR, A_EXT1, A_EXT2, A_DEVICE, A_STREAM, A_BYTES, A_NKEYS, A_OTHER = A_NKEYS };
-#define N_STATS 5
+/* args keys, in STAT_ARGS order (external_id has two spellings), then those of
+   STRING_STAT_ARGS */
+enum { A_CORR, A_EXT1, A_EXT2, A_DEVICE, A_STREAM, A_BYTES, A_FLOPS, A_DIMS, A_TYPES, A_CONC,
+       A_NKEYS, A_OTHER = A_NKEYS };
+#define N_STATS 6
 static const char *const STAT_NAMES[N_STATS] = {"correlation", "external_id", "device", "stream",
-                                                "bytes"};
+                                                "bytes", "flops"};
+/* string stats (kineto.STRING_STAT_ARGS): an array value's JSON text, less its blanks
+   outside strings, interned in a table of their own; the ops of one shape share it */
+#define N_SSTATS 3
+static const char *const SSTAT_NAMES[N_SSTATS] = {"input_dims", "input_type", "concrete_inputs"};
+static const int SSTAT_KEY[N_SSTATS] = {A_DIMS, A_TYPES, A_CONC};
 /* metadata keys copied from the document (chrome_meta.METADATA_KEYS, in its order): INFO
    and WARNING are the profiler's own log lines, where it says what it lost */
 #define N_META 7
@@ -65,6 +72,7 @@ typedef struct {
     Fail f;
     const unsigned char *buf, *end;
     Table names, cats, tracks;
+    Table stexts;  /* the string stats' texts */
     Arena arena;
     Vec name_ids, cat_ids, track_ids, dur_ps;
     Vec ts_exact;  /* i128 ps (text truncated to 6 decimals) */
@@ -75,6 +83,7 @@ typedef struct {
     Vec pick;      /* double: scratch for the median */
     Vec scratch, keybuf;
     StatCol stats[N_STATS];
+    StatCol sstats[N_SSTATS]; /* idx, val: the text's id in stexts (int64); isf unused */
     Vec ts_approx; /* double: ts as float64 (the reference's view) */
     Vec dur_d;     /* double: dur as float64 */
     int64_t n_kept, n_raw, bad;
@@ -594,7 +603,9 @@ static const unsigned char *j_tok(JCtx *c, const unsigned char *p, int depth, To
         t->t = ch == '{' ? T_OBJ : T_ARR;
         const unsigned char *q = jws(p + 1, c->end);
         t->empty = q < c->end && *q == (ch == '{' ? '}' : ']');
+        t->s = p;
         p = j_skip(c, p, depth);
+        t->e = p;
     } else {
         p = j_literal(c, p, &t->t);
     }
@@ -619,7 +630,9 @@ static int key_id(JCtx *c, const unsigned char *s, const unsigned char *e, int e
 static const char *const EVENT_KEYS[K_NKEYS + 1] = {"ph", "cat", "name", "pid", "tid",
                                                     "ts", "dur", "args"};
 static const char *const ARG_KEYS[A_NKEYS] = {"correlation", "External id", "external id",
-                                              "device",      "stream",      "bytes"};
+                                              "device",      "stream",      "bytes",
+                                              "flops",       "Input Dims",  "Input type",
+                                              "Concrete Inputs"};
 
 static inline int event_key(JCtx *c, const unsigned char *s, const unsigned char *e, int esc) {
     size_t n = (size_t)(e - s);
@@ -683,7 +696,9 @@ static inline int args_key(JCtx *c, const unsigned char *s, const unsigned char 
     if (!esc) {
         switch (n) {
         case 5:
-            return memcmp(s, "bytes", 5) == 0 ? A_BYTES : A_OTHER;
+            if (memcmp(s, "bytes", 5) == 0) return A_BYTES;
+            if (memcmp(s, "flops", 5) == 0) return A_FLOPS;
+            return A_OTHER;
         case 6:
             if (memcmp(s, "device", 6) == 0) return A_DEVICE;
             if (memcmp(s, "stream", 6) == 0) return A_STREAM;
@@ -693,6 +708,12 @@ static inline int args_key(JCtx *c, const unsigned char *s, const unsigned char 
             if (memcmp(s, "External id", 11) == 0) return A_EXT1;
             if (memcmp(s, "external id", 11) == 0) return A_EXT2;
             return A_OTHER;
+        case 10:
+            if (memcmp(s, "Input Dims", 10) == 0) return A_DIMS;
+            if (memcmp(s, "Input type", 10) == 0) return A_TYPES;
+            return A_OTHER;
+        case 15:
+            return memcmp(s, "Concrete Inputs", 15) == 0 ? A_CONC : A_OTHER;
         default:
             return A_OTHER;
         }
@@ -837,6 +858,32 @@ static void stat_value(JCtx *c, int s, int64_t k, const Tok *t, const unsigned c
     }
     VEC_PUSH(&c->f, &col->idx, int64_t, k);
     vec_put(&c->f, &col->isf, &isf, 1);
+}
+
+/* A string stat of event k: the array's text (validated by the walk) less the blanks
+ * outside its strings, as orjson writes a list of ints and plain strings, interned */
+static void sstat_value(JCtx *c, int s, int64_t k, const Tok *t) {
+    size_t raw = (size_t)(t->e - t->s);
+    c->scratch.len = 0;
+    if (raw > c->scratch.cap) vec_grow(&c->f, &c->scratch, raw);
+    unsigned char *o = (unsigned char *)c->scratch.data;
+    size_t n = 0;
+    int in_str = 0;
+    for (const unsigned char *q = t->s; q < t->e; q++) {
+        unsigned ch = *q;
+        if (in_str) {
+            o[n++] = (unsigned char)ch;
+            if (ch == '\\') o[n++] = *++q; /* the escaped byte: never a closing quote */
+            else if (ch == '"') in_str = 0;
+        } else if (!j_blank(ch)) {
+            o[n++] = (unsigned char)ch;
+            in_str = ch == '"';
+        }
+    }
+    int32_t id = intern(&c->f, &c->stexts, &c->arena, o, n, 1);
+    StatCol *col = &c->sstats[s];
+    VEC_PUSH(&c->f, &col->idx, int64_t, k);
+    VEC_PUSH(&c->f, &col->val, int64_t, (int64_t)id);
 }
 
 /* A time's exact ps from the text (fractional digits past 6 truncated, as the
@@ -1066,7 +1113,8 @@ static const unsigned char *j_event(JCtx *c, const unsigned char *p, int64_t i) 
     VEC_PUSH(&c->f, &c->dur_d, double, dur->t == T_NUM ? num_double(c, &dur->num) : 0.0);
     /* stats from args: per stat the first spelling whose value is not null */
     if (args_obj) {
-        static const int first_key[N_STATS] = {A_CORR, A_EXT1, A_DEVICE, A_STREAM, A_BYTES};
+        static const int first_key[N_STATS] = {A_CORR, A_EXT1, A_DEVICE, A_STREAM, A_BYTES,
+                                               A_FLOPS};
         for (int s = 0; s < N_STATS; s++) {
             int nkeys = s == 1 ? 2 : 1;
             for (int j = 0; j < nkeys; j++) {
@@ -1076,6 +1124,8 @@ static const unsigned char *j_event(JCtx *c, const unsigned char *p, int64_t i) 
                 break;
             }
         }
+        for (int s = 0; s < N_SSTATS; s++)
+            if (slots[SSTAT_KEY[s]].t == T_ARR) sstat_value(c, s, k, &slots[SSTAT_KEY[s]]);
     }
     return p;
 }
@@ -1201,7 +1251,7 @@ static void j_run(JCtx *c) {
     }
 }
 
-#define JCTX_VECS (15 + 3 * N_STATS)
+#define JCTX_VECS (15 + 3 * N_STATS + 3 * N_SSTATS)
 
 /* every growable vector of a context, for freeing it or emptying it for reuse */
 static void jctx_vecs(JCtx *c, Vec **vs) {
@@ -1215,12 +1265,18 @@ static void jctx_vecs(JCtx *c, Vec **vs) {
         vs[n++] = &c->stats[s].val;
         vs[n++] = &c->stats[s].isf;
     }
+    for (int s = 0; s < N_SSTATS; s++) {
+        vs[n++] = &c->sstats[s].idx;
+        vs[n++] = &c->sstats[s].val;
+        vs[n++] = &c->sstats[s].isf;
+    }
 }
 
 static void jctx_free(JCtx *c) {
     table_free(&c->names);
     table_free(&c->cats);
     table_free(&c->tracks);
+    table_free(&c->stexts);
     arena_free(&c->arena);
     Vec *vs[JCTX_VECS];
     jctx_vecs(c, vs);
@@ -1347,15 +1403,25 @@ static PyObject *j_result(JCtx *c) {
 
     /* no longjmp past this point: Python errors unwind through `error` */
     PyObject *out = PyDict_New(), *stats = PyDict_New(), *meta = PyDict_New();
+    PyObject *sstats = PyDict_New();
     PyObject *tk = PyList_New((Py_ssize_t)c->tracks.nents);
-    PyObject *names = NULL, *cats = NULL;
-    if (!out || !stats || !meta || !tk) goto error;
+    PyObject *names = NULL, *cats = NULL, *stexts = NULL;
+    if (!out || !stats || !meta || !sstats || !tk) goto error;
     for (int s = 0; s < N_STATS; s++) {
         StatCol *col = &c->stats[s];
         if (!col->isf.len) continue;
         PyObject *pair = Py_BuildValue("(NN)", vec_to_column(&col->idx), vec_to_column(&col->val));
         if (!pair) goto error;
         int r = PyDict_SetItemString(stats, STAT_NAMES[s], pair);
+        Py_DECREF(pair);
+        if (r < 0) goto error;
+    }
+    for (int s = 0; s < N_SSTATS; s++) {
+        StatCol *col = &c->sstats[s];
+        if (!col->idx.len) continue;
+        PyObject *pair = Py_BuildValue("(NN)", vec_to_column(&col->idx), vec_to_column(&col->val));
+        if (!pair) goto error;
+        int r = PyDict_SetItemString(sstats, SSTAT_NAMES[s], pair);
         Py_DECREF(pair);
         if (r < 0) goto error;
     }
@@ -1375,7 +1441,8 @@ static PyObject *j_result(JCtx *c) {
     }
     names = str_list(&c->names);
     cats = str_list(&c->cats);
-    if (!names || !cats) goto error;
+    stexts = str_list(&c->stexts);
+    if (!names || !cats || !stexts) goto error;
     if (dict_put(out, "n_raw", PyLong_FromLongLong(c->n_raw)) < 0 ||
         PyDict_SetItemString(out, "names", names) < 0 ||
         dict_put(out, "name_ids", vec_to_column(&c->name_ids)) < 0 ||
@@ -1387,21 +1454,27 @@ static PyObject *j_result(JCtx *c) {
         dict_put(out, "ts_ps", vec_to_column(&c->ts_out)) < 0 ||
         dict_put(out, "dur_ps", vec_to_column(&c->dur_ps)) < 0 ||
         PyDict_SetItemString(out, "stats", stats) < 0 ||
+        PyDict_SetItemString(out, "string_stats", sstats) < 0 ||
+        PyDict_SetItemString(out, "stat_strings", stexts) < 0 ||
         PyDict_SetItemString(out, "meta", meta) < 0 ||
         PyDict_SetItemString(out, "m_events", c->mevents) < 0 ||
         dict_put(out, "bad", PyLong_FromLongLong(c->bad)) < 0)
         goto error;
     Py_DECREF(names);
     Py_DECREF(cats);
+    Py_DECREF(stexts);
     Py_DECREF(tk);
     Py_DECREF(stats);
+    Py_DECREF(sstats);
     Py_DECREF(meta);
     return out;
 error:
     Py_XDECREF(names);
     Py_XDECREF(cats);
+    Py_XDECREF(stexts);
     Py_XDECREF(tk);
     Py_XDECREF(stats);
+    Py_XDECREF(sstats);
     Py_XDECREF(meta);
     Py_XDECREF(out);
     return NULL;
@@ -1546,7 +1619,7 @@ static void kpart_free(PyObject *cap) {
  * over the next stretch without faulting its columns' pages in anew (a fresh context a
  * stretch was 340 K more page faults on the 20 M-event trace) */
 static void jctx_reset(JCtx *c) {
-    Table *ts[] = {&c->names, &c->cats, &c->tracks};
+    Table *ts[] = {&c->names, &c->cats, &c->tracks, &c->stexts};
     for (size_t i = 0; i < sizeof(ts) / sizeof(ts[0]); i++) {
         ts[i]->nents = 0;
         if (ts[i]->slots) memset(ts[i]->slots, 0xff, (ts[i]->mask + 1) * sizeof(int32_t));
@@ -1670,12 +1743,13 @@ PyObject *kineto_absorb(PyObject *self, PyObject *args) {
         Py_RETURN_FALSE;
     p->dead = 1; /* absorbed once */
     c->state = JS_EVENT; /* where the part's text ends */
-    volatile int32_t *lut_n = NULL, *lut_c = NULL, *lut_t = NULL;
+    volatile int32_t *lut_n = NULL, *lut_c = NULL, *lut_t = NULL, *lut_s = NULL;
     if (setjmp(c->f.jb)) {
         gil_hold(&c->f);
         free((void *)lut_n);
         free((void *)lut_c);
         free((void *)lut_t);
+        free((void *)lut_s);
         c->dead = 1;
         raise_fail(&c->f, "native Kineto scan");
         return NULL;
@@ -1687,6 +1761,7 @@ PyObject *kineto_absorb(PyObject *self, PyObject *args) {
     lut_n = absorb_table(c, &c->names, &p->names);
     lut_c = absorb_table(c, &c->cats, &p->cats);
     lut_t = absorb_table(c, &c->tracks, &p->tracks);
+    lut_s = absorb_table(c, &c->stexts, &p->stexts);
     const TrackDesc *pd = (const TrackDesc *)p->tdesc.data;
     for (size_t i = 0; i < p->tracks.nents; i++)
         if ((size_t)lut_t[i] * sizeof(TrackDesc) == c->tdesc.len)
@@ -1710,6 +1785,20 @@ PyObject *kineto_absorb(PyObject *self, PyObject *args) {
         vec_put(&c->f, &o->isf, q->isf.data, q->isf.len);
         o->any_float |= q->any_float;
     }
+    for (int s = 0; s < N_SSTATS; s++) {
+        StatCol *o = &c->sstats[s], *q = &p->sstats[s];
+        size_t m = q->idx.len / sizeof(int64_t);
+        if (o->idx.len + q->idx.len > o->idx.cap) vec_grow(&c->f, &o->idx, q->idx.len);
+        if (o->val.len + q->val.len > o->val.cap) vec_grow(&c->f, &o->val, q->val.len);
+        const int64_t *from = (const int64_t *)q->idx.data, *ids = (const int64_t *)q->val.data;
+        int64_t *to = (int64_t *)(o->idx.data + o->idx.len), *tv = (int64_t *)(o->val.data + o->val.len);
+        for (size_t k = 0; k < m; k++) {
+            to[k] = from[k] + c->n_kept;
+            tv[k] = lut_s[ids[k]];
+        }
+        o->idx.len += q->idx.len;
+        o->val.len += q->val.len;
+    }
     c->n_kept += p->n_kept;
     c->n_raw += p->n_raw;
     c->bad += p->bad;
@@ -1717,6 +1806,7 @@ PyObject *kineto_absorb(PyObject *self, PyObject *args) {
     free((void *)lut_n);
     free((void *)lut_c);
     free((void *)lut_t);
+    free((void *)lut_s);
     Py_RETURN_TRUE;
 }
 

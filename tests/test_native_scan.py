@@ -125,9 +125,21 @@ def _ts_text_aligned(raw: bytes) -> bool:
         return False
 
 
+def _string_stat_values(cols: dict) -> dict:
+    """The string stats as {name: (event idx, each event's value parsed)}: the scanners
+    agree on the JSON value, the C one keeping the file's spelling of it (its escapes,
+    its numbers) where the reference writes orjson's."""
+    texts = cols.pop("stat_strings")
+    import orjson
+    return {name: (idx, [orjson.loads(texts[i]) for i in ids.tolist()])
+            for name, (idx, ids) in cols.pop("string_stats").items()}
+
+
 def assert_same_kineto(ref: dict, nat: dict, raw: bytes, *, ts_check=True):
-    """Equal except for the documented timestamp improvement."""
+    """Equal except for the documented timestamp improvement and string stats' texts."""
     ref, nat = dict(ref), dict(nat)
+    if nat["stat_strings"] != ref["stat_strings"]:
+        _same(_string_stat_values(ref), _string_stat_values(nat), "string stats")
     r_ts, n_ts = ref.pop("ts_ps"), nat.pop("ts_ps")
     fell_back = [w for w in ref["warnings"] if w.startswith(_FALLBACK_WARNINGS)]
     ref["warnings"] = [w for w in ref["warnings"] if w not in fell_back]
@@ -684,6 +696,40 @@ def test_kineto_semantics_match_reference():
     _same(nat["name_ids"], nat2["name_ids"])
 
 
+def test_kineto_shape_args_are_string_stats_shared_per_text():
+    """An op's ``Input Dims``, ``Input type`` and ``Concrete Inputs`` (arrays) are string
+    stats: their JSON text, one per distinct value, in first-seen order; ``flops`` a
+    number.  A value that is no array is none; of a key written twice, the last."""
+    shape = {"Input Dims": [[32, 3, 224, 224], [64, 3, 7, 7], []],
+             "Input type": ["float", "float", ""], "Concrete Inputs": ["", "", "[2, 2]"]}
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::conv2d", "pid": 1, "tid": 1, "ts": 1,
+         "dur": 5, "args": dict(shape, flops=236027904)},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::relu", "pid": 1, "tid": 1, "ts": 2,
+         "dur": 1, "args": {"Input Dims": [[32, 64, 112, 112]], "Input type": None,
+                            "Concrete Inputs": "not a list"}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::conv2d", "pid": 1, "tid": 1, "ts": 3,
+         "dur": 5, "args": shape},
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 4, "dur": 1,
+         "args": {"Input Dims": {"a": [1]}}},
+    ]
+    ref, nat = _both_equal(_doc(events))
+    assert nat["stat_strings"] == ref["stat_strings"] == [
+        "[[32,3,224,224],[64,3,7,7],[]]", '["float","float",""]', '["","","[2, 2]"]',
+        "[[32,64,112,112]]"]
+    got = {k: [a.tolist() for a in v] for k, v in nat["string_stats"].items()}
+    assert got == {"input_dims": [[0, 1, 2], [0, 3, 0]], "input_type": [[0, 2], [1, 1]],
+                   "concrete_inputs": [[0, 2], [2, 2]]}
+    assert [a.tolist() for a in nat["stats"]["flops"]] == [[0], [236027904]]
+    # the file's own spacing, escapes and a key twice: the same values
+    text = ('{"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1, '
+            '"args": {"Input Dims": [1], "Concrete Inputs": [ "\\u00e9\\"]\\\\" ,\n'
+            '\t"x y" ], "Input Dims": [ [ 2 ] , [ ] ]}}]}')
+    ref, nat = _both_equal(text.encode())
+    assert nat["stat_strings"] == ["[[2],[]]", '["\\u00e9\\"]\\\\","x y"]']
+    assert ref["stat_strings"] == ["[[2],[]]", '["é\\"]\\\\","x y"]']
+
+
 def test_kineto_nonascii_escapes_ascii_only_output():
     events = [{"ph": "X", "name": n, "cat": c, "pid": 1, "tid": t, "ts": i}
               for i, (n, c, t) in enumerate([("é😀", "ü", "t😀"), ("\x00\x1f", "c", "x"),
@@ -924,7 +970,9 @@ def _kevent(draw):
                          st.text(max_size=2)),
         "args": st.one_of(st.dictionaries(st.sampled_from(
             ["correlation", "External id", "external id", "device", "stream", "bytes",
-             "name", "labels", "other"]), _stat_val, max_size=4), _value),
+             "flops", "Input Dims", "Input type", "Concrete Inputs", "name", "labels",
+             "other"]), st.one_of(_stat_val, st.lists(_value, max_size=3)), max_size=4),
+            _value),
         "junk": _value,
     }
     for k in draw(st.permutations(list(opts))):
@@ -1075,7 +1123,9 @@ _EVERY_TOKEN = (
     '"args": {"name": "py\\\\thon é"}}, {"ph": "X", "cat": "cpu_op", "name": '
     '"aten::mm \\u00e9\\ud83d\\ude00 ≤ 😀", "pid": 1, "tid": 2, "ts": 1669783687464181.125, '
     '"dur": -0.0e+0, "args": {"External id": 3, "correlation": 70000000000, "x": [true, '
-    'false, null, {}, [], {"y": [1, [2, {"z": -3.25E-2}]]}]}}, 7, "s", null, {}, '
+    'false, null, {}, [], {"y": [1, [2, {"z": -3.25E-2}]]}], "Input Dims": [ [32, 3] ,\n'
+    ' [], [[1, 2]]], "Input type": ["float","", "c10::Half"], "Concrete Inputs": ["", '
+    '"[1, 1]", "a \\"]q[\\" \\\\ \\u00e9 \\/"], "flops": 12}}, 7, "s", null, {}, '
     '{"ph": "X", "cat": "kernel", "name": "k\\n\\t", "pid": 0, "tid": "stream 7", '
     '"ts": 1669783687464182, "dur": 0.25, "args": {"device": 0, "stream": 7.0, '
     '"bytes": -1e2}} ], "baseTimeNanoseconds": 1700000000000000000, '

@@ -45,6 +45,15 @@ STAT_ARGS = {
     "device": ("device",),
     "stream": ("stream",),
     "bytes": ("bytes",),
+    "flops": ("flops",),        # with_flops=True: the profiler's count of a matmul-class op
+}
+# string stats: the JSON text of an op's array arg (record_shapes=True), interned so that
+# the thousands of ops of one shape share one id; the cost model parses each distinct
+# text once (``analysis.efficiency.torch_shapes``)
+STRING_STAT_ARGS = {
+    "input_dims": "Input Dims",
+    "input_type": "Input type",
+    "concrete_inputs": "Concrete Inputs",
 }
 
 
@@ -58,12 +67,13 @@ def _drop_events(scan: dict, keep: np.ndarray) -> dict:
     for k in ("name_ids", "cat_ids", "track_ids", "ts_ps", "dur_ps"):
         out[k] = np.asarray(scan[k])[keep]
     new_index = np.cumsum(keep) - 1
-    stats = {}
-    for sname, (idx, vals) in scan["stats"].items():
-        idx = np.asarray(idx, np.int64)
-        ok = keep[idx]
-        stats[sname] = (new_index[idx[ok]], np.asarray(vals)[ok])
-    out["stats"] = stats
+    for key in ("stats", "string_stats"):
+        stats = {}
+        for sname, (idx, vals) in scan.get(key, {}).items():
+            idx = np.asarray(idx, np.int64)
+            ok = keep[idx]
+            stats[sname] = (new_index[idx[ok]], np.asarray(vals)[ok])
+        out[key] = stats
     return out
 
 
@@ -317,6 +327,8 @@ class PythonStream:
         self.track_index: dict = {}
         self.ts_us, self.dur_us, self.ts_text = [], [], []
         self.stat_vals = {k: ([], []) for k in STAT_ARGS}
+        self.stat_strings = StringTable()
+        self.string_vals = {k: ([], []) for k in STRING_STAT_ARGS}
         self.process_name, self.process_label, self.thread_name = {}, {}, {}
         self.bad = 0
         self.n_raw = 0
@@ -456,6 +468,7 @@ class PythonStream:
         names, cats = self.names, self.cats
         name_ids, cat_ids, track_ids = self.name_ids, self.cat_ids, self.track_ids
         track_index, stat_vals = self.track_index, self.stat_vals
+        string_vals, stat_strings = self.string_vals, self.stat_strings
         ts_us, dur_us = self.ts_us, self.dur_us
         kept_pos: list = []      # index of each kept event among those with a "ts" key
         n_ts = 0
@@ -509,6 +522,12 @@ class PythonStream:
                                 stat_vals[sname][0].append(k)
                                 stat_vals[sname][1].append(v)
                             break
+                for sname, key in STRING_STAT_ARGS.items():
+                    v = a.get(key)
+                    if isinstance(v, list):
+                        string_vals[sname][0].append(k)
+                        string_vals[sname][1].append(stat_strings.intern(
+                            orjson.dumps(v).decode()))
         self.n_raw = i
         # each kept event's "ts" text, for timestamps past float64's nanoseconds; a "ts"
         # found elsewhere (in args, escaped) leaves the texts unmatched
@@ -569,6 +588,8 @@ class PythonStream:
                 if arr.dtype.kind == "f":
                     arr = np.rint(arr)
                 stats[sname] = (np.asarray(idx, np.int64), arr.astype(np.int64))
+        string_stats = {sname: (np.asarray(idx, np.int64), np.asarray(ids, np.int64))
+                        for sname, (idx, ids) in self.string_vals.items() if idx}
         return {
             "n_raw": self.n_raw,
             "names": self.names.strings, "name_ids": np.asarray(self.name_ids, np.int32),
@@ -576,7 +597,8 @@ class PythonStream:
             "track_keys": list(self.track_index),
             "track_ids": np.asarray(self.track_ids, np.int32),
             "base_us": base_us, "ts_ps": ts_rel, "dur_ps": dur_ps,
-            "stats": stats,
+            "stats": stats, "string_stats": string_stats,
+            "stat_strings": self.stat_strings.strings,
             "process_name": self.process_name, "process_label": self.process_label,
             "thread_name": self.thread_name,
             "metadata": {k: self.metadata[k] for k in METADATA_KEYS if k in self.metadata},
@@ -608,6 +630,7 @@ def build(path: str, scan: dict, progress=NULL):
     The scan holds: interned ``names``/``cats`` with per-event ``name_ids``/``cat_ids``;
     ``track_keys`` (distinct (pid, tid)) with per-event ``track_ids``; ``ts_ps`` (int64,
     ps after ``base_us``), ``dur_ps``; ``stats`` {name: (event idx, int64 values)};
+    ``string_stats`` {name: (event idx, int64 ids into ``stat_strings``)}, the texts;
     process/thread name maps; ``metadata``.  The per-event columns are popped from
     ``scan`` as they are used, so that each is freed once what replaces it exists (at
     20 M events every column is 80-160 MB).
@@ -621,6 +644,11 @@ def build(path: str, scan: dict, progress=NULL):
     for s_ in scan.pop("names"):      # the table holds them now (freed by its freeze)
         strings.intern(s_)
     names = strings.strings
+    # the string stats' texts in the same table (ids of Trace.strings)
+    text_ids = np.array([strings.intern(t) for t in scan.pop("stat_strings", ())], np.int32)
+    string_stats = scan.pop("string_stats", {})
+    for sname, (idx, ids) in string_stats.items():
+        scan["stats"][sname] = (idx, text_ids[np.asarray(ids, np.int64)])
     cat_names = scan["cats"]
     cat_ids = np.asarray(scan.pop("cat_ids"), np.int32)
     ts_rel = np.asarray(scan.pop("ts_ps"), np.int64)
@@ -714,7 +742,8 @@ def build(path: str, scan: dict, progress=NULL):
 
     # ---- stats ----
     progress.within(0.4, "launches and steps")
-    stats = {sname: (idx, vals, False) for sname, (idx, vals) in raw_stats.items()}
+    stats = {sname: (idx, vals, sname in string_stats) for sname, (idx, vals) in
+             raw_stats.items()}
     narrow_id_stats(stats)          # the correlation ids as int32 before they are linked
     corr = stats.get("correlation")
     link_args = (kind, ev_device_cat, corr[0] if corr else None, corr[1] if corr else None,

@@ -3,7 +3,10 @@
 ``scan_xspace(buf)`` and ``scan_kineto(buf)`` return exactly what the reference
 scanners ``xspace.scan_python`` and ``kineto.scan_python`` return (same keys, values
 and dtypes), except that Kineto timestamps are always read exactly from the decimal
-text (the reference does so only when they exceed 4e12 µs).  They raise ValueError
+text (the reference does so only when they exceed 4e12 µs), and that a string stat's
+text (``kineto.STRING_STAT_ARGS``) is the file's own less its blanks where the
+reference writes orjson's: the same JSON value, the same text but where the file
+spells a string with escapes orjson does not use or a number otherwise (``1E2``).  They raise ValueError
 for anything they do not accept; callers then fall back to the reference scanner,
 which reports the problem precisely.
 
@@ -274,6 +277,8 @@ def _kineto_columns(raw: dict) -> dict:
         raise ValueError(f"native Kineto scan: metadata event: {e}") from None
     stats = {name: (np.frombuffer(idx, np.int64), np.frombuffer(vals, np.int64))
              for name, (idx, vals) in raw["stats"].items()}
+    string_stats = {name: (np.frombuffer(idx, np.int64), np.frombuffer(ids, np.int64))
+                    for name, (idx, ids) in raw["string_stats"].items()}
     meta = raw["meta"]
     warnings = []
     if raw["bad"]:
@@ -286,7 +291,7 @@ def _kineto_columns(raw: dict) -> dict:
         "cats": raw["cats"], "cat_ids": cols["cat_ids"],
         "track_keys": raw["track_keys"], "track_ids": cols["track_ids"],
         "base_us": raw["base_us"], "ts_ps": cols["ts_ps"], "dur_ps": cols["dur_ps"],
-        "stats": stats,
+        "stats": stats, "string_stats": string_stats, "stat_strings": raw["stat_strings"],
         "process_name": process_name, "process_label": process_label,
         "thread_name": thread_name,
         "metadata": {k: orjson.loads(meta[k]) for k in METADATA_KEYS if k in meta},
