@@ -5,10 +5,10 @@ scanners ``xspace.scan_python`` and ``kineto.scan_python`` return (same keys, va
 and dtypes), except that Kineto timestamps are always read exactly from the decimal
 text (the reference does so only when they exceed 4e12 µs), and that a string stat's
 text (``kineto.STRING_STAT_ARGS``) is the file's own less its blanks where the
-reference writes orjson's: the same JSON value, the same text but where the file
-spells a string with escapes orjson does not use or a number otherwise (``1E2``).  They raise ValueError
-for anything they do not accept; callers then fall back to the reference scanner,
-which reports the problem precisely.
+reference writes orjson's: the same JSON value, and the same text but where the file
+spells a string with escapes orjson does not use, or a number otherwise (``1E2``).
+They raise ValueError for anything they do not accept; callers then fall back to the
+reference scanner, which reports the problem precisely.
 
 Both run without the GIL (other threads go on while a large file is decoded) and,
 given ``progress`` (a ``tb_perfdiag.progress.Progress``), let it read how many bytes

@@ -1,10 +1,10 @@
 """PyTorch FLOPs and bytes: the ``flops`` arg of a ``with_flops=True`` profile, else the
 shapes of the host op (``torch_formulas``), carried to the kernels the op launched.
 
-The reader keeps no op arguments (their lists are most of a Kineto file's text), so the
-ops' ``args`` are read again from the file here, once per call, and joined to the
-trace's host ops on (``External id``, name).  Each distinct (name, shapes, types,
-scalars, what its neighbours tell) is costed once.  An op's figure belongs to the
+The reader keeps an op's ``Input Dims``, ``Input type`` and ``Concrete Inputs`` as
+string stats (one interned JSON text per distinct value) and its ``flops``: each
+distinct (name, shapes, types, scalars, what its neighbours tell) is parsed and costed
+once, and the figures broadcast to the ops.  An op's figure belongs to the
 outermost costed op around it (``aten::conv2d`` over ``aten::cudnn_convolution``: one
 count), and is split over the kernels launched inside that op (``_to_kernels``): a
 matmul op's FLOPs over its matrix kernels by duration, a convolution backward's two
@@ -28,7 +28,7 @@ import numpy as np
 
 from ...trace.model import EventKind, LinkKind, Trace, TrackKind
 from . import torch_formulas as F
-from .opcosts import DTYPES, UNKNOWN_DTYPE, OpCosts, blank, empty, per_trace
+from .opcosts import DTYPES, UNKNOWN_DTYPE, OpCosts, blank, distinct_rows, empty, per_trace
 
 NO_SHAPES = "profile with record_shapes=True: the trace's ops carry no shapes"
 
@@ -107,151 +107,60 @@ _KERNEL_DTYPE = (
 _KERNEL_SIZE = {"fp8": 1, "bf16": 2, "tf32": 4, "int8": 1, "fp16": 2, "fp64": 8, "fp32": 4}
 
 
-# the names of ATen ops (every op with a formula, and nearly every op after a
-# convolution): a scan for these alone took half the time of one for every name
-_NAME = re.compile(rb'"name": ?"(aten::[^"\\]*)"')
+# the names whose ops a backward convolution's output mask is read from
+_KNOWN = set(_GEMM) | set(_CONV) | set(_CONV_BWD) | set(_ATTN) | F.ELEMENTWISE | \
+    F.REDUCTION | set(_CONV_BWD_CHILDREN)
 
 
-def _wanted_names(trace: Trace) -> set:
-    """The op names whose args are read: those with a formula, and the op after each
-    forward convolution (its input is the convolution's output)."""
-    from . import torch_formulas as tf
-    known = set(_GEMM) | set(_CONV) | set(_CONV_BWD) | set(_ATTN) | tf.ELEMENTWISE | \
-        tf.REDUCTION | {n for n in _CONV_BWD_CHILDREN}
-    ids = {i: s for i, s in enumerate(trace.strings) if s in known}
-    want = set(ids.values())
-    conv_ids = [i for i, s in ids.items() if s in _CONV]
-    if conv_ids:
-        host = np.flatnonzero(np.isin(trace.name, conv_ids))
-        host = host[trace.track_kind[trace.track[host]] == TrackKind.HOST]
-        if host.size:
-            # the convolutions' siblings: events of the same parents (a sort of every
-            # host event was 0.5 s at 2 M events)
-            par = np.unique(trace.parent[host])
-            ev = np.flatnonzero(np.isin(trace.parent, par))
-            ev = np.union1d(ev[trace.track_kind[trace.track[ev]] == TrackKind.HOST], host)
-            nxt = _sibling_after(trace, ev)
-            j = nxt[np.searchsorted(ev, host)]
-            want |= {trace.strings[k] for k in np.unique(trace.name[ev[j[j >= 0]]]).tolist()}
-    return want
+class _Ops:
+    """The host ops with shapes or a count (columns over them, events ascending): the
+    reader's string stats ``input_dims``, ``input_type``, ``concrete_inputs`` (ids of
+    one interned JSON text per distinct value, −1: none) and its ``flops`` stat."""
+
+    def __init__(self, trace: Trace):
+        dims, fl = trace.stats.get("input_dims"), trace.stats.get("flops")
+        got = [st.events for st in (dims, fl) if st is not None]
+        ev = np.unique(np.concatenate(got).astype(np.int64)) if got else np.zeros(0, np.int64)
+        self.event = ev[trace.track_kind[trace.track[ev]] == TrackKind.HOST]
+        self.n = int(self.event.shape[0])
+        self.name = trace.name[self.event].astype(np.int64)
+        self.dims, self.types, self.conc = (self._ids(trace, s) for s in
+                                            ("input_dims", "input_type", "concrete_inputs"))
+        self.flops_arg = np.full(self.n, np.nan)
+        if fl is not None and self.n:
+            v, has = fl.lookup(self.event)
+            self.flops_arg[has] = v[has]
+
+    def _ids(self, trace: Trace, sname: str) -> np.ndarray:
+        st = trace.stats.get(sname)
+        if st is None or not self.n:
+            return np.full(self.n, -1, np.int64)
+        v, has = st.lookup(self.event)
+        return np.where(has, v.astype(np.int64), -1)
+
+    def names_in(self, trace: Trace, test) -> np.ndarray:
+        """Whether each op's name passes ``test`` (a str → bool), decided per name."""
+        u, inv = np.unique(self.name, return_inverse=True)
+        hit = np.array([bool(test(trace.strings[i])) for i in u.tolist()], bool)
+        return hit[inv.reshape(-1)] if u.size else np.zeros(0, bool)
 
 
-# ops seen without any shapes before the file is taken to have none (record_shapes
-# off writes no "Input Dims" on any op; on, it writes them on nearly every op)
-_OPS_WITHOUT_SHAPES = 256
-
-
-def _load_doc(trace: Trace):
-    """The args of the file's ops of the names ``_wanted_names`` gives, read again from
-    the file: [(name, args)] (None where the file cannot be read).
-
-    Streamed a decoded chunk at a time (a 4 GB JSON is never held), each chunk cut
-    before its last event's ``"ph"`` so that events are whole; a file whose first ops
-    carry no shapes is given up after them (a 400 MB trace without shapes costs one
-    chunk).  The args objects are found by their op's ``"name"`` text and parsed alone:
-    a parse of the whole document cost 3× the trace's read."""
-    from ... import storage
-    want = None                          # made once the file is seen to have shapes
-    out = []
-    try:
-        with storage.open_file(trace.path) as f:
-            carry, ops_seen, shapes = b"", 0, False
-            for chunk in f.chunks():
-                buf = carry + chunk if carry else chunk
-                cut = buf.rfind(b'"ph"')
-                if cut <= 0:
-                    carry = buf
-                    continue
-                part, carry = buf[:cut], buf[cut:]
-                if not shapes:
-                    shapes = b'"Input Dims"' in part or b'"flops"' in part
-                    if not shapes:
-                        ops_seen += part.count(b'"cpu_op"') + part.count(b'"Operator"')
-                        if ops_seen >= _OPS_WITHOUT_SHAPES:
-                            return []
-                        continue
-                if want is None:
-                    want = {n.encode() for n in _wanted_names(trace)
-                            if n.startswith("aten::")}
-                _scan(part, want, out)
-            if carry and (shapes or b'"Input Dims"' in carry or b'"flops"' in carry):
-                if want is None:
-                    want = {n.encode() for n in _wanted_names(trace)
-                            if n.startswith("aten::")}
-                _scan(carry, want, out)
-    except Exception:                    # noqa: BLE001 - a file gone or changed since
-        return None
-    return out
-
-
-def _scan(raw: bytes, want: set, out: list) -> None:
-    """Appends (name, args) of the wanted ops whose args have shapes or a count."""
+def _parsed(trace: Trace, ids) -> dict:
+    """Each distinct text id's JSON value (parsed once: −1 and an unparsable text are
+    [], as an op without the arg)."""
     try:
         from orjson import loads
     except ImportError:                  # pragma: no cover - orjson is a dependency
         from json import loads
-    # one pass over the events' names (a search per wanted name scanned the file
-    # dozens of times), then the args object of each wanted op alone
-    for m in _NAME.finditer(raw):
-        nm = m.group(1)
-        if nm not in want:
-            continue
-        p = m.end()
-        a = raw.find(b'"args"', p)
-        c = raw.find(b"}", p)
-        if 0 <= a < c:                       # the args of this event
-            b0 = raw.find(b"{", a)
-            b1 = raw.find(b"}", b0)
+    out = {-1: []}
+    for i in np.unique(np.concatenate([np.asarray(x, np.int64) for x in ids])).tolist():
+        if i >= 0:
             try:
-                args = loads(raw[b0:b1 + 1])
+                v = loads(trace.strings[i])
             except ValueError:
-                continue
-            if isinstance(args, dict) and ("Input Dims" in args or "flops" in args):
-                out.append((nm.decode(), args))
-
-
-def _ext_id(args: dict) -> int:
-    v = args.get("External id", args.get("external id"))
-    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else -1
-
-
-class _Ops:
-    """The host ops with shapes, joined to their trace events (columns over ops)."""
-
-    def __init__(self, trace: Trace, raw: list):
-        ext_stat = trace.stats.get("external_id")
-        self.n = 0
-        if ext_stat is None or not raw:
-            return
-        # the ids of the few names read (a map of every string was 0.2 s at 1 M names)
-        names = {n for n, _ in raw}
-        index = {s: i for i, s in enumerate(trace.strings) if s in names}
-        ext = np.array([_ext_id(a) for _, a in raw], np.int64)
-        nm = np.array([index.get(n, -1) for n, _ in raw], np.int64)
-        # the trace's host ops by (external id, name)
-        t_ev = ext_stat.events.astype(np.int64)
-        t_ext = np.asarray(ext_stat.values, np.int64)
-        host = trace.track_kind[trace.track[t_ev]] == TrackKind.HOST
-        t_ev, t_ext = t_ev[host], t_ext[host]
-        t_key = (t_ext << 32) | trace.name[t_ev].astype(np.int64)
-        o = np.argsort(t_key, kind="stable")
-        t_key, t_ev = t_key[o], t_ev[o]
-        key = (ext << 32) | nm
-        pos = np.minimum(np.searchsorted(t_key, key), max(t_key.shape[0] - 1, 0))
-        ok = (ext >= 0) & (nm >= 0) & (t_key.shape[0] > 0)
-        if t_key.shape[0]:
-            ok &= t_key[pos] == key
-            # a key two trace events share is ambiguous: left out
-            nxt = np.minimum(pos + 1, t_key.shape[0] - 1)
-            ok &= ~((nxt != pos) & (t_key[nxt] == key))
-        keep = np.flatnonzero(ok)
-        self.event = t_ev[pos[keep]] if keep.size else np.zeros(0, np.int64)
-        o = np.argsort(self.event, kind="stable")
-        keep, self.event = keep[o], self.event[o]
-        # one event per raw op (a raw op that matched twice is the same event)
-        self.n = int(self.event.shape[0])
-        self.args = [raw[i][1] for i in keep.tolist()]
-        self.names = [raw[i][0] for i in keep.tolist()]
+                v = []
+            out[i] = v if isinstance(v, list) else []
+    return out
 
 
 def _sibling_after(trace: Trace, ev: np.ndarray) -> np.ndarray:
@@ -297,6 +206,8 @@ def from_torch(trace: Trace, events: np.ndarray) -> OpCosts:
     h = per_trace(trace, "torch_host_costs", host_costs)
     if isinstance(h, str):
         return empty(events, "", h)
+    if not h.has.any():             # shapes, but of no op with a cost formula
+        return empty(events, "", NO_SHAPES)
     return _to_kernels(trace, events, h)
 
 
@@ -305,7 +216,7 @@ class HostCosts:
     """Per host op with shapes (its trace event, ascending): its figures."""
 
     event: np.ndarray               # int64
-    name: list
+    name: np.ndarray                # int64: the op's name (Trace.strings)
     has: np.ndarray                 # bool: a formula (or the profiler's count) gave one
     flops_shapes: np.ndarray        # float64: the shape formula's (NaN: none)
     flops_arg: np.ndarray           # float64: the profiler's ``flops`` arg (NaN: none)
@@ -338,83 +249,44 @@ class HostCosts:
 
 def host_costs(trace: Trace):
     """The figures of the trace's host ops with shapes (``HostCosts``), or why there
-    are none (a str)."""
-    raw = _load_doc(trace)
-    if raw is None:
-        return "the trace file could not be read again for its ops' shapes"
-    ops = _Ops(trace, raw)
-    del raw
+    are none (a str).  Columns over the ops; each distinct (name, shapes, types,
+    scalars, what its neighbours tell) is parsed and costed once."""
+    ops = _Ops(trace)
     if ops.n == 0:
         return NO_SHAPES
-    n = ops.n
-    dims = [a.get("Input Dims") or [] for a in ops.args]
-    types = [a.get("Input type") or [] for a in ops.args]
-    conc = [a.get("Concrete Inputs") or [] for a in ops.args]
-    flops_arg = np.array([float(a["flops"]) if isinstance(a.get("flops"), (int, float))
-                          else np.nan for a in ops.args])
-    names = ops.names
-    ev = ops.event
-    is_conv = np.array([nm in _CONV for nm in names], bool)
-    is_bwd = np.array([nm in _CONV_BWD for nm in names], bool)
+    n, ev = ops.n, ops.event
+    is_conv = ops.names_in(trace, _CONV.__contains__)
+    is_bwd = ops.names_in(trace, _CONV_BWD.__contains__)
 
     # the output mask of backward convolutions from their children
     mask_in = np.zeros(n, bool)
     mask_w = np.zeros(n, bool)
-    kids = np.flatnonzero(np.array([bool(_CHILD_INPUT.search(nm) or _CHILD_WEIGHT.search(nm))
-                                    for nm in names], bool))
+    kid_in = ops.names_in(trace, lambda s: s in _KNOWN and _CHILD_INPUT.search(s))
+    kid_w = ops.names_in(trace, lambda s: s in _KNOWN and _CHILD_WEIGHT.search(s))
+    kids = np.flatnonzero(kid_in | kid_w)
     if kids.size:
         par = trace.parent[ev[kids]].astype(np.int64)
         pos = np.minimum(np.searchsorted(ev, par), n - 1)
         ok = ev[pos] == par
-        inp = np.array([bool(_CHILD_INPUT.search(names[k])) for k in kids.tolist()], bool)
+        inp = kid_in[kids]
         mask_in[pos[ok & inp]] = True
         mask_w[pos[ok & ~inp]] = True
-    has_kids = mask_in | mask_w
 
-    # forward convolutions' output shapes: the next sibling's [N, C_out, …] input, else
-    # a backward's grad_output for the same (input, weight) shapes
-    out_shape = [None] * n
+    # a forward convolution's output shape may be its next sibling's input: that op's
+    # shapes are part of the convolution's key
+    nxt_dims = np.full(n, -1, np.int64)
     conv_rows = np.flatnonzero(is_conv)
     if conv_rows.size:
-        nxt = _sibling_after(trace, ev)
-        bwd_out: dict = {}
-        for r in np.flatnonzero(is_bwd).tolist():
-            xi, gi, wi = _CONV_BWD[names[r]][:3]
-            d = dims[r]
-            if xi is None or max(xi, gi, wi) >= len(d):
-                continue
-            k = (repr(d[xi]), repr(d[wi]))
-            g = d[gi]
-            if bwd_out.setdefault(k, g) != g:
-                bwd_out[k] = False           # two outputs for one key: ambiguous
-        for r in conv_rows.tolist():         # per convolution op with shapes (host ops)
-            d = dims[r]
-            if len(d) < 2 or not F._is_shape(d[0]) or not F._is_shape(d[1]) or not d[1]:
-                continue
-            x, w = d[0], d[1]
-            st, pd, dl, _tr = _CONV[names[r]]
-            got = F.conv_out_shape(x, w, F._ints(conc[r], st) if st is not None else None,
-                                   F._ints(conc[r], pd) if pd is not None else None,
-                                   F._ints(conc[r], dl) if dl is not None else None)
-            if got is None:
-                j = nxt[r]
-                if j >= 0 and names[j] in _CONV:          # a convolution takes no output
-                    j = -1
-                if j >= 0 and dims[j] and F._is_shape(dims[j][0]):
-                    y = dims[j][0]
-                    if len(y) == len(x) and y[0] == x[0] and y[1] == w[0]:
-                        got = list(y)
-            if got is None:
-                g = bwd_out.get((repr(x), repr(w)))
-                if g:
-                    got = list(g)
-            out_shape[r] = got
+        j = _sibling_after(trace, ev)[conv_rows]
+        ok = j >= 0
+        ok[ok] = ~is_conv[j[ok]]                 # a convolution takes no output
+        nxt_dims[conv_rows[ok]] = ops.dims[j[ok]]
 
     # recomputation: forward-only ops under an autograd backward node
     node = np.flatnonzero([("ackward" in s or s.startswith("autograd::")) and
                            bool(_BACKWARD_NODE.search(s)) for s in trace.strings])
     recompute = np.zeros(n, bool)
-    fwd_only = np.flatnonzero(np.array([nm in _FORWARD_ONLY for nm in names], bool))
+    fwd_only = np.flatnonzero(ops.names_in(trace, _FORWARD_ONLY.__contains__))
     if node.size and fwd_only.size:
         cur = trace.parent[ev[fwd_only]].astype(np.int64)
         live = np.arange(fwd_only.shape[0])
@@ -428,21 +300,23 @@ def host_costs(trace: Trace):
             ok = cur >= 0
             live, cur = live[ok], cur[ok]
 
-    # one figure per distinct (name, shapes, types, scalars, inferred facts)
-    keys = [repr((names[r], dims[r], types[r], conc[r], out_shape[r],
-                  bool(mask_in[r]), bool(mask_w[r]), bool(has_kids[r])))
-            for r in range(n)]
-    uk, inv = np.unique(np.array(keys, dtype=object), return_inverse=True)
-    first = np.full(uk.shape[0], -1, np.int64)
-    first[inv[::-1]] = np.arange(n)[::-1]
-    cost = [None] * uk.shape[0]
-    elems = np.zeros(uk.shape[0], bool)
-    part = np.full(uk.shape[0], np.nan)
-    tile = np.zeros((uk.shape[0], 2), np.int64)
-    for k, r in enumerate(first.tolist()):
-        kid = (mask_in[r], mask_w[r]) if has_kids[r] else None
-        cost[k], elems[k] = _cost(names[r], dims[r], types[r], conc[r], out_shape[r], kid)
-        part[k], tile[k] = _parts(names[r], dims[r], conc[r], out_shape[r], kid)
+    # one figure per distinct (name, shapes, types, scalars, next op's shapes, mask)
+    keys, inv = distinct_rows(ops.name, ops.dims, ops.types, ops.conc, nxt_dims,
+                              mask_in, mask_w)
+    val = _parsed(trace, (keys[:, 1], keys[:, 2], keys[:, 3], keys[:, 4]))
+    names = [trace.strings[i] for i in keys[:, 0].tolist()]
+    bwd_out = _backward_outputs(names, keys[:, 1].tolist(), val)
+    cost = [None] * keys.shape[0]
+    elems = np.zeros(keys.shape[0], bool)
+    part = np.full(keys.shape[0], np.nan)
+    tile = np.zeros((keys.shape[0], 2), np.int64)
+    for k, (_, di, ti, ci, ni, mi, mw) in enumerate(keys.tolist()):
+        dims, conc = val[di], val[ci]
+        out_shape = _conv_output(names[k], dims, conc, val[ni], bwd_out) \
+            if names[k] in _CONV else None
+        kid = (bool(mi), bool(mw)) if mi or mw else None
+        cost[k], elems[k] = _cost(names[k], dims, val[ti], conc, out_shape, kid)
+        part[k], tile[k] = _parts(names[k], dims, conc, out_shape, kid)
     elems, part, tile = elems[inv], part[inv], tile[inv]
     has = np.array([c is not None for c in cost], bool)[inv]
     op_fl = np.array([c.flops if c is not None else 0.0 for c in cost])[inv]
@@ -453,17 +327,18 @@ def host_costs(trace: Trace):
     shape_fl = np.where(has, op_fl, np.nan)
     # the profiler's own count wins where it gave one, for the matmul-class ops it
     # counts (elementwise ops' counts are not matmul work: bytes only)
+    flops_arg = ops.flops_arg
     use_arg = ~np.isnan(flops_arg) & op_mm
     op_fl = np.where(use_arg, flops_arg, op_fl)
     arg_only = ~np.isnan(flops_arg) & ~has & (flops_arg > 0) & \
-        np.array([nm in _GEMM or nm in _CONV for nm in names], bool)
+        ops.names_in(trace, lambda s: s in _GEMM or s in _CONV)
     op_fl = np.where(arg_only, flops_arg, op_fl)
     op_mm |= arg_only
     has |= arg_only
     child = np.zeros(n, np.int8)
     if kids.size:
         child[kids] = np.where(inp, 1, 2)
-    return HostCosts(ev, names, has, shape_fl, flops_arg, op_fl, op_by, elems, op_mm, op_dt,
+    return HostCosts(ev, ops.name, has, shape_fl, flops_arg, op_fl, op_by, elems, op_mm, op_dt,
                      recompute,
                      "kineto_flops_arg" if use_arg.any() or arg_only.any() else "shapes",
                      np.where(has, part, np.nan), tile, child)
@@ -501,6 +376,47 @@ def _parts(name, dims, conc, out_shape, kid_mask):
     except (TypeError, ValueError, IndexError):
         pass
     return part, tile
+
+
+def _backward_outputs(names: list, dims_ids: list, val: dict) -> dict:
+    """(repr of input shape, repr of weight shape) → the grad_output shape of the
+    backward convolutions with those shapes (False where two disagree)."""
+    out: dict = {}
+    for nm, di in dict.fromkeys(zip(names, dims_ids)):
+        if nm not in _CONV_BWD:
+            continue
+        xi, gi, wi = _CONV_BWD[nm][:3]
+        d = val[di]
+        if xi is None or max(xi, gi, wi) >= len(d):
+            continue
+        k = (repr(d[xi]), repr(d[wi]))
+        g = d[gi]
+        if out.setdefault(k, g) != g:
+            out[k] = False               # two outputs for one key: ambiguous
+    return out
+
+
+def _conv_output(name, dims, conc, next_dims, bwd_out):
+    """A forward convolution's output shape: from its scalars, else the next sibling's
+    ``[N, C_out, …]`` input, else a backward's grad_output for the same (input, weight)
+    shapes; None where none says."""
+    d = dims
+    if len(d) < 2 or not F._is_shape(d[0]) or not F._is_shape(d[1]) or not d[1]:
+        return None
+    x, w = d[0], d[1]
+    st, pd, dl, _tr = _CONV[name]
+    got = F.conv_out_shape(x, w, F._ints(conc, st) if st is not None else None,
+                           F._ints(conc, pd) if pd is not None else None,
+                           F._ints(conc, dl) if dl is not None else None)
+    if got is None and next_dims and F._is_shape(next_dims[0]):
+        y = next_dims[0]
+        if len(y) == len(x) and y[0] == x[0] and y[1] == w[0]:
+            got = list(y)
+    if got is None:
+        g = bwd_out.get((repr(x), repr(w)))
+        if g:
+            got = list(g)
+    return got
 
 
 def _cost(name, dims, types, conc, out_shape, kid_mask):
