@@ -1186,8 +1186,8 @@ def test_kineto_real_file_chunked_equals_whole(size):
 def _lines_doc(n: int, false_starts: bool, indent: str | None = "") -> bytes:
     """A Kineto-layout document (an event a line, after ``indent``) whose later lines
     bring names, categories and threads the earlier ones have not, metadata events in
-    the middle, stats (a float among them), elements that are no events, and
-    (``false_starts``) args objects on lines of their own and lists of objects in args."""
+    the middle, stats (a float among them; shapes as string stats), elements that are no
+    events, and (``false_starts``) args objects on lines of their own and lists of objects in args."""
     lines = []
     for i in range(n):
         if i % 37 == 5:
@@ -1200,6 +1200,11 @@ def _lines_doc(n: int, false_starts: bool, indent: str | None = "") -> bytes:
         args = {"External id": i, "correlation": i * 3}
         if i % 11 == 0:
             args["bytes"] = i + 0.5
+        if i % 4 == 0:                  # shapes: texts shared, later lines bring new ones
+            args["Input Dims"] = [[i // 100, 2], []]
+            args["Input type"] = ["float", "" if i % 8 else "Int"]
+            args["Concrete Inputs"] = ["", f"[{i // 50}, 1]"]
+            args["flops"] = i * 1000
         if false_starts and i % 5 == 0:
             args["shapes"] = [{"dims": [i, 2]}, {"dims": [3]}]    # ", {" inside an event
         e = {"ph": "X", "cat": f"cat{i // 90}", "name": f"op{i % 7}_{i // 60}",

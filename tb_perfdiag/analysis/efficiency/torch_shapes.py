@@ -107,7 +107,8 @@ _KERNEL_DTYPE = (
 _KERNEL_SIZE = {"fp8": 1, "bf16": 2, "tf32": 4, "int8": 1, "fp16": 2, "fp64": 8, "fp32": 4}
 
 
-# the names whose ops a backward convolution's output mask is read from
+# the ops with a formula and a backward convolution's children: only ops of these names
+# tell a backward's output mask (``*_backward_input`` / ``*_backward_weight``)
 _KNOWN = set(_GEMM) | set(_CONV) | set(_CONV_BWD) | set(_ATTN) | F.ELEMENTWISE | \
     F.REDUCTION | set(_CONV_BWD_CHILDREN)
 
