@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...trace.model import EventKind, LinkKind, Trace, TrackKind
+from ...trace.model import EventKind, LinkKind, Trace, TrackKind, lookup_together
 from . import torch_formulas as F
 from .opcosts import DTYPES, UNKNOWN_DTYPE, OpCosts, blank, distinct_rows, empty, per_trace
 
@@ -125,19 +125,17 @@ class _Ops:
         self.event = ev[trace.track_kind[trace.track[ev]] == TrackKind.HOST]
         self.n = int(self.event.shape[0])
         self.name = trace.name[self.event].astype(np.int64)
-        self.dims, self.types, self.conc = (self._ids(trace, s) for s in
-                                            ("input_dims", "input_type", "concrete_inputs"))
+        # the shape stats share one events column: one search for them all
+        got = lookup_together([trace.stats.get(s) for s in
+                               ("input_dims", "input_type", "concrete_inputs")] + [fl],
+                              self.event)
+        self.dims, self.types, self.conc = (
+            np.full(self.n, -1, np.int64) if g is None else
+            np.where(g[1], g[0].astype(np.int64), -1) for g in got[:3])
         self.flops_arg = np.full(self.n, np.nan)
-        if fl is not None and self.n:
-            v, has = fl.lookup(self.event)
+        if got[3] is not None:
+            v, has = got[3]
             self.flops_arg[has] = v[has]
-
-    def _ids(self, trace: Trace, sname: str) -> np.ndarray:
-        st = trace.stats.get(sname)
-        if st is None or not self.n:
-            return np.full(self.n, -1, np.int64)
-        v, has = st.lookup(self.event)
-        return np.where(has, v.astype(np.int64), -1)
 
     def names_in(self, trace: Trace, test) -> np.ndarray:
         """Whether each op's name passes ``test`` (a str → bool), decided per name."""
