@@ -606,3 +606,19 @@ def test_real_traces_with_shapes_no_kernel_above_its_peak():
         over = [x for x in rates if x[1] > 1.05]
         assert not over, (f, over)
     assert seen >= 10             # the ResNet, DLRM and HTA captures with shapes
+
+
+@pytest.mark.parametrize("kernel, dtype", [
+    ("void cutlass::Kernel<cutlass_80_tensorop_f16_s16816gemm_f16_256x128_64x3_nn_align8>", "fp16"),
+    ("void cutlass::Kernel2<cutlass::gemm::GemmUniversal<cutlass::half_t, cutlass::layout::RowMajor>>", "fp16"),
+    ("void cutlass::Kernel2<cutlass::gemm::GemmUniversal<cutlass::bfloat16_t, cutlass::layout::RowMajor>>", "bf16"),
+    ("void cutlass::Kernel2<cutlass::gemm::GemmUniversal<cutlass::tfloat32_t, cutlass::layout::RowMajor>>", "tf32"),
+    ("volta_sgemm_128x64_nn", "fp32"),
+    ("ampere_fp16_s16816gemm_fp16_128x128_ldg8_f2f_stages_32x5_nn", "fp16"),
+])
+def test_a_kernel_name_tells_its_dtype(kernel, dtype):
+    """The dtype a GEMM kernel ran in, from its name where the op has no types: CUTLASS's
+    element type names (``cutlass::half_t``, ``tfloat32_t``) as well as cuBLAS' tiles."""
+    from tb_perfdiag.analysis.efficiency.torch_shapes import _KERNEL_DTYPE
+    got = next((d for rx, d in _KERNEL_DTYPE if rx.search(kernel)), "")
+    assert got == dtype

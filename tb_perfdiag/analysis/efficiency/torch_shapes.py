@@ -97,10 +97,11 @@ _CHILD_WEIGHT = re.compile(r"_backward_weight$")
 _KERNEL_DTYPE = (
     (re.compile(r"e4m3|e5m2|fp8", re.I), "fp8"),
     (re.compile(r"bf16|bfloat16", re.I), "bf16"),
-    (re.compile(r"tf32|s1688|s16816|xmma.*f32f32_tf32", re.I), "tf32"),
+    # before tf32: an fp16 GEMM with fp32 accumulation is an "s16816"/"s1688" tile too
+    (re.compile(r"h884|h1688|h16816|hgemm|__half|\bhalf\b|half_t|fp16|_f16_|f16f16|c10::Half",
+                re.I), "fp16"),
+    (re.compile(r"tf32|tfloat32|s1688|xmma.*f32f32_tf32", re.I), "tf32"),
     (re.compile(r"i8816|imma|int8|s8s8|_i8", re.I), "int8"),
-    (re.compile(r"h884|h1688|h16816|hgemm|__half|\bhalf\b|fp16|f16f16|c10::Half", re.I),
-     "fp16"),
     (re.compile(r"dgemm|<double|double,|\bd884|fp64", re.I), "fp64"),
     (re.compile(r"sgemm|<float|float,|float>|\bfloat\b|f32", re.I), "fp32"),
 )
