@@ -541,6 +541,10 @@ class EfficiencyTable:
     # where the matmuls ran in fp32: the device's fastest lower-precision matrix peak
     fast_peak: np.ndarray = field(default_factory=lambda: np.zeros(0))   # FLOP/s, NaN none
     fast_dtype: list = field(default_factory=list)                       # "tf32", "bf16"…
+    # the points the exposed collectives take in each waterfall (peer wait and transfer
+    # together): a run's join splits them again (``waterfall.with_peer_wait``)
+    coll_points: np.ndarray = field(default_factory=lambda: np.zeros(0))       # (n_dev,)
+    step_coll_points: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.float32))
 
     def part(self, name: str) -> int:
         return self.parts.index(name)

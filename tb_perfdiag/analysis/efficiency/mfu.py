@@ -127,14 +127,14 @@ def efficiency_table(trace, sums: CostSums | None, devices, steps, device_ops, c
         np.zeros((n_steps, n_dev, len(Overlap)))
     win = np.array([(lambda ab: ab[1] - ab[0])(devices.window(d)) if active[d] else 0
                     for d in range(n_dev)], np.float64)
-    wf, mfu = W.points(win, devices.busy, devices.idle_by_cause, devices.small_total,
+    wf, mfu, cpts = W.points_and_collectives(win, devices.busy, devices.idle_by_cause, devices.small_total,
                        ov[:, Overlap.COMPUTE], ov[:, Overlap.COPIES_EXPOSED],
                        ov[:, Overlap.COLLECTIVES_EXPOSED], _frac(sums.mm_time, sums.comp_time),
                        _frac(w_d, cd_d), all_flops, pf)
     S = steps
     sw = np.clip(S.win_end - S.win_start, 0, None).reshape(-1).astype(np.float64)
     sf = sums.step_flops.reshape(-1)
-    swf, smfu = W.points(sw, S.busy.reshape(-1), S.idle_by_cause.reshape(-1, len(C.ALL)),
+    swf, smfu, scpts = W.points_and_collectives(sw, S.busy.reshape(-1), S.idle_by_cause.reshape(-1, len(C.ALL)),
                          S.small_total.reshape(-1),
                          sov[:, :, Overlap.COMPUTE].reshape(-1),
                          sov[:, :, Overlap.COPIES_EXPOSED].reshape(-1),
@@ -176,7 +176,8 @@ def efficiency_table(trace, sums: CostSums | None, devices, steps, device_ops, c
         row_attainable=r[3], row_efficiency=r[4], row_bound=r[5],
         intensity=dv[2] if n_dev else nan(0), attainable=dv[3], roofline_efficiency=dv[4],
         bound=dv[5], ridge=ridge, row_fp32_time=sums.row_fp32_mm_time,
-        fast_peak=fast, fast_dtype=fast_dt)
+        fast_peak=fast, fast_dtype=fast_dt, coll_points=cpts,
+        step_coll_points=scpts.reshape(n_steps, n_dev).astype(np.float32))
 
 
 def stage(trace, sums, diag, peak_tflops=None) -> EfficiencyTable | None:

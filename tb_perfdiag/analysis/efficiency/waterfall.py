@@ -6,7 +6,9 @@ points say where they went, in the order a reader peels them off:
 - idle, by cause (the gaps' split, ``idle_by_cause``, and the gaps under the threshold:
   ``small_gaps``), scaled to the window's idle ``W − busy`` so that they are exactly it;
 - ``peer_wait``: the part of the collectives not hidden under compute spent waiting for
-  the last peer to arrive (known where the peers are devices of the same trace);
+  the last peer to arrive (known where the peers are devices of the same trace; where
+  they are other files of a run, ``with_peer_wait`` splits the collectives' points again
+  with the run's join);
 - ``no_matmul_work``: busy time in ops that do no matmul work — elementwise kernels and
   fusions, copies, the collectives' transfer;
 - ``matmul_below_peak``: the busy time of matmul-class ops less what their FLOPs would
@@ -34,8 +36,19 @@ N_CAUSES = len(C.ALL)
 
 def points(window, busy, idle_by_cause, small, compute, copies_x, coll_x, mm_frac,
            wait_frac, flops, peak):
-    """(points (n, len(PARTS)), mfu (n,)) of ``n`` windows, vectorised; NaN rows where the
-    window is empty, there is no peak or no FLOPs.
+    """(points (n, len(PARTS)), mfu (n,)) of ``n`` windows: ``points_and_collectives``
+    without the collectives' points."""
+    pts, mfu, _ = points_and_collectives(window, busy, idle_by_cause, small, compute,
+                                         copies_x, coll_x, mm_frac, wait_frac, flops, peak)
+    return pts, mfu
+
+
+def points_and_collectives(window, busy, idle_by_cause, small, compute, copies_x, coll_x,
+                           mm_frac, wait_frac, flops, peak):
+    """(points (n, len(PARTS)), mfu (n,), collectives (n,)) of ``n`` windows, vectorised;
+    NaN rows where the window is empty, there is no peak or no FLOPs.  ``collectives``:
+    the points the exposed collectives take, their peer wait and their transfer together
+    (what ``with_peer_wait`` splits again).
 
     ``window``, ``busy``, ``small``: ps; ``idle_by_cause``: (n, n_causes) ps;
     ``compute``, ``copies_x``, ``coll_x``: the busy union's compute part and the copies'
@@ -75,7 +88,33 @@ def points(window, busy, idle_by_cause, small, compute, copies_x, coll_x, mm_fra
     others *= np.where(o_tot > 0, rest / np.maximum(o_tot, 1e-300), 0.0)[:, None]
     pts = np.concatenate([others, at_peak[:, None]], axis=1) * (100.0 / Ws)[:, None]
     pts[~ok] = np.nan
-    return pts, mfu
+    # the collectives' exposed time, scaled as the rest: peer wait plus their transfer
+    coll = cx * np.where(o_tot > 0, rest / np.maximum(o_tot, 1e-300), 0.0) * (100.0 / Ws)
+    coll[~ok] = np.nan
+    return pts, mfu, coll
+
+
+_PEER, _NO_MM = PARTS.index(PEER), PARTS.index(NO_MM)
+
+
+def with_peer_wait(rows, coll, wait_frac):
+    """Waterfall ``rows`` (n, len(PARTS)) with their collectives' points ``coll`` (n,)
+    split again at ``wait_frac`` (n,): ``peer_wait`` = coll × wait_frac, the rest of the
+    collectives back in ``no_matmul_work``.  Rows whose ``wait_frac`` is NaN are kept.
+
+    The same as ``points`` given that wait fraction: the two parts are scaled by one
+    factor and their sum does not depend on it, so nothing else moves and the row still
+    adds up to 100."""
+    out = np.array(rows, np.float64, copy=True)
+    c = np.asarray(coll, np.float64)
+    wf = np.asarray(wait_frac, np.float64)
+    ok = np.isfinite(wf) & np.isfinite(c) & np.isfinite(out).all(axis=1)
+    peer = c * np.clip(np.nan_to_num(wf), 0, 1)
+    both = out[:, _PEER] + out[:, _NO_MM]
+    out[ok, _PEER] = peer[ok]
+    # never below zero: the collectives are part of these two parts (round-off aside)
+    out[ok, _NO_MM] = np.clip(both[ok] - peer[ok], 0, None)
+    return out
 
 
 def as_dict(row, keep_zero: bool = False, digits: int = 4) -> dict | None:
