@@ -16,8 +16,10 @@ from ..analysis import collectives as coll
 from ..analysis.collectives import DEVICE_COMPUTE, Join, clock_origin_ps
 from ..analysis.compare import peer_wait_cells
 from ..analysis.device_ops import fold_kernel_name
+from ..analysis.efficiency.run_peer import run_waterfall
 from ..analysis.result import Diagnosis
 from ..units import duration
+from .efficiency import run_json
 
 WAITED_FOR = 5              # hosts named per op as the ones it waited for
 MAX_STEPS_LISTED = 50       # steps listed per op (the most waited first)
@@ -218,6 +220,8 @@ def host_json(j: Join, host: str, diag: Diagnosis | None, figs: dict,
         "unmatched": [u for u in j.unmatched if u.get("host") in (None, host)],
         "stragglers": stragglers, "ops": ops, "devices": devices, "groups": groups,
         "step_peer_wait_ns": by_step, "note": NOTE,
+        # the MFU waterfall with this peer wait in it (the page's card shows it)
+        "efficiency": run_json(diag, run_waterfall(diag, j, host)) if diag is not None else None,
     }
 
 

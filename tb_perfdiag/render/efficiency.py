@@ -89,6 +89,32 @@ def step_json(diag: Diagnosis, s: int, d: int) -> dict:
             "waterfall": W.as_dict(E.step_waterfall[s, d].astype(np.float64), digits=2)}
 
 
+RUN_NOTE = ("peer wait from the collectives of the run's {n} files (ranks or hosts): at each "
+            "instance, min(op duration, last arrival − own arrival), as a share of the "
+            "device's matched collective time in the window; the rest of the collectives "
+            "is transfer, in no_matmul_work")
+
+
+def run_json(diag: Diagnosis, rw) -> dict | None:
+    """The waterfalls of ``diag`` as part of its run (``run_peer.RunWaterfall``): per
+    device its steps window's, per step id and device its step's, only where the run's
+    join covers the cell (elsewhere the diagnosis' own rows stand); None without one."""
+    E = getattr(diag, "efficiency", None)
+    if rw is None or E is None:
+        return None
+    D, S = diag.devices, diag.steps
+    devs = {str(d): {"name": D.name[d], "mfu": _f(E.mfu[d]),
+                     "waterfall": W.as_dict(rw.waterfall[d])}
+            for d in np.flatnonzero((np.asarray(D.ops) > 0) & rw.joined).tolist()}
+    steps: dict = {}
+    for s, d in np.argwhere(rw.step_joined).tolist():
+        if D.ops[d] > 0:
+            steps.setdefault(str(int(S.ids[s])), {})[str(d)] = \
+                W.as_dict(rw.step_waterfall[s, d], digits=2)
+    return {"hosts": int(rw.hosts), "note": RUN_NOTE.format(n=int(rw.hosts)),
+            "devices": devs, "steps": steps}
+
+
 def bin_mfu(diag: Diagnosis, d: int, lo: np.ndarray, windows: np.ndarray) -> list | None:
     """Per bin of consecutive steps (starting at the step rows ``lo``, their windows'
     sums ``windows`` ps): the bin's FLOPs over its windows at peak (None where absent)."""
