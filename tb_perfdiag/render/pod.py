@@ -9,6 +9,8 @@ import numpy as np
 
 from ..analysis import causes as C
 from ..analysis import collectives as coll
+from ..analysis.efficiency import waterfall as W
+from ..analysis.efficiency.run_peer import device_rows, join_wait
 from ..analysis.result import Diagnosis
 from .collectives import clock_note, clocks_json, late_text
 from .json import gap_ids, ns, ns_list
@@ -18,6 +20,7 @@ from .text import safe as safe_text
 SLOWER_STEP = 1.10          # straggler: typical step 10 % slower than the median host's…
 LOWER_DUTY = 0.05           # …or duty cycle 5 points below it
 TOP_CAUSES = 3              # cause shares kept per row
+WATERFALL_PARTS = 5         # waterfall parts a host's text line names (and peer wait, MFU)
 
 # sort keys of the summary table: (row → value or None, descending by default)
 SORTS = {
@@ -95,7 +98,8 @@ def host_stats(diag: Diagnosis) -> dict:
     mfus = [x for x in mfu_of if x is not None]
     out = {
         "status": 200,
-        "devices": [{"name": D.name[d], "duty_cycle": duty_of[d], "mfu": mfu_of[d]}
+        "devices": [{"name": D.name[d], "duty_cycle": duty_of[d], "mfu": mfu_of[d],
+                     "waterfall": _own_waterfall(E, d)}
                     for d in range(len(D))],
         "duty_cycle": sum(duty) / len(duty) if duty else None,
         "mfu": sum(mfus) / len(mfus) if mfus else None,
@@ -124,6 +128,13 @@ def host_stats(diag: Diagnosis) -> dict:
                               / n_act / 1000) if active.any() else None,
     }
     ct = diag.collectives
+    if ct is not None and len(ct) and E is not None and len(E.coll_points) == len(D):
+        # each device's waterfall at full precision and its collectives' points: the
+        # run's join splits them again (``apply_collectives``); dropped from the rows the
+        # summary returns
+        out["waterfall_split"] = [
+            [float(x) for x in E.waterfall[d].tolist()] + [float(E.coll_points[d])]
+            if np.isfinite(E.waterfall[d]).all() else None for d in range(len(D))]
     if ct is not None and len(ct):
         # the host's collectives, for the join across the run's hosts (``collectives``);
         # dropped from the rows the summary returns
@@ -135,6 +146,36 @@ def host_stats(diag: Diagnosis) -> dict:
         out["step_start_ns"] = (np.asarray(S.host_start, np.int64) // 1000).tolist()
         out.update(alone_figures(diag))
     return out
+
+
+def _own_waterfall(E, d: int):
+    """Device ``d``'s waterfall over its steps window (``devices[].efficiency.waterfall``
+    of the diagnosis JSON), None without one."""
+    if E is None or d >= len(E.mfu):
+        return None
+    return W.as_dict(E.waterfall[d])
+
+
+def run_waterfalls(row: dict, j) -> bool:
+    """The row's device waterfalls with its peer wait from the run's join ``j`` (the
+    figures of the /collectives JSON's ``efficiency.devices``); whether the join covers
+    the row's host."""
+    split = row.get("waterfall_split")
+    names = [x.get("name") for x in row.get("devices") or []]
+    jw = join_wait(j, row["host"], names, row.get("step_ids") or []) if split else None
+    if jw is None or len(split) != len(names):
+        return False
+    n_p = len(W.PARTS)
+    have = [k for k, x in enumerate(split) if x is not None and len(x) == n_p + 1]
+    if not have:
+        return False
+    m = np.array([split[k] for k in have], np.float64)
+    rows, ok = device_rows(m[:, :n_p], m[:, n_p], jw.wait[have], jw.dur[have])
+    for i, k in enumerate(have):
+        if ok[i]:
+            row["devices"][k]["waterfall"] = W.as_dict(rows[i])
+    row["waterfall_peer_wait_from"] = int(jw.hosts)
+    return True
 
 
 def alone_figures(diag: Diagnosis) -> dict:
@@ -201,6 +242,7 @@ def apply_collectives(rows: list, j) -> dict | None:
         if r.get("duty_window_ns"):
             # both over the whole capture, in the duty cycle's window
             r["peer_wait_points"] = round(100 * f["peer_wait_total_ns"] / r["duty_window_ns"], 1)
+        run_waterfalls(r, j)
         r["straggler"] = f["straggler"]
         r["straggler_cause"] = f["straggler_cause"]
         if f["straggler"]:
@@ -343,6 +385,7 @@ def pod_summary(rows: list, sort: str = "straggler", descending: bool | None = N
         r.pop("collectives_table", None)
         r.pop("step_ids", None)
         r.pop("step_start_ns", None)
+        r.pop("waterfall_split", None)
     ok = [r for r in rows if r.get("status") == 200]
     stragglers = [{"host": r["host"], "reason": r.get("straggler_reason", ""),
                    "cause": r.get("straggler_cause"),
@@ -428,4 +471,29 @@ def text_table(summary: dict, top: int = 20) -> str:
         out.append(f"{safe_text(r['host']):<24} {duty:>6} {mfu:>7} {step:>13} {gap:>11}{waits}  {shares}")
     if len(summary["hosts"]) > top:
         out.append(f"… {len(summary['hosts']) - top} more (--json for all)")
+    out += waterfall_lines(summary["hosts"][:top])
     return "\n".join(out)
+
+
+def waterfall_lines(rows: list) -> list:
+    """Per host and device with one, its MFU waterfall (points of its steps window at
+    peak), largest parts first; peer wait from the run's join where the row has it."""
+    lines = []
+    for r in rows:
+        for dv in r.get("devices") or []:
+            wf = dv.get("waterfall")
+            if not wf:
+                continue
+            # the largest parts, and always the peer wait and the MFU
+            parts = sorted(wf.items(), key=lambda kv: -kv[1])
+            keep = [kv for kv in parts if kv[1] >= 0.05][:WATERFALL_PARTS]
+            keep += [kv for kv in parts if kv[0] in (W.PEER, W.MFU) and kv not in keep]
+            lines.append(f"  {safe_text(r['host'])} {safe_text(dv.get('name') or '')}: " + ", ".join(
+                f"{k.replace('_', ' ')} {v:.1f}" if v >= 0.1 or v == 0 else f"{k.replace('_', ' ')} {v:.2g}"
+                for k, v in keep))
+    if not lines:
+        return []
+    n = max((r.get("waterfall_peer_wait_from") or 0 for r in rows), default=0)
+    return [f"MFU waterfall per host and device (points of its steps window at peak"
+            + (f"; peer wait from the collectives of the run's {n} files" if n else "")
+            + "):"] + lines

@@ -79,19 +79,20 @@ def _frac(w, d):
         return np.where(d > 0, w / np.where(d > 0, d, 1), np.nan)
 
 
-def device_rows(rows, coll, jw: JoinWait):
+def device_rows(rows, coll, wait, dur):
     """(waterfall rows (n_dev, n_parts) with the run's peer wait, the devices the join
-    covers (bool)) from a file's device waterfalls ``rows`` and their collectives' points
-    ``coll``; a device the join does not cover keeps its own row."""
-    f = _frac(jw.wait, jw.dur)
+    covers (bool)) from a file's device waterfalls ``rows``, their collectives' points
+    ``coll`` and the devices' ``wait`` and ``dur`` in the join (``JoinWait``); a device
+    the join does not cover keeps its own row."""
+    f = _frac(wait, dur)
     return W.with_peer_wait(rows, coll, f), np.isfinite(f)
 
 
-def step_rows(rows, coll, jw: JoinWait):
+def step_rows(rows, coll, wait, dur):
     """``device_rows`` of the (step, device) waterfalls: rows (n_steps, n_dev, n_parts)."""
     rows = np.asarray(rows, np.float64)
     n_s, n_d, n_p = rows.shape
-    f = _frac(jw.step_wait, jw.step_dur)
+    f = _frac(wait, dur)
     out = W.with_peer_wait(rows.reshape(-1, n_p), np.asarray(coll, np.float64).reshape(-1),
                            f.reshape(-1))
     return out.reshape(n_s, n_d, n_p), np.isfinite(f)
@@ -118,9 +119,9 @@ def run_waterfall(diag, j, host: str) -> RunWaterfall | None:
     jw = join_wait(j, host, list(diag.devices.name), diag.steps.ids)
     if jw is None:
         return None
-    wf, ok = device_rows(E.waterfall, E.coll_points, jw)
+    wf, ok = device_rows(E.waterfall, E.coll_points, jw.wait, jw.dur)
     if E.step_coll_points.shape != E.step_mfu.shape:
         swf, sok = np.asarray(E.step_waterfall, np.float64), np.zeros(E.step_mfu.shape, bool)
     else:
-        swf, sok = step_rows(E.step_waterfall, E.step_coll_points, jw)
+        swf, sok = step_rows(E.step_waterfall, E.step_coll_points, jw.step_wait, jw.step_dur)
     return RunWaterfall(wf, ok, swf, sok, jw.hosts)
