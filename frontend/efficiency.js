@@ -28,16 +28,31 @@ function pctOf(x) {
   return x === null || x === undefined ? "–" : `${Number(x) < 0.001 ? Number(100 * x).toPrecision(2) : (100 * x).toFixed(1)}%`;
 }
 
-/** The waterfall shown: the selected step's on the device, else the device's own. */
-export function shownWaterfall(diag, deviceId, step) {
+/** The waterfall shown: the selected step's on the device, else the device's own; where
+ *  the run's collectives are joined (the /collectives answer ``coll``), the same window's
+ *  waterfall with the peer wait the run's other files give (``run``: how many files). */
+export function shownWaterfall(diag, deviceId, step, coll = null) {
   const dev = (diag.devices || []).find((x) => String(x.id) === String(deviceId)) || {};
   const e = dev.efficiency || null;
+  const key = String(deviceId);
+  const re = coll && coll.state === "joined" && coll.efficiency ? coll.efficiency : null;
   if (step !== null && step !== undefined && step !== "") {
     const s = (diag.steps || []).find((x) => String(x.id) === String(step));
-    const sd = s && (s.devices || {})[String(deviceId)];
-    if (sd) return { where: `step ${step}`, waterfall: sd.waterfall || null, mfu: sd.mfu ?? null, eff: e, dev };
+    const sd = s && (s.devices || {})[key];
+    const rs = re && (re.steps || {})[String(step)] && re.steps[String(step)][key];
+    if (sd) return { where: `step ${step}`, waterfall: rs || sd.waterfall || null, mfu: sd.mfu ?? null, eff: e, dev, run: rs ? re.hosts : null };
   }
-  return { where: "its steps window", waterfall: e && e.waterfall, mfu: e && e.mfu, eff: e, dev };
+  const rd = re && (re.devices || {})[key];
+  return { where: "its steps window", waterfall: rd ? rd.waterfall : e && e.waterfall, mfu: e && e.mfu, eff: e, dev, run: rd ? re.hosts : null };
+}
+
+/** Where the waterfall's peer wait comes from, in words (null: nothing to say). */
+function peerSource(s, coll) {
+  if (s.run) return `Peer wait from the collectives of the run's ${s.run} file${s.run === 1 ? "" : "s"} (ranks or hosts): the wait for the last peer; the rest of the collectives is transfer, in no matmul work.`;
+  const st = coll && coll.state;
+  if (st === "pending") return "Peer wait: matching the collectives with the run's other files…";
+  if (st === "alone") return "Peer wait unknown: no other file of the run shares these collectives, so their time counts as no matmul work.";
+  return null;
 }
 
 function mfuStat(dev, def) {
@@ -65,17 +80,21 @@ function waterfallBar(w, where, dev) {
 
 /** The summary's efficiency parts: an MFU stat per device beside the duty cycles (in the
  *  summary's .pd-stats) and the waterfall of the selected step on the selected device. */
-export function renderEfficiency(summaryEl, diag, { deviceId = 0, step = null } = {}) {
+export function renderEfficiency(summaryEl, diag, { deviceId = 0, step = null, coll = null } = {}) {
   const def = (diag.definitions || {}).mfu || "";
   const stats = summaryEl.querySelector(".pd-stats");
   const devs = (diag.devices || []).filter((x) => x.ops > 0 && x.efficiency);
   if (!devs.length) return;
   const statEls = devs.map((x) => mfuStat(x, def)).filter(Boolean);
   if (stats) stats.append(...statEls);
-  const s = shownWaterfall(diag, deviceId, step);
-  const box = h("div", { class: "pd-efficiency", id: "pd-efficiency" },
+  const s = shownWaterfall(diag, deviceId, step, coll);
+  const box = h("div", { class: "pd-efficiency", id: "pd-efficiency", "data-peer-from": s.run ? String(s.run) : "" },
     h("h3", {}, "What the busy time achieves ", h("abbr", { title: def, class: "pd-help" }, "?")));
-  if (s.waterfall) box.append(waterfallBar(s.waterfall, s.where, s.dev));
+  if (s.waterfall) {
+    box.append(waterfallBar(s.waterfall, s.where, s.dev));
+    const said = peerSource(s, coll);
+    if (said) box.append(h("p", { class: "pd-small pd-muted pd-wf-peer" }, said));
+  }
   else box.append(h("p", { class: "pd-muted pd-small" }, `No MFU waterfall for ${s.dev.name || "this device"} over ${s.where}` +
     (s.eff && s.eff.missing ? `: ${s.eff.missing}` : ": no FLOP figures or no peak.")));
   const stepsHead = summaryEl.querySelector("h3");

@@ -188,3 +188,37 @@ def test_dlrm_ranks_wait_inside_their_waterfall(tmp_path):
     # most of its 11.1 ms of waiting is exposed: near 11.1 / 19.9 of the window
     assert 45 < got[W.PEER] <= 100 * 11.2 / 19.9
     assert got[W.PEER] + got[W.NO_MM] == pytest.approx(own[W.NO_MM], abs=1e-9)
+
+
+def test_browser_waterfall_card_shows_the_runs_peer_wait(run_dir, diags, artifacts_dir):
+    """The page's waterfall card of rank0, once the run's collectives are joined: the peer
+    wait part is the /collectives figure, and the card says it comes from the run's 4 files."""
+    pytest.importorskip("playwright.sync_api")
+    from conftest import IN_CI, TensorBoard
+    if not os.path.exists("/usr/bin/chromium"):
+        if IN_CI:
+            pytest.fail("/usr/bin/chromium is required in CI")
+        pytest.skip("/usr/bin/chromium is absent (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+    from test_browser_collectives import ENV, open_host
+    lo, hi = diags["rank0"].devices.window(0)
+    want = 100 * STEPS * LATE_US * 1e6 / (hi - lo)
+    tb = TensorBoard(run_dir, extra_env=ENV)
+    try:
+        with sync_playwright() as p:
+            br = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox"])
+            pg = br.new_page()
+            frame = open_host(pg, tb, "job", "rank0")
+            frame.wait_for_selector("#pd-efficiency[data-peer-from='4']", timeout=60000)
+            title = frame.get_attribute("#pd-waterfall .pd-wf-part[data-part='peer_wait']", "title")
+            assert float(title.split(": ")[1].split(" ")[0]) == pytest.approx(want, abs=0.006)
+            assert abs(float(frame.get_attribute("#pd-waterfall", "data-total")) - 100) <= 0.01
+            assert "the run's 4 files" in frame.inner_text("#pd-efficiency")
+            frame.locator("#pd-efficiency").screenshot(path=os.path.join(artifacts_dir, "mfu-waterfall-run.png"))
+            # the late rank waits for no one: no peer wait part drawn
+            frame = open_host(br.new_page(), tb, "job", f"rank{LATE}")
+            frame.wait_for_selector("#pd-efficiency[data-peer-from='4']", timeout=60000)
+            assert frame.locator("#pd-waterfall .pd-wf-part[data-part='peer_wait']").count() == 0
+            br.close()
+    finally:
+        tb.stop()
