@@ -383,7 +383,8 @@ def cmd_diagnose(args) -> int:
     # a folder of ranks or hosts leads with the run's summary; each file's report (every
     # span of it) with --per-file, --step or --device, and in the JSON
     detailed = args.json or args.per_file or args.step is not None or args.device is not None
-    runs, summarised = _multi_host_runs(args.path) if not detailed else ({}, set())
+    many, in_many = _multi_host_runs(args.path)
+    runs, summarised = (many, in_many) if not detailed else ({}, set())
     latest = {file for xs in runs.values() for _, _, file in xs}
     analysed = []                    # the file of each of ``results``
     for label, path in _profiles(args.path):
@@ -409,9 +410,16 @@ def cmd_diagnose(args) -> int:
         why = [(label, unknown_device(d, args.device)) for label, d in diags]
         if diags and any(w for _, w in why):
             raise UsageError("; ".join(f"{label}: {w}" for label, w in why if w)[:2000])
+    # each rank's waterfall with its peer wait from the run's other files (the figures of
+    # the run summary, /collectives and the page): beside each file's own report
+    run_eff = _run_efficiency(many, {p: d for (_, d, _), p in zip(results, analysed)}) \
+        if detailed and many else {}
     if args.json:
         docs = [(label, err if diag is None else _json_doc(diag, args))
                 for label, diag, err in results]
+        for (_, doc), path in zip(docs, analysed):
+            if run_eff.get(path) is not None:
+                doc["run_efficiency"] = run_eff[path]
         _dump(docs[0][1] if len(docs) == 1 else dict(docs), args)
         return rc
     top = DEFAULT_TOP if args.top is None else args.top
@@ -425,8 +433,26 @@ def cmd_diagnose(args) -> int:
         print(text_table(_run_summary(members, by_file), top))
     for (label, diag, _), path in zip(results, analysed):
         if diag is not None and path not in summarised:   # a failed file was said on stderr
-            print(text.report(label, diag, top, args.step, all_steps=args.steps == "all"))
+            print(text.report(label, diag, top, args.step, all_steps=args.steps == "all",
+                              run_efficiency=run_eff.get(path)))
     return rc
+
+
+def _run_efficiency(runs: dict, diags: dict) -> dict:
+    """{file: ``/collectives``' ``efficiency`` of it} for the newest file of each host of
+    the runs ``runs`` (``_multi_host_runs``) among the diagnosed ``diags`` {file: Diagnosis
+    or None}: its waterfalls with the peer wait of the run's collective join."""
+    from .analysis.efficiency.run_peer import run_waterfall
+    from .render.efficiency import run_json
+    from .render.pod import collective_join, summary_row
+    out = {}
+    for members in runs.values():
+        have = [(host, file, diags.get(file)) for host, _, file in members]
+        have = [(h, f, d) for h, f, d in have if isinstance(d, Diagnosis)]
+        j = collective_join([summary_row(h, "", d) for h, _, d in have])
+        for h, f, d in have:
+            out[f] = run_json(d, run_waterfall(d, j, h)) if j is not None else None
+    return out
 
 
 def _peer_waits(diags: dict) -> dict:

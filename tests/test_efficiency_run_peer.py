@@ -160,15 +160,37 @@ def test_the_collectives_route_and_the_pod_rows_give_the_same_waterfall(service,
     assert late["devices"][0]["waterfall"][W.PEER] == 0
 
 
-def test_the_cli_run_summary_says_the_peer_wait_points(run_dir, diags):
-    r = subprocess.run([sys.executable, "-m", "tb_perfdiag.cli", "diagnose", str(run_dir / "job")],
-                       capture_output=True, text=True, timeout=300,
-                       env=dict(os.environ, PYTHONPATH=ROOT))
-    assert r.returncode == 0, r.stderr
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "tb_perfdiag.cli", *args], capture_output=True,
+                          text=True, timeout=300, env=dict(os.environ, PYTHONPATH=ROOT))
+
+
+def test_the_cli_says_the_same_peer_wait_points(run_dir, diags, service):
+    import jsonschema
     lo, hi = diags["rank0"].devices.window(0)
     pts = 100 * STEPS * LATE_US * 1e6 / (hi - lo)
+    # the run's summary
+    r = _cli("diagnose", str(run_dir / "job"))
+    assert r.returncode == 0, r.stderr
     line = next(x for x in r.stdout.splitlines() if x.strip().startswith("rank0") and "peer wait" in x)
     assert f"peer wait {pts:.1f}" in line
+    # each file's report, under its own waterfall
+    r = _cli("diagnose", str(run_dir / "job"), "--per-file")
+    assert r.returncode == 0, r.stderr
+    line = next(x for x in r.stdout.splitlines() if "with the peer wait of the run's 4 files" in x)
+    assert f"peer wait at collectives {pts:.1f}," in line
+    # the JSON: the file's own beside the run's, the /collectives figures
+    r = _cli("diagnose", str(run_dir / "job"), "--json")
+    assert r.returncode == 0, r.stderr
+    docs = json.loads(r.stdout)
+    with open(os.path.join(ROOT, "tb_perfdiag", "schema", "diagnosis.schema.json")) as f:
+        schema = json.load(f)
+    doc = next(v for k, v in docs.items() if "rank0" in k)
+    jsonschema.validate(doc, schema)
+    assert doc["devices"][0]["efficiency"]["waterfall"][W.PEER] == 0
+    body = service.collectives_json(parse("collectives", {"run": "job", "host": "rank0"}),
+                                    wait=True)
+    assert doc["run_efficiency"] == body["efficiency"]
 
 
 def test_dlrm_ranks_wait_inside_their_waterfall(tmp_path):

@@ -115,6 +115,22 @@ def run_json(diag: Diagnosis, rw) -> dict | None:
             "devices": devs, "steps": steps}
 
 
+def run_text_lines(doc: dict | None) -> list:
+    """The terminal lines of ``run_json``: per device its waterfall with the run's peer
+    wait, as ``text_lines`` writes a file's own."""
+    if not doc:
+        return []
+    L = []
+    for x in doc["devices"].values():
+        if not x["waterfall"]:
+            continue
+        parts = sorted(x["waterfall"].items(), key=lambda kv: -kv[1])
+        L.append(f"with the peer wait of the run's {doc['hosts']} files: " + ", ".join(
+            f"{part_label(k)} {v:.1f}" if v >= 0.05 or v == 0 else f"{part_label(k)} {v:.2g}"
+            for k, v in parts if v >= 0.05 or k in (W.MFU, W.PEER)))
+    return L
+
+
 def bin_mfu(diag: Diagnosis, d: int, lo: np.ndarray, windows: np.ndarray) -> list | None:
     """Per bin of consecutive steps (starting at the step rows ``lo``, their windows'
     sums ``windows`` ps): the bin's FLOPs over its windows at peak (None where absent)."""
@@ -159,8 +175,9 @@ def roofline_json(diag: Diagnosis, d: int) -> dict | None:
             "memory_space": E.bytes_space[d], "ridge": _f(E.ridge[d]), "dtype": E.peak_dtype[d] or None, "points": pts}
 
 
-def text_lines(diag: Diagnosis) -> list:
-    """The terminal report's efficiency lines: per device MFU and its waterfall."""
+def text_lines(diag: Diagnosis, run: dict | None = None) -> list:
+    """The terminal report's efficiency lines: per device MFU and its waterfall, and the
+    waterfall with the run's peer wait under it where ``run`` (``run_json``) has one."""
     E = getattr(diag, "efficiency", None)
     if E is None:
         return []
@@ -190,6 +207,9 @@ def text_lines(diag: Diagnosis) -> list:
             L.append("  waterfall (points of the window at peak): " + ", ".join(
                 f"{part_label(k)} {v:.1f}" if v >= 0.05 else f"{part_label(k)} {v:.2g}"
                 for k, v in parts if v >= 0.05 or k == "mfu"))
+            mine = ((run or {}).get("devices") or {}).get(str(d))
+            if mine:
+                L += ["  " + x for x in run_text_lines({**run, "devices": {str(d): mine}})]
         if e["missing"]:
             L.append(f"  missing: {e['missing']}")
     return L

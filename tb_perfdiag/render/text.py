@@ -98,7 +98,9 @@ def _cost_suffix(fj: dict) -> str:
 
 
 def report(label: str, diag: Diagnosis, top: int, step: int | None = None,
-           all_steps: bool = False) -> str:
+           all_steps: bool = False, run_efficiency: dict | None = None) -> str:
+    """``run_efficiency``: the file's waterfalls with its run's peer wait
+    (``efficiency.run_json``), said under its own."""
     # training-loop steps: the call (or the engine's bursts) that marked them
     marker = getattr(diag.steps, "marker", "")
     lines = [f"== {label}",
@@ -117,7 +119,7 @@ def report(label: str, diag: Diagnosis, top: int, step: int | None = None,
         idle = ", ".join(f"{C.LABELS[c]} {_ms(v)}" for c, v in
                          sorted(dev["idle_by_cause_ns"].items(), key=lambda kv: -kv[1]))
         lines.append(f"   {dev['name']}: {_duty(diag, dev)}; idle: {idle or '-'}")
-    lines += ["   " + x for x in efficiency_lines(diag)]
+    lines += ["   " + x for x in efficiency_lines(diag, run_efficiency)]
     steps = steps_json(diag)
     if steps and (all_steps or len(steps) <= STEP_LINES):
         lines.append("   steps:")
