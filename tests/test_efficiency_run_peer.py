@@ -173,7 +173,7 @@ def test_the_cli_says_the_same_peer_wait_points(run_dir, diags, service):
     r = _cli("diagnose", str(run_dir / "job"))
     assert r.returncode == 0, r.stderr
     line = next(x for x in r.stdout.splitlines() if x.strip().startswith("rank0") and "peer wait" in x)
-    assert f"peer wait {pts:.1f}" in line
+    assert f"peer wait at collectives {pts:.1f}," in line
     # each file's report, under its own waterfall
     r = _cli("diagnose", str(run_dir / "job"), "--per-file")
     assert r.returncode == 0, r.stderr

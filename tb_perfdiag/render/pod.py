@@ -13,6 +13,7 @@ from ..analysis.efficiency import waterfall as W
 from ..analysis.efficiency.run_peer import device_rows, join_wait
 from ..analysis.result import Diagnosis
 from .collectives import clock_note, clocks_json, late_text
+from .efficiency import part_label
 from .json import gap_ids, ns, ns_list
 from ..units import duration
 from .text import safe as safe_text
@@ -489,7 +490,7 @@ def waterfall_lines(rows: list) -> list:
             keep = [kv for kv in parts if kv[1] >= 0.05][:WATERFALL_PARTS]
             keep += [kv for kv in parts if kv[0] in (W.PEER, W.MFU) and kv not in keep]
             lines.append(f"  {safe_text(r['host'])} {safe_text(dv.get('name') or '')}: " + ", ".join(
-                f"{k.replace('_', ' ')} {v:.1f}" if v >= 0.1 or v == 0 else f"{k.replace('_', ' ')} {v:.2g}"
+                f"{part_label(k)} {v:.1f}" if v >= 0.05 or v == 0 else f"{part_label(k)} {v:.2g}"
                 for k, v in keep))
     if not lines:
         return []
