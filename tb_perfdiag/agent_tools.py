@@ -322,6 +322,9 @@ class Tools:
             if steps is not None:          # a list, so that a long run is trimmed, not refused
                 doc["step_peer_wait_ns"] = [{"step": int(k), "devices": v}
                                             for k, v in steps.items()]
+            eff = doc.get("efficiency")
+            if eff and isinstance(eff.get("steps"), dict):   # likewise each step's waterfall
+                eff["steps"] = [{"step": int(k), "devices": v} for k, v in eff["steps"].items()]
             return trim({"run": p.run, **doc}, max_bytes)
         r = self._run(run)
         q = parse("hosts", {"run": r.name, "threshold_us": repr(float(threshold_us)),

@@ -244,3 +244,17 @@ def test_browser_waterfall_card_shows_the_runs_peer_wait(run_dir, diags, artifac
             br.close()
     finally:
         tb.stop()
+
+
+def test_a_run_without_flop_figures_has_no_run_waterfall():
+    """No shapes recorded: no waterfall, alone or as part of the run (null, not zeros)."""
+    from test_collectives_faces import rank_trace as plain_rank
+    from tb_perfdiag.render.efficiency import run_json
+    ds = {f"rank{r}": diagnose_trace(plain_rank(r, LATE, LATE_US).build()) for r in range(4)}
+    j = collective_join([summary_row(h, "", d) for h, d in ds.items()])
+    rw = run_waterfall(ds["rank0"], j, "rank0")
+    assert rw is not None and rw.joined[0] and not np.isfinite(rw.waterfall[0]).any()
+    assert run_json(ds["rank0"], rw) is None
+    row = next(r for r in pod_summary([summary_row(h, "", d) for h, d in ds.items()])["hosts"]
+               if r["host"] == "rank0")
+    assert row["devices"][0]["waterfall"] is None

@@ -103,14 +103,19 @@ def run_json(diag: Diagnosis, rw) -> dict | None:
     if rw is None or E is None:
         return None
     D, S = diag.devices, diag.steps
+    # the cells with a waterfall (FLOP figures and a peak) only; none: None
+    act = np.asarray(D.ops) > 0
+    has = np.isfinite(rw.waterfall).all(axis=1)
     devs = {str(d): {"name": D.name[d], "mfu": _f(E.mfu[d]),
                      "waterfall": W.as_dict(rw.waterfall[d])}
-            for d in np.flatnonzero((np.asarray(D.ops) > 0) & rw.joined).tolist()}
+            for d in np.flatnonzero(act & rw.joined & has).tolist()}
     steps: dict = {}
-    for s, d in np.argwhere(rw.step_joined).tolist():
-        if D.ops[d] > 0:
-            steps.setdefault(str(int(S.ids[s])), {})[str(d)] = \
-                W.as_dict(rw.step_waterfall[s, d], digits=2)
+    s_has = np.isfinite(rw.step_waterfall).all(axis=2) & rw.step_joined & act[None, :]
+    for s, d in np.argwhere(s_has).tolist():
+        steps.setdefault(str(int(S.ids[s])), {})[str(d)] = \
+            W.as_dict(rw.step_waterfall[s, d], digits=2)
+    if not devs and not steps:
+        return None
     return {"hosts": int(rw.hosts), "note": RUN_NOTE.format(n=int(rw.hosts)),
             "devices": devs, "steps": steps}
 
