@@ -457,8 +457,10 @@ def _run_efficiency(runs: dict, diags: dict) -> dict:
 
 def _peer_waits(diags: dict) -> dict:
     """{(run, host): (peer wait per step and device or None, why None, whom it waited for
-    most)} of diagnosed hosts {(run, host): diagnosis}: each run's collectives joined
-    across its hosts (a file alone: across its own devices), as the pod summary joins them."""
+    most, the step waterfalls with that peer wait or None)} of diagnosed hosts {(run, host):
+    diagnosis}: each run's collectives joined across its hosts (a file alone: across its
+    own devices), as the pod summary joins them."""
+    from .analysis.efficiency.run_peer import run_waterfall
     from .analysis.collectives import host_figures
     from .analysis.compare import peer_wait_cells
     from .render.collectives import ALONE_SHORT
@@ -474,7 +476,10 @@ def _peer_waits(diags: dict) -> dict:
         for host, diag in members:
             cells = peer_wait_cells(j, host or "", diag) if diag is not None else None
             who = next(iter((figs.get(host or "") or {}).get("waited_for") or {}), None)
-            out[(run, host)] = (cells, "" if cells is not None else ALONE_SHORT, who)
+            rw = run_waterfall(diag, j, host or "") if diag is not None and j is not None \
+                else None
+            out[(run, host)] = (cells, "" if cells is not None else ALONE_SHORT, who,
+                                rw.step_waterfall if rw is not None else None)
     return out
 
 
@@ -494,7 +499,8 @@ def _run_diagnoses(path: str, run, opt: Options, have: dict) -> dict:
 
 
 def _compared_side(path: str, host, what: str, opt: Options) -> tuple:
-    """(label, diagnosis, peer wait cells or None) of one side of ``compare``."""
+    """(label, diagnosis, (peer wait cells or None, step waterfalls with that peer wait or
+    None)) of one side of ``compare``."""
     got = _latest_sources(path, host)
     if len(got) > 1:
         raise UsageError(f"{what} {path} holds {len(got)} profiles "
@@ -504,14 +510,15 @@ def _compared_side(path: str, host, what: str, opt: Options) -> tuple:
     diag = _diagnose(file, opt)
     diags = _run_diagnoses(path, run, opt, {(run, h): diag}) if diag.collectives is not None \
         and len(diag.collectives) else {(run, h): diag}
-    return label, diag, _peer_waits(diags)[(run, h)][0]
+    got = _peer_waits(diags)[(run, h)]
+    return label, diag, (got[0], got[3])
 
 
 def cmd_compare(args) -> int:
     opt = _options(args)
     la, da, peer_a = _compared_side(args.before, args.host, "BEFORE", opt)
     lb, db, peer_b = _compared_side(args.after, args.host, "AFTER", opt)
-    cmp = compare_diagnoses(da, db, (la, lb), (peer_a, peer_b))
+    cmp = compare_diagnoses(da, db, (la, lb), (peer_a[0], peer_b[0]), (peer_a[1], peer_b[1]))
     top = DEFAULT_TOP if args.top is None else args.top
     if args.json:
         _dump(compare_render.comparison_json(cmp, top if args.top is not None else
@@ -561,7 +568,7 @@ def cmd_check(args) -> int:
             diag = diags.get((run, host)) or _diagnose(path, opt)
             if base:
                 cmp = compare_diagnoses(_diagnose(bh[0][2], opt), diag, (bh[0][1], label))
-            cells, why, who = peers.get((run, host), (None, "", None))
+            cells, why, who, _ = peers.get((run, host), (None, "", None, None))
             checked.append((label, path, check_budgets(diag, budgets, cmp, cells, why, who)))
         except InputError as e:      # under its label: the file's reason alone
             checked.append((label, path, getattr(e, "reason", None) or str(e)))

@@ -40,6 +40,7 @@ from .pod import Engine, PodJob, decode_result
 from .params import parse
 from .progress import NULL, Progress
 from .analysis.collectives import host_figures
+from .analysis.efficiency.run_peer import run_waterfall
 from .render import chrome
 from .render import collectives as coll_render
 from .render.compare import comparison_json
@@ -575,11 +576,16 @@ class DiagnosisService:
         who = next(iter((figs.get(host) or {}).get("waited_for") or {}), None)
         return peer_wait_cells(j, host, diag), "", who
 
-    def _peer_of(self, params, run, host, span, diag):
-        """``peer_wait`` of another file (a comparison's base) with ``params``' options."""
+    def _peer_of(self, params, run, host, span, diag) -> tuple:
+        """(``peer_wait`` cells, the step waterfalls with that peer wait or None) of a
+        file of a comparison with ``params``' options."""
         if no_collectives(diag):
-            return None
-        return self.peer_wait(self._as_file(params, run, host, span), diag)[0]
+            return None, None
+        p = self._as_file(params, run, host, span)
+        cells = self.peer_wait(p, diag)[0]
+        j = self.run_join(p, wait=True)[0]
+        rw = run_waterfall(diag, j, host) if j is not None else None
+        return cells, rw.step_waterfall if rw is not None else None
 
     def check(self, params, budgets: Budgets, base=None) -> list:
         """``tb-perfdiag check`` of the file ``params`` name: its budget ``Result``s, with
@@ -628,12 +634,12 @@ class DiagnosisService:
             before = self._diagnose_source(base, self._options(params))
         except TraceError as e:
             raise trace_error(e, run=params.base_run, host=params.base_host) from None
-        peer = (self._peer_of(params, params.base_run, base.host, base.span, before),
-                self._peer_of(params, params.run, src.host, src.span, after))
+        (pa, wa), (pb, wb) = (self._peer_of(params, params.base_run, base.host, base.span, before),
+                              self._peer_of(params, params.run, src.host, src.span, after))
         est = PEAK_PER_DIAG_BYTE * (before.nbytes() + after.nbytes()) + RENDER_PEAK
         with self.budget.admit(est, what="comparison"):
             cmp = compare(before, after, (_label(params.base_run, base), _label(params.run, src)),
-                          peer)
+                          (pa, pb), (wa, wb))
             out = comparison_json(cmp, params.top, with_steps)
             out["before"].update(run=params.base_run, host=base.host, span=base.span)
             out["after"].update(run=params.run, host=src.host, span=src.span)

@@ -258,3 +258,26 @@ def test_a_run_without_flop_figures_has_no_run_waterfall():
     row = next(r for r in pod_summary([summary_row(h, "", d) for h, d in ds.items()])["hosts"]
                if r["host"] == "rank0")
     assert row["devices"][0]["waterfall"] is None
+
+
+def test_compare_gives_the_runs_peer_wait_in_the_waterfall(service, diags, run_dir):
+    """compare of a rank (the route and the CLI): its typical step's waterfall has the
+    run's peer wait, as the page's card and the run summary."""
+    from conftest import call
+    st, body = call(service, "compare", {"run": "job", "host": "rank0", "base_run": "job",
+                                         "base_host": f"rank{LATE}"})
+    assert st == 200, body
+    (dev,) = [d for d in body["devices"] if d.get("typical_step")]
+    d0 = diags["rank0"]
+    w = float((d0.steps.win_end[:, 0] - d0.steps.win_start[:, 0]).mean())
+    after = dev["typical_step"]["after"]["waterfall"]
+    assert after[W.PEER] == pytest.approx(100 * LATE_US * 1e6 / w, abs=0.01)
+    assert dev["typical_step"]["before"]["waterfall"][W.PEER] == 0     # the late rank
+    assert sum(after.values()) == pytest.approx(100, abs=0.01)
+    # the CLI reads the run's peers from the folder (a file alone has none)
+    folder = str(run_dir / "job")
+    r = _cli("compare", folder, folder, "--host", "rank0", "--json")
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    (cdev,) = [d for d in got["devices"] if d.get("typical_step")]
+    assert cdev["typical_step"]["after"]["waterfall"] == after

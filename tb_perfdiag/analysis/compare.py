@@ -263,9 +263,12 @@ def side_of(diag: Diagnosis, label: str) -> Side:
 
 
 def step_figures(diag: Diagnosis, device: int, steps: np.ndarray,
-                 peer: np.ndarray | None = None) -> StepFigures | None:
+                 peer: np.ndarray | None = None, step_wf: np.ndarray | None = None
+                 ) -> StepFigures | None:
     """Device ``device``'s means over the steps selected by the bool mask ``steps``;
-    ``peer``: the host's peer wait per step and device (``peer_wait_cells``)."""
+    ``peer``: the host's peer wait per step and device (``peer_wait_cells``); ``step_wf``:
+    its step waterfalls with that peer wait in them (``run_peer.RunWaterfall``), else the
+    diagnosis' own."""
     S = diag.steps
     if device < 0 or not len(S) or not steps.any() or not S.has_device[device]:
         return None
@@ -290,7 +293,9 @@ def step_figures(diag: Diagnosis, device: int, steps: np.ndarray,
             if np.isfinite(pk) and win.sum() > 0:
                 fig.mfu = float(np.nansum(fl)) / (float(win.sum()) * 1e-12 * pk)
             # the steps' waterfalls weighted by their windows: still 100 points
-            wf = E.step_waterfall[steps, device].astype(np.float64)
+            src = step_wf if step_wf is not None and step_wf.shape[:2] == E.step_mfu.shape \
+                else E.step_waterfall
+            wf = src[steps, device].astype(np.float64)
             ok = np.isfinite(wf).all(axis=1) & (win > 0)
             if ok.any():
                 fig.waterfall = (wf[ok] * win[ok, None]).sum(axis=0) / float(win[ok].sum())
@@ -538,21 +543,24 @@ def no_collectives(diag: Diagnosis) -> bool:
 
 
 def compare(before: Diagnosis, after: Diagnosis, labels=("before", "after"),
-            peer: tuple = (None, None)) -> Comparison:
+            peer: tuple = (None, None), step_wf: tuple = (None, None)) -> Comparison:
     """``peer``: each side's peer wait per step and device (``peer_wait_cells`` of its
-    run's collective join), None where unknown (a run without collectives has 0)."""
+    run's collective join), None where unknown (a run without collectives has 0);
+    ``step_wf``: each side's step waterfalls with that peer wait (``run_peer``), None:
+    its own."""
     sa, sb = side_of(before, labels[0]), side_of(after, labels[1])
     ta, tb = before.steps.typical(), after.steps.typical()
     alla, allb = np.ones(len(before.steps), bool), np.ones(len(after.steps), bool)
     pa, pb = (p if p is not None or not no_collectives(d) else
               np.zeros((len(d.steps), len(d.devices))) for p, d in zip(peer, (before, after)))
+    wa, wb = step_wf
     devices = []
     for x, y, how in pair_devices(before, after):
         devices.append(DevicePair(
             x, y, before.devices.name[x] if x >= 0 else None,
             after.devices.name[y] if y >= 0 else None, how, _duty(before, x), _duty(after, y),
-            (step_figures(before, x, ta, pa), step_figures(after, y, tb, pb)),
-            (step_figures(before, x, alla, pa), step_figures(after, y, allb, pb))))
+            (step_figures(before, x, ta, pa, wa), step_figures(after, y, tb, pb, wb)),
+            (step_figures(before, x, alla, pa, wa), step_figures(after, y, allb, pb, wb))))
     rename = {p.name_before: p.name_after for p in devices if p.before >= 0 and p.after >= 0}
     findings = match_findings(before, after, rename, sa.step_time)
     ops = match_ops(before, after)
