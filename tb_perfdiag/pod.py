@@ -213,7 +213,9 @@ class Engine:
             self._cluster = LocalCluster(
                 n_workers=n, threads_per_worker=1, memory_limit=per, processes=self.processes,
                 dashboard_address="127.0.0.1:0", host="127.0.0.1" if self.processes else None,
-                security=self.processes)
+                # TLS between worker processes; threads of this process talk in memory
+                # (LocalCluster refuses ``security=False``)
+                **({"security": True} if self.processes else {}))
         return Client(self._cluster, set_as_default=False)
 
     def submit(self, digest: str, *args):

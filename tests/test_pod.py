@@ -59,6 +59,30 @@ def _same_summary(body, want):
     assert got == exp
 
 
+def test_a_cluster_of_threads_in_the_server_gives_the_same_summary(pod_logdir, in_process,
+                                                                  tmp_path):
+    """TB_PERFDIAG_POD_PROCESSES=0 (where a server may not start processes): the engine's
+    own LocalCluster of threads analyses the pod, with the same summary."""
+    logdir, _ = pod_logdir
+    run, want = in_process
+    engine = Engine(address="", processes=False)
+    svc = DiagnosisService(Catalog(str(logdir)), DiagnosisCache(disk_dir=str(tmp_path / "s")),
+                           engine=engine)
+    try:
+        deadline = time.monotonic() + 600
+        while True:
+            status, body = call(svc, "hosts", {"run": run})
+            assert status == 200, body
+            if body["complete"] or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert body["complete"] and engine.error is None
+        _same_summary(body, want)
+    finally:
+        svc.close()
+        engine.close()
+
+
 def test_64_host_pod_on_a_dask_cluster_equals_the_in_process_summary(
         cluster, pod_logdir, in_process, tmp_path):
     logdir, truth = pod_logdir
