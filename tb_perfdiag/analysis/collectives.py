@@ -359,6 +359,22 @@ class Join:
     def __len__(self) -> int:
         return len(self.keys)
 
+    def devices_of(self, host: str, names: list) -> list:
+        """[(participant column, index in ``names``, the instances it has)] of ``host``'s
+        devices that are in ``names`` (a file's device names); [] when the host takes
+        part in no joined instance."""
+        if host not in self.hosts or not len(self):
+            return []
+        h = self.hosts.index(host)
+        out = []
+        for c, p in enumerate(self.participants):
+            if p.host != h or p.device not in names:
+                continue
+            hit = np.flatnonzero(self.present[:, c])
+            if hit.size:
+                out.append((c, names.index(p.device), hit))
+        return out
+
 
 def _align(ends: list) -> tuple:
     """Shift per sequence against the longest one (``ends``: per participant its end

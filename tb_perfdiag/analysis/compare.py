@@ -311,21 +311,13 @@ def peer_wait_cells(j, host: str, diag: Diagnosis) -> np.ndarray | None:
     diagnosis, from the run's collective join ``j`` (``collectives.Join``), matched by
     step id and device name; None when ``host`` takes part in no joined instance.
     Instances launched outside any step count in no cell."""
-    if j is None or host not in j.hosts:
-        return None
-    h = j.hosts.index(host)
-    cols = [c for c, p in enumerate(j.participants) if p.host == h]
-    if not cols or not j.present[:, cols].any():
-        return None
     S, names = diag.steps, list(diag.devices.name)
+    taking_part = j.devices_of(host, names) if j is not None else []
+    if not taking_part:
+        return None
     out = np.zeros((len(S), len(names)), np.float64)
     row_of = {int(x): i for i, x in enumerate(S.ids.tolist())}
-    for c in cols:
-        name = j.participants[c].device
-        if name not in names:
-            continue
-        d = names.index(name)
-        hit = np.flatnonzero(j.present[:, c])
+    for c, d, hit in taking_part:
         rows = np.array([row_of.get(int(x), -1) for x in j.step[hit, c].tolist()], np.int64)
         ok = rows >= 0
         np.add.at(out[:, d], rows[ok], j.wait[hit[ok], c].astype(np.float64) * 1000)

@@ -41,11 +41,8 @@ def join_wait(j, host: str, names: list, step_ids) -> JoinWait | None:
     """``host``'s waits in the join ``j``, its devices matched by name (``names``: the
     file's device names, in its order) and its instances' steps by id (``step_ids``: the
     file's step ids, in row order); None when it takes part in no joined instance."""
-    if j is None or host not in j.hosts or not len(j):
-        return None
-    h = j.hosts.index(host)
-    cols = [c for c, p in enumerate(j.participants) if p.host == h]
-    if not cols or not j.present[:, cols].any():
+    taking_part = j.devices_of(host, list(names)) if j is not None else []
+    if not taking_part:
         return None
     ids = np.asarray(step_ids, np.int64).reshape(-1)
     order = np.argsort(ids, kind="stable")
@@ -53,12 +50,7 @@ def join_wait(j, host: str, names: list, step_ids) -> JoinWait | None:
     out = JoinWait(np.zeros(n_d), np.zeros(n_d), np.zeros((n_s, n_d)), np.zeros((n_s, n_d)),
                    len(j.hosts))
     dur = (j.wait + j.transfer).astype(np.float64)
-    for c in cols:
-        name = j.participants[c].device
-        if name not in names:
-            continue
-        d = names.index(name)
-        hit = np.flatnonzero(j.present[:, c])
+    for c, d, hit in taking_part:
         w, du = j.wait[hit, c].astype(np.float64), dur[hit, c]
         out.wait[d] += w.sum()
         out.dur[d] += du.sum()
