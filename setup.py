@@ -47,7 +47,7 @@ setup(
     ext_modules=[Extension("tb_perfdiag._native",
                            ["native/module.c", "native/common.c", "native/xspace.c",
                             "native/kineto.c", "native/passes.c", "native/search.c",
-                            "native/pages.c"],
+                            "native/pages.c", "native/hlo.c"],
                            depends=["native/common.h", "native/methods.h", "native/strings.h",
                                     "native/search.h", "native/pages.h"], optional=True,
                            extra_compile_args=["-O3"])],

@@ -7,7 +7,7 @@
  * scanner), kineto.c (the Kineto JSON scanner, its stream and its walk-ahead parts),
  * strings.h (interned strings and UTF-8, for both scanners), passes.c (nesting and the
  * analysis passes), search.h and search.c (the sorted-times searches), pages.c (recycled
- * pages), module.c (the method table).
+ * pages), hlo.c (an HloProto's instructions as columns), module.c (the method table).
  */
 #ifndef TB_PERFDIAG_COMMON_H
 #define TB_PERFDIAG_COMMON_H

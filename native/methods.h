@@ -31,6 +31,9 @@ PyObject *overlap_unions(PyObject *self, PyObject *args);
 PyObject *order_by_step(PyObject *self, PyObject *args);
 PyObject *steps_of_events(PyObject *self, PyObject *args);
 
+/* hlo.c */
+PyObject *hlo_instructions(PyObject *self, PyObject *args);
+
 /* search.c */
 PyObject *sorted_search(PyObject *self, PyObject *args);
 PyObject *split_search(PyObject *self, PyObject *args);

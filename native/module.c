@@ -29,6 +29,10 @@ static PyMethodDef methods[] = {
      "scan_xspace_mapped(mmap, done, wanted) -> scan_xspace over a file mapping, SIGBUS-guarded"},
     {"scan_kineto", scan_kineto, METH_VARARGS,
      "scan_kineto(buf[, done]) -> dict of raw columns; see tb_perfdiag.trace.native_scan"},
+    {"hlo_instructions", hlo_instructions, METH_VARARGS,
+     "hlo_instructions(hlo_proto, element_sizes) -> dict of per-instruction columns (bytes: "
+     "comp, pos, etype int32; id, called, elements, nbytes, op_off, op_ids, comp_id int64) and "
+     "names, opcodes (lists of str); see analysis.efficiency.hlo_costs"},
     {"kineto_stream", kineto_stream, METH_NOARGS,
      "kineto_stream() -> a scanner state for kineto_feed"},
     {"kineto_feed", kineto_feed, METH_VARARGS,

@@ -1,6 +1,7 @@
 """FLOPs and bytes per device op (analysis.efficiency.costs) and device peaks (peaks)."""
 from __future__ import annotations
 
+import os
 import numpy as np
 import pytest
 
@@ -409,3 +410,88 @@ def test_hlo_op_run_as_two_gpu_kernels_counts_once():
     bmm = 2 * 8 * 128 * 64 * 256
     assert c.source == "hlo" and c.flops.tolist() == [bmm / 2, bmm / 2,
                                                       2 * 4 * 16 * 16 * 16 * 27]
+
+
+def _nested_fusion_module():
+    """A fusion whose computation holds a fusion of a dot, a reduce, an elementwise op
+    over a tuple element, and an operand id that names no instruction."""
+    from tb_perfdiag.analysis.efficiency.hlo_costs import HloProto
+    F32, BF16 = 11, 16
+    msg = HloProto()
+    comps = msg.hlo_module.computations
+    def ins(c, name, opcode, iid, dims, et=F32, ops=()):
+        i = c.instructions.add(name=name, opcode=opcode, id=iid)
+        i.shape.element_type = et
+        i.shape.dimensions.extend(dims)
+        i.operand_ids.extend(ops)
+        return i
+    inner = comps.add(name="inner", id=3)
+    ins(inner, "q0", "parameter", 301, [16, 8], BF16)
+    ins(inner, "q1", "parameter", 302, [8, 4], BF16)
+    d = ins(inner, "dot.7", "dot", 303, [16, 4], BF16, ops=(301, 302))
+    d.dot_dimension_numbers.lhs_contracting_dimensions.append(1)
+    outer = comps.add(name="outer", id=2)
+    ins(outer, "r0", "parameter", 201, [16, 8], BF16)
+    ins(outer, "r1", "parameter", 202, [8, 4], BF16)
+    f = ins(outer, "fusion.in", "fusion", 203, [16, 4], BF16, ops=(201, 202))
+    f.called_computation_ids.append(3)
+    ins(outer, "reduce.1", "reduce", 204, [16], ops=(203, 999))
+    main = comps.add(name="main", id=1)
+    ins(main, "m0", "parameter", 1, [16, 8], BF16)
+    ins(main, "m1", "parameter", 2, [8, 4], BF16)
+    t = ins(main, "tuple.1", "tuple", 3, [], ops=(1, 2))
+    t.shape.element_type = 13
+    for dims in ([16, 8], [8, 4]):
+        t.shape.tuple_shapes.add(element_type=BF16).dimensions.extend(dims)
+    ins(main, "multiply.2", "multiply", 4, [16, 8], BF16, ops=(1, 1, 777))
+    fo = ins(main, "fusion.out", "fusion", 5, [16], ops=(1, 2))
+    fo.called_computation_ids.append(2)
+    return msg.SerializeToString()
+
+
+def _hlo_protos_of_real_captures():
+    import glob
+    from conftest import SHARED
+    base = os.path.join(SHARED, "cpu")
+    if not os.path.isdir(base):          # the in-memory modules are checked all the same
+        return []
+    from tb_perfdiag.trace import load
+    out = []
+    for f in sorted(glob.glob(os.path.join(base, "**", "*.xplane.pb"), recursive=True)):
+        out += list((load(f).metadata.get("hlo_protos") or {}).values())
+    return out
+
+
+def test_native_walk_of_an_hlo_module_gives_upb_figures():
+    """Every instruction's (FLOPs, bytes, matmul, dtype, estimated, opaque target) from
+    the native walk equals the one read instruction by instruction through upb: dots,
+    convolutions, fusions (nested), reduces, tuples, custom calls (cuBLAS, cuDNN attention
+    and convolution gradients, unknown targets), operands naming no instruction; on the
+    real XLA:CPU and JAX captures too where ../shared is there.  A proto the walk refuses
+    falls back to upb, which costs nothing it cannot read."""
+    from tb_perfdiag.analysis.efficiency import hlo_costs as H
+    from tb_perfdiag.trace.extension import native_fn
+    walk = native_fn("hlo_instructions")
+    if walk is None:
+        pytest.skip("the C extension is not built (or TB_PERFDIAG_NO_NATIVE)")
+    raws = [_hlo_module(), _fmha_module(), _nested_fusion_module()] + \
+        _hlo_protos_of_real_captures()
+    n = 0
+    for raw in raws:
+        native, upb = H._NativeModule(raw, walk), H._Module(raw)
+        assert set(native.row) == set(upb._at)
+        for name in upb._at:
+            a, b = native.get(name), upb.get(name)
+            assert a[2:] == b[2:], name
+            assert a[0] == pytest.approx(b[0], rel=1e-12) and a[1] == pytest.approx(b[1]), name
+            n += 1
+    nest = H._NativeModule(_nested_fusion_module(), walk)
+    assert nest.get("fusion.out")[0] == 2 * 16 * 4 * 8 + 16 * 4     # the dot, the reduce
+    assert nest.get("fusion.out")[2:4] == (True, DTYPES.index("bf16"))
+    assert nest.get("multiply.2")[1] == 3 * 16 * 8 * 2               # two operands counted
+    assert nest.get("tuple.1")[1] == 2 * (16 * 8 + 8 * 4) * 2
+    assert n >= 20
+    broken = _hlo_module()[:-7]
+    with pytest.raises(ValueError):
+        walk(broken, H._ELEMENT_SIZES)
+    assert isinstance(H._module_of(broken), H._Module)

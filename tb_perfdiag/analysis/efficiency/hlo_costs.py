@@ -16,6 +16,7 @@ false, their targets named in ``missing``).
 """
 from __future__ import annotations
 
+import math
 import re
 
 import numpy as np
@@ -23,7 +24,8 @@ from google.protobuf import descriptor_pb2
 from google.protobuf.message import DecodeError
 
 from ...trace.hlo import message_class
-from ...trace.model import Trace
+from ...trace.extension import native_fn
+from ...trace.model import Trace, lookup_together
 from .opcosts import DTYPES, UNKNOWN_DTYPE, OpCosts, distinct_rows, per_trace
 
 
@@ -74,6 +76,8 @@ _ELEMENTWISE = frozenset((
     "add", "subtract", "multiply", "divide", "maximum", "minimum", "negate", "abs",
     "compare", "select", "and", "or", "xor", "not", "remainder", "clamp", "sign", "floor",
     "ceil", "round-nearest-afz", "round-nearest-even"))
+# the opcodes whose figure reads their operands
+_WITH_OPERANDS = frozenset(("dot", "convolution", "custom-call", "reduce"))
 _GEMM_TARGET = re.compile(r"gemm|matmul", re.I)
 _CONV_TARGET = re.compile(r"cudnn\$convForward|cudnn\$convBiasActivationForward", re.I)
 # cuDNN's gradients: the dimension numbers and window are the forward convolution's,
@@ -90,8 +94,7 @@ _FMHA_TARGET = re.compile(r"cudnn\$f(mh|hm)a", re.I)
 def _elements(shape) -> int:
     if len(shape.tuple_shapes):
         return 0
-    return int(np.prod(list(shape.dimensions), dtype=np.int64)) if len(shape.dimensions) \
-        else 1
+    return math.prod(shape.dimensions)
 
 
 def _bytes(shape) -> int:
@@ -108,28 +111,67 @@ def _array(shape):
 
 
 class _Module:
-    """Per instruction name: (flops, bytes, matmul, dtype index, estimated)."""
+    """Per instruction name, on first ask: (flops, bytes, matmul, dtype index, estimated,
+    opaque custom-call target).  Only the instructions that ran are costed (a fusion's
+    fused ones through it): costing all 30 k instructions of a module was 0.7 s."""
 
     def __init__(self, raw: bytes):
-        self.ops: dict = {}
+        self._at: dict = {}             # name → (instruction, its computation's by-id map)
+        self._got: dict = {}
+        self._comps: dict = {}
+        self._flops_of: dict = {}
+        self._nbytes: dict = {}         # instruction id → its shape's bytes
         try:
             msg = HloProto.FromString(raw)
         except DecodeError:
             return
-        comps = {c.id: c for c in msg.hlo_module.computations}
-        self._comps = comps
-        self._flops_of: dict = {}
-        for c in comps.values():
-            by_id = {i.id: i for i in c.instructions}
+        self.msg = msg
+        self._comps = {c.id: c for c in msg.hlo_module.computations}
+        self._by_id: dict = {}          # computation id → {instruction id: instruction}
+        for cid, c in self._comps.items():
             for ins in c.instructions:
-                fl, mm, dt, est = self._flops(ins, by_id)
-                by = _bytes(ins.shape) + sum(_bytes(by_id[o].shape) for o in ins.operand_ids
-                                             if o in by_id)
-                # a custom call with no estimate has no figure (not 0 FLOPs): its time is
-                # the busy time without one, its target what to name
-                opaque = ins.custom_call_target if ins.opcode == "custom-call" and \
-                    not est else ""
-                self.ops[ins.name] = (fl, float(by), mm, dt, est, opaque)
+                self._at[ins.name] = (ins, cid)
+
+    @classmethod
+    def parsed(cls, raw: bytes) -> "_Module":
+        """The module parsed, its instructions not indexed by name (``_NativeModule``
+        reads the few it needs by position)."""
+        self = cls.__new__(cls)
+        self._at, self._got, self._flops_of, self._nbytes, self._by_id = {}, {}, {}, {}, {}
+        try:
+            self.msg = HloProto.FromString(raw)
+        except DecodeError:
+            self.msg, self._comps = None, {}
+            return self
+        self._comps = {c.id: c for c in self.msg.hlo_module.computations}
+        return self
+
+    def _instructions(self, cid: int) -> dict:
+        got = self._by_id.get(cid)
+        if got is None:
+            got = self._by_id[cid] = {i.id: i for i in self._comps[cid].instructions}
+        return got
+
+    def get(self, name: str):
+        got = self._got.get(name)
+        if got is not None or name not in self._at:
+            return got
+        ins, cid = self._at[name]
+        by_id = self._instructions(cid)
+        fl, mm, dt, est = self._flops(ins, by_id)
+        nb = self._nbytes
+        by = 0
+        for i in (ins.id, *ins.operand_ids):     # each shape's bytes counted once a module
+            b = nb.get(i)
+            if b is None:
+                o = by_id.get(i)
+                b = nb[i] = _bytes(o.shape) if o is not None else 0
+            by += b
+        # a custom call with no estimate has no figure (not 0 FLOPs): its time is the
+        # busy time without one, its target what to name
+        opaque = ins.custom_call_target if ins.opcode == "custom-call" and not est else ""
+        got = self._got[name] = (fl, float(by), mm, dt, est, opaque)
+        return got
 
     def _computation_flops(self, cid: int):
         got = self._flops_of.get(cid)
@@ -139,7 +181,7 @@ class _Module:
         c = self._comps.get(cid)
         fl, mm, dt = 0.0, False, UNKNOWN_DTYPE
         if c is not None:
-            by_id = {i.id: i for i in c.instructions}
+            by_id = self._instructions(cid)
             for ins in c.instructions:
                 f, m, d, _ = self._flops(ins, by_id)
                 fl += f
@@ -151,6 +193,13 @@ class _Module:
     def _flops(self, ins, by_id):
         """(flops, matmul, dtype index, estimated) of one instruction."""
         op = ins.opcode
+        if op in _ELEMENTWISE:
+            return float(_elements(ins.shape)), False, UNKNOWN_DTYPE, False
+        if op not in _WITH_OPERANDS:
+            if op == "fusion" and len(ins.called_computation_ids):
+                fl, mm, dt = self._computation_flops(ins.called_computation_ids[0])
+                return fl, mm, dt, False
+            return 0.0, False, UNKNOWN_DTYPE, False
         ops = [by_id[o] for o in ins.operand_ids if o in by_id]
         out = _elements(ins.shape)
         if op == "dot" and len(ops) >= 2:
@@ -160,9 +209,6 @@ class _Module:
             return 2.0 * out * k, True, _dtype(ops[0].shape), False
         if op == "convolution" and len(ops) >= 2:
             return _conv_flops(ins, ops, out), True, _dtype(ops[0].shape), False
-        if op == "fusion" and len(ins.called_computation_ids):
-            fl, mm, dt = self._computation_flops(ins.called_computation_ids[0])
-            return fl, mm, dt, False
         if op == "custom-call" and len(ops) >= 2:
             target = ins.custom_call_target
             res = _array(ins.shape)
@@ -187,11 +233,119 @@ class _Module:
                 return (_conv_flops(ins, ops, _elements(ops[1].shape), kernel=res), True,
                         _dtype(ops[0].shape), True)
             return 0.0, False, UNKNOWN_DTYPE, False
-        if op in _ELEMENTWISE:
-            return float(out), False, UNKNOWN_DTYPE, False
         if op == "reduce" and ops:
             return float(_elements(ops[0].shape)), False, UNKNOWN_DTYPE, False
         return 0.0, False, UNKNOWN_DTYPE, False
+
+
+class _NativeModule:
+    """``_Module``'s figures for every instruction at once, from the native walk of the
+    proto (``_native.hlo_instructions``): bytes, elementwise and reduce FLOPs, fusions
+    as their computations' sums, by array passes; the rules that read more of an
+    instruction (dot, convolution, custom call) through upb, for those alone."""
+
+    def __init__(self, raw: bytes, walk):
+        c = walk(raw, _ELEMENT_SIZES)
+        n = c["n"]
+        i32 = lambda k: np.frombuffer(c[k], np.int32)  # noqa: E731
+        i64 = lambda k: np.frombuffer(c[k], np.int64)  # noqa: E731
+        comp, pos, etype = i32("comp"), i32("pos"), i32("etype")
+        ids, called, elements = i64("id"), i64("called"), i64("elements")
+        own, op_off, op_ids, comp_id = i64("nbytes"), i64("op_off"), i64("op_ids"), \
+            i64("comp_id")
+        self.row = {name: k for k, name in enumerate(c["names"])}
+        opcodes = c["opcodes"]
+        # each operand as the row of its instruction in the consumer's computation
+        n_op = np.diff(op_off) if n else np.zeros(0, np.int64)
+        consumer = np.repeat(np.arange(n), n_op)
+        u = np.unique(ids)
+        rank = np.searchsorted(u, ids)
+        key = comp.astype(np.int64) * max(n, 1) + rank
+        o = np.argsort(key, kind="stable")
+        r_op = np.minimum(np.searchsorted(u, op_ids), max(u.shape[0] - 1, 0))
+        ok = (u.shape[0] > 0) & (u[r_op] == op_ids) if op_ids.size else np.zeros(0, bool)
+        k_op = comp[consumer].astype(np.int64) * max(n, 1) + r_op
+        at = np.minimum(np.searchsorted(key[o], k_op), max(n - 1, 0))
+        ok &= key[o][at] == k_op if n else ok
+        operand = np.where(ok, o[at] if n else 0, -1)
+        by = own.astype(np.float64) + np.bincount(
+            consumer[ok], weights=own[operand[ok]].astype(np.float64), minlength=n)[:n]
+        # FLOPs: elementwise and reduce by array passes, the rest by their rules
+        op_code = {o_: j for j, o_ in enumerate(sorted(set(opcodes)))}
+        code = np.array([op_code[o_] for o_ in opcodes], np.int32) if n else \
+            np.zeros(0, np.int32)
+        names = sorted(op_code, key=op_code.get)
+        is_ew = np.isin(code, [op_code[x] for x in _ELEMENTWISE if x in op_code])
+        fl = np.where(is_ew, elements, 0).astype(np.float64)
+        first = np.full(n, -1, np.int64)
+        has = n_op > 0
+        first[has] = operand[op_off[:-1][has]] if n else first[has]
+        red = (code == op_code.get("reduce", -1)) & (first >= 0)
+        fl[red] = elements[first[red]]
+        mm = np.zeros(n, bool)
+        dt = np.full(n, UNKNOWN_DTYPE, np.int8)
+        est = np.zeros(n, bool)
+        self.opaque = np.full(n, "", object)
+        ruled = np.flatnonzero(np.isin(code, [op_code[x] for x in ("dot", "convolution",
+                                                                   "custom-call")
+                                              if x in op_code]))
+        if ruled.size:
+            mod = _Module.parsed(raw)
+            comps = mod.msg.hlo_module.computations if mod.msg is not None else []
+            for k in ruled.tolist():        # one per matmul-class instruction, not per op
+                ci = int(comp[k])
+                ins = comps[ci].instructions[int(pos[k])]
+                f, m, d, e = mod._flops(ins, mod._instructions(comps[ci].id))
+                fl[k], mm[k], dt[k], est[k] = f, m, d, e
+                if ins.opcode == "custom-call" and not e:
+                    self.opaque[k] = ins.custom_call_target
+        # a fusion: its computation's sums (fusions within fusions: a pass per level)
+        fus = np.flatnonzero((code == op_code.get("fusion", -1)) & (called >= 0))
+        n_c = comp_id.shape[0]
+        if fus.size and n_c:
+            # the called computation's index (its place in the proto, as ``comp``)
+            by_cid = np.argsort(comp_id, kind="stable")
+            j = by_cid[np.minimum(np.searchsorted(comp_id[by_cid], called[fus]), n_c - 1)]
+            target = np.where(comp_id[j] == called[fus], j, -1)
+            ok_t, tgt = target >= 0, np.maximum(target, 0)
+            first_mm = np.empty(n_c, np.int64)
+            for _ in range(16):
+                c_fl = np.bincount(comp, weights=fl, minlength=n_c)[:n_c]
+                first_mm[:] = n             # the computation's first matmul-class row
+                mmk = np.flatnonzero(mm)
+                np.minimum.at(first_mm, comp[mmk], mmk)
+                new_fl = np.where(ok_t, c_fl[tgt], 0.0)
+                got = first_mm[tgt]
+                new_mm = ok_t & (got < n)
+                new_dt = np.where(new_mm, dt[np.minimum(got, n - 1)], UNKNOWN_DTYPE)
+                if (np.array_equal(new_fl, fl[fus]) and np.array_equal(new_mm, mm[fus])
+                        and np.array_equal(new_dt, dt[fus])):
+                    break
+                fl[fus], mm[fus], dt[fus] = new_fl, new_mm, new_dt
+        self.fl, self.by, self.mm, self.dt, self.est = fl, by, mm, dt, est
+
+    def get(self, name: str):
+        k = self.row.get(name)
+        if k is None:
+            return None
+        return (float(self.fl[k]), float(self.by[k]), bool(self.mm[k]), int(self.dt[k]),
+                bool(self.est[k]), self.opaque[k])
+
+
+# bytes per element by xla.PrimitiveType, as the native walk reads them
+_ELEMENT_SIZES = bytes(min(_PRIMITIVE.get(t, (0, ""))[0], 255) for t in range(64))
+
+
+def _module_of(raw: bytes):
+    """The costs of one module's instructions: the native walk where the extension is
+    there, else upb, instruction by instruction."""
+    walk = native_fn("hlo_instructions")
+    if walk is not None:
+        try:
+            return _NativeModule(raw, walk)
+        except ValueError:              # a proto the walk refuses: upb says what it can
+            pass
+    return _Module(raw)
 
 
 def _dtype(shape) -> int:
@@ -284,25 +438,30 @@ def _fmha_flops(target: str, ops, backend_config: bytes) -> float | None:
 _MODULE_NAME = re.compile(r"^(.*)\((-?\d+)\)$")
 
 
-def _kernel_share(trace: Trace, events: np.ndarray, key: np.ndarray) -> np.ndarray:
-    """Each event's share of its HLO op's figure.  On a GPU one op (a cuDNN convolution,
-    a split-K GEMM) may run as several kernels back to back on its stream, each naming
-    the op: a run of consecutive kernels of one op on one track shares one figure.  An
-    XLA:CPU or TPU op event is one run of the op (1)."""
-    share = np.ones(events.shape[0])
+def _run_sizes(trace: Trace, events: np.ndarray, key: np.ndarray) -> np.ndarray | None:
+    """Per event, the number of kernels of the run it is in, which share its HLO op's
+    figure (None where every event is a run of its own).  On a GPU one op (a cuDNN
+    convolution, a split-K GEMM) may run as several kernels back to back on its stream,
+    each naming the op: a run of consecutive kernels of one op on one track shares one
+    figure.  An XLA:CPU or TPU op event is one run of the op."""
     dev = trace.track_device[trace.track[events]]
     gpu = np.array([d.kind == "gpu" for d in trace.devices], bool)
     on = np.flatnonzero(gpu[dev]) if gpu.any() else np.zeros(0, np.int64)
     if not on.size:
-        return share
-    o = on[np.argsort(events[on], kind="stable")]           # track, then time order
+        return None
+    ev = events[on]
+    # track, then time order: the events' own order, where they come sorted
+    o = on if (ev[1:] >= ev[:-1]).all() else on[np.argsort(ev, kind="stable")]
     trk, k = trace.track[events[o]], key[o]
     start = np.ones(o.shape[0], bool)
     start[1:] = (trk[1:] != trk[:-1]) | (k[1:] != k[:-1])
     run = np.cumsum(start) - 1
-    size = np.bincount(run).astype(np.float64)
-    share[o] = 1.0 / size[run]
-    return share
+    size = np.bincount(run)
+    if size.max() <= 1:
+        return None
+    out = np.ones(events.shape[0], np.int32)
+    out[o] = size[run]
+    return out
 
 
 def from_hlo(trace: Trace, events: np.ndarray) -> OpCosts | None:
@@ -318,26 +477,22 @@ def from_hlo(trace: Trace, events: np.ndarray) -> OpCosts | None:
         if prog is not None:
             by_program[prog % (1 << 64)] = raw
         by_module.setdefault(mod, raw)
-    op_id, has_op = op.lookup(events)
-    prog_st, mod_st = trace.stats.get("program_id"), trace.stats.get("hlo_module")
-    p = np.full(events.shape[0], -1, np.int64)
-    if prog_st is not None:
-        pv, hp = prog_st.lookup(events)
-        p = np.where(hp, pv, -1).astype(np.int64)
-    mcode = np.full(events.shape[0], -1, np.int64)
-    if mod_st is not None:
-        mv, hm = mod_st.lookup(events)
-        mcode = np.where(hm, mv, -1).astype(np.int64)
-    uniq, inv = distinct_rows(p, mcode, np.where(has_op, op_id, -1))
+    # the op's program, module and name (their stats share the ops' events: one search)
+    cols = [np.full(events.shape[0], -1, np.int64) if got is None else
+            np.where(got[1], got[0], -1)
+            for got in lookup_together([trace.stats.get("program_id"),
+                                        trace.stats.get("hlo_module"), op], events)]
+    uniq, inv = distinct_rows(*cols)
+    del cols
     modules = per_trace(trace, "hlo_modules", lambda _t: {})    # parsed once per trace
     nk = uniq.shape[0]
     fl, by = np.zeros(nk), np.zeros(nk)
     mm, est, known = np.zeros(nk, bool), np.zeros(nk, bool), np.zeros(nk, bool)
     dt = np.full(nk, UNKNOWN_DTYPE, np.int8)
     opaque: set = set()
-    for k, (pg, mc, o) in enumerate(uniq.tolist()):      # one per distinct op, not event
-        if o < 0:
-            continue
+    # per module (a few per trace): its ops' figures
+    mods, of_mod = distinct_rows(uniq[:, 0], uniq[:, 1])
+    for j, (pg, mc) in enumerate(mods.tolist()):
         raw = by_program.get(pg % (1 << 64)) if pg != -1 else None
         if raw is None and mc >= 0:
             raw = by_module.get(trace.strings[mc])
@@ -345,25 +500,43 @@ def from_hlo(trace: Trace, events: np.ndarray) -> OpCosts | None:
             continue
         mod = modules.get(id(raw))
         if mod is None:
-            mod = modules[id(raw)] = _Module(raw)
-        got = mod.ops.get(trace.strings[o])
-        if got is None:
+            mod = modules[id(raw)] = _module_of(raw)
+        ks = np.flatnonzero((of_mod == j) & (uniq[:, 2] >= 0))
+        names = trace.strings.take(uniq[ks, 2])
+        if isinstance(mod, _NativeModule):
+            r = np.array([mod.row.get(nm, -1) for nm in names], np.int64)
+            hit = r >= 0
+            ks, r = ks[hit], r[hit]
+            fl[ks], by[ks], mm[ks], est[ks] = mod.fl[r], mod.by[r], mod.mm[r], mod.est[r]
+            tg = mod.opaque[r]
+            costed = tg == ""
+            opaque.update(tg[~costed].tolist())
+            dt[ks[costed]] = mod.dt[r[costed]]
+            known[ks[costed]] = True
             continue
-        fl[k], by[k], mm[k], d, est[k], target = got
-        if target:
-            opaque.add(target)
-            continue
-        dt[k] = d
-        known[k] = True
+        for k, name in zip(ks.tolist(), names):     # one per distinct op, not event
+            got = mod.get(name)
+            if got is None:
+                continue
+            fl[k], by[k], mm[k], d, est[k], target = got
+            if target:
+                opaque.add(target)
+                continue
+            dt[k] = d
+            known[k] = True
     if not known.any() and not opaque:
         return None
-    share = _kernel_share(trace, events, inv)
-    flops = fl[inv] * share
+    # held per distinct (op, kernels in its run): a run's kernels share the op's figure
+    size = _run_sizes(trace, events, inv)
+    if size is not None:
+        rows, inv = distinct_rows(inv, size)
+        k, per = rows[:, 0], 1.0 / rows[:, 1]
+        fl, by, mm, est, known, dt = fl[k] * per, by[k] * per, mm[k], est[k], known[k], dt[k]
     # a custom call's figure from its shapes stays in ``flops``, flagged ``estimated``:
     # callers keep it apart from the cost model's
-    return OpCosts(events, flops, flops.copy(), by[inv] * share, est[inv], mm[inv],
-                   np.where(mm[inv], dt[inv], UNKNOWN_DTYPE).astype(np.int8), known[inv],
-                   "hlo", _missing(known, opaque))
+    return OpCosts(events, fl, fl.copy(), by, est, mm,
+                   np.where(mm, dt, UNKNOWN_DTYPE).astype(np.int8), known,
+                   "hlo", _missing(known, opaque), code=inv.reshape(-1))
 
 
 def _missing(known: np.ndarray, opaque: set) -> str:
