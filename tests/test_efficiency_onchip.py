@@ -280,3 +280,41 @@ def test_onchip_figures_match_schema(cmem):
     schema = json.load(open(os.path.join(ROOT, "tb_perfdiag", "schema", "diagnosis.schema.json")))
     diag = diagnose_trace(load_xspace(_writer(CMEM_OPS if cmem else VMEM_OPS, cmem)))
     jsonschema.validate(diagnosis_json(diag), schema)
+
+
+def test_browser_names_the_onchip_roof(tmp_path, artifacts_dir):
+    """The page's op table and roofline tooltip say what bounds each group."""
+    pytest.importorskip("playwright.sync_api")
+    import urllib.parse
+    from conftest import IN_CI, TensorBoard
+    if not os.path.exists("/usr/bin/chromium"):
+        if IN_CI:
+            pytest.fail("/usr/bin/chromium is required in CI")
+        pytest.skip("/usr/bin/chromium is absent (apt-get install chromium)")
+    from test_browser import open_diagnose, wait_loaded
+    from playwright.sync_api import sync_playwright
+    folder = tmp_path / "tpu_vmem" / "plugins" / "profile" / "2026_12_01_00_00_00"
+    folder.mkdir(parents=True)
+    (folder / "tpuhost.xplane.pb").write_bytes(_writer(VMEM_OPS).to_bytes())
+    tb = TensorBoard(tmp_path)
+    try:
+        with sync_playwright() as p:
+            br = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox"])
+            page = br.new_page()
+            run = "tpu_vmem/2026_12_01_00_00_00"
+            frame = open_diagnose(page, tb, "&p.perfdiag.run=" + urllib.parse.quote(run))
+            wait_loaded(frame, run)
+            frame.wait_for_selector("#pd-roofline .pd-roof-point")
+            cells = frame.locator(".dop-roof").all_inner_texts()
+            assert any(c == "VMEM-write · 50%" for c in cells), cells
+            assert any(c == "VMEM-read · 86%" for c in cells), cells
+            assert any(c == "compute · 87%" for c in cells), cells
+            tips = [frame.locator("#pd-roofline .pd-roof-point title").nth(i).text_content()
+                    for i in range(frame.locator("#pd-roofline .pd-roof-point").count())]
+            w = [t for t in tips if t.startswith("fusion.w")]
+            assert w and "VMEM-write-bound" in w[0] and "utilisation: VMEM-write 50%, VMEM-read 39%" in w[0]
+            assert "purple: bound by an on-chip memory" in frame.inner_text("#pd-roofline-key")
+            frame.locator("#pd-roofline").screenshot(path=os.path.join(artifacts_dir, "roofline-vmem.png"))
+            br.close()
+    finally:
+        tb.stop()
