@@ -521,8 +521,8 @@ class EfficiencyTable:
     row_flops: np.ndarray          # model FLOPs (estimated included)
     row_hw_flops: np.ndarray       # what the roofline plots: hardware FLOPs
     row_bytes: np.ndarray
-    row_hbm_bytes: np.ndarray      # of those, in HBM (NaN: no split); the roofline's bytes
-                                   # where there is a split, ``row_bytes`` where not
+    row_hbm_bytes: np.ndarray      # of those, the roofline's HBM bytes (NaN: no split): each
+                                   # op's listed HBM bytes, all its bytes where it lists none
     row_bytes_space: np.ndarray    # int8: 1 the roofline counts HBM bytes, 0 all bytes
     row_matmul: np.ndarray         # bool: matmul-class ops hold most of its FLOPs
     row_flops_per_s: np.ndarray    # achieved, over the row's summed op time
