@@ -182,7 +182,7 @@ def _fold_block(c: dict, code, op_dev, op_step, op_row, dur, table, n_dev: int,
     # add up to more than 0.  ``sp`` marks the ops with a breakdown, ``ls`` those listing
     if c.get("hbm_bytes") is None:
         sp = ls = np.zeros(known.shape[0], bool)
-        hb = onc = np.zeros(known.shape[0])
+        hb = onc = hbm = None
     else:
         hb = fig(c["hbm_bytes"]).astype(np.float64, copy=False)
         sp = known & np.isfinite(hb)
@@ -190,7 +190,7 @@ def _fold_block(c: dict, code, op_dev, op_step, op_row, dur, table, n_dev: int,
         onc = np.zeros(known.shape[0]) if c.get("onchip_bytes") is None else \
             np.nan_to_num(np.where(sp, fig(c["onchip_bytes"]).astype(np.float64), 0.0))
         ls = sp & (hb + onc > 0)
-    hbm = np.where(ls, hb, by)
+        hbm = np.where(ls, hb, by)
     r_klass = np.asarray(table.klass, np.int8)
     r_compute = r_klass == OpClass.COMPUTE
     compute = r_compute[p_row] if n_rows else np.zeros(p_row.shape[0], bool)
@@ -205,14 +205,17 @@ def _fold_block(c: dict, code, op_dev, op_step, op_row, dur, table, n_dev: int,
     r_est = _bc(p_row, n_rows, np.where(est, fl_n, 0.0))
     r_fl = _bc(p_row, n_rows, fl_n)
     r_hw, r_by, r_d = _bc(p_row, n_rows, hw_n), _bc(p_row, n_rows, by_n), _bc(p_row, n_rows, p_dur)
-    r_hbm, r_onc = _bc(p_row, n_rows, hbm * cnt), _bc(p_row, n_rows, onc * cnt)
-    r_hbm_ls = _bc(p_row, n_rows, hb * cnt)
-    r_sp = _bc(p_row, n_rows, np.where(sp, cnt, 0.0))
-    r_ls = _bc(p_row, n_rows, np.where(ls, cnt, 0.0))
-    # the on-chip bytes per (space, direction): a bincount per pair over the distinct ops,
-    # none where the costs carry no split
+    # the split's sums: no pass over the ops where the costs carry no split (a Kineto
+    # trace's are per op): the roofline's HBM bytes are then all the bytes
     r_rw = np.zeros((n_rows, len(ONCHIP_RW)))
-    if sp.any():
+    if not sp.any():
+        r_hbm, r_onc, r_hbm_ls, r_sp, r_ls = r_by.copy(), *(np.zeros(n_rows) for _ in range(4))
+    else:
+        r_hbm, r_onc = _bc(p_row, n_rows, hbm * cnt), _bc(p_row, n_rows, onc * cnt)
+        r_hbm_ls = _bc(p_row, n_rows, hb * cnt)
+        r_sp = _bc(p_row, n_rows, np.where(sp, cnt, 0.0))
+        r_ls = _bc(p_row, n_rows, np.where(ls, cnt, 0.0))
+        # the on-chip bytes per (space, direction): a bincount per pair over the ops
         for j, k in enumerate(ONCHIP_RW):
             v = c.get(f"{k}_bytes")
             if v is not None:
