@@ -4,6 +4,7 @@
 // and collectives. The page only renders; every figure comes from the JSON.
 import { h } from "./dom.js";
 import { formatNs, formatPct, squeeze } from "./format.js";
+import { boundLabel, utilisationText } from "./roofline.js";
 
 const CLASS_LABEL = { compute: "compute", collective: "collective", memcpy: "copy", memset: "set" };
 
@@ -14,12 +15,15 @@ function flopRate(r) {
   return v >= 1e12 ? `${(v / 1e12).toPrecision(3)} T` : v >= 1e9 ? `${(v / 1e9).toPrecision(3)} G` : `${(v / 1e6).toPrecision(3)} M`;
 }
 
-/** "memory-bound · 1.7 %": which roof limits the group and its share of the attainable. */
+/** "HBM · 1.7 %", "VMEM-write · 49.6 %": which roof limits the group and its share of roofline. */
 function roofCell(r) {
   if (!r || !r.bound) return h("td", {}, "");
+  const what = boundLabel(r);
+  const util = utilisationText(r);
   return h("td", { class: "pd-small dop-roof", title: `intensity ${r.intensity === null ? "–" : Number(r.intensity).toPrecision(3)} FLOP/byte; ` +
-    `${r.bytes_per_s ? `${(r.bytes_per_s / 1e9).toPrecision(3)} GB/s; ` : ""}share of the attainable roofline (${r.bound}-bound)` },
-  `${r.bound} · ${r.efficiency === null ? "–" : formatPct(r.efficiency)}`);
+    `${r.bytes_per_s ? `${(r.bytes_per_s / 1e9).toPrecision(3)} GB/s; ` : ""}share of the roofline (${what}-bound)` +
+    (util ? `; utilisation: ${util}` : "") },
+  `${what} · ${r.efficiency === null ? "–" : formatPct(r.efficiency)}`);
 }
 
 function pct(x) {

@@ -19,6 +19,25 @@ function sig(x) {
   return Number(x).toPrecision(3).replace(/\.?0+e/, "e");
 }
 
+const RESOURCE_LABELS = { compute: "compute", hbm: "HBM", cmem_read: "CMEM-read", cmem_write: "CMEM-write",
+  vmem_read: "VMEM-read", vmem_write: "VMEM-write" };
+
+/** What bounds an op group, as xprof names it ("HBM", "VMEM-write", "compute"); the HBM roof
+ *  of bytes not split by memory space is the device memory's ("memory"). */
+export function boundLabel(r, memorySpace) {
+  if (!r || !r.bound) return "";
+  if (!r.bound_by) return r.bound;
+  if (r.bound_by === "hbm" && (memorySpace || r.memory_space) !== "hbm") return "memory";
+  return RESOURCE_LABELS[r.bound_by] || r.bound_by;
+}
+
+/** The utilisations behind the bound: "VMEM-write 49.6 %, HBM 30.5 %, compute 10.9 %". */
+export function utilisationText(r) {
+  const u = (r && r.utilisation) || {};
+  return Object.entries(u).filter(([, v]) => v > 0).sort((a, b) => b[1] - a[1])
+    .map(([k, v]) => `${RESOURCE_LABELS[k] || k} ${formatPct(v)}`).join(", ");
+}
+
 /** Where the chart's points lie: the groups with achieved FLOP/s and an intensity. */
 export function rooflinePoints(roof) {
   return ((roof && roof.points) || []).filter((p) => p.intensity > 0 && p.flops_per_s > 0 &&
@@ -72,11 +91,14 @@ export function renderRoofline(container, roof, { deviceName = "", onPoint = nul
   const maxT = Math.max(1, ...pts.map((p) => p.total_ns));
   for (const p of [...pts].sort((a, b) => b.total_ns - a.total_ns)) {
     const c = el("circle", { class: "pd-roof-point", cx: X(p.intensity), cy: Y(p.flops_per_s),
-      r: 3 + 9 * Math.sqrt(p.total_ns / maxT), fill: p.bound === "compute" ? "#2e86c1" : "#e67e22",
+      r: 3 + 9 * Math.sqrt(p.total_ns / maxT),
+      // compute blue, HBM orange, an on-chip roof (CMEM, VMEM) purple
+      fill: p.bound === "compute" ? "#2e86c1" : (p.bound_by && p.bound_by !== "hbm" ? "#8e44ad" : "#e67e22"),
       "fill-opacity": 0.6, stroke: "#333", "data-op": p.name, tabindex: 0 });
     c.append(el("title", {}, `${p.name}\n${formatNs(p.total_ns)} (${formatPct(p.share_of_busy)} of busy), ` +
-      `${sig(p.flops_per_s)} FLOP/s, ${sig(p.intensity)} FLOP/byte, ${p.bound}-bound, ` +
-      `${p.efficiency === null ? "–" : formatPct(p.efficiency)} of attainable`));
+      `${sig(p.flops_per_s)} FLOP/s, ${sig(p.intensity)} FLOP/byte, ${boundLabel(p, roof.memory_space)}-bound, ` +
+      `${p.efficiency === null ? "–" : formatPct(p.efficiency)} of roofline` +
+      (utilisationText(p) ? `\nutilisation: ${utilisationText(p)}` : "")));
     if (onPoint) {
       c.addEventListener("click", () => onPoint(p.name));
       c.addEventListener("keydown", (e) => { if (e.key === "Enter") onPoint(p.name); });
@@ -84,6 +106,11 @@ export function renderRoofline(container, roof, { deviceName = "", onPoint = nul
     svg.append(c);
   }
   box.append(svg);
+  // the colours' key; on-chip roofs are not drawn (their intensity is per another byte count)
+  const onchip = pts.some((p) => p.bound === "memory" && p.bound_by && p.bound_by !== "hbm");
+  box.append(h("p", { class: "pd-small pd-muted", id: "pd-roofline-key" },
+    `blue: compute-bound · orange: ${roof.memory_space === "hbm" ? "HBM" : "memory"}-bound` +
+    (onchip ? " · purple: bound by an on-chip memory (CMEM or VMEM reads or writes; its roof is not drawn, see each point's utilisation)" : "")));
   const above = pts.filter((p) => p.efficiency !== null && p.efficiency > 1);
   if (above.length) {
     box.append(h("p", { class: "pd-small pd-muted", id: "pd-roofline-above" },

@@ -252,8 +252,8 @@ class Tools:
 
     @tool("What the device is busy with: per device, the op groups with the most device "
           "time (calls, mean, share of busy, host op and annotation behind each, its longest "
-          "instance, its roofline: FLOPs, bytes, intensity, compute- or memory-bound, share of "
-          "attainable), short kernels, and compute/copies/collectives overlap; whole trace or "
+          "instance, its roofline: FLOPs, bytes, intensity, what bounds it (compute, HBM, a TPU's "
+          "CMEM/VMEM reads or writes) and its share of the roofline), short kernels, and compute/copies/collectives overlap; whole trace or "
           "one step.")
     def device_ops(self, run: Run, host: Host = None, span: Span = None,
                    step: Annotated[Optional[int], Field(

@@ -521,16 +521,16 @@ class EfficiencyTable:
     row_flops: np.ndarray          # model FLOPs (estimated included)
     row_hw_flops: np.ndarray       # what the roofline plots: hardware FLOPs
     row_bytes: np.ndarray
-    row_hbm_bytes: np.ndarray      # of those, in HBM (NaN: no split); the roofline's bytes
-                                   # where there is a split, ``row_bytes`` where not
+    row_hbm_bytes: np.ndarray      # of those, the roofline's HBM bytes (NaN: no split): each
+                                   # op's listed HBM bytes, all its bytes where it lists none
     row_bytes_space: np.ndarray    # int8: 1 the roofline counts HBM bytes, 0 all bytes
     row_matmul: np.ndarray         # bool: matmul-class ops hold most of its FLOPs
     row_flops_per_s: np.ndarray    # achieved, over the row's summed op time
     row_bytes_per_s: np.ndarray
     row_intensity: np.ndarray      # FLOPs / byte
     row_attainable: np.ndarray     # min(peak, intensity × bandwidth) FLOP/s
-    row_efficiency: np.ndarray     # achieved / attainable
-    row_bound: np.ndarray          # int8 Bound
+    row_efficiency: np.ndarray     # share of the roofline: the largest utilisation (xprof's)
+    row_bound: np.ndarray          # int8 Bound (MEMORY: any memory roof, see row_bound_by)
     row_fp32_time: np.ndarray      # ps of its fp32 matmul-class ops
     # roofline of each device's ops together (xprof's program-level figure)
     intensity: np.ndarray          # (n_dev,)
@@ -545,6 +545,18 @@ class EfficiencyTable:
     # together): a run's join splits them again (``waterfall.with_peer_wait``)
     coll_points: np.ndarray = field(default_factory=lambda: np.zeros(0))       # (n_dev,)
     step_coll_points: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.float32))
+    # the on-chip roofs (xprof's): per ``efficiency.roofline.RESOURCES`` utilisation =
+    # rate ÷ that resource's peak, bound_by the largest (int8 index, −1 unknown); on-chip
+    # bytes and roofs per ``opcosts.ONCHIP_RW`` (cmem_read, cmem_write, vmem_read,
+    # vmem_write), NaN where the trace has no split or the plane no such roof
+    onchip_peak: np.ndarray = field(default_factory=lambda: np.zeros((0, 4)))  # bytes/s
+    onchip_counted: np.ndarray = field(default_factory=lambda: np.zeros((0, 4), bool))
+    onchip_rw: np.ndarray = field(default_factory=lambda: np.zeros((0, 4)))    # bytes
+    utilisation: np.ndarray = field(default_factory=lambda: np.zeros((0, 6)))  # (n_dev, 6)
+    bound_by: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))
+    row_onchip_rw: np.ndarray = field(default_factory=lambda: np.zeros((0, 4)))
+    row_utilisation: np.ndarray = field(default_factory=lambda: np.zeros((0, 6)))
+    row_bound_by: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))
 
     def part(self, name: str) -> int:
         return self.parts.index(name)

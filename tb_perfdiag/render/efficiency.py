@@ -8,11 +8,48 @@ import numpy as np
 
 from ..analysis import causes as C
 from ..analysis.efficiency import waterfall as W
+from ..analysis.efficiency.opcosts import ONCHIP_RW
+from ..analysis.efficiency.roofline import RESOURCES
 from ..analysis.result import Bound, Diagnosis
 
 ROOFLINE_POINTS = 200          # op groups per device on the roofline chart (most time first)
 _SPACE = ("all", "hbm")          # EfficiencyTable.row_bytes_space
 _BOUND = {int(Bound.UNKNOWN): None, int(Bound.COMPUTE): "compute", int(Bound.MEMORY): "memory"}
+# how the text names what bounds a group (xprof's "HBM", "VMEM Read", …); the HBM roof
+# of a trace without a split by memory space is the device memory's: "memory"
+_RESOURCE_LABELS = {"compute": "compute", "hbm": "HBM", "cmem_read": "CMEM-read",
+                    "cmem_write": "CMEM-write", "vmem_read": "VMEM-read",
+                    "vmem_write": "VMEM-write"}
+
+
+def bound_label(bound_by: str | None, memory_space: str | None) -> str | None:
+    """"HBM", "VMEM-write", "compute", "memory" (the HBM roof of all-space bytes)."""
+    if not bound_by:
+        return None
+    return "memory" if bound_by == "hbm" and memory_space != "hbm" else _RESOURCE_LABELS[bound_by]
+
+
+def _bound_by(i) -> str | None:
+    i = int(i)
+    return RESOURCES[i] if 0 <= i < len(RESOURCES) else None
+
+
+def _utilisation(u) -> dict:
+    """{resource: rate ÷ its peak} of the resources with a figure."""
+    return {k: float(v) for k, v in zip(RESOURCES, np.asarray(u).tolist()) if math.isfinite(v)}
+
+
+def _by_space(x) -> dict | None:
+    """{cmem_read …: bytes or bytes/s} (None where there is no figure: no split)."""
+    x = np.asarray(x, np.float64)
+    if not np.isfinite(x).any():
+        return None
+    return {k: _n(v) for k, v in zip(ONCHIP_RW, x.tolist())}
+
+
+def _has(E, name: str, i: int) -> bool:
+    v = getattr(E, name, None)
+    return v is not None and i < len(v)
 DEFINITION = (
     "MFU of a window = model FLOPs of the ops it launched ÷ (window × peak), the peak being "
     "the device's dense peak for the dtype its matmul-class ops ran in. The waterfall splits "
@@ -22,7 +59,10 @@ DEFINITION = (
     "FLOPs take at peak, and the MFU. Roofline of an op group (whole capture): intensity = "
     "FLOPs ÷ bytes (those in HBM where the trace splits them by memory space, all of them "
     "where it does not: memory_space), attainable = min(peak, intensity × bandwidth), compute-bound at or "
-    "above the ridge point (peak ÷ bandwidth), efficiency = achieved ÷ attainable.")
+    "above the ridge point (peak ÷ bandwidth), efficiency = achieved ÷ attainable. Where the trace has "
+    "on-chip bytes and roofs (a TPU's CMEM and VMEM reads and writes) each resource's utilisation is its "
+    "rate ÷ its peak, bound_by the largest and the share of roofline the largest counted, as xprof's "
+    "roofline judges an op.")
 
 
 
@@ -67,8 +107,18 @@ def device_json(diag: Diagnosis, d: int) -> dict | None:
                          "intensity": _f(E.intensity[d]), "ridge": _f(E.ridge[d]),
                          "attainable_flops_per_s": _f(E.attainable[d]),
                          "efficiency": _f(E.roofline_efficiency[d]),
-                         "bound": _BOUND[int(E.bound[d])]},
+                         "bound": _BOUND[int(E.bound[d])], **_onchip(E, d)},
             "missing": E.missing[d] or None}
+
+
+def _onchip(E, d: int) -> dict:
+    """A device's roofline beyond compute and HBM: what bounds it, each resource's
+    utilisation, its on-chip bytes and roofs per (space, direction)."""
+    if not _has(E, "bound_by", d):
+        return {}
+    return {"bound_by": _bound_by(E.bound_by[d]), "utilisation": _utilisation(E.utilisation[d]),
+            "onchip_bytes_by_space": _by_space(E.onchip_rw[d]),
+            "onchip_peaks_bytes_per_s": _by_space(E.onchip_peak[d])}
 
 
 def _achieved(diag: Diagnosis, d: int):
@@ -159,7 +209,11 @@ def op_roofline(diag: Diagnosis, r: int) -> dict | None:
             "flops_per_s": _f(E.row_flops_per_s[r]), "bytes_per_s": _f(E.row_bytes_per_s[r]),
             "intensity": _f(E.row_intensity[r]),
             "attainable_flops_per_s": _f(E.row_attainable[r]),
-            "efficiency": _f(E.row_efficiency[r]), "bound": _BOUND[int(E.row_bound[r])]}
+            "efficiency": _f(E.row_efficiency[r]), "bound": _BOUND[int(E.row_bound[r])],
+            **({"bound_by": _bound_by(E.row_bound_by[r]),
+                "utilisation": _utilisation(E.row_utilisation[r]),
+                "onchip_bytes_by_space": _by_space(E.row_onchip_rw[r])}
+               if _has(E, "row_bound_by", r) else {})}
 
 
 def roofline_json(diag: Diagnosis, d: int) -> dict | None:
@@ -177,7 +231,9 @@ def roofline_json(diag: Diagnosis, d: int) -> dict | None:
             "share_of_busy": float(T.time[r]) / busy, **op_roofline(diag, r)}
            for r in rows.tolist()]
     return {"peak_flops_per_s": _f(E.peak_flops[d]), "peak_bytes_per_s": _f(E.peak_bytes[d]),
-            "memory_space": E.bytes_space[d], "ridge": _f(E.ridge[d]), "dtype": E.peak_dtype[d] or None, "points": pts}
+            "memory_space": E.bytes_space[d], "ridge": _f(E.ridge[d]), "dtype": E.peak_dtype[d] or None,
+            "onchip_peaks_bytes_per_s": _by_space(E.onchip_peak[d]) if _has(E, "onchip_peak", d) else None,
+            "points": pts}
 
 
 def text_lines(diag: Diagnosis, run: dict | None = None) -> list:
@@ -204,8 +260,8 @@ def text_lines(diag: Diagnosis, run: dict | None = None) -> list:
             head += f", {e['achieved_flops_per_s'] / 1e12:.2f} TFLOP/s achieved, no peak known"
         rf = e["roofline"]
         if rf["bound"]:
-            head += (f"; {rf['bound']}-bound, {100 * (rf['efficiency'] or 0):.2f}% of roofline"
-                     + (" (HBM bytes)" if rf["memory_space"] == "hbm" else ""))
+            what = bound_label(rf.get("bound_by"), rf["memory_space"]) or rf["bound"]
+            head += f"; {what}-bound, {100 * (rf['efficiency'] or 0):.2f}% of roofline"
         L.append(head)
         if e["waterfall"]:
             parts = sorted(e["waterfall"].items(), key=lambda kv: -kv[1])

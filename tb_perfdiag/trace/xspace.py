@@ -42,7 +42,14 @@ MD_STR_STATS = ("hlo_op", "hlo_module", "tf_op", "hlo_category", "source", "shap
 MD_COST_STATS = ("flops", "model_flops", "bytes_accessed")
 # and its bytes per memory space (a serialized MemoryAccessBreakdown, TPU planes)
 MD_BREAKDOWN_STAT = "memory_access_breakdown"
-_HBM_SPACE = 1                 # xprof's MemorySpace: MEMORY_SPACE_HBM
+# xprof's PerformanceInfo.MemoryAccessed.MemorySpace and OpMetrics.MemoryAccessed.
+# OperationType: the spaces and directions its roofline judges an op against
+_HBM_SPACE, _CMEM_SPACE, _VMEM_SPACE = 1, 2, 3
+_READ, _WRITE = 1, 2
+# the on-chip (space, direction) pairs kept per op, in the order of ``ONCHIP_RW``
+ONCHIP_RW = ("cmem_read", "cmem_write", "vmem_read", "vmem_write")
+_ONCHIP_RW_KEY = {(_CMEM_SPACE, _READ): 0, (_CMEM_SPACE, _WRITE): 1, (_VMEM_SPACE, _READ): 2,
+                  (_VMEM_SPACE, _WRITE): 3}
 # an HLO instruction's metadata name: "%fusion.3 = f32[8]{0} fusion(…)"
 _HLO_TEXT = re.compile(r"^%([^\s=]+) = ")
 _HLO_OPERAND_TYPE = re.compile(r"^%[^\s=]+ = .*?[a-z-]+\(\s*([a-z][a-z0-9]*)\[")
@@ -563,12 +570,13 @@ def _runtime_waits(trace) -> None:
 
 
 def _cost_of(stats, stat_name: dict):
-    """(flops, model_flops, bytes_accessed, HBM bytes, on-chip bytes) of an op's metadata
-    stats (NaN where one is absent), None where it has none of the first three.  The
-    last two are from its ``memory_access_breakdown`` (XLA's bytes per memory space, as
-    xprof's roofline reads them: space 1 is HBM, any other on-chip — CMEM, VMEM); NaN
-    where the op carries no breakdown, 0 where it lists no access in that space."""
-    got = [np.nan] * 5
+    """(flops, model_flops, bytes_accessed, HBM bytes, on-chip bytes, CMEM read, CMEM
+    write, VMEM read, VMEM write bytes) of an op's metadata stats (NaN where one is
+    absent), None where it has none of the first three.  The last six are from its
+    ``memory_access_breakdown`` (XLA's bytes per memory space and direction, as xprof's
+    roofline reads them: space 1 is HBM, any other on chip); NaN where the op carries no
+    breakdown, 0 where it lists no access there."""
+    got = [np.nan] * 9
     found = False
     for st in stats:
         sname = stat_name.get(st.metadata_id)
@@ -578,31 +586,37 @@ def _cost_of(stats, stat_name: dict):
                 got[MD_COST_STATS.index(sname)] = float(getattr(st, which))
                 found = True
         elif sname == MD_BREAKDOWN_STAT and st.WhichOneof("value") == "bytes_value":
-            got[3:5] = _breakdown_bytes(st.bytes_value)
+            got[3:9] = _breakdown_bytes(st.bytes_value)
     return tuple(got) if found else None
 
 
 def _breakdown_bytes(raw: bytes) -> tuple:
-    """(HBM bytes, on-chip bytes) of a serialized ``MemoryAccessBreakdown`` (read and
-    written together; NaN both where it does not parse)."""
+    """(HBM bytes (read and written), on-chip bytes (any other space), then CMEM read,
+    CMEM write, VMEM read, VMEM write bytes) of a serialized ``MemoryAccessBreakdown``
+    (NaN all where it does not parse).  One parse per op of a program, not per event."""
     m = MemoryAccessBreakdown()
     try:
         m.ParseFromString(raw)
     except DecodeError:
-        return np.nan, np.nan
+        return (np.nan,) * 6
     hbm = onchip = 0.0
+    rw = [0.0] * len(ONCHIP_RW)
     for a in m.memory_accessed:
         if a.memory_space == _HBM_SPACE:
             hbm += a.bytes_accessed
-        else:
-            onchip += a.bytes_accessed
-    return hbm, onchip
+            continue
+        onchip += a.bytes_accessed
+        k = _ONCHIP_RW_KEY.get((a.memory_space, a.operation_type))
+        if k is not None:
+            rw[k] += a.bytes_accessed
+    return (hbm, onchip, *rw)
 
 
 def _device_facts(planes, devices: list) -> dict:
     """{device index: {"plane_stats": {…}, "op_costs": (hlo_op list, program ids int64,
-    flops, model_flops, bytes_accessed, HBM bytes, on-chip bytes float64 (NaN: absent),
-    result shape texts)}} of the device planes."""
+    flops, model_flops, bytes_accessed float64 (NaN: absent), result shape texts, HBM
+    bytes, on-chip bytes (NaN: no breakdown), and the on-chip bytes per ``ONCHIP_RW``
+    (n, 4))}} of the device planes."""
     out = {}
     for _, pname, pm in planes:
         m = _DEVICE_PLANE.match(pname)
@@ -614,11 +628,12 @@ def _device_facts(planes, devices: list) -> dict:
         facts = {"plane_stats": pm.plane_stats()}
         rows = getattr(pm, "op_costs", None)
         if rows:
-            ops, prog, fl, mfl, by, hbm, onchip, shape = zip(*rows)
+            ops, prog, fl, mfl, by, hbm, onchip, *rw, shape = zip(*rows)
             facts["op_costs"] = (list(ops), np.asarray(prog, np.int64),
                                  np.asarray(fl, np.float64), np.asarray(mfl, np.float64),
                                  np.asarray(by, np.float64), list(shape),
-                                 np.asarray(hbm, np.float64), np.asarray(onchip, np.float64))
+                                 np.asarray(hbm, np.float64), np.asarray(onchip, np.float64),
+                                 np.asarray(rw, np.float64).T.reshape(len(ops), len(ONCHIP_RW)))
         out[dev] = facts
     return out
 

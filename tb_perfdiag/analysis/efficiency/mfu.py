@@ -15,7 +15,7 @@ import numpy as np
 from .. import causes as C
 from ..result import Bound, EfficiencyTable, Overlap
 from . import waterfall as W
-from .roofline import roofline
+from .roofline import roofline, utilisation
 from .sums import CostSums, dtype_names
 
 # the memory space of the bytes a roofline counts: HBM where the trace splits an op's
@@ -97,6 +97,43 @@ def _peaks(trace, sums: CostSums, active, override_tflops):
     return pf, pb, dts, srcs, models, why, (fast, fast_dt)
 
 
+def _onchip_roofs(trace, active):
+    """Per device: the on-chip roofs (n_dev, 4) bytes/s per ``ONCHIP_RW`` (NaN none) and
+    which of them the share of the roofline counts (xprof: the CMEM ones where the
+    device has CMEM, else the VMEM ones where it has a merged VMEM)."""
+    n = active.shape[0]
+    pk, counted = np.full((n, 4), np.nan), np.zeros((n, 4), bool)
+    try:
+        from .peaks import onchip_peaks
+    except ImportError:
+        return pk, counted
+    for d in np.flatnonzero(active).tolist():
+        p = onchip_peaks(trace, d)
+        pk[d] = [np.nan if v is None else v for v in p.bytes_per_s]
+        counted[d, :2] = p.has_cmem
+        counted[d, 2:] = p.has_merged_vmem and not p.has_cmem
+    return pk, counted
+
+
+def _judged(r, u, flops, time_ps):
+    """``roofline``'s figures with the bound, share and attainable rate of the resource
+    that bounds each row among compute, HBM and the on-chip roofs (``utilisation``):
+    (FLOP/s, bytes/s, intensity, attainable, efficiency, bound, utilisation, bound_by).
+    With HBM alone the same as the ridge test (intensity below peak ÷ bandwidth is
+    bytes/s ÷ bandwidth above FLOP/s ÷ peak)."""
+    fps, bps, inten, _att, _eff, _bound = r
+    util, bound_by, share = u
+    bound = np.where(bound_by == 0, Bound.COMPUTE,
+                     np.where(bound_by > 0, Bound.MEMORY, Bound.UNKNOWN)).astype(np.int8)
+    known = bound_by >= 0
+    eff = np.where(known, share, np.nan)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        # the rate at the bounding roof: achieved ÷ share (xprof's optimal FLOP rate)
+        rate = np.asarray(flops, np.float64) / (np.asarray(time_ps, np.float64) * 1e-12)
+        att = np.where(known & (share > 0), rate / share, np.nan)
+    return fps, bps, inten, att, eff, bound, util, bound_by
+
+
 def efficiency_table(trace, sums: CostSums | None, devices, steps, device_ops, coll,
                      peak_tflops: float | None = None) -> EfficiencyTable | None:
     """The diagnosis' ``EfficiencyTable`` (None without cost sums)."""
@@ -145,11 +182,19 @@ def efficiency_table(trace, sums: CostSums | None, devices, steps, device_ops, c
     # ---- roofline per row and per device
     rd = np.asarray(device_ops.device, np.int64) if device_ops is not None else np.zeros(0, np.int64)
     rt = np.asarray(device_ops.time, np.float64) if device_ops is not None else np.zeros(0)
+    op_pk, counted = _onchip_roofs(trace, active)
     # bytes against the HBM bandwidth: those in HBM where the trace splits them by
-    # memory space (as xprof's roofline does), all of them where it does not
-    r = roofline(sums.row_hw, sums.row_hbm_bytes, rt, pf[rd], pb[rd])
+    # memory space (as xprof's roofline does), all of them where it does not; the
+    # on-chip ones against their own roofs (none known where there is no split)
+    r = _judged(roofline(sums.row_hw, sums.row_hbm_bytes, rt, pf[rd], pb[rd]),
+                utilisation(sums.row_hw, sums.row_hbm_bytes,
+                            np.where(sums.row_split[:, None] > 0, sums.row_onchip_rw, np.nan),
+                            rt, pf[rd], pb[rd], op_pk[rd], counted[rd]), sums.row_hw, rt)
     # the device's ops together over its window, idle included: xprof's program level
-    dv = roofline(sums.hw_flops, sums.hbm_bytes, win, pf, pb)
+    dev_rw = np.where(sums.split[:, None] > 0, sums.onchip_rw, np.nan)
+    dv = _judged(roofline(sums.hw_flops, sums.hbm_bytes, win, pf, pb),
+                 utilisation(sums.hw_flops, sums.hbm_bytes, dev_rw, win, pf, pb, op_pk, counted),
+                 sums.hw_flops, win)
     split = sums.split > 0
     with np.errstate(divide="ignore", invalid="ignore"):
         ridge = pf / pb
@@ -161,7 +206,7 @@ def efficiency_table(trace, sums: CostSums | None, devices, steps, device_ops, c
         bytes=np.where(active, sums.bytes, np.nan),
         hbm_bytes=np.where(active & split, sums.hbm_bytes, np.nan),
         onchip_bytes=np.where(active & split, sums.onchip_bytes, np.nan),
-        bytes_space=[SPACE_HBM if split[d] else SPACE_ALL for d in range(n_dev)],
+        bytes_space=[SPACE_HBM if sums.listed[d] > 0 else SPACE_ALL for d in range(n_dev)],
         op_time=sums.op_time.astype(np.int64), known_time=sums.known_time.astype(np.int64),
         flops_source=[sums.source if active[d] and all_flops[d] > 0 else "" for d in range(n_dev)],
         missing=missing, peak_flops=pf, peak_bytes=pb, peak_dtype=dts, peak_source=srcs,
@@ -177,7 +222,11 @@ def efficiency_table(trace, sums: CostSums | None, devices, steps, device_ops, c
         intensity=dv[2] if n_dev else nan(0), attainable=dv[3], roofline_efficiency=dv[4],
         bound=dv[5], ridge=ridge, row_fp32_time=sums.row_fp32_mm_time,
         fast_peak=fast, fast_dtype=fast_dt, coll_points=cpts,
-        step_coll_points=scpts.reshape(n_steps, n_dev).astype(np.float32))
+        step_coll_points=scpts.reshape(n_steps, n_dev).astype(np.float32),
+        onchip_peak=op_pk, onchip_counted=counted, onchip_rw=dev_rw,
+        utilisation=dv[6], bound_by=dv[7],
+        row_onchip_rw=np.where(sums.row_split[:, None] > 0, sums.row_onchip_rw, np.nan),
+        row_utilisation=r[6], row_bound_by=r[7])
 
 
 def stage(trace, sums, diag, peak_tflops=None) -> EfficiencyTable | None:

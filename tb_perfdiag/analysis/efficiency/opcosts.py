@@ -17,8 +17,10 @@ UNKNOWN_DTYPE = DTYPES.index("")
 
 FIGURES = ("flops", "hw_flops", "bytes", "estimated", "matmul", "dtype", "known")
 # of ``bytes``, those XLA places in HBM and on chip (CMEM, VMEM), where the trace splits
-# them by memory space (a TPU op's ``memory_access_breakdown``); NaN where it does not
-SPLIT = ("hbm_bytes", "onchip_bytes")
+# them by memory space (a TPU op's ``memory_access_breakdown``); NaN where it does not.
+# The on-chip ones also per (memory space, direction): the roofs xprof judges an op by
+ONCHIP_RW = ("cmem_read", "cmem_write", "vmem_read", "vmem_write")
+SPLIT = ("hbm_bytes", "onchip_bytes") + tuple(f"{k}_bytes" for k in ONCHIP_RW)
 
 
 class OpCosts:
@@ -32,7 +34,8 @@ class OpCosts:
     (dot, convolution, attention); ``dtype``: int8 into DTYPES, the dtype a matmul-class
     op ran in; ``known``: the op has a figure (0 FLOPs may be a figure);
     ``hbm_bytes``, ``onchip_bytes``: of ``bytes``, those in HBM and on chip where the
-    trace splits them by memory space (NaN where not: the default).  ``source``:
+    trace splits them by memory space (NaN where not: the default);
+    ``cmem_read_bytes`` … ``vmem_write_bytes``: the on-chip ones per space and direction.  ``source``:
     "xla_op_stats" | "hlo" | "kineto_flops_arg" | "shapes" | ""; ``missing``: why figures
     are absent ("" when every op has one).
 
@@ -45,14 +48,19 @@ class OpCosts:
 
     def __init__(self, event, flops, hw_flops, bytes, estimated, matmul, dtype, known,
                  source: str, missing: str, code: np.ndarray | None = None,
-                 hbm_bytes: np.ndarray | None = None, onchip_bytes: np.ndarray | None = None):
+                 hbm_bytes: np.ndarray | None = None, onchip_bytes: np.ndarray | None = None,
+                 cmem_read_bytes: np.ndarray | None = None,
+                 cmem_write_bytes: np.ndarray | None = None,
+                 vmem_read_bytes: np.ndarray | None = None,
+                 vmem_write_bytes: np.ndarray | None = None):
         self.event = event
         self.code = code
         self.source, self.missing = source, missing
         self._held = dict(zip(FIGURES, (flops, hw_flops, bytes, estimated, matmul, dtype,
                                         known)))
         # no split is held as None (no NaN column per event at 20 M Kineto ops)
-        self._held.update(zip(SPLIT, (hbm_bytes, onchip_bytes)))
+        self._held.update(zip(SPLIT, (hbm_bytes, onchip_bytes, cmem_read_bytes,
+                                      cmem_write_bytes, vmem_read_bytes, vmem_write_bytes)))
 
     def held(self, name: str) -> np.ndarray | None:
         """A figure as held: per distinct op where ``code`` is set, else per event (None:
@@ -71,6 +79,8 @@ class OpCosts:
     estimated, matmul, dtype = _figure("estimated"), _figure("matmul"), _figure("dtype")
     known = _figure("known")
     hbm_bytes, onchip_bytes = _figure("hbm_bytes"), _figure("onchip_bytes")
+    cmem_read_bytes, cmem_write_bytes = _figure("cmem_read_bytes"), _figure("cmem_write_bytes")
+    vmem_read_bytes, vmem_write_bytes = _figure("vmem_read_bytes"), _figure("vmem_write_bytes")
     del _figure
 
     def __len__(self) -> int:

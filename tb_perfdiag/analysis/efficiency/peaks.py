@@ -164,3 +164,33 @@ def device_peak(trace: Trace, device: int, dtype: str,
     else:
         why = "the trace names no device model and has no peak of its own"
     return Peak(None, bw, dtype, "", model, why + " (give the peak with --peak-tflops)")
+
+
+# a TPU plane's on-chip bandwidths, GB/s, in the order of ``opcosts.ONCHIP_RW``: the
+# roofs xprof's roofline judges an op's CMEM and VMEM reads and writes against
+_ONCHIP_STATS = ("peak_cmem_rd_bw_gigabytes_per_second", "peak_cmem_wr_bw_gigabytes_per_second",
+                 "peak_vmem_rd_bw_gigabytes_per_second", "peak_vmem_wr_bw_gigabytes_per_second")
+
+
+@dataclass
+class OnChipPeaks:
+    bytes_per_s: tuple          # per ONCHIP_RW: bytes/s, None where the plane gives none (or 0)
+    has_cmem: bool              # a CMEM bandwidth is given (xprof's PerfEnv.has_cmem)
+    has_merged_vmem: bool       # the plane's ``has_merged_vmem``
+
+
+def onchip_peaks(trace: Trace, device: int) -> OnChipPeaks:
+    """The on-chip memory bandwidths of ``trace.devices[device]``'s plane (TPU planes
+    only; none elsewhere).  xprof reads the same stats into its PerfEnv; the plane's
+    ``peak_sram_*`` are its GPU roofline's shared-memory roofs, not a TPU's, and are not
+    read."""
+    planes = trace.metadata.get("device_planes") or {}
+    st = (planes.get(device) or {}).get("plane_stats") or {}
+    got = []
+    for k in _ONCHIP_STATS:
+        try:
+            v = float(st.get(k) or 0.0)
+        except (TypeError, ValueError):
+            v = 0.0
+        got.append(v * 1e9 if v > 0 else None)
+    return OnChipPeaks(tuple(got), bool(got[0] or got[1]), bool(st.get("has_merged_vmem")))

@@ -40,3 +40,49 @@ def roofline(flops, bytes_, time_ps, peak, bandwidth):
                        np.where(bound == Bound.COMPUTE, fps / pk, np.nan))
     eff = np.where(np.isfinite(eff), eff, np.where(bound >= 0, 0.0, np.nan))
     return fps, bps, inten, att, eff, bound
+
+
+# the resources xprof's roofline judges an op against, in its order (the first of equal
+# utilisations wins: compute wins ties): ``EfficiencyTable.row_bound_by`` indexes this
+RESOURCES = ("compute", "hbm", "cmem_read", "cmem_write", "vmem_read", "vmem_write")
+UNKNOWN_RESOURCE = -1
+
+
+def utilisation(flops, hbm_bytes, onchip_rw, time_ps, peak, bandwidth, onchip_peak,
+                counted):
+    """(utilisation (n, 6) per ``RESOURCES``, bound_by int8 (n,), share (n,)) per row, as
+    xprof's ``SetRooflineMetrics`` and its roofline record judge an op: each resource's
+    rate over its peak — FLOP/s over the compute peak, HBM bytes/s over the HBM
+    bandwidth, and the on-chip bytes of each (space, direction) over that roof
+    (``onchip_rw`` (n, 4) per ``opcosts.ONCHIP_RW``, NaN where the trace has no split;
+    ``onchip_peak`` (n, 4) bytes/s, NaN none).  Bound by the largest (an on-chip roof
+    only where the op moves bytes there); ``UNKNOWN_RESOURCE`` where none is above 0
+    or either main roof is unknown.  The share of the roofline is the largest of the
+    utilisations ``counted`` (n, 4) lets in beside compute and HBM: xprof counts the
+    CMEM roofs where the device has CMEM, the VMEM roofs where it has a merged VMEM
+    and no CMEM — so its share may leave out the roof its bound_by names."""
+    f = np.asarray(flops, np.float64)
+    n = f.shape[0]
+    b = np.asarray(hbm_bytes, np.float64)
+    t = np.asarray(time_ps, np.float64) * 1e-12
+    pk = np.asarray(peak, np.float64) * np.ones(n)
+    bw = np.asarray(bandwidth, np.float64) * np.ones(n)
+    rw = np.asarray(onchip_rw, np.float64).reshape(n, -1)
+    rp = np.asarray(onchip_peak, np.float64).reshape(n, -1)
+    ok = (t > 0) & (pk > 0) & (bw > 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rate = np.stack([f, b], axis=1) / np.where(ok, t, np.nan)[:, None]
+        u = np.empty((n, len(RESOURCES)))
+        u[:, 0] = rate[:, 0] / pk
+        u[:, 1] = rate[:, 1] / bw
+        u[:, 2:] = np.where(rp > 0, rw / np.where(ok, t, np.nan)[:, None] / rp, np.nan)
+    u = np.where(ok[:, None], u, np.nan)
+    # an on-chip roof bounds an op only where it moves bytes there (xprof: "if bytes")
+    judged = np.where(np.isfinite(u) & np.concatenate(
+        [np.ones((n, 2), bool), np.nan_to_num(rw) > 0], axis=1), u, 0.0)
+    top = np.argmax(judged, axis=1) if n else np.zeros(0, np.intp)
+    bound_by = np.where(judged[np.arange(n), top] > 0, top, UNKNOWN_RESOURCE).astype(np.int8)
+    share_of = np.where(np.concatenate([np.ones((n, 2), bool), np.asarray(counted, bool)
+                                        .reshape(n, -1)], axis=1), np.nan_to_num(u), 0.0)
+    share = np.where(ok, share_of.max(axis=1, initial=0.0), np.nan)
+    return u, bound_by, share

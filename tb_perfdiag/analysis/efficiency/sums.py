@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..result import DeviceOpTable, OpClass
-from .opcosts import distinct_rows
+from .opcosts import ONCHIP_RW, distinct_rows
 
 # the dtype names of ``costs.DTYPES`` where that module is not there yet (tests of the
 # arithmetic build their own cost columns)
@@ -39,10 +39,12 @@ class CostSums:
     flops_est: np.ndarray       # (n_dev,) estimated ones
     hw_flops: np.ndarray        # (n_dev,)
     bytes: np.ndarray           # (n_dev,) all memory spaces
-    hbm_bytes: np.ndarray       # (n_dev,) in HBM where the op's figure splits them by
-                                # memory space, its all-space bytes where it does not
+    hbm_bytes: np.ndarray       # (n_dev,) the HBM bytes the ops' breakdowns list, all
+                                # bytes where no op lists any (xprof's program level)
     onchip_bytes: np.ndarray    # (n_dev,) on chip (CMEM, VMEM) where split
     split: np.ndarray           # (n_dev,) ops whose bytes are split by memory space
+    listed: np.ndarray          # (n_dev,) of those, ops whose breakdown lists an access
+    onchip_rw: np.ndarray       # (n_dev, 4) on-chip bytes per ``ONCHIP_RW`` where split
     op_time: np.ndarray         # (n_dev,) ps summed durations
     known_time: np.ndarray      # (n_dev,) ps of ops with a figure
     mm_time: np.ndarray         # (n_dev,) ps of matmul-class compute ops
@@ -56,8 +58,10 @@ class CostSums:
     row_flops: np.ndarray       # per device-op-table row: model FLOPs (estimated included)
     row_hw: np.ndarray
     row_bytes: np.ndarray
-    row_hbm_bytes: np.ndarray   # as ``hbm_bytes``, per row
+    row_hbm_bytes: np.ndarray   # per row, each op's HBM bytes as xprof's per-op roofline
+                                # counts them: those listed, all where it lists none
     row_split: np.ndarray
+    row_onchip_rw: np.ndarray   # (n_rows, 4) as ``onchip_rw``
     row_mm_flops: np.ndarray    # FLOPs of its matmul-class ops
     row_known_time: np.ndarray  # ps
     row_fp32_mm_time: np.ndarray  # ps of its fp32 matmul-class ops
@@ -74,7 +78,8 @@ BLOCK = 1 << 20              # ops folded at a time: the temporaries stay a few 
 
 
 _FIGURES = ("flops", "hw_flops", "bytes", "estimated", "matmul", "dtype", "known")
-_SPLIT = ("hbm_bytes", "onchip_bytes")      # optional: None where a cost table has none
+# optional: None where a cost table has none
+_SPLIT = ("hbm_bytes", "onchip_bytes") + tuple(f"{k}_bytes" for k in ONCHIP_RW)
 
 
 def fold(costs, op_dev: np.ndarray, op_step: np.ndarray, op_row: np.ndarray, dur: np.ndarray,
@@ -93,11 +98,17 @@ def fold(costs, op_dev: np.ndarray, op_step: np.ndarray, op_row: np.ndarray, dur
         b = min(a + BLOCK, n)
         if code is None:
             figs = {c: np.asarray(getattr(costs, c))[a:b] for c in _FIGURES}
-            split = {c: _optional(costs, c) for c in _SPLIT}
+            # as held (per event here): a source with no split holds None, and no NaN
+            # column per event is made for it
+            split = {c: _optional(costs, c, held=True) for c in _SPLIT}
             figs.update({c: None if v is None else v[a:b] for c, v in split.items()})
         part = _fold_block(figs, None if code is None else code[a:b], op_dev[a:b],
                            op_step[a:b], op_row[a:b], dur[a:b], table, n_dev, n_steps)
         got = part if got is None else {k: got[k] + v for k, v in part.items()}
+    # a device's HBM bytes: those its ops' breakdowns list, all its bytes where none lists
+    # any (xprof combines the ops' breakdowns, and reads a program with none as all HBM)
+    hbm_listed = got.pop("hbm_listed")
+    got["hbm_bytes"] = np.where(got["listed"] > 0, hbm_listed, got["bytes"])
     return CostSums(n_dev, n_steps, **got, source=str(getattr(costs, "source", "") or ""),
                     missing=str(getattr(costs, "missing", "") or ""))
 
@@ -106,7 +117,7 @@ def _optional(costs, name: str, held: bool = False) -> np.ndarray | None:
     """An optional figure of ``costs`` (None where it has none: a source with no
     memory-space split, or the arithmetic tests' own columns)."""
     try:
-        v = costs.held(name) if held else getattr(costs, name, None)
+        v = costs.held(name) if held and hasattr(costs, "held") else getattr(costs, name, None)
     except (AttributeError, KeyError):
         v = None
     return None if v is None else np.asarray(v)
@@ -165,19 +176,21 @@ def _fold_block(c: dict, code, op_dev, op_step, op_row, dur, table, n_dev: int,
         return np.nan_to_num(out, copy=False)
     fl, hw, by = figure(c["flops"]), figure(c["hw_flops"]), figure(c["bytes"])
     hw = np.where(hw > 0, hw, fl)
-    # HBM bytes where the op's bytes are split by memory space, else all its bytes
-    # (xprof's rule for an op with no breakdown); ``sp`` marks the split ones
+    # HBM bytes as xprof's roofline counts an op's: those its breakdown lists, all of its
+    # bytes where it lists none or has none (its rule for an op without a breakdown).
+    # XLA lists positive byte counts only, so an op lists some where its listed bytes
+    # add up to more than 0.  ``sp`` marks the ops with a breakdown, ``ls`` those listing
     if c.get("hbm_bytes") is None:
-        sp, hbm = np.zeros(known.shape[0], bool), by
+        sp = ls = np.zeros(known.shape[0], bool)
+        hb = onc = hbm = None
     else:
         hb = fig(c["hbm_bytes"]).astype(np.float64, copy=False)
         sp = known & np.isfinite(hb)
-        hbm = np.where(sp, hb, by)
-    if c.get("onchip_bytes") is None:
-        onc = np.zeros(known.shape[0])
-    else:
-        oc = fig(c["onchip_bytes"]).astype(np.float64, copy=False)
-        onc = np.where(known & np.isfinite(oc), oc, 0.0)
+        hb = np.where(sp, hb, 0.0)
+        onc = np.zeros(known.shape[0]) if c.get("onchip_bytes") is None else \
+            np.nan_to_num(np.where(sp, fig(c["onchip_bytes"]).astype(np.float64), 0.0))
+        ls = sp & (hb + onc > 0)
+        hbm = np.where(ls, hb, by)
     r_klass = np.asarray(table.klass, np.int8)
     r_compute = r_klass == OpClass.COMPUTE
     compute = r_compute[p_row] if n_rows else np.zeros(p_row.shape[0], bool)
@@ -192,8 +205,22 @@ def _fold_block(c: dict, code, op_dev, op_step, op_row, dur, table, n_dev: int,
     r_est = _bc(p_row, n_rows, np.where(est, fl_n, 0.0))
     r_fl = _bc(p_row, n_rows, fl_n)
     r_hw, r_by, r_d = _bc(p_row, n_rows, hw_n), _bc(p_row, n_rows, by_n), _bc(p_row, n_rows, p_dur)
-    r_hbm, r_onc = _bc(p_row, n_rows, hbm * cnt), _bc(p_row, n_rows, onc * cnt)
-    r_sp = _bc(p_row, n_rows, np.where(sp, cnt, 0.0))
+    # the split's sums: no pass over the ops where the costs carry no split (a Kineto
+    # trace's are per op): the roofline's HBM bytes are then all the bytes
+    r_rw = np.zeros((n_rows, len(ONCHIP_RW)))
+    if not sp.any():
+        r_hbm, r_onc, r_hbm_ls, r_sp, r_ls = r_by.copy(), *(np.zeros(n_rows) for _ in range(4))
+    else:
+        r_hbm, r_onc = _bc(p_row, n_rows, hbm * cnt), _bc(p_row, n_rows, onc * cnt)
+        r_hbm_ls = _bc(p_row, n_rows, hb * cnt)
+        r_sp = _bc(p_row, n_rows, np.where(sp, cnt, 0.0))
+        r_ls = _bc(p_row, n_rows, np.where(ls, cnt, 0.0))
+        # the on-chip bytes per (space, direction): a bincount per pair over the ops
+        for j, k in enumerate(ONCHIP_RW):
+            v = c.get(f"{k}_bytes")
+            if v is not None:
+                x = np.nan_to_num(np.where(sp, fig(v).astype(np.float64, copy=False), 0.0))
+                r_rw[:, j] = _bc(p_row, n_rows, x * cnt)
     r_known = _bc(p_row, n_rows, np.where(known, p_dur, 0.0))
     r_mm_d, r_mm_fl = _bc(p_row, n_rows, mm_d), _bc(p_row, n_rows, mm_fl)
     r_fp32 = _bc(p_row, n_rows, np.where(dt == fp32, mm_d, 0.0))
@@ -203,8 +230,8 @@ def _fold_block(c: dict, code, op_dev, op_step, op_row, dur, table, n_dev: int,
     # per device, from its rows
     rdev = np.asarray(table.device, np.int64)
     per = lambda x: _bc(rdev, n_dev, x)  # noqa: E731
-    dev_dt = lambda x: np.stack([per(x[:, k]) for k in range(n_dt)], axis=1) if n_rows \
-        else np.zeros((n_dev, n_dt))  # noqa: E731
+    dev_dt = lambda x: np.stack([per(x[:, k]) for k in range(x.shape[1])], axis=1) \
+        if n_rows else np.zeros((n_dev, x.shape[1]))  # noqa: E731
     # per (launching step, device): each op its unit's figure
     st = np.asarray(op_step, np.intp)
     in_step = np.flatnonzero(st >= 0) if st.size and st.min() < 0 else slice(None)
@@ -214,7 +241,8 @@ def _fold_block(c: dict, code, op_dev, op_step, op_row, dur, table, n_dev: int,
     nsd, shape = n_steps * n_dev, (n_steps, n_dev)
     return dict(
         flops=per(r_fl - r_est), flops_est=per(r_est), hw_flops=per(r_hw), bytes=per(r_by),
-        hbm_bytes=per(r_hbm), onchip_bytes=per(r_onc), split=per(r_sp),
+        hbm_listed=per(r_hbm_ls), onchip_bytes=per(r_onc), split=per(r_sp),
+        listed=per(r_ls), onchip_rw=dev_dt(r_rw),
         op_time=per(r_d), known_time=per(r_known), mm_time=per(r_mm_d),
         comp_time=per(np.where(r_compute, r_d, 0.0)),
         dtype_flops=dev_dt(r_dt_mm), dtype_all=dev_dt(r_dt_all),
@@ -223,6 +251,7 @@ def _fold_block(c: dict, code, op_dev, op_step, op_row, dur, table, n_dev: int,
         step_mm_time=_bc(sk, nsd, np.where(mm[unit], d_in, 0.0)).reshape(shape),
         step_comp_time=_bc(sk, nsd, np.where(compute[unit], d_in, 0.0)).reshape(shape),
         row_flops=r_fl, row_hw=r_hw, row_bytes=r_by, row_hbm_bytes=r_hbm, row_split=r_sp,
+        row_onchip_rw=r_rw,
         row_mm_flops=r_mm_fl,
         row_known_time=r_known, row_fp32_mm_time=r_fp32)
 

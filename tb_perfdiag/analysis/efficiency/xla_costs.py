@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...trace.model import Trace, lookup_together
-from .opcosts import DTYPES, UNKNOWN_DTYPE, OpCosts, distinct_rows
+from .opcosts import DTYPES, ONCHIP_RW, UNKNOWN_DTYPE, OpCosts, distinct_rows
 
 # XLA op categories (``hlo_category``) whose work is matrix-unit work
 _MATMUL_CATEGORIES = ("convolution", "convolution fusion", "convolution-base", "dot",
@@ -56,6 +56,7 @@ def from_op_stats(trace: Trace, events: np.ndarray) -> OpCosts | None:
     mfl = np.zeros(nk)
     by = np.zeros(nk)
     hbm, onchip = np.full(nk, np.nan), np.full(nk, np.nan)
+    rw = np.full((nk, len(ONCHIP_RW)), np.nan)
     known = np.zeros(nk, bool)
     for k, (d, p, o, _c) in enumerate(uniq.tolist()):   # one per distinct op, not event
         if o < 0 or d not in lookup:
@@ -70,6 +71,8 @@ def from_op_stats(trace: Trace, events: np.ndarray) -> OpCosts | None:
         fl[k], mfl[k], by[k] = f[row], mf[row], b[row]
         if split:
             hbm[k], onchip[k] = split[0][row], split[1][row]
+            if len(split) > 2:
+                rw[k] = split[2][row]
         dt[k] = DTYPES.index(element_dtype(shape[row]))
         known[k] = True
     # model FLOPs where XLA gives them; its ``flops`` count what the hardware ran
@@ -80,7 +83,8 @@ def from_op_stats(trace: Trace, events: np.ndarray) -> OpCosts | None:
     dtype = np.where(matmul, dt, UNKNOWN_DTYPE).astype(np.int8)
     return OpCosts(events, model, hw, by, np.zeros(nk, bool), matmul, dtype, known,
                    "xla_op_stats", "" if known.all() else "some ops carry no XLA cost figures",
-                   code=inv.reshape(-1), hbm_bytes=hbm, onchip_bytes=onchip)
+                   code=inv.reshape(-1), hbm_bytes=hbm, onchip_bytes=onchip,
+                   **{f"{k}_bytes": rw[:, j] for j, k in enumerate(ONCHIP_RW)})
 
 
 def _matmul(trace: Trace, category: np.ndarray) -> np.ndarray:
