@@ -380,16 +380,22 @@ def test_datasheet_rows_by_name(name, row, bf16):
         assert r.datasheet and r.gbytes_per_s > 0 and r.tflops.get("bf16") == bf16
 
 
-def test_distinct_rows_agrees_with_numpy():
+@pytest.mark.parametrize("which", ["abc", "ac", "kc", "kak", "kk", "c", "k"])
+def test_distinct_rows_agrees_with_numpy(which):
+    """Any mix of varying columns and one-value ones (``k``: the program of a one-program
+    capture), wide values and −1s, gives numpy's distinct rows and inverse."""
     from tb_perfdiag.analysis.efficiency.costs import distinct_rows
     rng = np.random.default_rng(3)
-    a = rng.integers(0, 4, 5000)
-    b = rng.choice(np.array([-1, 2**63 - 5, -(2**62), 7]), 5000)
-    c = rng.integers(-1, 300, 5000)
-    rows, inv = distinct_rows(a, b, c)
-    want, winv = np.unique(np.stack([a, b, c], 1), axis=0, return_inverse=True)
+    col = {"a": rng.integers(0, 4, 5000),
+           "b": rng.choice(np.array([-1, 2**63 - 5, -(2**62), 7]), 5000),
+           "c": rng.integers(-1, 300, 5000), "k": np.full(5000, 2**40 + 3)}
+    cols = [col[x] for x in which]
+    rows, inv = distinct_rows(*cols)
+    want, winv = np.unique(np.stack(cols, 1), axis=0, return_inverse=True)
     assert (rows == want).all() and (inv == winv.reshape(-1)).all()
-    assert (rows[inv] == np.stack([a, b, c], 1)).all()
+    assert (rows[inv] == np.stack(cols, 1)).all()
+    rows, inv = distinct_rows(*(c[:0] for c in cols))
+    assert rows.shape == (0, len(cols)) and inv.shape == (0,)
 
 
 def test_hlo_op_run_as_two_gpu_kernels_counts_once():
@@ -495,3 +501,40 @@ def test_native_walk_of_an_hlo_module_gives_upb_figures():
     with pytest.raises(ValueError):
         walk(broken, H._ELEMENT_SIZES)
     assert isinstance(H._module_of(broken), H._Module)
+
+
+@pytest.mark.parametrize("traced", ["hlo", "xla_op_stats"])
+def test_xspace_costs_a_block_at_a_time_fold_as_whole(traced, monkeypatch):
+    """Where the costs are not found ahead (a trace too large to pair stages), an
+    XSpace's ops are costed a block at a time, a margin each side: an op run as two
+    kernels across a block's edge still counts once, and every sum is the whole's."""
+    from tb_perfdiag.analysis.diagnosis import diagnose_trace
+    from tb_perfdiag.analysis.efficiency import sums
+    from tb_perfdiag.testing.xspace import Ref
+    if traced == "hlo":
+        w = XSpaceWriter()
+        md = w.plane("/host:metadata", id=9)
+        md.eid("jit_step(7)", md_stats=[("Hlo Proto", "b", _hlo_module())])
+        gpu = w.plane("/device:GPU:0", id=1)
+        ln = gpu.line(7, "Stream #7", timestamp_ns=0)
+        st = {"hlo_module": Ref("jit_step"), "program_id": 7}
+        t = 0
+        for rep in range(5):
+            for op, kname in (("dot.1", "gemm_kernel"), ("dot.1", "splitk_reduce"),
+                              ("convolution.2", "conv_kernel"), ("fusion.3", "fused")):
+                gpu.event(ln, kname, t, 500, stats=dict(st, hlo_op=op))
+                t += 1000
+        make = lambda: load_xspace(w)  # noqa: E731
+    else:
+        make = _tpu_trace
+    whole = diagnose_trace(make()).efficiency
+    monkeypatch.setattr(sums, "costs_ahead", lambda *a, **k: None)
+    for block, pad in ((1, 1), (3, 1), (2, 4)):
+        monkeypatch.setattr(sums, "BLOCK", block)
+        monkeypatch.setattr(sums, "RUN_PAD", pad)
+        got = diagnose_trace(make()).efficiency
+        for name in ("flops", "bytes", "hw_flops", "mfu", "waterfall", "step_flops",
+                     "row_flops", "row_bytes"):
+            np.testing.assert_allclose(getattr(got, name), getattr(whole, name), rtol=1e-12,
+                                       err_msg=f"{name} in blocks of {block}")
+    assert np.nansum(whole.flops) > 0

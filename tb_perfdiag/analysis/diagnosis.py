@@ -168,6 +168,10 @@ class _Stages:
         return getattr(self.progress, name)
 
 
+def _annotations_then_costs(ann_args: tuple, dev_ops: np.ndarray):
+    return ann_mod.device_time(*ann_args), eff_sums.costs_ahead(ann_args[0], dev_ops)
+
+
 def _diagnose(trace: Trace, opt: Options, progress):
     # the stages run beside this thread are waited for however the analysis ends
     with ExitStack() as beside:
@@ -213,7 +217,10 @@ def _stages(trace: Trace, opt: Options, progress, beside: ExitStack):
     memo: dict = {}
     pid, paths = ann_mod.op_paths(trace, dev_ops, root, memo) if dev_ops.size else (None, [])
     ann_args = (trace, dev_ops, op_step, steps.ids, root, (pid, paths, dict(memo)))
-    ann_job = beside.enter_context(Beside(ann_mod.device_time, *ann_args)) if paired else None
+    # the ops' cost figures after it on the same core, where they are the ops' own (an
+    # XSpace's): the second core is free from there until the gaps
+    ann_job = beside.enter_context(Beside(_annotations_then_costs, ann_args, dev_ops)) \
+        if paired else None
     users = user_threads(trace, steps.thread) or dispatch_threads(trace, root)
     compilations = usercalls.compilations(trace, steps, root, users)
     # the compilation table is the one count: per step, in findings and in the JSON
@@ -238,11 +245,13 @@ def _stages(trace: Trace, opt: Options, progress, beside: ExitStack):
     device_ops, noncompute = device_op_table(
         trace, dev_ops, op_step, n_steps, origin, pid, paths, memo,
         defer_overlap=True, typical=typical_of(outlier), op_rows=op_rows)
-    annotations = ann_job.result() if ann_job is not None else ann_mod.device_time(*ann_args)
+    annotations, op_costs = ann_job.result() if ann_job is not None else \
+        (ann_mod.device_time(*ann_args), None)
     # the ops' cost figures folded into per step, device and row sums (none kept per op),
     # once the device time by annotation beside is done: their per-op columns and its
     # temporaries never add up
-    costs = eff_sums.gather(trace, dev_ops, op_step, n_steps, device_ops, op_rows)
+    costs = eff_sums.gather(trace, dev_ops, op_step, n_steps, device_ops, op_rows, op_costs)
+    del op_costs
     del dev_ops, op_step, pid, paths, memo, ann_args
     progress.stage(0.35, "host timelines")
     ctx, executors, get_next, busy_sets = ctx_job.result() if ctx_job is not None else \

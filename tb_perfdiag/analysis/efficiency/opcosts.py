@@ -86,6 +86,18 @@ class OpCosts:
     def __len__(self) -> int:
         return int(self.event.shape[0])
 
+    def take(self, at: np.ndarray) -> "OpCosts":
+        """The costs of the events at positions ``at`` (figures held per op stay so)."""
+        if self.code is not None:
+            held = self._held
+        else:
+            held = {k: None if v is None else np.asarray(v)[at] for k, v in self._held.items()}
+        out = OpCosts.__new__(OpCosts)
+        out.event, out.source, out.missing = self.event[at], self.source, self.missing
+        out.code = None if self.code is None else self.code[at]
+        out._held = dict(held)
+        return out
+
     def dtype_name(self) -> str:
         """The dtype most of the matmul-class FLOPs ran in ("" where none is known)."""
         mm, dt, hw = self.matmul, self.dtype, self.hw_flops
@@ -122,8 +134,14 @@ def distinct_rows(*cols) -> tuple[np.ndarray, np.ndarray]:
     n = cols[0].shape[0]
     codes, sizes, tables = [], [], []
     for c in cols:
-        c = np.asarray(c, np.int64)
-        code, table = _code(c)
+        c = np.asarray(c)
+        if n and c.dtype.kind in "iu" and int(c.min()) == int(c.max()):
+            # one value (the program of a one-program capture): no code per row
+            codes.append(None)
+            sizes.append(1)
+            tables.append(np.array([int(c[0])], np.int64))
+            continue
+        code, table = _code(np.asarray(c, np.int64))
         codes.append(code)
         sizes.append(max(table.shape[0], 1))
         tables.append(table)
@@ -131,10 +149,19 @@ def distinct_rows(*cols) -> tuple[np.ndarray, np.ndarray]:
         rows, inv = np.unique(np.stack([np.asarray(c, np.int64) for c in cols], axis=1),
                               axis=0, return_inverse=True)
         return rows, inv.reshape(-1)
-    key = np.zeros(n, np.int64)
-    for code, size in zip(codes, sizes):
-        key = key * size + code
-    kcode, ktable = _code(key)
+    varying = [k for k, code in enumerate(codes) if code is not None]
+    if len(varying) <= 1:
+        # the one varying column's codes are the rows' (0..m−1, ascending)
+        m = tables[varying[0]].shape[0] if varying else (1 if n else 0)
+        kcode = codes[varying[0]] if varying else np.zeros(n, np.int64)
+        ktable = np.arange(m, dtype=np.int64)
+    else:
+        key = np.zeros(n, np.int64)
+        for k in varying:
+            key *= sizes[k]
+            key += codes[k]
+        kcode, ktable = _code(key)
+        del key
     rows = np.empty((ktable.shape[0], len(cols)), np.int64)
     rest = ktable.copy()
     for j in range(len(cols) - 1, -1, -1):

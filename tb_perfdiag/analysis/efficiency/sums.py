@@ -84,33 +84,45 @@ _SPLIT = ("hbm_bytes", "onchip_bytes") + tuple(f"{k}_bytes" for k in ONCHIP_RW)
 
 def fold(costs, op_dev: np.ndarray, op_step: np.ndarray, op_row: np.ndarray, dur: np.ndarray,
          table: DeviceOpTable, n_dev: int, n_steps: int) -> CostSums:
-    """``costs``: an ``OpCosts`` of the ops (one row each, in order); ``op_dev``, ``op_step``
+    """``costs``: an ``OpCosts`` of the ops (one row each, in order), or a function
+    giving that of ops ``a`` to ``b`` (made a block at a time); ``op_dev``, ``op_step``
     (−1 none), ``op_row`` (their device-op-table row) and ``dur`` (ps) of the same ops.
     Folded a block of ops at a time (a float column per op at 40 M events is 320 MB);
     costs held per distinct op (``OpCosts.code``) are folded per distinct (row, op)."""
     n = int(np.asarray(op_row).shape[0])
-    code = getattr(costs, "code", None)
-    if code is not None:
-        figs = {c: np.asarray(costs.held(c)) for c in _FIGURES}
-        figs.update({c: _optional(costs, c, held=True) for c in _SPLIT})
-    got = None
+    whole = None if callable(costs) else costs
+    got, source, missing = None, "", ""
     for a in range(0, max(n, 1), BLOCK):
         b = min(a + BLOCK, n)
-        if code is None:
-            figs = {c: np.asarray(getattr(costs, c))[a:b] for c in _FIGURES}
+        part_costs = costs(a, b) if whole is None else whole
+        code = getattr(part_costs, "code", None)
+        lo, hi = (0, b - a) if whole is None else (a, b)
+        if code is not None:
+            figs = {c: np.asarray(part_costs.held(c)) for c in _FIGURES}
+            figs.update({c: _optional(part_costs, c, held=True) for c in _SPLIT})
+            code = code[lo:hi]
+        else:
+            figs = {c: np.asarray(getattr(part_costs, c))[lo:hi] for c in _FIGURES}
             # as held (per event here): a source with no split holds None, and no NaN
             # column per event is made for it
-            split = {c: _optional(costs, c, held=True) for c in _SPLIT}
-            figs.update({c: None if v is None else v[a:b] for c, v in split.items()})
-        part = _fold_block(figs, None if code is None else code[a:b], op_dev[a:b],
-                           op_step[a:b], op_row[a:b], dur[a:b], table, n_dev, n_steps)
+            split = {c: _optional(part_costs, c, held=True) for c in _SPLIT}
+            figs.update({c: None if v is None else v[lo:hi] for c, v in split.items()})
+        source = source or str(getattr(part_costs, "source", "") or "")
+        missing = missing or str(getattr(part_costs, "missing", "") or "")
+        part = _fold_block(figs, code, op_dev[a:b], op_step[a:b], op_row[a:b], dur[a:b],
+                           table, n_dev, n_steps)
+        del part_costs, figs
         got = part if got is None else {k: got[k] + v for k, v in part.items()}
     # a device's HBM bytes: those its ops' breakdowns list, all its bytes where none lists
     # any (xprof combines the ops' breakdowns, and reads a program with none as all HBM)
     hbm_listed = got.pop("hbm_listed")
     got["hbm_bytes"] = np.where(got["listed"] > 0, hbm_listed, got["bytes"])
-    return CostSums(n_dev, n_steps, **got, source=str(getattr(costs, "source", "") or ""),
-                    missing=str(getattr(costs, "missing", "") or ""))
+    return CostSums(n_dev, n_steps, **got, source=source, missing=missing)
+
+
+# ops on each side of a block whose costs are found with it: an XLA op run as several
+# kernels back to back (``hlo_costs._run_sizes``) is then seen whole at a block's edge
+RUN_PAD = 64
 
 
 def _optional(costs, name: str, held: bool = False) -> np.ndarray | None:
@@ -256,11 +268,26 @@ def _fold_block(c: dict, code, op_dev, op_step, op_row, dur, table, n_dev: int,
         row_known_time=r_known, row_fp32_mm_time=r_fp32)
 
 
+def costs_ahead(trace, ops: np.ndarray):
+    """The costs of ``ops`` (the analysis' device ops), found before the device-op table
+    says which it keeps: for an XSpace, where each op's figure is its own (a Kineto
+    kernel's share of its host op depends on the kernels given beside it); None
+    otherwise, or where the cost model is not installed."""
+    if trace.format != "xspace" or not ops.size:
+        return None
+    try:
+        from .costs import op_costs
+    except ImportError:
+        return None
+    return op_costs(trace, ops)
+
+
 def gather(trace, ops: np.ndarray, op_step: np.ndarray, n_steps: int, table: DeviceOpTable,
-           op_rows) -> CostSums | None:
+           op_rows, costs=None) -> CostSums | None:
     """The cost sums of the analysis' device ops (``op_rows``: the device-op table's
-    (ops it kept, their rows), taken from the list); None where the cost model is not installed or there are
-    no ops."""
+    (ops it kept, their rows), taken from the list; ``costs``: those of every one of
+    ``ops`` where ``costs_ahead`` found them); None where the cost model is not installed
+    or there are no ops."""
     try:
         from .costs import op_costs
     except ImportError:
@@ -268,9 +295,19 @@ def gather(trace, ops: np.ndarray, op_step: np.ndarray, n_steps: int, table: Dev
     if not op_rows or not ops.size:
         return None
     kept, row = op_rows.pop()
+    at = None
     if kept.shape[0] != ops.shape[0]:          # ops on no device are in no row
         at = np.searchsorted(ops, kept)
         op_step = op_step[at]
-    costs = op_costs(trace, kept)
+    if costs is None and trace.format == "xspace" and kept.shape[0] > BLOCK:
+        # a block of ops at a time, with a margin each side: the lookups of 40 M ops at
+        # once held GBs (each op's figure is its own but for a run of kernels)
+        def costs(a: int, b: int):
+            lo, hi = max(a - RUN_PAD, 0), min(b + RUN_PAD, kept.shape[0])
+            return op_costs(trace, kept[lo:hi]).take(np.arange(a - lo, b - lo))
+    elif costs is None:
+        costs = op_costs(trace, kept)
+    elif at is not None:
+        costs = costs.take(at)
     dev = trace.track_device[trace.track[kept]]
     return fold(costs, dev, op_step, row, trace.dur[kept], table, len(trace.devices), n_steps)
