@@ -331,6 +331,20 @@ class _NativeModule:
         return (float(self.fl[k]), float(self.by[k]), bool(self.mm[k]), int(self.dt[k]),
                 bool(self.est[k]), self.opaque[k])
 
+    def rows_of(self, strings, ids: np.ndarray) -> np.ndarray:
+        """The instruction row of each of ``ids`` (string ids of ``strings``, the trace's;
+        −1 where none): through a table over the string ids, each name read once for
+        all the blocks of ops a large trace is costed in."""
+        lut = getattr(self, "_lut", None)
+        if lut is None or lut.shape[0] < len(strings):
+            self._lut = lut = np.full(len(strings), -2, np.int64)   # −2: not looked at yet
+        r = lut[ids]
+        new = np.unique(ids[r == -2])
+        if new.size:
+            lut[new] = [self.row.get(nm, -1) for nm in strings.take(new)]
+            r = lut[ids]
+        return r
+
 
 # bytes per element by xla.PrimitiveType, as the native walk reads them
 _ELEMENT_SIZES = bytes(min(_PRIMITIVE.get(t, (0, ""))[0], 255) for t in range(64))
@@ -502,9 +516,8 @@ def from_hlo(trace: Trace, events: np.ndarray) -> OpCosts | None:
         if mod is None:
             mod = modules[id(raw)] = _module_of(raw)
         ks = np.flatnonzero((of_mod == j) & (uniq[:, 2] >= 0))
-        names = trace.strings.take(uniq[ks, 2])
         if isinstance(mod, _NativeModule):
-            r = np.array([mod.row.get(nm, -1) for nm in names], np.int64)
+            r = mod.rows_of(trace.strings, uniq[ks, 2])
             hit = r >= 0
             ks, r = ks[hit], r[hit]
             fl[ks], by[ks], mm[ks], est[ks] = mod.fl[r], mod.by[r], mod.mm[r], mod.est[r]
@@ -514,7 +527,7 @@ def from_hlo(trace: Trace, events: np.ndarray) -> OpCosts | None:
             dt[ks[costed]] = mod.dt[r[costed]]
             known[ks[costed]] = True
             continue
-        for k, name in zip(ks.tolist(), names):     # one per distinct op, not event
+        for k, name in zip(ks.tolist(), trace.strings.take(uniq[ks, 2])):   # per op, not event
             got = mod.get(name)
             if got is None:
                 continue
