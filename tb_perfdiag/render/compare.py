@@ -9,7 +9,7 @@ from ..analysis.result import TYPICAL_STEP
 from ..analysis.device_ops import fold_kernel_name
 from ..analysis.result import Diagnosis, OpClass
 from ..trace.model import EventKind as K
-from .efficiency import DEFINITION as MFU_DEFINITION
+from .efficiency import DEFINITION as MFU_DEFINITION, pct
 from .json import SCHEMA_VERSION, steps_json
 
 DEFAULT_TOP = 15
@@ -396,7 +396,7 @@ def _mfu_lines(fa: StepFigures, fb: StepFigures) -> list:
     """MFU and the waterfall's parts that moved a point or more, before → after."""
     if fa.mfu is None and fb.mfu is None:
         return []
-    m = lambda x: "–" if x is None else f"{100 * x:.3g}%"  # noqa: E731
+    m = lambda x: "–" if x is None else pct(x)  # noqa: E731
     L = [f"     {'MFU':40} {m(fa.mfu):>9} → {m(fb.mfu):>9}"]
     for r in waterfall_moves(fa, fb) or ():
         L.append(f"     {'waterfall: ' + r['part']:40} {r['before']:>8.1f}p → {r['after']:>8.1f}p  "

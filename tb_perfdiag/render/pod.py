@@ -16,6 +16,7 @@ from .collectives import clock_note, clocks_json, late_text
 from .efficiency import part_label
 from .json import gap_ids, ns, ns_list
 from ..units import duration
+from .efficiency import pct
 from .text import safe as safe_text
 
 SLOWER_STEP = 1.10          # straggler: typical step 10 % slower than the median host's…
@@ -459,7 +460,7 @@ def text_table(summary: dict, top: int = 20) -> str:
         shares = ", ".join(f"{c.replace('_', ' ')} {100 * v:.0f}%"
                            for c, v in (r.get("cause_shares") or {}).items())
         duty = f"{100 * r['duty_cycle']:.1f}%" if r.get("duty_cycle") is not None else "–"
-        mfu = f"{100 * r['mfu']:.3g}%" if r.get("mfu") is not None else "–"
+        mfu = pct(r["mfu"]) if r.get("mfu") is not None else "–"
         step = duration(r['typical_step_ns']) if r.get("typical_step_ns") else "–"
         gap = duration(wg['duration_ns']) if wg else "–"
         waits = ""
