@@ -557,6 +557,10 @@ class EfficiencyTable:
     row_onchip_rw: np.ndarray = field(default_factory=lambda: np.zeros((0, 4)))
     row_utilisation: np.ndarray = field(default_factory=lambda: np.zeros((0, 6)))
     row_bound_by: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))
+    # per device: every lower precision whose matrix peak beats its fp32 one ("tf32",
+    # "bf16", "fp16"), so a fix names only what the chip has (a V100 has neither TF32
+    # nor bf16 tensor cores)
+    fast_dtypes: list = field(default_factory=list)
 
     def part(self, name: str) -> int:
         return self.parts.index(name)

@@ -15,6 +15,7 @@ import re
 
 import numpy as np
 
+from ...units import duration_ps
 from ..culprits import JAX, PYTORCH, PYTORCH_XLA, TENSORFLOW
 from ..result import Bound, Finding, FindingKind as FK, OpClass, Overlap
 from .torch_shapes import library_helper
@@ -31,17 +32,6 @@ _ATTN_FUSED = re.compile(r"flash|fmha|sdpa|scaled_dot_product|attention|mha|cudn
 _SOFTMAX = re.compile(r"softmax", re.I)
 
 _FIX = {
-    (FK.FP32_MATMUL, PYTORCH): "Let the matmuls use the tensor cores: "
-        "torch.set_float32_matmul_precision('high') (TF32, Ampere and newer) and "
-        "torch.backends.cudnn.allow_tf32 = True, or train under torch.autocast('cuda', "
-        "dtype=torch.bfloat16) (float16 with torch.amp.GradScaler on a V100 or T4).",
-    (FK.FP32_MATMUL, JAX): "Run the matmuls in bfloat16: keep parameters and activations in "
-        "jnp.bfloat16, or set jax.default_matmul_precision('bfloat16') / "
-        "precision=jax.lax.Precision.DEFAULT in the dots.",
-    (FK.FP32_MATMUL, TENSORFLOW): "tf.keras.mixed_precision.set_global_policy('mixed_bfloat16') "
-        "(or 'mixed_float16'), and tf.config.experimental.enable_tensor_float_32_execution(True).",
-    (FK.FP32_MATMUL, "*"): "Run the matmuls in a lower precision the matrix units support "
-        "(TF32, bfloat16 or float16 mixed precision).",
     (FK.SLOW_MATMUL, "*"): "Small or unaligned shapes leave the matrix units idle: make the "
         "matmul dimensions multiples of 8 (16-bit), 16 (8-bit) or 128 (TPU), pad vocabularies "
         "and hidden sizes, and batch small matmuls together (larger batch, bmm instead of a "
@@ -77,8 +67,63 @@ def _fix(kind, fw: str) -> str:
     return _FIX.get((kind, fw)) or _FIX[(kind, "*")]
 
 
+def fp32_fix(fw: str, alts) -> str:
+    """The fix for fp32 matmuls, naming only the lower precisions the device's matrix
+    units have (``alts``: "tf32", "bf16", "fp16"): TF32 where there is one (two lines,
+    no numerics work), else bfloat16, else float16 with loss scaling — a V100 or T4 has
+    float16 tensor cores only, so TF32 or bf16 advice would be wrong there."""
+    tf32, bf16, fp16 = ("tf32" in alts), ("bf16" in alts), ("fp16" in alts)
+    only16 = fp16 and not (tf32 or bf16)
+    if fw == PYTORCH:
+        if only16:
+            return ("Let the matmuls use the tensor cores, which on this GPU take float16 only "
+                    "(no TF32, no bfloat16): train under torch.autocast('cuda', "
+                    "dtype=torch.float16) with torch.amp.GradScaler('cuda') scaling the loss "
+                    "(scaler.scale(loss).backward(); scaler.step(optimizer); scaler.update()).")
+        parts = []
+        if tf32:
+            parts.append("torch.set_float32_matmul_precision('high') and "
+                         "torch.backends.cudnn.allow_tf32 = True (TF32 tensor cores, no other "
+                         "change)")
+        if bf16:
+            parts.append("train under torch.autocast('cuda', dtype=torch.bfloat16)"
+                         + (" for the full 16-bit peak" if tf32 else ""))
+        elif fp16:
+            parts.append("train under torch.autocast('cuda', dtype=torch.float16) with "
+                         "torch.amp.GradScaler")
+        if parts:
+            return "Let the matmuls use the tensor cores: " + ", or ".join(parts) + "."
+    if fw == TENSORFLOW:
+        if only16:
+            return ("tf.keras.mixed_precision.set_global_policy('mixed_float16') (this GPU's "
+                    "tensor cores take float16 only: no TF32, no bfloat16; Keras scales the "
+                    "loss for you in model.fit).")
+        parts = (["tf.config.experimental.enable_tensor_float_32_execution(True) (TF32)"]
+                 if tf32 else [])
+        if bf16 or fp16:
+            parts.append(f"tf.keras.mixed_precision.set_global_policy("
+                         f"'{'mixed_bfloat16' if bf16 else 'mixed_float16'}')")
+        if parts:
+            return "Run the matmuls on the tensor cores: " + ", or ".join(parts) + "."
+    if fw == JAX:
+        if only16:
+            return ("Run the matmuls in float16 (this GPU's tensor cores take no TF32 or "
+                    "bfloat16): keep parameters and activations in jnp.float16 and scale the "
+                    "loss (e.g. jmp's DynamicLossScale).")
+        parts = (["jax.default_matmul_precision('tensorfloat32') (TF32)"] if tf32 else [])
+        if bf16:
+            parts.append("keep parameters and activations in jnp.bfloat16")
+        if parts:
+            return "Run the matmuls in a lower precision: " + ", or ".join(parts) + "."
+    names = {"tf32": "TF32", "bf16": "bfloat16", "fp16": "float16 (with loss scaling)"}
+    have = [names[a] for a in ("tf32", "bf16", "fp16") if a in alts]
+    return ("Run the matmuls in a lower precision the matrix units support"
+            + (f" ({', '.join(have)})" if have else "") + ".")
+
+
 def _ms(ps: float) -> str:
-    return f"{ps / 1e9:,.1f} ms" if ps >= 1e8 else f"{ps / 1e6:,.0f} µs"
+    # the one duration rule of every face (22.0 s, never "21,952.8 ms")
+    return duration_ps(ps)
 
 
 def findings(diag, fw: str, earlier=()) -> list:
@@ -99,13 +144,13 @@ def findings(diag, fw: str, earlier=()) -> list:
         np.ones(len(D))
     best = {}                 # kind → (saving ns, finding, devices alike)
 
-    def add(kind, d, title, detail, saving_ps, assumption, rows, extra=None):
+    def add(kind, d, title, detail, saving_ps, assumption, rows, extra=None, fix=None):
         ns_ = int(round(saving_ps / 1000))
         if ns_ <= 0:
             return
         per = int(ns_ * float(inside[d]) / n_steps) if len(S) else ns_
         f = Finding(kind, title, detail + f" Saving at the stated assumption: {assumption}",
-                    _fix(kind, fw), "medium", ns_, per,
+                    fix or _fix(kind, fw), "medium", ns_, per,
                     [int(x) for x in S.ids.tolist()] if len(S) else [],
                     np.zeros(0, np.int32),
                     extra={"device": D.name[d], "saving_assumption": assumption,
@@ -138,13 +183,14 @@ def findings(diag, fw: str, earlier=()) -> list:
             rows = mine[E.row_fp32_time[mine] > 0]
             add(FK.FP32_MATMUL, d,
                 f"fp32 matmuls take {100 * t32 / busy:.0f}% of {name}'s busy time: its "
-                f"{E.fast_dtype[d].upper()} peak is {fast / pk:.0f}× the fp32 one",
+                f"{E.fast_dtype[d]} peak is {fast / pk:.0f}× the fp32 one",
                 f"{_ms(t32)} of matmul-class ops ran in fp32 against a {pk / 1e12:.1f} TFLOP/s "
                 f"fp32 peak; in {E.fast_dtype[d]} the device peaks at {fast / 1e12:.0f} TFLOP/s.",
                 t32 * (1 - keep),
                 f"the matmuls reach the same share of the {E.fast_dtype[d]} peak as they do of "
                 f"the fp32 one ({100 * (1 - keep):.0f}% of their time saved).", rows.tolist(),
-                {"fp32_matmul_ns": int(t32 / 1000), "faster_dtype": E.fast_dtype[d]})
+                {"fp32_matmul_ns": int(t32 / 1000), "faster_dtype": E.fast_dtype[d]},
+                fix=fp32_fix(fw, E.fast_dtypes[d] if d < len(E.fast_dtypes) else ()))
         # ---- matmul groups far below their roofline
         slow = mine[E.row_matmul[mine] & (E.row_bound[mine] >= 0) &
                     (np.nan_to_num(E.row_efficiency[mine], nan=1.0) < SLOW)]

@@ -67,7 +67,7 @@ def _peaks(trace, sums: CostSums, active, override_tflops):
     n = sums.n_dev
     pf, pb = np.full(n, np.nan), np.full(n, np.nan)
     dts, srcs, models, why = [""] * n, [""] * n, [""] * n, [""] * n
-    fast, fast_dt = np.full(n, np.nan), [""] * n
+    fast, fast_dt, alts = np.full(n, np.nan), [""] * n, [()] * n
     try:
         from .peaks import device_peak
     except ImportError:
@@ -92,9 +92,11 @@ def _peaks(trace, sums: CostSums, active, override_tflops):
             # what the same matmuls could run at in a lower precision (TF32, bf16, fp16)
             for alt in ("tf32", "bf16", "fp16"):
                 q = device_peak(trace, d, alt)
+                if q.flops_per_s and q.dtype == alt and q.flops_per_s > np.nan_to_num(pf[d]):
+                    alts[d] += (alt,)
                 if q.flops_per_s and q.dtype == alt and not q.flops_per_s <= np.nan_to_num(fast[d]):
                     fast[d], fast_dt[d] = q.flops_per_s, alt
-    return pf, pb, dts, srcs, models, why, (fast, fast_dt)
+    return pf, pb, dts, srcs, models, why, (fast, fast_dt, alts)
 
 
 def _onchip_roofs(trace, active):
@@ -141,7 +143,7 @@ def efficiency_table(trace, sums: CostSums | None, devices, steps, device_ops, c
         return None
     n_dev, n_steps = sums.n_dev, sums.n_steps
     active = np.asarray(devices.ops, np.int64) > 0
-    pf, pb, dts, srcs, models, no_peak, (fast, fast_dt) = _peaks(trace, sums, active, peak_tflops)
+    pf, pb, dts, srcs, models, no_peak, (fast, fast_dt, alts) = _peaks(trace, sums, active, peak_tflops)
     all_flops = sums.flops + sums.flops_est
     missing = []
     for d in range(n_dev):
@@ -221,7 +223,7 @@ def efficiency_table(trace, sums: CostSums | None, devices, steps, device_ops, c
         row_attainable=r[3], row_efficiency=r[4], row_bound=r[5],
         intensity=dv[2] if n_dev else nan(0), attainable=dv[3], roofline_efficiency=dv[4],
         bound=dv[5], ridge=ridge, row_fp32_time=sums.row_fp32_mm_time,
-        fast_peak=fast, fast_dtype=fast_dt, coll_points=cpts,
+        fast_peak=fast, fast_dtype=fast_dt, fast_dtypes=alts, coll_points=cpts,
         step_coll_points=scpts.reshape(n_steps, n_dev).astype(np.float32),
         onchip_peak=op_pk, onchip_counted=counted, onchip_rw=dev_rw,
         utilisation=dv[6], bound_by=dv[7],

@@ -1,0 +1,95 @@
+"""What the efficiency faces say to a performance engineer: numbers in units a reader can
+use (never "0.00 TFLOP/s", "7.72e-05%" or "21,952.8 ms"), the peak's source in words, and
+fixes that name only the precisions the device has (a V100 has no TF32 and no bf16
+tensor cores)."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tb_perfdiag.analysis.diagnosis import diagnose_trace
+from tb_perfdiag.analysis.efficiency.advice import fp32_fix
+from tb_perfdiag.analysis.culprits import JAX, PYTORCH, TENSORFLOW
+from tb_perfdiag.analysis.result import FindingKind as FK
+from tb_perfdiag.render.efficiency import pct, points, si, source_text, text_lines
+from tb_perfdiag.render.text import report
+from tb_perfdiag.testing.kineto import A100
+
+from test_efficiency_torch import V100, _Trace
+
+
+@pytest.mark.parametrize("x,unit,want", [
+    (4.6654e12, "FLOP", "4.67 TFLOP"), (1.037e8, "FLOP", "104 MFLOP"),
+    (3.277e5, "FLOP", "328 kFLOP"), (9.9996e11, "FLOP", "1.00 TFLOP"),
+    (1.09e12, "FLOP/s", "1.09 TFLOP/s"), (1.2e10, "FLOP/s", "12.0 GFLOP/s"),
+    (918e12, "FLOP/s", "918 TFLOP/s"), (5.0, "FLOP", "5.00 FLOP"), (None, "FLOP", "–"),
+    (float("nan"), "FLOP", "–")])
+def test_counts_and_rates_with_si_prefixes(x, unit, want):
+    assert si(x, unit) == want
+
+
+@pytest.mark.parametrize("frac,want", [
+    (0.2789, "27.9%"), (0.0285, "2.85%"), (0.000117, "0.012%"), (4.79e-6, "<0.001%"),
+    (7.72e-7, "<0.001%"), (0.0, "0%"), (1.0, "100.0%"), (None, "–"), (float("nan"), "–")])
+def test_shares_never_zero_looking_or_exponents(frac, want):
+    assert pct(frac) == want
+
+
+def test_waterfall_points_and_peak_sources_in_words():
+    assert points(27.88) == "27.9" and points(0.0117) == "0.012" and points(7.7e-5) == "<0.001"
+    assert source_text("datasheet:V100 SXM2") == "V100 SXM2 datasheet"
+    assert source_text("trace") == "from the trace" and source_text("option") == "--peak-tflops"
+
+
+_NUMBER_NOISE = re.compile(r"\d\.\d+e-\d|0\.00 TFLOP|0\.0 GFLOP|0\.00%|datasheet:|\d,\d{3}\.\d ms")
+
+
+def _mm_trace(n=40, dims=((512, 512), (512, 512))):
+    t = _Trace()
+    for _ in range(n):
+        t.op("aten::mm", [list(dims[0]), list(dims[1])], ["float", "float"],
+             kernel="volta_sgemm_128x64_nn", durs=[50])
+    return t
+
+
+def test_a_small_capture_reads_in_plain_units(tmp_path):
+    # 40 GEMMs of 2·512³ FLOPs each: 10.7 GFLOP on a V100 — a line with no "0.0 GFLOP",
+    # no exponent, the datasheet named in words
+    d = diagnose_trace(_mm_trace().load(tmp_path))
+    lines = "\n".join(text_lines(d))
+    assert "10.7 GFLOP" in lines and "V100 SXM2 datasheet" in lines
+    assert not _NUMBER_NOISE.search(lines), lines
+    assert not _NUMBER_NOISE.search(report("w", d, 8)), "the report's own lines"
+
+
+def _fp32_finding(tmp_path, props):
+    d = diagnose_trace(_mm_trace().load(tmp_path, props=(props,)))
+    return {f.kind: f for f in d.findings}[FK.FP32_MATMUL]
+
+
+def test_fp32_matmuls_on_a_v100_get_float16_advice_only(tmp_path):
+    # a V100's tensor cores take float16 only: TF32 or bf16 advice would be wrong there
+    f = _fp32_finding(tmp_path, V100)
+    assert "torch.float16" in f.fix and "GradScaler" in f.fix
+    assert "set_float32_matmul_precision" not in f.fix and "torch.bfloat16" not in f.fix
+    assert "allow_tf32" not in f.fix and "FP16" not in f.title
+
+
+def test_fp32_matmuls_on_an_a100_get_tf32_then_bf16(tmp_path):
+    f = _fp32_finding(tmp_path, A100)
+    assert "set_float32_matmul_precision('high')" in f.fix and "torch.bfloat16" in f.fix
+    assert "GradScaler" not in f.fix
+
+
+@pytest.mark.parametrize("fw,alts,want,never", [
+    (TENSORFLOW, ("fp16",), "mixed_float16", ("bfloat16'", "tensor_float_32_execution(True)")),
+    (TENSORFLOW, ("tf32", "bf16", "fp16"), "enable_tensor_float_32_execution", ()),
+    (JAX, ("fp16",), "jnp.float16", ("jnp.bfloat16", "tensorfloat32'")),
+    (JAX, ("tf32", "bf16", "fp16"), "tensorfloat32", ()),
+    (PYTORCH, ("bf16", "fp16"), "torch.bfloat16", ("set_float32_matmul_precision",)),
+    ("", ("fp16",), "float16", ("TF32", "bfloat16")),
+])
+def test_fp32_fix_names_what_the_device_has(fw, alts, want, never):
+    fix = fp32_fix(fw, alts)
+    assert want in fix and not any(x in fix for x in never), fix
