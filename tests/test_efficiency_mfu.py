@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import types
@@ -327,6 +328,13 @@ def test_browser_waterfall_and_roofline(tmp_path, artifacts_dir):
             assert "NaN" not in text and "null" not in text and "undefined" not in text
             assert frame.locator(".pd-mfu-stat").count() == 1
             assert frame.locator("#pd-roofline .pd-roof-point").count() == 2
+            # figures a reader can use: SI units, the peak's source in words, the flat roof
+            # labelled, the achieved MFU in the legend however small its part
+            assert "918 TFLOP/s bf16, from the trace" in frame.inner_text(".pd-mfu-stat")
+            assert "peak 918 TFLOP/s bf16" in frame.text_content("#pd-roofline .pd-roof-peak")
+            assert "achieved MFU" in frame.inner_text("#pd-efficiency .pd-wf-legend")
+            tips = " ".join(frame.locator("#pd-roofline .pd-roof-point title").all_text_contents())
+            assert "FLOP/s" in tips and not re.search(r"\de[+-]\d", tips + text), tips
             # the waterfall shown is the selection's: the step's, else the device's own
             got = frame.evaluate(
                 "async () => { const m = await import(new URL('efficiency.js', document.baseURI).href);"

@@ -3,6 +3,7 @@ beside the device-op table, and the terminal lines.  NaN figures are written as 
 from __future__ import annotations
 
 import math
+from decimal import ROUND_HALF_UP, Decimal
 
 import numpy as np
 
@@ -91,7 +92,20 @@ def si(x, unit: str) -> str:
             v, pre = v / scale, p
             break
     d = 0 if abs(v) >= 99.95 else 1 if abs(v) >= 9.995 else 2
-    return f"{v:.{d}f} {pre}{unit}"
+    return f"{_half_up(v, d)} {pre}{unit}"
+
+
+def _half_up(x: float, places: int) -> str:
+    """``x.toFixed(places)`` as the page writes it: the float's exact value rounded half
+    away from zero (45.25 → "45.3" on both faces; Python's format would write "45.2")."""
+    q = Decimal(1).scaleb(-places)
+    return str(Decimal(x).quantize(q, rounding=ROUND_HALF_UP))
+
+
+def _sig2(x: float) -> str:
+    """Two significant digits, trailing zeros dropped (``Number(x.toPrecision(2))``)."""
+    places = 1 - math.floor(math.log10(abs(x)))
+    return format(Decimal(_half_up(x, places)).normalize(), "f")
 
 
 def pct(frac) -> str:
@@ -105,17 +119,17 @@ def pct(frac) -> str:
     if a == 0:
         return "0%"
     if a >= 9.995:
-        return f"{p:.1f}%"
+        return f"{_half_up(p, 1)}%"
     if a >= 0.9995:
-        return f"{p:.2f}%"
+        return f"{_half_up(p, 2)}%"
     if a >= 0.001:
-        return f"{float(f'{p:.2g}'):g}%"
+        return f"{_sig2(p)}%"
     return "<0.001%"
 
 
 def points(v: float) -> str:
     """A waterfall part's points: one decimal, two significant digits under 0.05."""
-    return f"{v:.1f}" if v >= 0.05 else f"{float(f'{v:.2g}'):g}" if v >= 0.001 else "<0.001"
+    return _half_up(v, 1) if v >= 0.05 else _sig2(v) if v >= 0.001 else "<0.001"
 
 
 def source_text(src: str | None) -> str:
