@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import causes as C
-from ..result import Bound, EfficiencyTable, Overlap
+from ..result import Bound, EfficiencyTable, OpClass, Overlap
 from . import waterfall as W
 from .roofline import roofline, utilisation
 from .sums import CostSums, dtype_names
@@ -136,6 +136,32 @@ def _judged(r, u, flops, time_ps):
     return fps, bps, inten, att, eff, bound, util, bound_by
 
 
+def _collective_gap(device_ops, sums: CostSums, n_dev: int) -> np.ndarray:
+    """Per device, ps: the time of its collective op groups that has no cost figure."""
+    out = np.zeros(n_dev)
+    if device_ops is None or not len(device_ops) or sums.row_known_time.shape[0] != len(device_ops):
+        return out
+    c = np.asarray(device_ops.klass) == OpClass.COLLECTIVE
+    gap = np.clip(np.asarray(device_ops.time, np.float64) - sums.row_known_time, 0, None)
+    np.add.at(out, np.asarray(device_ops.device, np.int64)[c], gap[c])
+    return out
+
+
+def _largest_without(device_ops, sums: CostSums, d: int) -> str:
+    """The op group of device ``d`` (no collective) with most time and no cost figure,
+    with that time: what a reader looks at to know what the MFU leaves out."""
+    if device_ops is None or not len(device_ops) or sums.row_known_time.shape[0] != len(device_ops):
+        return ""
+    gap = np.clip(np.asarray(device_ops.time, np.float64) - sums.row_known_time, 0, None)
+    gap[(np.asarray(device_ops.device) != d) |
+        (np.asarray(device_ops.klass) == OpClass.COLLECTIVE)] = 0
+    r = int(np.argmax(gap)) if gap.size else 0
+    if not gap.size or gap[r] <= 0:
+        return ""
+    from ...units import duration_ps
+    return f"{device_ops.name[r][:80]} ({duration_ps(gap[r])})"
+
+
 def efficiency_table(trace, sums: CostSums | None, devices, steps, device_ops, coll,
                      peak_tflops: float | None = None) -> EfficiencyTable | None:
     """The diagnosis' ``EfficiencyTable`` (None without cost sums)."""
@@ -145,16 +171,24 @@ def efficiency_table(trace, sums: CostSums | None, devices, steps, device_ops, c
     active = np.asarray(devices.ops, np.int64) > 0
     pf, pb, dts, srcs, models, no_peak, (fast, fast_dt, alts) = _peaks(trace, sums, active, peak_tflops)
     all_flops = sums.flops + sums.flops_est
+    coll_gap = _collective_gap(device_ops, sums, n_dev)
     missing = []
     for d in range(n_dev):
         why = []
+        # collectives (NCCL all-reduce, all-to-all) do no model FLOPs by definition: their
+        # time is no figure the cost model lacks, so the share left out is of the rest
+        base = sums.op_time[d] - coll_gap[d]
         if active[d] and not all_flops[d] > 0:
             why.append(sums.missing or NO_SHAPES)
-        elif active[d] and sums.known_time[d] < sums.op_time[d]:
-            gone = 1 - sums.known_time[d] / max(sums.op_time[d], 1)
+        elif active[d] and sums.known_time[d] < base:
+            gone = 1 - sums.known_time[d] / max(base, 1)
             if gone >= 0.005:
-                why.append(f"{100 * gone:.1f}% of the op time has no cost figure"
-                           + (f" ({sums.missing})" if sums.missing else ""))
+                top = _largest_without(device_ops, sums, d)
+                why.append(f"{100 * gone:.1f}% of the op time"
+                           + (" outside collectives" if coll_gap[d] > 0 else "")
+                           + " has no cost figure: the MFU counts none of its FLOPs"
+                           + (f" ({sums.missing})" if sums.missing else "")
+                           + (f"; the largest: {top}" if top else ""))
         if active[d] and not np.isfinite(pf[d]):
             why.append(no_peak[d] or f"no peak known for {models[d] or devices.name[d]} "
                        f"(give the peak with --peak-tflops)")
