@@ -13,6 +13,7 @@ from tb_perfdiag.analysis.efficiency.advice import fp32_fix
 from tb_perfdiag.analysis.culprits import JAX, PYTORCH, TENSORFLOW
 from tb_perfdiag.analysis.result import FindingKind as FK
 from tb_perfdiag.render.efficiency import pct, points, si, source_text, text_lines
+from tb_perfdiag.render.json import diagnosis_json
 from tb_perfdiag.render.text import report
 from tb_perfdiag.testing.kineto import A100
 
@@ -106,3 +107,20 @@ def test_missing_share_leaves_collectives_out_and_names_the_largest(tmp_path):
     why = d.efficiency.missing[0]
     assert "4.8% of the op time outside collectives has no cost figure" in why, why
     assert "the largest: mystery_embedding_kernel (100 µs)" in why
+
+
+def test_mfu_is_a_lower_bound_where_ops_lack_figures(tmp_path):
+    # all GEMMs costed: the MFU is the MFU
+    (tmp_path / "a").mkdir()
+    d = diagnose_trace(_mm_trace().load(tmp_path / "a"))
+    e = diagnosis_json(d)["devices"][0]["efficiency"]
+    assert e["mfu_lower_bound"] is False and "MFU ≥" not in "\n".join(text_lines(d))
+    # 400 µs of 2400 outside collectives have no formula: the MFU counts none of their
+    # FLOPs, so it is a floor and every face says so
+    t = _mm_trace()
+    t.op("fbgemm::mystery_op", kernel="mystery_embedding_kernel", durs=[400])
+    (tmp_path / "b").mkdir()
+    d = diagnose_trace(t.load(tmp_path / "b"))
+    e = diagnosis_json(d)["devices"][0]["efficiency"]
+    assert e["mfu_lower_bound"] is True and e["mfu"] > 0
+    assert f"MFU ≥{pct(e['mfu'])}" in "\n".join(text_lines(d))

@@ -166,7 +166,9 @@ def device_json(diag: Diagnosis, d: int) -> dict | None:
             "peak_source": E.peak_source[d] or None, "peak_bytes_per_s": _f(E.peak_bytes[d]),
             "device_model": E.device_model[d] or None,
             "achieved_flops_per_s": _achieved(diag, d),
-            "mfu": _f(E.mfu[d]), "waterfall": W.as_dict(E.waterfall[d]),
+            "mfu": _f(E.mfu[d]),
+            "mfu_lower_bound": bool(E.mfu_lower_bound[d]) if d < len(E.mfu_lower_bound) else False,
+            "waterfall": W.as_dict(E.waterfall[d]),
             "roofline": {"memory_space": E.bytes_space[d],
                          "intensity": _f(E.intensity[d]), "ridge": _f(E.ridge[d]),
                          "attainable_flops_per_s": _f(E.attainable[d]),
@@ -317,7 +319,9 @@ def text_lines(diag: Diagnosis, run: dict | None = None) -> list:
         head = (f"efficiency, {name}: {si(fl, 'FLOP')}"
                 + (f" ({si(e['flops_estimated'], 'FLOP')} estimated)" if e["flops_estimated"] else ""))
         if pk:
-            head += (f", MFU {pct(e['mfu'])} of {si(pk, 'FLOP/s')} {e['peak_dtype']} "
+            # ops with no cost figure count no FLOPs: the MFU is then a floor ("≥")
+            head += (f", MFU {'≥' if e['mfu_lower_bound'] else ''}{pct(e['mfu'])} of "
+                     f"{si(pk, 'FLOP/s')} {e['peak_dtype']} "
                      f"({source_text(e['peak_source'])})")
         elif e["achieved_flops_per_s"]:
             head += f", {si(e['achieved_flops_per_s'], 'FLOP/s')} achieved, no peak known"

@@ -21,6 +21,9 @@ from .sums import CostSums, dtype_names
 # the memory space of the bytes a roofline counts: HBM where the trace splits an op's
 # bytes by memory space (TPU ops' memory_access_breakdown), all spaces where it does not
 SPACE_HBM, SPACE_ALL = "hbm", "all"
+# the share of op time (collectives left out) with no cost figure from which the MFU is
+# said to be a lower bound ("≥ 1.3%"): below it the FLOPs left out cannot move the figure much
+LOWER_BOUND_SHARE = 0.05
 NO_SHAPES = ("no op carries a cost figure: profile PyTorch with record_shapes=True "
              "(or with_flops=True)")
 
@@ -173,6 +176,7 @@ def efficiency_table(trace, sums: CostSums | None, devices, steps, device_ops, c
     all_flops = sums.flops + sums.flops_est
     coll_gap = _collective_gap(device_ops, sums, n_dev)
     missing = []
+    lower = np.zeros(n_dev, bool)
     for d in range(n_dev):
         why = []
         # collectives (NCCL all-reduce, all-to-all) do no model FLOPs by definition: their
@@ -182,6 +186,7 @@ def efficiency_table(trace, sums: CostSums | None, devices, steps, device_ops, c
             why.append(sums.missing or NO_SHAPES)
         elif active[d] and sums.known_time[d] < base:
             gone = 1 - sums.known_time[d] / max(base, 1)
+            lower[d] = gone >= LOWER_BOUND_SHARE
             if gone >= 0.005:
                 top = _largest_without(device_ops, sums, d)
                 why.append(f"{100 * gone:.1f}% of the op time"
@@ -262,7 +267,8 @@ def efficiency_table(trace, sums: CostSums | None, devices, steps, device_ops, c
         onchip_peak=op_pk, onchip_counted=counted, onchip_rw=dev_rw,
         utilisation=dv[6], bound_by=dv[7],
         row_onchip_rw=np.where(sums.row_split[:, None] > 0, sums.row_onchip_rw, np.nan),
-        row_utilisation=r[6], row_bound_by=r[7])
+        row_utilisation=r[6], row_bound_by=r[7],
+        mfu_lower_bound=lower & np.isfinite(mfu))
 
 
 def stage(trace, sums, diag, peak_tflops=None) -> EfficiencyTable | None:
