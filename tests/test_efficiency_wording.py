@@ -124,3 +124,19 @@ def test_mfu_is_a_lower_bound_where_ops_lack_figures(tmp_path):
     e = diagnosis_json(d)["devices"][0]["efficiency"]
     assert e["mfu_lower_bound"] is True and e["mfu"] > 0
     assert f"MFU ≥{pct(e['mfu'])}" in "\n".join(text_lines(d))
+
+
+def test_a_group_s_rate_is_over_its_ops_with_figures(tmp_path):
+    # one kernel name, launched by 10 costed aten::mm (50 µs each) and by 30 calls of a
+    # compiled graph that carries no shapes: the group's FLOP/s is the costed kernels'
+    # FLOPs over their own 500 µs, not over all 2000 µs (which read 4× too slow and made
+    # a "matmuls far below their roofline" finding of it)
+    t = _mm_trace(n=10)
+    for _ in range(30):
+        t.op("CompiledFunction", kernel="volta_sgemm_128x64_nn", durs=[50])
+    d = diagnose_trace(t.load(tmp_path))
+    doc = diagnosis_json(d)
+    row = next(r for r in doc["device_ops"]["devices"][0]["ops"]
+               if r["name"].startswith("volta_sgemm_128x64_nn"))
+    assert row["roofline"]["flops_per_s"] == pytest.approx(2 * 512 ** 3 / 50e-6, rel=1e-6)
+    assert FK.SLOW_MATMUL not in {f.kind for f in d.findings}

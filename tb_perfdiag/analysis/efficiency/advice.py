@@ -197,8 +197,13 @@ def findings(diag, fw: str, earlier=()) -> list:
         ts = float(t[slow].sum())
         if slow.size and ts >= SHARE * busy:
             att = E.row_attainable[slow]
-            need = np.where(att > 0, E.row_hw_flops[slow] / (SLOW_TARGET * att) * 1e12, t[slow])
-            save = float(np.clip(t[slow] - need, 0, None).sum())
+            # the time of the group's ops with FLOP figures (its rate's time): the others'
+            # FLOPs are unknown, so no saving is claimed on them
+            fps = E.row_flops_per_s[slow]
+            tk = np.where(fps > 0, E.row_hw_flops[slow] / np.where(fps > 0, fps, 1) * 1e12, t[slow])
+            tk = np.minimum(tk, t[slow])
+            need = np.where(att > 0, E.row_hw_flops[slow] / (SLOW_TARGET * att) * 1e12, tk)
+            save = float(np.clip(tk - need, 0, None).sum())
             eff = float(np.nansum(E.row_efficiency[slow] * t[slow]) / ts)
             add(FK.SLOW_MATMUL, d,
                 f"Matmuls run at {100 * eff:.1f}% of their roofline on {name} "
