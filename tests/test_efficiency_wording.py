@@ -140,3 +140,25 @@ def test_a_group_s_rate_is_over_its_ops_with_figures(tmp_path):
                if r["name"].startswith("volta_sgemm_128x64_nn"))
     assert row["roofline"]["flops_per_s"] == pytest.approx(2 * 512 ** 3 / 50e-6, rel=1e-6)
     assert FK.SLOW_MATMUL not in {f.kind for f in d.findings}
+
+
+def _xspace_without_costs(host_thread: str):
+    from tb_perfdiag.testing.xspace import XSpaceWriter, load_xspace
+    w = XSpaceWriter()
+    gpu = w.plane("/device:GPU:0", id=1)
+    ops = gpu.line(1, "Stream #7(Compute)", timestamp_ns=0)
+    host = w.plane("/host:CPU", id=2)
+    th = host.line(1, host_thread, timestamp_ns=0)
+    for i in range(5):
+        host.event(th, "ExecutorState::Process" if "tf" in host_thread else "work", i * 1_000_000, 500_000)
+        gpu.event(ops, "volta_sgemm_128x64_nn", i * 1_000_000 + 600_000, 300_000)
+    return load_xspace(w)
+
+
+def test_a_tensorflow_capture_without_figures_says_how_to_get_them():
+    # a TensorFlow graph run without XLA: its kernels carry no cost figure and no HLO is
+    # recorded — the way to FLOPs is XLA, not "XLA cost figures" it never had
+    d = diagnose_trace(_xspace_without_costs("tf_Compute/123"))
+    assert "jit_compile=True" in d.efficiency.missing[0], d.efficiency.missing
+    d = diagnose_trace(_xspace_without_costs("python"))
+    assert "jit_compile" not in d.efficiency.missing[0]
