@@ -162,3 +162,21 @@ def test_a_tensorflow_capture_without_figures_says_how_to_get_them():
     assert "jit_compile=True" in d.efficiency.missing[0], d.efficiency.missing
     d = diagnose_trace(_xspace_without_costs("python"))
     assert "jit_compile" not in d.efficiency.missing[0]
+
+
+def test_gemms_with_no_figure_are_matmul_time_in_the_waterfall(tmp_path):
+    # 10 costed fp32 GEMMs and 30 of the same kernel inside a compiled graph (no shapes):
+    # the 30 are matrix work whose FLOPs are unknown — the waterfall counts them among the
+    # matmul-class ops (below peak), not as busy time with no matmul work, and the fp32
+    # finding counts their time (the kernel's name says fp32)
+    t = _mm_trace(n=10)
+    for _ in range(30):
+        t.op("CompiledFunction", kernel="volta_sgemm_128x64_nn", durs=[50])
+    t.op("aten::relu", [[512, 512]], ["float"], kernel="vectorized_elementwise_kernel", durs=[50])
+    d = diagnose_trace(t.load(tmp_path))
+    wf = diagnosis_json(d)["devices"][0]["efficiency"]["waterfall"]
+    # 2000 of the 2050 µs of kernels are GEMMs: "no matmul work" is the relu's 50 µs and
+    # the launch gaps, not the compiled graph's 1500 µs
+    assert wf["matmul_below_peak"] + wf["mfu"] > 3 * wf["no_matmul_work"], wf
+    f = {x.kind: x for x in d.findings}[FK.FP32_MATMUL]
+    assert f.extra["fp32_matmul_ns"] == pytest.approx(40 * 50_000, rel=0.01)
