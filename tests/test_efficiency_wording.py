@@ -180,3 +180,14 @@ def test_gemms_with_no_figure_are_matmul_time_in_the_waterfall(tmp_path):
     assert wf["matmul_below_peak"] + wf["mfu"] > 3 * wf["no_matmul_work"], wf
     f = {x.kind: x for x in d.findings}[FK.FP32_MATMUL]
     assert f.extra["fp32_matmul_ns"] == pytest.approx(40 * 50_000, rel=0.01)
+
+
+def test_memory_bound_fp32_gemms_gain_what_the_bandwidth_allows(tmp_path):
+    # an outer-product-like GEMM (K = 8): ~4 FLOPs per byte, memory-bound in fp32 and in
+    # fp16 alike on a V100 — half the bytes halve its time, the 8× peak ratio does not apply
+    t = _mm_trace(n=40, dims=((4096, 8), (8, 4096)))
+    d = diagnose_trace(t.load(tmp_path))
+    f = {x.kind: x for x in d.findings}[FK.FP32_MATMUL]
+    fp32 = f.extra["fp32_matmul_ns"]
+    assert f.time_lost_ns == pytest.approx(0.5 * fp32, rel=0.02), (f.time_lost_ns, fp32)
+    assert "50% of their time saved" in f.detail
