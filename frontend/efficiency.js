@@ -68,7 +68,7 @@ function mfuStat(dev, def) {
   const label = pk ? `${dev.name} MFU (of ${formatSi(pk, "FLOP/s")} ${e.peak_dtype || ""}${e.peak_source ? `, ${peakSourceText(e.peak_source)}` : ""})`
     : e.achieved_flops_per_s ? `${dev.name}: ${formatSi(e.achieved_flops_per_s, "FLOP/s")} achieved, no peak known` : `${dev.name}: no FLOP figures`;
   return h("div", { class: "pd-stat pd-mfu-stat", "data-device": String(dev.id), title: [def, e.missing].filter(Boolean).join("\n") },
-    h("span", { class: "pd-stat-value pd-mfu" }, e.mfu !== null && e.mfu !== undefined ? `${e.mfu_lower_bound ? "≥" : ""}${pctOf(e.mfu)}` : "–"),
+    h("span", { class: "pd-stat-value pd-mfu" }, e.mfu !== null && e.mfu !== undefined ? `${e.mfu_lower_bound && !pctOf(e.mfu).startsWith("<") ? "≥" : ""}${pctOf(e.mfu)}` : "–"),
     h("span", { class: "pd-stat-label" }, label + (e.mfu_lower_bound ? " — a lower bound: ops with no cost figure count none of their FLOPs" : "")));
 }
 

@@ -191,3 +191,25 @@ def test_memory_bound_fp32_gemms_gain_what_the_bandwidth_allows(tmp_path):
     fp32 = f.extra["fp32_matmul_ns"]
     assert f.time_lost_ns == pytest.approx(0.5 * fp32, rel=0.02), (f.time_lost_ns, fp32)
     assert "50% of their time saved" in f.detail
+
+
+_REAL = [
+    ("public/kineto/tb_plugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz",
+     "4.67 TFLOP, MFU 27.9% of 15.7 TFLOP/s fp32 (V100 SXM2 datasheet)"),
+    ("public/xprof/xprof/convert/test_xplanes/tpu_inference_2.xplane.pb",
+     "407 GFLOP, MFU <0.001% of 918 TFLOP/s bf16 (from the trace)"),
+    ("public/HolisticTraceAnalysis/tests/data/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz",
+     "328 kFLOP, MFU <0.001% of 45.3 TFLOP/s fp32 (MI250 datasheet)"),
+    ("public/HolisticTraceAnalysis/tests/data/trace_diff/test/test.json.gz",
+     "156 GFLOP, MFU ≥1.33% of 15.7 TFLOP/s fp32 (V100 SXM2 datasheet)"),
+]
+
+
+@pytest.mark.parametrize("rel,want", _REAL)
+def test_real_traces_efficiency_lines_read_plainly(rel, want):
+    import tb_perfdiag
+    from conftest import shared_path
+    d = diagnose_trace(tb_perfdiag.load(shared_path(*rel.split("/"))))
+    lines = "\n".join(text_lines(d))
+    assert want in lines, lines
+    assert not _NUMBER_NOISE.search(lines) and "≥<" not in lines and "NaN" not in lines

@@ -320,7 +320,8 @@ def text_lines(diag: Diagnosis, run: dict | None = None) -> list:
                 + (f" ({si(e['flops_estimated'], 'FLOP')} estimated)" if e["flops_estimated"] else ""))
         if pk:
             # ops with no cost figure count no FLOPs: the MFU is then a floor ("≥")
-            head += (f", MFU {'≥' if e['mfu_lower_bound'] else ''}{pct(e['mfu'])} of "
+            m = pct(e["mfu"])
+            head += (f", MFU {'≥' if e['mfu_lower_bound'] and not m.startswith('<') else ''}{m} of "
                      f"{si(pk, 'FLOP/s')} {e['peak_dtype']} "
                      f"({source_text(e['peak_source'])})")
         elif e["achieved_flops_per_s"]:
