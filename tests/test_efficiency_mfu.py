@@ -296,6 +296,9 @@ def test_check_min_mfu_exit_code(tmp_path):
     bad = subprocess.run(cli + ["--min-mfu", "50%"], capture_output=True, text=True, env=env)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert bad.returncode == 1 and "MFU per typical step" in bad.stdout
+    # its figures as every face writes them: "(42.9 GFLOP in 396 µs at 918 TFLOP/s, …"
+    assert re.search(r"\(\d[\d.]* [kMGTP]?FLOP in \d[\d.]* (ns|µs|ms|s) at \d[\d.]* TFLOP/s",
+                     bad.stdout), bad.stdout
     peak = subprocess.run(cli + ["--min-mfu", "50%", "--peak-tflops", "0.001"], capture_output=True,
                           text=True, env=env)
     assert peak.returncode == 1 and "MFU" in peak.stdout   # over 1: a peak far too low
