@@ -31,7 +31,7 @@ function pctOf(x) {
 /** A waterfall part's points: one decimal, two significant digits under 0.05 (the MFU of
  *  a copy-bound TPU is 0.0005 points, not "0.0"). */
 function pts(v) {
-  return v >= 0.05 ? v.toFixed(1) : v >= 0.001 ? String(Number(v.toPrecision(2))) : "<0.001";
+  return v <= 0 ? "0" : v >= 0.05 ? v.toFixed(1) : v >= 0.001 ? String(Number(v.toPrecision(2))) : "<0.001";
 }
 
 /** The waterfall shown: the selected step's on the device, else the device's own; where

@@ -39,6 +39,7 @@ def test_shares_never_zero_looking_or_exponents(frac, want):
 
 def test_waterfall_points_and_peak_sources_in_words():
     assert points(27.88) == "27.9" and points(0.0117) == "0.012" and points(7.7e-5) == "<0.001"
+    assert points(0.0) == "0"          # a peer wait of none is none, not "<0.001"
     assert source_text("datasheet:V100 SXM2") == "V100 SXM2 datasheet"
     assert source_text("trace") == "from the trace" and source_text("option") == "--peak-tflops"
 

@@ -129,6 +129,8 @@ def pct(frac) -> str:
 
 def points(v: float) -> str:
     """A waterfall part's points: one decimal, two significant digits under 0.05."""
+    if v <= 0:
+        return "0"
     return _half_up(v, 1) if v >= 0.05 else _sig2(v) if v >= 0.001 else "<0.001"
 
 
