@@ -32,7 +32,7 @@ def js(tb_demo):
             return pg.evaluate(
                 "async ([base, body, arg]) => {"
                 " const m = {};"
-                " for (const n of ['state', 'format', 'steps_chart', 'timeline', 'api', 'annotations', 'compare', 'compare_runs'])"
+                " for (const n of ['state', 'format', 'steps_chart', 'timeline', 'api', 'annotations', 'compare', 'compare_runs', 'collectives'])"
                 "   m[n] = await import(base + n + '.js');"
                 " return await (new Function('m', 'arg', body))(m, arg); }",
                 [base, body, arg])
@@ -270,3 +270,11 @@ def test_format_si_and_share_as_the_python_faces(js):
     fr = [0.2789, 0.0285, 0.000117, 0.000125, 4.79e-6, 0.0, 1.0, 0.4525, 0.0995]
     assert js("return arg.map(m.format.formatShare)", fr) == [pct(v) for v in fr]
     assert js("return m.format.peakSourceText('datasheet:V100 SXM2')") == "V100 SXM2 datasheet"
+
+
+def test_duty_wait_text_says_nothing_of_a_wait_under_a_twentieth_of_a_point(js):
+    coll = {"state": "joined", "devices": [
+        {"id": 0, "wait_ns": 120, "wait_points": 0.004, "waited_for": "TPU 2", "waited_at": "all-reduce"},
+        {"id": 1, "wait_ns": 9e6, "wait_points": 30.2, "waited_for": "TPU 2", "waited_at": "all-reduce"}]}
+    got = js("return [0, 1].map((i) => m.collectives.dutyWaitText(arg, i))", coll)
+    assert got == [None, "30 points of it waiting for TPU 2 at all-reduce"]
