@@ -222,7 +222,8 @@ def findings(diag, fw: str, earlier=()) -> list:
                 f"Matmuls run at {100 * eff:.1f}% of their roofline on {name} "
                 f"({100 * ts / busy:.0f}% of its busy time)",
                 f"{slow.size} matmul-class op groups ({_ms(ts)}) reach {100 * eff:.1f}% of the "
-                f"FLOP/s their intensity allows, most of it {T.name[slow[0]][:80]}.",
+                f"FLOP/s their intensity allows; the largest: {T.name[slow[0]][:80]} "
+                f"({_ms(t[slow[0]])}).",
                 save, f"they reach {100 * SLOW_TARGET:.0f}% of their attainable roofline.",
                 slow.tolist())
         # ---- memory-bound elementwise kernels run one by one (eager PyTorch)
@@ -237,8 +238,8 @@ def findings(diag, fw: str, earlier=()) -> list:
                 add(FK.UNFUSED_ELEMENTWISE, d,
                     f"Memory-bound elementwise kernels take {100 * te / busy:.0f}% of {name}'s "
                     f"busy time", f"{ew.size} op groups, {int(T.count[ew].sum())} kernels "
-                    f"({_ms(te)}) each read and write their tensors to memory; most of it "
-                    f"{T.name[ew[0]][:80]}.", te * FUSED_SAVING,
+                    f"({_ms(te)}) each read and write their tensors to memory; the largest: "
+                    f"{T.name[ew[0]][:80]} ({_ms(t[ew[0]])}).", te * FUSED_SAVING,
                     f"fusion keeps the intermediates on chip: {100 * FUSED_SAVING:.0f}% of "
                     f"their time.", ew.tolist())
         # ---- attention as matmuls and a softmax
@@ -264,7 +265,7 @@ def findings(diag, fw: str, earlier=()) -> list:
         if cp.size and exposed >= COPY_SHARE * busy and not said:
             add(FK.COPY_BOUND, d,
                 f"Copies take {100 * exposed / busy:.0f}% of {name}'s busy time",
-                f"{int(T.count[cp].sum())} copies in {cp.size} groups, most of it "
+                f"{int(T.count[cp].sum())} copies in {cp.size} groups, the largest: "
                 f"{T.name[cp[0]][:60]} ({_ms(t[cp[0]])}); {_ms(exposed)} of them ran with no "
                 f"compute beside them.", exposed,
                 "the copies are removed or hidden under compute: their time not under "
