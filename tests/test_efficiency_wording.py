@@ -226,3 +226,16 @@ def test_a_finding_names_its_largest_group_as_the_largest_not_most(tmp_path):
     d = diagnose_trace(t.load(tmp_path))
     f = {x.kind: x for x in d.findings}[FK.UNFUSED_ELEMENTWISE]
     assert "the largest: add_kernel (800 µs)" in f.detail and "most of it" not in f.detail
+
+
+def test_fp32_matmuls_already_on_tf32_are_told_the_16_bit_step(tmp_path):
+    # fp32 tensors whose GEMMs run on an A100's TF32 tensor cores (cutlass s1688): TF32 is
+    # on, so the finding is against the TF32 peak and its fix is bf16, not TF32 again
+    t = _Trace()
+    for _ in range(40):
+        t.op("aten::mm", [[512, 512], [512, 512]], ["float", "float"],
+             kernel="cutlass_80_tensorop_s1688gemm_64x64_32x6_nn_align1", durs=[50])
+    d = diagnose_trace(t.load(tmp_path, props=(A100,)))
+    f = {x.kind: x for x in d.findings}[FK.FP32_MATMUL]
+    assert f.title.startswith("fp32 matmuls on TF32") and "2× the TF32 one" in f.title, f.title
+    assert "torch.bfloat16" in f.fix and "set_float32_matmul_precision" not in f.fix, f.fix

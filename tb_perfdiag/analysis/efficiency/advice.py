@@ -92,7 +92,9 @@ def fp32_fix(fw: str, alts) -> str:
             parts.append("train under torch.autocast('cuda', dtype=torch.float16) with "
                          "torch.amp.GradScaler")
         if parts:
-            return "Let the matmuls use the tensor cores: " + ", or ".join(parts) + "."
+            # with no TF32 step left (already on, or none on the chip) the step is 16 bits
+            return ("Let the matmuls use the tensor cores: " if tf32 else
+                    "Run the matmuls in 16 bits: ") + ", or ".join(parts) + "."
     if fw == TENSORFLOW:
         if only16:
             return ("tf.keras.mixed_precision.set_global_policy('mixed_float16') (this GPU's "
@@ -192,11 +194,17 @@ def findings(diag, fw: str, earlier=()) -> list:
             ratio = np.where(ok, att32 / np.where(ok, att16, 1), pk / fast)
             kept = float((E.row_fp32_time[rows] * ratio).sum())
             keep = kept / t32
+            # the peak the fp32 matmuls ran against: fp32, or TF32 where their kernels ran
+            # on TF32 tensor cores (then the fix is the 16-bit step, TF32 being on)
+            on = "TF32" if E.peak_dtype[d] == "tf32" else "fp32"
             add(FK.FP32_MATMUL, d,
-                f"fp32 matmuls take {100 * t32 / busy:.0f}% of {name}'s busy time: its "
-                f"{E.fast_dtype[d]} peak is {fast / pk:.0f}× the fp32 one",
-                f"{_ms(t32)} of matmul-class ops ran in fp32 against a {pk / 1e12:.1f} TFLOP/s "
-                f"fp32 peak; in {E.fast_dtype[d]} the device peaks at {fast / 1e12:.0f} TFLOP/s.",
+                f"fp32 matmuls{' on TF32' if on == 'TF32' else ''} take {100 * t32 / busy:.0f}% "
+                f"of {name}'s busy time: its {E.fast_dtype[d]} peak is {fast / pk:.0f}× the "
+                f"{on} one",
+                f"{_ms(t32)} of matmul-class ops ran in fp32"
+                f"{' on TF32 tensor cores' if on == 'TF32' else ''} against a "
+                f"{pk / 1e12:.3g} TFLOP/s {on} peak; in {E.fast_dtype[d]} the device peaks at "
+                f"{fast / 1e12:.0f} TFLOP/s.",
                 t32 * (1 - keep),
                 f"the matmuls keep their share of the roofline in {E.fast_dtype[d]} (its "
                 f"{fast / 1e12:.0f} TFLOP/s peak, their intensity doubled by half the bytes), so "

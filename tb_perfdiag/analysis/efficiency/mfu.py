@@ -91,7 +91,8 @@ def _peaks(trace, sums: CostSums, active, override_tflops):
         pb[d] = p.bytes_per_s if p.bytes_per_s else np.nan
         dts[d], srcs[d], models[d] = p.dtype or dt, p.source or "", p.device_model or ""
         why[d] = getattr(p, "missing", "") or ""
-        if dts[d] == "fp32" and sums.dtype_flops[d].any():
+        # fp32 matmuls (on TF32 tensor cores too): what a lower precision would reach
+        if dts[d] in ("fp32", "tf32") and sums.dtype_flops[d].any():
             # what the same matmuls could run at in a lower precision (TF32, bf16, fp16)
             for alt in ("tf32", "bf16", "fp16"):
                 q = device_peak(trace, d, alt)
