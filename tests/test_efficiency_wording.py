@@ -239,3 +239,23 @@ def test_fp32_matmuls_already_on_tf32_are_told_the_16_bit_step(tmp_path):
     f = {x.kind: x for x in d.findings}[FK.FP32_MATMUL]
     assert f.title.startswith("fp32 matmuls on TF32") and "2× the TF32 one" in f.title, f.title
     assert "torch.bfloat16" in f.fix and "set_float32_matmul_precision" not in f.fix, f.fix
+
+
+def _elementwise_trace(compiled: bool):
+    t = _mm_trace(n=1)
+    for kern, us in (("add_kernel", 40), ("mul_kernel", 35), ("exp_kernel", 25)):
+        for _ in range(20):
+            t.op("aten::add", [[1 << 20], [1 << 20]], ["float", "float"], kernel=kern, durs=[us])
+    if compiled:
+        t.op("CompiledFunction", kernel="triton_poi_fused_add_0", durs=[5])
+    return t
+
+
+def test_a_compiled_step_is_not_told_to_compile_its_elementwise_kernels(tmp_path):
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    eager = diagnose_trace(_elementwise_trace(False).load(tmp_path / "a"))
+    comp = diagnose_trace(_elementwise_trace(True).load(tmp_path / "b"))
+    fe = {x.kind: x for x in eager.findings}[FK.UNFUSED_ELEMENTWISE]
+    fc = {x.kind: x for x in comp.findings}[FK.UNFUSED_ELEMENTWISE]
+    assert "torch.compile(model)" in fe.fix
+    assert "torch.compile(model)" not in fc.fix and "graph_breaks" in fc.fix, fc.fix

@@ -128,10 +128,18 @@ def _ms(ps: float) -> str:
     return duration_ps(ps)
 
 
-def findings(diag, fw: str, earlier=()) -> list:
+_COMPILED_ELEMENTWISE = (
+    "The step already runs under torch.compile: these kernels are eager ones outside its "
+    "compiled graphs. Find the graph breaks (TORCH_LOGS=graph_breaks, or "
+    "torch._dynamo.explain(model)(inputs)) and remove them, compile the loss and the optimizer "
+    "step too (or use torch.optim.AdamW(fused=True)), and try mode='max-autotune'.")
+
+
+def findings(diag, fw: str, earlier=(), applied=frozenset()) -> list:
     """The efficiency findings of a diagnosis (``Finding``s, unsorted); ``earlier``: the
     findings already made (a device whose memcpys have their own finding gets no copy
-    one)."""
+    one); ``applied``: the fixes the trace already applies (``culprits.applied_fixes``:
+    never offer torch.compile to a compiled step)."""
     E, T = getattr(diag, "efficiency", None), diag.device_ops
     if E is None or T is None or not len(T):
         return []
@@ -249,7 +257,8 @@ def findings(diag, fw: str, earlier=()) -> list:
                     f"({_ms(te)}) each read and write their tensors to memory; the largest: "
                     f"{T.name[ew[0]][:80]} ({_ms(t[ew[0]])}).", te * FUSED_SAVING,
                     f"fusion keeps the intermediates on chip: {100 * FUSED_SAVING:.0f}% of "
-                    f"their time.", ew.tolist())
+                    f"their time.", ew.tolist(),
+                    fix=_COMPILED_ELEMENTWISE if "compiled" in applied else None)
         # ---- attention as matmuls and a softmax
         names = [T.name[r] for r in mine.tolist()]
         sm = mine[[bool(_SOFTMAX.search(x)) for x in names]] if names else mine[:0]
