@@ -11,6 +11,8 @@ export function dutyWaitText(coll, id) {
   if (!coll || coll.state !== "joined") return null;
   const d = (coll.devices || []).find((x) => String(x.id) === String(id));
   if (!d || !d.wait_ns || d.wait_points === null || d.wait_points === undefined) return null;
+  // under a twentieth of a point it would read "0.0 points of it waiting" (the TPU sample)
+  if (d.wait_points < 0.05) return null;
   return `${d.wait_points.toFixed(d.wait_points < 10 ? 1 : 0)} points of it waiting for ` +
     `${d.waited_for || d.waited_for_device || "peers"}${d.waited_at ? ` at ${d.waited_at}` : ""}`;
 }

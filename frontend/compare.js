@@ -6,7 +6,7 @@
 // Click a row to open that host.
 import { getJSON } from "./api.js";
 import { h } from "./dom.js";
-import { causeColor, causeLabel, cut, formatNs, formatPct, fullTitle, plural, squeeze } from "./format.js";
+import { causeColor, causeLabel, cut, formatNs, formatPct, formatShare, fullTitle, plural, squeeze } from "./format.js";
 import { stepStats } from "./steps_chart.js";
 import { hostPeerLoss } from "./headline.js";
 
@@ -41,9 +41,9 @@ const DEFAULT_DESC = { host: false, duty_cycle: false, mfu: false, typical_step:
 const MAX_DEVICE_COLUMNS = 4;
 const POLL_MS = 700;
 
-/** An MFU as the hosts table shows it: three significant figures (0.5% and 52.3% alike). */
+/** An MFU as the hosts table shows it: the one share rule of every face (formatShare). */
 export function mfuPct(x) {
-  return `${(100 * x).toPrecision(3)}%`;
+  return formatShare(x);
 }
 
 /** "Hosts 51–100 of 1000". */

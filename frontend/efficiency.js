@@ -3,7 +3,7 @@
 // points add up to 100. Everything comes from the current diagnosis JSON
 // (devices[].efficiency, steps[].devices[k]); nothing is kept between renders.
 import { h } from "./dom.js";
-import { causeColor, causeLabel, formatPct } from "./format.js";
+import { causeColor, causeLabel, formatShare, formatSi, peakSourceText } from "./format.js";
 import { renderRoofline } from "./roofline.js";
 
 // the waterfall's parts beyond the idle causes: label and colour (a cause's are its own);
@@ -25,7 +25,13 @@ export function partColor(k) {
 }
 
 function pctOf(x) {
-  return x === null || x === undefined ? "–" : `${Number(x) < 0.001 ? Number(100 * x).toPrecision(2) : (100 * x).toFixed(1)}%`;
+  return formatShare(x);
+}
+
+/** A waterfall part's points: one decimal, two significant digits under 0.05 (the MFU of
+ *  a copy-bound TPU is 0.0005 points, not "0.0"). */
+function pts(v) {
+  return v <= 0 ? "0" : v >= 0.05 ? v.toFixed(1) : v >= 0.001 ? String(Number(v.toPrecision(2))) : "<0.001";
 }
 
 /** The waterfall shown: the selected step's on the device, else the device's own; where
@@ -59,11 +65,11 @@ function mfuStat(dev, def) {
   const e = dev.efficiency;
   if (!e) return null;
   const pk = e.peak_flops_per_s;
-  const label = pk ? `${dev.name} MFU (of ${(pk / 1e12).toPrecision(3)} TFLOP/s ${e.peak_dtype || ""}${e.peak_source ? `, ${e.peak_source}` : ""})`
-    : e.achieved_flops_per_s ? `${dev.name}: ${(e.achieved_flops_per_s / 1e12).toPrecision(3)} TFLOP/s achieved, no peak known` : `${dev.name}: no FLOP figures`;
+  const label = pk ? `${dev.name} MFU (of ${formatSi(pk, "FLOP/s")} ${e.peak_dtype || ""}${e.peak_source ? `, ${peakSourceText(e.peak_source)}` : ""})`
+    : e.achieved_flops_per_s ? `${dev.name}: ${formatSi(e.achieved_flops_per_s, "FLOP/s")} achieved, no peak known` : `${dev.name}: no FLOP figures`;
   return h("div", { class: "pd-stat pd-mfu-stat", "data-device": String(dev.id), title: [def, e.missing].filter(Boolean).join("\n") },
-    h("span", { class: "pd-stat-value pd-mfu" }, e.mfu !== null && e.mfu !== undefined ? pctOf(e.mfu) : "–"),
-    h("span", { class: "pd-stat-label" }, label));
+    h("span", { class: "pd-stat-value pd-mfu" }, e.mfu !== null && e.mfu !== undefined ? `${e.mfu_lower_bound && !pctOf(e.mfu).startsWith("<") ? "≥" : ""}${pctOf(e.mfu)}` : "–"),
+    h("span", { class: "pd-stat-label" }, label + (e.mfu_lower_bound ? " — a lower bound: ops with no cost figure count none of their FLOPs" : "")));
 }
 
 function waterfallBar(w, where, dev) {
@@ -71,11 +77,14 @@ function waterfallBar(w, where, dev) {
   const total = parts.reduce((a, [, v]) => a + v, 0);
   return h("div", { class: "pd-waterfall", id: "pd-waterfall", "data-total": total.toFixed(2) },
     h("div", { class: "pd-small" }, `MFU waterfall of ${dev.name} over ${where}: the time at peak, in points adding up to ${total.toFixed(1)}`),
-    h("div", { class: "dop-stack pd-wf-stack", role: "img", "aria-label": parts.map(([k, v]) => `${partLabel(k)} ${v.toFixed(1)}`).join(", ") },
+    h("div", { class: "dop-stack pd-wf-stack", role: "img", "aria-label": parts.map(([k, v]) => `${partLabel(k)} ${pts(v)}`).join(", ") },
       parts.map(([k, v]) => h("span", { class: "dop-part pd-wf-part", "data-part": k,
         style: { width: `${v}%`, background: partColor(k) }, title: `${partLabel(k)}: ${v.toFixed(2)} points` }))),
-    h("ul", { class: "pd-idle pd-wf-legend" }, parts.sort((a, b) => b[1] - a[1]).slice(0, 8).map(([k, v]) => h("li", {},
-      h("span", { class: "chip", style: { background: partColor(k) } }), `${partLabel(k)}: `, h("b", {}, `${v.toFixed(1)} pts`)))));
+    // the largest eight parts, and the achieved MFU always (it is the point of the chart,
+    // however small)
+    h("ul", { class: "pd-idle pd-wf-legend" }, parts.sort((a, b) => b[1] - a[1])
+      .filter(([k], i) => i < 8 || k === "mfu").map(([k, v]) => h("li", {},
+        h("span", { class: "chip", style: { background: partColor(k) } }), `${partLabel(k)}: `, h("b", {}, `${pts(v)} pts`)))));
 }
 
 /** The summary's efficiency parts: an MFU stat per device beside the duty cycles (in the

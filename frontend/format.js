@@ -107,6 +107,39 @@ export function formatPct(frac) {
   return `${a >= 10 || p === 0 ? p.toFixed(0) : p.toFixed(1)}%`;
 }
 
+const SI = [[1e18, "E"], [1e15, "P"], [1e12, "T"], [1e9, "G"], [1e6, "M"], [1e3, "k"]];
+
+/** A count or rate with an SI prefix, three significant digits: (4.665e12, "FLOP") →
+ *  "4.67 TFLOP" — what render/efficiency.py `si` writes (never "8.49e+12 FLOP/s"). */
+export function formatSi(x, unit = "") {
+  if (x === null || x === undefined || !Number.isFinite(Number(x))) return "–";
+  let v = Number(x), pre = "";
+  for (const [scale, p] of SI) {
+    if (Math.abs(v) >= scale * 0.9995) { v /= scale; pre = p; break; }
+  }
+  const a = Math.abs(v);
+  return `${v.toFixed(a >= 99.95 ? 0 : a >= 9.995 ? 1 : 2)} ${pre}${unit}`;
+}
+
+/** An MFU or a share of the roofline: "27.9%", "2.85%", "0.012%", "<0.001%" — what
+ *  render/efficiency.py `pct` writes (never "0.000%" or an exponent). */
+export function formatShare(frac) {
+  if (frac === null || frac === undefined || !Number.isFinite(Number(frac))) return "–";
+  const p = 100 * Number(frac), a = Math.abs(p);
+  if (a === 0) return "0%";
+  if (a >= 9.995) return `${p.toFixed(1)}%`;
+  if (a >= 0.9995) return `${p.toFixed(2)}%`;
+  if (a >= 0.001) return `${Number(p.toPrecision(2))}%`;
+  return "<0.001%";
+}
+
+/** Where a peak comes from, in words: "datasheet:V100 SXM2" → "V100 SXM2 datasheet". */
+export function peakSourceText(src) {
+  const s = String(src || "");
+  if (s.startsWith("datasheet:")) return `${s.slice("datasheet:".length)} datasheet`;
+  return { trace: "from the trace", option: "--peak-tflops" }[s] || s;
+}
+
 /** Long text cut to `n` characters with an ellipsis (names can be 100 KB long). */
 export function cut(text, n = 160) {
   const s = String(text ?? "");

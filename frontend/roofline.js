@@ -3,7 +3,7 @@
 // point, the peak beyond). The page only renders the server's device_ops[].roofline; a
 // point calls onPoint with its op group's name.
 import { h } from "./dom.js";
-import { formatNs, formatPct } from "./format.js";
+import { cut, formatNs, formatPct, formatShare, formatSi } from "./format.js";
 
 const SVG = "http://www.w3.org/2000/svg";
 const W = 560, H = 300, L = 58, R = 12, T = 12, B = 36;
@@ -69,11 +69,11 @@ export function renderRoofline(container, roof, { deviceName = "", onPoint = nul
   svg.append(el("rect", { x: L, y: T, width: W - L - R, height: H - T - B, fill: "none", stroke: "#ccc" }));
   for (let e = Math.ceil(x0); e <= Math.floor(x1); e++) {
     svg.append(el("line", { x1: X(10 ** e), x2: X(10 ** e), y1: T, y2: H - B, stroke: "#eee" }));
-    svg.append(el("text", { x: X(10 ** e), y: H - B + 14, "text-anchor": "middle", "font-size": 10 }, `1e${e}`));
+    svg.append(el("text", { x: X(10 ** e), y: H - B + 14, "text-anchor": "middle", "font-size": 10 }, e >= -4 && e <= 5 ? String(Number((10 ** e).toPrecision(1))) : `1e${e}`));
   }
   for (let e = Math.ceil(y0); e <= Math.floor(y1); e++) {
     svg.append(el("line", { x1: L, x2: W - R, y1: Y(10 ** e), y2: Y(10 ** e), stroke: "#eee" }));
-    svg.append(el("text", { x: L - 4, y: Y(10 ** e) + 3, "text-anchor": "end", "font-size": 10 }, `1e${e}`));
+    svg.append(el("text", { x: L - 4, y: Y(10 ** e) + 3, "text-anchor": "end", "font-size": 10 }, formatSi(10 ** e, "").replace(/\.0+ /, " ").trim()));
   }
   svg.append(el("text", { x: (L + W - R) / 2, y: H - 4, "text-anchor": "middle", "font-size": 11 }, roof.memory_space === "hbm" ? "FLOPs per HBM byte" : "FLOPs per byte"));
   svg.append(el("text", { x: 12, y: (T + H - B) / 2, "text-anchor": "middle", "font-size": 11,
@@ -88,6 +88,9 @@ export function renderRoofline(container, roof, { deviceName = "", onPoint = nul
   } else {
     svg.append(el("line", { class: "pd-roof", x1: X(xa), x2: X(xb), y1: Y(peak), y2: Y(peak), stroke: "#c0392b", "stroke-width": 2 }));
   }
+  // the flat roof says what it is: the peak and its dtype
+  svg.append(el("text", { class: "pd-roof-peak", x: W - R - 4, y: Y(peak) - 4, "text-anchor": "end", "font-size": 10, fill: "#c0392b" },
+    `peak ${formatSi(peak, "FLOP/s")}${roof.dtype ? ` ${roof.dtype}` : ""}` + (bw > 0 ? `, ${formatSi(bw, "B/s")}` : "")));
   const maxT = Math.max(1, ...pts.map((p) => p.total_ns));
   for (const p of [...pts].sort((a, b) => b.total_ns - a.total_ns)) {
     const c = el("circle", { class: "pd-roof-point", cx: X(p.intensity), cy: Y(p.flops_per_s),
@@ -95,9 +98,9 @@ export function renderRoofline(container, roof, { deviceName = "", onPoint = nul
       // compute blue, HBM orange, an on-chip roof (CMEM, VMEM) purple
       fill: p.bound === "compute" ? "#2e86c1" : (p.bound_by && p.bound_by !== "hbm" ? "#8e44ad" : "#e67e22"),
       "fill-opacity": 0.6, stroke: "#333", "data-op": p.name, tabindex: 0 });
-    c.append(el("title", {}, `${p.name}\n${formatNs(p.total_ns)} (${formatPct(p.share_of_busy)} of busy), ` +
-      `${sig(p.flops_per_s)} FLOP/s, ${sig(p.intensity)} FLOP/byte, ${boundLabel(p, roof.memory_space)}-bound, ` +
-      `${p.efficiency === null ? "–" : formatPct(p.efficiency)} of roofline` +
+    c.append(el("title", {}, `${cut(p.name, 160)}\n${formatNs(p.total_ns)} (${formatPct(p.share_of_busy)} of busy), ` +
+      `${formatSi(p.flops_per_s, "FLOP/s")}, ${sig(p.intensity)} FLOP/byte, ${boundLabel(p, roof.memory_space)}-bound, ` +
+      `${p.efficiency === null ? "–" : formatShare(p.efficiency)} of roofline` +
       (utilisationText(p) ? `\nutilisation: ${utilisationText(p)}` : "")));
     if (onPoint) {
       c.addEventListener("click", () => onPoint(p.name));
@@ -111,6 +114,15 @@ export function renderRoofline(container, roof, { deviceName = "", onPoint = nul
   box.append(h("p", { class: "pd-small pd-muted", id: "pd-roofline-key" },
     `blue: compute-bound · orange: ${roof.memory_space === "hbm" ? "HBM" : "memory"}-bound` +
     (onchip ? " · purple: bound by an on-chip memory (CMEM or VMEM reads or writes; its roof is not drawn, see each point's utilisation)" : "")));
+  // groups with bytes and no FLOPs (elementwise, copies) have no place on a log scale:
+  // say how much of the busy time they are, so an empty-looking chart does not mislead
+  const off = ((roof && roof.points) || []).filter((p) => !pts.includes(p));
+  if (off.length) {
+    const share = off.reduce((a, p) => a + (p.share_of_busy || 0), 0);
+    box.append(h("p", { class: "pd-small pd-muted", id: "pd-roofline-off" },
+      `${off.length} op group(s) move bytes but do no FLOPs (elementwise, normalisation, copies: ${formatPct(share)} of busy): ` +
+      "not plotted on a log scale; their share of the bandwidth is in the op table's Roofline column."));
+  }
   const above = pts.filter((p) => p.efficiency !== null && p.efficiency > 1);
   if (above.length) {
     box.append(h("p", { class: "pd-small pd-muted", id: "pd-roofline-above" },

@@ -1,5 +1,5 @@
 // Steps chart: one stacked bar per step (busy + idle by cause). Pure layout + SVG render.
-import { causeColor, causeLabel, formatNs, formatPct } from "./format.js";
+import { causeColor, causeLabel, formatNs, formatPct, formatShare } from "./format.js";
 
 const SVG = "http://www.w3.org/2000/svg";
 const LABEL_PX = 30;     // room a step number needs
@@ -124,7 +124,7 @@ export function renderStepsChart(container, diag, { deviceKey, selectedStep, onS
     title.textContent = (bn ? `Steps ${bn.first}–${bn.last} (${bn.steps}): median ${formatNs(bn.median_ns)}, ` +
       `${formatNs(bn.min_ns)} to ${formatNs(bn.max_ns)}; click for the slowest, step ${bn.slowest}\nMean step: ${formatNs(b.total_ns)}`
       : `Step ${b.id}: ${formatNs(b.total_ns)}`) + (hostOnly ? " (host only: no device activity)" : `, duty cycle ${formatPct(b.duty_cycle)}`) +
-      (b.mfu !== null && b.mfu !== undefined ? `, MFU ${(100 * b.mfu).toPrecision(3)}%` : "") +
+      (b.mfu !== null && b.mfu !== undefined ? `, MFU ${formatShare(b.mfu)}` : "") +
       (pw && b.total_ns > 0 ? ` — ${(100 * pw.ns / b.total_ns).toFixed(0)} points of it waiting for peers at collectives` : "") +
       (b.recompile ? ` — ${b.compileWord}` : "") + (b.outlier ? " — outlier" : "") +
       b.segments.map((s) => `\n${causeLabel(s.cause)}: ${formatNs(s.ns)}`).join("");

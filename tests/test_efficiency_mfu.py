@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import types
@@ -295,6 +296,9 @@ def test_check_min_mfu_exit_code(tmp_path):
     bad = subprocess.run(cli + ["--min-mfu", "50%"], capture_output=True, text=True, env=env)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert bad.returncode == 1 and "MFU per typical step" in bad.stdout
+    # its figures as every face writes them: "(42.9 GFLOP in 396 µs at 918 TFLOP/s, …"
+    assert re.search(r"\(\d[\d.]* [kMGTP]?FLOP in \d[\d.]* (ns|µs|ms|s) at \d[\d.]* TFLOP/s",
+                     bad.stdout), bad.stdout
     peak = subprocess.run(cli + ["--min-mfu", "50%", "--peak-tflops", "0.001"], capture_output=True,
                           text=True, env=env)
     assert peak.returncode == 1 and "MFU" in peak.stdout   # over 1: a peak far too low
@@ -327,6 +331,13 @@ def test_browser_waterfall_and_roofline(tmp_path, artifacts_dir):
             assert "NaN" not in text and "null" not in text and "undefined" not in text
             assert frame.locator(".pd-mfu-stat").count() == 1
             assert frame.locator("#pd-roofline .pd-roof-point").count() == 2
+            # figures a reader can use: SI units, the peak's source in words, the flat roof
+            # labelled, the achieved MFU in the legend however small its part
+            assert "918 TFLOP/s bf16, from the trace" in frame.inner_text(".pd-mfu-stat")
+            assert "peak 918 TFLOP/s bf16" in frame.text_content("#pd-roofline .pd-roof-peak")
+            assert "achieved MFU" in frame.inner_text("#pd-efficiency .pd-wf-legend")
+            tips = " ".join(frame.locator("#pd-roofline .pd-roof-point title").all_text_contents())
+            assert "FLOP/s" in tips and not re.search(r"\de[+-]\d", tips + text), tips
             # the waterfall shown is the selection's: the step's, else the device's own
             got = frame.evaluate(
                 "async () => { const m = await import(new URL('efficiency.js', document.baseURI).href);"

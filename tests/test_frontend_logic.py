@@ -32,7 +32,7 @@ def js(tb_demo):
             return pg.evaluate(
                 "async ([base, body, arg]) => {"
                 " const m = {};"
-                " for (const n of ['state', 'format', 'steps_chart', 'timeline', 'api', 'annotations', 'compare', 'compare_runs'])"
+                " for (const n of ['state', 'format', 'steps_chart', 'timeline', 'api', 'annotations', 'compare', 'compare_runs', 'collectives'])"
                 "   m[n] = await import(base + n + '.js');"
                 " return await (new Function('m', 'arg', body))(m, arg); }",
                 [base, body, arg])
@@ -259,3 +259,22 @@ def test_a_one_time_finding_badge_has_no_rate_per_step(js):
     assert got[1].endswith("lost once") and "per step" not in got[1]
     assert "outside the steps" in got[2] and "per step" not in got[2]
     assert got[3].endswith("lost per step")
+
+
+def test_format_si_and_share_as_the_python_faces(js):
+    # the MFU stat, the roofline's tooltips and the CLI write one figure alike
+    from tb_perfdiag.render.efficiency import pct, si
+    vals = [4.6654e12, 1.037e8, 9.9996e11, 918e12, 45.25e12, 15.7e12, 3.277e5, 5.0, 0.0]
+    assert js("return arg.map((x) => m.format.formatSi(x, 'FLOP/s'))", vals) == \
+        [si(v, "FLOP/s") for v in vals]
+    fr = [0.2789, 0.0285, 0.000117, 0.000125, 4.79e-6, 0.0, 1.0, 0.4525, 0.0995]
+    assert js("return arg.map(m.format.formatShare)", fr) == [pct(v) for v in fr]
+    assert js("return m.format.peakSourceText('datasheet:V100 SXM2')") == "V100 SXM2 datasheet"
+
+
+def test_duty_wait_text_says_nothing_of_a_wait_under_a_twentieth_of_a_point(js):
+    coll = {"state": "joined", "devices": [
+        {"id": 0, "wait_ns": 120, "wait_points": 0.004, "waited_for": "TPU 2", "waited_at": "all-reduce"},
+        {"id": 1, "wait_ns": 9e6, "wait_points": 30.2, "waited_for": "TPU 2", "waited_at": "all-reduce"}]}
+    got = js("return [0, 1].map((i) => m.collectives.dutyWaitText(arg, i))", coll)
+    assert got == [None, "30 points of it waiting for TPU 2 at all-reduce"]

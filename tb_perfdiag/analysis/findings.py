@@ -151,7 +151,7 @@ def findings(trace: Trace, diag, steps, compile_ev, compile_step, ctx) -> tuple:
     _transfers(trace, diag, G, steps, fw, add, out)
     _memcpy_share(trace, diag, fw, add)
 
-    for f in _multi_device(trace, diag, n_steps, fw) + efficiency_findings(diag, fw, out):
+    for f in _multi_device(trace, diag, n_steps, fw) + efficiency_findings(diag, fw, out, applied):
         f.extra["share_of_step"] = f.time_lost_ns_per_step / typical_step if typical_step \
             else None
         f.extra["top"] = bool(f.time_lost_ns_per_step > 0 and (

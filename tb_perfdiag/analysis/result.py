@@ -557,6 +557,13 @@ class EfficiencyTable:
     row_onchip_rw: np.ndarray = field(default_factory=lambda: np.zeros((0, 4)))
     row_utilisation: np.ndarray = field(default_factory=lambda: np.zeros((0, 6)))
     row_bound_by: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))
+    # per device: every lower precision whose matrix peak beats its fp32 one ("tf32",
+    # "bf16", "fp16"), so a fix names only what the chip has (a V100 has neither TF32
+    # nor bf16 tensor cores)
+    fast_dtypes: list = field(default_factory=list)
+    # per device: ops outside collectives with no cost figure hold ≥ LOWER_BOUND_SHARE of
+    # the op time, so the MFU (which counts none of their FLOPs) is a lower bound
+    mfu_lower_bound: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
 
     def part(self, name: str) -> int:
         return self.parts.index(name)

@@ -12,6 +12,7 @@ from xml.etree import ElementTree as ET
 from ..units import duration_ps
 from ..analysis import causes as C
 from ..analysis.budgets import Result
+from .efficiency import pct, si
 
 
 def _pct(x) -> str:
@@ -59,9 +60,10 @@ def message(r: Result) -> str:
             return (f"{d['device']} MFU per typical step {100 * r.value:.3g}%: over 100%, the "
                     f"peak of {d['peak_flops_per_s'] / 1e12:,.3g} TFLOP/s is below what ran "
                     f"(check --peak-tflops)")
-        return (f"{d['device']} MFU per typical step {100 * r.value:.3g}% "
-                f"{'≥' if r.ok else '<'} {_pct(r.limit)} ({d['flops'] / 1e9:,.1f} GFLOP in "
-                f"{d['window_s'] * 1e3:,.1f} ms at {d['peak_flops_per_s'] / 1e12:,.1f} TFLOP/s"
+        # the figures by the rules of every face: SI FLOPs, the one duration rule
+        return (f"{d['device']} MFU per typical step {pct(r.value)} "
+                f"{'≥' if r.ok else '<'} {_pct(r.limit)} ({si(d['flops'], 'FLOP')} in "
+                f"{duration_ps(d['window_s'] * 1e12)} at {si(d['peak_flops_per_s'], 'FLOP/s')}"
                 + (f", {d['steps']} typical steps)" if d["steps"] else ")"))
     if r.budget == "max_peer_wait":
         d = r.detail

@@ -9,7 +9,7 @@ from ..analysis.result import TYPICAL_STEP
 from ..analysis.device_ops import fold_kernel_name
 from ..analysis.result import Diagnosis, OpClass
 from ..trace.model import EventKind as K
-from .efficiency import DEFINITION as MFU_DEFINITION
+from .efficiency import DEFINITION as MFU_DEFINITION, part_label, pct
 from .json import SCHEMA_VERSION, steps_json
 
 DEFAULT_TOP = 15
@@ -396,11 +396,19 @@ def _mfu_lines(fa: StepFigures, fb: StepFigures) -> list:
     """MFU and the waterfall's parts that moved a point or more, before → after."""
     if fa.mfu is None and fb.mfu is None:
         return []
-    m = lambda x: "–" if x is None else f"{100 * x:.3g}%"  # noqa: E731
-    L = [f"     {'MFU':40} {m(fa.mfu):>9} → {m(fb.mfu):>9}"]
-    for r in waterfall_moves(fa, fb) or ():
-        L.append(f"     {'waterfall: ' + r['part']:40} {r['before']:>8.1f}p → {r['after']:>8.1f}p  "
-                 f"{r['delta']:+.1f} points")
+    m = lambda x: "–" if x is None else pct(x)  # noqa: E731
+    pts = lambda v: f"{'+' if v >= 0 else '−'}{abs(v):.1f} points"  # noqa: E731  (as duty's)
+    L = [f"     {'MFU':40} {m(fa.mfu):>9} → {m(fb.mfu):>9}"
+         + (f"  {pts((fb.mfu - fa.mfu) * 100)}" if fa.mfu is not None and fb.mfu is not None
+            else "")]
+    moves = (waterfall_moves(fa, fb) or ())[1:]      # the MFU's own row is the line above
+    if moves:
+        L.append("     MFU waterfall, points of the step at peak:")
+    for r in moves:
+        # a part by the name the page and the diagnose report give it, not its JSON key;
+        # the name whole, the figures after it (a 40-column cut made "between la")
+        L.append(f"       {part_label(r['part'])}: {r['before']:.1f} → {r['after']:.1f} pts "
+                 f"({pts(r['delta'])})")
     for tag, f in (("before", fa), ("after", fb)):
         if f.waterfall is None and f.missing:
             L.append(f"     no MFU waterfall {tag}: {f.missing}")

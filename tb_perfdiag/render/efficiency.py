@@ -3,6 +3,7 @@ beside the device-op table, and the terminal lines.  NaN figures are written as 
 from __future__ import annotations
 
 import math
+from decimal import ROUND_HALF_UP, Decimal
 
 import numpy as np
 
@@ -75,6 +76,71 @@ _PART_LABELS = {W.SMALL: "gaps under the threshold", W.PEER: "peer wait at colle
 def part_label(part: str) -> str:
     return _PART_LABELS.get(part) or f"idle: {C.LABELS.get(part, part)}"
 
+
+_SI = ((1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
+
+
+def si(x, unit: str) -> str:
+    """A count or rate with an SI prefix and three significant digits, as the page writes
+    it (``frontend/format.js`` ``formatSi``): 4.665e12 → "4.67 TFLOP", 1.04e8 → "104
+    MFLOP"; a small figure keeps its digits ("0.00 TFLOP/s" says nothing); None → "–"."""
+    if x is None or not math.isfinite(float(x)):
+        return "–"
+    v, a, pre = float(x), abs(float(x)), ""
+    for scale, p in _SI:
+        if a >= scale * 0.9995:            # 999.96 G is written 1.00 T, never 1000 G
+            v, pre = v / scale, p
+            break
+    d = 0 if abs(v) >= 99.95 else 1 if abs(v) >= 9.995 else 2
+    return f"{_half_up(v, d)} {pre}{unit}"
+
+
+def _half_up(x: float, places: int) -> str:
+    """``x.toFixed(places)`` as the page writes it: the float's exact value rounded half
+    away from zero (45.25 → "45.3" on both faces; Python's format would write "45.2")."""
+    q = Decimal(1).scaleb(-places)
+    return str(Decimal(x).quantize(q, rounding=ROUND_HALF_UP))
+
+
+def _sig2(x: float) -> str:
+    """Two significant digits, trailing zeros dropped (``Number(x.toPrecision(2))``)."""
+    places = 1 - math.floor(math.log10(abs(x)))
+    return format(Decimal(_half_up(x, places)).normalize(), "f")
+
+
+def pct(frac) -> str:
+    """A share (MFU, share of the roofline) as a percentage a reader can use: one decimal
+    from 10 %, two from 1 %, two significant digits below, "<0.001%" under that (never
+    "0.000%" or an exponent; ``frontend/format.js`` ``formatShare`` writes the same)."""
+    if frac is None or not math.isfinite(float(frac)):
+        return "–"
+    p = 100 * float(frac)
+    a = abs(p)
+    if a == 0:
+        return "0%"
+    if a >= 9.995:
+        return f"{_half_up(p, 1)}%"
+    if a >= 0.9995:
+        return f"{_half_up(p, 2)}%"
+    if a >= 0.001:
+        return f"{_sig2(p)}%"
+    return "<0.001%"
+
+
+def points(v: float) -> str:
+    """A waterfall part's points: one decimal, two significant digits under 0.05."""
+    if v <= 0:
+        return "0"
+    return _half_up(v, 1) if v >= 0.05 else _sig2(v) if v >= 0.001 else "<0.001"
+
+
+def source_text(src: str | None) -> str:
+    """Where a peak comes from, in words ("datasheet:V100 SXM2" → "V100 SXM2 datasheet")."""
+    s = str(src or "")
+    if s.startswith("datasheet:"):
+        return f"{s[len('datasheet:'):]} datasheet"
+    return {"trace": "from the trace", "option": "--peak-tflops"}.get(s, s)
+
 def _f(x):
     """A finite float, else None."""
     x = float(x)
@@ -102,7 +168,9 @@ def device_json(diag: Diagnosis, d: int) -> dict | None:
             "peak_source": E.peak_source[d] or None, "peak_bytes_per_s": _f(E.peak_bytes[d]),
             "device_model": E.device_model[d] or None,
             "achieved_flops_per_s": _achieved(diag, d),
-            "mfu": _f(E.mfu[d]), "waterfall": W.as_dict(E.waterfall[d]),
+            "mfu": _f(E.mfu[d]),
+            "mfu_lower_bound": bool(E.mfu_lower_bound[d]) if d < len(E.mfu_lower_bound) else False,
+            "waterfall": W.as_dict(E.waterfall[d]),
             "roofline": {"memory_space": E.bytes_space[d],
                          "intensity": _f(E.intensity[d]), "ridge": _f(E.ridge[d]),
                          "attainable_flops_per_s": _f(E.attainable[d]),
@@ -181,8 +249,7 @@ def run_text_lines(doc: dict | None) -> list:
             continue
         parts = sorted(x["waterfall"].items(), key=lambda kv: -kv[1])
         L.append(f"with the peer wait of the run's {doc['hosts']} files: " + ", ".join(
-            f"{part_label(k)} {v:.1f}" if v >= 0.05 or v == 0 else f"{part_label(k)} {v:.2g}"
-            for k, v in parts if v >= 0.05 or k in (W.MFU, W.PEER)))
+            f"{part_label(k)} {points(v)}" for k, v in parts if v >= 0.05 or k in (W.MFU, W.PEER)))
     return L
 
 
@@ -251,23 +318,31 @@ def text_lines(diag: Diagnosis, run: dict | None = None) -> list:
             L.append(f"efficiency, {name}: no FLOP figures ({e['missing'] or 'none'})")
             continue
         pk = e["peak_flops_per_s"]
-        head = (f"efficiency, {name}: {fl / 1e9:,.1f} GFLOP"
-                + (f" ({(e['flops_estimated'] or 0) / 1e9:,.1f} estimated)" if e["flops_estimated"] else ""))
+        head = (f"efficiency, {name}: {si(fl, 'FLOP')}"
+                + (f" ({si(e['flops_estimated'], 'FLOP')} estimated)" if e["flops_estimated"] else ""))
         if pk:
-            head += (f", MFU {100 * e['mfu']:.3g}% of {pk / 1e12:,.1f} TFLOP/s {e['peak_dtype']} "
-                     f"({e['peak_source']})")
+            # ops with no cost figure count no FLOPs: the MFU is then a floor ("≥")
+            m = pct(e["mfu"])
+            head += (f", MFU {'≥' if e['mfu_lower_bound'] and not m.startswith('<') else ''}{m} of "
+                     f"{si(pk, 'FLOP/s')} {e['peak_dtype']} "
+                     f"({source_text(e['peak_source'])})")
         elif e["achieved_flops_per_s"]:
-            head += f", {e['achieved_flops_per_s'] / 1e12:.2f} TFLOP/s achieved, no peak known"
+            head += f", {si(e['achieved_flops_per_s'], 'FLOP/s')} achieved, no peak known"
         rf = e["roofline"]
         if rf["bound"]:
             what = bound_label(rf.get("bound_by"), rf["memory_space"]) or rf["bound"]
-            head += f"; {what}-bound, {100 * (rf['efficiency'] or 0):.2f}% of roofline"
+            # the roofline plots hardware FLOPs: a Winograd convolution does fewer than the
+            # model counts, so its share of the roofline can sit below the MFU
+            hw, model = e["hw_flops"] or 0, fl
+            head += (f"; {what}-bound, {pct(rf['efficiency'] or 0)} of roofline"
+                     + (f" (of its {si(hw, 'FLOP')} hardware FLOPs, fewer than the model "
+                        f"counts: fast algorithms such as Winograd)" if 0 < hw < 0.99 * model
+                        else ""))
         L.append(head)
         if e["waterfall"]:
             parts = sorted(e["waterfall"].items(), key=lambda kv: -kv[1])
             L.append("  waterfall (points of the window at peak): " + ", ".join(
-                f"{part_label(k)} {v:.1f}" if v >= 0.05 else f"{part_label(k)} {v:.2g}"
-                for k, v in parts if v >= 0.05 or k == "mfu"))
+                f"{part_label(k)} {points(v)}" for k, v in parts if v >= 0.05 or k == "mfu"))
             mine = ((run or {}).get("devices") or {}).get(str(d))
             if mine:
                 L += ["  " + x for x in run_text_lines({**run, "devices": {str(d): mine}})]

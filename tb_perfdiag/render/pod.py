@@ -16,6 +16,7 @@ from .collectives import clock_note, clocks_json, late_text
 from .efficiency import part_label
 from .json import gap_ids, ns, ns_list
 from ..units import duration
+from .efficiency import pct, points
 from .text import safe as safe_text
 
 SLOWER_STEP = 1.10          # straggler: typical step 10 % slower than the median host's…
@@ -459,7 +460,7 @@ def text_table(summary: dict, top: int = 20) -> str:
         shares = ", ".join(f"{c.replace('_', ' ')} {100 * v:.0f}%"
                            for c, v in (r.get("cause_shares") or {}).items())
         duty = f"{100 * r['duty_cycle']:.1f}%" if r.get("duty_cycle") is not None else "–"
-        mfu = f"{100 * r['mfu']:.3g}%" if r.get("mfu") is not None else "–"
+        mfu = pct(r["mfu"]) if r.get("mfu") is not None else "–"
         step = duration(r['typical_step_ns']) if r.get("typical_step_ns") else "–"
         gap = duration(wg['duration_ns']) if wg else "–"
         waits = ""
@@ -490,8 +491,7 @@ def waterfall_lines(rows: list) -> list:
             keep = [kv for kv in parts if kv[1] >= 0.05][:WATERFALL_PARTS]
             keep += [kv for kv in parts if kv[0] in (W.PEER, W.MFU) and kv not in keep]
             lines.append(f"  {safe_text(r['host'])} {safe_text(dv.get('name') or '')}: " + ", ".join(
-                f"{part_label(k)} {v:.1f}" if v >= 0.05 or v == 0 else f"{part_label(k)} {v:.2g}"
-                for k, v in keep))
+                f"{part_label(k)} {points(v)}" for k, v in keep))
     if not lines:
         return []
     n = max((r.get("waterfall_peer_wait_from") or 0 for r in rows), default=0)

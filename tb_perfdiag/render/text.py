@@ -7,7 +7,7 @@ from ..units import duration, duration_ps
 from ..analysis import causes as C
 from ..analysis.result import Diagnosis
 from .device_ops import text_lines as device_op_lines
-from .efficiency import text_lines as efficiency_lines
+from .efficiency import pct, text_lines as efficiency_lines
 from .json import devices_json, finding_json, gap_records, steps_json
 
 # C0 and C1 controls (ESC, CSI, BEL, backspace, carriage return, newline…), DEL, and the
@@ -65,7 +65,7 @@ def _duty(diag: Diagnosis, dev: dict) -> str:
 
 def _step_line(s: dict, devices: list) -> str:
     dc = " ".join(f"{devices[int(k)]['name']} {v['duty_cycle'] * 100:.1f}%"
-                  + (f" (MFU {100 * v['mfu']:.3g}%)" if v.get("mfu") is not None else "")
+                  + (f" (MFU {pct(v['mfu'])})" if v.get("mfu") is not None else "")
                   for k, v in s["devices"].items() if v["duty_cycle"] is not None)
     extra = f", {s['compile']['count']} compile(s)" if s["compile"]["count"] else ""
     return f"     step {s['id']}: {_ms(s['end_ns'] - s['start_ns'])}, duty {dc}{extra}"

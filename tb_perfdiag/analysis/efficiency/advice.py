@@ -15,6 +15,7 @@ import re
 
 import numpy as np
 
+from ...units import duration_ps
 from ..culprits import JAX, PYTORCH, PYTORCH_XLA, TENSORFLOW
 from ..result import Bound, Finding, FindingKind as FK, OpClass, Overlap
 from .torch_shapes import library_helper
@@ -31,17 +32,6 @@ _ATTN_FUSED = re.compile(r"flash|fmha|sdpa|scaled_dot_product|attention|mha|cudn
 _SOFTMAX = re.compile(r"softmax", re.I)
 
 _FIX = {
-    (FK.FP32_MATMUL, PYTORCH): "Let the matmuls use the tensor cores: "
-        "torch.set_float32_matmul_precision('high') (TF32, Ampere and newer) and "
-        "torch.backends.cudnn.allow_tf32 = True, or train under torch.autocast('cuda', "
-        "dtype=torch.bfloat16) (float16 with torch.amp.GradScaler on a V100 or T4).",
-    (FK.FP32_MATMUL, JAX): "Run the matmuls in bfloat16: keep parameters and activations in "
-        "jnp.bfloat16, or set jax.default_matmul_precision('bfloat16') / "
-        "precision=jax.lax.Precision.DEFAULT in the dots.",
-    (FK.FP32_MATMUL, TENSORFLOW): "tf.keras.mixed_precision.set_global_policy('mixed_bfloat16') "
-        "(or 'mixed_float16'), and tf.config.experimental.enable_tensor_float_32_execution(True).",
-    (FK.FP32_MATMUL, "*"): "Run the matmuls in a lower precision the matrix units support "
-        "(TF32, bfloat16 or float16 mixed precision).",
     (FK.SLOW_MATMUL, "*"): "Small or unaligned shapes leave the matrix units idle: make the "
         "matmul dimensions multiples of 8 (16-bit), 16 (8-bit) or 128 (TPU), pad vocabularies "
         "and hidden sizes, and batch small matmuls together (larger batch, bmm instead of a "
@@ -77,14 +67,79 @@ def _fix(kind, fw: str) -> str:
     return _FIX.get((kind, fw)) or _FIX[(kind, "*")]
 
 
+def fp32_fix(fw: str, alts) -> str:
+    """The fix for fp32 matmuls, naming only the lower precisions the device's matrix
+    units have (``alts``: "tf32", "bf16", "fp16"): TF32 where there is one (two lines,
+    no numerics work), else bfloat16, else float16 with loss scaling — a V100 or T4 has
+    float16 tensor cores only, so TF32 or bf16 advice would be wrong there."""
+    tf32, bf16, fp16 = ("tf32" in alts), ("bf16" in alts), ("fp16" in alts)
+    only16 = fp16 and not (tf32 or bf16)
+    if fw == PYTORCH:
+        if only16:
+            return ("Let the matmuls use the tensor cores, which on this GPU take float16 only "
+                    "(no TF32, no bfloat16): train under torch.autocast('cuda', "
+                    "dtype=torch.float16) with torch.amp.GradScaler('cuda') scaling the loss "
+                    "(scaler.scale(loss).backward(); scaler.step(optimizer); scaler.update()).")
+        parts = []
+        if tf32:
+            parts.append("torch.set_float32_matmul_precision('high') and "
+                         "torch.backends.cudnn.allow_tf32 = True (TF32 tensor cores, no other "
+                         "change)")
+        if bf16:
+            parts.append("train under torch.autocast('cuda', dtype=torch.bfloat16)"
+                         + (" for the full 16-bit peak" if tf32 else ""))
+        elif fp16:
+            parts.append("train under torch.autocast('cuda', dtype=torch.float16) with "
+                         "torch.amp.GradScaler")
+        if parts:
+            # with no TF32 step left (already on, or none on the chip) the step is 16 bits
+            return ("Let the matmuls use the tensor cores: " if tf32 else
+                    "Run the matmuls in 16 bits: ") + ", or ".join(parts) + "."
+    if fw == TENSORFLOW:
+        if only16:
+            return ("tf.keras.mixed_precision.set_global_policy('mixed_float16') (this GPU's "
+                    "tensor cores take float16 only: no TF32, no bfloat16; Keras scales the "
+                    "loss for you in model.fit).")
+        parts = (["tf.config.experimental.enable_tensor_float_32_execution(True) (TF32)"]
+                 if tf32 else [])
+        if bf16 or fp16:
+            parts.append(f"tf.keras.mixed_precision.set_global_policy("
+                         f"'{'mixed_bfloat16' if bf16 else 'mixed_float16'}')")
+        if parts:
+            return "Run the matmuls on the tensor cores: " + ", or ".join(parts) + "."
+    if fw == JAX:
+        if only16:
+            return ("Run the matmuls in float16 (this GPU's tensor cores take no TF32 or "
+                    "bfloat16): keep parameters and activations in jnp.float16 and scale the "
+                    "loss (e.g. jmp's DynamicLossScale).")
+        parts = (["jax.default_matmul_precision('tensorfloat32') (TF32)"] if tf32 else [])
+        if bf16:
+            parts.append("keep parameters and activations in jnp.bfloat16")
+        if parts:
+            return "Run the matmuls in a lower precision: " + ", or ".join(parts) + "."
+    names = {"tf32": "TF32", "bf16": "bfloat16", "fp16": "float16 (with loss scaling)"}
+    have = [names[a] for a in ("tf32", "bf16", "fp16") if a in alts]
+    return ("Run the matmuls in a lower precision the matrix units support"
+            + (f" ({', '.join(have)})" if have else "") + ".")
+
+
 def _ms(ps: float) -> str:
-    return f"{ps / 1e9:,.1f} ms" if ps >= 1e8 else f"{ps / 1e6:,.0f} µs"
+    # the one duration rule of every face (22.0 s, never "21,952.8 ms")
+    return duration_ps(ps)
 
 
-def findings(diag, fw: str, earlier=()) -> list:
+_COMPILED_ELEMENTWISE = (
+    "The step already runs under torch.compile: these kernels are eager ones outside its "
+    "compiled graphs. Find the graph breaks (TORCH_LOGS=graph_breaks, or "
+    "torch._dynamo.explain(model)(inputs)) and remove them, compile the loss and the optimizer "
+    "step too (or use torch.optim.AdamW(fused=True)), and try mode='max-autotune'.")
+
+
+def findings(diag, fw: str, earlier=(), applied=frozenset()) -> list:
     """The efficiency findings of a diagnosis (``Finding``s, unsorted); ``earlier``: the
     findings already made (a device whose memcpys have their own finding gets no copy
-    one)."""
+    one); ``applied``: the fixes the trace already applies (``culprits.applied_fixes``:
+    never offer torch.compile to a compiled step)."""
     E, T = getattr(diag, "efficiency", None), diag.device_ops
     if E is None or T is None or not len(T):
         return []
@@ -99,13 +154,13 @@ def findings(diag, fw: str, earlier=()) -> list:
         np.ones(len(D))
     best = {}                 # kind → (saving ns, finding, devices alike)
 
-    def add(kind, d, title, detail, saving_ps, assumption, rows, extra=None):
+    def add(kind, d, title, detail, saving_ps, assumption, rows, extra=None, fix=None):
         ns_ = int(round(saving_ps / 1000))
         if ns_ <= 0:
             return
         per = int(ns_ * float(inside[d]) / n_steps) if len(S) else ns_
         f = Finding(kind, title, detail + f" Saving at the stated assumption: {assumption}",
-                    _fix(kind, fw), "medium", ns_, per,
+                    fix or _fix(kind, fw), "medium", ns_, per,
                     [int(x) for x in S.ids.tolist()] if len(S) else [],
                     np.zeros(0, np.int32),
                     extra={"device": D.name[d], "saving_assumption": assumption,
@@ -134,31 +189,57 @@ def findings(diag, fw: str, earlier=()) -> list:
         pk = float(E.peak_flops[d])
         t32 = float(E.row_fp32_time[mine].sum())
         if np.isfinite(fast) and np.isfinite(pk) and fast >= FASTER * pk and t32 >= SHARE * busy:
-            keep = pk / fast
             rows = mine[E.row_fp32_time[mine] > 0]
+            # each group keeps its share of its roofline: in 16 bits its bytes halve (its
+            # intensity doubles) and its roof rises to min(fast peak, intensity × bandwidth)
+            # — a memory-bound GEMM gains what the bandwidth allows, not the peaks' ratio;
+            # a group with no intensity (no bytes, or FLOPs unknown) the peaks' ratio
+            bw = float(E.peak_bytes[d])
+            inten = E.row_intensity[rows]
+            att32 = np.minimum(pk, inten * bw)
+            att16 = np.minimum(fast, 2 * inten * bw)
+            ok = np.isfinite(att32) & np.isfinite(att16) & (att32 > 0) & np.isfinite(bw)
+            ratio = np.where(ok, att32 / np.where(ok, att16, 1), pk / fast)
+            kept = float((E.row_fp32_time[rows] * ratio).sum())
+            keep = kept / t32
+            # the peak the fp32 matmuls ran against: fp32, or TF32 where their kernels ran
+            # on TF32 tensor cores (then the fix is the 16-bit step, TF32 being on)
+            on = "TF32" if E.peak_dtype[d] == "tf32" else "fp32"
             add(FK.FP32_MATMUL, d,
-                f"fp32 matmuls take {100 * t32 / busy:.0f}% of {name}'s busy time: its "
-                f"{E.fast_dtype[d].upper()} peak is {fast / pk:.0f}× the fp32 one",
-                f"{_ms(t32)} of matmul-class ops ran in fp32 against a {pk / 1e12:.1f} TFLOP/s "
-                f"fp32 peak; in {E.fast_dtype[d]} the device peaks at {fast / 1e12:.0f} TFLOP/s.",
+                f"fp32 matmuls{' on TF32' if on == 'TF32' else ''} take {100 * t32 / busy:.0f}% "
+                f"of {name}'s busy time: its {E.fast_dtype[d]} peak is {fast / pk:.0f}× the "
+                f"{on} one",
+                f"{_ms(t32)} of matmul-class ops ran in fp32"
+                f"{' on TF32 tensor cores' if on == 'TF32' else ''} against a "
+                f"{pk / 1e12:.3g} TFLOP/s {on} peak; in {E.fast_dtype[d]} the device peaks at "
+                f"{fast / 1e12:.0f} TFLOP/s.",
                 t32 * (1 - keep),
-                f"the matmuls reach the same share of the {E.fast_dtype[d]} peak as they do of "
-                f"the fp32 one ({100 * (1 - keep):.0f}% of their time saved).", rows.tolist(),
-                {"fp32_matmul_ns": int(t32 / 1000), "faster_dtype": E.fast_dtype[d]})
+                f"the matmuls keep their share of the roofline in {E.fast_dtype[d]} (its "
+                f"{fast / 1e12:.0f} TFLOP/s peak, their intensity doubled by half the bytes), so "
+                f"memory-bound ones gain only what the bandwidth allows "
+                f"({100 * (1 - keep):.0f}% of their time saved; an upper bound).", rows.tolist(),
+                {"fp32_matmul_ns": int(t32 / 1000), "faster_dtype": E.fast_dtype[d]},
+                fix=fp32_fix(fw, E.fast_dtypes[d] if d < len(E.fast_dtypes) else ()))
         # ---- matmul groups far below their roofline
         slow = mine[E.row_matmul[mine] & (E.row_bound[mine] >= 0) &
                     (np.nan_to_num(E.row_efficiency[mine], nan=1.0) < SLOW)]
         ts = float(t[slow].sum())
         if slow.size and ts >= SHARE * busy:
             att = E.row_attainable[slow]
-            need = np.where(att > 0, E.row_hw_flops[slow] / (SLOW_TARGET * att) * 1e12, t[slow])
-            save = float(np.clip(t[slow] - need, 0, None).sum())
+            # the time of the group's ops with FLOP figures (its rate's time): the others'
+            # FLOPs are unknown, so no saving is claimed on them
+            fps = E.row_flops_per_s[slow]
+            tk = np.where(fps > 0, E.row_hw_flops[slow] / np.where(fps > 0, fps, 1) * 1e12, t[slow])
+            tk = np.minimum(tk, t[slow])
+            need = np.where(att > 0, E.row_hw_flops[slow] / (SLOW_TARGET * att) * 1e12, tk)
+            save = float(np.clip(tk - need, 0, None).sum())
             eff = float(np.nansum(E.row_efficiency[slow] * t[slow]) / ts)
             add(FK.SLOW_MATMUL, d,
                 f"Matmuls run at {100 * eff:.1f}% of their roofline on {name} "
                 f"({100 * ts / busy:.0f}% of its busy time)",
                 f"{slow.size} matmul-class op groups ({_ms(ts)}) reach {100 * eff:.1f}% of the "
-                f"FLOP/s their intensity allows, most of it {T.name[slow[0]][:80]}.",
+                f"FLOP/s their intensity allows; the largest: {T.name[slow[0]][:80]} "
+                f"({_ms(t[slow[0]])}).",
                 save, f"they reach {100 * SLOW_TARGET:.0f}% of their attainable roofline.",
                 slow.tolist())
         # ---- memory-bound elementwise kernels run one by one (eager PyTorch)
@@ -173,10 +254,11 @@ def findings(diag, fw: str, earlier=()) -> list:
                 add(FK.UNFUSED_ELEMENTWISE, d,
                     f"Memory-bound elementwise kernels take {100 * te / busy:.0f}% of {name}'s "
                     f"busy time", f"{ew.size} op groups, {int(T.count[ew].sum())} kernels "
-                    f"({_ms(te)}) each read and write their tensors to memory; most of it "
-                    f"{T.name[ew[0]][:80]}.", te * FUSED_SAVING,
+                    f"({_ms(te)}) each read and write their tensors to memory; the largest: "
+                    f"{T.name[ew[0]][:80]} ({_ms(t[ew[0]])}).", te * FUSED_SAVING,
                     f"fusion keeps the intermediates on chip: {100 * FUSED_SAVING:.0f}% of "
-                    f"their time.", ew.tolist())
+                    f"their time.", ew.tolist(),
+                    fix=_COMPILED_ELEMENTWISE if "compiled" in applied else None)
         # ---- attention as matmuls and a softmax
         names = [T.name[r] for r in mine.tolist()]
         sm = mine[[bool(_SOFTMAX.search(x)) for x in names]] if names else mine[:0]
@@ -200,7 +282,7 @@ def findings(diag, fw: str, earlier=()) -> list:
         if cp.size and exposed >= COPY_SHARE * busy and not said:
             add(FK.COPY_BOUND, d,
                 f"Copies take {100 * exposed / busy:.0f}% of {name}'s busy time",
-                f"{int(T.count[cp].sum())} copies in {cp.size} groups, most of it "
+                f"{int(T.count[cp].sum())} copies in {cp.size} groups, the largest: "
                 f"{T.name[cp[0]][:60]} ({_ms(t[cp[0]])}); {_ms(exposed)} of them ran with no "
                 f"compute beside them.", exposed,
                 "the copies are removed or hidden under compute: their time not under "

@@ -27,8 +27,19 @@ def op_costs(trace: Trace, events: np.ndarray) -> OpCosts:
         got = hlo_costs.from_hlo(trace, events)
         if got is not None:
             return got
-        return empty(events, "", "the ops carry no XLA cost figures and the capture has no "
-                                 "HLO proto of their programs")
+        return empty(events, "", _no_xla_figures(trace))
     if trace.format == "kineto":
         return torch_shapes.from_torch(trace, events)
     return empty(events, "", f"no cost figures are read from {trace.format} traces")
+
+
+def _no_xla_figures(trace: Trace) -> str:
+    """Why an XSpace's ops have no cost figure, for the framework that wrote it: a
+    TensorFlow graph run without XLA executes kernels XLA never saw (its ``tf_op``s carry
+    no cost figure and no HLO is recorded), where XLA would record its programs' HLO."""
+    from ..culprits import TENSORFLOW, framework
+    if framework(trace) == TENSORFLOW:
+        return ("TensorFlow ops run without XLA carry no cost figures and the capture has no "
+                "HLO proto: compile the step with XLA (tf.function(jit_compile=True)) and the "
+                "profile records its programs' HLO, from which the FLOPs are counted")
+    return "the ops carry no XLA cost figures and the capture has no HLO proto of their programs"

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import causes as C
-from ..result import Bound, EfficiencyTable, Overlap
+from ..result import Bound, EfficiencyTable, OpClass, Overlap
 from . import waterfall as W
 from .roofline import roofline, utilisation
 from .sums import CostSums, dtype_names
@@ -21,6 +21,9 @@ from .sums import CostSums, dtype_names
 # the memory space of the bytes a roofline counts: HBM where the trace splits an op's
 # bytes by memory space (TPU ops' memory_access_breakdown), all spaces where it does not
 SPACE_HBM, SPACE_ALL = "hbm", "all"
+# the share of op time (collectives left out) with no cost figure from which the MFU is
+# said to be a lower bound ("≥ 1.3%"): below it the FLOPs left out cannot move the figure much
+LOWER_BOUND_SHARE = 0.05
 NO_SHAPES = ("no op carries a cost figure: profile PyTorch with record_shapes=True "
              "(or with_flops=True)")
 
@@ -67,7 +70,7 @@ def _peaks(trace, sums: CostSums, active, override_tflops):
     n = sums.n_dev
     pf, pb = np.full(n, np.nan), np.full(n, np.nan)
     dts, srcs, models, why = [""] * n, [""] * n, [""] * n, [""] * n
-    fast, fast_dt = np.full(n, np.nan), [""] * n
+    fast, fast_dt, alts = np.full(n, np.nan), [""] * n, [()] * n
     try:
         from .peaks import device_peak
     except ImportError:
@@ -88,13 +91,16 @@ def _peaks(trace, sums: CostSums, active, override_tflops):
         pb[d] = p.bytes_per_s if p.bytes_per_s else np.nan
         dts[d], srcs[d], models[d] = p.dtype or dt, p.source or "", p.device_model or ""
         why[d] = getattr(p, "missing", "") or ""
-        if dts[d] == "fp32" and sums.dtype_flops[d].any():
+        # fp32 matmuls (on TF32 tensor cores too): what a lower precision would reach
+        if dts[d] in ("fp32", "tf32") and sums.dtype_flops[d].any():
             # what the same matmuls could run at in a lower precision (TF32, bf16, fp16)
             for alt in ("tf32", "bf16", "fp16"):
                 q = device_peak(trace, d, alt)
+                if q.flops_per_s and q.dtype == alt and q.flops_per_s > np.nan_to_num(pf[d]):
+                    alts[d] += (alt,)
                 if q.flops_per_s and q.dtype == alt and not q.flops_per_s <= np.nan_to_num(fast[d]):
                     fast[d], fast_dt[d] = q.flops_per_s, alt
-    return pf, pb, dts, srcs, models, why, (fast, fast_dt)
+    return pf, pb, dts, srcs, models, why, (fast, fast_dt, alts)
 
 
 def _onchip_roofs(trace, active):
@@ -134,6 +140,32 @@ def _judged(r, u, flops, time_ps):
     return fps, bps, inten, att, eff, bound, util, bound_by
 
 
+def _collective_gap(device_ops, sums: CostSums, n_dev: int) -> np.ndarray:
+    """Per device, ps: the time of its collective op groups that has no cost figure."""
+    out = np.zeros(n_dev)
+    if device_ops is None or not len(device_ops) or sums.row_known_time.shape[0] != len(device_ops):
+        return out
+    c = np.asarray(device_ops.klass) == OpClass.COLLECTIVE
+    gap = np.clip(np.asarray(device_ops.time, np.float64) - sums.row_known_time, 0, None)
+    np.add.at(out, np.asarray(device_ops.device, np.int64)[c], gap[c])
+    return out
+
+
+def _largest_without(device_ops, sums: CostSums, d: int) -> str:
+    """The op group of device ``d`` (no collective) with most time and no cost figure,
+    with that time: what a reader looks at to know what the MFU leaves out."""
+    if device_ops is None or not len(device_ops) or sums.row_known_time.shape[0] != len(device_ops):
+        return ""
+    gap = np.clip(np.asarray(device_ops.time, np.float64) - sums.row_known_time, 0, None)
+    gap[(np.asarray(device_ops.device) != d) |
+        (np.asarray(device_ops.klass) == OpClass.COLLECTIVE)] = 0
+    r = int(np.argmax(gap)) if gap.size else 0
+    if not gap.size or gap[r] <= 0:
+        return ""
+    from ...units import duration_ps
+    return f"{device_ops.name[r][:80]} ({duration_ps(gap[r])})"
+
+
 def efficiency_table(trace, sums: CostSums | None, devices, steps, device_ops, coll,
                      peak_tflops: float | None = None) -> EfficiencyTable | None:
     """The diagnosis' ``EfficiencyTable`` (None without cost sums)."""
@@ -141,18 +173,28 @@ def efficiency_table(trace, sums: CostSums | None, devices, steps, device_ops, c
         return None
     n_dev, n_steps = sums.n_dev, sums.n_steps
     active = np.asarray(devices.ops, np.int64) > 0
-    pf, pb, dts, srcs, models, no_peak, (fast, fast_dt) = _peaks(trace, sums, active, peak_tflops)
+    pf, pb, dts, srcs, models, no_peak, (fast, fast_dt, alts) = _peaks(trace, sums, active, peak_tflops)
     all_flops = sums.flops + sums.flops_est
+    coll_gap = _collective_gap(device_ops, sums, n_dev)
     missing = []
+    lower = np.zeros(n_dev, bool)
     for d in range(n_dev):
         why = []
+        # collectives (NCCL all-reduce, all-to-all) do no model FLOPs by definition: their
+        # time is no figure the cost model lacks, so the share left out is of the rest
+        base = sums.op_time[d] - coll_gap[d]
         if active[d] and not all_flops[d] > 0:
             why.append(sums.missing or NO_SHAPES)
-        elif active[d] and sums.known_time[d] < sums.op_time[d]:
-            gone = 1 - sums.known_time[d] / max(sums.op_time[d], 1)
+        elif active[d] and sums.known_time[d] < base:
+            gone = 1 - sums.known_time[d] / max(base, 1)
+            lower[d] = gone >= LOWER_BOUND_SHARE
             if gone >= 0.005:
-                why.append(f"{100 * gone:.1f}% of the op time has no cost figure"
-                           + (f" ({sums.missing})" if sums.missing else ""))
+                top = _largest_without(device_ops, sums, d)
+                why.append(f"{100 * gone:.1f}% of the op time"
+                           + (" outside collectives" if coll_gap[d] > 0 else "")
+                           + " has no cost figure: the MFU counts none of its FLOPs"
+                           + (f" ({sums.missing})" if sums.missing else "")
+                           + (f"; the largest: {top}" if top else ""))
         if active[d] and not np.isfinite(pf[d]):
             why.append(no_peak[d] or f"no peak known for {models[d] or devices.name[d]} "
                        f"(give the peak with --peak-tflops)")
@@ -182,6 +224,11 @@ def efficiency_table(trace, sums: CostSums | None, devices, steps, device_ops, c
     # ---- roofline per row and per device
     rd = np.asarray(device_ops.device, np.int64) if device_ops is not None else np.zeros(0, np.int64)
     rt = np.asarray(device_ops.time, np.float64) if device_ops is not None else np.zeros(0)
+    # a group's rates over the time of its ops that have a figure: the kernels of a group
+    # with no figure (a GEMM inside a compiled graph, no shapes) did FLOPs the sums lack,
+    # and dividing the others' FLOPs by their time too made a 47 %-of-peak GEMM read 4 %
+    if sums.row_known_time.shape[0] == rt.shape[0]:
+        rt = np.minimum(rt, sums.row_known_time)
     op_pk, counted = _onchip_roofs(trace, active)
     # bytes against the HBM bandwidth: those in HBM where the trace splits them by
     # memory space (as xprof's roofline does), all of them where it does not; the
@@ -221,12 +268,13 @@ def efficiency_table(trace, sums: CostSums | None, devices, steps, device_ops, c
         row_attainable=r[3], row_efficiency=r[4], row_bound=r[5],
         intensity=dv[2] if n_dev else nan(0), attainable=dv[3], roofline_efficiency=dv[4],
         bound=dv[5], ridge=ridge, row_fp32_time=sums.row_fp32_mm_time,
-        fast_peak=fast, fast_dtype=fast_dt, coll_points=cpts,
+        fast_peak=fast, fast_dtype=fast_dt, fast_dtypes=alts, coll_points=cpts,
         step_coll_points=scpts.reshape(n_steps, n_dev).astype(np.float32),
         onchip_peak=op_pk, onchip_counted=counted, onchip_rw=dev_rw,
         utilisation=dv[6], bound_by=dv[7],
         row_onchip_rw=np.where(sums.row_split[:, None] > 0, sums.row_onchip_rw, np.nan),
-        row_utilisation=r[6], row_bound_by=r[7])
+        row_utilisation=r[6], row_bound_by=r[7],
+        mfu_lower_bound=lower & np.isfinite(mfu))
 
 
 def stage(trace, sums, diag, peak_tflops=None) -> EfficiencyTable | None:

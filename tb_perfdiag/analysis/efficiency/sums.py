@@ -64,7 +64,7 @@ class CostSums:
     row_onchip_rw: np.ndarray   # (n_rows, 4) as ``onchip_rw``
     row_mm_flops: np.ndarray    # FLOPs of its matmul-class ops
     row_known_time: np.ndarray  # ps
-    row_fp32_mm_time: np.ndarray  # ps of its fp32 matmul-class ops
+    row_fp32_mm_time: np.ndarray  # ps of its fp32 matmul-class ops (on TF32 cores too)
     source: str
     missing: str
 
@@ -209,6 +209,7 @@ def _fold_block(c: dict, code, op_dev, op_step, op_row, dur, table, n_dev: int,
     mm = fig(c["matmul"]).astype(bool, copy=False) & compute
     dt = np.clip(fig(c["dtype"]).astype(np.intp), 0, n_dt - 1)
     fp32 = names.index("fp32") if "fp32" in names else -1
+    tf32 = names.index("tf32") if "tf32" in names else -1
     # a unit's sums: its figure times its count of ops, its ops' time
     fl_n, hw_n, by_n = fl * cnt, hw * cnt, by * cnt
     mm_d = np.where(mm, p_dur, 0.0)
@@ -235,7 +236,8 @@ def _fold_block(c: dict, code, op_dev, op_step, op_row, dur, table, n_dev: int,
                 r_rw[:, j] = _bc(p_row, n_rows, x * cnt)
     r_known = _bc(p_row, n_rows, np.where(known, p_dur, 0.0))
     r_mm_d, r_mm_fl = _bc(p_row, n_rows, mm_d), _bc(p_row, n_rows, mm_fl)
-    r_fp32 = _bc(p_row, n_rows, np.where(dt == fp32, mm_d, 0.0))
+    # fp32 tensors, on fp32 units or TF32 tensor cores: both would run faster in 16 bits
+    r_fp32 = _bc(p_row, n_rows, np.where((dt == fp32) | (dt == tf32), mm_d, 0.0))
     rdt = p_row * n_dt + dt
     r_dt_mm = _bc(rdt, n_rows * n_dt, mm_fl).reshape(n_rows, n_dt)
     r_dt_all = _bc(rdt, n_rows * n_dt, fl_n).reshape(n_rows, n_dt)

@@ -621,9 +621,37 @@ def _to_kernels(trace, events, h: HostCosts):
     by_share = _shares(r, takes_bytes, kdur, n_ops)
     out.bytes[hit] = op_by[r] * np.where(elems[r], ksz, 1.0) * by_share
     _copy_bytes(trace, events, out)
+    _unknown_gemms(trace, events, out)
     out.missing = "" if out.known.all() else \
         "some device ops were launched by no host op with shapes and a cost formula"
     return out
+
+
+# a GEMM or convolution kernel by its name alone, for kernels no costed op launched: the
+# library spellings only (not "cudnn", whose batch-norm kernels do no matrix work)
+_GEMM_KERNEL = re.compile(
+    r"gemm|gemv|xmma|cutlass|Cijk_|wgrad|dgrad|fprop|convolve|winograd|flash_?(fwd|bwd|attn)|"
+    r"fmha", re.I)
+
+
+def _unknown_gemms(trace: Trace, events: np.ndarray, out: OpCosts) -> None:
+    """Kernels with no figure whose names say GEMM or convolution (inside a compiled
+    graph, or under an op without shapes) are still matrix work: flagged ``matmul`` with
+    no FLOPs, so the MFU waterfall counts their time among the matmul-class ops (below
+    peak: their FLOPs are unknown) instead of as busy time with no matmul work."""
+    rest = np.flatnonzero(~out.known & (trace.kind[events] == EventKind.KERNEL))
+    if not rest.size:
+        return
+    u, inv = np.unique(trace.name[events[rest]], return_inverse=True)
+    gemm = np.array([bool(_GEMM_KERNEL.search(trace.strings[i]))
+                     and not _NOT_MATMUL_KERNEL.search(trace.strings[i]) for i in u.tolist()],
+                    bool)
+    inv = inv.reshape(-1)
+    out.matmul[rest] = gemm[inv]
+    # the precision its name says (volta_sgemm: fp32), so fp32 GEMMs in a compiled graph
+    # count toward the fp32-matmul finding too
+    dt = np.array([_name_facts(trace.strings[i])[3] for i in u.tolist()], np.int8)
+    out.dtype[rest] = np.where(gemm[inv], dt[inv], UNKNOWN_DTYPE)
 
 
 def _shares(group: np.ndarray, takes: np.ndarray, dur: np.ndarray, n: int) -> np.ndarray:
