@@ -171,7 +171,8 @@ def test_device_roofline_and_text_name_the_bounding_roof():
     assert rf["onchip_peaks_bytes_per_s"]["vmem_write"] == pytest.approx(VMEM_WR)
     assert rf["onchip_peaks_bytes_per_s"]["cmem_read"] is None
     line = text_lines(diag)[0]
-    assert f"VMEM-read-bound, {100 * rf['efficiency']:.2f}% of roofline" in line
+    from tb_perfdiag.render.efficiency import pct
+    assert f"VMEM-read-bound, {pct(rf['efficiency'])} of roofline" in line
 
 
 def test_no_split_no_onchip_roofs():
