@@ -173,7 +173,8 @@ export function renderCollectives(el, c, { onHost, onStep }) {
     devs.length ? h("ul", { class: "pd-idle pd-coll-devices" }, devs.map((d) => h("li", {},
       h("span", { class: "chip", style: { background: causeColor("peer_wait") } }),
       `${d.name}: `, d.wait_ns ? `${formatNs(d.wait_ns)} waiting inside the ops` : "",
-      d.wait_ns && d.wait_points !== null ? ` = ${d.wait_points.toFixed(1)} points of its duty cycle` : "",
+      d.wait_ns && d.wait_points !== null && d.wait_points !== undefined
+        ? (d.wait_points >= 0.05 ? ` = ${d.wait_points.toFixed(1)} points of its duty cycle` : " (under 0.1 points of its duty cycle)") : "",
       d.idle_wait_ns ? `${d.wait_ns ? ", " : ""}${formatNs(d.idle_wait_ns)} idle before them, already queued (collective wait)` : "",
       d.waited_for ? [", mostly for ", hostLink(d.waited_for, onHost), d.waited_at ? ` at ${d.waited_at}` : ""]
         : d.waited_for_device ? [`, mostly for ${d.waited_for_device}`, d.waited_at ? ` at ${d.waited_at}` : ""] : ""))) : null,

@@ -54,7 +54,7 @@ export function shownWaterfall(diag, deviceId, step, coll = null) {
 
 /** Where the waterfall's peer wait comes from, in words (null: nothing to say). */
 function peerSource(s, coll) {
-  if (s.run) return `Peer wait from the collectives of the run's ${s.run} file${s.run === 1 ? "" : "s"} (ranks or hosts): the wait for the last peer; the rest of the collectives is transfer, in no matmul work.`;
+  if (s.run) return `Peer wait from the collectives ${s.run === 1 ? "among this file's devices" : `of the run's ${s.run} files (ranks or hosts)`}: the wait for the last peer; the rest of the collectives is transfer, in no matmul work.`;
   const st = coll && coll.state;
   if (st === "pending") return "Peer wait: matching the collectives with the run's other files…";
   if (st === "alone") return "Peer wait unknown: no other file of the run shares these collectives, so their time counts as no matmul work.";

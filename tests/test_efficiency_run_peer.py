@@ -177,7 +177,7 @@ def test_the_cli_says_the_same_peer_wait_points(run_dir, diags, service):
     # each file's report, under its own waterfall
     r = _cli("diagnose", str(run_dir / "job"), "--per-file")
     assert r.returncode == 0, r.stderr
-    line = next(x for x in r.stdout.splitlines() if "with the peer wait of the run's 4 files" in x)
+    line = next(x for x in r.stdout.splitlines() if "with the peer wait from the collectives of the run's 4 files" in x)
     assert f"peer wait at collectives {pts:.1f}," in line
     # the JSON: the file's own beside the run's, the /collectives figures
     r = _cli("diagnose", str(run_dir / "job"), "--json")
@@ -281,3 +281,11 @@ def test_compare_gives_the_runs_peer_wait_in_the_waterfall(service, diags, run_d
     got = json.loads(r.stdout)
     (cdev,) = [d for d in got["devices"] if d.get("typical_step")]
     assert cdev["typical_step"]["after"]["waterfall"] == after
+
+
+def test_peer_wait_source_in_words_for_one_file_and_many():
+    """A run of one file (its devices' collectives joined) is not "the run's 1 files"."""
+    from tb_perfdiag.render.efficiency import RUN_NOTE, run_files
+    assert run_files(1) == "among this file's devices"
+    assert run_files(8) == "of the run's 8 files (ranks or hosts)"
+    assert "1 files" not in RUN_NOTE.format(files=run_files(1))

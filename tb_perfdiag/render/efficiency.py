@@ -207,7 +207,12 @@ def step_json(diag: Diagnosis, s: int, d: int) -> dict:
             "waterfall": W.as_dict(E.step_waterfall[s, d].astype(np.float64), digits=2)}
 
 
-RUN_NOTE = ("peer wait from the collectives of the run's {n} files (ranks or hosts): at each "
+def run_files(n: int) -> str:
+    """Where a run's peer wait comes from, in words: its files, or one file's devices."""
+    return "among this file's devices" if n == 1 else f"of the run's {n} files (ranks or hosts)"
+
+
+RUN_NOTE = ("peer wait from the collectives {files}: at each "
             "instance, min(op duration, last arrival − own arrival), as a share of the "
             "device's matched collective time in the window; the rest of the collectives "
             "is transfer, in no_matmul_work")
@@ -234,7 +239,7 @@ def run_json(diag: Diagnosis, rw) -> dict | None:
             W.as_dict(rw.step_waterfall[s, d], digits=2)
     if not devs and not steps:
         return None
-    return {"hosts": int(rw.hosts), "note": RUN_NOTE.format(n=int(rw.hosts)),
+    return {"hosts": int(rw.hosts), "note": RUN_NOTE.format(files=run_files(int(rw.hosts))),
             "devices": devs, "steps": steps}
 
 
@@ -248,7 +253,7 @@ def run_text_lines(doc: dict | None) -> list:
         if not x["waterfall"]:
             continue
         parts = sorted(x["waterfall"].items(), key=lambda kv: -kv[1])
-        L.append(f"with the peer wait of the run's {doc['hosts']} files: " + ", ".join(
+        L.append(f"with the peer wait from the collectives {run_files(doc['hosts'])}: " + ", ".join(
             f"{part_label(k)} {points(v)}" for k, v in parts if v >= 0.05 or k in (W.MFU, W.PEER)))
     return L
 

@@ -16,7 +16,7 @@ from .collectives import clock_note, clocks_json, late_text
 from .efficiency import part_label
 from .json import gap_ids, ns, ns_list
 from ..units import duration
-from .efficiency import pct, points
+from .efficiency import pct, points, run_files
 from .text import safe as safe_text
 
 SLOWER_STEP = 1.10          # straggler: typical step 10 % slower than the median host's…
@@ -496,5 +496,5 @@ def waterfall_lines(rows: list) -> list:
         return []
     n = max((r.get("waterfall_peer_wait_from") or 0 for r in rows), default=0)
     return [f"MFU waterfall per host and device (points of its steps window at peak"
-            + (f"; peer wait from the collectives of the run's {n} files" if n else "")
+            + (f"; peer wait from the collectives {run_files(n)}" if n else "")
             + "):"] + lines
