@@ -162,7 +162,8 @@ export class CompareHosts {
         // what the busy time achieves, beside how much of the time was busy: the host's mean
         // MFU, each device's in the hover
         this.mfus ? h("td", { class: "pd-num pd-mfu-cell", title: devs.filter((d) => d.mfu !== null && d.mfu !== undefined)
-          .map((d) => `${d.name}: MFU ${mfuPct(d.mfu)}`).join("\n") }, r.mfu !== null && r.mfu !== undefined ? mfuPct(r.mfu) : "–") : null,
+          .map((d) => `${d.name}: MFU ${d.mfu_lower_bound ? "at least " : ""}${mfuPct(d.mfu)}`).join("\n") },
+          r.mfu !== null && r.mfu !== undefined ? `${r.mfu_lower_bound && !mfuPct(r.mfu).startsWith("<") ? "≥" : ""}${mfuPct(r.mfu)}` : "–") : null,
         h("td", { class: "pd-num", title: `typical step: the mean over the steps that neither compile nor last 1.5× the median; all steps: ${formatNs(r.avg_step_ns)}` }, formatNs(r.typical_step_ns),
           h("span", { class: "pd-muted pd-small" }, ` (${plural(r.steps, "step")})`)),
         h("td", {}, r.worst_gap ? [h("span", { class: "chip", style: { background: causeColor(r.worst_gap.cause) } }),

@@ -4,6 +4,8 @@ fixes that name only the precisions the device has (a V100 has no TF32 and no bf
 tensor cores)."""
 from __future__ import annotations
 
+import json
+
 import re
 
 import pytest
@@ -125,6 +127,11 @@ def test_mfu_is_a_lower_bound_where_ops_lack_figures(tmp_path):
     e = diagnosis_json(d)["devices"][0]["efficiency"]
     assert e["mfu_lower_bound"] is True and e["mfu"] > 0
     assert f"MFU ≥{pct(e['mfu'])}" in "\n".join(text_lines(d))
+    # the pod's row of this host, and its text table, say so too
+    from tb_perfdiag.render.pod import pod_summary, summary_row, text_table
+    row = json.loads(json.dumps(summary_row("h0", "", d)))
+    assert row["mfu_lower_bound"] is True and row["devices"][0]["mfu_lower_bound"] is True
+    assert f"≥{pct(row['mfu'])}" in text_table(pod_summary([row]))
 
 
 def test_a_group_s_rate_is_over_its_ops_with_figures(tmp_path):

@@ -330,3 +330,4 @@ def test_cli_fills_the_store_from_the_cluster_and_a_server_opens_it_at_once(
                           timeout=300)
     assert text.returncode == 0 and "2 straggler(s)" in text.stdout
     assert f"  {truth['stragglers'][0]}: steps" in text.stdout
+

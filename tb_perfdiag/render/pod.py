@@ -98,13 +98,18 @@ def host_stats(diag: Diagnosis) -> dict:
     mfu_of = [float(E.mfu[d]) if E is not None and d < len(E.mfu) and np.isfinite(E.mfu[d])
               else None for d in range(len(D))]
     mfus = [x for x in mfu_of if x is not None]
+    # a lower bound where ops with no cost figure hold much of the op time (mfu.py)
+    lower = [bool(E.mfu_lower_bound[d]) if E is not None and d < len(E.mfu_lower_bound)
+             else False for d in range(len(D))]
     out = {
         "status": 200,
         "devices": [{"name": D.name[d], "duty_cycle": duty_of[d], "mfu": mfu_of[d],
+                     "mfu_lower_bound": lower[d] and mfu_of[d] is not None,
                      "waterfall": _own_waterfall(E, d)}
                     for d in range(len(D))],
         "duty_cycle": sum(duty) / len(duty) if duty else None,
         "mfu": sum(mfus) / len(mfus) if mfus else None,
+        "mfu_lower_bound": any(lw and m is not None for lw, m in zip(lower, mfu_of)),
         "steps": len(steps), "avg_step_ns": int(sum(steps) / len(steps)) if steps else None,
         # the one step time of every face (analysis.result.TYPICAL_STEP)
         "typical_step_ns": int(round(S.typical_step_ps() / 1000)) if steps else None,
@@ -460,7 +465,8 @@ def text_table(summary: dict, top: int = 20) -> str:
         shares = ", ".join(f"{c.replace('_', ' ')} {100 * v:.0f}%"
                            for c, v in (r.get("cause_shares") or {}).items())
         duty = f"{100 * r['duty_cycle']:.1f}%" if r.get("duty_cycle") is not None else "–"
-        mfu = pct(r["mfu"]) if r.get("mfu") is not None else "–"
+        mfu = ("≥" if r.get("mfu_lower_bound") and not pct(r["mfu"]).startswith("<") else "") \
+            + pct(r["mfu"]) if r.get("mfu") is not None else "–"
         step = duration(r['typical_step_ns']) if r.get("typical_step_ns") else "–"
         gap = duration(wg['duration_ns']) if wg else "–"
         waits = ""
