@@ -238,6 +238,25 @@ def test_elementwise_and_reductions_are_bytes(tmp_path):
     assert c.bytes[0] == 3 * 1024 * 1024 * 2 and c.bytes[1] == 1024 * 1024 * 4
 
 
+def test_copy_and_fill_count_the_written_tensor_once(tmp_path):
+    """``copy_`` reads its source and writes ``self`` (not read: 2 tensors, not add_'s
+    3); ``fill_``/``zero_`` only write: a copy-heavy step is not shown above the HBM
+    roof by bytes that never moved."""
+    b = _Trace()
+    b.op("aten::copy_", [[1024, 1024], [1024, 1024], []], ["float", "c10::Half", "Scalar"],
+         kernel="unrolled_elementwise_kernel")
+    b.op("aten::copy_", [[4096, 256], [1, 256], []], ["float", "float", "Scalar"],
+         kernel="elementwise_kernel")                           # a broadcast source
+    b.op("aten::fill_", [[2048], []], ["float", "Scalar"], kernel="vectorized_elementwise_kernel")
+    b.op("aten::zero_", [[512]], ["float"], kernel="vectorized_elementwise_kernel")
+    b.op("aten::add_", [[1024], [1024], []], ["float", "float", "Scalar"],
+         kernel="vectorized_elementwise_kernel")
+    c, _ = _costs(b.load(tmp_path))
+    assert c.known.all() and c.flops.sum() == 0
+    assert c.bytes.tolist() == [2 * 1024 * 1024 * 4, (4096 * 256 + 256) * 4, 2048 * 4,
+                                512 * 4, 3 * 1024 * 4]
+
+
 def test_profiler_flops_arg_wins_for_matmuls(tmp_path):
     b = _Trace()
     b.op("aten::mm", [[64, 128], [128, 32]], F32, flops=1000)

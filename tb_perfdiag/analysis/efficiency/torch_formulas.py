@@ -237,6 +237,26 @@ def elementwise(dims, size, dt):
                            * size), False, dt)
 
 
+def copy(dims, size, dt):
+    """``copy_(self, src)``: ``src`` read, ``self`` written (never read, as ``add_``'s
+    is): their bytes once each."""
+    shapes = [d for d in dims[:2] if _is_shape(d)]
+    if len(shapes) < 2 or not size:
+        return None
+    return Cost(0.0, float((_prod(shapes[0]) + _prod(shapes[1])) * size), False, dt)
+
+
+def fill(dims, size, dt):
+    """``fill_``, ``zero_``: ``self`` written, nothing read."""
+    if not dims or not _is_shape(dims[0]) or not size:
+        return None
+    return Cost(0.0, float(_prod(dims[0]) * size), False, dt)
+
+
+# elementwise ops whose first input is only written: their own byte rules
+WRITE_ONLY = {"aten::copy_": copy, "aten::fill_": fill, "aten::zero_": fill}
+
+
 def reduction(dims, size, dt):
     shapes = [d for d in dims if _is_shape(d) and d]
     if not shapes or not size:

@@ -466,6 +466,8 @@ def _formula(name, dims, conc, out_shape, kid_mask, dt, size):
             else:
                 causal = bool(F._flag(conc, ci))
             return F.attention(dims[qi], dims[ki], dims[vi], causal, bwd, blhe, size, dt)
+        if name in F.WRITE_ONLY:
+            return F.WRITE_ONLY[name](dims, size, dt)
         if name in F.ELEMENTWISE:
             return F.elementwise(dims, size, dt)
         if name in F.REDUCTION:
