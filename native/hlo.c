@@ -129,6 +129,24 @@ static int h_shape(HCtx *c, const unsigned char *p, const unsigned char *end, in
     return 0;
 }
 
+/* every per-instruction column grows together, to twice the capacity (op_off has one more
+ * entry: its end) */
+static int h_grow_columns(HCtx *c) {
+    size_t cap = c->cap ? c->cap * 2 : 1024;
+    struct { void **col; size_t width; size_t extra; } cols[] = {
+        {(void **)&c->comp, sizeof(int32_t), 0},      {(void **)&c->pos, sizeof(int32_t), 0},
+        {(void **)&c->etype, sizeof(int32_t), 0},     {(void **)&c->id, sizeof(int64_t), 0},
+        {(void **)&c->called, sizeof(int64_t), 0},    {(void **)&c->elements, sizeof(int64_t), 0},
+        {(void **)&c->nbytes, sizeof(int64_t), 0},    {(void **)&c->op_off, sizeof(int64_t), 1}};
+    for (size_t k = 0; k < sizeof(cols) / sizeof(cols[0]); k++) {
+        void *nb = realloc(*cols[k].col, (cap + cols[k].extra) * cols[k].width);
+        if (!nb) return -2;
+        *cols[k].col = nb;
+    }
+    c->cap = cap;
+    return 0;
+}
+
 static int h_instruction(HCtx *c, const unsigned char *p, const unsigned char *end,
                          int32_t comp, int32_t pos, PyObject *names, PyObject *opcodes,
                          PyObject *opcode_of) {
@@ -136,28 +154,7 @@ static int h_instruction(HCtx *c, const unsigned char *p, const unsigned char *e
     int64_t id = -1, called = -1, elements = 0, nbytes = 0;
     int32_t etype = 0;
     size_t i = c->n;
-    if (i + 1 > c->cap) {       /* every column grows together */
-        size_t cap = c->cap ? c->cap * 2 : 1024;
-        void *a[7];
-        if (!(a[0] = realloc(c->comp, cap * sizeof(int32_t)))) return -2;
-        c->comp = a[0];
-        if (!(a[1] = realloc(c->pos, cap * sizeof(int32_t)))) return -2;
-        c->pos = a[1];
-        if (!(a[2] = realloc(c->etype, cap * sizeof(int32_t)))) return -2;
-        c->etype = a[2];
-        if (!(a[3] = realloc(c->id, cap * sizeof(int64_t)))) return -2;
-        c->id = a[3];
-        if (!(a[4] = realloc(c->called, cap * sizeof(int64_t)))) return -2;
-        c->called = a[4];
-        if (!(a[5] = realloc(c->elements, cap * sizeof(int64_t)))) return -2;
-        c->elements = a[5];
-        if (!(a[6] = realloc(c->nbytes, cap * sizeof(int64_t)))) return -2;
-        c->nbytes = a[6];
-        void *off = realloc(c->op_off, (cap + 1) * sizeof(int64_t));
-        if (!off) return -2;
-        c->op_off = off;
-        c->cap = cap;
-    }
+    if (i + 1 > c->cap && h_grow_columns(c) < 0) return -2;
     c->op_off[i] = (int64_t)c->n_ops;
     while (p < end) {
         uint32_t num;
