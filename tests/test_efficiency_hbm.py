@@ -12,8 +12,7 @@ import pytest
 from tb_perfdiag.analysis.diagnosis import diagnose_trace
 from tb_perfdiag.analysis.efficiency.costs import op_costs
 from tb_perfdiag.render.json import diagnosis_json
-from tb_perfdiag.testing.xspace import U64, XSpaceWriter, load_xspace
-from tb_perfdiag.trace.xplane_pb import MemoryAccessBreakdown
+from tb_perfdiag.testing.xspace import U64, XSpaceWriter, load_xspace, memory_breakdown
 
 from conftest import shared_path
 
@@ -22,14 +21,6 @@ READ, WRITE = 1, 2
 HBM, VMEM = 1, 3
 BW = 1640e9                                   # the plane's HBM bandwidth, bytes/s
 N = 10
-
-
-def _breakdown(*accesses) -> bytes:
-    m = MemoryAccessBreakdown()
-    for op, space, n in accesses:
-        a = m.memory_accessed.add()
-        a.operation_type, a.memory_space, a.bytes_accessed = op, space, n
-    return m.SerializeToString()
 
 
 def _trace(split=True):
@@ -45,7 +36,7 @@ def _trace(split=True):
         got = [("program_id", "u", U64(1)), ("hlo_category", "s", cat), ("flops", "u", fl),
                ("model_flops", "u", fl), ("bytes_accessed", "u", by)]
         if split:
-            got.append(("memory_access_breakdown", "b", _breakdown(*accesses)))
+            got.append(("memory_access_breakdown", "b", memory_breakdown(*accesses)))
         return got
     t = 0
     for _ in range(N):

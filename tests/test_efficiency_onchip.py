@@ -17,8 +17,7 @@ from tb_perfdiag.analysis.diagnosis import diagnose_trace
 from tb_perfdiag.analysis.efficiency.costs import op_costs
 from tb_perfdiag.render.efficiency import text_lines
 from tb_perfdiag.render.json import diagnosis_json
-from tb_perfdiag.testing.xspace import U64, XSpaceWriter, load_xspace
-from tb_perfdiag.trace.xplane_pb import MemoryAccessBreakdown
+from tb_perfdiag.testing.xspace import U64, XSpaceWriter, load_xspace, memory_breakdown
 
 from conftest import shared_path
 
@@ -54,14 +53,6 @@ CMEM_OPS = {
 }
 
 
-def _breakdown(*accesses) -> bytes:
-    m = MemoryAccessBreakdown()
-    for op, space, n in accesses:
-        a = m.memory_accessed.add()
-        a.operation_type, a.memory_space, a.bytes_accessed = op, space, n
-    return m.SerializeToString()
-
-
 def _writer(ops: dict, cmem: bool = False) -> XSpaceWriter:
     """A TPU plane with its roofs (v6e-like: merged VMEM; ``cmem``: CMEM roofs, VMEM
     ones given but not merged) and STEPS × the ops, 1 µs each, 0.1 µs apart."""
@@ -89,7 +80,7 @@ def _writer(ops: dict, cmem: bool = False) -> XSpaceWriter:
                       md_stats=[("program_id", "u", U64(1)), ("symbol_id", "u", U64(k + 1)),
                                 ("hlo_category", "s", cat), ("flops", "u", fl),
                                 ("model_flops", "u", fl), ("bytes_accessed", "u", by),
-                                ("memory_access_breakdown", "b", _breakdown(*acc))])
+                                ("memory_access_breakdown", "b", memory_breakdown(*acc))])
             t += 1_100_000
     return w
 

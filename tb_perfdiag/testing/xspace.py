@@ -21,7 +21,7 @@ message class is too slow or absent (the Hlo Proto, lines streamed in chunks).
 from __future__ import annotations
 
 from ..trace import xspace as _reader
-from ..trace.xplane_pb import XLine, XPlane, XSpace
+from ..trace.xplane_pb import MemoryAccessBreakdown, XLine, XPlane, XSpace
 
 __all__ = ["XSpace", "XPlane", "XLine", "Ref", "U64", "stat_list", "PlaneBuilder",
            "XSpaceWriter", "load_xspace", "hlo_proto", "varint", "pb_len", "pb_str", "pb_int"]
@@ -220,6 +220,16 @@ class XSpaceWriter:
         del self.space.hostnames[:]
         self.space.hostnames.extend(hostnames)
         return self.space.SerializeToString(deterministic=True)
+
+
+def memory_breakdown(*accesses) -> bytes:
+    """A TPU op's ``memory_access_breakdown`` stat: (operation type (1 read, 2 write),
+    memory space (1 HBM, 2 CMEM, 3 VMEM), bytes) per access, serialized."""
+    m = MemoryAccessBreakdown()
+    for op, space, n in accesses:
+        a = m.memory_accessed.add()
+        a.operation_type, a.memory_space, a.bytes_accessed = op, space, n
+    return m.SerializeToString()
 
 
 def load_xspace(space, path: str = "memory.xplane.pb", hostnames=("localhost",)):
