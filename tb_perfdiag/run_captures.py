@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import calendar
+import os
 import re
 import time
 from dataclasses import dataclass
@@ -89,3 +90,23 @@ def _spans(r: Run) -> list:
         start = first.captured if first.captured is not None else (first.mtime or None)
         out.append(CaptureFiles(first.span or first.host, start, r.name, srcs))
     return out
+
+
+def trend_runs(runs: dict) -> list:
+    """Every trend run of the listing, sorted."""
+    return sorted({trend_run(runs, n) for n in runs})
+
+
+def run_folder(runs: dict, name: str) -> str | None:
+    """The folder holding the trend run ``name`` (where its sibling ``perfdiag`` run goes):
+    a PyTorch run's folder, or the TensorBoard run folder above ``plugins/profile``; None
+    for a remote one (a URL)."""
+    caps = captures(runs, name)
+    src = next((s for c in caps for s in c.sources), None)
+    if src is None or "://" in str(src.path):
+        return None
+    up = 1 if runs[caps[0].run].layout == "pytorch" else 4
+    path = str(src.path)
+    for _ in range(up):
+        path = os.path.dirname(path)
+    return path

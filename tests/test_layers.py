@@ -25,7 +25,7 @@ LAYERS = {
     "renderers": ["render", "render.*"],
     "services": ["budget", "codec", "cache", "discovery", "file_analysis", "pod", "service", "api",
                  "params", "agent_tools",
-                 "run_captures"],
+                 "run_captures", "scalars"],
     "faces": ["plugin", "cli", "mcp_server", ""],
     "test support": ["testing", "testing.*"],
 }

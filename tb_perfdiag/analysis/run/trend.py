@@ -140,3 +140,21 @@ def latest_vs_median(t: Trend) -> tuple | None:
         return None
     med = float(np.median([t.captures[i].figures.step_time for i in ok]))
     return ok[-1], t.captures[ok[-1]].figures.step_time / med
+
+
+def regression_check(t: Trend, limit: float):
+    """``check --trend --max-regression``: a ``budgets.Result`` that fails when the latest
+    trusted capture's typical step is more than ``limit`` (a fraction) slower than the
+    median of the run's trusted captures (none trusted: it cannot be met)."""
+    from ..budgets import Result
+    lv = latest_vs_median(t)
+    flagged = sum(not c.ok for c in t.captures)
+    if lv is None:
+        return Result("max_trend_regression", "", None, limit, False,
+                      {"captures": len(t.captures), "flagged": flagged})
+    i, ratio = lv
+    c = t.captures[i]
+    return Result("max_trend_regression", "", ratio - 1.0, limit, ratio - 1.0 <= limit,
+                  {"latest": c.session, "latest_ps": c.figures.step_time,
+                   "median_ps": c.figures.step_time / ratio,
+                   "captures": len(t.captures), "flagged": flagged})
