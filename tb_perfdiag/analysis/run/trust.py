@@ -6,7 +6,7 @@ profiler's own overhead is a small share of it.  Each problem is typed (``Proble
 renderer says it in words.
 
 The profiler's overhead is estimated, not measured: the profiler's own start and stop
-calls (their host time, ``startup.profiler_frame``) plus ``PYTHON_EVENT_COST_PS`` per
+calls (their host time, ``startup.profiler_cost``, kept in the diagnosis' ``source``) plus ``PYTHON_EVENT_COST_PS`` per
 Python-tracer event (Kineto's tracer costs about a microsecond per call it records), as
 a share of the capture's span.
 """
@@ -16,10 +16,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...trace.model import EventKind as K
 from ..notes import GRAPHS_UNDER_RECORDED
 from ..result import Diagnosis
-from ..startup import profiler_frame
 
 MOST_STEPS = 0.5                 # over this share of steps without device work: flagged
 MAX_OVERHEAD_SHARE = 0.10        # over this share of the capture in the profiler: flagged
@@ -43,27 +41,6 @@ def unread(size: int, reason: str) -> list:
     return [Problem(UNREADABLE, {"reason": reason})]
 
 
-def profiler_overhead_ps(diag: Diagnosis) -> tuple:
-    """(ps of the profiler's own start/stop calls, Python-tracer events) of ``diag``."""
-    O = diag.ops
-    if O is None or not len(O.name):
-        return 0, 0
-    host = ~np.asarray(O.device, bool)
-    py = int(O.count[host & (np.asarray(O.kind) == K.PYTHON)].sum())
-    # nested frames of one start (start_trace › _start_trace) hold each other: the
-    # outermost start and the outermost stop
-    start = stop = 0
-    for i in np.flatnonzero(host).tolist():
-        name = O.name[i]
-        if profiler_frame(name):
-            t = int(O.time[i])
-            if "stop" in name or "exit" in name:
-                stop = max(stop, t)
-            else:
-                start = max(start, t)
-    return start + stop, py
-
-
 def problems(diag: Diagnosis) -> list:
     """[Problem] of a capture that was read, most consequential first."""
     out = []
@@ -81,7 +58,8 @@ def problems(diag: Diagnosis) -> list:
         out.append(Problem(GRAPHS, {"note": note}))
     span = diag.source.get("span_ns") or [0, 0]
     span_ps = max(int(span[1]) - int(span[0]), 0) * 1000
-    calls, py = profiler_overhead_ps(diag)
+    cost = diag.source.get("profiler") or {}
+    calls, py = int(cost.get("calls_ps", 0)), int(cost.get("python_events", 0))
     cost = calls + py * PYTHON_EVENT_COST_PS
     if span_ps and cost > MAX_OVERHEAD_SHARE * span_ps:
         out.append(Problem(OVERHEAD, {"share": cost / span_ps, "calls_ps": calls,
