@@ -630,6 +630,7 @@ def _trend(args):
         t = svc.trend(name, _options(args), getattr(args, "baseline", None))
     except ApiError as e:
         raise UsageError(str(e)) from None
+    svc.cache.flush()            # the results stored before the command ends
     if t.run == ".":
         t.run = os.path.basename(os.path.abspath(args.path.rstrip("/")))
     return svc, t
@@ -657,6 +658,7 @@ def cmd_scalars(args) -> int:
         runs = svc.catalog.runs(refresh=rounds > 0)
         for name in trend_runs(runs):
             t = svc.trend(name, _options(args))
+            svc.cache.flush()
             if args.out:
                 folder = os.path.join(args.out, "" if name == "." else name, scalars.FOLDER)
             else:

@@ -297,11 +297,12 @@ class DiagnosisService:
                     self.traces.remeasure(ident)
         return loaded.ctx
 
-    def _diagnose_source(self, src, opt: Options):
+    def _diagnose_source(self, src, opt: Options, later: bool = False):
         """The typed diagnosis of one file, from the cache or the result store, else
         computed once in this process (its loaded trace shared with the other options
         and routes of the file); a pod summary's Dask task analysing it right now is
-        waited for instead.  An unreadable file raises its ``TraceError``."""
+        waited for instead.  An unreadable file raises its ``TraceError``.  ``later``: the
+        result store is written in the background (``DiagnosisCache.flush``)."""
         ident = self._identity(src)
         self._check_refused(ident)
         key = (ident, opt.key())
@@ -326,7 +327,7 @@ class DiagnosisService:
                     if self._progress.get(key) is prog:
                         del self._progress[key]
         self._wait_for_pod_task(key)
-        result = self.cache.get_or_compute(key, compute)
+        result = self.cache.get_or_compute(key, compute, later=later)
         if isinstance(result, Failure):     # a pod task's verdict, kept in the store
             raise (TraceTooLarge if result.status == 413 else TraceError)(result.file,
                                                                           result.reason)
@@ -503,7 +504,7 @@ class DiagnosisService:
         if hit is not None:
             return hit
         try:
-            diag = self._diagnose_source(src, opt)
+            diag = self._diagnose_source(src, opt, later=True)
             hit = (capture_figures(diag), run_trust.problems(diag))
         except TraceError as e:
             hit = (None, run_trust.unread(src.size, e.reason))

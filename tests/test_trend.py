@@ -131,7 +131,9 @@ def test_each_capture_is_analysed_once(runs, tmp_path):
     assert svc.cache.computations == len(truth["torch_repeat"])
     assert _trend_doc(svc, run="torch_repeat") == first
     assert svc.cache.computations == len(truth["torch_repeat"])
-    # another process on the same store analyses nothing (but tries the 0-byte file)
+    # another process on the same store analyses nothing (but tries the 0-byte file), once
+    # the results are written (in the background: the trend did not wait for them)
+    svc.cache.flush()
     other = _service(logdir, str(tmp_path / "store"))
     assert _trend_doc(other, run="torch_repeat") == first
     assert other.cache.computations == 1
