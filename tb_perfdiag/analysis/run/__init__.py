@@ -1,2 +1,2 @@
-"""Across the files of a run, never reading a trace: the run's captures over time (its
-trend, what changed between captures, which captures to trust)."""
+"""A run across its files: joins, clocks, stragglers, peer wait, run waterfalls, the trend
+(its captures over time, what changed between them, which to trust). Never reads a trace."""

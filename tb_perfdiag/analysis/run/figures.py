@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import causes as C
-from ..compare import side_of, step_figures
+from ..compare.diff import side_of, step_figures
 from ..result import Diagnosis
 
 

@@ -146,7 +146,7 @@ def regression_check(t: Trend, limit: float):
     """``check --trend --max-regression``: a ``budgets.Result`` that fails when the latest
     trusted capture's typical step is more than ``limit`` (a fraction) slower than the
     median of the run's trusted captures (none trusted: it cannot be met)."""
-    from ..budgets import Result
+    from ..compare.budgets import Result
     lv = latest_vs_median(t)
     flagged = sum(not c.ok for c in t.captures)
     if lv is None:

@@ -6,7 +6,7 @@ profiler's own overhead is a small share of it.  Each problem is typed (``Proble
 renderer says it in words.
 
 The profiler's overhead is estimated, not measured: the profiler's own start and stop
-calls (their host time, ``startup.profiler_cost``, kept in the diagnosis' ``source``) plus ``PYTHON_EVENT_COST_PS`` per
+calls (their host time, ``steps.startup.profiler_cost``, kept in the diagnosis' ``source``) plus ``PYTHON_EVENT_COST_PS`` per
 Python-tracer event (Kineto's tracer costs about a microsecond per call it records), as
 a share of the capture's span.
 """
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..notes import GRAPHS_UNDER_RECORDED
+from ..steps.capture_notes import GRAPHS_UNDER_RECORDED
 from ..result import Diagnosis
 
 MOST_STEPS = 0.5                 # over this share of steps without device work: flagged
