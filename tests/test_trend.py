@@ -323,3 +323,37 @@ def test_the_profilers_own_stop_over_the_stated_share_is_flagged():
     b.op(b.tracks[0], "torch/profiler/profiler.py(700): stop", 4000, 900, "python_function")
     got = T.problems(_diag(b))
     assert [p.kind for p in got] == [T.OVERHEAD] and got[0].figures["calls_ps"] == 900 * 10**6
+
+
+# ---- a real JAX job on XLA:CPU, profiled 12 times (testdata/generators/capture_jax_trend.py) ----
+# Its captures are not bundled (3 MB, a 0-byte file among them, and every test that walks
+# testdata would read them): generate them with the jax venv of make_captures.sh and point
+# TB_PERFDIAG_TREND_CAPTURES at the folder; skipped otherwise.
+
+REAL = os.environ.get("TB_PERFDIAG_TREND_CAPTURES", "")
+
+
+@pytest.mark.skipif(not os.path.isfile(os.path.join(REAL, "TREND_TRUTH.json")),
+                    reason="no real trend captures (TB_PERFDIAG_TREND_CAPTURES unset: see "
+                           "testdata/generators/capture_jax_trend.py)")
+def test_a_real_jax_run_names_its_regressions_and_flags_its_empty_capture():
+    with open(os.path.join(REAL, "TREND_TRUTH.json")) as f:
+        truth = json.load(f)["captures"]
+    parent, name = os.path.split(os.path.abspath(REAL.rstrip("/")))
+    doc = _trend_doc(_service(parent), run=name)
+    jsonschema.validate(doc, SCHEMA)
+    assert [c["session"] for c in doc["captures"]] == sorted(truth)
+    for c in doc["captures"]:
+        t = truth[c["session"]]
+        assert c["trust"]["ok"] is (t["injected"] != "empty"), c
+        if t["injected"] != "empty":
+            assert c["first_step"] == t["first_step"] and c["steps"] > 0
+    trusted = [c["session"] for c in doc["captures"] if c["trust"]["ok"]]
+    changes = {(ch["from"], ch["to"]): ch["causes"] for ch in doc["changes"]}
+    for k, s in enumerate(trusted):
+        cause = truth[s]["injected"]
+        if cause in ("", "empty"):
+            continue
+        into, out = changes.get((trusted[k - 1], s), {}), changes.get((s, trusted[k + 1]), {})
+        assert max(into, key=lambda c: into[c]) == cause and into[cause] > 30, (s, into)
+        assert min(out, key=lambda c: out[c]) == cause and out[cause] < -30, (s, out)
