@@ -43,7 +43,7 @@ from .analysis.collectives.instances import host_figures
 from .analysis.run.waterfalls import run_waterfall
 from .analysis.run import trust as run_trust
 from .analysis.run.figures import capture_figures
-from .analysis.run.trend import Capture, trend as run_trend
+from .analysis.run.trend import Capture, slow_host, trend as run_trend
 from .run_captures import captures as run_captures, trend_run
 from .render import chrome
 from .render import collectives as coll_render
@@ -489,7 +489,7 @@ class DiagnosisService:
         cap = Capture(files.session, files.start, [r[0] for r in rows], fig,
                       problems + [p for r in rows if r[1] is None for p in r[2]], rows=rows)
         if len(rows) > 1:
-            cap.straggler = self._straggler(files, opt)
+            cap.straggler = self._straggler(files, opt, rows)
         return cap
 
     def _file_figures(self, src, opt: Options) -> tuple:
@@ -514,8 +514,10 @@ class DiagnosisService:
                 self._figures.popitem(last=False)
         return hit
 
-    def _straggler(self, files, opt: Options) -> str | None:
-        """The host the others of a pod capture wait for most (GUIDE §4), None when none."""
+    def _straggler(self, files, opt: Options, rows: list) -> str | None:
+        """The host the others of a pod capture wait for most (GUIDE §4: the run's
+        collective join), None when none; where its hosts share no collectives, its slow
+        host as the pod summary flags one (``slow_host``)."""
         p = parse("collectives", {"run": files.run, "host": files.sources[0].host,
                                   "threshold_us": repr(opt.threshold_us),
                                   "kernels_only": "1" if opt.kernels_only else "0",
@@ -525,6 +527,8 @@ class DiagnosisService:
             _, figs, _, st = self.run_join(p, wait=True)
         except (TraceError, ApiError):
             return None
+        if st["state"] == "none":
+            return slow_host(rows)
         late = [(f.get("caused_wait_per_step_ns") or 0, h) for h, f in figs.items()
                 if f.get("straggler")]
         return max(late)[1] if late else None

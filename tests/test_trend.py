@@ -169,6 +169,37 @@ def test_the_mcp_tool_answers_the_route(runs):
     assert Tools(svc).trend("jax_cpu") == _trend_doc(svc, run="jax_cpu")
 
 
+# ---- a pod's captures: the straggler ----
+
+def _pod_design() -> dict:
+    with open(os.path.join(TESTDATA, "captures", "MANIFEST.json")) as f:
+        caps = json.load(f)["captures"]
+    pod = next(c for c in caps if c["name"] == "jax_pod")["ground_truth"]["scenarios"]
+    return {k: v["design"].get("straggler") for k, v in pod.items()}
+
+
+def test_a_pod_capture_names_the_host_the_others_wait_for():
+    """The real 4-process JAX pods (gloo all-reduce): each capture's straggler is the host
+    its design slows (None where none is), from the run's collective join."""
+    from tb_perfdiag.pod import Engine
+    svc = DiagnosisService(Catalog(os.path.join(TESTDATA, "captures", "jax_pod")),
+                           DiagnosisCache(disk_dir=None), engine=Engine(processes=False))
+    try:
+        for scenario, host in _pod_design().items():
+            (cap,) = _trend_doc(svc, run=scenario)["captures"]
+            assert len(cap["hosts"]) == 4 and cap["straggler"] == host, (scenario, cap)
+    finally:
+        svc.close()
+
+
+def test_without_collectives_a_pods_slow_host_is_its_straggler():
+    from tb_perfdiag.analysis.run.trend import slow_host
+    rows = [(f"h{i}", _fig(t), []) for i, t in enumerate((10, 10.2, 9.9, 12))]
+    assert slow_host(rows) == "h3"
+    assert slow_host(rows[:3]) is None and slow_host(rows[:1]) is None
+    assert slow_host(rows[:3] + [("h3", None, [T.Problem(T.EMPTY)])]) is None
+
+
 # ---- scalars ----
 
 def test_scalars_read_back_by_tensorboard_agree_with_the_trend_and_never_duplicate(runs,
