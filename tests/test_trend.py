@@ -388,3 +388,25 @@ def test_a_real_jax_run_names_its_regressions_and_flags_its_empty_capture():
         into, out = changes.get((trusted[k - 1], s), {}), changes.get((s, trusted[k + 1]), {})
         assert max(into, key=lambda c: into[c]) == cause and into[cause] > 30, (s, into)
         assert min(out, key=lambda c: out[c]) == cause and out[cause] < -30, (s, out)
+
+
+def test_scalars_watch_adds_captures_as_they_land(runs, tmp_path):
+    """``scalars --watch``: a round with nothing new leaves the file; a capture written
+    between rounds is added (two rounds here)."""
+    logdir, _ = runs
+    run = tmp_path / "logdir" / "watched"
+    shutil.copytree(logdir / "torch_repeat", run)
+    env = dict(os.environ, TB_PERFDIAG_RESULTS=str(tmp_path / "store"))
+    p = subprocess.Popen([sys.executable, "-m", "tb_perfdiag.cli", "scalars",
+                          str(tmp_path / "logdir"), "--watch", "--interval", "3",
+                          "--rounds", "2"], stdout=subprocess.PIPE, text=True, env=env)
+    first = p.stdout.readline()
+    newest = sorted(x for x in os.listdir(run) if x.endswith(".json"))[-1]
+    shutil.copy(run / newest, run / "trainer.1796009000000.pt.trace.json")
+    rest = p.stdout.read()
+    assert p.wait(timeout=300) == 0
+    tags = 2 + len(C.ALL)           # step time, duty cycle, idle by cause (no MFU here)
+    assert f"7 trusted of 8 captures, {7 * tags} points written" in first
+    assert f"8 trusted of 9 captures, {8 * tags} points written" in rest
+    from tb_perfdiag import scalars
+    assert len(scalars.read_points(str(run / "perfdiag"))) == 8 * tags
