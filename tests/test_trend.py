@@ -410,3 +410,18 @@ def test_scalars_watch_adds_captures_as_they_land(runs, tmp_path):
     assert f"8 trusted of 9 captures, {8 * tags} points written" in rest
     from tb_perfdiag import scalars
     assert len(scalars.read_points(str(run / "perfdiag"))) == 8 * tags
+
+
+def test_a_truncated_capture_is_flagged_with_the_readers_reason(runs, tmp_path):
+    logdir, truth = runs
+    run = tmp_path / "cut"
+    shutil.copytree(logdir / "torch_repeat", run)
+    victim = sorted(s for s, k in truth["torch_repeat"].items() if k == "")[1]
+    path = run / f"trainer.{victim}.pt.trace.json"
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    doc = _trend_doc(_service(tmp_path), run="cut")
+    bad = [c for c in doc["captures"] if not c["trust"]["ok"]]
+    assert {c["session"] for c in bad} == {victim} | {
+        s for s, k in truth["torch_repeat"].items() if k == "empty"}
+    cut = next(c for c in bad if c["session"] == victim)
+    assert cut["trust"]["problems"][0].startswith("unreadable or truncated: ")
