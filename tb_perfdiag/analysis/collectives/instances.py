@@ -19,12 +19,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...trace.build import map_distinct
+from ...trace.classify import is_collective_kernel
 from .. import causes as C
 from ..result import CollectiveTable
 
-# trace.classify.is_collective_kernel's names, and TPU Megascale ops
-_COLLECTIVE = re.compile(r"[nr]ccl|all-?reduce|all-?gather|reduce-?scatter|all-?to-?all|"
-                         r"collective-permute|megascale", re.I)
 _NCCL = re.compile(r"^(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)", re.I)
 _XLA = re.compile(r"(all-reduce|all-gather|reduce-scatter|all-to-all|collective-permute|"
                   r"collective-broadcast|megascale[\w-]*)", re.I)
@@ -35,7 +33,7 @@ MAX_INSTANCES = 4096          # per host table (the first ones): a few KB to 100
 
 
 def is_collective(name: str) -> bool:
-    return bool(_COLLECTIVE.search(name))
+    return is_collective_kernel(name)
 
 
 def op_key(name: str) -> tuple[str, str, int]:
