@@ -1,0 +1,329 @@
+"""CUDA/HIP graph replays aligned with their capture (GUIDE §4, "Graph replays").
+
+Every kernel of a replay carries the correlation id of the one ``cudaGraphLaunch`` /
+``hipGraphLaunch``: no host op launched it one by one, so no shapes reach it.  The
+shapes were recorded while the graph was captured: each launch then is a runtime event
+(``args.kernel`` = the kernel's name, the reader's ``launch_kernel`` stat) inside a
+``…StreamBeginCapture`` … ``…StreamEndCapture`` window on its thread, under the ops
+with ``Input Dims``, while no kernel runs.  A replay's device events, in order, are
+matched with a capture's launches, in order, by kernel name (copies and memsets by
+kind), skipping the capture launches that match none; a replayed event never matches
+by time.  The capture may be another trace (vLLM's and SGLang's ``capture_traces/``,
+``--capture``: ``Trace.captures``) or the execution trace's own capture windows.
+
+Columnar: per replay the kernel names are integer codes (one code per distinct name
+over the traces); identical replays (same code sequence) are aligned once.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ...trace.model import EventKind, LinkKind, Trace
+from .opcosts import per_trace
+
+GRAPH_LAUNCH = re.compile(r"^(cu|cuda|hip)GraphLaunch", re.I)
+_BEGIN = re.compile(r"^(cu|cuda|hip)StreamBeginCapture", re.I)
+_END = re.compile(r"^(cu|cuda|hip)StreamEndCapture", re.I)
+_COPY_CALL = re.compile(r"^(cu|cuda|hip)\w*Memcpy", re.I)
+_SET_CALL = re.compile(r"^(cu|cuda|hip)\w*Memset", re.I)
+# the codes of copies and sets (kernel names are coded from 0 up)
+COPY, SET, NONE = -2, -3, -4
+# vLLM's step names give the batch the graph was captured for: execute_<T>_…
+_STEP_TOKENS = re.compile(r"^execute_(\d+)_")
+
+
+@dataclass
+class Capture:
+    """The launches recorded while graphs were captured, in one trace (columns over
+    the launches, in capture order then time)."""
+
+    trace: Trace
+    launch: np.ndarray          # int64 launch runtime events
+    capture: np.ndarray         # int64 the capture (window) each is in
+    name: list                  # per launch: the kernel's name ("" for a copy or set)
+    kind: np.ndarray            # int8: 0 kernel, COPY, SET
+    n_captures: int
+    batch: np.ndarray = None    # per capture: the batch size it was captured for (−1)
+
+
+@dataclass
+class GraphMatch:
+    """The device events replayed from graphs in an execution trace, and what each
+    matched in a capture (columns over the replayed events, by replay then time)."""
+
+    event: np.ndarray           # int64 device events replayed from a graph
+    replay: np.ndarray          # int64 index of its replay
+    graph_launch: np.ndarray    # per replay: the cudaGraphLaunch/hipGraphLaunch event
+    source: np.ndarray          # int64 per event: index into ``captures`` (−1 none)
+    launch: np.ndarray          # int64 per event: the capture's launch event (−1 none)
+    captures: list = field(default_factory=list)   # the ``Capture``s searched
+    # per replay: launches of its capture that no event matched (under-recorded when
+    # the replay has fewer events than its capture: the trace did not see them)
+    missing: np.ndarray = None
+    one_activity: int = 0       # replays recorded with at most one device event
+
+    @property
+    def total(self) -> int:
+        return int(self.event.shape[0])
+
+    @property
+    def matched(self) -> int:
+        return int((self.launch >= 0).sum())
+
+
+def graph_launches(trace: Trace) -> np.ndarray:
+    """The graph-launch runtime events of ``trace`` (ascending)."""
+    launch = np.flatnonzero(trace.kind == EventKind.LAUNCH)
+    if not launch.size:
+        return launch
+    u, inv = np.unique(trace.name[launch], return_inverse=True)
+    hit = np.array([bool(GRAPH_LAUNCH.search(trace.strings[i])) for i in u.tolist()], bool)
+    return launch[hit[inv.reshape(-1)]]
+
+
+def replayed(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(device events replayed from graphs, each one's replay, each replay's launch):
+    events by replay, then time."""
+    gl = graph_launches(trace)
+    z = np.zeros(0, np.int64)
+    if not gl.size:
+        return z, z, z
+    corr = trace.link_kind == LinkKind.CORRELATION
+    src, dst = trace.link_src[corr].astype(np.int64), trace.link_dst[corr].astype(np.int64)
+    pos = np.minimum(np.searchsorted(gl, src), gl.shape[0] - 1)
+    on = gl[pos] == src
+    ev, rep = dst[on], pos[on]
+    ok = np.isin(trace.kind[ev], (EventKind.KERNEL, EventKind.MEMCPY, EventKind.MEMSET))
+    ev, rep = ev[ok], rep[ok]
+    o = np.lexsort((ev, trace.ts[ev], rep))
+    return ev[o], rep[o], gl
+
+
+def capture_launches(trace: Trace, batch_of_file: int = -1) -> Capture | None:
+    """The launches inside the capture windows of ``trace`` (None where it has none)."""
+    gc = np.flatnonzero(trace.kind == EventKind.GRAPH_CAPTURE)
+    if not gc.size:
+        return None
+    nm = [trace.strings[i] for i in trace.name[gc].tolist()]
+    begin = gc[np.array([bool(_BEGIN.search(s)) for s in nm], bool)]
+    end = gc[np.array([bool(_END.search(s)) for s in nm], bool)]
+    if not begin.size or not end.size:
+        return None
+    launches = np.flatnonzero(trace.kind == EventKind.LAUNCH)
+    parts, caps, n_cap = [], [], 0
+    for tr in np.unique(trace.track[begin]).tolist():
+        b = begin[trace.track[begin] == tr]
+        e = end[trace.track[end] == tr]
+        lt = launches[trace.track[launches] == tr]
+        bt, et, ltt = trace.ts[b], trace.ts[e], trace.ts[lt]
+        # each begin's window ends at the first end after it
+        j = np.searchsorted(et, bt, side="left")
+        ok = j < et.shape[0]
+        bt, wend = bt[ok], et[np.minimum(j[ok], max(et.shape[0] - 1, 0))]
+        w = np.searchsorted(bt, ltt, side="right") - 1
+        inside = (w >= 0) & (ltt <= wend[np.maximum(w, 0)])
+        parts.append(lt[inside])
+        caps.append(w[inside] + n_cap)
+        n_cap += int(bt.shape[0])
+    launch = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    cap = np.concatenate(caps) if caps else np.zeros(0, np.int64)
+    o = np.lexsort((trace.ts[launch], cap))
+    launch, cap = launch[o].astype(np.int64), cap[o].astype(np.int64)
+    names = _launch_names(trace, launch)
+    kind = np.zeros(launch.shape[0], np.int8)
+    call = [trace.strings[i] for i in trace.name[launch].tolist()]
+    for k, (s, n) in enumerate(zip(call, names)):
+        if not n:
+            kind[k] = COPY if _COPY_CALL.search(s) else SET if _SET_CALL.search(s) else NONE
+    keep = kind != NONE
+    return Capture(trace, launch[keep], cap[keep], [n for n, k in zip(names, keep) if k],
+                   kind[keep], n_cap, np.full(n_cap, int(batch_of_file), np.int64))
+
+
+def _launch_names(trace: Trace, launch: np.ndarray) -> list:
+    """The kernel name each launch names (its ``launch_kernel`` stat, a JSON string;
+    "" where none)."""
+    st = trace.stats.get("launch_kernel")
+    if st is None or not launch.size:
+        return [""] * int(launch.shape[0])
+    import json
+    v, has = st.lookup(launch)
+    memo: dict = {}
+    out = []
+    for x, h in zip(v.tolist(), has.tolist()):
+        if not h:
+            out.append("")
+            continue
+        s = memo.get(x)
+        if s is None:
+            try:
+                s = json.loads(trace.strings[int(x)])
+            except ValueError:
+                s = ""
+            s = memo[x] = s if isinstance(s, str) else ""
+        out.append(s)
+    return out
+
+
+def graph_match(trace: Trace) -> GraphMatch | None:
+    """The graph replays of ``trace`` aligned with the captures it has (its own capture
+    windows and ``trace.captures``), once per trace; None without replays."""
+    return per_trace(trace, "graph_match", _match)
+
+
+def _match(trace: Trace) -> GraphMatch | None:
+    ev, rep, gl = replayed(trace)
+    if not gl.size:
+        return None
+    caps = []
+    own = capture_launches(trace)
+    if own is not None:
+        caps.append(own)
+    for c in getattr(trace, "captures", None) or ():
+        got = capture_launches(c.trace, c.batch) if hasattr(c, "trace") else capture_launches(c)
+        if got is not None:
+            caps.append(got)
+    n_rep = int(gl.shape[0])
+    counts = np.bincount(rep, minlength=n_rep)
+    out = GraphMatch(ev, rep, gl, np.full(ev.shape[0], -1, np.int64),
+                     np.full(ev.shape[0], -1, np.int64), caps, np.zeros(n_rep, np.int64),
+                     int((counts <= 1).sum()))
+    if not caps or not ev.size:
+        return out
+    codes = _Codes()
+    rep_code = _replay_codes(trace, ev, codes)
+    cap_code = [np.array([codes.of(n) if k == 0 else int(k) for n, k in
+                          zip(c.name, c.kind.tolist())], np.int64) for c in caps]
+    pool = _Pool(caps, cap_code)
+    bounds = np.searchsorted(rep, np.arange(n_rep + 1))
+    batch = _step_batch(trace, gl)
+    done: dict = {}
+    for r in range(n_rep):
+        a, b = int(bounds[r]), int(bounds[r + 1])
+        seq = rep_code[a:b]
+        key = (seq.tobytes(), int(batch[r]))
+        got = done.get(key)
+        if got is None:
+            got = done[key] = pool.best(seq, int(batch[r]))
+        if got is None:
+            continue
+        src, pos, missing = got
+        hit = pos >= 0
+        out.source[a:b] = np.where(hit, src, -1)
+        out.launch[a:b] = np.where(hit, caps[src].launch[np.maximum(pos, 0)], -1)
+        out.missing[r] = missing
+    return out
+
+
+class _Codes:
+    """One integer per distinct kernel name, over the traces."""
+
+    def __init__(self):
+        self.table: dict = {}
+
+    def of(self, name: str) -> int:
+        return self.table.setdefault(name, len(self.table))
+
+
+def _replay_codes(trace: Trace, ev: np.ndarray, codes: _Codes) -> np.ndarray:
+    """Per replayed event: its kernel name's code, COPY or SET."""
+    u, inv = np.unique(trace.name[ev], return_inverse=True)
+    table = np.array([codes.of(trace.strings[i]) for i in u.tolist()], np.int64)
+    out = table[inv.reshape(-1)]
+    k = trace.kind[ev]
+    out[k == EventKind.MEMCPY] = COPY
+    out[k == EventKind.MEMSET] = SET
+    return out
+
+
+def align(seq: np.ndarray, launches: np.ndarray) -> np.ndarray:
+    """Each replayed event's position among a capture's ``launches`` (codes, in order):
+    in order, equal codes, skipping launches that match none; −1 where the event
+    matches none after the previous match (the launches stay where they were)."""
+    out = np.full(seq.shape[0], -1, np.int64)
+    where: dict = {}
+    for c in np.unique(seq).tolist():
+        where[c] = np.flatnonzero(launches == c)
+    j = 0
+    for i, c in enumerate(seq.tolist()):
+        p = where[c]
+        k = int(np.searchsorted(p, j))
+        if k < p.shape[0]:
+            out[i] = p[k]
+            j = int(p[k]) + 1
+    return out
+
+
+class _Pool:
+    """The captures' launch sequences, searched for the one a replay ran."""
+
+    def __init__(self, caps: list, cap_code: list):
+        self.seqs, self.src, self.batch = [], [], []
+        for s, (c, code) in enumerate(zip(caps, cap_code)):
+            b = np.searchsorted(c.capture, np.arange(c.n_captures + 1))
+            for g in range(c.n_captures):
+                self.seqs.append(code[b[g]:b[g + 1]])
+                self.src.append((s, int(b[g])))
+                self.batch.append(int(c.batch[g]) if c.batch is not None else -1)
+        self.batch = np.asarray(self.batch, np.int64)
+        self.length = np.array([x.shape[0] for x in self.seqs], np.int64)
+        # launches per (capture, code): a replay's cover of each capture in one step
+        allc = np.concatenate(self.seqs) if self.seqs else np.zeros(0, np.int64)
+        self.vals = np.unique(allc)
+        cap = np.repeat(np.arange(len(self.seqs)), self.length)
+        col = np.searchsorted(self.vals, allc)
+        self.count = np.zeros((len(self.seqs), max(self.vals.shape[0], 1)), np.int32)
+        np.add.at(self.count, (cap, col), 1)
+
+    def best(self, seq: np.ndarray, batch: int):
+        """(capture source, each event's position in its launches, launches left
+        unmatched) of the capture matching most of ``seq``; None where none matches."""
+        if not self.seqs:
+            return None
+        vals, cnt = np.unique(seq, return_counts=True)
+        col = np.minimum(np.searchsorted(self.vals, vals), self.vals.shape[0] - 1)
+        there = self.vals[col] == vals
+        cover = np.minimum(self.count[:, col[there]], cnt[there]).sum(axis=1)
+        if not cover.max() > 0:
+            return None
+        # the most covered, then those captured for the step's batch, then the shortest
+        order = np.lexsort((self.length, -(self.batch == batch).astype(np.int64), -cover))
+        best = None
+        for g in order[:4].tolist():
+            if cover[g] == 0:
+                break
+            pos = align(seq, self.seqs[g])
+            n = int((pos >= 0).sum())
+            if best is None or n > best[0]:
+                best = (n, g, pos)
+            if n == seq.shape[0]:
+                break
+        n, g, pos = best
+        if n == 0:
+            return None
+        s, first = self.src[g]
+        return s, np.where(pos >= 0, pos + first, -1), int(self.length[g]) - n
+
+
+def _step_batch(trace: Trace, gl: np.ndarray) -> np.ndarray:
+    """Per graph launch: the padded batch vLLM's step name around it gives (−1 none)."""
+    out = np.full(gl.shape[0], -1, np.int64)
+    ann = np.flatnonzero(trace.kind == EventKind.ANNOTATION)
+    if not ann.size:
+        return out
+    names = [trace.strings[i] for i in trace.name[ann].tolist()]
+    tok = np.array([int(m.group(1)) if (m := _STEP_TOKENS.match(s)) else -1 for s in names])
+    ann, tok = ann[tok >= 0], tok[tok >= 0]
+    if not ann.size:
+        return out
+    o = np.argsort(trace.ts[ann], kind="stable")
+    ann, tok = ann[o], tok[o]
+    s = trace.ts[ann]
+    e = s + trace.dur[ann]
+    k = np.searchsorted(s, trace.ts[gl], side="right") - 1
+    ok = (k >= 0) & (trace.ts[gl] <= e[np.maximum(k, 0)])
+    out[ok] = tok[k[ok]]
+    return out
