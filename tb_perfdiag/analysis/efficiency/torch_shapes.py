@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...trace.model import EventKind, LinkKind, Trace, TrackKind, lookup_together
-from . import torch_formulas as F
+from . import ragged, torch_formulas as F
 from .opcosts import DTYPES, UNKNOWN_DTYPE, OpCosts, blank, distinct_rows, empty, per_trace
 
 NO_SHAPES = "profile with record_shapes=True: the trace's ops carry no shapes"
@@ -324,6 +324,9 @@ def host_costs(trace: Trace):
     op_mm = np.array([c.matmul if c is not None else False for c in cost], bool)[inv]
     op_dt = np.array([DTYPES.index(c.dtype) if c is not None and c.dtype else
                       UNKNOWN_DTYPE for c in cost], np.int8)[inv]
+    # attention over a ragged batch: the sums its step's name gives (vLLM)
+    ragged.apply(trace, ev, ops.name, ops.dims, ops.types, lambda i: _parsed(trace, ([i],))[i],
+                 has, op_fl, op_by, op_mm, op_dt, DTYPES)
     shape_fl = np.where(has, op_fl, np.nan)
     # the profiler's own count wins where it gave one, for the matmul-class ops it
     # counts (elementwise ops' counts are not matmul work: bytes only)
