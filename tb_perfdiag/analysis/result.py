@@ -564,6 +564,9 @@ class EfficiencyTable:
     # per device: ops outside collectives with no cost figure hold ≥ LOWER_BOUND_SHARE of
     # the op time, so the MFU (which counts none of their FLOPs) is a lower bound
     mfu_lower_bound: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    # CUDA/HIP graph replays and what of them matched their capture
+    # (``efficiency.graphs.GraphSummary``; None: no replay with device events)
+    graphs: object = None
 
     def part(self, name: str) -> int:
         return self.parts.index(name)

@@ -327,3 +327,65 @@ def _step_batch(trace: Trace, gl: np.ndarray) -> np.ndarray:
     ok = (k >= 0) & (trace.ts[gl] <= e[np.maximum(k, 0)])
     out[ok] = tok[k[ok]]
     return out
+
+
+@dataclass
+class GraphSummary:
+    """Per device: what the graph replays it ran matched in their captures."""
+
+    matched: np.ndarray         # (n_dev,) replayed device events matched to a capture launch
+    total: np.ndarray           # (n_dev,) replayed device events
+    replays: np.ndarray         # (n_dev,) graph replays with device events
+    unrecorded: np.ndarray      # (n_dev,) captured launches no replayed event matched,
+                                # summed over its replays: device work the trace missed
+    capture_files: int          # capture traces read beside the trace (or named)
+    captured: int               # capture windows found in them and in the trace
+
+
+def summary(trace: Trace, n_dev: int) -> GraphSummary | None:
+    """The per-device counts of ``graph_match`` (None where the trace replays no graph
+    with device events)."""
+    m = graph_match(trace)
+    if m is None or not m.total:
+        return None
+    dev = trace.track_device[trace.track[m.event]].astype(np.int64)
+    ok = (dev >= 0) & (dev < n_dev)
+    z = lambda w=None: np.bincount(dev[ok], weights=w, minlength=n_dev)[:n_dev].astype(np.int64)  # noqa: E731
+    # a replay's device: its first event's
+    first = np.flatnonzero(np.r_[True, m.replay[1:] != m.replay[:-1]])
+    rdev, rrep = dev[first], m.replay[first]
+    rok = (rdev >= 0) & (rdev < n_dev)
+    reps = np.bincount(rdev[rok], minlength=n_dev)[:n_dev].astype(np.int64)
+    unrec = np.bincount(rdev[rok], weights=m.missing[rrep[rok]],
+                        minlength=n_dev)[:n_dev].astype(np.int64)
+    return GraphSummary(z((m.launch >= 0)[ok].astype(np.float64)), z(), reps, unrec,
+                        len(getattr(trace, "captures", None) or ()),
+                        sum(c.n_captures for c in m.captures))
+
+
+def under_recorded_notes(trace: Trace) -> list:
+    """Capture notes on replays the trace recorded in part: fewer device events than
+    their capture launched, or one activity for a whole graph."""
+    m = graph_match(trace)
+    if m is None or not m.total:
+        return []
+    out = []
+    cnt = np.bincount(m.replay, minlength=m.graph_launch.shape[0])
+    short = np.flatnonzero(m.missing > 0)
+    if short.size:
+        out.append(f"{short.size} of {int((cnt > 0).sum())} graph replays recorded fewer device "
+                   f"events than their capture launched ({int(m.missing[short].sum())} launches "
+                   f"in all): device work the trace did not see; the duty cycle and MFU are "
+                   f"lower bounds, and the idle around those replays is not the host's")
+    # without a capture to count against: replays of one activity each are whole graphs
+    one = int((cnt == 1).sum())
+    if one and one == int((cnt > 0).sum()) and not m.captures:
+        out.append(f"{one} graph replays were recorded as one device activity each: their "
+                   f"kernels are not seen one by one (record the graph's capture, or profile "
+                   f"with per-kernel graph tracing), and the figures inside them are unknown")
+    if not m.captures:
+        out.append(f"{int((cnt > 0).sum())} graph replays ({m.total} device events) have no "
+                   f"capture to take their ops' shapes from: their kernels carry no cost "
+                   f"figure (write the capture's trace beside this one in capture_traces/, or "
+                   f"name it with --capture)")
+    return out

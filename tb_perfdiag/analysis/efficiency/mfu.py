@@ -279,8 +279,16 @@ def efficiency_table(trace, sums: CostSums | None, devices, steps, device_ops, c
 
 def stage(trace, sums, diag, peak_tflops=None) -> EfficiencyTable | None:
     """``efficiency_table`` of what a diagnosis holds (its one call in the analysis)."""
-    return efficiency_table(trace, sums, diag.devices, diag.steps, diag.device_ops,
-                            diag.collectives, peak_tflops)
+    table = efficiency_table(trace, sums, diag.devices, diag.steps, diag.device_ops,
+                             diag.collectives, peak_tflops)
+    if table is not None and trace.format == "kineto":
+        from .graphs import summary
+        g = table.graphs = summary(trace, len(table.flops))
+        if g is not None and table.mfu_lower_bound.shape[0] == g.unrecorded.shape[0]:
+            # device work a replay did not record did FLOPs the MFU cannot count
+            table.mfu_lower_bound = table.mfu_lower_bound | ((g.unrecorded > 0) &
+                                                             np.isfinite(table.mfu))
+    return table
 
 
 __all__ = ["efficiency_table", "peer_wait", "stage", "Bound"]
