@@ -30,7 +30,7 @@ def with_captured(trace: Trace, events: np.ndarray, got: OpCosts) -> OpCosts:
         return got
     out = _per_event(got)
     for s in np.unique(m.source[at]).tolist():
-        cap = m.captures[s].trace
+        cap = m.captures[s].trace or trace
         h = per_trace(cap, "torch_host_costs", torch_shapes.host_costs)
         if isinstance(h, str) or not h.has.any():
             continue

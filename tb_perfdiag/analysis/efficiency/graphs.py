@@ -40,7 +40,7 @@ class Capture:
     """The launches recorded while graphs were captured, in one trace (columns over
     the launches, in capture order then time)."""
 
-    trace: Trace
+    trace: Trace | None         # None: the execution trace itself
     launch: np.ndarray          # int64 launch runtime events
     capture: np.ndarray         # int64 the capture (window) each is in
     name: list                  # per launch: the kernel's name ("" for a copy or set)
@@ -181,6 +181,7 @@ def _match(trace: Trace) -> GraphMatch | None:
     caps = []
     own = capture_launches(trace)
     if own is not None:
+        own.trace = None            # the trace itself: the memo must not keep it alive
         caps.append(own)
     for c in getattr(trace, "captures", None) or ():
         got = capture_launches(c.trace, c.batch) if hasattr(c, "trace") else capture_launches(c)
