@@ -194,3 +194,25 @@ def test_public_graph_traces_match_their_capture(rel):
     x = max(d["devices"], key=lambda v: v.get("busy_ns") or 0)
     f = x["efficiency"]["flops"]
     assert abs(f - want["flops"]) <= want["flops_tolerance"] * want["flops"]
+
+
+def test_the_plugin_reads_the_capture_beside_a_run_and_lists_it_as_no_run(tmp_path):
+    from conftest import call
+    from tb_perfdiag.cache import DiagnosisCache
+    from tb_perfdiag.discovery import Catalog, scan_logdir
+    from tb_perfdiag.service import DiagnosisService
+    from tb_perfdiag.testing.kineto import kineto_bytes
+    run = tmp_path / "logs" / "run"
+    ev = []
+    for r in range(2):
+        ev += replay_events(1000 + 200 * r, 100 + r)
+    os.makedirs(str(run / "capture_traces"))
+    (run / "host.1.pt.trace.json").write_bytes(kineto_bytes(ev))
+    (run / "capture_traces" / "host.0.pt.trace.json").write_bytes(kineto_bytes(capture_events()))
+    assert list(scan_logdir(str(tmp_path / "logs"))) == ["run"]
+    svc = DiagnosisService(Catalog(str(tmp_path / "logs")), DiagnosisCache(disk_dir=None))
+    status, body = call(svc, "diagnosis", {"run": "run", "host": "host"})
+    assert status == 200
+    e = body["devices"][0]["efficiency"]
+    assert (e["graph_kernels_matched"], e["graph_kernels_total"]) == (8, 8)
+    assert e["flops"] == 2 * (MM1 + MM2)
