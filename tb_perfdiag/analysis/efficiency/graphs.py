@@ -390,3 +390,46 @@ def under_recorded_notes(trace: Trace) -> list:
                    f"figure (write the capture's trace beside this one in capture_traces/, or "
                    f"name it with --capture)")
     return out
+
+
+def replay_host_ops(trace: Trace, ops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(positions in ``ops``, string ids in ``trace.strings``) of the ops replayed from a
+    graph: the framework op that launched each while the graph was captured where the
+    trace holds that name, else the graph launch itself ("hipGraphLaunch")."""
+    z = np.zeros(0, np.int64)
+    m = graph_match(trace)
+    if m is None or not m.total or not ops.size:
+        return z, z
+    order = np.argsort(m.event, kind="stable")
+    sev = m.event[order]
+    ops = np.asarray(ops, np.int64)
+    k = np.minimum(np.searchsorted(sev, ops), sev.shape[0] - 1)
+    pos = np.flatnonzero(sev[k] == ops)
+    at = order[k[pos]]
+    launch_name = trace.name[m.graph_launch[m.replay[at]]].astype(np.int64)
+    names = [_captured_op(m, s, ln) if ln >= 0 else "" for s, ln in
+             zip(m.source[at].tolist(), m.launch[at].tolist())]
+    want = set(names) - {""}
+    index: dict = {}
+    if want:
+        for i, s in enumerate(trace.strings):   # the trace's own id of each name it holds
+            if s in want and s not in index:
+                index[s] = i
+    ids = np.array([index.get(s, -1) for s in names], np.int64) if names else z
+    return pos, np.where(ids >= 0, ids, launch_name)
+
+
+def _captured_op(m: GraphMatch, src: int, event: int) -> str:
+    """The name of the framework op around a capture's launch ("" none; "" for the
+    trace's own capture windows, whose ops the climb from the launch finds anyway)."""
+    t = m.captures[src].trace
+    if t is None:
+        return ""
+    cur = int(t.parent[event])
+    for _ in range(64):
+        if cur < 0:
+            break
+        if t.kind[cur] == EventKind.CPU_OP:
+            return t.strings[int(t.name[cur])]
+        cur = int(t.parent[cur])
+    return ""
