@@ -90,7 +90,7 @@ def _graph_launches(trace: Trace, origin: np.ndarray) -> list:
     src = origin[dev]
     fed = np.isin(gl, src[src >= 0])
     empty = int((~fed).sum())
-    from .efficiency.graphs import under_recorded_notes
+    from ..efficiency.graphs import under_recorded_notes
     more = under_recorded_notes(trace)
     if not empty:
         return more
