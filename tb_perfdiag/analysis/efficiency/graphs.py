@@ -43,8 +43,9 @@ class Capture:
     trace: Trace | None         # None: the execution trace itself
     launch: np.ndarray          # int64 launch runtime events
     capture: np.ndarray         # int64 the capture (window) each is in
-    name: list                  # per launch: the kernel's name ("" for a copy or set)
+    name: np.ndarray            # int64 per launch: its ``names`` index (−1: a copy or set)
     kind: np.ndarray            # int8: 0 kernel, COPY, SET
+    names: list                 # the distinct kernel names launched
     n_captures: int
     batch: np.ndarray = None    # per capture: the batch size it was captured for (−1)
 
@@ -132,40 +133,41 @@ def capture_launches(trace: Trace, batch_of_file: int = -1) -> Capture | None:
     cap = np.concatenate(caps) if caps else np.zeros(0, np.int64)
     o = np.lexsort((trace.ts[launch], cap))
     launch, cap = launch[o].astype(np.int64), cap[o].astype(np.int64)
-    names = _launch_names(trace, launch)
-    kind = np.zeros(launch.shape[0], np.int8)
-    call = [trace.strings[i] for i in trace.name[launch].tolist()]
-    for k, (s, n) in enumerate(zip(call, names)):
-        if not n:
-            kind[k] = COPY if _COPY_CALL.search(s) else SET if _SET_CALL.search(s) else NONE
+    name, names = _launch_names(trace, launch)
+    # a launch without a kernel name: a copy or a set by its call's name, else none of ours
+    u, inv = np.unique(trace.name[launch], return_inverse=True)
+    call = [trace.strings[i] for i in u.tolist()]
+    by_call = np.array([COPY if _COPY_CALL.search(c) else SET if _SET_CALL.search(c) else NONE
+                        for c in call], np.int8)
+    kind = np.where(name >= 0, 0, by_call[inv.reshape(-1)] if u.size else NONE).astype(np.int8)
     keep = kind != NONE
-    return Capture(trace, launch[keep], cap[keep], [n for n, k in zip(names, keep) if k],
-                   kind[keep], n_cap, np.full(n_cap, int(batch_of_file), np.int64))
+    return Capture(trace, launch[keep], cap[keep], name[keep], kind[keep], names, n_cap,
+                   np.full(n_cap, int(batch_of_file), np.int64))
 
 
-def _launch_names(trace: Trace, launch: np.ndarray) -> list:
-    """The kernel name each launch names (its ``launch_kernel`` stat, a JSON string;
-    "" where none)."""
+def _launch_names(trace: Trace, launch: np.ndarray) -> tuple[np.ndarray, list]:
+    """(each launch's index into the distinct kernel names its ``launch_kernel`` stat
+    gives (a JSON string; −1 none), those names): parsed once per distinct text."""
     st = trace.stats.get("launch_kernel")
+    out = np.full(launch.shape[0], -1, np.int64)
     if st is None or not launch.size:
-        return [""] * int(launch.shape[0])
+        return out, []
     import json
     v, has = st.lookup(launch)
-    memo: dict = {}
-    out = []
-    for x, h in zip(v.tolist(), has.tolist()):
-        if not h:
-            out.append("")
+    v = np.where(has, np.asarray(v, np.int64), -1)
+    u, inv = np.unique(v, return_inverse=True)
+    names, code = [], np.full(u.shape[0], -1, np.int64)
+    for j, x in enumerate(u.tolist()):
+        if x < 0:
             continue
-        s = memo.get(x)
-        if s is None:
-            try:
-                s = json.loads(trace.strings[int(x)])
-            except ValueError:
-                s = ""
-            s = memo[x] = s if isinstance(s, str) else ""
-        out.append(s)
-    return out
+        try:
+            s = json.loads(trace.strings[x])
+        except ValueError:
+            continue
+        if isinstance(s, str) and s:
+            code[j] = len(names)
+            names.append(s)
+    return code[inv.reshape(-1)], names
 
 
 def graph_match(trace: Trace) -> GraphMatch | None:
@@ -196,8 +198,9 @@ def _match(trace: Trace) -> GraphMatch | None:
         return out
     codes = _Codes()
     rep_code = _replay_codes(trace, ev, codes)
-    cap_code = [np.array([codes.of(n) if k == 0 else int(k) for n, k in
-                          zip(c.name, c.kind.tolist())], np.int64) for c in caps]
+    cap_code = [np.where(c.kind == 0, np.array([codes.of(n) for n in c.names] + [0],
+                                               np.int64)[c.name], c.kind.astype(np.int64))
+                for c in caps]
     pool = _Pool(caps, cap_code)
     bounds = np.searchsorted(rep, np.arange(n_rep + 1))
     batch = _step_batch(trace, gl)
