@@ -13,12 +13,9 @@ import json
 import os
 from dataclasses import dataclass
 
-import numpy as np
-
 from .progress import NULL
 from .storage import filesystem, read_bytes
 from .trace import Trace, TraceError, load as read_trace
-from .trace.model import EventKind
 
 FOLDER = "capture_traces"
 DETAILS = "execution_details.json"
@@ -39,9 +36,8 @@ def has_graph_launches(trace: Trace) -> bool:
     """Whether a Kineto trace launches CUDA/HIP graphs (names decided per distinct name)."""
     if trace.format != "kineto":
         return False
-    launch = np.flatnonzero(trace.kind == EventKind.LAUNCH)
-    names = {trace.strings[i] for i in np.unique(trace.name[launch]).tolist()}
-    return any(n.lower().endswith("graphlaunch") for n in names)
+    from .analysis.efficiency.graphs import graph_launches
+    return bool(graph_launches(trace).size)
 
 
 def beside(path: str, root: str | None = None, max_bytes: int | None = None) -> list:

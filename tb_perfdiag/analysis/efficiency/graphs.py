@@ -78,11 +78,20 @@ class GraphMatch:
 def graph_launches(trace: Trace) -> np.ndarray:
     """The graph-launch runtime events of ``trace`` (ascending)."""
     launch = np.flatnonzero(trace.kind == EventKind.LAUNCH)
-    if not launch.size:
-        return launch
-    u, inv = np.unique(trace.name[launch], return_inverse=True)
-    hit = np.array([bool(GRAPH_LAUNCH.search(trace.strings[i])) for i in u.tolist()], bool)
-    return launch[hit[inv.reshape(-1)]]
+    return launch[names_matching(trace, trace.name[launch], GRAPH_LAUNCH)]
+
+
+def names_matching(trace: Trace, names: np.ndarray, rx) -> np.ndarray:
+    """Whether each name id of ``names`` matches ``rx``, decided once per distinct name
+    through a table over the string ids (a unique's sort of 300 k launches: 150 ms)."""
+    if not names.size:
+        return np.zeros(0, bool)
+    seen = np.zeros(len(trace.strings), bool)
+    seen[names] = True
+    hit = np.zeros(seen.shape[0], bool)
+    for i in np.flatnonzero(seen).tolist():
+        hit[i] = bool(rx.search(trace.strings[i]))
+    return hit[names]
 
 
 def replayed(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
