@@ -216,3 +216,36 @@ def test_the_plugin_reads_the_capture_beside_a_run_and_lists_it_as_no_run(tmp_pa
     e = body["devices"][0]["efficiency"]
     assert (e["graph_kernels_matched"], e["graph_kernels_total"]) == (8, 8)
     assert e["flops"] == 2 * (MM1 + MM2)
+
+
+def test_ragged_attention_takes_the_sums_of_vllm_step_name():
+    # two context requests (q 3, k 3; q 2, k 5) and one decode (q 1, k 7): Σq·k = 9 + 10
+    # + 7, Σq² of the context ones = 9 + 4; 4 query heads of 8, values of 8
+    step = "execute_8_context_2(sq5sk8sqsq13sqsk19)_generation_1(sq1sk7sqsq1sqsk7)"
+    q, kv = [6, 4, 8], [6, 2, 8]
+    ev = [X("user_annotation", step, 0, 100),
+          X("cpu_op", "vllm::unified_attention_with_output", 10, 50,
+            **{"Input Dims": [q, kv, kv, q], "Input type": ["c10::BFloat16"] * 4}),
+          launch(12, "", 7),
+          kernel("kernel_unified_attention_2d", 30, 20, 7)]
+    t = load_kineto(ev)
+    got = replay_costs(t)["kernel_unified_attention_2d"]
+    assert got == [(4 * 2 * (8 + 8) * 26 - 4 * (8 + 8) * 13, True)]
+    # without the step's sums the packed shapes tell no lengths: no figure
+    t = load_kineto(ev[1:])
+    assert replay_costs(t)["kernel_unified_attention_2d"][0][1] is False
+
+
+def test_cli_capture_names_the_capture(tmp_path, capsys):
+    from tb_perfdiag.cli import main
+    from tb_perfdiag.testing.kineto import kineto_bytes
+    ev = []
+    for r in range(2):
+        ev += replay_events(1000 + 200 * r, 100 + r)
+    (tmp_path / "exec.json").write_bytes(kineto_bytes(ev))
+    (tmp_path / "cap.json").write_bytes(kineto_bytes(capture_events()))
+    main(["diagnose", str(tmp_path / "exec.json"), "--json", "--capture", str(tmp_path / "cap.json")])
+    e = json.loads(capsys.readouterr().out)["devices"][0]["efficiency"]
+    assert (e["graph_kernels_matched"], e["graph_kernels_total"]) == (8, 8)
+    main(["diagnose", str(tmp_path / "exec.json")])
+    assert "0 of 8 replayed kernels matched" in capsys.readouterr().out

@@ -332,6 +332,8 @@ def text_lines(diag: Diagnosis, run: dict | None = None) -> list:
         fl = (e["flops"] or 0) + (e["flops_estimated"] or 0)
         if not fl:
             L.append(f"efficiency, {name}: no FLOP figures ({e['missing'] or 'none'})")
+            if e.get("graph_kernels_total"):
+                L.append("  " + graph_text(e))
             continue
         pk = e["peak_flops_per_s"]
         head = (f"efficiency, {name}: {si(fl, 'FLOP')}"
