@@ -81,7 +81,8 @@ def attach(trace: Trace, path: str, root: str | None = None, max_bytes: int | No
     got = []
     for p, batch, mode in files:
         try:
-            got.append(CaptureFile(read_trace(p, progress, root=root, max_bytes=max_bytes),
+            # read without moving the trace's own progress back to "reading"
+            got.append(CaptureFile(read_trace(p, NULL, root=root, max_bytes=max_bytes),
                                    p, batch, mode))
         except TraceError as e:
             trace.warnings.append(f"graph capture {os.path.basename(p)} not read: {e.reason}")

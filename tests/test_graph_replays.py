@@ -249,3 +249,12 @@ def test_cli_capture_names_the_capture(tmp_path, capsys):
     assert (e["graph_kernels_matched"], e["graph_kernels_total"]) == (8, 8)
     main(["diagnose", str(tmp_path / "exec.json")])
     assert "0 of 8 replayed kernels matched" in capsys.readouterr().out
+
+
+def test_the_graph_counts_survive_the_result_store():
+    from tb_perfdiag.codec import decode, encode
+    diag = diagnose(execution(capture=capture_events())).diagnosis
+    back = decode(encode(diag))
+    g, h = diag.efficiency.graphs, back.efficiency.graphs
+    assert (h.matched.tolist(), h.total.tolist(), h.unrecorded.tolist()) == \
+        (g.matched.tolist(), g.total.tolist(), g.unrecorded.tolist()) == ([8], [8], [2])

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...trace.model import EventKind, LinkKind, Trace
+from ..result import GraphSummary
 from .opcosts import per_trace
 
 GRAPH_LAUNCH = re.compile(r"^(cu|cuda|hip)GraphLaunch", re.I)
@@ -340,19 +341,6 @@ def _step_batch(trace: Trace, gl: np.ndarray) -> np.ndarray:
     ok = (k >= 0) & (trace.ts[gl] <= e[np.maximum(k, 0)])
     out[ok] = tok[k[ok]]
     return out
-
-
-@dataclass
-class GraphSummary:
-    """Per device: what the graph replays it ran matched in their captures."""
-
-    matched: np.ndarray         # (n_dev,) replayed device events matched to a capture launch
-    total: np.ndarray           # (n_dev,) replayed device events
-    replays: np.ndarray         # (n_dev,) graph replays with device events
-    unrecorded: np.ndarray      # (n_dev,) captured launches no replayed event matched,
-                                # summed over its replays: device work the trace missed
-    capture_files: int          # capture traces read beside the trace (or named)
-    captured: int               # capture windows found in them and in the trace
 
 
 def summary(trace: Trace, n_dev: int) -> GraphSummary | None:
