@@ -34,6 +34,7 @@ from .trace.extension import reader_kind
 from .budget import MB, Budget, Store, measure
 from .cache import DiagnosisCache
 from .discovery import Catalog, span_label
+from .graph_captures import attach as attach_captures
 from .errors import ApiError, BadRequest, FileGone, NotFound, TraceError, TraceTooLarge, trace_error
 from .codec import Failure
 from .pod import Engine, PodJob, decode_result
@@ -271,7 +272,11 @@ class DiagnosisService:
                         with self._loads_lock:
                             self.loads += 1
                         try:
-                            return _Loaded(load_open(f, progress, expect))
+                            trace = load_open(f, progress, expect)
+                            # the graph captures beside it, read below its folder
+                            return _Loaded(attach_captures(
+                                trace, src.path, os.path.dirname(str(src.path)),
+                                self.max_file_bytes, progress=progress))
                         except Underestimated:
                             pass
                     decoded, expect = self.max_file_bytes, None
