@@ -518,7 +518,12 @@ class DiagnosisService:
     def _straggler(self, files, opt: Options, rows: list) -> str | None:
         """The host the others of a pod capture wait for most (GUIDE §4: the run's
         collective join), None when none; where its hosts share no collectives, its slow
-        host as the pod summary flags one (``slow_host``)."""
+        host as the pod summary flags one (``slow_host``).  A run's join covers each
+        worker's latest span only: an older span of a multi-worker PyTorch run has none."""
+        for src in files.sources:
+            latest = self.catalog.find(files.run, src.host)
+            if latest is None or latest.path != src.path:
+                return None
         p = parse("collectives", {"run": files.run, "host": files.sources[0].host,
                                   "threshold_us": repr(opt.threshold_us),
                                   "kernels_only": "1" if opt.kernels_only else "0",
