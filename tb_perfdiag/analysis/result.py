@@ -564,6 +564,9 @@ class EfficiencyTable:
     # per device: ops outside collectives with no cost figure hold ≥ LOWER_BOUND_SHARE of
     # the op time, so the MFU (which counts none of their FLOPs) is a lower bound
     mfu_lower_bound: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    # per device: what named a part whose own name does not ("gfx942, 304 CUs, 192 GB";
+    # "" where the name says, or nothing does)
+    device_identified_by: list = field(default_factory=list)
 
     def part(self, name: str) -> int:
         return self.parts.index(name)

@@ -167,6 +167,8 @@ def device_json(diag: Diagnosis, d: int) -> dict | None:
             "peak_flops_per_s": _f(E.peak_flops[d]), "peak_dtype": E.peak_dtype[d] or None,
             "peak_source": E.peak_source[d] or None, "peak_bytes_per_s": _f(E.peak_bytes[d]),
             "device_model": E.device_model[d] or None,
+            "device_identified_by": (E.device_identified_by[d] or None)
+            if d < len(E.device_identified_by) else None,
             "achieved_flops_per_s": _achieved(diag, d),
             "mfu": _f(E.mfu[d]),
             "mfu_lower_bound": bool(E.mfu_lower_bound[d]) if d < len(E.mfu_lower_bound) else False,
@@ -318,6 +320,8 @@ def text_lines(diag: Diagnosis, run: dict | None = None) -> list:
     for d in np.flatnonzero(diag.devices.ops > 0).tolist():
         e = device_json(diag, d)
         name = diag.devices.name[d]
+        if e.get("device_model"):
+            name += f" ({e['device_model']})"
         fl = (e["flops"] or 0) + (e["flops_estimated"] or 0)
         if not fl:
             L.append(f"efficiency, {name}: no FLOP figures ({e['missing'] or 'none'})")
@@ -330,7 +334,9 @@ def text_lines(diag: Diagnosis, run: dict | None = None) -> list:
             m = pct(e["mfu"])
             head += (f", MFU {'≥' if e['mfu_lower_bound'] and not m.startswith('<') else ''}{m} of "
                      f"{si(pk, 'FLOP/s')} {e['peak_dtype']} "
-                     f"({source_text(e['peak_source'])})")
+                     f"({source_text(e['peak_source'])}"
+                     + (f", identified by {e['device_identified_by']}"
+                        if e.get("device_identified_by") else "") + ")")
         elif e["achieved_flops_per_s"]:
             head += f", {si(e['achieved_flops_per_s'], 'FLOP/s')} achieved, no peak known"
         rf = e["roofline"]

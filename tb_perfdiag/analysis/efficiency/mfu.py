@@ -69,7 +69,7 @@ def _peaks(trace, sums: CostSums, active, override_tflops):
     names = dtype_names()
     n = sums.n_dev
     pf, pb = np.full(n, np.nan), np.full(n, np.nan)
-    dts, srcs, models, why = [""] * n, [""] * n, [""] * n, [""] * n
+    dts, srcs, models, why, told = [""] * n, [""] * n, [""] * n, [""] * n, [""] * n
     fast, fast_dt, alts = np.full(n, np.nan), [""] * n, [()] * n
     try:
         from .peaks import device_peak
@@ -91,6 +91,7 @@ def _peaks(trace, sums: CostSums, active, override_tflops):
         pb[d] = p.bytes_per_s if p.bytes_per_s else np.nan
         dts[d], srcs[d], models[d] = p.dtype or dt, p.source or "", p.device_model or ""
         why[d] = getattr(p, "missing", "") or ""
+        told[d] = getattr(p, "identified_by", "") or ""
         # fp32 matmuls (on TF32 tensor cores too): what a lower precision would reach
         if dts[d] in ("fp32", "tf32") and sums.dtype_flops[d].any():
             # what the same matmuls could run at in a lower precision (TF32, bf16, fp16)
@@ -100,7 +101,7 @@ def _peaks(trace, sums: CostSums, active, override_tflops):
                     alts[d] += (alt,)
                 if q.flops_per_s and q.dtype == alt and not q.flops_per_s <= np.nan_to_num(fast[d]):
                     fast[d], fast_dt[d] = q.flops_per_s, alt
-    return pf, pb, dts, srcs, models, why, (fast, fast_dt, alts)
+    return pf, pb, dts, srcs, (models, told), why, (fast, fast_dt, alts)
 
 
 def _onchip_roofs(trace, active):
@@ -173,7 +174,8 @@ def efficiency_table(trace, sums: CostSums | None, devices, steps, device_ops, c
         return None
     n_dev, n_steps = sums.n_dev, sums.n_steps
     active = np.asarray(devices.ops, np.int64) > 0
-    pf, pb, dts, srcs, models, no_peak, (fast, fast_dt, alts) = _peaks(trace, sums, active, peak_tflops)
+    pf, pb, dts, srcs, (models, told), no_peak, (fast, fast_dt, alts) = \
+        _peaks(trace, sums, active, peak_tflops)
     all_flops = sums.flops + sums.flops_est
     coll_gap = _collective_gap(device_ops, sums, n_dev)
     missing = []
@@ -274,7 +276,7 @@ def efficiency_table(trace, sums: CostSums | None, devices, steps, device_ops, c
         utilisation=dv[6], bound_by=dv[7],
         row_onchip_rw=np.where(sums.row_split[:, None] > 0, sums.row_onchip_rw, np.nan),
         row_utilisation=r[6], row_bound_by=r[7],
-        mfu_lower_bound=lower & np.isfinite(mfu))
+        mfu_lower_bound=lower & np.isfinite(mfu), device_identified_by=told)
 
 
 def stage(trace, sums, diag, peak_tflops=None) -> EfficiencyTable | None:
