@@ -567,6 +567,15 @@ class EfficiencyTable:
     # per device: what named a part whose own name does not ("gfx942, 304 CUs, 192 GB";
     # "" where the name says, or nothing does)
     device_identified_by: list = field(default_factory=list)
+    # per (device, format of ``format_names``): matmul-class FLOPs and ps, the FLOP/s the
+    # format runs at on the device (NaN unknown; the format it is converted to where the
+    # part has no units for it, ``format_peak_dtype``) and its part of the MFU
+    format_names: list = field(default_factory=list)
+    format_flops: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    format_time: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    format_peak: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    format_peak_dtype: list = field(default_factory=list)
+    format_mfu: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
 
     def part(self, name: str) -> int:
         return self.parts.index(name)

@@ -178,7 +178,27 @@ def device_json(diag: Diagnosis, d: int) -> dict | None:
                          "attainable_flops_per_s": _f(E.attainable[d]),
                          "efficiency": _f(E.roofline_efficiency[d]),
                          "bound": _BOUND[int(E.bound[d])], **_onchip(E, d)},
+            "formats": _formats(E, d),
             "missing": E.missing[d] or None}
+
+
+def _formats(E, d: int) -> list:
+    """A device's matmul-class work per format (GUIDE §4 "Formats"), most FLOPs first:
+    each against the peak of the format it ran in (the one it is converted to where the
+    part has no units for it); the MFU parts add up to the MFU where formats mix."""
+    if not _has(E, "format_flops", d):
+        return []
+    fl = E.format_flops[d]
+    out = []
+    for j in np.argsort(-fl, kind="stable").tolist():
+        if not fl[j] > 0:
+            break
+        out.append({"format": E.format_names[j] or None, "flops": _n(fl[j]),
+                    "matmul_time_ns": int(E.format_time[d, j] // 1000),
+                    "peak_flops_per_s": _f(E.format_peak[d, j]),
+                    "peak_dtype": E.format_peak_dtype[d][j] or None,
+                    "mfu": _f(E.format_mfu[d, j])})
+    return out
 
 
 def _onchip(E, d: int) -> dict:
@@ -350,6 +370,12 @@ def text_lines(diag: Diagnosis, run: dict | None = None) -> list:
                         f"counts: fast algorithms such as Winograd)" if 0 < hw < 0.99 * model
                         else ""))
         L.append(head)
+        if len(e.get("formats") or []) > 1 and "+" in str(e["peak_dtype"] or ""):
+            L.append("  formats (each against its own peak): " + "; ".join(
+                f"{f['format']} {si(f['flops'], 'FLOP')}, MFU {pct(f['mfu'] or 0)} of "
+                f"{si(f['peak_flops_per_s'] or 0, 'FLOP/s')}"
+                + (f" (as {f['peak_dtype']})" if f["peak_dtype"] != f["format"] else "")
+                for f in e["formats"] if f["peak_flops_per_s"]))
         if e["waterfall"]:
             parts = sorted(e["waterfall"].items(), key=lambda kv: -kv[1])
             L.append("  waterfall (points of the window at peak): " + ", ".join(

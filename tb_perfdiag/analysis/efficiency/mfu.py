@@ -176,6 +176,14 @@ def efficiency_table(trace, sums: CostSums | None, devices, steps, device_ops, c
     active = np.asarray(devices.ops, np.int64) > 0
     pf, pb, dts, srcs, (models, told), no_peak, (fast, fast_dt, alts) = \
         _peaks(trace, sums, active, peak_tflops)
+    rd = np.asarray(device_ops.device, np.int64) if device_ops is not None else np.zeros(0, np.int64)
+    fmt = _formats(trace, sums, active, pf, dts, rd, peak_tflops)
+    if fmt is not None:
+        # formats of different peaks mix: each part against its own (the MFU and the
+        # device's roofline use the one peak that gives the same figure)
+        mixed = np.isfinite(fmt.effective_peak)
+        pf = np.where(mixed, fmt.effective_peak, pf)
+        dts = [fmt.label[d] or dts[d] for d in range(n_dev)]
     all_flops = sums.flops + sums.flops_est
     coll_gap = _collective_gap(device_ops, sums, n_dev)
     missing = []
@@ -224,7 +232,6 @@ def efficiency_table(trace, sums: CostSums | None, devices, steps, device_ops, c
                          _frac(w_sd, cd_sd).reshape(-1), sf, np.tile(pf, n_steps))
     step_flops = np.where(sums.step_known > 0, sums.step_flops, np.nan)
     # ---- roofline per row and per device
-    rd = np.asarray(device_ops.device, np.int64) if device_ops is not None else np.zeros(0, np.int64)
     rt = np.asarray(device_ops.time, np.float64) if device_ops is not None else np.zeros(0)
     # a group's rates over the time of its ops that have a figure: the kernels of a group
     # with no figure (a GEMM inside a compiled graph, no shapes) did FLOPs the sums lack,
@@ -235,10 +242,13 @@ def efficiency_table(trace, sums: CostSums | None, devices, steps, device_ops, c
     # bytes against the HBM bandwidth: those in HBM where the trace splits them by
     # memory space (as xprof's roofline does), all of them where it does not; the
     # on-chip ones against their own roofs (none known where there is no split)
-    r = _judged(roofline(sums.row_hw, sums.row_hbm_bytes, rt, pf[rd], pb[rd]),
+    # each group against the peak of the format its matmuls ran in (FP8 GEMMs beside bf16
+    # attention), the device's where it has none
+    row_pf = pf[rd] if fmt is None else np.where(np.isfinite(fmt.row_peak), fmt.row_peak, pf[rd])
+    r = _judged(roofline(sums.row_hw, sums.row_hbm_bytes, rt, row_pf, pb[rd]),
                 utilisation(sums.row_hw, sums.row_hbm_bytes,
                             np.where(sums.row_split[:, None] > 0, sums.row_onchip_rw, np.nan),
-                            rt, pf[rd], pb[rd], op_pk[rd], counted[rd]), sums.row_hw, rt)
+                            rt, row_pf, pb[rd], op_pk[rd], counted[rd]), sums.row_hw, rt)
     # the device's ops together over its window, idle included: xprof's program level
     dev_rw = np.where(sums.split[:, None] > 0, sums.onchip_rw, np.nan)
     dv = _judged(roofline(sums.hw_flops, sums.hbm_bytes, win, pf, pb),
@@ -276,7 +286,29 @@ def efficiency_table(trace, sums: CostSums | None, devices, steps, device_ops, c
         utilisation=dv[6], bound_by=dv[7],
         row_onchip_rw=np.where(sums.row_split[:, None] > 0, sums.row_onchip_rw, np.nan),
         row_utilisation=r[6], row_bound_by=r[7],
-        mfu_lower_bound=lower & np.isfinite(mfu), device_identified_by=told)
+        mfu_lower_bound=lower & np.isfinite(mfu), device_identified_by=told,
+        **_format_fields(fmt, win))
+
+
+def _formats(trace, sums, active, pf, dts, rd, peak_tflops):
+    """``formats.split`` of the devices (None where the sums carry no per-format split:
+    tests' hand-made sums)."""
+    if getattr(sums, "row_dtype_mm", None) is None or sums.row_dtype_mm.shape[0] != rd.shape[0]:
+        return None
+    from .formats import split
+    return split(trace, sums, active, pf, dts, rd, peak_tflops)
+
+
+def _format_fields(fmt, win) -> dict:
+    """The EfficiencyTable's per-format columns: FLOPs, matmul time, the peak each runs
+    at and its MFU part (FLOPs ÷ (window × that peak)) per (device, format)."""
+    if fmt is None:
+        return {}
+    with np.errstate(divide="ignore", invalid="ignore"):
+        part = fmt.flops / (win[:, None] * 1e-12 * fmt.peak)
+    return dict(format_names=list(fmt.names), format_flops=fmt.flops, format_time=fmt.time,
+                format_peak=fmt.peak, format_peak_dtype=fmt.peak_dtype,
+                format_mfu=np.where(np.isfinite(part), part, np.nan))
 
 
 def stage(trace, sums, diag, peak_tflops=None) -> EfficiencyTable | None:

@@ -24,6 +24,14 @@ class Peak:
     missing: str = ""           # why ``flops_per_s`` is None
     identified_by: str = ""     # what named a part its name does not ("gfx942, 304 CUs,
                                 # 192 GB"); "" where the name says
+    converted_from: str = ""    # the format asked for where the part has no units for it
+                                # and ``dtype`` is the one it runs at ("mxfp4" → "bf16")
+
+
+# a format a part has no matrix units for runs at the one it is converted to (GUIDE §4
+# "Formats"): MX and NVFP4 weights dequantised to the 16-bit activations, MXFP8 as FP8
+CONVERTED = {"mxfp8": ("fp8", "bf16"), "mxfp6": ("bf16",), "mxfp4": ("bf16",),
+             "nvfp4": ("bf16",), "fp8": ("bf16", "fp16")}
 
 
 def _device_number(name: str) -> int | None:
@@ -137,6 +145,12 @@ def device_peak(trace: Trace, device: int, dtype: str,
     option) wins over the trace and the table.  ``identified_by`` says what named a
     part whose own name does not."""
     p = _device_peak(trace, device, dtype, override_tflops)
+    for alt in CONVERTED.get(dtype, ()) if p.flops_per_s is None and override_tflops is None \
+            else ():
+        q = _device_peak(trace, device, alt, None)
+        if q.flops_per_s is not None:
+            p, p.converted_from = q, dtype
+            break
     st = ((trace.metadata.get("device_planes") or {}).get(device) or {}).get("plane_stats") or {}
     props, ident, _ = _identity(trace, device, st)
     if ident is not None and ident.row is not None and not datasheets.row_for(
