@@ -132,3 +132,40 @@ def test_one_format_is_not_mixed(tmp_path):
     e = e["devices"][0]["efficiency"]
     assert e["peak_dtype"] == "fp8" and e["peak_flops_per_s"] == pytest.approx(1978.9e12)
     assert [f["format"] for f in e["formats"]] == ["fp8"]
+
+
+def _decode(tmp_path, n=40):
+    """On an H100: bf16 GEMVs (one token × 4096 × 4096), as a decode step runs them."""
+    ev, t = [], 0
+    for i in range(n):
+        ev += [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": t,
+                "dur": 4, "args": {"External id": i + 1, "Input Dims": [[1, 4096], [4096, 4096]],
+                                   "Input type": ["c10::BFloat16", "c10::BFloat16"]}},
+               {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1,
+                "tid": 1, "ts": t + 1, "dur": 1,
+                "args": {"correlation": i + 1, "External id": i + 1}},
+               {"ph": "X", "cat": "kernel", "name": "gemv2T_kernel_bf16", "pid": 0, "tid": 7,
+                "ts": t + 2, "dur": 10, "args": {"device": 0, "stream": 7,
+                                                  "correlation": i + 1}}]
+        t += 12
+    return diagnose_trace(load_kineto(ev, deviceProperties=[H100]))
+
+
+def test_memory_bound_matmuls_give_bandwidth_beside_mfu(tmp_path):
+    from tb_perfdiag.render.efficiency import text_lines
+    from tb_perfdiag.render.pod import summary_row
+    d = _decode(tmp_path)
+    e = diagnosis_json(d)["devices"][0]["efficiency"]
+    assert e["matmul_memory_bound"] is True
+    a, b = d.devices.window(0)
+    want = e["hbm_bytes"] if e["hbm_bytes"] is not None else e["bytes"]
+    assert e["bandwidth_utilisation"] == pytest.approx(want / ((b - a) * 1e-12 * 3.35e12))
+    assert 0 < e["bandwidth_utilisation"] < 1
+    assert "bandwidth" in "\n".join(text_lines(d)) and "memory-bound" in "\n".join(text_lines(d))
+    row = summary_row("h", "", d)
+    assert row["bandwidth_utilisation"] == pytest.approx(e["bandwidth_utilisation"])
+
+
+def test_compute_bound_matmuls_give_no_bandwidth_headline(tmp_path):
+    e = diagnosis_json(_mixed(tmp_path))["devices"][0]["efficiency"]
+    assert e["matmul_memory_bound"] is False and e["bandwidth_utilisation"] is not None

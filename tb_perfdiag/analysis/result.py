@@ -576,6 +576,11 @@ class EfficiencyTable:
     format_peak: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
     format_peak_dtype: list = field(default_factory=list)
     format_mfu: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    # per device: the roofline's bytes (HBM where split) ÷ (window × peak bandwidth), NaN
+    # unknown: the memory-bound device's MFU (GUIDE §4 "Memory-bound work"); and whether
+    # its matmul-class work together sits below the ridge point (decode)
+    bandwidth_utilisation: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    matmul_memory_bound: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
 
     def part(self, name: str) -> int:
         return self.parts.index(name)

@@ -178,6 +178,10 @@ def device_json(diag: Diagnosis, d: int) -> dict | None:
                          "attainable_flops_per_s": _f(E.attainable[d]),
                          "efficiency": _f(E.roofline_efficiency[d]),
                          "bound": _BOUND[int(E.bound[d])], **_onchip(E, d)},
+            "bandwidth_utilisation": _f(E.bandwidth_utilisation[d])
+            if _has(E, "bandwidth_utilisation", d) else None,
+            "matmul_memory_bound": bool(E.matmul_memory_bound[d])
+            if _has(E, "matmul_memory_bound", d) else False,
             "formats": _formats(E, d),
             "missing": E.missing[d] or None}
 
@@ -359,6 +363,10 @@ def text_lines(diag: Diagnosis, run: dict | None = None) -> list:
                         if e.get("device_identified_by") else "") + ")")
         elif e["achieved_flops_per_s"]:
             head += f", {si(e['achieved_flops_per_s'], 'FLOP/s')} achieved, no peak known"
+        if e["matmul_memory_bound"] and e["bandwidth_utilisation"] is not None:
+            # memory-bound matmuls (decode): bytes moved are what the device can do
+            head += (f"; bandwidth {pct(e['bandwidth_utilisation'])} of "
+                     f"{si(e['peak_bytes_per_s'], 'B/s')} (its matmuls are memory-bound)")
         rf = e["roofline"]
         if rf["bound"]:
             what = bound_label(rf.get("bound_by"), rf["memory_space"]) or rf["bound"]

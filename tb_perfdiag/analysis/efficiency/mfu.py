@@ -287,7 +287,7 @@ def efficiency_table(trace, sums: CostSums | None, devices, steps, device_ops, c
         row_onchip_rw=np.where(sums.row_split[:, None] > 0, sums.row_onchip_rw, np.nan),
         row_utilisation=r[6], row_bound_by=r[7],
         mfu_lower_bound=lower & np.isfinite(mfu), device_identified_by=told,
-        **_format_fields(fmt, win))
+        **_format_fields(fmt, win), **_bandwidth(sums, win, pf, pb, rd, active))
 
 
 def _formats(trace, sums, active, pf, dts, rd, peak_tflops):
@@ -297,6 +297,23 @@ def _formats(trace, sums, active, pf, dts, rd, peak_tflops):
         return None
     from .formats import split
     return split(trace, sums, active, pf, dts, rd, peak_tflops)
+
+
+def _bandwidth(sums, win, pf, pb, rd, active) -> dict:
+    """Bandwidth utilisation per device (the roofline's bytes over its window at peak
+    bandwidth) and whether its matmul-class groups together are memory-bound: their
+    hardware FLOPs per byte below the ridge point (a decode step's GEMVs)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        util = np.where(active, sums.hbm_bytes / (win * 1e-12 * pb), np.nan)
+        mm = sums.row_mm_flops > 0.5 * sums.row_flops
+        n = active.shape[0]
+        fl = np.bincount(rd[mm], weights=sums.row_hw[mm], minlength=n)[:n] if rd.size else \
+            np.zeros(n)
+        by = np.bincount(rd[mm], weights=sums.row_hbm_bytes[mm], minlength=n)[:n] if rd.size \
+            else np.zeros(n)
+        bound = (fl > 0) & (by > 0) & (fl / by < pf / pb)
+    return dict(bandwidth_utilisation=np.where(np.isfinite(util), util, np.nan),
+                matmul_memory_bound=bound & active)
 
 
 def _format_fields(fmt, win) -> dict:
