@@ -167,25 +167,10 @@ def _largest_without(device_ops, sums: CostSums, d: int) -> str:
     return f"{device_ops.name[r][:80]} ({duration_ps(gap[r])})"
 
 
-def efficiency_table(trace, sums: CostSums | None, devices, steps, device_ops, coll,
-                     peak_tflops: float | None = None) -> EfficiencyTable | None:
-    """The diagnosis' ``EfficiencyTable`` (None without cost sums)."""
-    if sums is None:
-        return None
-    n_dev, n_steps = sums.n_dev, sums.n_steps
-    active = np.asarray(devices.ops, np.int64) > 0
-    pf, pb, dts, srcs, (models, told), no_peak, (fast, fast_dt, alts) = \
-        _peaks(trace, sums, active, peak_tflops)
-    rd = np.asarray(device_ops.device, np.int64) if device_ops is not None else np.zeros(0, np.int64)
-    fmt = _formats(trace, sums, active, pf, dts, rd, peak_tflops)
-    if fmt is not None:
-        # formats of different peaks mix: each part against its own (the MFU and the
-        # device's roofline use the one peak that gives the same figure)
-        mixed = np.isfinite(fmt.effective_peak)
-        pf = np.where(mixed, fmt.effective_peak, pf)
-        dts = [fmt.label[d] or dts[d] for d in range(n_dev)]
-    all_flops = sums.flops + sums.flops_est
-    coll_gap = _collective_gap(device_ops, sums, n_dev)
+def _missing(sums, devices, device_ops, active, all_flops, coll_gap, pf, no_peak, models):
+    """Per device: why a figure is absent (the share of op time with no cost figure, a
+    peak unknown), and whether that share makes the MFU a lower bound."""
+    n_dev = sums.n_dev
     missing = []
     lower = np.zeros(n_dev, bool)
     for d in range(n_dev):
@@ -209,6 +194,24 @@ def efficiency_table(trace, sums: CostSums | None, devices, steps, device_ops, c
             why.append(no_peak[d] or f"no peak known for {models[d] or devices.name[d]} "
                        f"(give the peak with --peak-tflops)")
         missing.append("; ".join(why))
+    return missing, lower
+
+
+def efficiency_table(trace, sums: CostSums | None, devices, steps, device_ops, coll,
+                     peak_tflops: float | None = None) -> EfficiencyTable | None:
+    """The diagnosis' ``EfficiencyTable`` (None without cost sums)."""
+    if sums is None:
+        return None
+    n_dev, n_steps = sums.n_dev, sums.n_steps
+    active = np.asarray(devices.ops, np.int64) > 0
+    pf, pb, dts, srcs, (models, told), no_peak, (fast, fast_dt, alts) = \
+        _peaks(trace, sums, active, peak_tflops)
+    rd = np.asarray(device_ops.device, np.int64) if device_ops is not None else np.zeros(0, np.int64)
+    fmt, pf, dts = _formats(trace, sums, active, pf, dts, rd, peak_tflops)
+    all_flops = sums.flops + sums.flops_est
+    coll_gap = _collective_gap(device_ops, sums, n_dev)
+    missing, lower = _missing(sums, devices, device_ops, active, all_flops, coll_gap, pf,
+                              no_peak, models)
     # ---- peer wait and the busy split, per device and per (step, device)
     w_d, w_sd, cd_d, cd_sd = peer_wait(coll, n_dev, n_steps)
     ov = device_ops.overlap if device_ops is not None else np.zeros((n_dev, len(Overlap)))
@@ -244,7 +247,7 @@ def efficiency_table(trace, sums: CostSums | None, devices, steps, device_ops, c
     # on-chip ones against their own roofs (none known where there is no split)
     # each group against the peak of the format its matmuls ran in (FP8 GEMMs beside bf16
     # attention), the device's where it has none
-    row_pf = pf[rd] if fmt is None else np.where(np.isfinite(fmt.row_peak), fmt.row_peak, pf[rd])
+    row_pf = np.where(np.isfinite(fmt.row_peak), fmt.row_peak, pf[rd]) if fmt else pf[rd]
     r = _judged(roofline(sums.row_hw, sums.row_hbm_bytes, rt, row_pf, pb[rd]),
                 utilisation(sums.row_hw, sums.row_hbm_bytes,
                             np.where(sums.row_split[:, None] > 0, sums.row_onchip_rw, np.nan),
@@ -291,12 +294,16 @@ def efficiency_table(trace, sums: CostSums | None, devices, steps, device_ops, c
 
 
 def _formats(trace, sums, active, pf, dts, rd, peak_tflops):
-    """``formats.split`` of the devices (None where the sums carry no per-format split:
-    tests' hand-made sums)."""
+    """(``formats.split`` of the devices, their peaks, their dtypes): where formats of
+    different peaks mix, each part against its own — the MFU and the device's roofline
+    use the one peak that gives the same figure, the dtype reads "bf16+fp8".  No split
+    where the sums carry none (tests' hand-made sums)."""
     if getattr(sums, "row_dtype_mm", None) is None or sums.row_dtype_mm.shape[0] != rd.shape[0]:
-        return None
+        return None, pf, dts
     from .formats import split
-    return split(trace, sums, active, pf, dts, rd, peak_tflops)
+    fmt = split(trace, sums, active, pf, dts, rd, peak_tflops)
+    pf = np.where(np.isfinite(fmt.effective_peak), fmt.effective_peak, pf)
+    return fmt, pf, [fmt.label[d] or dts[d] for d in range(len(dts))]
 
 
 def _bandwidth(sums, win, pf, pb, rd, active) -> dict:
