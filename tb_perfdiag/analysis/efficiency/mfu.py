@@ -24,6 +24,8 @@ SPACE_HBM, SPACE_ALL = "hbm", "all"
 # the share of op time (collectives left out) with no cost figure from which the MFU is
 # said to be a lower bound ("≥ 1.3%"): below it the FLOPs left out cannot move the figure much
 LOWER_BOUND_SHARE = 0.05
+NO_FLOPS = ("its ops with a cost figure do no matmul work (elementwise, compiled "
+            "kernels): they are costed in bytes, judged by bandwidth_utilisation")
 NO_SHAPES = ("no op carries a cost figure: profile PyTorch with record_shapes=True "
              "(or with_flops=True)")
 
@@ -179,7 +181,10 @@ def _missing(sums, devices, device_ops, active, all_flops, coll_gap, pf, no_peak
         # time is no figure the cost model lacks, so the share left out is of the rest
         base = sums.op_time[d] - coll_gap[d]
         if active[d] and not all_flops[d] > 0:
-            why.append(sums.missing or NO_SHAPES)
+            # ops with figures that do no FLOPs (compiled elementwise kernels) are costed
+            # in bytes: no MFU, their bandwidth says
+            why.append(NO_FLOPS if sums.known_time[d] > 0 and sums.bytes[d] > 0
+                       else sums.missing or NO_SHAPES)
         elif active[d] and sums.known_time[d] < base:
             gone = 1 - sums.known_time[d] / max(base, 1)
             lower[d] = gone >= LOWER_BOUND_SHARE

@@ -268,6 +268,21 @@ def fill(dims, size, dt):
     return Cost(0.0, float(_prod(dims[0]) * size), False, dt)
 
 
+def compiled_kernel(dims, types):
+    """An Inductor-generated Triton kernel (``triton_poi_``/``triton_red_``/``triton_per_``,
+    the host op PyTorch records for its launch, with the compiled graph's buffers as
+    inputs): each tensor argument read or written once, at its own element size; no
+    matmul work.  None where no argument has a shape and a type."""
+    by, dt = 0, ""
+    for i, d in enumerate(dims or ()):
+        t = types[i] if types and i < len(types) else None
+        got = _TYPES.get(t) if isinstance(t, str) else None
+        if got and _is_shape(d) and d:
+            by += _prod(d) * got[1]
+            dt = dt or got[0]
+    return Cost(0.0, float(by), False, dt) if by else None
+
+
 # elementwise ops whose first input is only written: their own byte rules
 WRITE_ONLY = {"aten::copy_": copy, "aten::fill_": fill, "aten::zero_": fill}
 

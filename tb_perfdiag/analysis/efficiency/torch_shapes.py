@@ -425,9 +425,15 @@ def _conv_output(name, dims, conc, next_dims, bwd_out):
     return got
 
 
+# Inductor's generated kernels: pointwise, reduction, persistent reduction
+_COMPILED_KERNEL = re.compile(r"^triton_(poi|red|per)_")
+
+
 def _cost(name, dims, types, conc, out_shape, kid_mask):
     """(Cost or None, whether its bytes count elements: the op has no ``Input type``,
     the kernels' element size is applied later)."""
+    if _COMPILED_KERNEL.match(name):
+        return F.compiled_kernel(dims, types), False
     dt, size = F.dtype_of(types)
     return _formula(name, dims, conc, out_shape, kid_mask, dt, size or 1), not size
 
