@@ -169,3 +169,19 @@ def test_memory_bound_matmuls_give_bandwidth_beside_mfu(tmp_path):
 def test_compute_bound_matmuls_give_no_bandwidth_headline(tmp_path):
     e = diagnosis_json(_mixed(tmp_path))["devices"][0]["efficiency"]
     assert e["matmul_memory_bound"] is False and e["bandwidth_utilisation"] is not None
+
+
+def test_compare_across_parts_names_each_sides_peak():
+    """The H100 and MI300X twins: each side's MFU against its own part's peak, and the
+    comparison says which parts they are."""
+    from conftest import shared_path
+    from tb_perfdiag.cli import main as cli
+    import contextlib
+    import io
+    root = ("public", "TraceLens", "tests", "traces")
+    a = shared_path(*root, "h100", "gaunernst_bert-small-uncased__1016001.json.gz")
+    b = shared_path(*root, "mi300", "gaunernst_bert-small-uncased__1016001.json.gz")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        cli(["compare", a, b])
+    assert "peaks: NVIDIA H100 80GB HBM3 bf16 → AMD Instinct MI300X VF bf16" in out.getvalue()
