@@ -18,6 +18,10 @@ from .sums import CostSums, dtype_names
 
 # a format holding less than this share of a device's matmul FLOPs does not make it mixed
 MIXED_SHARE = 0.01
+# the formats whose presence makes a mix: the 8-bit and narrower ones.  fp32 beside TF32
+# (cuDNN picking per kernel) or bf16 beside fp32 keep the one headline peak of the dtype
+# with most FLOPs, the figure the fp32 advice and earlier diagnoses are read against
+LOW_PRECISION = frozenset(("fp8", "int8", "mxfp8", "mxfp6", "mxfp4", "nvfp4"))
 
 
 @dataclass
@@ -35,8 +39,8 @@ class FormatSplit:
 
 def split(trace, sums: CostSums, active, pf, dts, row_dev, override_tflops=None) -> FormatSplit:
     """The per-format figures of each active device, its effective peak where formats of
-    different peaks each hold ≥ MIXED_SHARE of its matmul FLOPs, and each op-table row's
-    peak (its main format's).  ``pf``/``dts``: the devices' headline peaks and dtypes."""
+    different peaks, one of them LOW_PRECISION, each hold ≥ MIXED_SHARE of its matmul
+    FLOPs, and each op-table row's peak on such a device (its main format's).  ``pf``/``dts``: the devices' headline peaks and dtypes."""
     names = dtype_names()
     n, k = sums.n_dev, len(names)
     rdm, rdt = sums.row_dtype_mm, sums.row_dtype_time
@@ -63,8 +67,9 @@ def split(trace, sums: CostSums, active, pf, dts, row_dev, override_tflops=None)
         eff[d], label[d] = _effective(flops[d], time[d], peak[d], names, sums, d, pf[d])
     row_peak = np.full(rdm.shape[0], np.nan)
     if rdm.shape[0]:
+        # a group on a mixed device against its own format's peak; elsewhere the device's
         main = np.argmax(rdm, axis=1)
-        has = rdm[np.arange(rdm.shape[0]), main] > 0
+        has = (rdm[np.arange(rdm.shape[0]), main] > 0) & np.isfinite(eff[row_dev])
         row_peak = np.where(has, peak[row_dev, main], np.nan)
     return FormatSplit(names, flops, time, peak, pdt, eff, label, row_peak)
 
@@ -77,7 +82,8 @@ def _effective(flops, time, peak, names, sums: CostSums, d: int, headline: float
         return np.nan, ""
     big = np.flatnonzero(flops >= MIXED_SHARE * tot)
     known = [j for j in big if np.isfinite(peak[j])]
-    if len(known) < 2 or len({float(peak[j]) for j in known}) < 2 or len(known) < len(big):
+    if len(known) < 2 or len({float(peak[j]) for j in known}) < 2 or len(known) < len(big) \
+            or not any(names[j] in LOW_PRECISION for j in known):
         return np.nan, ""
     # all FLOPs (non-matmul and small formats too): each at its format's peak, the rest
     # at the headline's
