@@ -5,7 +5,7 @@ trace's framework to the generic text ("*"), so a fix is always written for the
 framework the trace came from and never names another framework's API."""
 from __future__ import annotations
 
-from .culprits import JAX, PYTORCH, PYTORCH_XLA, TENSORFLOW
+from ..attribution.culprits import JAX, PYTORCH, PYTORCH_XLA, TENSORFLOW
 
 _NUM_WORKERS = ("Load batches in background workers: DataLoader(num_workers>0, pin_memory=True, "
                 "persistent_workers=True, prefetch_factor=2 or more), and move heavy "
