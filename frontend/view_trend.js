@@ -43,6 +43,11 @@ export function captureSelection(runs, name, host, c, i) {
   return span ? { run: run.run, host: hst.name, span: span.name } : null;
 }
 
+/** Whether the captures span several UTC days (their times then carry the date). */
+function days(doc) {
+  return new Set((doc.captures || []).map((c) => String(c.start_time).slice(0, 10))).size > 1;
+}
+
 /** The largest idle causes of a capture, as "data loading 80%". */
 function idleText(c) {
   const top = Object.entries(c.idle_by_cause || {}).filter(([, v]) => v >= 0.005).sort((a, b) => b[1] - a[1]).slice(0, 2);
@@ -85,7 +90,7 @@ export const TrendView = {
         h("h2", {}, `Trend of ${doc.run === "." ? "the logdir's sessions" : doc.run} `,
           h("span", { class: "pd-muted pd-small" }, `(${plural(caps.length, "capture")} in time order${flagged ? `, ${flagged} flagged and left out of the lines and changes` : ""}; click a capture to open it)`)),
         lvm && lvm.ratio != null ? h("p", { class: "pd-trend-latest", id: "pd-trend-latest" },
-          `Latest trusted capture (${captureTime(this.captureOf(lvm.session)?.start_time, false)}): step time ${lvm.ratio.toFixed(2)}× the run's median.`) : null,
+          `Latest trusted capture (${captureTime(this.captureOf(lvm.session)?.start_time, days(doc))}): step time ${lvm.ratio.toFixed(2)}× the run's median.`) : null,
         h("div", { class: "pd-legend" },
           legend.map(([k, t]) => h("span", { class: "pd-legend-item" }, h("span", { class: "pd-line-chip", style: { background: LINE_COLORS[k] } }), t)),
           causes.map((c) => h("span", { class: "pd-legend-item", "data-cause": c }, h("span", { class: "chip", style: { background: causeColor(c) } }), causeLabel(c))),
@@ -104,8 +109,7 @@ export const TrendView = {
   /** The changes beyond the run's own noise, one sentence each. */
   renderChanges(doc) {
     const changes = doc.changes || [], noise = doc.noise || {};
-    const days = new Set((doc.captures || []).map((c) => String(c.start_time).slice(0, 10))).size > 1;
-    const at = (session) => { const c = this.captureOf(session); return c ? captureTime(c.start_time, days) : session; };
+    const at = (session) => { const c = this.captureOf(session); return c ? captureTime(c.start_time, days(doc)) : session; };
     const link = (session) => h("button", { class: "pd-link-btn pd-inline-link", "data-session": session,
       onclick: () => { const c = this.captureOf(session); if (c) this.openCapture(c); } }, at(session));
     return h("section", { class: "pd-card", id: "pd-trend-changes-card", "aria-label": "Changes" },
@@ -127,20 +131,21 @@ export const TrendView = {
     const sel = h("select", { id: "pd-trend-baseline", "aria-label": "Compare each capture with", onchange: (e) => {
       this.state = { ...this.state, baseline: e.target.value }; this.showTrend();
     } }, h("option", { value: "" }, "the capture before it"),
-    caps.map((c) => h("option", { value: c.session }, `${captureTime(c.start_time, true)} (${c.session})`)));
+    caps.map((c) => h("option", { value: c.session, title: c.session }, captureTime(c.start_time, days(doc)))));
     sel.value = doc.baseline || "";
     return h("label", { class: "pd-field pd-small" }, "Compare each capture with ", sel);
   },
 
   renderCaptureTable(doc) {
-    const caps = doc.captures || [], withDate = new Set(caps.map((c) => String(c.start_time).slice(0, 10))).size > 1;
+    const caps = doc.captures || [], withDate = days(doc);
     const pod = caps.some((c) => c.straggler), mfu = caps.some((c) => c.mfu != null);
     const row = (c) => {
       const ok = !!(c.trust && c.trust.ok), problems = (c.trust && c.trust.problems) || [];
       const f = c.top_finding;
       return h("tr", { class: "pd-trend-row" + (ok ? "" : " pd-trend-flagged"), "data-session": c.session },
         h("td", {}, h("button", { class: "pd-link-btn pd-trend-open", title: `Open this capture (${c.session}) in Diagnose`,
-          onclick: () => this.openCapture(c) }, captureTime(c.start_time, withDate))),
+          onclick: () => this.openCapture(c) }, captureTime(c.start_time, withDate)),
+        c.session === doc.baseline ? h("span", { class: "pd-badge", id: "pd-trend-baseline-mark" }, "baseline") : null),
         h("td", {}, stepRange(c) || "–"),
         h("td", { class: "pd-num" }, formatNs(c.step_time_ns)),
         h("td", { class: "pd-num" }, formatPct(c.duty_cycle)),

@@ -127,6 +127,17 @@ def test_a_click_opens_the_capture_and_the_url_keeps_the_view(ctx, browser, serv
     # back to the trend, then a fresh context on the trend's URL draws the same view
     frame.click("#pd-trend")
     frame.wait_for_function(LOADED, arg=["torch_repeat", "trend-ok"], timeout=90000)
+    # every capture against the first: the changes all start there, the URL keeps it
+    first = sorted(truth["torch_repeat"])[0]
+    frame.evaluate("() => { delete document.getElementById('perfdiag-root').dataset.loaded; }")
+    frame.select_option("#pd-trend-baseline", first)
+    frame.wait_for_function(LOADED, arg=["torch_repeat", "trend-ok"], timeout=90000)
+    assert f"p.perfdiag.baseline={first}" in _hash(pg)
+    froms = frame.eval_on_selector_all("#pd-trend-changes li", "ls => ls.map(l => l.dataset.from)")
+    assert froms and set(froms) == {first}
+    assert frame.locator(f"tr[data-session='{first}'] #pd-trend-baseline-mark").count() == 1
+    trend_url = pg.url
+    texts = [r["text"] for r in _rows(frame)]
     assert pg.console_log.unexpected() == []
     pg.close()
     fresh = browser.new_context(viewport=SCREEN)
