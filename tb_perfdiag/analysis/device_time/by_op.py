@@ -35,7 +35,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ...trace.classify import memcpy_kind
+from ...trace.classify import COLLECTIVE_HINTS, COLLECTIVE_NAME, memcpy_kind
 from ...trace.extension import native_fn
 from ...trace.model import DEVICE_ACTIVITY, EventKind as K, Trace, search
 from ...trace.strings import take
@@ -327,9 +327,6 @@ def _labels(trace: Trace, ops: np.ndarray, kind: np.ndarray, memo: dict):
 # copies; XLA's asynchronous copies (TPU ``copy-start``/``copy-done``: waits on a DMA) too
 _COPY_LABEL = re.compile(r"^(Memcpy\b|copy-(start|done)(\.\d+)?$)", re.M)
 _SET_LABEL = re.compile(r"^Memset$", re.M)
-# trace.classify.is_collective_kernel, as one regex
-_COLLECTIVE = re.compile(r"[nr]ccl|all-?reduce|all-?gather|reduce-?scatter|all-to-all|"
-                         r"collective-permute")          # over lower-cased labels
 
 
 def _classes(labels: list) -> np.ndarray:
@@ -343,8 +340,7 @@ def _classes(labels: list) -> np.ndarray:
     starts = None
     low = text.lower()
     for rx, c, hints, where, anchored in (
-            (_COLLECTIVE, OpClass.COLLECTIVE, ("ccl", "all-", "allreduce", "allgather",
-                                               "scatter", "collective"), low, False),
+            (COLLECTIVE_NAME, OpClass.COLLECTIVE, COLLECTIVE_HINTS, low, False),
             (_COPY_LABEL, OpClass.MEMCPY, ("Memcpy", "copy-"), text, True),
             (_SET_LABEL, OpClass.MEMSET, ("Memset",), text, True)):
         if not any(x in where for x in hints):      # substring search: no regex pass
