@@ -162,3 +162,13 @@ def test_a_run_of_one_capture_has_no_trend_view(ctx, served):
     assert "view=trend" not in _hash(pg)
     assert pg.console_log.unexpected() == []
     pg.close()
+
+
+def test_a_baseline_the_run_does_not_have_falls_back_to_the_capture_before(ctx, served):
+    tb, _ = served
+    pg, frame = _open(ctx, tb, "&p.perfdiag.run=torch_repeat&p.perfdiag.view=trend&p.perfdiag.baseline=nope", "trend-ok")
+    assert "baseline=" not in _hash(pg)
+    assert frame.eval_on_selector("#pd-trend-baseline", "s => s.value") == ""
+    assert frame.locator("#pd-trend-changes li").count() > 0
+    assert pg.console_log.unexpected(allowed=("status of 404",)) == []
+    pg.close()
