@@ -204,9 +204,9 @@ def _load(path: str):
     return load(path, max_bytes=max_file_bytes())
 
 
-def _diagnose(path: str, opt: Options):
+def _diagnose(path: str, opt: Options, captures=None):
     try:
-        return read_and_analyse(path, opt, max_bytes=max_file_bytes())[0]
+        return read_and_analyse(path, opt, max_bytes=max_file_bytes(), captures=captures)[0]
     except TraceError as e:
         raise FileInputError(path, e.reason) from None
     except OSError as e:
@@ -392,7 +392,7 @@ def cmd_diagnose(args) -> int:
             continue                 # an older span of a summarised host: not shown
         analysed.append(path)
         try:
-            results.append((label, _diagnose(path, opt), None))
+            results.append((label, _diagnose(path, opt, args.capture or None), None))
         except FileInputError as e:
             results.append((label, None, {"error": e.reason, "file": path}))
             _file_error(path, e.reason)
@@ -744,6 +744,10 @@ def parser() -> argparse.ArgumentParser:
     pd = sub.add_parser("diagnose", help="duty cycle, idle gaps with causes, findings")
     pd.add_argument("path")
     pd.add_argument("--json", action="store_true", help="print the JSON the plugin serves")
+    pd.add_argument("--capture", action="append", metavar="PATH", default=[],
+                    help="a trace recorded while the run's CUDA/HIP graphs were captured "
+                         "(repeatable; default: capture_traces/ beside the file): the "
+                         "replayed kernels take the captured ops' shapes and FLOPs")
     _json_layout(pd)
     pd.add_argument("--step", type=_number("step", -2**63, 2**63 - 1, True), default=None,
                     help="only this step's gaps")

@@ -34,6 +34,7 @@ from .trace.extension import reader_kind
 from .budget import MB, Budget, Store, measure
 from .cache import DiagnosisCache
 from .discovery import Catalog, span_label
+from .graph_captures import attach as attach_captures
 from .errors import ApiError, BadRequest, FileGone, NotFound, TraceError, TraceTooLarge, trace_error
 from .codec import Failure
 from .pod import Engine, PodJob, decode_result
@@ -271,7 +272,11 @@ class DiagnosisService:
                         with self._loads_lock:
                             self.loads += 1
                         try:
-                            return _Loaded(load_open(f, progress, expect))
+                            trace = load_open(f, progress, expect)
+                            # the graph captures beside it, read below its folder
+                            return _Loaded(attach_captures(
+                                trace, src.path, os.path.dirname(str(src.path)),
+                                self.max_file_bytes, progress=progress))
                         except Underestimated:
                             pass
                     decoded, expect = self.max_file_bytes, None
@@ -513,7 +518,12 @@ class DiagnosisService:
     def _straggler(self, files, opt: Options, rows: list) -> str | None:
         """The host the others of a pod capture wait for most (GUIDE §4: the run's
         collective join), None when none; where its hosts share no collectives, its slow
-        host as the pod summary flags one (``slow_host``)."""
+        host as the pod summary flags one (``slow_host``).  A run's join covers each
+        worker's latest span only: an older span of a multi-worker PyTorch run has none."""
+        for src in files.sources:
+            latest = self.catalog.find(files.run, src.host)
+            if latest is None or latest.path != src.path:
+                return None
         p = parse("collectives", {"run": files.run, "host": files.sources[0].host,
                                   "threshold_us": repr(opt.threshold_us),
                                   "kernels_only": "1" if opt.kernels_only else "0",

@@ -425,3 +425,17 @@ def test_a_truncated_capture_is_flagged_with_the_readers_reason(runs, tmp_path):
         s for s, k in truth["torch_repeat"].items() if k == "empty"}
     cut = next(c for c in bad if c["session"] == victim)
     assert cut["trust"]["problems"][0].startswith("unreadable or truncated: ")
+
+
+def test_several_workers_the_kth_span_of_each_is_the_kth_capture(runs, tmp_path):
+    logdir, truth = runs
+    run = tmp_path / "ddp"
+    shutil.copytree(logdir / "torch_repeat", run)
+    for f in list(run.iterdir()):
+        shutil.copy(f, run / f.name.replace("trainer.", "rank1."))
+    doc = _trend_doc(_service(tmp_path), run="ddp")
+    assert len(doc["captures"]) == len(truth["torch_repeat"])
+    assert all(c["hosts"] == ["rank1", "trainer"] for c in doc["captures"])
+    # the two workers are the same trace: no slow host; the join covers the latest spans only
+    assert all(c["straggler"] is None for c in doc["captures"])
+    assert len(doc["changes"]) == 4
