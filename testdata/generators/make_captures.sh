@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerate the project's own real profiler captures in testdata/captures/.
 #
-#   bash testdata/generators/make_captures.sh            # all five
+#   bash testdata/generators/make_captures.sh            # all of them
 #   ONLY="torch jax" bash testdata/generators/make_captures.sh   # a subset
 #
 # Pinned versions (one virtualenv per generator under .gen-venv/<name>/, git-ignored):
@@ -10,6 +10,9 @@
 #   jax_pod    the jax venv (+ protobuf==7.36.2 to rewrite and measure the XSpaces)
 #              -> captures/jax_pod/<scenario>/ (4 processes, gloo all-reduce; ~1 min)
 #   torch_xla  torch==2.9.0 torch_xla==2.9.0          numpy==2.4.6   -> captures/torch_xla_cpu/
+#   torch_trend the torch venv -> captures/torch_trend_cpu/ (6 spans of one worker, repeat=6;
+#              a data-loading stall in the third)
+#   jax_conv   the jax venv    -> captures/jax_conv_cpu/ (padded 3-D and 2-D convolutions)
 #   tf         tensorflow-cpu==2.21.0 tensorboard==2.21.0 numpy==2.4.6 (keras 3; TensorBoard for
 #              Keras' profiling callback)   -> captures/tf_cpu/<capture>/
 # Python 3.11 (python3 on PATH, or $PYTHON).
@@ -35,7 +38,7 @@ PYTHON="${PYTHON:-python3}"
 VENVS="$ROOT/.gen-venv"
 GEN="testdata/generators"
 CAPS="testdata/captures"
-ONLY="${ONLY:-torch torch_flops jax jax_pod torch_xla tf}"
+ONLY="${ONLY:-torch torch_flops torch_trend jax jax_pod jax_conv torch_xla tf}"
 NUMPY_PIN="numpy==2.4.6"
 
 declare -A PKGS=(
@@ -53,11 +56,13 @@ declare -A CHECK=(
 )
 declare -A SCRIPT=( [torch]=capture_torch.py [jax]=capture_jax.py [torch_xla]=capture_torch_xla.py
                     [tf]=capture_tf.py [jax_pod]=capture_jax_pod.py
-                    [torch_flops]=capture_torch_flops.py )
+                    [torch_flops]=capture_torch_flops.py [torch_trend]=capture_torch_trend.py
+                    [jax_conv]=capture_jax_conv.py )
 declare -A OUTDIR=( [torch]=torch_cpu [jax]=jax_cpu [torch_xla]=torch_xla_cpu [tf]=tf_cpu
-                    [jax_pod]=jax_pod [torch_flops]=torch_flops_cpu )
+                    [jax_pod]=jax_pod [torch_flops]=torch_flops_cpu
+                    [torch_trend]=torch_trend_cpu [jax_conv]=jax_conv_cpu )
 # generators that run in another one's venv
-declare -A VENV=( [jax_pod]=jax [torch_flops]=torch )
+declare -A VENV=( [jax_pod]=jax [torch_flops]=torch [torch_trend]=torch [jax_conv]=jax )
 
 log() { printf '\n== %s\n' "$*" >&2; }
 
@@ -132,10 +137,12 @@ import hashlib, json, os, shutil, sys
 
 caps, gt_dir, names = sys.argv[1], sys.argv[2], sys.argv[3:]
 OUTDIR = {"torch": "torch_cpu", "jax": "jax_cpu", "torch_xla": "torch_xla_cpu", "tf": "tf_cpu",
-          "jax_pod": "jax_pod", "torch_flops": "torch_flops_cpu"}
+          "jax_pod": "jax_pod", "torch_flops": "torch_flops_cpu",
+          "torch_trend": "torch_trend_cpu", "jax_conv": "jax_conv_cpu"}
 SCRIPT = {"torch": "capture_torch.py", "jax": "capture_jax.py",
           "torch_xla": "capture_torch_xla.py", "tf": "capture_tf.py",
-          "jax_pod": "capture_jax_pod.py", "torch_flops": "capture_torch_flops.py"}
+          "jax_pod": "capture_jax_pod.py", "torch_flops": "capture_torch_flops.py",
+          "torch_trend": "capture_torch_trend.py", "jax_conv": "capture_jax_conv.py"}
 path = os.path.join(caps, "MANIFEST.json")
 old = {}
 if os.path.exists(path):
@@ -172,7 +179,8 @@ for c in captures.values():
             if rel not in listed:
                 sys.exit(f"unlisted file in captures: {rel}")
 
-order = [n for n in ("torch", "torch_flops", "jax", "jax_pod", "torch_xla", "tf")
+order = [n for n in ("torch", "torch_flops", "torch_trend", "jax", "jax_pod", "jax_conv",
+                     "torch_xla", "tf")
          if n in captures]
 with open(path, "w") as f:
     json.dump({"about": "Real profiler captures made by this project's generators "
