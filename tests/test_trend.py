@@ -439,3 +439,32 @@ def test_several_workers_the_kth_span_of_each_is_the_kth_capture(runs, tmp_path)
     # the two workers are the same trace: no slow host; the join covers the latest spans only
     assert all(c["straggler"] is None for c in doc["captures"])
     assert len(doc["changes"]) == 4
+
+
+# ---- a real PyTorch CPU job, schedule(repeat=8) + tensorboard_trace_handler
+#      (testdata/generators/capture_torch_trend.py, bundled: 8 gzipped spans, 81 KB) ----
+
+def test_a_real_torch_repeat_run_names_the_stalled_cycle_and_its_recovery_alone():
+    """Cycle 3 of 8 stalls in its DataLoader (100 ms a batch instead of 5 ms): the change
+    into it and the one out of it are the run's only changes.  No cause is named: the run
+    is CPU-only, so its diagnosis has no device whose idle time a cause could take (it
+    warns "no device activity"), and the trend's causes are shares of that idle time;
+    the step time alone carries the change."""
+    with open(os.path.join(TESTDATA, "captures", "MANIFEST.json")) as f:
+        cap = next(c for c in json.load(f)["captures"] if c["name"] == "torch_trend")
+    spans = cap["ground_truth"]["span_files"]
+    doc = _trend_doc(_service(os.path.join(TESTDATA, "captures")), run=cap["folder"])
+    jsonschema.validate(doc, SCHEMA)
+    sessions = [s["file"].split(".")[1] for s in spans]
+    assert [c["session"] for c in doc["captures"]] == sessions
+    for c, s in zip(doc["captures"], spans):
+        assert c["trust"]["ok"] and c["duty_cycle"] is None
+        assert (c["first_step"], c["steps"]) == (s["steps"][0], len(s["steps"]))
+    (k,) = [i for i, s in enumerate(spans) if s["injected"] == "data_loading"]
+    got = [(ch["from"], ch["to"], ch["step_time_ratio"] > 1, ch["causes"])
+           for ch in doc["changes"]]
+    assert got == [(sessions[k - 1], sessions[k], True, {}),
+                   (sessions[k], sessions[k + 1], False, {})]
+    stall = cap["ground_truth"]["stall_s"] * 1e9
+    assert doc["captures"][k]["step_time_ns"] > stall > 3 * max(
+        c["step_time_ns"] for i, c in enumerate(doc["captures"]) if i != k)
