@@ -449,7 +449,7 @@ def test_a_real_torch_repeat_run_names_the_stalled_cycle_and_its_recovery_alone(
     into it and the one out of it are the run's only changes.  No cause is named: the run
     is CPU-only, so its diagnosis has no device whose idle time a cause could take (it
     warns "no device activity"), and the trend's causes are shares of that idle time;
-    the step time alone carries the change."""
+    the step time alone carries the change, and the summary says so."""
     with open(os.path.join(TESTDATA, "captures", "MANIFEST.json")) as f:
         cap = next(c for c in json.load(f)["captures"] if c["name"] == "torch_trend")
     spans = cap["ground_truth"]["span_files"]
@@ -465,6 +465,8 @@ def test_a_real_torch_repeat_run_names_the_stalled_cycle_and_its_recovery_alone(
            for ch in doc["changes"]]
     assert got == [(sessions[k - 1], sessions[k], True, {}),
                    (sessions[k], sessions[k + 1], False, {})]
+    assert all("no device activity in either capture" in ch["summary"] and
+               "busy time" not in ch["summary"] for ch in doc["changes"])
     stall = cap["ground_truth"]["stall_s"] * 1e9
     assert doc["captures"][k]["step_time_ns"] > stall > 3 * max(
         c["step_time_ns"] for i, c in enumerate(doc["captures"]) if i != k)

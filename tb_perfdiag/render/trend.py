@@ -72,7 +72,11 @@ def summary(t: Trend, ch) -> str:
     idx = [i for i in sorted(range(len(C.ALL)), key=lambda i: -abs(ch.points[i]))
            if ch.named[i]]
     parts = [f"{cause_words(C.ALL[i])} {ch.points[i]:+.0f} points" for i in idx[:3]]
-    if not parts:
+    if not parts and a.figures.duty is None and b.figures.duty is None:
+        # a host-only run (CPU training): causes split device idle time, and there is none
+        parts = ["no device activity in either capture, so no cause of idle time to name "
+                 "(the host's step time changed)"]
+    elif not parts:
         parts = ["no cause of idle time changed beyond the noise (busy time did)"]
     return head + ": " + ", ".join(parts)
 
