@@ -4,8 +4,10 @@ their own (GPU XSpaces, XLA:CPU).
 
 XLA's cost rules (``HloCostAnalysis``), the parts that carry the work:
 - ``dot``: 2 × output elements × the contracting dimensions' product;
-- ``convolution``: 2 × output elements × kernel spatial product × input features per
-  group (the kernel's input-feature dimension);
+- ``convolution``: 2 × batch × input features per group × output features × the
+  (kernel tap, output position) pairs of each spatial dimension that read the input
+  (taps in the padding do no work); without a window, 2 × output elements × kernel
+  spatial product × input features per group;
 - elementwise arithmetic: 1 per output element; ``reduce``: 1 per input element;
 - ``fusion``: the sum of its fused instructions' FLOPs; its bytes are its operands' and
   its output's (what the fused kernel reads and writes), as for any other op.
