@@ -335,17 +335,76 @@ def build(path: str, scan: dict, progress=NULL):
         raise TraceError(path, "XSpace has no planes (an empty capture: the profiler "
                                "recorded nothing)")
     strings = StringTable()
+    planes = _plane_metas(path, scan, strings)
+    lines = scan["lines"]
+    ev_line, ev_meta, ts, dur, ev_plane = _event_columns(scan, lines)
+    n = ev_line.shape[0]
+    scan_strings = scan["strings"]
+
+    # ---- names ----
+    progress.within(0.05, "event names")
+    # scanners emit plane by plane, so each plane's events (and their stats) are one
+    # contiguous slice; any other order falls back to index arrays
+    ev_rows = _group(ev_plane, len(planes))
+    name, md_stats = _event_names(planes, ev_rows, ev_meta, n, strings)
+    del ev_meta
+
+    # ---- stats: the scanner kept the rows of the stats in STATS, split by stat ----
+    progress.within(0.15, "stats")
+    pages.let_go()                  # string stats are interned as Python strings
+    stats = _event_stats(scan, ev_rows, ev_plane, planes, strings, scan_strings)
+    # the flows link events by the events' own stats, final now (no metadata carries
+    # them): found on the second core while the metadata, lines and HLO stats are read
+    flows = Beside(_flow_links, stats, n) if side_by_side(n) else None
+    _merge_metadata_stats(stats, md_stats, strings)
+    del md_stats
+
+    # ---- tracks and kinds ----
+    progress.within(0.4, "lines and devices")
+    tracks, devices, kind, track = _tracks_and_kinds(planes, lines, ev_line, name, stats,
+                                                     strings)
+    del ev_plane
+    hostnames = list(scan["hostnames"])
+    scan.clear()
+    # HLO metadata from /host:metadata joined on (module, program_id, hlo_op)
+    progress.within(0.5, "HLO op metadata")
+    pages.let_go()                  # the HLO protos' table is Python objects
+    protos = _hlo_protos(planes)
+    _join_hlo_metadata(planes, stats, strings, n, warnings, protos)
+    # the last name is interned: the strings compact before the links and the event
+    # order are made (see ``StringTable.freeze``)
+    strings = strings.freeze()
+    links = flows.result() if flows is not None else _flow_links(stats, n)
+    del flows
+    narrow_id_stats(stats)          # the correlation ids as int32 before they are linked
+    links = _with_correlation_links(links, stats, kind, tracks, track, n)
+    metadata = _trace_metadata(hostnames, losses, planes, devices, protos)
+    del planes          # their metadata bytes and parsed protos (HLO protos: 50 MB at 40 M)
+    events = {"ts": ts, "dur": dur, "track": track, "name": name, "kind": kind}
+    del ts, dur, track, name, kind
+    progress.within(0.7, "event order and nesting")
+    trace = assemble(path, "xspace", strings, tracks, devices, events, stats, links, metadata,
+                     warnings)
+    _runtime_waits(trace)
+    return trace
+
+
+def _plane_metas(path: str, scan: dict, strings: StringTable) -> list:
+    """[(plane id, plane name, ``_PlaneMeta``)] of the scan's planes."""
     planes = []
     for pid, pname, meta_bytes, *tables in scan["planes"]:
         planes.append((pid, pname, _PlaneMeta(path, pname, meta_bytes, strings,
                                               tables[0] if tables else None)))
     # the scanner's name lists (two strings per event metadata: 1 M at 40 M events) are
     # interned now
-    tables = None
     scan["planes"] = None
-    lines = scan["lines"]
-    # columns are taken out of ``scan`` and dropped as soon as they are used: on a 40 M-
-    # event file each stat column is 0.4–0.8 GB
+    return planes
+
+
+def _event_columns(scan: dict, lines: list):
+    """(line, metadata id, start ps, duration ps, plane) of every event.  Columns are
+    taken out of ``scan`` and dropped as soon as they are used: on a 40 M-event file
+    each stat column is 0.4–0.8 GB."""
     ev_line = np.asarray(scan.pop("ev_line"), np.int32)
     n = ev_line.shape[0]
     ev_meta = np.asarray(scan.pop("ev_meta"), np.int64)
@@ -353,20 +412,18 @@ def build(path: str, scan: dict, progress=NULL):
         # metadata ids are small: int32 through the names and metadata stats (152 MB
         # fewer at 40 M events, under the read's high-water mark)
         ev_meta = ev_meta.astype(np.int32)
-    scan_strings = scan["strings"]
-
     line_plane = np.array([ln[0] for ln in lines], np.int32)
     line_ts_ps = np.array([ln[5] for ln in lines], np.int64) * 1000
     ts = line_ts_ps[ev_line] + np.asarray(scan.pop("ev_offset_ps"), np.int64) if n else \
         np.zeros(0, np.int64)
     dur = np.asarray(scan.pop("ev_dur_ps"), np.int64)
     ev_plane = line_plane[ev_line] if n else np.zeros(0, np.int32)
+    return ev_line, ev_meta, ts, dur, ev_plane
 
-    # ---- names ----
-    progress.within(0.05, "event names")
-    # scanners emit plane by plane, so each plane's events (and their stats) are one
-    # contiguous slice; any other order falls back to index arrays
-    ev_rows = _group(ev_plane, len(planes))
+
+def _event_names(planes, ev_rows, ev_meta, n, strings):
+    """(the name id of every event, per plane (events with metadata stats, their row in
+    the metadata's stats, those stats))."""
     name = np.empty(n, np.int32)
     md_stats = []           # (events, their row in the metadata's stats, those stats)
     for pi, (_, pname, pm) in enumerate(planes):
@@ -381,11 +438,12 @@ def build(path: str, scan: dict, progress=NULL):
                 evs, rows = _events_of_metadata(sel, ev_meta[sel], md_ids)
                 if evs.size:
                     md_stats.append((evs, rows, cols))
-    del ev_meta
+    return name, md_stats
 
-    # ---- stats: the scanner kept the rows of the stats in STATS, split by stat ----
-    progress.within(0.15, "stats")
-    pages.let_go()                  # string stats are interned as Python strings
+
+def _event_stats(scan, ev_rows, ev_plane, planes, strings, scan_strings) -> dict:
+    """{stat: (events, values, is_string)} of the scan's stat rows (taken out of
+    ``scan``): string values as ids into ``strings``, doubles as their integer part."""
     parts = scan.pop("stats")
     stats = {}
     for sname in STATS:
@@ -404,19 +462,17 @@ def build(path: str, scan: dict, progress=NULL):
                 raw[dbl] = raw[dbl].view(np.float64).astype(np.int64)
             stats[sname] = (evs, raw, False)
     del parts
-    # the flows link events by the events' own stats, final now (no metadata carries
-    # them): found on the second core while the metadata, lines and HLO stats are read
-    flows = Beside(_flow_links, stats, n) if side_by_side(n) else None
-    _merge_metadata_stats(stats, md_stats, strings)
-    del md_stats
+    return stats
 
-    # ---- tracks and kinds ----
-    progress.within(0.4, "lines and devices")
+
+def _tracks_and_kinds(planes, lines, ev_line, name, stats, strings):
+    """(tracks, devices, kind of every event, track of every event): a track per line,
+    a device per device plane (and "CPU (XLA)" where host threads ran HLO ops)."""
+    n = ev_line.shape[0]
     tracks = Tracks()
     devices: list[Device] = []
     kind = np.zeros(n, np.int8)
     track = np.empty(n, np.int32)
-    name_kind = _name_kinds(strings)
     line_events = _group(ev_line, len(lines))
     # XLA:CPU runs HLO ops on host threads: they form a "CPU (XLA)" device only when no
     # device plane has activity.  Elsewhere HLO stats on a host event mark the runtime
@@ -428,6 +484,18 @@ def build(path: str, scan: dict, progress=NULL):
         hlo_op[stats["hlo_op"][0]] = True
         if "correlation_id" in stats:
             hlo_op[stats["correlation_id"][0]] = False
+    _line_tracks(planes, lines, line_events, hlo_op, name, strings, tracks, devices, kind,
+                 track)
+    del line_events, hlo_op
+    _kinds_by_stats(stats, tracks, kind, track)
+    return tracks, devices, kind, track
+
+
+def _line_tracks(planes, lines, line_events, hlo_op, name, strings, tracks, devices, kind,
+                 track) -> None:
+    """Adds each line's track (and its plane's device) and sets its events' track and
+    kind."""
+    name_kind = _name_kinds(strings)
     cpu_device = -1
     for li, (pi, lid, _disp_id, lname, ldisp, _ts, _dur) in enumerate(lines):
         evs = line_events[li]
@@ -461,6 +529,11 @@ def build(path: str, scan: dict, progress=NULL):
                                 f"CPU (XLA) · {label}", pname)
                 track[ops] = dt
                 kind[ops] = K.KERNEL
+
+
+def _kinds_by_stats(stats, tracks, kind, track) -> None:
+    """Host launches by correlation id and host steps by step number, whatever their
+    names."""
     corr = stats.get("correlation_id")
     if corr is not None:
         # a host event the device answers to by correlation id is a launch, whatever its name
@@ -472,20 +545,11 @@ def build(path: str, scan: dict, progress=NULL):
         host = np.asarray(tracks.kind, np.int8)[track[step_num[0]]] == TrackKind.HOST
         kind[step_num[0][host]] = K.STEP
 
-    del ev_plane, line_events, hlo_op
-    hostnames = list(scan["hostnames"])
-    scan.clear()
-    # HLO metadata from /host:metadata joined on (module, program_id, hlo_op)
-    progress.within(0.5, "HLO op metadata")
-    pages.let_go()                  # the HLO protos' table is Python objects
-    protos = _hlo_protos(planes)
-    _join_hlo_metadata(planes, stats, strings, n, warnings, protos)
-    # the last name is interned: the strings compact before the links and the event
-    # order are made (see ``StringTable.freeze``)
-    strings = strings.freeze()
-    links = flows.result() if flows is not None else _flow_links(stats, n)
-    del flows
-    narrow_id_stats(stats)          # the correlation ids as int32 before they are linked
+
+def _with_correlation_links(links, stats, kind, tracks, track, n):
+    """The flow links and those of host events to the device work they launched.  The
+    correlation stat is held only here: assemble narrows its values, and a reference
+    kept in ``build`` would keep them."""
     corr = stats.get("correlation_id")
     if corr is not None:
         on_device = np.asarray(tracks.kind, np.int8)[track] == TrackKind.DEVICE
@@ -496,7 +560,10 @@ def build(path: str, scan: dict, progress=NULL):
         links = tuple(np.concatenate([a, b], dtype=b.dtype) if a.size else b.astype(
             b.dtype, copy=False) for a, b in zip(links, c_links))
         del c_links
-    del corr                   # assemble narrows its values: this reference would keep them
+    return links
+
+
+def _trace_metadata(hostnames, losses, planes, devices, protos) -> dict:
     metadata = {"hostnames": hostnames}
     if losses:
         metadata["losses"] = losses
@@ -509,14 +576,7 @@ def build(path: str, scan: dict, progress=NULL):
         # where no op carries XLA's cost figures, the HLO is what they come from: its
         # bytes are kept (the planes are let go below), parsed only when asked
         metadata["hlo_protos"] = protos
-    del planes          # their metadata bytes and parsed protos (HLO protos: 50 MB at 40 M)
-    events = {"ts": ts, "dur": dur, "track": track, "name": name, "kind": kind}
-    del ts, dur, track, name, kind
-    progress.within(0.7, "event order and nesting")
-    trace = assemble(path, "xspace", strings, tracks, devices, events, stats, links, metadata,
-                     warnings)
-    _runtime_waits(trace)
-    return trace
+    return metadata
 
 
 def _string_values(evs, raw, kinds, ev_rows, ev_plane, planes, strings,
