@@ -679,6 +679,52 @@ def build(path: str, scan: dict, progress=NULL):
 
     # ---- names and kinds, decided per distinct (name, category) ----
     progress.within(0.05, "names and kinds")
+    kind = _event_kinds(names, cat_names, name_ids, cat_ids, n)
+    cat_is_device = np.array([c in DEVICE_ACTIVITY_CATS or c in DEVICE_OTHER_CATS
+                              for c in cat_names] + [False], dtype=bool)
+    ev_device_cat = cat_is_device[cat_ids] if n else np.zeros(0, bool)
+    del cat_ids
+
+    # ---- tracks: decided per distinct (pid, tid), then broadcast ----
+    progress.within(0.25, "threads and devices")
+    track_keys = scan["track_keys"]
+    track_ids = np.asarray(scan.pop("track_ids"), np.int32)
+    raw_stats = scan.pop("stats")
+    tracks, devices, remap = _tracks(track_keys, track_ids, ev_device_cat,
+                                     raw_stats.get("device"), process_name, process_label,
+                                     thread_name)
+    track = remap[track_ids] if n else np.zeros(0, np.int32)
+    del track_ids
+
+    # ---- stats ----
+    progress.within(0.4, "launches and steps")
+    stats = {sname: (idx, vals, sname in string_stats) for sname, (idx, vals) in
+             raw_stats.items()}
+    narrow_id_stats(stats)          # the correlation ids as int32 before they are linked
+    corr = stats.get("correlation")
+    link_args = (kind, ev_device_cat, corr[0] if corr else None, corr[1] if corr else None,
+                 np.int32 if kind.shape[0] < 2**31 - 1 else np.int64)
+    del ev_device_cat, corr     # assemble narrows its values: this reference would keep them
+    # the links by correlation id are found on the second core while the steps and the
+    # copies' kinds are found here
+    with Beside(correlation_links, *link_args) if side_by_side(n) else nullcontext() as job:
+        _step_and_copy_stats(kind, name_ids, names, strings, stats)
+        strings = strings.freeze()      # the last name is interned: see ``StringTable.freeze``
+        del names
+        links = job.result() if job is not None else correlation_links(*link_args)
+    del link_args
+    metadata = _trace_metadata(scan["metadata"], process_name)
+    events = {"ts": ts_rel, "dur": dur_ps, "track": track, "name": name_ids, "kind": kind}
+    del ts_rel, dur_ps, track, name_ids, kind
+    progress.within(0.6, "event order and nesting")
+    trace = assemble(path, "kineto", strings, tracks, devices, events, stats, links, metadata,
+                     warnings, origin_ps=0)
+    trace.origin_ps = origin
+    return trace
+
+
+def _event_kinds(names, cat_names, name_ids, cat_ids, n) -> np.ndarray:
+    """Each event's kind, decided per distinct (name, category)."""
     n_cats = len(cat_names) + 1
     pair = name_ids.astype(np.int64) * n_cats + cat_ids
     uniq, inv = unique_inverse(pair)
@@ -693,23 +739,19 @@ def build(path: str, scan: dict, progress=NULL):
         else:
             ukind[j] = classify.host_kind(nm, ct)
     kind = ukind[inv] if n else np.zeros(0, np.int8)
-    del pair, inv
-    cat_is_device = np.array([c in DEVICE_ACTIVITY_CATS or c in DEVICE_OTHER_CATS
-                              for c in cat_names] + [False], dtype=bool)
-    ev_device_cat = cat_is_device[cat_ids] if n else np.zeros(0, bool)
-    del cat_ids
+    return kind
 
-    # ---- tracks: decided per distinct (pid, tid), then broadcast ----
-    progress.within(0.25, "threads and devices")
-    track_keys = scan["track_keys"]
-    track_ids = np.asarray(scan.pop("track_ids"), np.int32)
-    raw_stats = scan.pop("stats")
+
+def _tracks(track_keys, track_ids, ev_device_cat, dev_arg, process_name, process_label,
+            thread_name):
+    """(tracks, devices, the track of each distinct (pid, tid)): a (pid, tid) with device
+    activity is a device stream, of the device its args or its process name."""
     first_dev_ev = np.full(len(track_keys), -1, np.int64)
     dev_evs = np.flatnonzero(ev_device_cat)
     if dev_evs.size:
         first_dev_ev[track_ids[dev_evs[::-1]]] = dev_evs[::-1]   # earliest wins
     del dev_evs
-    dev_of_track = _device_arg(raw_stats.get("device"), first_dev_ev)
+    dev_of_track = _device_arg(dev_arg, first_dev_ev)
     tracks = Tracks()
     devices: list[Device] = []
     device_by_id: dict = {}
@@ -737,38 +779,27 @@ def build(path: str, scan: dict, progress=NULL):
             tname = thread_name.get((pid, tid)) or f"thread {tid}"
             remap[k] = tracks.add(TrackKind.HOST, -1, tname, tname,
                                   process_name.get(pid, f"process {pid}"))
-    track = remap[track_ids] if n else np.zeros(0, np.int32)
-    del track_ids
+    return tracks, devices, remap
 
-    # ---- stats ----
-    progress.within(0.4, "launches and steps")
-    stats = {sname: (idx, vals, sname in string_stats) for sname, (idx, vals) in
-             raw_stats.items()}
-    narrow_id_stats(stats)          # the correlation ids as int32 before they are linked
-    corr = stats.get("correlation")
-    link_args = (kind, ev_device_cat, corr[0] if corr else None, corr[1] if corr else None,
-                 np.int32 if kind.shape[0] < 2**31 - 1 else np.int64)
-    del ev_device_cat, corr     # assemble narrows its values: this reference would keep them
-    # the links by correlation id are found on the second core while the steps and the
-    # copies' kinds are found here
-    with Beside(correlation_links, *link_args) if side_by_side(n) else nullcontext() as job:
-        step_idx = np.flatnonzero(kind == K.STEP)
-        if step_idx.size:
-            step_names = {int(u): int(classify.STEP_NAME.match(names[u]).group(1))
-                          for u in distinct(name_ids[step_idx]).tolist()}
-            nums = np.array([step_names[int(u)] for u in name_ids[step_idx].tolist()], np.int64)
-            stats["step_num"] = (step_idx, nums, False)
-        mk_idx = np.flatnonzero(kind == K.MEMCPY)
-        if mk_idx.size:
-            u, inv_mk = unique_inverse(name_ids[mk_idx])
-            mk = np.array([strings.intern(classify.memcpy_kind(names[x])) for x in u.tolist()],
-                          np.int32)[inv_mk]
-            stats["memcpy_kind"] = (mk_idx, mk, True)
-        strings = strings.freeze()      # the last name is interned: see ``StringTable.freeze``
-        del names
-        links = job.result() if job is not None else correlation_links(*link_args)
-    del link_args
-    metadata = dict(scan["metadata"])
+
+def _step_and_copy_stats(kind, name_ids, names, strings, stats) -> None:
+    """Adds each step's number (from its name) and each copy's direction to ``stats``."""
+    step_idx = np.flatnonzero(kind == K.STEP)
+    if step_idx.size:
+        step_names = {int(u): int(classify.STEP_NAME.match(names[u]).group(1))
+                      for u in distinct(name_ids[step_idx]).tolist()}
+        nums = np.array([step_names[int(u)] for u in name_ids[step_idx].tolist()], np.int64)
+        stats["step_num"] = (step_idx, nums, False)
+    mk_idx = np.flatnonzero(kind == K.MEMCPY)
+    if mk_idx.size:
+        u, inv_mk = unique_inverse(name_ids[mk_idx])
+        mk = np.array([strings.intern(classify.memcpy_kind(names[x])) for x in u.tolist()],
+                      np.int32)[inv_mk]
+        stats["memcpy_kind"] = (mk_idx, mk, True)
+
+
+def _trace_metadata(scan_metadata: dict, process_name: dict) -> dict:
+    metadata = dict(scan_metadata)
     # of libkineto's log lines, only what it lost
     losses = kineto_losses(metadata)
     for key in ("INFO", "WARNING"):
@@ -776,10 +807,4 @@ def build(path: str, scan: dict, progress=NULL):
     if losses:
         metadata["losses"] = losses
     metadata["process_names"] = {str(k): v for k, v in process_name.items()}
-    events = {"ts": ts_rel, "dur": dur_ps, "track": track, "name": name_ids, "kind": kind}
-    del ts_rel, dur_ps, track, name_ids, kind
-    progress.within(0.6, "event order and nesting")
-    trace = assemble(path, "kineto", strings, tracks, devices, events, stats, links, metadata,
-                     warnings, origin_ps=0)
-    trace.origin_ps = origin
-    return trace
+    return metadata
