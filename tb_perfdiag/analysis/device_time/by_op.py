@@ -571,19 +571,7 @@ def device_op_table(trace: Trace, ops: np.ndarray, op_step: np.ndarray, n_steps:
     Ops are counted once, into (device, group, step) cells; rows and their totals,
     longest instances and short kernels come from the cells."""
     n_dev = len(trace.devices)
-    # events lie by track and ops ascend: each track's ops are one run
-    runs = np.diff(np.searchsorted(ops, trace.track_bounds()))
-    dev = None                 # the device of each op: needed with several devices only
-    if n_dev > 1 or not (trace.track_device[:runs.shape[0]][runs > 0] >= 0).all():
-        dev = np.repeat(trace.track_device, runs)
-        keep = dev >= 0
-        if not keep.all():
-            ops, op_step, dev = ops[keep], op_step[keep], dev[keep]
-            if path_of_op is not None:
-                path_of_op = path_of_op[keep]
-            memo = None
-        del keep
-    del runs
+    ops, op_step, dev, path_of_op, memo = _on_devices(trace, ops, op_step, path_of_op, memo)
     if not ops.size:
         z = np.zeros(0, np.int64)
         empty = DeviceOpTable.empty(n_dev, n_steps)
@@ -594,15 +582,7 @@ def device_op_table(trace: Trace, ops: np.ndarray, op_step: np.ndarray, n_steps:
     n_lab, S1 = len(names), n_steps + 1
     dur = trace.dur[ops]
     DL = n_dev * n_lab
-    # kernels under the launch latency: a GPU's (TPU and XLA:CPU ops are not launched one
-    # by one from the host)
-    gpu = np.array([dv.kind == "gpu" for dv in trace.devices] + [False], bool)
-    if not gpu.any():
-        short = np.zeros(ops.shape[0], bool)
-    else:
-        short = (kind_of_ops == K.KERNEL) & (dur < LAUNCH_LATENCY_PS)
-        if not gpu[:-1].all():
-            short &= gpu[dev]
+    short = _short_kernels(trace, kind_of_ops, dur, dev)
     if typical is None:
         typical = np.ones(n_steps, bool)
     cc = _cells(label, op_step, dev if n_dev > 1 else None, dur, short, typical, n_steps,
@@ -629,6 +609,82 @@ def device_op_table(trace: Trace, ops: np.ndarray, op_step: np.ndarray, n_steps:
     d_short, d_short_t = sd_sc.sum(axis=0), sd_st.sum(axis=0)
     st_short, st_short_t = sd_sc[:n_steps], sd_st[:n_steps]
     del short
+    r_host, r_path = _row_host_and_path(trace, ops, origin, memo, row, dur, n_rows, pos,
+                                        path_of_op, paths)
+    if op_rows is not None:
+        op_rows.append((ops, row))
+    del row
+    nc, ov, sov = _table_overlap(trace, ops, dur, label, klass_of, op_step, dev, n_steps,
+                                 defer_overlap)
+    del label
+    c_st = cc.step
+    in_step = c_st < n_steps
+    if in_step.all():                         # every op launched by a step: no copies
+        in_step = slice(None)
+    s_cells = _at(ops, cc.pos[in_step])
+    table = DeviceOpTable(
+        device=(cells // n_lab).astype(np.int32), name=_pick(names, r_lab),
+        klass=klass_of[r_lab].astype(np.int8), count=cc.r_count[cells],
+        time=cc.r_time[cells], short_count=r_sc, short_time=r_st,
+        longest=longest, longest_ts=trace.ts[longest], longest_dur=trace.dur[longest],
+        longest_track=trace.track[longest].astype(np.int32, copy=False),
+        category=_strs(hcat, lambda x: trace.strings[x] if x >= 0 else ""),
+        host_op=_strs(r_host, lambda x: trace.strings[x] if x >= 0 else ""),
+        annotation=_strs(r_path, lambda x: " › ".join(paths[x]) if x >= 0 else ""),
+        step_row=c_row[in_step].astype(np.int32), step=c_st[in_step],
+        step_count=cc.count[in_step], step_time=cc.time[in_step],
+        step_longest=s_cells, step_longest_ts=trace.ts[s_cells],
+        step_longest_dur=trace.dur[s_cells],
+        step_longest_track=trace.track[s_cells].astype(np.int32, copy=False),
+        step_rest=cc.sd_rest.reshape(S1, n_dev)[:n_steps],
+        step_rest_count=cc.sd_rest_count.reshape(S1, n_dev)[:n_steps],
+        step_rest_time=cc.sd_rest_time.reshape(S1, n_dev)[:n_steps],
+        typical_count=cc.r_typ_count[cells], typical_time=cc.r_typ_time[cells],
+        overlap=ov, step_overlap=sov.reshape(n_steps, n_dev, len(Overlap)),
+        short_count_dev=d_short, short_time_dev=d_short_t,
+        step_short_count=np.ascontiguousarray(st_short),
+        step_short_time=np.ascontiguousarray(st_short_t),
+        latency_ps=int(LAUNCH_LATENCY_PS))
+    return (table, nc) if defer_overlap else table
+
+
+def _on_devices(trace: Trace, ops, op_step, path_of_op, memo):
+    """(ops, op_step, device of each op (None with one device, where every op is on
+    it), path_of_op, memo) of the ops on a device (the memo is dropped where some are
+    not: its lookups are of all the ops)."""
+    n_dev = len(trace.devices)
+    # events lie by track and ops ascend: each track's ops are one run
+    runs = np.diff(np.searchsorted(ops, trace.track_bounds()))
+    dev = None                 # the device of each op: needed with several devices only
+    if n_dev > 1 or not (trace.track_device[:runs.shape[0]][runs > 0] >= 0).all():
+        dev = np.repeat(trace.track_device, runs)
+        keep = dev >= 0
+        if not keep.all():
+            ops, op_step, dev = ops[keep], op_step[keep], dev[keep]
+            if path_of_op is not None:
+                path_of_op = path_of_op[keep]
+            memo = None
+        del keep
+    del runs
+    return ops, op_step, dev, path_of_op, memo
+
+
+def _short_kernels(trace: Trace, kind_of_ops, dur, dev) -> np.ndarray:
+    """Per op, whether it is a kernel under the launch latency: a GPU's (TPU and XLA:CPU
+    ops are not launched one by one from the host)."""
+    gpu = np.array([dv.kind == "gpu" for dv in trace.devices] + [False], bool)
+    if not gpu.any():
+        short = np.zeros(kind_of_ops.shape[0], bool)
+    else:
+        short = (kind_of_ops == K.KERNEL) & (dur < LAUNCH_LATENCY_PS)
+        if not gpu[:-1].all():
+            short &= gpu[dev]
+    return short
+
+
+def _row_host_and_path(trace: Trace, ops, origin, memo, row, dur, n_rows, pos, path_of_op,
+                       paths):
+    """Per row, the host op and the annotation most of its time came from (−1 none)."""
     host = _host_ops(trace, ops, origin, memo)
     r_host = _dominant(row, host, dur, n_rows, host[pos])
     del host
@@ -636,10 +692,15 @@ def device_op_table(trace: Trace, ops: np.ndarray, op_step: np.ndarray, n_steps:
         r_path = _dominant(row, path_of_op, dur, n_rows, path_of_op[pos])
     else:
         r_path = np.full(n_rows, -1)
-    if op_rows is not None:
-        op_rows.append((ops, row))
-    del row
-    # overlap per device and per (step, device)
+    return r_host, r_path
+
+
+def _table_overlap(trace: Trace, ops, dur, label, klass_of, op_step, dev, n_steps,
+                   defer_overlap):
+    """(the ops that are no compute, for ``fill_overlap``, when deferred; overlap per
+    device; overlap per (step, device)): zeros when deferred."""
+    n_dev = len(trace.devices)
+    S1 = n_steps + 1
     nc = None
     if defer_overlap:
         other = klass_of != OpClass.COMPUTE
@@ -658,40 +719,12 @@ def device_op_table(trace: Trace, ops: np.ndarray, op_step: np.ndarray, n_steps:
         sk = st * n_dev + dv if n_dev > 1 else st
         sov = overlap(ts, end, kl, sk, S1 * n_dev)[: n_steps * n_dev]
         del ts, end, sk, kl, st
-    del label
-    c_st = cc.step
-    in_step = c_st < n_steps
-    if in_step.all():                         # every op launched by a step: no copies
-        in_step = slice(None)
+    return nc, ov, sov
 
-    def strs(ids, make):
-        u, inv = np.unique(np.asarray(ids), return_inverse=True)
-        return _pick([make(x) for x in u.tolist()], inv.reshape(-1))
-    s_cells = _at(ops, cc.pos[in_step])
-    table = DeviceOpTable(
-        device=(cells // n_lab).astype(np.int32), name=_pick(names, r_lab),
-        klass=klass_of[r_lab].astype(np.int8), count=cc.r_count[cells],
-        time=cc.r_time[cells], short_count=r_sc, short_time=r_st,
-        longest=longest, longest_ts=trace.ts[longest], longest_dur=trace.dur[longest],
-        longest_track=trace.track[longest].astype(np.int32, copy=False),
-        category=strs(hcat, lambda x: trace.strings[x] if x >= 0 else ""),
-        host_op=strs(r_host, lambda x: trace.strings[x] if x >= 0 else ""),
-        annotation=strs(r_path, lambda x: " › ".join(paths[x]) if x >= 0 else ""),
-        step_row=c_row[in_step].astype(np.int32), step=c_st[in_step],
-        step_count=cc.count[in_step], step_time=cc.time[in_step],
-        step_longest=s_cells, step_longest_ts=trace.ts[s_cells],
-        step_longest_dur=trace.dur[s_cells],
-        step_longest_track=trace.track[s_cells].astype(np.int32, copy=False),
-        step_rest=cc.sd_rest.reshape(S1, n_dev)[:n_steps],
-        step_rest_count=cc.sd_rest_count.reshape(S1, n_dev)[:n_steps],
-        step_rest_time=cc.sd_rest_time.reshape(S1, n_dev)[:n_steps],
-        typical_count=cc.r_typ_count[cells], typical_time=cc.r_typ_time[cells],
-        overlap=ov, step_overlap=sov.reshape(n_steps, n_dev, len(Overlap)),
-        short_count_dev=d_short, short_time_dev=d_short_t,
-        step_short_count=np.ascontiguousarray(st_short),
-        step_short_time=np.ascontiguousarray(st_short_t),
-        latency_ps=int(LAUNCH_LATENCY_PS))
-    return (table, nc) if defer_overlap else table
+
+def _strs(ids, make):
+    u, inv = np.unique(np.asarray(ids), return_inverse=True)
+    return _pick([make(x) for x in u.tolist()], inv.reshape(-1))
 
 
 def _window_cover(trace: Trace, slices: list, nc: np.ndarray, a: np.ndarray, b: np.ndarray,
