@@ -175,30 +175,7 @@ def efficiency_table(trace, sums: CostSums | None, devices, steps, device_ops, c
     active = np.asarray(devices.ops, np.int64) > 0
     pf, pb, dts, srcs, models, no_peak, (fast, fast_dt, alts) = _peaks(trace, sums, active, peak_tflops)
     all_flops = sums.flops + sums.flops_est
-    coll_gap = _collective_gap(device_ops, sums, n_dev)
-    missing = []
-    lower = np.zeros(n_dev, bool)
-    for d in range(n_dev):
-        why = []
-        # collectives (NCCL all-reduce, all-to-all) do no model FLOPs by definition: their
-        # time is no figure the cost model lacks, so the share left out is of the rest
-        base = sums.op_time[d] - coll_gap[d]
-        if active[d] and not all_flops[d] > 0:
-            why.append(sums.missing or NO_SHAPES)
-        elif active[d] and sums.known_time[d] < base:
-            gone = 1 - sums.known_time[d] / max(base, 1)
-            lower[d] = gone >= LOWER_BOUND_SHARE
-            if gone >= 0.005:
-                top = _largest_without(device_ops, sums, d)
-                why.append(f"{100 * gone:.1f}% of the op time"
-                           + (" outside collectives" if coll_gap[d] > 0 else "")
-                           + " has no cost figure: the MFU counts none of its FLOPs"
-                           + (f" ({sums.missing})" if sums.missing else "")
-                           + (f"; the largest: {top}" if top else ""))
-        if active[d] and not np.isfinite(pf[d]):
-            why.append(no_peak[d] or f"no peak known for {models[d] or devices.name[d]} "
-                       f"(give the peak with --peak-tflops)")
-        missing.append("; ".join(why))
+    missing, lower = _missing(sums, devices, device_ops, active, all_flops, pf, no_peak, models)
     # ---- peer wait and the busy split, per device and per (step, device)
     w_d, w_sd, cd_d, cd_sd = peer_wait(coll, n_dev, n_steps)
     ov = device_ops.overlap if device_ops is not None else np.zeros((n_dev, len(Overlap)))
@@ -210,16 +187,7 @@ def efficiency_table(trace, sums: CostSums | None, devices, steps, device_ops, c
                        ov[:, Overlap.COMPUTE], ov[:, Overlap.COPIES_EXPOSED],
                        ov[:, Overlap.COLLECTIVES_EXPOSED], _frac(sums.mm_time, sums.comp_time),
                        _frac(w_d, cd_d), all_flops, pf)
-    S = steps
-    sw = np.clip(S.win_end - S.win_start, 0, None).reshape(-1).astype(np.float64)
-    sf = sums.step_flops.reshape(-1)
-    swf, smfu, scpts = W.points_and_collectives(sw, S.busy.reshape(-1), S.idle_by_cause.reshape(-1, len(C.ALL)),
-                         S.small_total.reshape(-1),
-                         sov[:, :, Overlap.COMPUTE].reshape(-1),
-                         sov[:, :, Overlap.COPIES_EXPOSED].reshape(-1),
-                         sov[:, :, Overlap.COLLECTIVES_EXPOSED].reshape(-1),
-                         _frac(sums.step_mm_time, sums.step_comp_time).reshape(-1),
-                         _frac(w_sd, cd_sd).reshape(-1), sf, np.tile(pf, n_steps))
+    swf, smfu, scpts = _step_points(steps, sums, sov, w_sd, cd_sd, pf, n_steps)
     step_flops = np.where(sums.step_known > 0, sums.step_flops, np.nan)
     # ---- roofline per row and per device
     rd = np.asarray(device_ops.device, np.int64) if device_ops is not None else np.zeros(0, np.int64)
@@ -275,6 +243,50 @@ def efficiency_table(trace, sums: CostSums | None, devices, steps, device_ops, c
         row_onchip_rw=np.where(sums.row_split[:, None] > 0, sums.row_onchip_rw, np.nan),
         row_utilisation=r[6], row_bound_by=r[7],
         mfu_lower_bound=lower & np.isfinite(mfu))
+
+
+def _missing(sums: CostSums, devices, device_ops, active, all_flops, pf, no_peak, models):
+    """(per device, why its MFU lacks FLOPs or a peak ("" none); whether its MFU is a
+    lower bound)."""
+    n_dev = sums.n_dev
+    coll_gap = _collective_gap(device_ops, sums, n_dev)
+    missing = []
+    lower = np.zeros(n_dev, bool)
+    for d in range(n_dev):
+        why = []
+        # collectives (NCCL all-reduce, all-to-all) do no model FLOPs by definition: their
+        # time is no figure the cost model lacks, so the share left out is of the rest
+        base = sums.op_time[d] - coll_gap[d]
+        if active[d] and not all_flops[d] > 0:
+            why.append(sums.missing or NO_SHAPES)
+        elif active[d] and sums.known_time[d] < base:
+            gone = 1 - sums.known_time[d] / max(base, 1)
+            lower[d] = gone >= LOWER_BOUND_SHARE
+            if gone >= 0.005:
+                top = _largest_without(device_ops, sums, d)
+                why.append(f"{100 * gone:.1f}% of the op time"
+                           + (" outside collectives" if coll_gap[d] > 0 else "")
+                           + " has no cost figure: the MFU counts none of its FLOPs"
+                           + (f" ({sums.missing})" if sums.missing else "")
+                           + (f"; the largest: {top}" if top else ""))
+        if active[d] and not np.isfinite(pf[d]):
+            why.append(no_peak[d] or f"no peak known for {models[d] or devices.name[d]} "
+                       f"(give the peak with --peak-tflops)")
+        missing.append("; ".join(why))
+    return missing, lower
+
+
+def _step_points(S, sums: CostSums, sov, w_sd, cd_sd, pf, n_steps: int):
+    """The waterfall, MFU and collective points of each (step, device), flat."""
+    sw = np.clip(S.win_end - S.win_start, 0, None).reshape(-1).astype(np.float64)
+    sf = sums.step_flops.reshape(-1)
+    return W.points_and_collectives(sw, S.busy.reshape(-1), S.idle_by_cause.reshape(-1, len(C.ALL)),
+                         S.small_total.reshape(-1),
+                         sov[:, :, Overlap.COMPUTE].reshape(-1),
+                         sov[:, :, Overlap.COPIES_EXPOSED].reshape(-1),
+                         sov[:, :, Overlap.COLLECTIVES_EXPOSED].reshape(-1),
+                         _frac(sums.step_mm_time, sums.step_comp_time).reshape(-1),
+                         _frac(w_sd, cd_sd).reshape(-1), sf, np.tile(pf, n_steps))
 
 
 def stage(trace, sums, diag, peak_tflops=None) -> EfficiencyTable | None:
