@@ -106,8 +106,23 @@ export function renderEfficiency(summaryEl, diag, { deviceId = 0, step = null, c
   }
   else box.append(h("p", { class: "pd-muted pd-small" }, `No MFU waterfall for ${s.dev.name || "this device"} over ${s.where}` +
     (s.eff && s.eff.missing ? `: ${s.eff.missing}` : ": no FLOP figures or no peak.")));
+  const g = graphNote(s.eff);
+  if (g) box.append(g);
   const stepsHead = summaryEl.querySelector("h3");
   summaryEl.insertBefore(box, stepsHead || null);
+}
+
+/** A device's graph replays where some of their kernels have no captured op, or the
+ *  replays left captured launches unrecorded (null: nothing to say). */
+function graphNote(e) {
+  if (!e || !e.graph_kernels_total) return null;
+  const m = e.graph_kernels_matched || 0, t = e.graph_kernels_total, u = e.graph_launches_unrecorded || 0;
+  if (m >= t && !u) return null;
+  const said = [];
+  if (m < t) said.push(`${m} of ${t} kernels replayed from CUDA/HIP graphs matched the ops that captured them` +
+    (m ? "; the rest carry no cost figure" : ": no capture was read (capture_traces/ beside the trace)"));
+  if (u) said.push(`${u} captured launches were not recorded in the replays: the duty cycle and MFU are lower bounds`);
+  return h("p", { class: "pd-small pd-muted pd-graphs", "data-matched": String(m), "data-total": String(t) }, said.join(". ") + ".");
 }
 
 /** The roofline chart of the selected device under the op table; a point flashes its op's

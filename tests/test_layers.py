@@ -23,8 +23,8 @@ LAYERS = {
     "trace model and readers": ["trace", "trace.*"],
     "analyses": ["analysis", "analysis.*"],
     "renderers": ["render", "render.*"],
-    "services": ["budget", "codec", "cache", "result_store", "discovery", "file_analysis", "pod",
-                 "service", "api", "params", "agent_tools"],
+    "services": ["budget", "codec", "cache", "result_store", "discovery", "graph_captures",
+                 "file_analysis", "pod", "service", "api", "params", "agent_tools"],
     "faces": ["plugin", "cli", "mcp_server", ""],
     "test support": ["testing", "testing.*"],
 }

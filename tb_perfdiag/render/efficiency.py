@@ -176,7 +176,18 @@ def device_json(diag: Diagnosis, d: int) -> dict | None:
                          "attainable_flops_per_s": _f(E.attainable[d]),
                          "efficiency": _f(E.roofline_efficiency[d]),
                          "bound": _BOUND[int(E.bound[d])], **_onchip(E, d)},
+            **_graphs(E, d),
             "missing": E.missing[d] or None}
+
+
+def _graphs(E, d: int) -> dict:
+    """The device's graph replays: kernels matched to their capture's launches, of all
+    replayed; captured launches the replays did not record (None: no replay)."""
+    g = getattr(E, "graphs", None)
+    if g is None or d >= g.total.shape[0] or not g.total[d]:
+        return {"graph_kernels_matched": None, "graph_kernels_total": None}
+    return {"graph_kernels_matched": int(g.matched[d]), "graph_kernels_total": int(g.total[d]),
+            "graph_replays": int(g.replays[d]), "graph_launches_unrecorded": int(g.unrecorded[d])}
 
 
 def _onchip(E, d: int) -> dict:
@@ -321,6 +332,8 @@ def text_lines(diag: Diagnosis, run: dict | None = None) -> list:
         fl = (e["flops"] or 0) + (e["flops_estimated"] or 0)
         if not fl:
             L.append(f"efficiency, {name}: no FLOP figures ({e['missing'] or 'none'})")
+            if e.get("graph_kernels_total"):
+                L.append("  " + graph_text(e))
             continue
         pk = e["peak_flops_per_s"]
         head = (f"efficiency, {name}: {si(fl, 'FLOP')}"
@@ -351,6 +364,21 @@ def text_lines(diag: Diagnosis, run: dict | None = None) -> list:
             mine = ((run or {}).get("devices") or {}).get(str(d))
             if mine:
                 L += ["  " + x for x in run_text_lines({**run, "devices": {str(d): mine}})]
+        if e.get("graph_kernels_total"):
+            L.append("  " + graph_text(e))
         if e["missing"]:
             L.append(f"  missing: {e['missing']}")
     return L
+
+
+def graph_text(e: dict) -> str:
+    """The line on a device's graph replays: how many replayed kernels took their
+    figures from the capture, and the work the replays did not record."""
+    m, t, r = e["graph_kernels_matched"], e["graph_kernels_total"], e["graph_replays"]
+    s = (f"graph replays: {r}, {m} of {t} replayed kernels matched to the ops that captured "
+         f"them" + ("" if m else " (no capture read: the replayed kernels have no cost figure)"))
+    u = e.get("graph_launches_unrecorded") or 0
+    if u:
+        s += (f"; {u} captured launches not recorded in the replays: duty cycle and MFU are "
+              f"lower bounds")
+    return s

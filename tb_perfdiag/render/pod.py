@@ -8,9 +8,11 @@ import re
 import numpy as np
 
 from ..analysis import causes as C
-from ..analysis.collectives import instances as coll
 from ..analysis.efficiency import waterfall as W
-from ..analysis.run.waterfalls import device_rows, join_wait
+from ..analysis.collectives import instances as coll
+from ..analysis.run.peer_wait import join_wait
+from ..analysis.run.view import RunView, run_view
+from ..analysis.run.waterfalls import device_rows
 from ..analysis.result import Diagnosis
 from .collectives import clock_note, clocks_json, late_text
 from .efficiency import part_label
@@ -235,22 +237,14 @@ def error_row(host: str, span: str, status: int, error: str, **extra) -> dict:
     return {"host": host, "span": span, "status": status, "error": error, **extra}
 
 
-def collective_join(rows: list):
-    """The join of the analysed rows' collective tables (``analysis.collectives.join``),
-    or None when fewer than two participants share a collective."""
-    ok = [r for r in rows if r.get("status") == 200 and r.get("collectives_table")]
-    if len(ok) < 1:
-        return None
-    return coll.join([coll.from_row(r["host"], r) for r in ok])
-
-
-def apply_collectives(rows: list, j) -> dict | None:
-    """Each row's peer wait, last arrivals and straggler verdict from the join ``j``;
+def apply_collectives(rows: list, view: RunView) -> dict | None:
+    """Each row's peer wait, last arrivals and straggler verdict from the run's view;
     returns the run's ``collectives`` summary."""
+    j = view.join
     if j is None:
         return None
     ok = [r for r in rows if r.get("status") == 200]
-    figs = coll.host_figures(j, {r["host"]: r.get("steps") for r in ok})
+    figs = view.figures
     n = len(j)
     host_of_last = np.array([j.hosts[j.participants[int(p)].host] for p in j.last.tolist()],
                             dtype=object)
@@ -407,8 +401,7 @@ def pod_summary(rows: list, sort: str = "straggler", descending: bool | None = N
                 offset: int = 0, limit: int | None = None) -> dict:
     """The summary of a run's rows (flagged in place): counts, medians, every straggler
     with its reason, the pod's idle time by cause, and one page of the sorted rows."""
-    j = collective_join(rows)
-    collectives = apply_collectives(rows, j)
+    collectives = apply_collectives(rows, run_view(rows))
     med_step, med_duty = flag_stragglers(rows, collectives is not None)
     for r in rows:          # the tables served the join; rows stay small
         r.pop("collectives_table", None)

@@ -306,24 +306,6 @@ def step_figures(diag: Diagnosis, device: int, steps: np.ndarray,
     return fig
 
 
-def peer_wait_cells(j, host: str, diag: Diagnosis) -> np.ndarray | None:
-    """(n_steps, n_devices) ps: the peer wait of ``host``'s devices in each step of its
-    diagnosis, from the run's collective join ``j`` (``collectives.Join``), matched by
-    step id and device name; None when ``host`` takes part in no joined instance.
-    Instances launched outside any step count in no cell."""
-    S, names = diag.steps, list(diag.devices.name)
-    taking_part = j.devices_of(host, names) if j is not None else []
-    if not taking_part:
-        return None
-    out = np.zeros((len(S), len(names)), np.float64)
-    row_of = {int(x): i for i, x in enumerate(S.ids.tolist())}
-    for c, d, hit in taking_part:
-        rows = np.array([row_of.get(int(x), -1) for x in j.step[hit, c].tolist()], np.int64)
-        ok = rows >= 0
-        np.add.at(out[:, d], rows[ok], j.wait[hit[ok], c].astype(np.float64) * 1000)
-    return out
-
-
 def _duty(diag: Diagnosis, d: int) -> float | None:
     D = diag.devices
     if d < 0 or not D.ops[d]:

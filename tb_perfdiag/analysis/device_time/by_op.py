@@ -214,6 +214,12 @@ def _host_ops(trace: Trace, ops: np.ndarray, origin: np.ndarray, memo: dict) -> 
             need = need[~hit]
             up = cur >= 0
             cur, need = cur[up], need[up]
+    if trace.format == "kineto":
+        # kernels replayed from a CUDA/HIP graph: the op that captured them, or the launch
+        from ..efficiency.graphs import replay_host_ops
+        at, ids = replay_host_ops(trace, ops)
+        if at.size:
+            out[at] = ids
     return out
 
 

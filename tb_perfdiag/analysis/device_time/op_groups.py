@@ -7,7 +7,7 @@ import re
 
 import numpy as np
 
-from ...trace.classify import memcpy_kind
+from ...trace.classify import COLLECTIVE_HINTS, COLLECTIVE_NAME, memcpy_kind
 from ...trace.model import EventKind as K, Trace
 from ...trace.strings import take
 from .annotations import _at, _lookup
@@ -162,9 +162,6 @@ def _labels(trace: Trace, ops: np.ndarray, kind: np.ndarray, memo: dict):
 # copies; XLA's asynchronous copies (TPU ``copy-start``/``copy-done``: waits on a DMA) too
 _COPY_LABEL = re.compile(r"^(Memcpy\b|copy-(start|done)(\.\d+)?$)", re.M)
 _SET_LABEL = re.compile(r"^Memset$", re.M)
-# trace.classify.is_collective_kernel, as one regex
-_COLLECTIVE = re.compile(r"[nr]ccl|all-?reduce|all-?gather|reduce-?scatter|all-to-all|"
-                         r"collective-permute")          # over lower-cased labels
 
 
 def _classes(labels: list) -> np.ndarray:
@@ -178,8 +175,7 @@ def _classes(labels: list) -> np.ndarray:
     starts = None
     low = text.lower()
     for rx, c, hints, where, anchored in (
-            (_COLLECTIVE, OpClass.COLLECTIVE, ("ccl", "all-", "allreduce", "allgather",
-                                               "scatter", "collective"), low, False),
+            (COLLECTIVE_NAME, OpClass.COLLECTIVE, COLLECTIVE_HINTS, low, False),
             (_COPY_LABEL, OpClass.MEMCPY, ("Memcpy", "copy-"), text, True),
             (_SET_LABEL, OpClass.MEMSET, ("Memset",), text, True)):
         if not any(x in where for x in hints):      # substring search: no regex pass

@@ -214,7 +214,7 @@ def efficiency_table(trace, sums: CostSums | None, devices, steps, device_ops, c
     with np.errstate(divide="ignore", invalid="ignore"):
         ridge = pf / pb
     nan = lambda n: np.full(n, np.nan)  # noqa: E731
-    return EfficiencyTable(
+    return _with_graphs(trace, EfficiencyTable(
         parts=list(W.PARTS), flops=np.where(active, sums.flops, np.nan),
         flops_estimated=np.where(active, sums.flops_est, np.nan),
         hw_flops=np.where(active, sums.hw_flops, np.nan),
@@ -242,7 +242,7 @@ def efficiency_table(trace, sums: CostSums | None, devices, steps, device_ops, c
         utilisation=dv[6], bound_by=dv[7],
         row_onchip_rw=np.where(sums.row_split[:, None] > 0, sums.row_onchip_rw, np.nan),
         row_utilisation=r[6], row_bound_by=r[7],
-        mfu_lower_bound=lower & np.isfinite(mfu))
+        mfu_lower_bound=lower & np.isfinite(mfu)))
 
 
 def _missing(sums: CostSums, devices, device_ops, active, all_flops, pf, no_peak, models):
@@ -293,6 +293,20 @@ def stage(trace, sums, diag, peak_tflops=None) -> EfficiencyTable | None:
     """``efficiency_table`` of what a diagnosis holds (its one call in the analysis)."""
     return efficiency_table(trace, sums, diag.devices, diag.steps, diag.device_ops,
                             diag.collectives, peak_tflops)
+
+
+def _with_graphs(trace, table: EfficiencyTable) -> EfficiencyTable:
+    """``table`` with its devices' graph replays (``graphs.summary``); a replay that did
+    not record all its capture's launches makes the MFU a lower bound."""
+    if trace.format != "kineto":
+        return table
+    from .graphs import summary
+    g = table.graphs = summary(trace, len(table.flops))
+    if g is not None and table.mfu_lower_bound.shape[0] == g.unrecorded.shape[0]:
+        # device work a replay did not record did FLOPs the MFU cannot count
+        table.mfu_lower_bound = table.mfu_lower_bound | ((g.unrecorded > 0) &
+                                                         np.isfinite(table.mfu))
+    return table
 
 
 __all__ = ["efficiency_table", "peer_wait", "stage", "Bound"]

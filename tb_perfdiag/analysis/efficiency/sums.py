@@ -1,7 +1,7 @@
 """Per-op cost figures folded, once, into the small sums the efficiency table reads.
 
 Runs where the analysis still holds its device ops and the step that launched each
-(``diagnosis._stages``, right after the device-op table): the per-op columns of
+(the ``costs`` stage of ``diagnosis.STAGES``, right after the device-op table): the per-op columns of
 ``op_costs`` are bincounted into per device, per (launching step, device) and per
 device-op-table row sums and dropped; nothing per op is kept.  A step's FLOPs are those
 of the ops it *launched*, wherever they ran (the duty cycle's rule), not of the ops that

@@ -278,7 +278,11 @@ ELEMENTWISE = frozenset(f"aten::{n}" for n in (
     "max_pool2d_with_indices", "max_pool2d_with_indices_backward", "avg_pool2d",
     "adaptive_avg_pool2d", "_adaptive_avg_pool2d", "_adaptive_avg_pool2d_backward",
     "_foreach_add_", "_foreach_mul_", "_foreach_addcmul_", "_foreach_addcdiv_",
-    "_fused_adam_", "_fused_adamw_", "embedding", "embedding_dense_backward", "cat"))
+    "_fused_adam_", "_fused_adamw_", "embedding", "embedding_dense_backward", "cat")) | {
+    # inference engines' own normalisation ops (vLLM, AMD's aiter): bytes, as layer_norm's
+    "aten::rms_norm", "aten::_fused_rms_norm", "_C::rms_norm", "_C::fused_add_rms_norm",
+    "vllm::rocm_aiter_rms_norm", "vllm::rocm_aiter_rmsnorm2d_fwd_with_add", "aiter::rms_norm",
+    "aiter::rmsnorm2d_fwd_with_add", "aiter::rmsnorm2d_fwd_with_add_ck"}
 REDUCTION = frozenset(f"aten::{n}" for n in (
     "sum", "mean", "amax", "amin", "max", "min", "norm", "linalg_vector_norm", "argmax",
     "nll_loss_forward", "nll_loss", "nll_loss_backward", "cross_entropy_loss"))
