@@ -65,11 +65,15 @@ function mfuStat(dev, def) {
   const e = dev.efficiency;
   if (!e) return null;
   const pk = e.peak_flops_per_s;
-  const label = pk ? `${dev.name} MFU (of ${formatSi(pk, "FLOP/s")} ${e.peak_dtype || ""}${e.peak_source ? `, ${peakSourceText(e.peak_source)}` : ""})`
+  const model = e.device_model ? ` (${e.device_model})` : "";
+  const label = pk ? `${dev.name}${model} MFU (of ${formatSi(pk, "FLOP/s")} ${e.peak_dtype || ""}${e.peak_source ? `, ${peakSourceText(e.peak_source)}` : ""}${e.device_identified_by ? `, identified by ${e.device_identified_by}` : ""})`
     : e.achieved_flops_per_s ? `${dev.name}: ${formatSi(e.achieved_flops_per_s, "FLOP/s")} achieved, no peak known` : `${dev.name}: no FLOP figures`;
   return h("div", { class: "pd-stat pd-mfu-stat", "data-device": String(dev.id), title: [def, e.missing].filter(Boolean).join("\n") },
     h("span", { class: "pd-stat-value pd-mfu" }, e.mfu !== null && e.mfu !== undefined ? `${e.mfu_lower_bound && !pctOf(e.mfu).startsWith("<") ? "≥" : ""}${pctOf(e.mfu)}` : "–"),
-    h("span", { class: "pd-stat-label" }, label + (e.mfu_lower_bound ? " — a lower bound: ops with no cost figure count none of their FLOPs" : "")));
+    h("span", { class: "pd-stat-label" }, label + (e.mfu_lower_bound ? " — a lower bound: ops with no cost figure count none of their FLOPs" : "")),
+    // memory-bound matmuls (decode): the bandwidth they reach is the figure that says
+    e.matmul_memory_bound && e.bandwidth_utilisation != null ? h("span", { class: "pd-stat-label pd-bw" },
+      `bandwidth ${pctOf(e.bandwidth_utilisation)} of ${formatSi(e.peak_bytes_per_s, "B/s")}: its matmuls are memory-bound`) : null);
 }
 
 function waterfallBar(w, where, dev) {

@@ -24,7 +24,8 @@ LAYERS = {
     "analyses": ["analysis", "analysis.*"],
     "renderers": ["render", "render.*"],
     "services": ["budget", "codec", "cache", "result_store", "discovery", "graph_captures",
-                 "file_analysis", "pod", "service", "api", "params", "agent_tools"],
+                 "file_analysis", "pod", "service", "api", "params", "agent_tools",
+                 "run_captures", "scalars"],
     "faces": ["plugin", "cli", "mcp_server", ""],
     "test support": ["testing", "testing.*"],
 }

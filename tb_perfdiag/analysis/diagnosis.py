@@ -41,7 +41,7 @@ from .attribution.refs import event_refs
 from .device_time.op_counts import op_table
 from .device_time.by_op import device_op_table
 from .collectives.instances import collective_ops, collective_table
-from .steps.startup import first_step_end, startup_ranges, startup_roots, steps_with_startup
+from .steps.startup import first_step_end, profiler_cost, startup_ranges, startup_roots, steps_with_startup
 from .steps.capture_notes import capture_notes, outside_step_gaps, startup_note
 from .gaps.tfdata import get_next_spans
 from .result import Diagnosis, StepNumbers, typical_of
@@ -274,7 +274,9 @@ def _source(trace, devices, gaps, steps, notes):
               "framework": framework(trace),
               # the trace's extent, for pages with no device activity to frame
               "span_ns": [int(trace.ts.min()) // 1000 if trace.n_events else 0,
-                          trace.last_end() // 1000 if trace.n_events else 0]}
+                          trace.last_end() // 1000 if trace.n_events else 0],
+              # what the profiler itself cost: a run's trust reads it
+              "profiler": profiler_cost(trace)}
     warnings = list(trace.warnings)
     if not trace.devices or not (devices.ops > 0).any():
         warnings.append("no device activity in this trace: it shows host work only "

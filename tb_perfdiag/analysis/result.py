@@ -578,6 +578,23 @@ class EfficiencyTable:
     # per device: ops outside collectives with no cost figure hold ≥ LOWER_BOUND_SHARE of
     # the op time, so the MFU (which counts none of their FLOPs) is a lower bound
     mfu_lower_bound: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    # per device: what named a part whose own name does not ("gfx942, 304 CUs, 192 GB";
+    # "" where the name says, or nothing does)
+    device_identified_by: list = field(default_factory=list)
+    # per (device, format of ``format_names``): matmul-class FLOPs and ps, the FLOP/s the
+    # format runs at on the device (NaN unknown; the format it is converted to where the
+    # part has no units for it, ``format_peak_dtype``) and its part of the MFU
+    format_names: list = field(default_factory=list)
+    format_flops: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    format_time: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    format_peak: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    format_peak_dtype: list = field(default_factory=list)
+    format_mfu: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    # per device: the roofline's bytes (HBM where split) ÷ (window × peak bandwidth), NaN
+    # unknown: the memory-bound device's MFU (GUIDE §4 "Memory-bound work"); and whether
+    # its matmul-class work together sits below the ridge point (decode)
+    bandwidth_utilisation: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    matmul_memory_bound: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
     # CUDA/HIP graph replays and what of them matched their capture
     # (None: no replay with device events)
     graphs: GraphSummary | None = None

@@ -88,15 +88,23 @@ def host_stats(diag: Diagnosis) -> dict:
     # a lower bound where ops with no cost figure hold much of the op time (mfu.py)
     lower = [bool(E.mfu_lower_bound[d]) if E is not None and d < len(E.mfu_lower_bound)
              else False for d in range(len(D))]
+    # where a device's matmuls are memory-bound (decode): its bandwidth utilisation
+    bw_of = [float(E.bandwidth_utilisation[d])
+             if E is not None and d < len(getattr(E, "matmul_memory_bound", ())) and
+             E.matmul_memory_bound[d] and np.isfinite(E.bandwidth_utilisation[d]) else None
+             for d in range(len(D))]
+    bws = [x for x in bw_of if x is not None]
     out = {
         "status": 200,
         "devices": [{"name": D.name[d], "duty_cycle": duty_of[d], "mfu": mfu_of[d],
                      "mfu_lower_bound": lower[d] and mfu_of[d] is not None,
+                     "bandwidth_utilisation": bw_of[d],
                      "waterfall": _own_waterfall(E, d)}
                     for d in range(len(D))],
         "duty_cycle": sum(duty) / len(duty) if duty else None,
         "mfu": sum(mfus) / len(mfus) if mfus else None,
         "mfu_lower_bound": any(lw and m is not None for lw, m in zip(lower, mfu_of)),
+        "bandwidth_utilisation": sum(bws) / len(bws) if bws else None,
         "steps": len(steps), "avg_step_ns": int(sum(steps) / len(steps)) if steps else None,
         # the one step time of every face (analysis.result.TYPICAL_STEP)
         "typical_step_ns": int(round(S.typical_step_ps() / 1000)) if steps else None,
@@ -482,6 +490,10 @@ def text_table(summary: dict, top: int = 20) -> str:
         duty = f"{100 * r['duty_cycle']:.1f}%" if r.get("duty_cycle") is not None else "–"
         mfu = ("≥" if r.get("mfu_lower_bound") and not pct(r["mfu"]).startswith("<") else "") \
             + pct(r["mfu"]) if r.get("mfu") is not None else "–"
+        if r.get("bandwidth_utilisation") is not None:
+            # memory-bound matmuls (decode): the bandwidth reached, beside the MFU
+            shares = f"bandwidth {pct(r['bandwidth_utilisation'])} (memory-bound matmuls)" + \
+                (f"; {shares}" if shares else "")
         step = duration(r['typical_step_ns']) if r.get("typical_step_ns") else "–"
         gap = duration(wg['duration_ns']) if wg else "–"
         waits = ""

@@ -69,6 +69,10 @@ class StepFigures:
     # device ("" when nothing is missing), so a before → after view can say which side lacks
     # figures and why
     missing: str = ""
+    # the accelerator and the format its peak is of (``EfficiencyTable``): a before → after
+    # across parts or formats says so
+    device_model: str = ""
+    peak_dtype: str = ""
 
     @property
     def duty(self) -> float | None:
@@ -286,6 +290,8 @@ def step_figures(diag: Diagnosis, device: int, steps: np.ndarray,
         fig.missing = "the diagnosis has no cost figures for its device ops"
     else:
         fig.missing = E.missing[device] if device < len(E.missing) else ""
+        fig.device_model = E.device_model[device] if device < len(E.device_model) else ""
+        fig.peak_dtype = E.peak_dtype[device] if device < len(E.peak_dtype) else ""
         fl = E.step_flops[steps, device]
         pk = float(E.peak_flops[device])
         if np.isfinite(fl).any() and np.nansum(fl) > 0:

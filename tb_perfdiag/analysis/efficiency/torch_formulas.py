@@ -21,7 +21,8 @@ _TYPES = {
     "float": ("fp32", 4), "double": ("fp64", 8), "c10::Half": ("fp16", 2),
     "c10::BFloat16": ("bf16", 2), "c10::Float8_e4m3fn": ("fp8", 1),
     "c10::Float8_e5m2": ("fp8", 1), "c10::Float8_e4m3fnuz": ("fp8", 1),
-    "c10::Float8_e5m2fnuz": ("fp8", 1), "signed char": ("int8", 1),
+    "c10::Float8_e5m2fnuz": ("fp8", 1), "c10::Float4_e2m1fn_x2": ("mxfp4", 1),
+    "signed char": ("int8", 1),
     "unsigned char": ("int8", 1), "long int": ("", 8), "int": ("", 4), "bool": ("", 1),
     "short int": ("", 2), "c10::complex<float>": ("", 8),
 }
@@ -42,14 +43,28 @@ def _is_shape(d) -> bool:
     return isinstance(d, list) and all(isinstance(x, int) for x in d)
 
 
+# block scales: E8M0 ones make an 8- or 4-bit operand an MX format; FP8 (E4M3) ones on
+# 4-bit elements are NVFP4's
+_MX_SCALE, _FP8_SCALE = "c10::Float8_e8m0fnu", "c10::Float8_e4m3fn"
+_NARROW = ("nvfp4", "mxfp4", "mxfp6", "mxfp8", "fp8")
+
+
 def dtype_of(types) -> tuple[str, int]:
-    """(DTYPES name, element size) of an op's first floating input type (("", 0) when
-    the trace has no types)."""
-    for t in types or ():
-        got = _TYPES.get(t) if isinstance(t, str) else None
-        if got and got[0]:
-            return got
-    return "", 0
+    """(DTYPES name, element size) of an op's matmul format: its narrowest float operand
+    where one is 8 bits or fewer (an FP8 GEMM's scales are fp32; an MXFP4 GEMM's
+    activations bf16), else its first floating input type (("", 0) when the trace has
+    no types)."""
+    ts = [t for t in types or () if isinstance(t, str)]
+    got = [_TYPES[t] for t in ts if t in _TYPES and _TYPES[t][0]]
+    narrow = [g for g in got if g[0] in _NARROW]
+    if narrow:
+        name, size = min(narrow, key=lambda g: _NARROW.index(g[0]))
+        if name == "mxfp4" and _FP8_SCALE in ts and _MX_SCALE not in ts:
+            name = "nvfp4"
+        elif name == "fp8" and _MX_SCALE in ts:
+            name = "mxfp8"
+        return name, size
+    return got[0] if got else ("", 0)
 
 
 def _flag(concrete, i: int):
@@ -251,6 +266,21 @@ def fill(dims, size, dt):
     if not dims or not _is_shape(dims[0]) or not size:
         return None
     return Cost(0.0, float(_prod(dims[0]) * size), False, dt)
+
+
+def compiled_kernel(dims, types):
+    """An Inductor-generated Triton kernel (``triton_poi_``/``triton_red_``/``triton_per_``,
+    the host op PyTorch records for its launch, with the compiled graph's buffers as
+    inputs): each tensor argument read or written once, at its own element size; no
+    matmul work.  None where no argument has a shape and a type."""
+    by, dt = 0, ""
+    for i, d in enumerate(dims or ()):
+        t = types[i] if types and i < len(types) else None
+        got = _TYPES.get(t) if isinstance(t, str) else None
+        if got and _is_shape(d) and d:
+            by += _prod(d) * got[1]
+            dt = dt or got[0]
+    return Cost(0.0, float(by), False, dt) if by else None
 
 
 # elementwise ops whose first input is only written: their own byte rules

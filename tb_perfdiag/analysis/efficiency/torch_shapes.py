@@ -95,6 +95,12 @@ _CHILD_WEIGHT = re.compile(r"_backward_weight$")
 
 # a matmul kernel's dtype from its name, where the op has no ``Input type``
 _KERNEL_DTYPE = (
+    # the narrowest format a kernel names is its matmul's (``bf16xbf16xmxfp4``: MXFP4
+    # weights; a part with no MXFP4 units runs it at the format it converts to, ``peaks``)
+    (re.compile(r"nvfp4|nvf4", re.I), "nvfp4"),
+    (re.compile(r"mxfp4|mx_?e2m1|mxf4|_fp4|fp4_|f4e2m1|e2m1", re.I), "mxfp4"),
+    (re.compile(r"mxfp6|mx_?e[23]m[23]|mxf6|_fp6|fp6_|f6e[23]m[23]", re.I), "mxfp6"),
+    (re.compile(r"mxfp8|mx_?e4m3|mx_?e5m2|mxf8", re.I), "mxfp8"),
     (re.compile(r"e4m3|e5m2|fp8", re.I), "fp8"),
     (re.compile(r"bf16|bfloat16", re.I), "bf16"),
     # before tf32: an fp16 GEMM with fp32 accumulation is an "s16816"/"s1688" tile too
@@ -105,7 +111,7 @@ _KERNEL_DTYPE = (
     (re.compile(r"dgemm|<double|double,|\bd884|fp64", re.I), "fp64"),
     (re.compile(r"sgemm|<float|float,|float>|\bfloat\b|f32", re.I), "fp32"),
 )
-_KERNEL_SIZE = {"fp8": 1, "bf16": 2, "tf32": 4, "int8": 1, "fp16": 2, "fp64": 8, "fp32": 4}
+_KERNEL_SIZE = {"nvfp4": 0.5, "mxfp4": 0.5, "mxfp6": 0.75, "mxfp8": 1, "fp8": 1, "bf16": 2, "tf32": 4, "int8": 1, "fp16": 2, "fp64": 8, "fp32": 4}
 
 
 # the ops with a formula and a backward convolution's children: only ops of these names
@@ -422,9 +428,15 @@ def _conv_output(name, dims, conc, next_dims, bwd_out):
     return got
 
 
+# Inductor's generated kernels: pointwise, reduction, persistent reduction
+_COMPILED_KERNEL = re.compile(r"^triton_(poi|red|per)_")
+
+
 def _cost(name, dims, types, conc, out_shape, kid_mask):
     """(Cost or None, whether its bytes count elements: the op has no ``Input type``,
     the kernels' element size is applied later)."""
+    if _COMPILED_KERNEL.match(name):
+        return F.compiled_kernel(dims, types), False
     dt, size = F.dtype_of(types)
     return _formula(name, dims, conc, out_shape, kid_mask, dt, size or 1), not size
 
