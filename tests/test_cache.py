@@ -195,7 +195,7 @@ def test_a_failed_write_leaves_no_partial_entry(tmp_path, monkeypatch):
     assert p.returncode == -9
     left = os.listdir(store)
     assert all(f.endswith(".tmp") and f.startswith(".") for f in left), left
-    monkeypatch.setattr("tb_perfdiag.cache.STALE_TMP_S", 0)
+    monkeypatch.setattr("tb_perfdiag.result_store.STALE_TMP_S", 0)
     ResultStore(str(store)).trim()
     assert os.listdir(store) == []
 

@@ -469,7 +469,7 @@ def test_cells_native_and_numpy_agree(monkeypatch):
 def test_op_classes_of_labels(copies):
     """Copies and sets count only where their name starts the label; collectives
     anywhere in it, in any case."""
-    from tb_perfdiag.analysis.device_time import by_op as D
+    from tb_perfdiag.analysis.device_time import op_groups as D
     C = D.OpClass
     labels = ["fusion.1", "xMemcpy HtoD", "my_copy-start", "Memset", "Memset2",
               "ncclDevKernel_AllReduce_Sum<…>", "all-gather.3", "copy-start.12", "copy-done",
@@ -556,7 +556,7 @@ def test_track_ends_searched_and_checked_without_a_column_of_them(monkeypatch):
     before, on, between and past them (equal ends and zero-length ops included), and the
     block-wise order check is numpy's, also where the ends fall across a block boundary."""
     from types import SimpleNamespace
-    from tb_perfdiag.analysis.device_time import by_op as D
+    from tb_perfdiag.analysis.device_time import overlap as D
     rng = np.random.default_rng(11)
     monkeypatch.setattr(D, "_BLOCK", 3)
     for m in (1, 2, 5, 9, 40):

@@ -432,8 +432,9 @@ def test_event_names_by_table_or_search_in_blocks(monkeypatch, lut_max, block):
     them, a block of events at a time (any block size): the names, and ``<unknown>``
     for an id the plane has no metadata of, are the same either way."""
     from tb_perfdiag.testing.xspace import XSpaceWriter, load_xspace
-    monkeypatch.setattr(xspace, "_LUT_MAX", lut_max)
-    monkeypatch.setattr(xspace, "_NAME_BLOCK", block)
+    from tb_perfdiag.trace import xspace_planes
+    monkeypatch.setattr(xspace_planes, "_LUT_MAX", lut_max)
+    monkeypatch.setattr(xspace_planes, "_NAME_BLOCK", block)
     w = XSpaceWriter()
     host = w.plane("/host:CPU", id=1)
     line = host.line(1, "python", timestamp_ns=0)

@@ -299,12 +299,7 @@ def _real_events(diag: Diagnosis, trace: Trace, lo, hi, rows: np.ndarray,
     on_device = trace.track_kind[trace.track[sel]] == TrackKind.DEVICE
     sel = sel[on_device | np.isin(trace.track[sel], np.asarray(keep_host, np.int64))]
     # the events the arrows and marks need, wherever they are
-    g = diag.gaps
-    flows = [(int(a), int(b)) for a, b in zip(g.waited_for[rows].tolist(),
-                                               g.next_op[rows].tolist()) if a >= 0 and b >= 0]
-    if focus is not None and focus >= 0 and g.waited_for[focus] >= 0 and g.next_op[focus] >= 0:
-        flows.insert(0, (int(g.waited_for[focus]), int(g.next_op[focus])))
-    flows = list(dict.fromkeys(flows))[:MAX_FLOWS]
+    flows = _waited_for_flows(diag.gaps, rows, focus)
     must = np.array(sorted({e for f in flows for e in f}), np.int64)
     must = must[np.isin(trace.track_kind[trace.track[must]], (TrackKind.DEVICE,)) |
                 np.isin(trace.track[must], np.asarray(keep_host, np.int64))]
@@ -316,57 +311,11 @@ def _real_events(diag: Diagnosis, trace: Trace, lo, hi, rows: np.ndarray,
     tracks = sorted(t for t in present if t not in keep_host) + \
         [t for t in keep_host if t in present]          # host threads by importance
     out = []
-    # processes: one per device, one host process per group of host threads
-    pid_of, tid_of = {}, {}
-    groups = {}
-    for t in tracks:
-        d = int(trace.track_device[t])
-        if trace.track_kind[t] == TrackKind.DEVICE and d >= 0:
-            pid = PID_DEVICE + d
-            if pid not in groups:
-                groups[pid] = trace.devices[d].name
-                out.append({"ph": "M", "name": "process_name", "pid": pid,
-                            "args": {"name": f"{trace.devices[d].name} (device)"}})
-                out.append({"ph": "M", "name": "process_sort_index", "pid": pid,
-                            "args": {"sort_index": d}})
-        else:
-            grp = trace.track_group[t] or "host"
-            key = ("host", grp)
-            if key not in groups:
-                groups[key] = PID_HOST + len([k for k in groups if isinstance(k, tuple)])
-                pid_ = groups[key]
-                out.append({"ph": "M", "name": "process_name", "pid": pid_,
-                            "args": {"name": cut(f"Host {grp}", 120)}})
-                out.append({"ph": "M", "name": "process_sort_index", "pid": pid_,
-                            "args": {"sort_index": 1000 + pid_}})
-            pid = groups[key]
-        pid_of[t], tid_of[t] = pid, int(t) + 1
-        rank = keep_host.index(t) if t in keep_host else int(t)
-        out.extend(_thread(pid, int(t) + 1, trace.track_label[t], rank))
-    if left_out:
-        first_host = next((pid_of[t] for t in keep_host if t in pid_of), PID_HOST)
-        out.append({"ph": "M", "name": "process_labels", "pid": first_host,
-                    "args": {"labels": f"{left_out} quieter host thread(s) not shown; the "
-                                       "Diagnose timeline and the Profile tab have them all"}})
+    pid_of, tid_of = _processes(trace, tracks, keep_host, left_out, out)
     # per event: its kind and the stats worth reading in the viewer's details, as columns
     # (None where absent); names cut once per distinct name
     strings = trace.strings
-    cols = []
-    # a bulk export (no gap in focus) stays lean: names and times; around a gap, the
-    # stats a reader of the details pane wants (correlation, stream, hlo_op…)
-    for k in (_STAT_ARGS if focus is not None else ()):
-        st = trace.stats.get(k)
-        if st is None:
-            continue
-        vals, hit = st.lookup(sel)
-        if not hit.any():
-            continue
-        vals = vals.tolist()
-        if st.is_string:
-            vals = [cut(strings[int(v)], MAX_ARG) if h else None for v, h in zip(vals, hit.tolist())]
-        else:
-            vals = [v if h else None for v, h in zip(vals, hit.tolist())]
-        cols.append((k, vals))
+    cols = _stat_columns(trace, sel, focus)
     ts, dur = (trace.ts[sel] / 1e6).tolist(), (trace.dur[sel] / 1e6).tolist()
     trk, kind, name = trace.track[sel].tolist(), trace.kind[sel].tolist(), trace.name[sel].tolist()
     names = {n: strings[n] for n in set(name)}
@@ -415,3 +364,71 @@ def _real_events(diag: Diagnosis, trace: Trace, lo, hi, rows: np.ndarray,
     return out, {"events_in_window": int(total), "events_shown": int(sel.size),
                  "waited_for_arrows": len(flow_in),
                  "host_threads_left_out": int(left_out)}
+
+
+def _waited_for_flows(g, rows, focus) -> list:
+    """(host call, device op) of the gaps' waited-for arrows, the focused gap's first."""
+    flows = [(int(a), int(b)) for a, b in zip(g.waited_for[rows].tolist(),
+                                               g.next_op[rows].tolist()) if a >= 0 and b >= 0]
+    if focus is not None and focus >= 0 and g.waited_for[focus] >= 0 and g.next_op[focus] >= 0:
+        flows.insert(0, (int(g.waited_for[focus]), int(g.next_op[focus])))
+    return list(dict.fromkeys(flows))[:MAX_FLOWS]
+
+
+def _processes(trace: Trace, tracks: list, keep_host: list, left_out: int, out: list):
+    """({track: pid}, {track: tid}); the processes' and threads' metadata events into
+    ``out``: one process per device, one host process per group of host threads."""
+    pid_of, tid_of = {}, {}
+    groups = {}
+    for t in tracks:
+        d = int(trace.track_device[t])
+        if trace.track_kind[t] == TrackKind.DEVICE and d >= 0:
+            pid = PID_DEVICE + d
+            if pid not in groups:
+                groups[pid] = trace.devices[d].name
+                out.append({"ph": "M", "name": "process_name", "pid": pid,
+                            "args": {"name": f"{trace.devices[d].name} (device)"}})
+                out.append({"ph": "M", "name": "process_sort_index", "pid": pid,
+                            "args": {"sort_index": d}})
+        else:
+            grp = trace.track_group[t] or "host"
+            key = ("host", grp)
+            if key not in groups:
+                groups[key] = PID_HOST + len([k for k in groups if isinstance(k, tuple)])
+                pid_ = groups[key]
+                out.append({"ph": "M", "name": "process_name", "pid": pid_,
+                            "args": {"name": cut(f"Host {grp}", 120)}})
+                out.append({"ph": "M", "name": "process_sort_index", "pid": pid_,
+                            "args": {"sort_index": 1000 + pid_}})
+            pid = groups[key]
+        pid_of[t], tid_of[t] = pid, int(t) + 1
+        rank = keep_host.index(t) if t in keep_host else int(t)
+        out.extend(_thread(pid, int(t) + 1, trace.track_label[t], rank))
+    if left_out:
+        first_host = next((pid_of[t] for t in keep_host if t in pid_of), PID_HOST)
+        out.append({"ph": "M", "name": "process_labels", "pid": first_host,
+                    "args": {"labels": f"{left_out} quieter host thread(s) not shown; the "
+                                       "Diagnose timeline and the Profile tab have them all"}})
+    return pid_of, tid_of
+
+
+def _stat_columns(trace: Trace, sel: np.ndarray, focus) -> list:
+    """[(stat, its value per event of ``sel`` or None)].  A bulk export (no gap in focus)
+    stays lean: names and times; around a gap, the stats a reader of the details pane
+    wants (correlation, stream, hlo_op…)."""
+    strings = trace.strings
+    cols = []
+    for k in (_STAT_ARGS if focus is not None else ()):
+        st = trace.stats.get(k)
+        if st is None:
+            continue
+        vals, hit = st.lookup(sel)
+        if not hit.any():
+            continue
+        vals = vals.tolist()
+        if st.is_string:
+            vals = [cut(strings[int(v)], MAX_ARG) if h else None for v, h in zip(vals, hit.tolist())]
+        else:
+            vals = [v if h else None for v, h in zip(vals, hit.tolist())]
+        cols.append((k, vals))
+    return cols

@@ -139,6 +139,46 @@ def host_json(view: RunView, host: str, diag: Diagnosis | None,
         np.full(n_i, -1)
     n_steps = steps if steps else max(len(np.unique(step_of[step_of >= 0])), 1)
     f = figs.get(host) or {}
+    ops = _op_rows(j, host, cols, mine, present, wait, transfer, iwait, idle_w, resolved,
+                   last_host, last_label, step_of, n_steps)
+    ops.sort(key=lambda o: (-o["wait_ns"], o["op"]))
+    devices = _devices(j, cols, diag)
+    groups = _groups(j, cols, diag)
+    by_step = _step_peer_wait(view, host, diag, devices)
+    stragglers = _stragglers(figs)
+    lat = j.lateness[:, cols]
+    mine_last = np.array([last_host[i] == host for i in range(n_i)], bool) & mine
+    return {
+        "state": "joined", "host": host, "hosts": len(j.hosts),
+        "participants": len(j.participants), "run_instances": n_i,
+        "instances": int(mine.sum()), "steps": n_steps,
+        "peer_wait_ns": f.get("peer_wait_ns"), "peer_wait_total_ns": f.get("peer_wait_total_ns"),
+        "idle_wait_ns": f.get("idle_wait_ns"), "idle_wait_total_ns": f.get("idle_wait_total_ns"),
+        "saving_per_step_ns": f.get("saving_per_step_ns"),
+        "transfer_total_ns": int(round(float(transfer[mine].sum()))),
+        "last_arrivals": int(mine_last.sum()),
+        "lateness_ns": int(round(float(np.median(lat[mine_last].max(axis=1)))))
+        if mine_last.any() and cols.size else None,
+        "caused_wait_per_step_ns": f.get("caused_wait_per_step_ns"),
+        "straggler": bool(f.get("straggler")), "straggler_cause": f.get("straggler_cause"),
+        "culprit": f.get("culprit"), "late_steps": f.get("late_steps") or [],
+        "clock": (j.offsets_ns or {}).get(host), "clock_noisy": bool(j.noisy),
+        "clocks": len(j.clocks), "clock_note": clock_note(j),
+        "unresolved": int((~resolved[mine]).sum()),
+        "device_last_arrivals": _count([last_label[i] for i in range(n_i)
+                                        if mine[i] and last_host[i] == host and resolved[i]]),
+        "unmatched": [u for u in j.unmatched if u.get("host") in (None, host)],
+        "stragglers": stragglers, "ops": ops, "devices": devices, "groups": groups,
+        "step_peer_wait_ns": by_step, "note": NOTE,
+        # the MFU waterfall with this peer wait in it (the page's card shows it)
+        "efficiency": run_json(diag, view.waterfall(host, diag)) if diag is not None else None,
+    }
+
+
+def _op_rows(j: Join, host: str, cols, mine, present, wait, transfer, iwait, idle_w,
+             resolved, last_host, last_label, step_of, n_steps) -> list:
+    """One row per collective kind of ``host``: its wait and transfer, whom it waited
+    for, who arrived last, its worst steps."""
     ops = []
     for kind in sorted(set(j.kinds[i] for i in np.flatnonzero(mine).tolist())):
         rows = np.flatnonzero(mine & (np.array(j.kinds) == kind))
@@ -175,9 +215,11 @@ def host_json(view: RunView, host: str, diag: Diagnosis | None,
             "arrived_last": last_count.get(host, 0),
             "steps": [{"step": s, "wait_ns": int(round(per_step[s]))} for s in worst],
         })
-    ops.sort(key=lambda o: (-o["wait_ns"], o["op"]))
-    devices = _devices(j, cols, diag)
-    groups = _groups(j, cols, diag)
+    return ops
+
+
+def _step_peer_wait(view: RunView, host: str, diag, devices: list) -> dict:
+    """{step id: {device id: peer wait ns}} of ``host`` ({} without its diagnosis)."""
     cells = view.peer_cells(host, diag)
     by_step = {}
     ids = {d["id"] for d in devices if d["id"] is not None}
@@ -186,6 +228,11 @@ def host_json(view: RunView, host: str, diag: Diagnosis | None,
             row = {str(d): int(round(cells[s, d] / 1000)) for d in sorted(ids)}
             if row:
                 by_step[str(int(diag.steps.ids[s]))] = row
+    return by_step
+
+
+def _stragglers(figs: dict) -> list:
+    """The run's stragglers, the one that causes the most wait first."""
     stragglers = [{"host": h, "cause": x.get("straggler_cause"), "culprit": x.get("culprit"),
                    "last_arrivals": x.get("last_arrivals"),
                    "caused_wait_per_step_ns": x.get("caused_wait_per_step_ns"),
@@ -197,33 +244,7 @@ def host_json(view: RunView, host: str, diag: Diagnosis | None,
                    "intermittent": bool(x.get("intermittent"))}
                   for h, x in figs.items() if x.get("straggler")]
     stragglers.sort(key=lambda s: -(s["caused_wait_per_step_ns"] or 0))
-    lat = j.lateness[:, cols]
-    mine_last = np.array([last_host[i] == host for i in range(n_i)], bool) & mine
-    return {
-        "state": "joined", "host": host, "hosts": len(j.hosts),
-        "participants": len(j.participants), "run_instances": n_i,
-        "instances": int(mine.sum()), "steps": n_steps,
-        "peer_wait_ns": f.get("peer_wait_ns"), "peer_wait_total_ns": f.get("peer_wait_total_ns"),
-        "idle_wait_ns": f.get("idle_wait_ns"), "idle_wait_total_ns": f.get("idle_wait_total_ns"),
-        "saving_per_step_ns": f.get("saving_per_step_ns"),
-        "transfer_total_ns": int(round(float(transfer[mine].sum()))),
-        "last_arrivals": int(mine_last.sum()),
-        "lateness_ns": int(round(float(np.median(lat[mine_last].max(axis=1)))))
-        if mine_last.any() and cols.size else None,
-        "caused_wait_per_step_ns": f.get("caused_wait_per_step_ns"),
-        "straggler": bool(f.get("straggler")), "straggler_cause": f.get("straggler_cause"),
-        "culprit": f.get("culprit"), "late_steps": f.get("late_steps") or [],
-        "clock": (j.offsets_ns or {}).get(host), "clock_noisy": bool(j.noisy),
-        "clocks": len(j.clocks), "clock_note": clock_note(j),
-        "unresolved": int((~resolved[mine]).sum()),
-        "device_last_arrivals": _count([last_label[i] for i in range(n_i)
-                                        if mine[i] and last_host[i] == host and resolved[i]]),
-        "unmatched": [u for u in j.unmatched if u.get("host") in (None, host)],
-        "stragglers": stragglers, "ops": ops, "devices": devices, "groups": groups,
-        "step_peer_wait_ns": by_step, "note": NOTE,
-        # the MFU waterfall with this peer wait in it (the page's card shows it)
-        "efficiency": run_json(diag, view.waterfall(host, diag)) if diag is not None else None,
-    }
+    return stragglers
 
 
 def _count(xs: list) -> dict:

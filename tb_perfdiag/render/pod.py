@@ -50,7 +50,7 @@ def host_stats(diag: Diagnosis) -> dict:
     """One host's row without its name: duty cycle per device and on average, typical
     step (``TYPICAL_STEP``), worst gap, top finding, idle time by cause per typical step and the
     largest causes' shares of the host's idle time."""
-    S, D, g = diag.steps, diag.devices, diag.gaps
+    S, D = diag.steps, diag.devices
     steps = (np.asarray(ns_list(S.host_end)) - np.asarray(ns_list(S.host_start))).tolist()
     # idle time of a typical step by cause: the median over steps, so a one-off (the
     # first step's compilation) does not hide what every step loses; per device (the
@@ -62,12 +62,7 @@ def host_stats(diag: Diagnosis) -> dict:
     duty_of = [(int(D.busy[d]) / (int(D.hi[d]) - int(D.lo[d])) if D.hi[d] > D.lo[d] else 1.0)
                if D.ops[d] else None for d in range(len(D))]
     duty = [x for x in duty_of if x is not None]
-    worst = None
-    if len(g):
-        st = int(g.step[0])
-        worst = {"id": gap_ids(diag, [0])[0], "duration_ns": ns(g.end[0] - g.start[0]),
-                 "cause": C.ALL[int(g.cause[0])],
-                 "step": int(S.ids[st]) if st >= 0 else None}
+    worst = _worst_gap(diag)
     typical = {c: int(_median(v)) for c, v in per_step.items() if _median(v)}
     active = np.asarray([x is not None for x in duty_of], bool)
     n_act = max(int(active.sum()), 1)
@@ -78,18 +73,8 @@ def host_stats(diag: Diagnosis) -> dict:
     cap_busy = int(D.busy[active].sum() / n_act / 1000) if active.any() else None
     cap_by_cause = D.idle_by_cause[active].sum(axis=0) / 1000 / n_act \
         if active.any() else np.zeros(len(C.ALL))
-    # one window a row: the typical step's (the step of median length), its busy and idle
-    # time from that same window; without steps the whole capture's
-    typ_step, window, busy = None, cap_window, cap_busy
-    by_cause = cap_by_cause
-    dev_steps = np.flatnonzero(S.has_device) if len(S) else np.zeros(0, np.int64)
-    if steps and dev_steps.size:
-        k = int(np.argsort(np.asarray(steps), kind="stable")[(len(steps) - 1) // 2])
-        typ_step = int(S.ids[k])
-        window = int(round(float((S.win_end[k, dev_steps] - S.win_start[k, dev_steps]).mean())
-                           / 1000))
-        busy = int(round(float(S.busy[k, dev_steps].mean()) / 1000))
-        by_cause = S.idle_by_cause[k, dev_steps, :].sum(axis=0) / 1000 / dev_steps.size
+    typ_step, window, busy, by_cause = _typical_window(S, steps, cap_window, cap_busy,
+                                                       cap_by_cause)
     idle = float(by_cause.sum())
     top = np.argsort(-by_cause, kind="stable")[:TOP_CAUSES]
     shares = {C.ALL[i]: round(float(by_cause[i]) / idle, 3) for i in top if idle > 0}
@@ -144,6 +129,44 @@ def host_stats(diag: Diagnosis) -> dict:
         "duty_window_ns": int(sum(int(D.hi[d]) - int(D.lo[d]) for d in np.flatnonzero(active).tolist())
                               / n_act / 1000) if active.any() else None,
     }
+    _add_join_fields(diag, E, out)
+    return out
+
+
+def _worst_gap(diag: Diagnosis):
+    """The longest gap's id, length, cause and step (None without gaps)."""
+    S, g = diag.steps, diag.gaps
+    worst = None
+    if len(g):
+        st = int(g.step[0])
+        worst = {"id": gap_ids(diag, [0])[0], "duration_ns": ns(g.end[0] - g.start[0]),
+                 "cause": C.ALL[int(g.cause[0])],
+                 "step": int(S.ids[st]) if st >= 0 else None}
+    return worst
+
+
+def _typical_window(S, steps: list, cap_window, cap_busy, cap_by_cause):
+    """(typical step id, its window, busy time and idle by cause, per device with
+    activity)."""
+    # one window a row: the typical step's (the step of median length), its busy and idle
+    # time from that same window; without steps the whole capture's
+    typ_step, window, busy = None, cap_window, cap_busy
+    by_cause = cap_by_cause
+    dev_steps = np.flatnonzero(S.has_device) if len(S) else np.zeros(0, np.int64)
+    if steps and dev_steps.size:
+        k = int(np.argsort(np.asarray(steps), kind="stable")[(len(steps) - 1) // 2])
+        typ_step = int(S.ids[k])
+        window = int(round(float((S.win_end[k, dev_steps] - S.win_start[k, dev_steps]).mean())
+                           / 1000))
+        busy = int(round(float(S.busy[k, dev_steps].mean()) / 1000))
+        by_cause = S.idle_by_cause[k, dev_steps, :].sum(axis=0) / 1000 / dev_steps.size
+    return typ_step, window, busy, by_cause
+
+
+def _add_join_fields(diag: Diagnosis, E, out: dict) -> None:
+    """What the run's join across hosts needs, into ``out`` (dropped from the rows the
+    summary returns)."""
+    S, D = diag.steps, diag.devices
     ct = diag.collectives
     if ct is not None and len(ct) and E is not None and len(E.coll_points) == len(D):
         # each device's waterfall at full precision and its collectives' points: the
@@ -162,7 +185,6 @@ def host_stats(diag: Diagnosis) -> dict:
         # arriver's step began against its peers'
         out["step_start_ns"] = (np.asarray(S.host_start, np.int64) // 1000).tolist()
         out.update(alone_figures(diag))
-    return out
 
 
 def _own_waterfall(E, d: int):

@@ -435,40 +435,10 @@ def device_time(trace: Trace, ops: np.ndarray, op_step: np.ndarray, step_ids: np
     del memo
     st_all = np.where(op_step >= 0, op_step, n_steps).astype(np.int32)
     n_paths = len(paths)
-    # time and ops per (path, step), and per step of the unscoped ops, a block of ops at a
-    # time: no column of all the ops' durations, cells and paths (three of 160 MB at 40 M
-    # events, each fresh pages).  Durations are whole picoseconds: the float sums are
-    # exact, so the blocks' order does not matter
-    size = n_paths * (n_steps + 1)
-    step_sums = np.zeros(size, np.float64)
-    path_ops = np.zeros(n_paths, np.int64)
-    un_ps = np.zeros(n_steps + 1, np.float64)
-    un_t = un_n = 0
-    for i in range(0, ops.shape[0], _BLOCK):
-        p, st = pid[i:i + _BLOCK], st_all[i:i + _BLOCK]
-        d = trace.dur[ops[i:i + _BLOCK]]
-        has = p >= 0
-        if not has.all():           # every op scoped (XLA): no masked copies
-            no = ~has
-            un_ps += np.bincount(st[no], weights=d[no], minlength=n_steps + 1)
-            un_t += int(d[no].sum())
-            un_n += int(no.sum())
-            p, st, d = p[has], st[has], d[has]
-        p = p.astype(np.int64)
-        step_sums += np.bincount(p * (n_steps + 1) + st, weights=d, minlength=size)
-        path_ops += np.bincount(p, minlength=n_paths)
-    del p, st, d, has
-    unscoped = (un_t, un_n, np.rint(un_ps[:n_steps]).astype(np.int64))
-    if un_n == ops.shape[0]:
+    step_sums, path_ops, unscoped = _path_step_sums(trace, ops, pid, st_all, n_paths, n_steps)
+    if unscoped[1] == ops.shape[0]:
         return empty_table(n_steps, unscoped)
-    # every prefix of a path is an annotation too
-    prefix_index: dict = {}
-    for p in paths:
-        for k in range(1, len(p) + 1):
-            prefix_index.setdefault(p[:k], len(prefix_index))
-    if len(prefix_index) > MAX_PATHS:
-        keep = sorted(prefix_index, key=len)[:MAX_PATHS]
-        prefix_index = {p: i for i, p in enumerate(keep)}
+    prefix_index = _annotations_of(paths)
     n_ann = len(prefix_index)
     ann_list = list(prefix_index)
     # path → the annotations it belongs to (its kept prefixes), as a flat ragged array
@@ -505,19 +475,7 @@ def device_time(trace: Trace, ops: np.ndarray, op_step: np.ndarray, step_ids: np
         if a in listed and b < n_ann and a != b:
             inter[a].add("/".join(ann_list[b]))
 
-    # the user's scopes behind JAX's wrappers, each op counted once per scope name
-    names: dict = {}
-    pair_path, pair_name = [], []
-    for i, p in enumerate(paths):
-        for nm in dict.fromkeys(user_scope(x) for x in p if not _FUNCTION.match(x)):
-            pair_path.append(i)
-            pair_name.append(names.setdefault(nm, len(names)))
-    pp, pn = np.asarray(pair_path, np.int64), np.asarray(pair_name, np.int64)
-    path_total = path_step_dur.sum(axis=1)
-    scope_time = np.bincount(pn, weights=path_total[pp], minlength=len(names)) \
-        if pp.size else np.zeros(0)
-    scope_ops = np.bincount(pn, weights=path_ops[pp], minlength=len(names)) \
-        if pp.size else np.zeros(0)
+    names, scope_time, scope_ops = _user_scopes(paths, path_step_dur, path_ops)
 
     order = sorted(range(n_ann), key=lambda a: ann_list[a])
     o = np.array(order, np.int64)
@@ -530,6 +488,67 @@ def device_time(trace: Trace, ops: np.ndarray, op_step: np.ndarray, step_ids: np
         user_scope=[user_scope(ann_list[a][-1]) for a in order],
         scope_names=list(names), scope_inclusive=np.rint(scope_time).astype(np.int64),
         scope_ops=scope_ops.astype(np.int64))
+
+
+def _path_step_sums(trace: Trace, ops, pid, st_all, n_paths: int, n_steps: int):
+    """(time per (path, step) (float, flat), ops per path, (time, ops, time per step) of
+    the unscoped ops)."""
+    # time and ops per (path, step), and per step of the unscoped ops, a block of ops at a
+    # time: no column of all the ops' durations, cells and paths (three of 160 MB at 40 M
+    # events, each fresh pages).  Durations are whole picoseconds: the float sums are
+    # exact, so the blocks' order does not matter
+    size = n_paths * (n_steps + 1)
+    step_sums = np.zeros(size, np.float64)
+    path_ops = np.zeros(n_paths, np.int64)
+    un_ps = np.zeros(n_steps + 1, np.float64)
+    un_t = un_n = 0
+    for i in range(0, ops.shape[0], _BLOCK):
+        p, st = pid[i:i + _BLOCK], st_all[i:i + _BLOCK]
+        d = trace.dur[ops[i:i + _BLOCK]]
+        has = p >= 0
+        if not has.all():           # every op scoped (XLA): no masked copies
+            no = ~has
+            un_ps += np.bincount(st[no], weights=d[no], minlength=n_steps + 1)
+            un_t += int(d[no].sum())
+            un_n += int(no.sum())
+            p, st, d = p[has], st[has], d[has]
+        p = p.astype(np.int64)
+        step_sums += np.bincount(p * (n_steps + 1) + st, weights=d, minlength=size)
+        path_ops += np.bincount(p, minlength=n_paths)
+    del p, st, d, has
+    unscoped = (un_t, un_n, np.rint(un_ps[:n_steps]).astype(np.int64))
+    return step_sums, path_ops, unscoped
+
+
+def _annotations_of(paths: list) -> dict:
+    """{annotation path: index}: every prefix of a path is an annotation too (the
+    shortest ``MAX_PATHS`` where there are more)."""
+    prefix_index: dict = {}
+    for p in paths:
+        for k in range(1, len(p) + 1):
+            prefix_index.setdefault(p[:k], len(prefix_index))
+    if len(prefix_index) > MAX_PATHS:
+        keep = sorted(prefix_index, key=len)[:MAX_PATHS]
+        prefix_index = {p: i for i, p in enumerate(keep)}
+    return prefix_index
+
+
+def _user_scopes(paths: list, path_step_dur, path_ops):
+    """({scope name: index}, time per scope, ops per scope): the user's scopes behind
+    JAX's wrappers, each op counted once per scope name."""
+    names: dict = {}
+    pair_path, pair_name = [], []
+    for i, p in enumerate(paths):
+        for nm in dict.fromkeys(user_scope(x) for x in p if not _FUNCTION.match(x)):
+            pair_path.append(i)
+            pair_name.append(names.setdefault(nm, len(names)))
+    pp, pn = np.asarray(pair_path, np.int64), np.asarray(pair_name, np.int64)
+    path_total = path_step_dur.sum(axis=1)
+    scope_time = np.bincount(pn, weights=path_total[pp], minlength=len(names)) \
+        if pp.size else np.zeros(0)
+    scope_ops = np.bincount(pn, weights=path_ops[pp], minlength=len(names)) \
+        if pp.size else np.zeros(0)
+    return names, scope_time, scope_ops
 
 
 def empty_table(n_steps: int, unscoped=(0, 0, None)) -> AnnotationTable:

@@ -163,14 +163,7 @@ def _fold_block(c: dict, code, op_dev, op_step, op_row, dur, table, n_dev: int,
     row = np.asarray(op_row, np.intp)
     d = np.asarray(dur, np.float64)
     op_dev, op_step = np.asarray(op_dev), np.asarray(op_step)
-    r_ok = row >= 0
-    if not r_ok.all():                        # an op in no row counts nowhere
-        keep = np.flatnonzero(r_ok)
-        row, d, op_dev, op_step = row[keep], d[keep], op_dev[keep], op_step[keep]
-        if code is None:
-            c = {k: None if v is None else np.asarray(v)[keep] for k, v in c.items()}
-        else:
-            code = np.asarray(code)[keep]
+    c, code, row, d, op_dev, op_step = _in_rows(c, code, row, d, op_dev, op_step)
     # the unit the figures are per: an op, or a distinct (row, op) of ops held per op,
     # with its count of ops and their summed time
     if code is None:
@@ -191,21 +184,7 @@ def _fold_block(c: dict, code, op_dev, op_step, op_row, dur, table, n_dev: int,
         return np.nan_to_num(out, copy=False)
     fl, hw, by = figure(c["flops"]), figure(c["hw_flops"]), figure(c["bytes"])
     hw = np.where(hw > 0, hw, fl)
-    # HBM bytes as xprof's roofline counts an op's: those its breakdown lists, all of its
-    # bytes where it lists none or has none (its rule for an op without a breakdown).
-    # XLA lists positive byte counts only, so an op lists some where its listed bytes
-    # add up to more than 0.  ``sp`` marks the ops with a breakdown, ``ls`` those listing
-    if c.get("hbm_bytes") is None:
-        sp = ls = np.zeros(known.shape[0], bool)
-        hb = onc = hbm = None
-    else:
-        hb = fig(c["hbm_bytes"]).astype(np.float64, copy=False)
-        sp = known & np.isfinite(hb)
-        hb = np.where(sp, hb, 0.0)
-        onc = np.zeros(known.shape[0]) if c.get("onchip_bytes") is None else \
-            np.nan_to_num(np.where(sp, fig(c["onchip_bytes"]).astype(np.float64), 0.0))
-        ls = sp & (hb + onc > 0)
-        hbm = np.where(ls, hb, by)
+    sp, ls, hb, onc, hbm = _hbm_bytes(c, fig, known, by)
     r_klass = np.asarray(table.klass, np.int8)
     r_compute = r_klass == OpClass.COMPUTE
     compute = r_compute[p_row] if n_rows else np.zeros(p_row.shape[0], bool)
@@ -221,22 +200,8 @@ def _fold_block(c: dict, code, op_dev, op_step, op_row, dur, table, n_dev: int,
     r_est = _bc(p_row, n_rows, np.where(est, fl_n, 0.0))
     r_fl = _bc(p_row, n_rows, fl_n)
     r_hw, r_by, r_d = _bc(p_row, n_rows, hw_n), _bc(p_row, n_rows, by_n), _bc(p_row, n_rows, p_dur)
-    # the split's sums: no pass over the ops where the costs carry no split (a Kineto
-    # trace's are per op): the roofline's HBM bytes are then all the bytes
-    r_rw = np.zeros((n_rows, len(ONCHIP_RW)))
-    if not sp.any():
-        r_hbm, r_onc, r_hbm_ls, r_sp, r_ls = r_by.copy(), *(np.zeros(n_rows) for _ in range(4))
-    else:
-        r_hbm, r_onc = _bc(p_row, n_rows, hbm * cnt), _bc(p_row, n_rows, onc * cnt)
-        r_hbm_ls = _bc(p_row, n_rows, hb * cnt)
-        r_sp = _bc(p_row, n_rows, np.where(sp, cnt, 0.0))
-        r_ls = _bc(p_row, n_rows, np.where(ls, cnt, 0.0))
-        # the on-chip bytes per (space, direction): a bincount per pair over the ops
-        for j, k in enumerate(ONCHIP_RW):
-            v = c.get(f"{k}_bytes")
-            if v is not None:
-                x = np.nan_to_num(np.where(sp, fig(v).astype(np.float64, copy=False), 0.0))
-                r_rw[:, j] = _bc(p_row, n_rows, x * cnt)
+    r_hbm, r_onc, r_hbm_ls, r_sp, r_ls, r_rw = _split_sums(c, fig, p_row, n_rows, cnt, sp, ls,
+                                                           hb, onc, hbm, r_by)
     r_known = _bc(p_row, n_rows, np.where(known, p_dur, 0.0))
     r_mm_d, r_mm_fl = _bc(p_row, n_rows, mm_d), _bc(p_row, n_rows, mm_fl)
     # fp32 tensors, on fp32 units or TF32 tensor cores: both would run faster in 16 bits
@@ -272,6 +237,63 @@ def _fold_block(c: dict, code, op_dev, op_step, op_row, dur, table, n_dev: int,
         row_mm_flops=r_mm_fl,
         row_known_time=r_known, row_fp32_mm_time=r_fp32, row_dtype_mm=r_dt_mm,
         row_dtype_time=_bc(rdt, n_rows * n_dt, mm_d).reshape(n_rows, n_dt))
+
+
+def _in_rows(c: dict, code, row, d, op_dev, op_step):
+    """(c, code, row, d, op_dev, op_step) of the ops in a row: an op in no row counts
+    nowhere."""
+    r_ok = row >= 0
+    if not r_ok.all():                        # an op in no row counts nowhere
+        keep = np.flatnonzero(r_ok)
+        row, d, op_dev, op_step = row[keep], d[keep], op_dev[keep], op_step[keep]
+        if code is None:
+            c = {k: None if v is None else np.asarray(v)[keep] for k, v in c.items()}
+        else:
+            code = np.asarray(code)[keep]
+    return c, code, row, d, op_dev, op_step
+
+
+def _hbm_bytes(c: dict, fig, known, by):
+    """(which units have a breakdown, which list bytes in it, their listed HBM bytes,
+    on-chip bytes, and HBM bytes as the roofline counts them)."""
+    # HBM bytes as xprof's roofline counts an op's: those its breakdown lists, all of its
+    # bytes where it lists none or has none (its rule for an op without a breakdown).
+    # XLA lists positive byte counts only, so an op lists some where its listed bytes
+    # add up to more than 0.  ``sp`` marks the ops with a breakdown, ``ls`` those listing
+    if c.get("hbm_bytes") is None:
+        sp = ls = np.zeros(known.shape[0], bool)
+        hb = onc = hbm = None
+    else:
+        hb = fig(c["hbm_bytes"]).astype(np.float64, copy=False)
+        sp = known & np.isfinite(hb)
+        hb = np.where(sp, hb, 0.0)
+        onc = np.zeros(known.shape[0]) if c.get("onchip_bytes") is None else \
+            np.nan_to_num(np.where(sp, fig(c["onchip_bytes"]).astype(np.float64), 0.0))
+        ls = sp & (hb + onc > 0)
+        hbm = np.where(ls, hb, by)
+    return sp, ls, hb, onc, hbm
+
+
+def _split_sums(c: dict, fig, p_row, n_rows: int, cnt, sp, ls, hb, onc, hbm, r_by):
+    """Per row: (HBM bytes as the roofline counts them, on-chip bytes, listed HBM bytes,
+    ops with a breakdown, ops listing bytes, on-chip bytes per ``ONCHIP_RW``)."""
+    # the split's sums: no pass over the ops where the costs carry no split (a Kineto
+    # trace's are per op): the roofline's HBM bytes are then all the bytes
+    r_rw = np.zeros((n_rows, len(ONCHIP_RW)))
+    if not sp.any():
+        r_hbm, r_onc, r_hbm_ls, r_sp, r_ls = r_by.copy(), *(np.zeros(n_rows) for _ in range(4))
+    else:
+        r_hbm, r_onc = _bc(p_row, n_rows, hbm * cnt), _bc(p_row, n_rows, onc * cnt)
+        r_hbm_ls = _bc(p_row, n_rows, hb * cnt)
+        r_sp = _bc(p_row, n_rows, np.where(sp, cnt, 0.0))
+        r_ls = _bc(p_row, n_rows, np.where(ls, cnt, 0.0))
+        # the on-chip bytes per (space, direction): a bincount per pair over the ops
+        for j, k in enumerate(ONCHIP_RW):
+            v = c.get(f"{k}_bytes")
+            if v is not None:
+                x = np.nan_to_num(np.where(sp, fig(v).astype(np.float64, copy=False), 0.0))
+                r_rw[:, j] = _bc(p_row, n_rows, x * cnt)
+    return r_hbm, r_onc, r_hbm_ls, r_sp, r_ls, r_rw
 
 
 def costs_ahead(trace, ops: np.ndarray):

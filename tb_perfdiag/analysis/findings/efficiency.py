@@ -153,112 +153,132 @@ def findings(diag, fw: str, earlier=(), applied=frozenset()) -> list:
         mine = mine[np.argsort(-T.time[mine], kind="stable")]
         t = T.time.astype(np.float64)
         name = D.name[d]
-        # ---- fp32 matmuls where a lower precision runs faster
-        fast = float(E.fast_peak[d]) if d < len(E.fast_peak) else float("nan")
-        pk = float(E.peak_flops[d])
-        t32 = float(E.row_fp32_time[mine].sum())
-        if np.isfinite(fast) and np.isfinite(pk) and fast >= FASTER * pk and t32 >= SHARE * busy:
-            rows = mine[E.row_fp32_time[mine] > 0]
-            # each group keeps its share of its roofline: in 16 bits its bytes halve (its
-            # intensity doubles) and its roof rises to min(fast peak, intensity × bandwidth)
-            # — a memory-bound GEMM gains what the bandwidth allows, not the peaks' ratio;
-            # a group with no intensity (no bytes, or FLOPs unknown) the peaks' ratio
-            bw = float(E.peak_bytes[d])
-            inten = E.row_intensity[rows]
-            att32 = np.minimum(pk, inten * bw)
-            att16 = np.minimum(fast, 2 * inten * bw)
-            ok = np.isfinite(att32) & np.isfinite(att16) & (att32 > 0) & np.isfinite(bw)
-            ratio = np.where(ok, att32 / np.where(ok, att16, 1), pk / fast)
-            kept = float((E.row_fp32_time[rows] * ratio).sum())
-            keep = kept / t32
-            # the peak the fp32 matmuls ran against: fp32, or TF32 where their kernels ran
-            # on TF32 tensor cores (then the fix is the 16-bit step, TF32 being on)
-            on = "TF32" if E.peak_dtype[d] == "tf32" else "fp32"
-            add(FK.FP32_MATMUL, d,
-                f"fp32 matmuls{' on TF32' if on == 'TF32' else ''} take {100 * t32 / busy:.0f}% "
-                f"of {name}'s busy time: its {E.fast_dtype[d]} peak is {fast / pk:.0f}× the "
-                f"{on} one",
-                f"{_ms(t32)} of matmul-class ops ran in fp32"
-                f"{' on TF32 tensor cores' if on == 'TF32' else ''} against a "
-                f"{pk / 1e12:.3g} TFLOP/s {on} peak; in {E.fast_dtype[d]} the device peaks at "
-                f"{fast / 1e12:.0f} TFLOP/s.",
-                t32 * (1 - keep),
-                f"the matmuls keep their share of the roofline in {E.fast_dtype[d]} (its "
-                f"{fast / 1e12:.0f} TFLOP/s peak, their intensity doubled by half the bytes), so "
-                f"memory-bound ones gain only what the bandwidth allows "
-                f"({100 * (1 - keep):.0f}% of their time saved; an upper bound).", rows.tolist(),
-                {"fp32_matmul_ns": int(t32 / 1000), "faster_dtype": E.fast_dtype[d]},
-                fix=fp32_fix(fw, E.fast_dtypes[d] if d < len(E.fast_dtypes) else ()))
-        # ---- matmul groups far below their roofline
-        slow = mine[E.row_matmul[mine] & (E.row_bound[mine] >= 0) &
-                    (np.nan_to_num(E.row_efficiency[mine], nan=1.0) < SLOW)]
-        ts = float(t[slow].sum())
-        if slow.size and ts >= SHARE * busy:
-            att = E.row_attainable[slow]
-            # the time of the group's ops with FLOP figures (its rate's time): the others'
-            # FLOPs are unknown, so no saving is claimed on them
-            fps = E.row_flops_per_s[slow]
-            tk = np.where(fps > 0, E.row_hw_flops[slow] / np.where(fps > 0, fps, 1) * 1e12, t[slow])
-            tk = np.minimum(tk, t[slow])
-            need = np.where(att > 0, E.row_hw_flops[slow] / (SLOW_TARGET * att) * 1e12, tk)
-            save = float(np.clip(tk - need, 0, None).sum())
-            eff = float(np.nansum(E.row_efficiency[slow] * t[slow]) / ts)
-            add(FK.SLOW_MATMUL, d,
-                f"Matmuls run at {100 * eff:.1f}% of their roofline on {name} "
-                f"({100 * ts / busy:.0f}% of its busy time)",
-                f"{slow.size} matmul-class op groups ({_ms(ts)}) reach {100 * eff:.1f}% of the "
-                f"FLOP/s their intensity allows; the largest: {T.name[slow[0]][:80]} "
-                f"({_ms(t[slow[0]])}).",
-                save, f"they reach {100 * SLOW_TARGET:.0f}% of their attainable roofline.",
-                slow.tolist())
-        # ---- memory-bound elementwise kernels run one by one (eager PyTorch)
-        if fw == PYTORCH:
-            ew = mine[(T.klass[mine] == OpClass.COMPUTE) & ~E.row_matmul[mine] &
-                      (E.row_bound[mine] == Bound.MEMORY)]
-            # a convolution's own transforms are not the model's elementwise chain
-            ew = ew[~np.array([library_helper(T.name[r]) for r in ew.tolist()], bool)] \
-                if ew.size else ew
-            te = float(t[ew].sum())
-            if ew.size >= 3 and te >= ELEMENTWISE_SHARE * busy:
-                add(FK.UNFUSED_ELEMENTWISE, d,
-                    f"Memory-bound elementwise kernels take {100 * te / busy:.0f}% of {name}'s "
-                    f"busy time", f"{ew.size} op groups, {int(T.count[ew].sum())} kernels "
-                    f"({_ms(te)}) each read and write their tensors to memory; the largest: "
-                    f"{T.name[ew[0]][:80]} ({_ms(t[ew[0]])}).", te * FUSED_SAVING,
-                    f"fusion keeps the intermediates on chip: {100 * FUSED_SAVING:.0f}% of "
-                    f"their time.", ew.tolist(),
-                    fix=_COMPILED_ELEMENTWISE if "compiled" in applied else None)
-        # ---- attention as matmuls and a softmax
-        names = [T.name[r] for r in mine.tolist()]
-        sm = mine[[bool(_SOFTMAX.search(x)) for x in names]] if names else mine[:0]
-        fused = any(_ATTN_FUSED.search(x) for x in names)
-        if sm.size and not fused and E.row_matmul[mine].any():
-            tsm = float(t[sm].sum())
-            if tsm >= 0.02 * busy:
-                add(FK.UNFUSED_ATTENTION, d,
-                    f"Attention without a fused kernel on {name}: softmax kernels take "
-                    f"{100 * tsm / busy:.0f}% of its busy time",
-                    f"{int(T.count[sm].sum())} softmax kernels ({_ms(tsm)}) run between "
-                    f"matmuls, and no fused attention kernel ran.", tsm,
-                    "a fused kernel keeps the scores on chip: the softmax kernels' time "
-                    "(the score matrix' round trips not counted).", sm.tolist())
-        # ---- copies
-        cp = mine[np.isin(T.klass[mine], (OpClass.MEMCPY, OpClass.MEMSET))]
-        ov = T.overlap[d]
-        exposed = float(ov[Overlap.COPIES_EXPOSED])
-        said = any(f.kind == FK.EXCESSIVE_MEMCPY and f.extra.get("device") == name
-                   for f in earlier)
-        if cp.size and exposed >= COPY_SHARE * busy and not said:
-            add(FK.COPY_BOUND, d,
-                f"Copies take {100 * exposed / busy:.0f}% of {name}'s busy time",
-                f"{int(T.count[cp].sum())} copies in {cp.size} groups, the largest: "
-                f"{T.name[cp[0]][:60]} ({_ms(t[cp[0]])}); {_ms(exposed)} of them ran with no "
-                f"compute beside them.", exposed,
-                "the copies are removed or hidden under compute: their time not under "
-                "compute.", cp.tolist())
+        _fp32_matmuls(add, E, d, mine, busy, name, fw)
+        _slow_matmuls(add, E, T, d, mine, t, busy, name)
+        _unfused_elementwise(add, E, T, d, mine, t, busy, name, fw, applied)
+        _unfused_attention(add, E, T, d, mine, t, busy, name)
+        _copy_bound(add, T, d, mine, t, busy, name, earlier)
     for _, f, alike in best.values():
         if len(alike) > 1:
             f.title += f" ({len(alike)} devices alike)"
             f.extra["devices"] = alike
         out.append(f)
     return out
+
+
+def _fp32_matmuls(add, E, d, mine, busy, name, fw) -> None:
+    """fp32 matmuls where a lower precision runs faster."""
+    fast = float(E.fast_peak[d]) if d < len(E.fast_peak) else float("nan")
+    pk = float(E.peak_flops[d])
+    t32 = float(E.row_fp32_time[mine].sum())
+    if np.isfinite(fast) and np.isfinite(pk) and fast >= FASTER * pk and t32 >= SHARE * busy:
+        rows = mine[E.row_fp32_time[mine] > 0]
+        # each group keeps its share of its roofline: in 16 bits its bytes halve (its
+        # intensity doubles) and its roof rises to min(fast peak, intensity × bandwidth)
+        # — a memory-bound GEMM gains what the bandwidth allows, not the peaks' ratio;
+        # a group with no intensity (no bytes, or FLOPs unknown) the peaks' ratio
+        bw = float(E.peak_bytes[d])
+        inten = E.row_intensity[rows]
+        att32 = np.minimum(pk, inten * bw)
+        att16 = np.minimum(fast, 2 * inten * bw)
+        ok = np.isfinite(att32) & np.isfinite(att16) & (att32 > 0) & np.isfinite(bw)
+        ratio = np.where(ok, att32 / np.where(ok, att16, 1), pk / fast)
+        kept = float((E.row_fp32_time[rows] * ratio).sum())
+        keep = kept / t32
+        # the peak the fp32 matmuls ran against: fp32, or TF32 where their kernels ran
+        # on TF32 tensor cores (then the fix is the 16-bit step, TF32 being on)
+        on = "TF32" if E.peak_dtype[d] == "tf32" else "fp32"
+        add(FK.FP32_MATMUL, d,
+            f"fp32 matmuls{' on TF32' if on == 'TF32' else ''} take {100 * t32 / busy:.0f}% "
+            f"of {name}'s busy time: its {E.fast_dtype[d]} peak is {fast / pk:.0f}× the "
+            f"{on} one",
+            f"{_ms(t32)} of matmul-class ops ran in fp32"
+            f"{' on TF32 tensor cores' if on == 'TF32' else ''} against a "
+            f"{pk / 1e12:.3g} TFLOP/s {on} peak; in {E.fast_dtype[d]} the device peaks at "
+            f"{fast / 1e12:.0f} TFLOP/s.",
+            t32 * (1 - keep),
+            f"the matmuls keep their share of the roofline in {E.fast_dtype[d]} (its "
+            f"{fast / 1e12:.0f} TFLOP/s peak, their intensity doubled by half the bytes), so "
+            f"memory-bound ones gain only what the bandwidth allows "
+            f"({100 * (1 - keep):.0f}% of their time saved; an upper bound).", rows.tolist(),
+            {"fp32_matmul_ns": int(t32 / 1000), "faster_dtype": E.fast_dtype[d]},
+            fix=fp32_fix(fw, E.fast_dtypes[d] if d < len(E.fast_dtypes) else ()))
+
+
+def _slow_matmuls(add, E, T, d, mine, t, busy, name) -> None:
+    """Matmul groups far below their roofline."""
+    slow = mine[E.row_matmul[mine] & (E.row_bound[mine] >= 0) &
+                (np.nan_to_num(E.row_efficiency[mine], nan=1.0) < SLOW)]
+    ts = float(t[slow].sum())
+    if slow.size and ts >= SHARE * busy:
+        att = E.row_attainable[slow]
+        # the time of the group's ops with FLOP figures (its rate's time): the others'
+        # FLOPs are unknown, so no saving is claimed on them
+        fps = E.row_flops_per_s[slow]
+        tk = np.where(fps > 0, E.row_hw_flops[slow] / np.where(fps > 0, fps, 1) * 1e12, t[slow])
+        tk = np.minimum(tk, t[slow])
+        need = np.where(att > 0, E.row_hw_flops[slow] / (SLOW_TARGET * att) * 1e12, tk)
+        save = float(np.clip(tk - need, 0, None).sum())
+        eff = float(np.nansum(E.row_efficiency[slow] * t[slow]) / ts)
+        add(FK.SLOW_MATMUL, d,
+            f"Matmuls run at {100 * eff:.1f}% of their roofline on {name} "
+            f"({100 * ts / busy:.0f}% of its busy time)",
+            f"{slow.size} matmul-class op groups ({_ms(ts)}) reach {100 * eff:.1f}% of the "
+            f"FLOP/s their intensity allows; the largest: {T.name[slow[0]][:80]} "
+            f"({_ms(t[slow[0]])}).",
+            save, f"they reach {100 * SLOW_TARGET:.0f}% of their attainable roofline.",
+            slow.tolist())
+
+
+def _unfused_elementwise(add, E, T, d, mine, t, busy, name, fw, applied) -> None:
+    """Memory-bound elementwise kernels run one by one (eager PyTorch)."""
+    if fw == PYTORCH:
+        ew = mine[(T.klass[mine] == OpClass.COMPUTE) & ~E.row_matmul[mine] &
+                  (E.row_bound[mine] == Bound.MEMORY)]
+        # a convolution's own transforms are not the model's elementwise chain
+        ew = ew[~np.array([library_helper(T.name[r]) for r in ew.tolist()], bool)] \
+            if ew.size else ew
+        te = float(t[ew].sum())
+        if ew.size >= 3 and te >= ELEMENTWISE_SHARE * busy:
+            add(FK.UNFUSED_ELEMENTWISE, d,
+                f"Memory-bound elementwise kernels take {100 * te / busy:.0f}% of {name}'s "
+                f"busy time", f"{ew.size} op groups, {int(T.count[ew].sum())} kernels "
+                f"({_ms(te)}) each read and write their tensors to memory; the largest: "
+                f"{T.name[ew[0]][:80]} ({_ms(t[ew[0]])}).", te * FUSED_SAVING,
+                f"fusion keeps the intermediates on chip: {100 * FUSED_SAVING:.0f}% of "
+                f"their time.", ew.tolist(),
+                fix=_COMPILED_ELEMENTWISE if "compiled" in applied else None)
+
+
+def _unfused_attention(add, E, T, d, mine, t, busy, name) -> None:
+    """Attention as matmuls and a softmax."""
+    names = [T.name[r] for r in mine.tolist()]
+    sm = mine[[bool(_SOFTMAX.search(x)) for x in names]] if names else mine[:0]
+    fused = any(_ATTN_FUSED.search(x) for x in names)
+    if sm.size and not fused and E.row_matmul[mine].any():
+        tsm = float(t[sm].sum())
+        if tsm >= 0.02 * busy:
+            add(FK.UNFUSED_ATTENTION, d,
+                f"Attention without a fused kernel on {name}: softmax kernels take "
+                f"{100 * tsm / busy:.0f}% of its busy time",
+                f"{int(T.count[sm].sum())} softmax kernels ({_ms(tsm)}) run between "
+                f"matmuls, and no fused attention kernel ran.", tsm,
+                "a fused kernel keeps the scores on chip: the softmax kernels' time "
+                "(the score matrix' round trips not counted).", sm.tolist())
+
+
+def _copy_bound(add, T, d, mine, t, busy, name, earlier) -> None:
+    """Copies that run with no compute beside them."""
+    cp = mine[np.isin(T.klass[mine], (OpClass.MEMCPY, OpClass.MEMSET))]
+    ov = T.overlap[d]
+    exposed = float(ov[Overlap.COPIES_EXPOSED])
+    said = any(f.kind == FK.EXCESSIVE_MEMCPY and f.extra.get("device") == name
+               for f in earlier)
+    if cp.size and exposed >= COPY_SHARE * busy and not said:
+        add(FK.COPY_BOUND, d,
+            f"Copies take {100 * exposed / busy:.0f}% of {name}'s busy time",
+            f"{int(T.count[cp].sum())} copies in {cp.size} groups, the largest: "
+            f"{T.name[cp[0]][:60]} ({_ms(t[cp[0]])}); {_ms(exposed)} of them ran with no "
+            f"compute beside them.", exposed,
+            "the copies are removed or hidden under compute: their time not under "
+            "compute.", cp.tolist())

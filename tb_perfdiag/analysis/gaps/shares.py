@@ -218,7 +218,52 @@ def split(trace: Trace, gs: np.ndarray, ge: np.ndarray, nxt: np.ndarray, wf: np.
     l_start = np.where(ok, trace.ts[w], ge)
     l_end = np.where(ok, trace.end_of(w), ge)
 
-    # 1. device-side wait
+    rest_end, fed = _device_side(trace, gs, ge, nxt, wf, ok, l_start, l_end, device_ops, ctx,
+                                 fallback_threads, get_next, shares)
+    rest = rest_end - gs
+
+    # the thread that issued L, else the user's main thread, else the busiest one
+    fallback = next((t for t in fallback_threads if t in lines), None)
+    if fallback is None and lines:
+        fallback = max(lines, key=lambda t: lines[t].busy_ns())
+    l_track = np.where(ok, trace.track[w], -1)
+    has_line = np.array([t in lines for t in l_track.tolist()], bool)
+    thread[:] = np.where(ok & has_line, l_track, -1 if fallback is None else fallback)
+    main = fallback_threads[0] if fallback_threads and fallback_threads[0] in lines else None
+
+    # L's own time in the rest is its issue cost: launch overhead, or staging an H2D copy
+    l_in = np.where(ok, np.maximum(np.minimum(l_end, rest_end) - np.maximum(l_start, gs), 0), 0)
+    l_bucket = np.where(ctx.launch_memcpy[w] == 1, B_H2D, B_LAUNCH)
+
+    for t in distinct(thread[(thread >= 0) & (rest > 0)]).tolist():
+        rows = np.flatnonzero((thread == t) & (rest > 0))
+        _host_side(trace, lines, t, rows, gs, rest_end, rest, wf, w, l_in, l_bucket, us, ue,
+                   main, shares, blocking, drained, followed)
+    # a gap with no host thread to look at: the host side is untraced
+    none = (thread < 0) & (rest > 0)
+    shares[none, UNTRACED] += rest[none]
+    # rounding: the shares add up to the gap exactly (the residue goes to the largest)
+    resid = dur - shares.sum(axis=1)
+    top = np.argmax(shares, axis=1)
+    shares[np.arange(n), top] += resid
+    primary = np.argmax(shares, axis=1).astype(np.int8)
+
+    _name_culprits(trace, lines, thread, primary, followed, gs, ge, rest_end, fed, culprit)
+    blocking[shares[:, HOST_SYNC] == 0] = -1       # named only where it earned a share
+    sync_rows = (primary == HOST_SYNC) & (blocking >= 0)
+    culprit[sync_rows] = blocking[sync_rows]
+    wait_rows = np.isin(primary, (DEVICE_WAIT, COLLECTIVE_WAIT))
+    culprit[wait_rows] = np.where(ok[wait_rows], wf[wait_rows], -1)
+    return Split(shares, primary, thread, rest_end, blocking, drained, culprit, followed)
+
+
+def _device_side(trace, gs, ge, nxt, wf, ok, l_start, l_end, device_ops, ctx,
+                 fallback_threads, get_next, shares):
+    """1. the device-side wait of each gap, into ``shares`` (device and collective wait,
+    and what of it was a transfer or data loading): (where the rest, the host side,
+    ends; the part of the wait fed by tf.data)."""
+    n = gs.shape[0]
+    w = np.maximum(wf, 0)
     rest_end = np.where(ok, np.clip(l_end + LAUNCH_LATENCY_PS, gs, ge), ge)
     behind = np.zeros(n, bool)
     if not ok.all():        # only gaps whose op has no launch need it (its temporaries are big)
@@ -251,101 +296,94 @@ def split(trace: Trace, gs: np.ndarray, ge: np.ndarray, nxt: np.ndarray, wf: np.
     wait = wait - fed
     shares[:, DEVICE_WAIT] = np.where(coll, 0, wait)
     shares[:, COLLECTIVE_WAIT] = np.where(coll, wait, 0)
-    rest = rest_end - gs
+    return rest_end, fed
 
-    # the thread that issued L, else the user's main thread, else the busiest one
-    fallback = next((t for t in fallback_threads if t in lines), None)
-    if fallback is None and lines:
-        fallback = max(lines, key=lambda t: lines[t].busy_ns())
-    l_track = np.where(ok, trace.track[w], -1)
-    has_line = np.array([t in lines for t in l_track.tolist()], bool)
-    thread[:] = np.where(ok & has_line, l_track, -1 if fallback is None else fallback)
-    main = fallback_threads[0] if fallback_threads and fallback_threads[0] in lines else None
 
-    # L's own time in the rest is its issue cost: launch overhead, or staging an H2D copy
-    l_in = np.where(ok, np.maximum(np.minimum(l_end, rest_end) - np.maximum(l_start, gs), 0), 0)
-    l_bucket = np.where(ctx.launch_memcpy[w] == 1, B_H2D, B_LAUNCH)
+def _host_side(trace, lines, t, rows, gs, rest_end, rest, wf, w, l_in, l_bucket, us, ue,
+               main, shares, blocking, drained, followed) -> None:
+    """The host side (the rest) of the gaps ``rows``, whose issuing thread is ``t``, into
+    ``shares``: the sync, then what the thread (or the one it followed) did."""
+    line = lines[t]
+    a, b = gs[rows], rest_end[rows]
+    bt = line.time_by_bucket(a, b)
+    # move L's time out of whatever bucket its line segment had into its issue bucket
+    lr = rows[l_in[rows] > 0]
+    if lr.size:
+        mid = np.maximum(trace.ts[w[lr]], gs[lr])
+        own = line.seg_bucket[np.maximum(t_search(line.seg_start, mid, "right") - 1,
+                                         0)]
+        pos = np.searchsorted(rows, lr)
+        take = np.minimum(l_in[lr], bt[pos, own])
+        bt[pos, own] -= take
+        # a launch that is start-up (a kernel's module loaded on its first launch)
+        # stays start-up
+        bt[pos, np.where(own == B_STARTUP, B_STARTUP, l_bucket[lr])] += take
+    # 2. the sync: blocked while the device was busy (the call in flight at gs) plus
+    # blocked inside the rest
+    in_rest = bt[:, B_SYNC].copy()
+    bs, be, bev = line.blocking
+    if bs.size == 0:                       # one sentinel interval that never counts
+        bs, be, bev = (np.array([np.iinfo(np.int64).min]),) * 2 + (np.array([-1]),)
+    k = np.searchsorted(bs, a, side="right") - 1
+    kk = np.maximum(k, 0)
+    live = (k >= 0) & (be[kk] > a - PROBE_PS) & (bev[kk] != wf[rows]) & (bev[kk] >= 0)
+    before = np.where(live, covered(us, ue, np.maximum(bs[kk], us[0]),
+                                    np.maximum(np.minimum(be[kk], a), us[0])), 0)
+    sync = np.minimum(rest[rows], before + in_rest)
+    shares[rows, HOST_SYNC] = sync
+    drained[rows] = live & (sync > 0)
+    # the blocking call named for the gap: in flight at gs, else the first in the rest
+    first_in = np.searchsorted(bs, a, side="left")
+    fi = np.minimum(first_in, bs.shape[0] - 1)
+    later = (first_in < bs.shape[0]) & (bs[fi] < b) & (bev[fi] >= 0)
+    blocking[rows] = np.where(live, bev[kk], np.where(later, bev[fi], -1))
+    # 3. the rest of the host side, by what the thread did.  Where it had nothing to
+    # do or waited for another thread (run_backward), follow the thread doing the
+    # work: the main thread for a helper thread, the busiest other thread for main
+    bt[:, B_SYNC] = 0
+    _follow_idle(lines, line, t, rows, a, b, main, bt, followed)
+    remainder = rest[rows] - sync
+    other = bt.sum(axis=1)
+    scaled = np.where(other[:, None] > 0,
+                      np.floor(bt * (remainder / np.maximum(other, 1))[:, None]), 0)
+    scaled = scaled.astype(np.int64)
+    scaled[other == 0, B_IDLE] = remainder[other == 0]
+    np.add.at(shares, (np.repeat(rows, len(BUCKETS)),
+                       np.tile(_BUCKET_TO_CAUSE, rows.shape[0])), scaled.reshape(-1))
 
-    for t in distinct(thread[(thread >= 0) & (rest > 0)]).tolist():
-        line = lines[t]
-        rows = np.flatnonzero((thread == t) & (rest > 0))
-        a, b = gs[rows], rest_end[rows]
-        bt = line.time_by_bucket(a, b)
-        # move L's time out of whatever bucket its line segment had into its issue bucket
-        lr = rows[l_in[rows] > 0]
-        if lr.size:
-            mid = np.maximum(trace.ts[w[lr]], gs[lr])
-            own = line.seg_bucket[np.maximum(t_search(line.seg_start, mid, "right") - 1,
-                                             0)]
-            pos = np.searchsorted(rows, lr)
-            take = np.minimum(l_in[lr], bt[pos, own])
-            bt[pos, own] -= take
-            # a launch that is start-up (a kernel's module loaded on its first launch)
-            # stays start-up
-            bt[pos, np.where(own == B_STARTUP, B_STARTUP, l_bucket[lr])] += take
-        # 2. the sync: blocked while the device was busy (the call in flight at gs) plus
-        # blocked inside the rest
-        in_rest = bt[:, B_SYNC].copy()
-        bs, be, bev = line.blocking
-        if bs.size == 0:                       # one sentinel interval that never counts
-            bs, be, bev = (np.array([np.iinfo(np.int64).min]),) * 2 + (np.array([-1]),)
-        k = np.searchsorted(bs, a, side="right") - 1
-        kk = np.maximum(k, 0)
-        live = (k >= 0) & (be[kk] > a - PROBE_PS) & (bev[kk] != wf[rows]) & (bev[kk] >= 0)
-        before = np.where(live, covered(us, ue, np.maximum(bs[kk], us[0]),
-                                        np.maximum(np.minimum(be[kk], a), us[0])), 0)
-        sync = np.minimum(rest[rows], before + in_rest)
-        shares[rows, HOST_SYNC] = sync
-        drained[rows] = live & (sync > 0)
-        # the blocking call named for the gap: in flight at gs, else the first in the rest
-        first_in = np.searchsorted(bs, a, side="left")
-        fi = np.minimum(first_in, bs.shape[0] - 1)
-        later = (first_in < bs.shape[0]) & (bs[fi] < b) & (bev[fi] >= 0)
-        blocking[rows] = np.where(live, bev[kk], np.where(later, bev[fi], -1))
-        # 3. the rest of the host side, by what the thread did.  Where it had nothing to
-        # do or waited for another thread (run_backward), follow the thread doing the
-        # work: the main thread for a helper thread, the busiest other thread for main
-        bt[:, B_SYNC] = 0
-        idle = bt[:, B_IDLE] + bt[:, B_WAIT]
-        has_idle = idle > 0
-        if has_idle.any():
-            if main is not None and main != t:
-                target = np.full(rows.shape[0], main, np.int64)
-            else:
-                target = _busiest_other(lines, t, a, b)
-            gi, ia, ib = _idle_intervals(line, a, b)
-            for f in distinct(target[has_idle & (target >= 0)]).tolist():
-                sel = np.flatnonzero(has_idle & (target == f))
-                pick = np.isin(gi, sel)
-                # what the followed thread did exactly while this one had nothing to do
-                mt = np.zeros((rows.shape[0], len(BUCKETS)), np.int64)
-                np.add.at(mt, gi[pick], lines[f].time_by_bucket(ia[pick], ib[pick]))
-                mt = mt[sel]
-                # the followed thread waiting (a sync, another thread): nothing to see
-                mt[:, B_IDLE] += mt[:, B_SYNC] + mt[:, B_WAIT]
-                mt[:, B_SYNC] = mt[:, B_WAIT] = 0
-                bt[sel, B_IDLE] = 0
-                bt[sel, B_WAIT] = 0
-                bt[sel] += mt
-                followed[rows[sel]] = f
-        remainder = rest[rows] - sync
-        other = bt.sum(axis=1)
-        scaled = np.where(other[:, None] > 0,
-                          np.floor(bt * (remainder / np.maximum(other, 1))[:, None]), 0)
-        scaled = scaled.astype(np.int64)
-        scaled[other == 0, B_IDLE] = remainder[other == 0]
-        np.add.at(shares, (np.repeat(rows, len(BUCKETS)),
-                           np.tile(_BUCKET_TO_CAUSE, rows.shape[0])), scaled.reshape(-1))
-    # a gap with no host thread to look at: the host side is untraced
-    none = (thread < 0) & (rest > 0)
-    shares[none, UNTRACED] += rest[none]
-    # rounding: the shares add up to the gap exactly (the residue goes to the largest)
-    resid = dur - shares.sum(axis=1)
-    top = np.argmax(shares, axis=1)
-    shares[np.arange(n), top] += resid
-    primary = np.argmax(shares, axis=1).astype(np.int8)
 
-    # the op behind the primary share: most self time in its bucket on the thread
+def _follow_idle(lines, line, t, rows, a, b, main, bt, followed) -> None:
+    """Where thread ``t`` was idle or waiting in [a, b), what the thread it follows did
+    then replaces that time in ``bt``; ``followed`` names that thread."""
+    idle = bt[:, B_IDLE] + bt[:, B_WAIT]
+    has_idle = idle > 0
+    if has_idle.any():
+        if main is not None and main != t:
+            target = np.full(rows.shape[0], main, np.int64)
+        else:
+            target = _busiest_other(lines, t, a, b)
+        gi, ia, ib = _idle_intervals(line, a, b)
+        for f in distinct(target[has_idle & (target >= 0)]).tolist():
+            sel = np.flatnonzero(has_idle & (target == f))
+            pick = np.isin(gi, sel)
+            # what the followed thread did exactly while this one had nothing to do
+            mt = np.zeros((rows.shape[0], len(BUCKETS)), np.int64)
+            np.add.at(mt, gi[pick], lines[f].time_by_bucket(ia[pick], ib[pick]))
+            mt = mt[sel]
+            # the followed thread waiting (a sync, another thread): nothing to see
+            mt[:, B_IDLE] += mt[:, B_SYNC] + mt[:, B_WAIT]
+            mt[:, B_SYNC] = mt[:, B_WAIT] = 0
+            bt[sel, B_IDLE] = 0
+            bt[sel, B_WAIT] = 0
+            bt[sel] += mt
+            followed[rows[sel]] = f
+
+
+def _name_culprits(trace, lines, thread, primary, followed, gs, ge, rest_end, fed,
+                   culprit) -> None:
+    """The op behind each gap's primary share, into ``culprit``: most self time in its
+    bucket on the thread (or the thread it followed), the slowest tf.data stage for data
+    loading."""
     cause_bucket = {_CAUSE_INDEX[BUCKET_CAUSE[b]]: b for b in range(len(BUCKETS))
                     if b not in (B_IDLE,)}
     for t in distinct(thread[thread >= 0]).tolist():
@@ -373,9 +411,3 @@ def split(trace: Trace, gs: np.ndarray, ge: np.ndarray, nxt: np.ndarray, wf: np.
         b = np.where(fed[data_rows] > 0, ge[data_rows], rest_end[data_rows])
         stage = slowest_stage(trace, lines, gs[data_rows], np.maximum(b, gs[data_rows] + 1))
         culprit[data_rows] = np.where(stage >= 0, stage, culprit[data_rows])
-    blocking[shares[:, HOST_SYNC] == 0] = -1       # named only where it earned a share
-    sync_rows = (primary == HOST_SYNC) & (blocking >= 0)
-    culprit[sync_rows] = blocking[sync_rows]
-    wait_rows = np.isin(primary, (DEVICE_WAIT, COLLECTIVE_WAIT))
-    culprit[wait_rows] = np.where(ok[wait_rows], wf[wait_rows], -1)
-    return Split(shares, primary, thread, rest_end, blocking, drained, culprit, followed)
