@@ -1,4 +1,4 @@
-"""tb-perfdiag info|diagnose|compare|check|mcp: in a terminal, a pipeline, CI or an assistant.
+"""tb-perfdiag info|diagnose|compare|check|trend|scalars|mcp: in a terminal, a pipeline, CI or an assistant.
 
 Exit codes (every command):
   0  done (check: every budget met)
@@ -20,10 +20,10 @@ import time
 from ._version import __version__
 from .analysis import Options
 from .analysis import causes as C
-from .analysis.budgets import Budgets, check as check_budgets
-from .analysis.compare import compare as compare_diagnoses
+from .analysis.compare.budgets import Budgets, check as check_budgets
+from .analysis.compare.diff import compare as compare_diagnoses
 from .analysis.result import Diagnosis
-from .analysis.steps import unknown_step
+from .analysis.steps.windows import unknown_step
 from .api import is_folder, trace_files
 from .discovery import latest, scan_logdir, span_label
 from .errors import StorageError
@@ -204,9 +204,9 @@ def _load(path: str):
     return load(path, max_bytes=max_file_bytes())
 
 
-def _diagnose(path: str, opt: Options):
+def _diagnose(path: str, opt: Options, captures=None):
     try:
-        return read_and_analyse(path, opt, max_bytes=max_file_bytes())[0]
+        return read_and_analyse(path, opt, max_bytes=max_file_bytes(), captures=captures)[0]
     except TraceError as e:
         raise FileInputError(path, e.reason) from None
     except OSError as e:
@@ -392,7 +392,7 @@ def cmd_diagnose(args) -> int:
             continue                 # an older span of a summarised host: not shown
         analysed.append(path)
         try:
-            results.append((label, _diagnose(path, opt), None))
+            results.append((label, _diagnose(path, opt, args.capture or None), None))
         except FileInputError as e:
             results.append((label, None, {"error": e.reason, "file": path}))
             _file_error(path, e.reason)
@@ -442,16 +442,16 @@ def _run_efficiency(runs: dict, diags: dict) -> dict:
     """{file: ``/collectives``' ``efficiency`` of it} for the newest file of each host of
     the runs ``runs`` (``_multi_host_runs``) among the diagnosed ``diags`` {file: Diagnosis
     or None}: its waterfalls with the peer wait of the run's collective join."""
-    from .analysis.efficiency.run_peer import run_waterfall
+    from .analysis.run.view import run_view
     from .render.efficiency import run_json
-    from .render.pod import collective_join, summary_row
+    from .render.pod import summary_row
     out = {}
     for members in runs.values():
         have = [(host, file, diags.get(file)) for host, _, file in members]
         have = [(h, f, d) for h, f, d in have if isinstance(d, Diagnosis)]
-        j = collective_join([summary_row(h, "", d) for h, _, d in have])
+        view = run_view([summary_row(h, "", d) for h, _, d in have])
         for h, f, d in have:
-            out[f] = run_json(d, run_waterfall(d, j, h)) if j is not None else None
+            out[f] = run_json(d, view.waterfall(h, d)) if view.join is not None else None
     return out
 
 
@@ -460,24 +460,20 @@ def _peer_waits(diags: dict) -> dict:
     most, the step waterfalls with that peer wait or None)} of diagnosed hosts {(run, host):
     diagnosis}: each run's collectives joined across its hosts (a file alone: across its
     own devices), as the pod summary joins them."""
-    from .analysis.efficiency.run_peer import run_waterfall
-    from .analysis.collectives import host_figures
-    from .analysis.compare import peer_wait_cells
+    from .analysis.run.view import run_view
     from .render.collectives import ALONE_SHORT
-    from .render.pod import collective_join, summary_row
+    from .render.pod import summary_row
     by_run: dict = {}
     for (run, host), diag in diags.items():
         by_run.setdefault(run, []).append((host, diag))
     out = {}
     for run, members in by_run.items():
-        rows = [summary_row(host or "", "", diag) for host, diag in members if diag is not None]
-        j = collective_join(rows)
-        figs = host_figures(j, {r["host"]: r.get("steps") for r in rows}) if j else {}
+        view = run_view([summary_row(host or "", "", diag) for host, diag in members
+                         if diag is not None])
         for host, diag in members:
-            cells = peer_wait_cells(j, host or "", diag) if diag is not None else None
-            who = next(iter((figs.get(host or "") or {}).get("waited_for") or {}), None)
-            rw = run_waterfall(diag, j, host or "") if diag is not None and j is not None \
-                else None
+            cells = view.peer_cells(host or "", diag)
+            who = view.waited_for(host or "")
+            rw = view.waterfall(host or "", diag)
             out[(run, host)] = (cells, "" if cells is not None else ALONE_SHORT, who,
                                 rw.step_waterfall if rw is not None else None)
     return out
@@ -532,6 +528,8 @@ def cmd_compare(args) -> int:
 def cmd_check(args) -> int:
     budgets = Budgets(args.min_duty, dict(args.max_idle_cause or []), args.max_regression,
                       args.max_peer_wait, args.min_mfu)
+    if args.trend:
+        return _check_trend(args)
     if (args.baseline is None) != (args.max_regression is None):
         raise UsageError("--baseline and --max-regression go together")
     if budgets.empty():
@@ -589,6 +587,115 @@ def cmd_check(args) -> int:
     return BREACH if any(not r.ok for _, _, res in checked for r in res) else OK
 
 
+# ---- a run over time ----
+
+def _trend_service(path: str, results: str | None):
+    """A ``DiagnosisService`` over the folder ``path`` whose diagnoses go through the result
+    store (``results``, else the default one): each capture is analysed once, by any
+    process sharing the store."""
+    from .cache import DiagnosisCache
+    from .discovery import Catalog
+    from .service import DiagnosisService
+    _exists(path)
+    if not is_folder(path):
+        raise UsageError(f"{path} is not a folder: RUN is a run's folder (its PyTorch traces, "
+                         f"or the TensorBoard run holding plugins/profile/<session>/)")
+    return DiagnosisService(Catalog(path), DiagnosisCache(version=__version__,
+                                                          disk_dir=results or ""))
+
+
+def _trend_name(svc, path: str, run: str | None) -> str:
+    from .run_captures import trend_runs
+    names = trend_runs(svc.catalog.runs())
+    if run is not None:
+        return run
+    if not names:
+        _profiles(path)                  # says what was found instead
+        raise InputError(f"no profiles under {path}")
+    if len(names) > 1:
+        raise UsageError(f"{path} holds {len(names)} runs ({', '.join(names[:8])}): name one "
+                         f"with --run")
+    return names[0]
+
+
+def _trend(args):
+    from .errors import ApiError
+    svc = _trend_service(args.path, getattr(args, "results", None))
+    name = _trend_name(svc, args.path, getattr(args, "run", None))
+    try:
+        t = svc.trend(name, _options(args), getattr(args, "baseline", None))
+    except ApiError as e:
+        raise UsageError(str(e)) from None
+    svc.cache.flush()            # the results stored before the command ends
+    if t.run == ".":
+        t.run = os.path.basename(os.path.abspath(args.path.rstrip("/")))
+    return svc, t
+
+
+def cmd_trend(args) -> int:
+    from .render import trend as trend_render
+    _, t = _trend(args)
+    if args.json:
+        _dump(trend_render.trend_json(t), args)
+    else:
+        print(safe_text(trend_render.text(t)))
+    return OK
+
+
+def cmd_scalars(args) -> int:
+    """Each trend run under LOGDIR as scalars in its sibling run ``<run>/perfdiag`` (or
+    ``--out``/<run>/perfdiag); with ``--watch``, again every ``--interval`` seconds."""
+    from . import scalars
+    from .render.scalars import points
+    from .run_captures import run_folder, trend_runs
+    svc = _trend_service(args.logdir, args.results)
+    rounds = 0
+    while True:
+        runs = svc.catalog.runs(refresh=rounds > 0)
+        for name in trend_runs(runs):
+            t = svc.trend(name, _options(args))
+            svc.cache.flush()
+            if args.out:
+                folder = os.path.join(args.out, "" if name == "." else name, scalars.FOLDER)
+            else:
+                base = run_folder(runs, name)
+                if base is None:
+                    raise UsageError(f"{args.logdir} is not local: give --out DIR")
+                folder = os.path.join(base, scalars.FOLDER)
+            pts = points(t)
+            wrote = scalars.write(folder, pts)
+            n = sum(c.ok for c in t.captures)
+            print(safe(f"{name}: {n} trusted of {len(t.captures)} captures, {len(pts)} points "
+                       f"{'written to' if wrote else 'unchanged in'} {folder}"), flush=True)
+        rounds += 1
+        if not args.watch or (args.rounds and rounds >= args.rounds):
+            return OK
+        time.sleep(args.interval)
+
+
+def _check_trend(args) -> int:
+    """``check RUN --trend --max-regression P%``: the latest trusted capture against the
+    run's median."""
+    from .analysis.run.trend import regression_check
+    if args.max_regression is None or args.baseline is not None:
+        raise UsageError("--trend goes with --max-regression (and no --baseline): the "
+                         "latest trusted capture is checked against the run's median")
+    t0 = time.perf_counter()
+    _, t = _trend(args)
+    checked = [(f"{t.run} (trend of {len(t.captures)} captures)", args.path,
+                [regression_check(t, args.max_regression)])]
+    if args.junit:
+        with open(args.junit, "wb") as f:
+            f.write(check_render.junit(checked, time.perf_counter() - t0))
+    if args.json:
+        _dump(check_render.as_json(checked), args)
+    else:
+        print(safe_text(check_render.text(checked)))
+    if args.github and (gh := check_render.github(checked)):
+        print(safe_text(gh))
+    return BREACH if any(not r.ok for _, _, res in checked for r in res) else OK
+
+
 def cmd_mcp(args) -> int:
     """``mcp LOGDIR``: the Model Context Protocol server on stdin/stdout until the client
     closes it."""
@@ -637,6 +744,10 @@ def parser() -> argparse.ArgumentParser:
     pd = sub.add_parser("diagnose", help="duty cycle, idle gaps with causes, findings")
     pd.add_argument("path")
     pd.add_argument("--json", action="store_true", help="print the JSON the plugin serves")
+    pd.add_argument("--capture", action="append", metavar="PATH", default=[],
+                    help="a trace recorded while the run's CUDA/HIP graphs were captured "
+                         "(repeatable; default: capture_traces/ beside the file): the "
+                         "replayed kernels take the captured ops' shapes and FLOPs")
     _json_layout(pd)
     pd.add_argument("--step", type=_number("step", -2**63, 2**63 - 1, True), default=None,
                     help="only this step's gaps")
@@ -710,6 +821,14 @@ def parser() -> argparse.ArgumentParser:
     pk.add_argument("--baseline", metavar="OLD", help="a run to compare with")
     pk.add_argument("--max-regression", type=_growth, metavar="P%",
                     help="with --baseline: most the typical step may slow down (5%%)")
+    pk.add_argument("--trend", action="store_true",
+                    help="with --max-regression: fail when the latest trusted capture of the "
+                         "run PATH is slower than the median of its trusted captures by more "
+                         "than that (tb-perfdiag trend PATH shows them)")
+    pk.add_argument("--run", help="--trend: the run, when PATH holds several")
+    pk.add_argument("--results", metavar="FOLDER_OR_URL",
+                    help="--trend: the result store (default $TB_PERFDIAG_RESULTS, else the "
+                         "user's cache folder)")
     pk.add_argument("--host", help="check only this host")
     pk.add_argument("--junit", metavar="FILE", help="also write JUnit XML here")
     pk.add_argument("--github", action="store_true",
@@ -718,6 +837,45 @@ def parser() -> argparse.ArgumentParser:
     _json_layout(pk)
     _analysis_options(pk)
     pk.set_defaults(fn=cmd_check)
+
+    pt = sub.add_parser(
+        "trend", help="a run over time: every capture's step time, duty cycle, MFU, idle by "
+                      "cause and trust, and what changed between captures",
+        description="RUN: a run's folder (PyTorch traces, one per schedule(..., repeat=N) "
+                    "cycle; or a TensorBoard run holding plugins/profile/<session>/). Each "
+                    "capture is analysed once through the result store.")
+    pt.add_argument("path", metavar="RUN")
+    pt.add_argument("--run", help="the run, when RUN holds several")
+    pt.add_argument("--baseline", metavar="SESSION",
+                    help="compare every capture with this one (default: each with the previous)")
+    pt.add_argument("--json", action="store_true", help="print the JSON the trend route serves")
+    _json_layout(pt)
+    pt.add_argument("--results", metavar="FOLDER_OR_URL",
+                    help="the result store (default $TB_PERFDIAG_RESULTS, else the user's "
+                         "cache folder)")
+    _analysis_options(pt)
+    pt.set_defaults(fn=cmd_trend)
+
+    ps = sub.add_parser(
+        "scalars", help="write each run's trend as TensorBoard scalars (perfdiag/step_time_ms, "
+                        "duty_cycle, mfu, idle/<cause>) into a sibling run <run>/perfdiag",
+        description="One point per trusted capture at its first global step (else its index) "
+                    "and its start time, with TensorBoard's own event-file writer. Writing "
+                    "again gives the same points (the run's file is rewritten whole, or left "
+                    "as it is), never duplicates.")
+    ps.add_argument("logdir", metavar="LOGDIR")
+    ps.add_argument("--out", metavar="DIR", help="write <DIR>/<run>/perfdiag instead")
+    ps.add_argument("--watch", action="store_true",
+                    help="keep going: add captures as they land (every --interval seconds)")
+    ps.add_argument("--interval", type=_number("interval", 0.1, 86400), default=30.0,
+                    metavar="SECONDS", help="--watch: seconds between rounds (default 30)")
+    ps.add_argument("--rounds", type=_number("rounds", 1, 10**9, True), default=None,
+                    help=argparse.SUPPRESS)
+    ps.add_argument("--results", metavar="FOLDER_OR_URL",
+                    help="the result store (default $TB_PERFDIAG_RESULTS, else the user's "
+                         "cache folder)")
+    _analysis_options(ps)
+    ps.set_defaults(fn=cmd_scalars)
 
     from .mcp_server import skill_text
     pm = sub.add_parser(

@@ -23,8 +23,9 @@ LAYERS = {
     "trace model and readers": ["trace", "trace.*"],
     "analyses": ["analysis", "analysis.*"],
     "renderers": ["render", "render.*"],
-    "services": ["budget", "codec", "cache", "discovery", "file_analysis", "pod", "service", "api",
-                 "params", "agent_tools"],
+    "services": ["budget", "codec", "cache", "discovery", "graph_captures", "file_analysis",
+                 "pod", "service", "api", "params", "agent_tools",
+                 "run_captures", "scalars"],
     "faces": ["plugin", "cli", "mcp_server", ""],
     "test support": ["testing", "testing.*"],
 }

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...trace.model import Trace
-from . import hlo_costs, torch_shapes, xla_costs
+from . import graph_costs, hlo_costs, torch_shapes, xla_costs
 from .opcosts import DTYPES, UNKNOWN_DTYPE, OpCosts, distinct_rows, empty, per_trace
 
 __all__ = ["DTYPES", "UNKNOWN_DTYPE", "OpCosts", "distinct_rows", "empty", "op_costs",
@@ -29,7 +29,8 @@ def op_costs(trace: Trace, events: np.ndarray) -> OpCosts:
             return got
         return empty(events, "", _no_xla_figures(trace))
     if trace.format == "kineto":
-        return torch_shapes.from_torch(trace, events)
+        # kernels replayed from a graph: the figures of the ops that captured them
+        return graph_costs.with_captured(trace, events, torch_shapes.from_torch(trace, events))
     return empty(events, "", f"no cost figures are read from {trace.format} traces")
 
 
@@ -37,7 +38,7 @@ def _no_xla_figures(trace: Trace) -> str:
     """Why an XSpace's ops have no cost figure, for the framework that wrote it: a
     TensorFlow graph run without XLA executes kernels XLA never saw (its ``tf_op``s carry
     no cost figure and no HLO is recorded), where XLA would record its programs' HLO."""
-    from ..culprits import TENSORFLOW, framework
+    from ..attribution.culprits import TENSORFLOW, framework
     if framework(trace) == TENSORFLOW:
         return ("TensorFlow ops run without XLA carry no cost figures and the capture has no "
                 "HLO proto: compile the step with XLA (tf.function(jit_compile=True)) and the "

@@ -1,0 +1,56 @@
+"""The name table of the events a diagnosis cites (see ``result.EventRefs``)."""
+from __future__ import annotations
+
+import numpy as np
+
+from ...trace.build import distinct, unique_rows
+from ...trace.model import Trace, search
+from ..result import EventRefs
+
+
+def _stat_ids(trace: Trace, key: str, events: np.ndarray) -> np.ndarray:
+    st = trace.stats.get(key)
+    if st is None or events.size == 0 or not st.is_string or st.events.size == 0:
+        return np.full(events.shape[0], -1, np.int64)
+    k = np.minimum(search(st.events, events), st.events.shape[0] - 1)
+    return np.where(st.events[k] == events, st.take(k).astype(np.int64), -1)
+
+
+def event_refs(trace: Trace, events) -> EventRefs:
+    ev = distinct(np.concatenate([np.asarray(e, np.int64).reshape(-1) for e in events])
+                  if events else np.zeros(0, np.int64))
+    ev = ev[ev >= 0]
+    # the ancestors' names as rows of a matrix: one chain per distinct row
+    cols, cur = [], ev
+    while cur.size and (cur >= 0).any():
+        cols.append(np.where(cur >= 0, trace.name[np.maximum(cur, 0)], -1))
+        cur = np.where(cur >= 0, trace.parent[np.maximum(cur, 0)], -1)
+    name = trace.name[ev].astype(np.int64)
+    hlo = _stat_ids(trace, "hlo_op", ev)
+    op_name = _stat_ids(trace, "op_name", ev)
+    ann = np.where(op_name >= 0, op_name, _stat_ids(trace, "tf_op", ev))
+    rows = np.stack(cols[::-1], axis=1).astype(np.int64) if cols \
+        else np.zeros((0, 0), np.int64)
+    u, inv = unique_rows(rows) if rows.size else (rows, np.zeros(0, np.int64))
+    # the trace's string ids these events need, renumbered densely: the refs keep only
+    # the strings they cite
+    used = distinct(np.concatenate((u.reshape(-1), name, hlo, ann)))
+    used = used[used >= 0]
+    strings = [trace.strings[x] for x in used.tolist()]
+
+    def remap(a: np.ndarray) -> np.ndarray:
+        k = np.searchsorted(used, a)
+        return np.where(a >= 0, k, -1).astype(np.int32)
+
+    # a chain is padded on its outer side (a −1 stays −1 up the walk): its names are
+    # the row past its padding
+    r = remap(u)
+    pad = (r < 0).sum(axis=1).tolist()
+    made = [tuple(x[k:]) for x, k in zip(r.tolist(), pad)]
+    chain = [made[i] for i in inv.reshape(-1).tolist()]
+    return EventRefs(
+        event=ev, name=remap(name),
+        track=trace.track[ev].astype(np.int32), ts=trace.ts[ev].copy(),
+        dur=trace.dur[ev].copy(), kind=trace.kind[ev].copy(),
+        hlo_op=remap(hlo), annotation=remap(ann),
+        chain=chain, strings=strings)
