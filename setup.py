@@ -39,7 +39,9 @@ setup(
     extras_require={
         # tb-perfdiag mcp: the official Model Context Protocol SDK (its 2.x API: MCPServer)
         "mcp": [MCP],
-        "test": ["pytest>=8", "hypothesis>=6.100", "playwright>=1.45", "jsonschema>=4.20",
+        # pytest-xdist: scripts/test.sh runs the tests on every core (--dist worksteal)
+        "test": ["pytest>=8", "pytest-xdist>=3.6", "hypothesis>=6.100", "playwright>=1.45",
+                 "jsonschema>=4.20",
                  "xmlschema>=3.0", MCP,
                  # an S3-compatible server the result-store tests start (moto's server mode)
                  "s3fs>=2024.2", "moto[server]>=5"],

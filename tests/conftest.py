@@ -1,6 +1,7 @@
 """Shared fixtures: paths to real traces and a real TensorBoard server."""
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import subprocess
@@ -14,6 +15,86 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.path.normpath(os.path.join(ROOT, "..", "shared", "traces"))
 TESTDATA = os.path.join(ROOT, "testdata")
 IN_CI = os.environ.get("CI", "").lower() == "true"
+
+# The quick tier (`pytest --quick`, `bash scripts/test.sh --quick`) leaves out the tests marked
+# `slow`: those that use a browser, a TensorBoard server or the 64-host pod by fixture, those
+# parametrized over the real traces in ../shared, the files and tests below (they start
+# servers, subprocesses or clusters inside their tests, or take seconds of CPU each), and any
+# test marked `@pytest.mark.slow` itself. CI runs them all.
+SLOW_FIXTURES = {"browser", "tb_demo", "pod_logdir"}
+SLOW_FILES = {
+    "test_cli.py", "test_newcomer.py", "test_rough_edges.py", "test_readme.py",   # the CLI, run
+    "test_packaging.py",                                                         # a process each
+    "test_server.py", "test_load.py", "test_reliability.py", "test_pod.py",       # servers,
+    "test_result_store.py", "test_mcp.py",                                        # clusters
+    "test_engine_real.py", "test_truth.py",                                       # real traces
+}
+SLOW_TESTS = (      # node ids up to the parameters: measured at seconds of CPU each
+    "test_causes.py::test_a_line_with_split_boundaries_answers_as_the_plain_one",
+    "test_build.py::test_lookup_together_answers_as_each_lookup",
+    "test_cache.py::test_a_bad_entry_is_recomputed_not_an_error",
+    "test_cache.py::test_memory_tier_holds_what_it_measures",
+    "test_cache.py::test_store_is_bounded_and_evicts_the_least_recently_used",
+)
+
+
+def _real_trace(value) -> bool:
+    """Whether a test parameter names a file of ../shared/traces (a path, or one relative to
+    it or to ../shared, as a string or as a tuple of parts)."""
+    if isinstance(value, tuple) and value and isinstance(value[0], str):
+        value = "/".join(value)
+    return isinstance(value, str) and (SHARED in value or value.startswith(
+        ("public/", "cpu/", "traces/public/", "traces/cpu/")))
+
+
+def pytest_addoption(parser):
+    parser.addoption("--quick", action="store_true",
+                     help="leave out the tests marked slow (browser, servers, subprocesses, "
+                          "real-trace sweeps): the edit-test loop; CI runs everything")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: left out by --quick (browser, server, subprocess, "
+                                       "real-trace sweep)")
+
+
+def _is_slow(item) -> bool:
+    name = item.path.name
+    test = f"{name}::{getattr(item, 'originalname', None) or item.name}"
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return (name in SLOW_FILES or name.startswith("test_browser") or test in SLOW_TESTS
+            or not SLOW_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
+            or any(_real_trace(v) for v in params.values()))
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if _is_slow(item) and item.get_closest_marker("slow") is None:
+            item.add_marker(pytest.mark.slow)
+    if config.getoption("--quick"):
+        kept = [item for item in items if item.get_closest_marker("slow") is None]
+        dropped = [item for item in items if item.get_closest_marker("slow") is not None]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = kept
+
+
+@functools.lru_cache(maxsize=6)
+def diagnosed(path: str, **options):
+    """``tb_perfdiag.diagnose(path, **options)``, computed once per session (per xdist worker)
+    for each file and options: real-trace tests share it and only read it. The few most
+    recent are kept (a Report holds its trace): a file's tests run in a row on a worker, so
+    each file diagnoses each trace it reads about once."""
+    import tb_perfdiag
+    return tb_perfdiag.diagnose(path, **options)
+
+
+@functools.lru_cache(maxsize=64)
+def diagnosed_json(path: str) -> dict:
+    """``diagnosed(path).to_json()`` (every gap), once per session (per xdist worker): for the
+    real-trace sweeps that check several properties of the same files. Read it, never change
+    it."""
+    return diagnosed(path).to_json()
 
 
 def shared_path(*parts) -> str:

@@ -8,10 +8,9 @@ import json
 
 import pytest
 
-import tb_perfdiag
 from tb_perfdiag.analysis import causes as C
 
-from conftest import shared_path
+from conftest import diagnosed_json, shared_path
 
 HTA = ("public", "HolisticTraceAnalysis", "tests", "data")
 ACTIVITY = {"kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"}
@@ -44,7 +43,7 @@ def test_duty_cycle_matches_independent_union(rel):
     iv = [(round(e["ts"] * 1000), round((e["ts"] + e["dur"]) * 1000))
           for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") in ACTIVITY]
     busy, lo, hi = _union_len(iv)
-    d = tb_perfdiag.diagnose(path).to_json()
+    d = diagnosed_json(path)
     (dev,) = [x for x in d["devices"] if x["ops"]]
     assert abs(dev["duty_cycle"] - busy / (hi - lo)) * 100 < 0.01
     assert abs(dev["busy_ns"] - busy) <= max(1000, busy * 1e-6)
@@ -58,14 +57,14 @@ def test_duty_cycle_matches_independent_union(rel):
 def test_trace_diff_sync_findings_name_item_chain():
     # in `test` the device runs far behind the host: its gaps are device-side waits (the
     # labels in shared/truth agree) and the .item() calls show as transfers, not gaps
-    d = tb_perfdiag.diagnose(shared_path(*HTA, "trace_diff", "test", "test.json.gz")).to_json()
+    d = diagnosed_json(shared_path(*HTA, "trace_diff", "test", "test.json.gz"))
     (dev,) = [x for x in d["devices"] if x["ops"]]
     idle = dev["idle_by_cause_ns"]
     assert max(idle, key=idle.get) == "device_wait"
     assert any(f["kind"] == "d2h_transfer" and "_local_scalar_dense" in f["title"]
                for f in d["findings"])
     for side in ("control",):
-        d = tb_perfdiag.diagnose(shared_path(*HTA, "trace_diff", side, f"{side}.json.gz")).to_json()
+        d = diagnosed_json(shared_path(*HTA, "trace_diff", side, f"{side}.json.gz"))
         syncs = [f for f in d["findings"] if f["kind"] == "host_sync"]
         assert syncs, side
         chains = [f["chain"] for f in syncs]
@@ -88,7 +87,7 @@ def _xla(*parts):
     (("cpu", "jax", "no_python_tracer"), [0, 5, 9], None),
 ])
 def test_xla_captures(parts, compile_steps, log_steps):
-    d = tb_perfdiag.diagnose(_xla(*parts)).to_json()
+    d = diagnosed_json(_xla(*parts))
     assert d["step_source"] == "host_annotations"
     kinds = {f["kind"]: f for f in d["findings"]}
     rec = kinds["recompilation"]
@@ -120,7 +119,7 @@ def test_xla_captures(parts, compile_steps, log_steps):
 
 
 def test_jax_log_metrics_transfers():
-    d = tb_perfdiag.diagnose(_xla("cpu", "jax", "no_python_tracer")).to_json()
+    d = diagnosed_json(_xla("cpu", "jax", "no_python_tracer"))
     scopes = {a["name"] for a in d["annotations"]}
     assert {"forward", "backward", "optimizer"} <= scopes or {"backward", "optimizer"} <= scopes
 
@@ -135,7 +134,7 @@ def test_nccl_annotations_agree_with_kineto_projection():
             proj.setdefault(e["name"], []).append((e["ts"], e["ts"] + e["dur"], e["tid"]))
     kernels = [(e["ts"], e["ts"] + e["dur"], e["dur"], e["tid"]) for e in doc["traceEvents"]
                if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
-    d = tb_perfdiag.diagnose(path).to_json()
+    d = diagnosed_json(path)
     ours = {a["name"]: a["inclusive_ns"] for a in d["annotations"]}
     compared = 0
     for name, spans in proj.items():
@@ -153,7 +152,7 @@ def test_nccl_annotations_agree_with_kineto_projection():
 
 
 def test_diagnose_json_has_schema_fields():
-    d = tb_perfdiag.diagnose(shared_path(*HTA, "trace_diff", "test", "test.json.gz")).to_json()
+    d = diagnosed_json(shared_path(*HTA, "trace_diff", "test", "test.json.gz"))
     assert d["schema_version"] == 1
     for dev in d["devices"]:
         assert {"id", "duty_cycle", "busy_ns", "window_ns"} <= dev.keys()

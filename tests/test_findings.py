@@ -18,7 +18,7 @@ import tb_perfdiag
 from tb_perfdiag.analysis import causes as C
 from tb_perfdiag.testing import TraceBuilder
 
-from conftest import SHARED, TESTDATA
+from conftest import SHARED, TESTDATA, diagnosed_json
 
 TRUTH = os.path.join(SHARED, "..", "truth", "gaps.json")
 FOREIGN = {"pytorch": re.compile(r"\bjax\b|jax\.|torch_xla|xm\.|MpDeviceLoader|tf\.data|"
@@ -66,7 +66,7 @@ def test_findings_name_the_labelled_cause_and_culprit(rel):
         idle[lab["primary"]] = idle.get(lab["primary"], 0) + lab["dur_us"]
     cause = max(idle, key=idle.get)
     largest = max((x for x in labs if x["primary"] == cause), key=lambda x: x["dur_us"])
-    d = tb_perfdiag.diagnose(os.path.join(SHARED, rel)).to_json()
+    d = diagnosed_json(os.path.join(SHARED, rel))
     origin_us = d["source"]["origin_ps"] / 1e6
     gap = next(g for g in d["gaps"] if abs(origin_us + g["start_ns"] / 1e3 - largest["start_us"]) < 1
                and abs(g["duration_ns"] / 1e3 - largest["dur_us"]) < 1)
@@ -109,8 +109,7 @@ def _all_traces():
 
 @pytest.mark.parametrize("path", _all_traces(), ids=lambda p: os.path.relpath(p, TESTDATA)[-60:])
 def test_findings_never_claim_more_than_the_idle_they_cite(path):
-    r = tb_perfdiag.diagnose(path)
-    d = r.to_json()
+    d = diagnosed_json(path)
     devs = {x["name"]: x for x in d["devices"]}
     claimed = {}
     for f in d["findings"]:

@@ -126,7 +126,7 @@ def test_foreign_files_raise_documented_error(rel, hint):
     (os.urandom(64), ""),
     (b'{"traceEvents": [{"ph": "X", "ts": 1', "JSON"),
     (gzip.compress(b'{"traceEvents": []}')[:-9], "gzip"),
-])
+], ids=["empty", "random", "cut JSON", "cut gzip"])   # xdist's workers must collect the same names
 def test_bad_bytes_raise_trace_error(tmp_path, data, reason):
     for name in ("x.pt.trace.json", "x.xplane.pb", "x.bin"):
         p = tmp_path / name
