@@ -20,6 +20,7 @@ from ..analysis.attribution import VIA_NAMES
 from ..analysis.culprits import readable
 from ..analysis.diagnosis import no_cyclic_gc
 from ..analysis.device_ops import fold_kernel_name
+from ..analysis.losses import device_losses, primary_device
 from ..analysis.result import Diagnosis, Direction, EventRefs, Finding, FindingKind, HostOps
 from ..analysis.steps import AFTER_LAST, DEFINITION as STEP_DEFINITION
 from ..trace.model import EventKind as K
@@ -436,13 +437,15 @@ def _gap_records(diag: Diagnosis, rows, extra_detail, evidence_only: bool,
 
 
 def _by_cause(v) -> dict:
-    return {c: ns(v[i]) for i, c in enumerate(C.ALL) if v[i] > 0}
+    out = {c: ns(v[i]) for i, c in enumerate(C.ALL) if v[i] > 0}
+    return {c: x for c, x in out.items() if x > 0}
 
 
 def devices_json(diag: Diagnosis) -> list:
     D = diag.devices
     # gaps above the threshold per device: what a device's own gap list pages through
     gaps = np.bincount(np.asarray(diag.gaps.device, np.int64), minlength=len(D)).tolist()
+    L = device_losses(diag)
     out = []
     for d in range(len(D)):
         if D.ops[d] == 0:
@@ -456,6 +459,9 @@ def devices_json(diag: Diagnosis) -> list:
                     "busy_ns": ns(busy), "window_ns": ns(hi - lo), "start_ns": ns(lo),
                     "end_ns": ns(hi), "ops": int(D.ops[d]), "gaps": gaps[d],
                     "idle_by_cause_ns": _by_cause(D.idle_by_cause[d]),
+                    # the one split of each loss every face says: per typical step, once
+                    "idle_per_step_ns": _by_cause(L.per_step[d]),
+                    "idle_once_ns": _by_cause(L.once[d]),
                     "small_gaps": {"count": int(D.small_count[d]),
                                    "total_ns": ns(D.small_total[d])},
                     "steps_window": _steps_window(D, d, busy,
@@ -870,6 +876,7 @@ def diagnosis_json(diag: Diagnosis, gaps_offset: int = 0, gaps_limit: int | None
         "definitions": DEFINITIONS, "step_source": diag.steps.source,
         "step_marker": getattr(diag.steps, "marker", "") or None,
         "devices": devices_json(diag),
+        "primary_device": primary_device(diag),
         "steps": steps_json(diag, shown, devs), "steps_total": n_steps,
         "typical_step_ns": _typical_step_ns(diag),
         "gaps": gaps,
