@@ -116,8 +116,10 @@ def findings(trace: Trace, diag, steps, compile_ev, compile_step, ctx) -> tuple:
     fw = framework(trace)
     # the fixes the trace already applies: a finding offers the next step instead
     applied = applied_fixes(trace)
-    host_ns = np.rint(diag.steps.host_end / 1000) - np.rint(diag.steps.host_start / 1000)
-    typical_step = float(np.median(host_ns)) if host_ns.size else 0.0
+    # the one step time every face shows (TYPICAL_STEP: a mean over the typical steps),
+    # not a median of its own: a finding's share of the step is of that step
+    ts = diag.steps.typical_step_ps()
+    typical_step = ts / 1000 if ts else 0.0
     out, cited = [], []
 
     def add(kind, title, rows, fix, detail, total_ns, device=-1, confidence=None, extra=None,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..analysis import collectives as coll
-from ..analysis.collectives import DEVICE_COMPUTE, Join, clock_origin_ps
+from ..analysis.collectives import DEVICE_COMPUTE, Join, clock_origin_ps, per_step_median
 from ..analysis.compare import peer_wait_cells
 from ..analysis.device_ops import fold_kernel_name
 from ..analysis.efficiency.run_peer import run_waterfall
@@ -175,7 +175,7 @@ def host_json(j: Join, host: str, diag: Diagnosis | None, figs: dict,
             "steps": [{"step": s, "wait_ns": int(round(per_step[s]))} for s in worst],
         })
     ops.sort(key=lambda o: (-o["wait_ns"], o["op"]))
-    devices = _devices(j, cols, diag)
+    devices = _devices(j, cols, diag, n_steps)
     groups = _groups(j, cols, diag)
     cells = peer_wait_cells(j, host, diag) if diag is not None else None
     by_step = {}
@@ -243,9 +243,10 @@ def _device_id(diag: Diagnosis | None, name: str):
     return names.index(name) if name in names else None
 
 
-def _devices(j: Join, cols: np.ndarray, diag: Diagnosis | None) -> list:
-    """Per participating device: its peer wait and transfer over the capture, the duty
-    points the wait is (of its busy window), and whom and where it waited most."""
+def _devices(j: Join, cols: np.ndarray, diag: Diagnosis | None, n_steps: int = 0) -> list:
+    """Per participating device: its peer wait and transfer over the capture and per
+    typical step (the host's figure, ``per_step_median``: what the headline says), the
+    duty points the wait is (of its busy window), and whom and where it waited most."""
     host_of = np.array([p.host for p in j.participants], np.int64)
     iw_all = _idle_wait(j)
     out = []
@@ -274,6 +275,9 @@ def _devices(j: Join, cols: np.ndarray, diag: Diagnosis | None) -> list:
         out.append({
             "id": d, "name": name, "instances": int(pr.sum()), "wait_ns": total,
             "idle_wait_ns": int(iw.sum()),
+            "wait_per_step_ns": _round(per_step_median(np.where(pr, j.step[:, c], -1), w, n_steps)),
+            "idle_wait_per_step_ns": _round(per_step_median(np.where(pr, j.step[:, c], -1), iw,
+                                                            n_steps)),
             "transfer_ns": int(np.where(pr, j.transfer[:, c], 0).sum()),
             "window_ns": window,
             "wait_points": 100.0 * total / window if window else None,
@@ -281,6 +285,10 @@ def _devices(j: Join, cols: np.ndarray, diag: Diagnosis | None) -> list:
             "waited_for_device": top[1] if top else None,
             "waited_at": max(at, key=at.get) if at else None})
     return out
+
+
+def _round(x) -> int | None:
+    return None if x is None else int(round(x))
 
 
 def _groups(j: Join, cols: np.ndarray, diag: Diagnosis | None) -> list:
