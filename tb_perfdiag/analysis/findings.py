@@ -23,7 +23,7 @@ from . import causes as C
 from .culprits import (PYTORCH_XLA, SYNC_LABELS, Culprits, applied_fixes, chain_sync_kind,
                        clean, framework, sync_kind)
 from . import startup, tfdata
-from .fixes import fix_for
+from .fixes import fix_for, for_platform, platform
 from .efficiency.advice import findings as efficiency_findings
 from .steps import in_step_part
 from .notes import kernels_per_device
@@ -160,6 +160,10 @@ def findings(trace: Trace, diag, steps, compile_ev, compile_step, ctx) -> tuple:
             not typical_step or f.time_lost_ns_per_step >= TOP_SHARE * typical_step))
         out.append(f)
     _unique_titles(out)
+    # every fix for the accelerator the trace ran on (no CUDA graphs for an MTIA)
+    plat = platform(trace)
+    for f in out:
+        f.fix = for_platform(f.fix, plat)
     out.sort(key=lambda f: (-f.time_lost_ns_per_step, f.kind.value, f.title))
     return out, (np.concatenate(cited) if cited else np.zeros(0, np.int64))
 
