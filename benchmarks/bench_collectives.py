@@ -37,7 +37,7 @@ sys.path.insert(0, ROOT)
 
 import tb_perfdiag  # noqa: E402
 from tb_perfdiag.analysis import causes as C  # noqa: E402
-from tb_perfdiag.analysis import collectives as coll  # noqa: E402
+from tb_perfdiag.analysis.collectives import instances as coll  # noqa: E402
 from tb_perfdiag.analysis import diagnosis as D  # noqa: E402
 from tb_perfdiag.analysis.result import CollectiveTable  # noqa: E402
 from tb_perfdiag.render import pod  # noqa: E402

@@ -82,7 +82,7 @@ def call(service, name: str, params: dict) -> dict:
         return {"exception": f"DiagnosisService has no {name}"}
     try:
         try:
-            from tb_perfdiag.plugin import answer       # routes take parsed parameters
+            from tb_perfdiag.plugin import answer  # routes take parsed parameters
         except ImportError:
             status, body = fn(params)                  # before route parameters were typed
         else:

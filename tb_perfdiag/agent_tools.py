@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import Annotated, Dict, Optional
 
 from .analysis import causes as C
-from .analysis.budgets import Budgets
-from .analysis.device_ops import STEP_GROUPS
+from .analysis.compare.budgets import Budgets
+from .analysis.device_time.by_op import STEP_GROUPS
 from .discovery import SPAN_RULE, runs_json, span_label
 from .errors import ApiError, BadRequest, NotFound, TraceError, Unavailable, as_api_error
 from .params import MAX_GAPS_PAGE, parse

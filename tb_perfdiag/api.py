@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 
 from .analysis import Diagnosis, Options, analyse
-from .analysis.compare import Comparison, compare as compare_diagnoses
+from .analysis.compare.diff import Comparison, compare as compare_diagnoses
 from .discovery import scan_logdir, span_label
 from .file_analysis import read_and_analyse
 from .params import DEFAULT_GAPS_PAGE

@@ -20,10 +20,10 @@ import time
 from ._version import __version__
 from .analysis import Options
 from .analysis import causes as C
-from .analysis.budgets import Budgets, check as check_budgets
-from .analysis.compare import compare as compare_diagnoses
+from .analysis.compare.budgets import Budgets, check as check_budgets
+from .analysis.compare.diff import compare as compare_diagnoses
 from .analysis.result import Diagnosis
-from .analysis.steps import unknown_step
+from .analysis.steps.windows import unknown_step
 from .api import is_folder, trace_files
 from .discovery import latest, scan_logdir, span_label
 from .errors import StorageError
@@ -442,7 +442,7 @@ def _run_efficiency(runs: dict, diags: dict) -> dict:
     """{file: ``/collectives``' ``efficiency`` of it} for the newest file of each host of
     the runs ``runs`` (``_multi_host_runs``) among the diagnosed ``diags`` {file: Diagnosis
     or None}: its waterfalls with the peer wait of the run's collective join."""
-    from .analysis.efficiency.run_peer import run_waterfall
+    from .analysis.run.waterfalls import run_waterfall
     from .render.efficiency import run_json
     from .render.pod import collective_join, summary_row
     out = {}
@@ -460,9 +460,9 @@ def _peer_waits(diags: dict) -> dict:
     most, the step waterfalls with that peer wait or None)} of diagnosed hosts {(run, host):
     diagnosis}: each run's collectives joined across its hosts (a file alone: across its
     own devices), as the pod summary joins them."""
-    from .analysis.efficiency.run_peer import run_waterfall
-    from .analysis.collectives import host_figures
-    from .analysis.compare import peer_wait_cells
+    from .analysis.run.waterfalls import run_waterfall
+    from .analysis.collectives.instances import host_figures
+    from .analysis.compare.diff import peer_wait_cells
     from .render.collectives import ALONE_SHORT
     from .render.pod import collective_join, summary_row
     by_run: dict = {}

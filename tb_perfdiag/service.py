@@ -24,12 +24,12 @@ from collections import OrderedDict
 
 from ._version import __version__
 from .analysis import Options, analyse
-from .analysis.budgets import Budgets, check as check_budgets
-from .analysis.compare import compare, no_collectives, peer_wait_cells
+from .analysis.compare.budgets import Budgets, check as check_budgets
+from .analysis.compare.diff import compare, no_collectives, peer_wait_cells
 from .analysis.diagnosis import gap_detail, host_context, host_side_beside
 from .beside import SIDE_BYTES_PER_EVENT
 from .analysis.timeline import annotation_spans, lanes
-from .analysis.steps import unknown_step
+from .analysis.steps.windows import unknown_step
 from .trace.extension import reader_kind
 from .budget import MB, Budget, Store, measure
 from .cache import DiagnosisCache
@@ -39,8 +39,8 @@ from .codec import Failure
 from .pod import Engine, PodJob, decode_result
 from .params import parse
 from .progress import NULL, Progress
-from .analysis.collectives import host_figures
-from .analysis.efficiency.run_peer import run_waterfall
+from .analysis.collectives.instances import host_figures
+from .analysis.run.waterfalls import run_waterfall
 from .render import chrome
 from .render import collectives as coll_render
 from .render.compare import comparison_json

@@ -224,7 +224,7 @@ def test_capture_notes_say_what_bends_the_figures():
 def test_clock_notes_count_across_blocks(monkeypatch):
     """The clock note reads the ops a block at a time: the counts and the largest lead
     are those of all the ops, however the blocks cut them."""
-    from tb_perfdiag.analysis import notes
+    from tb_perfdiag.analysis.steps import capture_notes as notes
     b = TraceBuilder()
     main, g0 = b.thread("python main"), b.stream(gpu=0)
     b.step(main, 0, 0, 10_000)

@@ -231,7 +231,7 @@ def test_compare_hosts_has_an_mfu_column_that_sorts(page, tb_flops):  # noqa: F8
     assert want["hosta"] > want["hostb"] > 0 and want["hostc"] is None
     got = dict(frame.locator(".pd-compare-row").evaluate_all(
         "els => els.map(e => [e.dataset.host, e.querySelector('.pd-mfu-cell').textContent])"))
-    from tb_perfdiag.render.efficiency import pct      # the one share rule of every face
+    from tb_perfdiag.render.efficiency import pct  # the one share rule of every face
     assert got == {h: "–" if m is None else ("≥" if lower[h] else "") + pct(m)
                    for h, m in want.items()}
     assert "GPU 0: MFU" in frame.get_attribute('.pd-compare-row[data-host="hosta"] .pd-mfu-cell', "title")

@@ -9,7 +9,7 @@ import urllib.parse
 
 import pytest
 
-from tb_perfdiag.analysis.device_ops import fold_kernel_name
+from tb_perfdiag.analysis.device_time.by_op import fold_kernel_name
 from test_browser import browser, open_diagnose, page, run_named, wait_loaded  # noqa: F401
 from test_browser_handoff import Http, _slices, viewer_model
 

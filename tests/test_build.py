@@ -202,7 +202,7 @@ def test_union_of_runs_is_the_union(rows, n_other):
     # gap, the op after the first of those starting at its end)
     from types import SimpleNamespace
 
-    from tb_perfdiag.analysis.gaps import find_gaps
+    from tb_perfdiag.analysis.gaps.busy import find_gaps
     fake = SimpleNamespace(ts=ts, dur=dur, end_of=lambda i: ts[i] + dur[i])
     for thr in (0, 1, 3, 10):
         want_gaps = find_gaps(fake, 0, ev, *want, max(thr, 1))
@@ -404,7 +404,7 @@ def test_track_counts_is_numpys_unique_with_counts(values):
 def test_gap_detail_order_is_the_lexsort(rows):
     """Host ops per gap, most self time first, earlier op first at ties: the combined-key
     sort and the lexsort fallback (times too long for the key) give the lexsort's order."""
-    from tb_perfdiag.analysis.detail import by_gap_then_most
+    from tb_perfdiag.analysis.gaps.detail import by_gap_then_most
     rows = sorted({(g, op): t for g, op, t in rows}.items())   # sorted by (gap, op)
     g = np.array([k[0] for k, _ in rows], np.int64)
     op = np.array([k[1] for k, _ in rows], np.int64)
@@ -531,7 +531,7 @@ def test_a_spread_stat_reads_as_the_sparse_one():
     got, has = empty.lookup(np.array([1, 2]))
     assert not has.any() and got.shape == (2,)
     # the analysis' per-op lookup reads a spread stat in place, with the sparse answers
-    from tb_perfdiag.analysis.annotations import _lookup
+    from tb_perfdiag.analysis.device_time.annotations import _lookup
     assert spread.spread and not sparse.spread
     np.testing.assert_array_equal(_lookup(spread, at), _lookup(sparse, at))
 
@@ -569,7 +569,7 @@ def test_a_stat_of_few_values_reads_as_the_plain_one(block, monkeypatch):
     stat's, in fewer bytes (counted: the codes are its own), whatever the block the codes
     are written by.  It stays plain with too many values, too wide a range, too few
     events or values that are not integers."""
-    from tb_perfdiag.analysis.annotations import _lookup
+    from tb_perfdiag.analysis.device_time.annotations import _lookup
     from tb_perfdiag.trace import model as M
     from tb_perfdiag.trace.model import Coded, Stat, coded_if_few
     monkeypatch.setattr(M, "_FEW_FROM", 100)
@@ -651,7 +651,7 @@ def test_per_op_stat_lookup_a_block_at_a_time(block, monkeypatch):
     """``_lookup`` (a stat's value per op, −1 where none) takes the values a block of ops
     at a time: the same answers for any block, for plain and coded stats, with the
     search memo shared between stats of one event column."""
-    from tb_perfdiag.analysis import annotations as A
+    from tb_perfdiag.analysis.device_time import annotations as A
     from tb_perfdiag.trace.model import Coded, Stat
     rng = np.random.default_rng(block)
     ev = np.sort(rng.choice(500, 200, replace=False)).astype(np.int32)
@@ -769,7 +769,7 @@ def test_ops_by_group_then_time_is_the_lexsort(seed, block, times, through_ops):
     ``np.lexsort``'s order (ties of both kept in op order), starts read through the
     ops' event indices or directly; and the lexsort itself where the two need more than
     62 bits."""
-    from tb_perfdiag.analysis import annotations as A
+    from tb_perfdiag.analysis.device_time import annotations as A
     rng = np.random.default_rng(seed)
     n = int(rng.integers(1, 3000))
     group = rng.integers(0, int(rng.integers(1, 50)), n).astype(np.int64)

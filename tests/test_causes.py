@@ -573,7 +573,7 @@ def test_host_line_innermost_op_skips_instant_events_and_ended_annotations():
     """The innermost op at each instant of a thread: a zero-length marker owns no time,
     and an annotation that outlives the frame it started in stays innermost after the
     frame ends."""
-    from tb_perfdiag.analysis.hostline import build_hostlines, event_buckets
+    from tb_perfdiag.analysis.attribution.hostline import build_hostlines, event_buckets
     b = TraceBuilder()
     main = b.thread("python main")
     outer = b.op(main, "outer", 0, 100)
@@ -634,7 +634,7 @@ def test_host_timeline_in_one_c_pass_is_the_numpy_one(seed, thinning):
     boundary: the innermost op, its bucket, and per bucket the segments, their
     cumulative time (every 8th of it where thinned, as the C pass writes it) and their
     total, on random nested threads."""
-    from tb_perfdiag.analysis import hostline as H
+    from tb_perfdiag.analysis.attribution import hostline as H
     native = H._native_segments()
     if native is None:
         pytest.skip("the native extension is not built (setup.py build_ext)")
@@ -676,7 +676,7 @@ def test_host_timeline_of_overlapping_events_in_c_is_the_numpy_one(seed, monkeyp
     once, not from a sorted column: on threads whose events overlap at random (many open
     together, ends in any order, equal starts and ends, zero-length events) its
     boundaries, innermost ops and buckets are numpy's."""
-    from tb_perfdiag.analysis import hostline as H
+    from tb_perfdiag.analysis.attribution import hostline as H
     native = H._native_segments()
     if native is None:
         pytest.skip("the native extension is not built (setup.py build_ext)")
@@ -715,8 +715,8 @@ def test_top_self_ops_in_one_c_pass_are_the_numpy_ones(seed):
     """Per window, a thread's ops with the most self time (``detail.top_self_ops``): the
     C pass and the numpy one give the same rows, windows before, across and after the
     timeline, empty and overlapping ones included, with ties of time broken by op."""
-    from tb_perfdiag.analysis import detail as DT
-    from tb_perfdiag.analysis import hostline as H
+    from tb_perfdiag.analysis.gaps import detail as DT
+    from tb_perfdiag.analysis.attribution import hostline as H
     from tb_perfdiag.trace.build import native_fn
     if native_fn("top_self_ops") is None:
         pytest.skip("the native extension is not built (setup.py build_ext)")
@@ -759,8 +759,8 @@ def test_values_passed_down_in_one_pass_are_the_levels_ones(seed, monkeypatch):
     annotation, from the one pass in event order (C) and from the nesting levels
     (numpy), on random nested threads with annotations, data loading, syncs, allocations
     and idle markers."""
-    from tb_perfdiag.analysis import annotations as A
-    from tb_perfdiag.analysis import hostline as H
+    from tb_perfdiag.analysis.device_time import annotations as A
+    from tb_perfdiag.analysis.attribution import hostline as H
     from tb_perfdiag.trace.build import native_fn
     if native_fn("parent_down_bucket") is None:
         pytest.skip("the native extension is not built (setup.py build_ext)")
@@ -790,7 +790,7 @@ def _walked_path(t, e: int) -> tuple:
 def test_annotation_paths_level_by_level_are_each_walked_alone(seed):
     """The annotation paths behind the ops, worked out once per (enclosing path, name) a
     level at a time, are each annotation's own walk up its enclosing events."""
-    from tb_perfdiag.analysis import annotations as A
+    from tb_perfdiag.analysis.device_time import annotations as A
     t = _random_trace(seed)
     ann = A.nearest_annotation(t)
     u = np.flatnonzero(A.is_annotation(t))
@@ -813,7 +813,7 @@ def test_entry_walk_in_c_is_the_numpy_one(seed, monkeypatch):
     """The flow that entered each host event's work, walked up its parents in C, equals
     the numpy walk: flows into nested events of other threads, thread-pool regions opened
     by a flow and closed again, events in no region."""
-    from tb_perfdiag.analysis import attribution as AT
+    from tb_perfdiag.analysis.attribution import links as AT
     from tb_perfdiag.trace.build import native_fn
     if native_fn("entry_walk") is None:
         pytest.skip("the native extension is not built (setup.py build_ext)")
@@ -851,7 +851,7 @@ def test_entry_walk_in_c_is_the_numpy_one(seed, monkeypatch):
 def thinning(request, monkeypatch):
     """Each bucket's running time kept whole, or (as for millions of segments) every
     8th segment's only, whatever the bucket's size."""
-    from tb_perfdiag.analysis import hostline as H
+    from tb_perfdiag.analysis.attribution import hostline as H
     if request.param == "thinned":
         monkeypatch.setattr(H, "_THIN_ABOVE", 0)
     return request.param
@@ -859,7 +859,7 @@ def thinning(request, monkeypatch):
 
 def _random_line(seed, span=400.0):
     """(the rng, the host timeline of one random nested thread over ``span`` µs)."""
-    from tb_perfdiag.analysis import hostline as H
+    from tb_perfdiag.analysis.attribution import hostline as H
     rng = np.random.default_rng(seed)
     b = TraceBuilder()
     _random_thread(b, b.thread("main"), rng, 0.0, span)
@@ -872,7 +872,7 @@ def _random_line(seed, span=400.0):
 def test_a_thinned_line_holds_an_eighth_of_its_running_times(monkeypatch):
     """Thinned, each bucket keeps every 8th running time: a line's bytes (what the
     server's cache counts) fall by that, and its totals stay."""
-    from tb_perfdiag.analysis import hostline as H
+    from tb_perfdiag.analysis.attribution import hostline as H
     _, whole = _random_line(1)
     monkeypatch.setattr(H, "_THIN_ABOVE", 0)
     _, thin = _random_line(1)
@@ -890,7 +890,7 @@ def test_time_except_some_buckets_is_time_by_bucket_summed_over_the_rest(seed, t
     """``time_except`` (the busiest-thread scan's work per window) equals the windows'
     ``time_by_bucket`` summed over the buckets not skipped, for skip sets with and
     without the implicit bucket, windows before and after the thread and reversed."""
-    from tb_perfdiag.analysis import hostline as H
+    from tb_perfdiag.analysis.attribution import hostline as H
     rng, line = _random_line(seed)
     s = line.seg_start
     a = rng.integers(int(s[0]) - 10**7, int(s[-1]) + 10**7, 300)
@@ -908,7 +908,7 @@ def test_time_by_bucket_is_each_windows_segments_summed(seed, thinning):
     """A thread's time per bucket inside windows (the busiest bucket kept as no column of
     its own, read off the segments' span) equals the window's overlap with each segment
     summed by bucket, before the first event and after the last included."""
-    from tb_perfdiag.analysis import hostline as H
+    from tb_perfdiag.analysis.attribution import hostline as H
     rng, line = _random_line(seed)
     assert line.bucket_segs[line.implicit] is None
     assert any(line.thinned) == (thinning == "thinned")
@@ -978,7 +978,7 @@ def test_short_gaps_a_block_of_holes_at_a_time(block, monkeypatch):
     for any block size, windows before, over, inside and after the busy set (empty ones
     too, at both ends and on block boundaries) get the holes under the threshold that
     start in them, counted one by one."""
-    from tb_perfdiag.analysis import gaps as G
+    from tb_perfdiag.analysis.gaps import busy as G
     real = G._short_before
     monkeypatch.setattr(G, "_short_before", lambda *a: real(*a, block=block))
     rng = np.random.default_rng(block)
@@ -1003,7 +1003,7 @@ def test_scattering_in_time_order_matches_the_sort():
     """Ops already in time order skip the (group, time) sort: runs, blocks and neighbour
     pairs are those the sort gives.  An unscoped op (pid −1) at the end forces the sort;
     it counts for nothing, so the answers must agree."""
-    from tb_perfdiag.analysis.annotations import _scattering
+    from tb_perfdiag.analysis.device_time.annotations import _scattering
     rng = np.random.default_rng(7)
     paths = [("a",), ("a", "b"), ("a", "c"), ("d",), ("d", "e", "f")]
     prefix = {}
@@ -1038,7 +1038,7 @@ def test_op_groups_key_device_step_and_run(block, monkeypatch):
     key (int32 where every key fits): two ops share a key exactly when they share all
     three, with and without runs, and through the numbered pairs where the runs are too
     far apart to fold in."""
-    from tb_perfdiag.analysis import annotations as A
+    from tb_perfdiag.analysis.device_time import annotations as A
     monkeypatch.setattr(A, "_BLOCK", block)
     rng = np.random.default_rng(block)
     n, n_steps = 60, 3
@@ -1069,7 +1069,7 @@ def test_device_time_by_annotation_does_not_depend_on_the_block(rel, monkeypatch
     """The per-(path, step) sums go a block of ops at a time; blocks of 7 ops (scoped
     and unscoped ops mixed within and across them) give the table one block gives."""
     import os
-    from tb_perfdiag.analysis import annotations as ann
+    from tb_perfdiag.analysis.device_time import annotations as ann
     path = os.path.join(os.path.dirname(__file__), "..", "testdata", "synthetic", "logdir", rel)
     whole = tb_perfdiag.diagnose(path).annotations
     monkeypatch.setattr(ann, "_BLOCK", 7)
@@ -1088,9 +1088,9 @@ def test_a_line_with_split_boundaries_answers_as_the_plain_one(seed, monkeypatch
     line's are) answers every question as the same line held plain: time per bucket and
     except some, pieces and segments of windows, the op at a time, totals, and the top
     self-time ops in C (windows in groups of any size) and in numpy."""
-    from tb_perfdiag.analysis import detail as DT
+    from tb_perfdiag.analysis.gaps import detail as DT
     from tb_perfdiag.analysis import sortedtimes as S
-    from tb_perfdiag.analysis import hostline as H
+    from tb_perfdiag.analysis.attribution import hostline as H
     rng, plain = _random_line(seed, 20_000.0)            # 20 ms: runs of 4.3 ms each
     monkeypatch.setattr(S, "_COMPACT_FROM", 0)
     monkeypatch.setattr(S, "_RUN_FROM", 0)

@@ -20,7 +20,7 @@ import pytest
 
 from conftest import ROOT, TESTDATA, shared_path
 from tb_perfdiag.analysis import causes as C
-from tb_perfdiag.analysis import collectives as coll
+from tb_perfdiag.analysis.collectives import instances as coll
 from tb_perfdiag.render.collectives import late_text
 
 US, MS = 1_000, 1_000_000

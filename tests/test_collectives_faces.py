@@ -20,8 +20,8 @@ import pytest
 
 from conftest import ROOT, call, shared_path
 from tb_perfdiag.analysis import Options, diagnose_trace
-from tb_perfdiag.analysis.budgets import Budgets, check as check_budgets
-from tb_perfdiag.analysis.compare import compare, peer_wait_cells
+from tb_perfdiag.analysis.compare.budgets import Budgets, check as check_budgets
+from tb_perfdiag.analysis.compare.diff import compare, peer_wait_cells
 from tb_perfdiag.cache import DiagnosisCache
 from tb_perfdiag.discovery import Catalog
 from tb_perfdiag.render.compare import comparison_json

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tb_perfdiag.analysis import causes as C
-from tb_perfdiag.analysis import collectives as coll
+from tb_perfdiag.analysis.collectives import instances as coll
 from tb_perfdiag.testing import TraceBuilder
 
 MS = 1_000_000
@@ -166,7 +166,7 @@ def test_an_xla_all_reduce_named_psum_is_known_by_its_opcode(native, monkeypatch
     ct = d.collectives
     assert len(ct) == 3 and ct.keys == ["psum.3"] and ct.kinds == ["all-reduce"]
     # "Device time by op" counts it as a collective, not compute
-    from tb_perfdiag.analysis.device_ops import OpClass
+    from tb_perfdiag.analysis.device_time.by_op import OpClass
     dop = d.device_ops
     assert int(dop.klass[dop.name.index("psum.3")]) == int(OpClass.COLLECTIVE)
 

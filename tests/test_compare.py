@@ -12,7 +12,7 @@ import pytest
 
 import tb_perfdiag
 from tb_perfdiag.analysis import causes as C
-from tb_perfdiag.analysis.compare import Change, compare as compare_diagnoses, finding_key
+from tb_perfdiag.analysis.compare.diff import Change, compare as compare_diagnoses, finding_key
 from tb_perfdiag.analysis.result import FindingKind
 from tb_perfdiag.discovery import Catalog
 from tb_perfdiag.service import DiagnosisService
@@ -358,7 +358,7 @@ def test_ops_counted_per_typical_step_and_outliers_left_out():
 
 
 def test_devices_pair_by_name_then_order_and_finding_keys_drop_line_numbers():
-    from tb_perfdiag.analysis.compare import _norm
+    from tb_perfdiag.analysis.compare.diff import _norm
     assert _norm("train.py:88 log_metrics") == _norm("train.py:93 log_metrics")
     assert _norm("ProfilerStep#12") == _norm("ProfilerStep#3")
     assert _norm("fusion.12") == "fusion.N" and _norm("aten::conv2d") == "aten::conv2d"
@@ -429,7 +429,7 @@ def test_op_counts_in_c_are_the_numpy_ones(rel, n_steps, step_type):
     from pathlib import Path
 
     import tb_perfdiag.trace as T
-    from tb_perfdiag.analysis import ops as O
+    from tb_perfdiag.analysis.device_time import op_counts as O
     from tb_perfdiag.trace.model import DEVICE_ACTIVITY, TrackKind
     path = Path(__file__).resolve().parent.parent / rel
     t = T.load(str(path))

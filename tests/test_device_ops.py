@@ -11,7 +11,7 @@ import pytest
 
 import tb_perfdiag
 from tb_perfdiag import codec
-from tb_perfdiag.analysis.device_ops import fold_kernel_name
+from tb_perfdiag.analysis.device_time.by_op import fold_kernel_name
 from tb_perfdiag.analysis.diagnosis import diagnose_trace
 from tb_perfdiag.analysis.intervals import union
 from tb_perfdiag.analysis.result import OpClass, Overlap
@@ -175,8 +175,8 @@ def test_a_step_keeps_its_first_groups_and_sums_the_rest(kineto_diag, monkeypatc
     """Per (step, device) the table keeps only the groups with the most time: a step's
     view lists them and counts the others in "other", and lists the same as the whole
     table where it shows no more than were kept; compare's typical step is unchanged."""
-    from tb_perfdiag.analysis import device_ops as D
-    from tb_perfdiag.analysis.compare import match_device_ops
+    from tb_perfdiag.analysis.device_time import by_op as D
+    from tb_perfdiag.analysis.compare.diff import match_device_ops
     monkeypatch.setattr(D, "STEP_GROUPS", 2)
     cut = diagnose_trace(_kineto_trace())
     T = cut.device_ops
@@ -259,9 +259,9 @@ def test_launch_bound_demo_names_its_tiny_kernels():
 
 def _full(trace, d, dv, mine):
     """The overlap rows of device ``dv`` from every op (the reference computation)."""
-    from tb_perfdiag.analysis.device_ops import _labels, overlap
-    from tb_perfdiag.analysis.steps import find_steps, launching_steps
-    from tb_perfdiag.analysis.attribution import incoming_host_link, origins, root_origin
+    from tb_perfdiag.analysis.device_time.by_op import _labels, overlap
+    from tb_perfdiag.analysis.steps.windows import find_steps, launching_steps
+    from tb_perfdiag.analysis.attribution.links import incoming_host_link, origins, root_origin
     label, _, klass = _labels(trace, mine, trace.kind[mine], {})
     kl = klass[label]
     linked = incoming_host_link(trace)
@@ -309,7 +309,7 @@ def test_real_traces_add_up(path):
             assert abs(int(T.time[rows].sum()) - int(d.devices.busy[dv])) <= US
         # the same figures as from every op of the device (not only the windows around
         # its copies and collectives)
-        from tb_perfdiag.analysis.device_ops import overlap
+        from tb_perfdiag.analysis.device_time.by_op import overlap
         full = _full(trace, d, dv, mine)
         assert T.overlap[dv].tolist() == full[0][0].tolist()
         assert T.step_overlap[:, dv].tolist() == full[1].tolist()
@@ -321,7 +321,7 @@ def test_real_traces_add_up(path):
 
 
 def test_compare_uses_the_same_grouping(kineto_diag):
-    from tb_perfdiag.analysis.compare import compare
+    from tb_perfdiag.analysis.compare.diff import compare
     from tb_perfdiag.render.compare import comparison_json
     after = diagnose_trace(_kineto_trace(relu_us=40))
     cmp = compare(kineto_diag, after)
@@ -374,7 +374,7 @@ def test_cells_native_and_numpy_agree(monkeypatch):
     the same folded over its cells (unused rows empty) and over the typical steps' cells,
     short ops per row and per (step, device); with a cut, the same cells kept per
     (step, device) and the same rest."""
-    from tb_perfdiag.analysis import device_ops as D
+    from tb_perfdiag.analysis.device_time import by_op as D
     if getattr(D._native, "op_cells", None) is None:
         pytest.skip("native extension not built")
     rng = np.random.default_rng(7)
@@ -469,7 +469,7 @@ def test_cells_native_and_numpy_agree(monkeypatch):
 def test_op_classes_of_labels(copies):
     """Copies and sets count only where their name starts the label; collectives
     anywhere in it, in any case."""
-    from tb_perfdiag.analysis import device_ops as D
+    from tb_perfdiag.analysis.device_time import by_op as D
     C = D.OpClass
     labels = ["fusion.1", "xMemcpy HtoD", "my_copy-start", "Memset", "Memset2",
               "ncclDevKernel_AllReduce_Sum<…>", "all-gather.3", "copy-start.12", "copy-done",
@@ -483,7 +483,7 @@ def test_op_classes_of_labels(copies):
 def test_overlap_per_key_is_each_key_alone(far):
     """The per-key overlap (keys laid end to end, or in chunks of keys when their extents
     add up past 2**62) equals each key's ops taken alone."""
-    from tb_perfdiag.analysis.device_ops import overlap
+    from tb_perfdiag.analysis.device_time.by_op import overlap
     rng = np.random.default_rng(11)
     n, n_keys = 4000, 37
     key = rng.integers(0, n_keys, n)
@@ -519,7 +519,7 @@ def test_overlap_unions_in_c_are_each_class_set_unioned_alone(mix, monkeypatch):
     """The six unions per key behind the overlap split (all ops, compute, copies,
     collectives, compute with copies, compute with collectives) in one C pass equal
     numpy's passes and a plain union of each set; nested, touching and empty ops."""
-    from tb_perfdiag.analysis import device_ops as D
+    from tb_perfdiag.analysis.device_time import by_op as D
     from tb_perfdiag.trace.build import native_fn
     if native_fn("overlap_unions") is None:
         pytest.skip("the native extension is not built (setup.py build_ext)")
@@ -556,7 +556,7 @@ def test_track_ends_searched_and_checked_without_a_column_of_them(monkeypatch):
     before, on, between and past them (equal ends and zero-length ops included), and the
     block-wise order check is numpy's, also where the ends fall across a block boundary."""
     from types import SimpleNamespace
-    from tb_perfdiag.analysis import device_ops as D
+    from tb_perfdiag.analysis.device_time import by_op as D
     rng = np.random.default_rng(11)
     monkeypatch.setattr(D, "_BLOCK", 3)
     for m in (1, 2, 5, 9, 40):
@@ -589,7 +589,7 @@ def test_dominant_key_per_row_read_a_block_of_ops_at_a_time(block, monkeypatch):
     share that key; ties to the lower key, none where no weight), found reading the ops
     a block at a time: the same for every block size, and as counted op by op; rows
     with no ops keep their own key."""
-    from tb_perfdiag.analysis import device_ops as DO
+    from tb_perfdiag.analysis.device_time import by_op as DO
     monkeypatch.setattr(DO, "_BLOCK", block)
     rng = np.random.default_rng(block)
     n_rows, n = 12, 300

@@ -23,7 +23,7 @@ from conftest import ROOT, shared_path
 from tb_perfdiag.analysis import causes as C
 from tb_perfdiag.analysis import Options, diagnose_trace
 from tb_perfdiag.analysis.efficiency import waterfall as W
-from tb_perfdiag.analysis.efficiency.run_peer import run_waterfall
+from tb_perfdiag.analysis.run.waterfalls import run_waterfall
 from tb_perfdiag.cache import DiagnosisCache
 from tb_perfdiag.discovery import Catalog
 from tb_perfdiag.params import parse

@@ -11,8 +11,8 @@ import re
 import pytest
 
 from tb_perfdiag.analysis.diagnosis import diagnose_trace
-from tb_perfdiag.analysis.efficiency.advice import fp32_fix
-from tb_perfdiag.analysis.culprits import JAX, PYTORCH, TENSORFLOW
+from tb_perfdiag.analysis.findings.efficiency import fp32_fix
+from tb_perfdiag.analysis.attribution.culprits import JAX, PYTORCH, TENSORFLOW
 from tb_perfdiag.analysis.result import FindingKind as FK
 from tb_perfdiag.render.efficiency import pct, points, si, source_text, text_lines
 from tb_perfdiag.render.json import diagnosis_json

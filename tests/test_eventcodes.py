@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from tb_perfdiag.analysis.eventcodes import EventCodes
+from tb_perfdiag.analysis.attribution.eventcodes import EventCodes
 
 
 @pytest.mark.parametrize("density", [0.0, 0.01, 0.5, 1.0])
@@ -42,7 +42,7 @@ def test_few_values_read_as_the_column(n_values, code_type):
     """An event-index column of few values (−1 among them) held as codes reads back as
     the column itself: index arrays of either width, one index, negative ones, slices;
     its bytes are the codes' and the values'."""
-    from tb_perfdiag.analysis.eventcodes import FewValues
+    from tb_perfdiag.analysis.attribution.eventcodes import FewValues
     rng = np.random.default_rng(n_values)
     n = 200_000
     pool = rng.choice(n, n_values, replace=False).astype(np.int32)
@@ -64,7 +64,7 @@ def test_few_values_read_as_the_column(n_values, code_type):
 def test_few_values_only_where_few_and_in_range():
     """More than 65 536 values, a value below −1 or past the events, or an empty or
     float column: the column is kept as it is."""
-    from tb_perfdiag.analysis.eventcodes import FewValues
+    from tb_perfdiag.analysis.attribution.eventcodes import FewValues
     many = np.arange(70_000, dtype=np.int32)[::-1].copy()
     assert FewValues.of(many) is many
     for bad in (np.array([0, -2, 1], np.int32), np.array([0, 3, 1], np.int32),

@@ -262,7 +262,7 @@ def test_culprit_chains_under_numbered_steps_are_described_as_one_by_one():
     put back) equal each event described alone: chains under ProfilerStep#1..6 with
     user frames, annotations and recursion, a step event itself, a step nested in
     another step, and an op named like its step."""
-    from tb_perfdiag.analysis.culprits import Culprits
+    from tb_perfdiag.analysis.attribution.culprits import Culprits
     b = TraceBuilder()
     main = b.thread("python main")
     for n in range(6):
@@ -309,7 +309,7 @@ def test_chains_under_steps_of_other_names_keep_their_own_descriptions():
     """XSpace steps carry the program's own name: chains under ``train_step`` and under
     ``eval_step`` differ by that name alone once it is set aside, and still get ids of
     their own (each describes itself by its step)."""
-    from tb_perfdiag.analysis.culprits import Culprits
+    from tb_perfdiag.analysis.attribution.culprits import Culprits
     b = TraceBuilder("xspace")
     main = b.thread("python main")
     for n, name in enumerate(("train_step", "eval_step", "train_step", "eval_step")):

@@ -14,8 +14,13 @@ import tb_perfdiag
 from tb_perfdiag.cache import DiagnosisCache
 from tb_perfdiag.discovery import Catalog, scan_logdir
 from tb_perfdiag.params import parse
-from tb_perfdiag.render.json import (HOST_OPS_SHOWN, STEP_ROWS, diagnosis_json, json_bytes,
-                                     steps_json)
+from tb_perfdiag.render.json import (
+    HOST_OPS_SHOWN,
+    STEP_ROWS,
+    diagnosis_json,
+    json_bytes,
+    steps_json,
+)
 from tb_perfdiag.service import DiagnosisService
 from tb_perfdiag.testing import TraceBuilder
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import tb_perfdiag
-from tb_perfdiag.analysis.steps import AFTER_LAST, BEFORE_FIRST, gap_steps, in_step_part
+from tb_perfdiag.analysis.steps.windows import AFTER_LAST, BEFORE_FIRST, gap_steps, in_step_part
 from tb_perfdiag.render.text import report
 from tb_perfdiag.testing import TraceBuilder
 

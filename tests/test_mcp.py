@@ -20,7 +20,7 @@ import demo_logdir  # noqa: E402
 
 import tb_perfdiag  # noqa: E402
 from tb_perfdiag.analysis import causes as C  # noqa: E402
-from tb_perfdiag.analysis.budgets import Budgets, check as check_budgets  # noqa: E402
+from tb_perfdiag.analysis.compare.budgets import Budgets, check as check_budgets  # noqa: E402
 
 LIMIT = 64 * 1024
 TOOLS = {"list_runs", "summary", "gaps", "gap", "findings", "device_ops", "compare", "check",

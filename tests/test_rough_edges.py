@@ -167,7 +167,7 @@ def test_a_cause_over_two_devices_is_said_per_device_never_added_up(reports):
             total = sum(per)
             # the added-up figure must not appear as the figure of the cause
             if max(per) < 0.9 * total:
-                from tb_perfdiag.analysis.findings import _fmt
+                from tb_perfdiag.analysis.findings.detectors import _fmt
                 assert f"takes {_fmt(total)}" not in f.detail, f.detail
     assert many, "no finding spans two devices in the bundled traces"
 

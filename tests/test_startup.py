@@ -9,7 +9,7 @@ import pytest
 
 import tb_perfdiag
 from tb_perfdiag.analysis import causes as C
-from tb_perfdiag.analysis import startup
+from tb_perfdiag.analysis.steps import startup
 from tb_perfdiag.render.text import report as text_report
 from tb_perfdiag.testing import TraceBuilder
 from tb_perfdiag.trace.strings import Strings

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import tb_perfdiag
-from tb_perfdiag.analysis.steps import find_steps
+from tb_perfdiag.analysis.steps.windows import find_steps
 from tb_perfdiag.testing import TraceBuilder
 from tb_perfdiag.trace import load
 from tb_perfdiag.trace.model import EventKind as K, TrackKind
@@ -181,7 +181,7 @@ def _real(pattern: str) -> list:
 
 def _engine_bursts(trace):
     """The backward passes a trace's engine calls make, whatever better marker it has."""
-    from tb_perfdiag.analysis.steps import _ENGINE, engine_bursts
+    from tb_perfdiag.analysis.steps.windows import _ENGINE, engine_bursts
     host = np.flatnonzero(trace.track_kind[trace.track] == TrackKind.HOST)
     names = np.unique(trace.name[host])
     eng = names[[bool(_ENGINE.search(trace.strings[int(x)])) for x in names.tolist()]]

@@ -124,7 +124,7 @@ def test_the_framework_is_found_in_the_joined_names_as_in_each(names, want):
     """The framework test searches the names as one text, a line each: the same answer
     as a search of each name, with ``^`` at each name's start, and never across two."""
     from types import SimpleNamespace
-    from tb_perfdiag.analysis import culprits as CU
+    from tb_perfdiag.analysis.attribution import culprits as CU
     for strings in (names, Strings(names)):
         t = SimpleNamespace(format="xspace", strings=strings, track_name=["python"])
         got = CU.framework(t)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import tb_perfdiag
-from tb_perfdiag.analysis.annotations import _scope_parts, user_scope
+from tb_perfdiag.analysis.device_time.annotations import _scope_parts, user_scope
 from tb_perfdiag.testing import Ref, TraceBuilder, U64
 from tb_perfdiag.trace import EventKind as K, LinkKind, TrackKind
 from tb_perfdiag.trace import xspace

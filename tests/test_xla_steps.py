@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import tb_perfdiag
-from tb_perfdiag.analysis.attribution import VIA_REGION, origins, root_origin, run_dispatch
-from tb_perfdiag.analysis.steps import find_steps, launched_busy, launching_steps
+from tb_perfdiag.analysis.attribution.links import VIA_REGION, origins, root_origin, run_dispatch
+from tb_perfdiag.analysis.steps.windows import find_steps, launched_busy, launching_steps
 from tb_perfdiag.testing import TraceBuilder
 
 US = 1_000_000      # ps
@@ -375,7 +375,7 @@ def test_idle_totals_are_per_device_not_summed_over_devices():
 
 
 def test_an_event_with_two_incoming_flows_takes_the_latest_starting_source():
-    from tb_perfdiag.analysis.attribution import incoming_host_link, incoming_host_link_any
+    from tb_perfdiag.analysis.attribution.links import incoming_host_link, incoming_host_link_any
     from tb_perfdiag.testing import TraceBuilder
     b = TraceBuilder("xspace")
     py, other, ex = b.thread("python"), b.thread("other"), b.thread("executor")
@@ -437,7 +437,7 @@ def test_order_by_step_in_c_is_numpys_stable_sort(monkeypatch):
     """The ops by step (none first), stable, and where each step's ops end: the C
     counting sort equals numpy's stable argsort and counts, for int8 to int64 steps,
     steps with no ops, all ops of no step, and no ops; a step out of range is refused."""
-    from tb_perfdiag.analysis.steps import order_by_step
+    from tb_perfdiag.analysis.steps.windows import order_by_step
     from tb_perfdiag.trace.extension import native_fn
     if native_fn("order_by_step") is None:
         import pytest
@@ -484,7 +484,7 @@ def test_steps_by_dispatch_in_c_are_numpys(monkeypatch):
     equals numpy's gathers and search: events in rising runs and out of order, windows
     with equal starts, times on a window's start, before the first and after the last."""
     import types
-    from tb_perfdiag.analysis import steps as S
+    from tb_perfdiag.analysis.steps import windows as S
     from tb_perfdiag.trace.build import native_fn
     if native_fn("steps_of_events") is None:
         pytest.skip("the native extension is not built (setup.py build_ext)")
@@ -600,7 +600,7 @@ def test_device_windows_read_the_ops_steps_in_place():
     steps with no ops, ends past the next step's start."""
     from types import SimpleNamespace
 
-    from tb_perfdiag.analysis import steps as S
+    from tb_perfdiag.analysis.steps import windows as S
     rng = np.random.default_rng(11)
     n_steps, m = 6, 400
     steps = S.StepTable(np.arange(n_steps), np.arange(n_steps, dtype=np.int64) * 1000,
@@ -624,8 +624,8 @@ def test_first_op_of_each_dispatch_read_a_block_at_a_time(monkeypatch):
     the compilation table pairs with programs), found a block of events at a time
     (blocks of 7 and of 1 M), are one pass's over all device ops, on every trace of
     testdata with device work."""
-    from tb_perfdiag.analysis import usercalls as U
-    from tb_perfdiag.analysis.attribution import host_side, origins, root_origin
+    from tb_perfdiag.analysis.steps import usercalls as U
+    from tb_perfdiag.analysis.attribution.links import host_side, origins, root_origin
     from tb_perfdiag.trace.build import unique_first
     checked = 0
     for path in _testdata_traces():

@@ -17,30 +17,35 @@ from ..trace.build import unique_inverse
 from ..trace.classify import memcpy_kind
 from ..trace.strings import strings_nbytes
 from ..trace.model import EventKind as K, Trace
-from . import annotations as ann_mod
+from .device_time import annotations as ann_mod
 from . import causes as C
-from . import findings as find_mod
-from . import usercalls
-from .attribution import (dispatch_threads, incoming_host_link, origins, region_threads,
-                          root_origin)
-from .detail import host_ops
-from .gaps import device_busy, find_gaps, short_gaps, user_threads
-from .hostline import blocking_mask, build_hostlines, event_buckets
+from .findings import detectors as find_mod
+from .steps import usercalls
+from .attribution.links import (
+    dispatch_threads,
+    incoming_host_link,
+    origins,
+    region_threads,
+    root_origin,
+)
+from .gaps.detail import host_ops
+from .gaps.busy import device_busy, find_gaps, short_gaps, user_threads
+from .attribution.hostline import blocking_mask, build_hostlines, event_buckets
 from .intervals import covered, total_length, window_pairs
 from ..beside import Beside, side_by_side
-from .culprits import framework
-from .eventcodes import EventCodes, FewValues
-from .refs import event_refs
-from .ops import op_table
-from .device_ops import device_op_table, fill_overlap
-from .collectives import collective_ops, collective_table
-from .shares import split
-from .startup import first_step_end, startup_ranges, startup_roots, steps_with_startup
-from .notes import capture_notes, outside_step_gaps, startup_note
-from .tfdata import get_next_spans
+from .attribution.culprits import framework
+from .attribution.eventcodes import EventCodes, FewValues
+from .attribution.refs import event_refs
+from .device_time.op_counts import op_table
+from .device_time.by_op import device_op_table, fill_overlap
+from .collectives.instances import collective_ops, collective_table
+from .gaps.shares import split
+from .steps.startup import first_step_end, startup_ranges, startup_roots, steps_with_startup
+from .steps.capture_notes import capture_notes, outside_step_gaps, startup_note
+from .gaps.tfdata import get_next_spans
 from .result import DeviceTable, Diagnosis, GapTable, StepNumbers, typical_of
 from .efficiency import mfu as eff_mod, sums as eff_sums
-from .steps import device_windows, find_steps, gap_steps, launched_busy, launching_steps
+from .steps.windows import device_windows, find_steps, gap_steps, launched_busy, launching_steps
 
 DEFAULT_THRESHOLD_US = 5.0
 DETAIL_LIMIT = 200            # gaps with host-op detail up front (largest first; the page

@@ -63,7 +63,7 @@ class FindingKind(str, enum.Enum):
     SERIALIZED_DEVICES = "serialized_devices"
     RECURRING_GAP = "recurring_gap"
     STARTUP = "startup"
-    # busy time badly spent (``efficiency/advice.py``)
+    # busy time badly spent (``findings/efficiency.py``)
     FP32_MATMUL = "fp32_matmul"
     SLOW_MATMUL = "slow_matmul"
     UNFUSED_ELEMENTWISE = "unfused_elementwise"

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..trace.build import distinct
 from ..trace.model import Trace, TrackKind
-from . import annotations as ann_mod
+from .device_time import annotations as ann_mod
 from .intervals import union
 
 MAX_EVENTS_PER_LANE = 1500

@@ -1,4 +1,4 @@
-"""Budget results (``analysis/budgets.py``) → terminal lines, JSON, JUnit XML and GitHub
+"""Budget results (``analysis/compare/budgets.py``) → terminal lines, JSON, JUnit XML and GitHub
 Actions annotations, for ``tb-perfdiag check``.
 
 A checked profile is (label, file, [Result]) or (label, file, error message) when it
@@ -11,7 +11,7 @@ from xml.etree import ElementTree as ET
 
 from ..units import duration_ps
 from ..analysis import causes as C
-from ..analysis.budgets import Result
+from ..analysis.compare.budgets import Result
 from .efficiency import pct, si
 
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..analysis import causes as C
 from ..analysis.result import Diagnosis
-from ..analysis.steps import AFTER_LAST
+from ..analysis.steps.windows import AFTER_LAST
 from ..trace.model import EventKind as K, Trace, TrackKind
 from .json import _dur, gap_ids, gap_records, ns, ns_list
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..analysis import collectives as coll
-from ..analysis.collectives import DEVICE_COMPUTE, Join, clock_origin_ps, per_step_median
-from ..analysis.compare import peer_wait_cells
-from ..analysis.device_ops import fold_kernel_name
-from ..analysis.efficiency.run_peer import run_waterfall
+from ..analysis.collectives import instances as coll
+from ..analysis.collectives.instances import DEVICE_COMPUTE, Join, clock_origin_ps, per_step_median
+from ..analysis.compare.diff import peer_wait_cells
+from ..analysis.device_time.by_op import fold_kernel_name
+from ..analysis.run.waterfalls import run_waterfall
 from ..analysis.result import Diagnosis
 from ..units import duration
 from .efficiency import run_json

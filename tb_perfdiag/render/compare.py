@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from ..units import duration_ps
 from ..analysis import causes as C
-from ..analysis.compare import Change, Comparison, StepFigures
+from ..analysis.compare.diff import Change, Comparison, StepFigures
 from ..analysis.result import TYPICAL_STEP
-from ..analysis.device_ops import fold_kernel_name
+from ..analysis.device_time.by_op import fold_kernel_name
 from ..analysis.result import Diagnosis, OpClass
 from ..trace.model import EventKind as K
 from .efficiency import DEFINITION as MFU_DEFINITION, part_label, pct

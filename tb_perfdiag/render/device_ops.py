@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..units import duration
-from ..analysis.device_ops import STEP_GROUPS
+from ..analysis.device_time.by_op import STEP_GROUPS
 from ..analysis.result import Diagnosis, FindingKind, OpClass, Overlap
 from . import efficiency as eff_json
 

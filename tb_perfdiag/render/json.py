@@ -16,13 +16,13 @@ import orjson
 
 from ..units import duration_ps
 from ..analysis import causes as C
-from ..analysis.attribution import VIA_NAMES
-from ..analysis.culprits import readable
+from ..analysis.attribution.links import VIA_NAMES
+from ..analysis.attribution.culprits import readable
 from ..analysis.diagnosis import no_cyclic_gc
-from ..analysis.device_ops import fold_kernel_name
-from ..analysis.losses import device_losses, primary_device
+from ..analysis.device_time.by_op import fold_kernel_name
+from ..analysis.steps.losses import device_losses, primary_device
 from ..analysis.result import Diagnosis, Direction, EventRefs, Finding, FindingKind, HostOps
-from ..analysis.steps import AFTER_LAST, DEFINITION as STEP_DEFINITION
+from ..analysis.steps.windows import AFTER_LAST, DEFINITION as STEP_DEFINITION
 from ..trace.model import EventKind as K
 from ..analysis.result import TYPICAL_STEP
 from .device_ops import device_ops_json

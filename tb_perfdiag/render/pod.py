@@ -8,9 +8,9 @@ import re
 import numpy as np
 
 from ..analysis import causes as C
-from ..analysis import collectives as coll
+from ..analysis.collectives import instances as coll
 from ..analysis.efficiency import waterfall as W
-from ..analysis.efficiency.run_peer import device_rows, join_wait
+from ..analysis.run.waterfalls import device_rows, join_wait
 from ..analysis.result import Diagnosis
 from .collectives import clock_note, clocks_json, late_text
 from .efficiency import part_label

@@ -6,8 +6,16 @@ import json
 from pathlib import Path
 
 from sim import ACTIVITY, MS, Timeline
-from tb_perfdiag.testing.kineto import (A100, CBID, KinetoJsonWriter, Ns, footer_events, fts,
-                                        process_events, thread_events)
+from tb_perfdiag.testing.kineto import (
+    A100,
+    CBID,
+    KinetoJsonWriter,
+    Ns,
+    footer_events,
+    fts,
+    process_events,
+    thread_events,
+)
 from tb_perfdiag.testing.xspace import XSpaceWriter
 
 _J = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))

@@ -11,8 +11,15 @@ from scenarios_kineto import DATALOADER, KN, MEMCPY_D2H_PAGEABLE, MEMCPY_H2D_PIN
 from scenarios_xla import XlaHost
 from sim import ACTIVITY, MS, US, Host, Stream, Timeline
 from tb_perfdiag.testing.kineto import A100
-from tb_perfdiag.testing.xspace import (PlaneBuilder, XLine, XPlane, hlo_proto, pb_len, pb_str,
-                                        varint)
+from tb_perfdiag.testing.xspace import (
+    PlaneBuilder,
+    XLine,
+    XPlane,
+    hlo_proto,
+    pb_len,
+    pb_str,
+    varint,
+)
 
 
 TRANSFORMER_FWD = [

@@ -37,7 +37,7 @@ def _no_xla_figures(trace: Trace) -> str:
     """Why an XSpace's ops have no cost figure, for the framework that wrote it: a
     TensorFlow graph run without XLA executes kernels XLA never saw (its ``tf_op``s carry
     no cost figure and no HLO is recorded), where XLA would record its programs' HLO."""
-    from ..culprits import TENSORFLOW, framework
+    from ..attribution.culprits import TENSORFLOW, framework
     if framework(trace) == TENSORFLOW:
         return ("TensorFlow ops run without XLA carry no cost figures and the capture has no "
                 "HLO proto: compile the step with XLA (tf.function(jit_compile=True)) and the "

@@ -9,10 +9,10 @@ import sys
 
 import numpy as np
 
-from ..trace.build import distinct
-from ..trace.model import EventKind as K, Trace
-from ..trace.strings import contains_text, joined
-from .device_ops import fold_kernel_name
+from ...trace.build import distinct
+from ...trace.model import EventKind as K, Trace
+from ...trace.strings import contains_text, joined
+from ..device_time.by_op import fold_kernel_name
 
 PYTORCH, PYTORCH_XLA, JAX, TENSORFLOW, XLA = "pytorch", "pytorch_xla", "jax", "tensorflow", "xla"
 
@@ -176,7 +176,7 @@ class Culprits:
             cols.append(np.where(ok, t.name[c].astype(np.int64) * 64 + t.kind[c], -1))
             cur = np.where(ok, t.parent[c], -1)
         rows = np.stack(cols[::-1], axis=1)                 # outermost first, −1 padded
-        from ..trace.build import unique_rows
+        from ...trace.build import unique_rows
         u, inv = unique_rows(rows)
         del rows
         # a chain under ProfilerStep#N differs from step to step by that name alone: each

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..trace.build import distinct, unique_rows
-from ..trace.model import Trace, search
-from .result import EventRefs
+from ...trace.build import distinct, unique_rows
+from ...trace.model import Trace, search
+from ..result import EventRefs
 
 
 def _stat_ids(trace: Trace, key: str, events: np.ndarray) -> np.ndarray:

@@ -29,15 +29,25 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..trace.build import distinct, unique_inverse
-from ..trace.classify import (is_collective_kernel, is_input_pipeline_thread,
-                              is_pipeline_plumbing)
-from ..trace.model import EventKind as K, Trace
-from . import causes as C
-from .hostline import (B_ANNOT, B_DATA, B_H2D, B_IDLE, B_LAUNCH, B_STARTUP, B_SYNC, B_WAIT,
-                       BUCKET_CAUSE, BUCKETS, HostLine)
-from .intervals import covered, union
-from .sortedtimes import search as t_search
+from ...trace.build import distinct, unique_inverse
+from ...trace.classify import is_collective_kernel, is_input_pipeline_thread, is_pipeline_plumbing
+from ...trace.model import EventKind as K, Trace
+from .. import causes as C
+from ..attribution.hostline import (
+    B_ANNOT,
+    B_DATA,
+    B_H2D,
+    B_IDLE,
+    B_LAUNCH,
+    B_STARTUP,
+    B_SYNC,
+    B_WAIT,
+    BUCKET_CAUSE,
+    BUCKETS,
+    HostLine,
+)
+from ..intervals import covered, union
+from ..sortedtimes import search as t_search
 
 LAUNCH_LATENCY_PS = 10_000_000      # ≈10 µs from a launch call's return to the device start
 PROBE_PS = 1_000_000                # a blocking call that returned within 1 µs of gs

@@ -21,8 +21,8 @@ import re
 
 import numpy as np
 
-from ..trace.build import distinct
-from ..trace.model import EventKind as K, TrackKind, Trace, isin_few
+from ...trace.build import distinct
+from ...trace.model import EventKind as K, TrackKind, Trace, isin_few
 
 MIN_PS = 5_000_000_000          # 5 ms: shorter first calls are not worth a cause of their own
 FAR = 50                        # times the same call's median later in the process
@@ -122,7 +122,7 @@ def first_step_end(steps) -> int | None:
 
 
 def _first_iteration_end(trace: Trace) -> int | None:
-    from .steps import find_steps
+    from .windows import find_steps
     return first_step_end(find_steps(trace))
 
 
@@ -134,7 +134,7 @@ def steps_with_startup(trace: Trace, roots: np.ndarray, start: np.ndarray,
     """bool per step window [start, end): start-up events take at least ``STEP_SHARE`` of
     the median step in it (such a step is no typical step; torch.profiler's few µs of
     ``_transit_action`` in every step leave every step typical)."""
-    from .intervals import covered, union
+    from ..intervals import covered, union
     start, end = np.asarray(start, np.int64), np.asarray(end, np.int64)
     if not start.size or not roots.size:
         return np.zeros(start.shape[0], bool)

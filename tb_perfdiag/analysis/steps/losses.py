@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .result import Diagnosis, OpClass
+from ..result import Diagnosis, OpClass
 
 
 @dataclass

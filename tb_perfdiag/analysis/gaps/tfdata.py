@@ -12,11 +12,11 @@ import re
 
 import numpy as np
 
-from ..units import duration
-from ..trace.classify import is_input_pipeline_thread, iterator_stage
-from ..trace.strings import contains_text
-from ..trace.model import Trace
-from .intervals import union
+from ...units import duration
+from ...trace.classify import is_input_pipeline_thread, iterator_stage
+from ...trace.strings import contains_text
+from ...trace.model import Trace
+from ..intervals import union
 
 # per batch the consumer calls get_next once (a Keras multi-step call: once per step)
 _GET_NEXT = re.compile(r"^Iterator\w*GetNext\w*Op::DoCompute$|^IteratorGetNext\w*Op::DoCompute$")

@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import causes as C
-from .compare import Comparison, no_collectives, step_figures
-from .result import Diagnosis
+from .. import causes as C
+from .diff import Comparison, no_collectives, step_figures
+from ..result import Diagnosis
 
 
 @dataclass

@@ -15,19 +15,28 @@ from collections import defaultdict
 
 import numpy as np
 
-from ..units import duration
-from ..trace.build import distinct, unique_rows
-from ..trace.classify import is_collective_kernel
-from ..trace.model import EventKind as K, Trace
-from . import causes as C
-from .culprits import (PYTORCH_XLA, SYNC_LABELS, Culprits, applied_fixes, chain_sync_kind,
-                       clean, framework, sync_kind)
-from . import startup, tfdata
+from ...units import duration
+from ...trace.build import distinct, unique_rows
+from ...trace.classify import is_collective_kernel
+from ...trace.model import EventKind as K, Trace
+from .. import causes as C
+from ..attribution.culprits import (
+    PYTORCH_XLA,
+    SYNC_LABELS,
+    Culprits,
+    applied_fixes,
+    chain_sync_kind,
+    clean,
+    framework,
+    sync_kind,
+)
+from ..steps import startup
+from ..gaps import tfdata
 from .fixes import fix_for, for_platform, platform
-from .efficiency.advice import findings as efficiency_findings
-from .steps import in_step_part
-from .notes import kernels_per_device
-from .result import Finding, FindingKind as FK
+from .efficiency import findings as efficiency_findings
+from ..steps.windows import in_step_part
+from ..steps.capture_notes import kernels_per_device
+from ..result import Finding, FindingKind as FK
 
 MAX_EVIDENCE = 20              # events named in a d2h finding
 TOP_SHARE = 0.01               # a top finding costs at least 1 % of a typical step
@@ -733,7 +742,7 @@ def _transfers(trace, diag, G, steps, fw, add, out) -> None:
     T = diag.transfers
     if T is None or not len(T):
         return
-    from .result import Direction
+    from ..result import Direction
     sel = np.flatnonzero(T.direction == Direction.D2H)
     if not sel.size:
         return

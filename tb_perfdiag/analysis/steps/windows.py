@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..trace.extension import native_fn
-from ..trace.model import EventKind as K, TrackKind, Trace, isin_few, narrowest_int, search
-from .attribution import run_dispatch
-from .intervals import covered, window_pairs
+from ...trace.extension import native_fn
+from ...trace.model import EventKind as K, TrackKind, Trace, isin_few, narrowest_int, search
+from ..attribution.links import run_dispatch
+from ..intervals import covered, window_pairs
 
 DEFINITION = ("Step windows come from, in order: a device Steps line, host step annotations "
               "(ProfilerStep#N, step_num), the repeated runs of the dominant program (run k "
@@ -386,7 +386,7 @@ def launched_busy(start: np.ndarray, end: np.ndarray | None, step: np.ndarray | 
     ``step × span + (t − t0)``, so that one union of the block is the union of each step
     apart (no step's intervals reach the next one's) and a step's total is a difference
     of a running sum."""
-    from .intervals import union
+    from ..intervals import union
     out = np.zeros(n_steps, np.int64)
     n_ops = step.shape[0] if event_step is None else at.shape[0]
     if n_steps == 0 or n_ops == 0:

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import causes as C
-from .result import Diagnosis, Finding, FindingKind
+from .. import causes as C
+from ..result import Diagnosis, Finding, FindingKind
 
 GREW_REL = 0.10        # a finding grew/shrank: its time per step changed by ≥ 10 % …
 GREW_ABS = 0.01        # … and by ≥ 1 % of the before run's typical step
@@ -244,7 +244,7 @@ def side_of(diag: Diagnosis, label: str) -> Side:
     in_steps = (T.step >= 0) if n_comp else np.zeros(0, bool)
     d2h = h2d = 0
     if X is not None and len(X):
-        from .result import Direction
+        from ..result import Direction
         ok = X.step >= 0
         d2h = int((ok & (X.direction == Direction.D2H)).sum())
         h2d = int((ok & (X.direction == Direction.H2D)).sum())

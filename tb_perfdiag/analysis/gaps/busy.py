@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..trace.model import EventKind as K, Trace, isin_few, track_counts
+from ...trace.model import EventKind as K, Trace, isin_few, track_counts
 
 
 def device_busy(trace: Trace, device: int, kernels_only: bool, threshold_ps: int):
     """(the device's ops, its busy set's starts and ends, its gaps of at least the
     threshold as ``find_gaps`` gives them, or None where they are still to be found)."""
-    from .intervals import union_of_runs
+    from ..intervals import union_of_runs
     # each track's ops come sorted by start: the runs are the tracks' shares of ``ev``
     ev = trace.activity_of(device, kernels_only=kernels_only)
     starts = [lo for lo, _ in trace.track_slices(np.flatnonzero(trace.track_device == device))]

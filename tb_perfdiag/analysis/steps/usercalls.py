@@ -21,11 +21,11 @@ import re
 
 import numpy as np
 
-from ..trace.build import unique_first
-from ..trace.model import EventKind as K, Trace, isin_few
-from .attribution import host_side
-from .result import CompilationTable, Direction, TransferTable
-from .steps import StepTable, step_of_time
+from ...trace.build import unique_first
+from ...trace.model import EventKind as K, Trace, isin_few
+from ..attribution.links import host_side
+from ..result import CompilationTable, Direction, TransferTable
+from .windows import StepTable, step_of_time
 
 _PY_FRAME = "$"                      # JAX's Python tracer names its frames "$file.py:line f"
 _FINGERPRINT = re.compile(r"\(\d+\)$")

@@ -35,16 +35,16 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..trace.classify import memcpy_kind
-from ..trace.extension import native_fn
-from ..trace.model import DEVICE_ACTIVITY, EventKind as K, Trace, search
-from ..trace.strings import take
+from ...trace.classify import memcpy_kind
+from ...trace.extension import native_fn
+from ...trace.model import DEVICE_ACTIVITY, EventKind as K, Trace, search
+from ...trace.strings import take
 from .annotations import _at, _lookup
-from .result import DeviceOpTable, OpClass, Overlap
-from .shares import LAUNCH_LATENCY_PS
+from ..result import DeviceOpTable, OpClass, Overlap
+from ..gaps.shares import LAUNCH_LATENCY_PS
 
 try:                      # the optional C extension: one pass for the cells
-    from .. import _native
+    from ... import _native
 except ImportError:       # pragma: no cover - no compiler where it was installed
     _native = None
 

@@ -17,9 +17,9 @@ import re
 
 import numpy as np
 
-from ..trace.build import distinct, map_distinct, parent_down, unique_inverse, unique_rows
-from ..trace.model import EventKind as K, Trace, TrackKind, isin_few, search
-from .result import AnnotationTable
+from ...trace.build import distinct, map_distinct, parent_down, unique_inverse, unique_rows
+from ...trace.model import EventKind as K, Trace, TrackKind, isin_few, search
+from ..result import AnnotationTable
 
 _SUFFIX = re.compile(r"\.\d+$")
 # torch_xla names the IR op inside the user's scopes (``train_step.1/forward.2/aten__add.5/

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..units import duration_ps
-from ..trace.model import EventKind as K, Trace, isin_few
-from .result import DeviceTable, StepNumbers
-from .steps import AFTER_LAST, BEFORE_FIRST
+from ...units import duration_ps
+from ...trace.model import EventKind as K, Trace, isin_few
+from ..result import DeviceTable, StepNumbers
+from .windows import AFTER_LAST, BEFORE_FIRST
 
 _BLOCK = 1 << 20
 # a device op that starts this much before the host call that launched it: the clocks
@@ -162,7 +162,7 @@ def _losses(trace: Trace, devices: DeviceTable) -> list:
 def startup_note(devices: DeviceTable, steps: StepNumbers, kinds: list) -> str | None:
     """How much of the capture start-up takes (on the device it idles most), what it is
     (``kinds``: the start-up findings' subjects) and which figures leave it out."""
-    from . import causes as C
+    from .. import causes as C
     i = C.ALL.index(C.STARTUP)
     if devices.idle_by_cause.shape[1] <= i:
         return None

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..trace.extension import native_fn
-from ..trace.model import Trace
-from .result import HostOps
-from .sortedtimes import SortedTimes
+from ...trace.extension import native_fn
+from ...trace.model import Trace
+from ..result import HostOps
+from ..sortedtimes import SortedTimes
 
 HOST_OPS_PER_THREAD = 8
 PROBE_BEFORE_PS = 1000               # a blocking call that returned just before the gap

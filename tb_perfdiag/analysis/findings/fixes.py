@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from .culprits import JAX, PYTORCH, PYTORCH_XLA, TENSORFLOW
+from ..attribution.culprits import JAX, PYTORCH, PYTORCH_XLA, TENSORFLOW
 
 _NUM_WORKERS = ("Load batches in background workers: DataLoader(num_workers>0, pin_memory=True, "
                 "persistent_workers=True, prefetch_factor=2 or more), and move heavy "

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..trace.build import native_fn
-from ..trace.model import DEVICE_ACTIVITY, EventKind as K, Trace, TrackKind
-from ..trace.strings import take
-from .result import OpTable
+from ...trace.build import native_fn
+from ...trace.model import DEVICE_ACTIVITY, EventKind as K, Trace, TrackKind
+from ...trace.strings import take
+from ..result import OpTable
 
 _NOT_OPS = (K.STEP, K.PYTHON, K.ANNOTATION, K.IDLE, K.DEVICE_OTHER)
 _CHUNK = 1 << 21

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import waterfall as W
+from ..efficiency import waterfall as W
 
 
 @dataclass

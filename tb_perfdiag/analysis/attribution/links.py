@@ -17,9 +17,16 @@ import re
 
 import numpy as np
 
-from ..trace.build import distinct, native_fn, unique_inverse
-from ..trace.model import (DEVICE_ACTIVITY, EventKind as K, TrackKind, Trace, isin_few,
-                           search, track_counts)
+from ...trace.build import distinct, native_fn, unique_inverse
+from ...trace.model import (
+    DEVICE_ACTIVITY,
+    EventKind as K,
+    TrackKind,
+    Trace,
+    isin_few,
+    search,
+    track_counts,
+)
 
 VIA_NONE, VIA_LINK, VIA_ANCESTOR_LINK, VIA_EXECUTE, VIA_REGION = range(5)
 VIA_NAMES = {VIA_NONE: "none", VIA_LINK: "correlation/flow link",

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..trace.model import codes_over_range
+from ...trace.model import codes_over_range
 
 
 class EventCodes:

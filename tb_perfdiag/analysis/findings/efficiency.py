@@ -16,9 +16,9 @@ import re
 import numpy as np
 
 from ...units import duration_ps
-from ..culprits import JAX, PYTORCH, PYTORCH_XLA, TENSORFLOW
+from ..attribution.culprits import JAX, PYTORCH, PYTORCH_XLA, TENSORFLOW
 from ..result import Bound, Finding, FindingKind as FK, OpClass, Overlap
-from .torch_shapes import library_helper
+from ..efficiency.torch_shapes import library_helper
 
 SHARE = 0.10              # of the device's busy time a finding's ops hold at least
 SLOW = 0.10               # a matmul group under this share of its attainable roofline

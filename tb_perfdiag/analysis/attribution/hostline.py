@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..trace.build import native_fn, parent_down
-from ..trace.model import EventKind as K, Trace, isin_few, search
-from . import causes as C
-from .sortedtimes import SortedTimes, search as t_search
+from ...trace.build import native_fn, parent_down
+from ...trace.model import EventKind as K, Trace, isin_few, search
+from .. import causes as C
+from ..sortedtimes import SortedTimes, search as t_search
 
 # what a host op's own time stands for; an op's bucket decides the gap share its self
 # time goes to (BUCKET_CAUSE).  Annotation self time is untraced, but it is not idle: the

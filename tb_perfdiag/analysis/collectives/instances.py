@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..trace.build import map_distinct
-from . import causes as C
-from .result import CollectiveTable
+from ...trace.build import map_distinct
+from .. import causes as C
+from ..result import CollectiveTable
 
 # trace.classify.is_collective_kernel's names, and TPU Megascale ops
 _COLLECTIVE = re.compile(r"[nr]ccl|all-?reduce|all-?gather|reduce-?scatter|all-?to-?all|"

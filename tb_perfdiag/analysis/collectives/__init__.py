@@ -1,0 +1,1 @@
+"""Collectives of one file: each collective op instance of each device."""

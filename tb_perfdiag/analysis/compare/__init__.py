@@ -1,0 +1,1 @@
+"""Before and after: two diagnoses compared, and a run held to its budgets."""
