@@ -297,6 +297,23 @@ class Tools:
                          base_span=_name("span", base_span), top=top)
         return trim(self.service.compare_json(p, with_steps=steps), max_bytes)
 
+    @tool("A run over time: every capture (Profile session or PyTorch span) in time order with "
+          "its step time, duty cycle, MFU, idle by cause, top finding and trust, and the "
+          "changes beyond the run's noise (step-time ratio, causes in points of the step).")
+    def trend(self, run: Annotated[str, Field(
+                  description="a PyTorch run, a TensorBoard run holding Profile sessions, or "
+                              "one of its sessions, as list_runs names it")],
+              baseline: Annotated[Optional[str], Field(
+                  description="a capture (session) every other is compared with; left out: "
+                              "each with the previous trusted one")] = None,
+              threshold_us: Threshold = 5.0, kernels_only: KernelsOnly = False,
+              max_bytes: MaxBytes = DEFAULT_MAX_BYTES) -> dict:
+        q = {"run": _name("run", run), "baseline": _name("baseline", baseline),
+             "threshold_us": repr(float(threshold_us)), "kernels_only": "1" if kernels_only
+             else "0"}
+        p = parse("trend", {k: v for k, v in q.items() if v is not None})
+        return trim(self.service.trend_json(p), max_bytes)
+
     def _base_host(self, base_run: str, base_host: Optional[str], host: str) -> str:
         if base_host is not None:
             return self._host(base_run, base_host)

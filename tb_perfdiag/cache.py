@@ -24,6 +24,7 @@ import hashlib
 import json
 import logging
 import os
+import queue
 import stat
 import sys
 import threading
@@ -460,6 +461,7 @@ class DiagnosisCache:
         self._lock = threading.Lock()
         self._inflight: dict = {}
         self.computations = 0          # how many times compute() actually ran
+        self._writer = None            # queue of (key, value) the background writer saves
 
     def digest(self, key) -> str:
         """The key's name in the store (and the Dask task's), the same in every process
@@ -468,9 +470,11 @@ class DiagnosisCache:
 
     _digest = digest
 
-    def get_or_compute(self, key, compute, persist: bool = True):
+    def get_or_compute(self, key, compute, persist: bool = True, later: bool = False):
         """Value for ``key``; ``compute()`` runs at most once per key at a time.  With
-        ``persist`` the store is asked first and the result written to it."""
+        ``persist`` the store is asked first and the result written to it; with ``later``
+        written by a background writer (``flush`` waits for it), so that a caller going
+        through many files (a run's trend) does not wait for each write's fsync."""
         with self._lock:
             if key in self._mem:
                 self._mem.move_to_end(key)
@@ -489,7 +493,9 @@ class DiagnosisCache:
             if value is None:
                 self.computations += 1
                 value = compute()
-                if persist:
+                if persist and later:
+                    self._save_later(key, value)
+                elif persist:
                     self.save(key, value)
             self._put(key, value)
             ev[1] = value
@@ -543,6 +549,31 @@ class DiagnosisCache:
             self.store.put(self.digest(key), codec.encode(value), row_of(value))
         except (TypeError, ValueError) as e:   # nothing may break the diagnosis
             logger.warning("tb-perfdiag result store: not stored (%s)", e)
+
+    def _save_later(self, key, value) -> None:
+        if self.store is None:
+            return
+        with self._lock:
+            if self._writer is None:
+                self._writer = queue.Queue()
+                threading.Thread(target=self._write_queued, name="perfdiag-store-writer",
+                                 daemon=True).start()
+        self._writer.put((key, value))
+
+    def _write_queued(self) -> None:
+        while True:
+            key, value = self._writer.get()
+            try:
+                self.save(key, value)
+            except Exception as e:  # noqa: BLE001 - a write failing is a result not kept
+                logger.warning("tb-perfdiag result store: not stored (%s)", e)
+            finally:
+                self._writer.task_done()
+
+    def flush(self) -> None:
+        """Waits until every write handed to the background writer is done."""
+        if self._writer is not None:
+            self._writer.join()
 
     def save_blob(self, key, blob: bytes, row: dict) -> None:
         """An encoded result computed elsewhere (a Dask worker that cannot reach the

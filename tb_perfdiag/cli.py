@@ -1,4 +1,4 @@
-"""tb-perfdiag info|diagnose|compare|check|mcp: in a terminal, a pipeline, CI or an assistant.
+"""tb-perfdiag info|diagnose|compare|check|trend|scalars|mcp: in a terminal, a pipeline, CI or an assistant.
 
 Exit codes (every command):
   0  done (check: every budget met)
@@ -532,6 +532,8 @@ def cmd_compare(args) -> int:
 def cmd_check(args) -> int:
     budgets = Budgets(args.min_duty, dict(args.max_idle_cause or []), args.max_regression,
                       args.max_peer_wait, args.min_mfu)
+    if args.trend:
+        return _check_trend(args)
     if (args.baseline is None) != (args.max_regression is None):
         raise UsageError("--baseline and --max-regression go together")
     if budgets.empty():
@@ -592,6 +594,115 @@ def cmd_check(args) -> int:
                             f"tb-perfdiag: error: {label}: {res}"), file=sys.stderr)
     if any(isinstance(res, str) for _, _, res in checked):
         return INPUT
+    return BREACH if any(not r.ok for _, _, res in checked for r in res) else OK
+
+
+# ---- a run over time ----
+
+def _trend_service(path: str, results: str | None):
+    """A ``DiagnosisService`` over the folder ``path`` whose diagnoses go through the result
+    store (``results``, else the default one): each capture is analysed once, by any
+    process sharing the store."""
+    from .cache import DiagnosisCache
+    from .discovery import Catalog
+    from .service import DiagnosisService
+    _exists(path)
+    if not is_folder(path):
+        raise UsageError(f"{path} is not a folder: RUN is a run's folder (its PyTorch traces, "
+                         f"or the TensorBoard run holding plugins/profile/<session>/)")
+    return DiagnosisService(Catalog(path), DiagnosisCache(version=__version__,
+                                                          disk_dir=results or ""))
+
+
+def _trend_name(svc, path: str, run: str | None) -> str:
+    from .run_captures import trend_runs
+    names = trend_runs(svc.catalog.runs())
+    if run is not None:
+        return run
+    if not names:
+        _profiles(path)                  # says what was found instead
+        raise InputError(f"no profiles under {path}")
+    if len(names) > 1:
+        raise UsageError(f"{path} holds {len(names)} runs ({', '.join(names[:8])}): name one "
+                         f"with --run")
+    return names[0]
+
+
+def _trend(args):
+    from .errors import ApiError
+    svc = _trend_service(args.path, getattr(args, "results", None))
+    name = _trend_name(svc, args.path, getattr(args, "run", None))
+    try:
+        t = svc.trend(name, _options(args), getattr(args, "baseline", None))
+    except ApiError as e:
+        raise UsageError(str(e)) from None
+    svc.cache.flush()            # the results stored before the command ends
+    if t.run == ".":
+        t.run = os.path.basename(os.path.abspath(args.path.rstrip("/")))
+    return svc, t
+
+
+def cmd_trend(args) -> int:
+    from .render import trend as trend_render
+    _, t = _trend(args)
+    if args.json:
+        _dump(trend_render.trend_json(t), args)
+    else:
+        print(safe_text(trend_render.text(t)))
+    return OK
+
+
+def cmd_scalars(args) -> int:
+    """Each trend run under LOGDIR as scalars in its sibling run ``<run>/perfdiag`` (or
+    ``--out``/<run>/perfdiag); with ``--watch``, again every ``--interval`` seconds."""
+    from . import scalars
+    from .render.scalars import points
+    from .run_captures import run_folder, trend_runs
+    svc = _trend_service(args.logdir, args.results)
+    rounds = 0
+    while True:
+        runs = svc.catalog.runs(refresh=rounds > 0)
+        for name in trend_runs(runs):
+            t = svc.trend(name, _options(args))
+            svc.cache.flush()
+            if args.out:
+                folder = os.path.join(args.out, "" if name == "." else name, scalars.FOLDER)
+            else:
+                base = run_folder(runs, name)
+                if base is None:
+                    raise UsageError(f"{args.logdir} is not local: give --out DIR")
+                folder = os.path.join(base, scalars.FOLDER)
+            pts = points(t)
+            wrote = scalars.write(folder, pts)
+            n = sum(c.ok for c in t.captures)
+            print(safe(f"{name}: {n} trusted of {len(t.captures)} captures, {len(pts)} points "
+                       f"{'written to' if wrote else 'unchanged in'} {folder}"), flush=True)
+        rounds += 1
+        if not args.watch or (args.rounds and rounds >= args.rounds):
+            return OK
+        time.sleep(args.interval)
+
+
+def _check_trend(args) -> int:
+    """``check RUN --trend --max-regression P%``: the latest trusted capture against the
+    run's median."""
+    from .analysis.run.trend import regression_check
+    if args.max_regression is None or args.baseline is not None:
+        raise UsageError("--trend goes with --max-regression (and no --baseline): the "
+                         "latest trusted capture is checked against the run's median")
+    t0 = time.perf_counter()
+    _, t = _trend(args)
+    checked = [(f"{t.run} (trend of {len(t.captures)} captures)", args.path,
+                [regression_check(t, args.max_regression)])]
+    if args.junit:
+        with open(args.junit, "wb") as f:
+            f.write(check_render.junit(checked, time.perf_counter() - t0))
+    if args.json:
+        _dump(check_render.as_json(checked), args)
+    else:
+        print(safe_text(check_render.text(checked)))
+    if args.github and (gh := check_render.github(checked)):
+        print(safe_text(gh))
     return BREACH if any(not r.ok for _, _, res in checked for r in res) else OK
 
 
@@ -716,6 +827,14 @@ def parser() -> argparse.ArgumentParser:
     pk.add_argument("--baseline", metavar="OLD", help="a run to compare with")
     pk.add_argument("--max-regression", type=_growth, metavar="P%",
                     help="with --baseline: most the typical step may slow down (5%%)")
+    pk.add_argument("--trend", action="store_true",
+                    help="with --max-regression: fail when the latest trusted capture of the "
+                         "run PATH is slower than the median of its trusted captures by more "
+                         "than that (tb-perfdiag trend PATH shows them)")
+    pk.add_argument("--run", help="--trend: the run, when PATH holds several")
+    pk.add_argument("--results", metavar="FOLDER_OR_URL",
+                    help="--trend: the result store (default $TB_PERFDIAG_RESULTS, else the "
+                         "user's cache folder)")
     pk.add_argument("--host", help="check only this host")
     pk.add_argument("--junit", metavar="FILE", help="also write JUnit XML here")
     pk.add_argument("--github", action="store_true",
@@ -724,6 +843,45 @@ def parser() -> argparse.ArgumentParser:
     _json_layout(pk)
     _analysis_options(pk)
     pk.set_defaults(fn=cmd_check)
+
+    pt = sub.add_parser(
+        "trend", help="a run over time: every capture's step time, duty cycle, MFU, idle by "
+                      "cause and trust, and what changed between captures",
+        description="RUN: a run's folder (PyTorch traces, one per schedule(..., repeat=N) "
+                    "cycle; or a TensorBoard run holding plugins/profile/<session>/). Each "
+                    "capture is analysed once through the result store.")
+    pt.add_argument("path", metavar="RUN")
+    pt.add_argument("--run", help="the run, when RUN holds several")
+    pt.add_argument("--baseline", metavar="SESSION",
+                    help="compare every capture with this one (default: each with the previous)")
+    pt.add_argument("--json", action="store_true", help="print the JSON the trend route serves")
+    _json_layout(pt)
+    pt.add_argument("--results", metavar="FOLDER_OR_URL",
+                    help="the result store (default $TB_PERFDIAG_RESULTS, else the user's "
+                         "cache folder)")
+    _analysis_options(pt)
+    pt.set_defaults(fn=cmd_trend)
+
+    ps = sub.add_parser(
+        "scalars", help="write each run's trend as TensorBoard scalars (perfdiag/step_time_ms, "
+                        "duty_cycle, mfu, idle/<cause>) into a sibling run <run>/perfdiag",
+        description="One point per trusted capture at its first global step (else its index) "
+                    "and its start time, with TensorBoard's own event-file writer. Writing "
+                    "again gives the same points (the run's file is rewritten whole, or left "
+                    "as it is), never duplicates.")
+    ps.add_argument("logdir", metavar="LOGDIR")
+    ps.add_argument("--out", metavar="DIR", help="write <DIR>/<run>/perfdiag instead")
+    ps.add_argument("--watch", action="store_true",
+                    help="keep going: add captures as they land (every --interval seconds)")
+    ps.add_argument("--interval", type=_number("interval", 0.1, 86400), default=30.0,
+                    metavar="SECONDS", help="--watch: seconds between rounds (default 30)")
+    ps.add_argument("--rounds", type=_number("rounds", 1, 10**9, True), default=None,
+                    help=argparse.SUPPRESS)
+    ps.add_argument("--results", metavar="FOLDER_OR_URL",
+                    help="the result store (default $TB_PERFDIAG_RESULTS, else the user's "
+                         "cache folder)")
+    _analysis_options(ps)
+    ps.set_defaults(fn=cmd_scalars)
 
     from .mcp_server import skill_text
     pm = sub.add_parser(

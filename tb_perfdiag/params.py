@@ -91,6 +91,8 @@ PARAMS = {p.name: p for p in (
     Param("base_run", "str", required=True, doc="compare: the run to compare with (before)"),
     Param("base_host", "str", required=True, doc="compare: its host"),
     Param("base_span", "str", doc="compare: its span; the latest when absent"),
+    Param("baseline", "str", doc="trend: the capture (session) every other is compared with; "
+                                 "each with the previous one when absent"),
     Param("top", "int", 15, 1, 1000, doc="compare: ops, findings and annotations listed"),
     Param("hosts_offset", "int", 0, 0, 10**7, doc="hosts: first row of the page"),
     Param("hosts_limit", "int", DEFAULT_HOSTS_PAGE, 0, MAX_HOSTS_PAGE, doc="hosts: rows in the page"),
@@ -113,6 +115,7 @@ ROUTES = {
     "progress": Route(_FILE),
     "compare": Route(_FILE + ("base_run", "base_host", "base_span", "top")),
     "collectives": Route(_FILE),
+    "trend": Route(("run", "baseline", "threshold_us", "kernels_only", "peak_tflops")),
     "version": Route(()),
     "status": Route(()),
 }

@@ -97,6 +97,7 @@ class DiagnosePlugin(base_plugin.TBPlugin):
             "/progress": self._serve_progress,
             "/compare": self._serve_compare,
             "/collectives": self._serve_collectives,
+            "/trend": self._serve_trend,
             "/version": self._serve_version,
             "/status": self._serve_status,
         }
@@ -182,6 +183,10 @@ class DiagnosePlugin(base_plugin.TBPlugin):
     @wrappers.Request.application
     def _serve_collectives(self, request):
         return self._respond(request, "collectives", self._service.collectives_json)
+
+    @wrappers.Request.application
+    def _serve_trend(self, request):
+        return self._respond(request, "trend", self._service.trend_json)
 
     @wrappers.Request.application
     def _serve_timeline(self, request):

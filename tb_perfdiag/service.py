@@ -34,13 +34,17 @@ from .trace.extension import reader_kind
 from .budget import MB, Budget, Store, measure
 from .cache import DiagnosisCache
 from .discovery import Catalog, span_label
-from .errors import BadRequest, FileGone, NotFound, TraceError, TraceTooLarge, trace_error
+from .errors import ApiError, BadRequest, FileGone, NotFound, TraceError, TraceTooLarge, trace_error
 from .codec import Failure
 from .pod import Engine, PodJob, decode_result
 from .params import parse
 from .progress import NULL, Progress
 from .analysis.collectives.instances import host_figures
 from .analysis.run.waterfalls import run_waterfall
+from .analysis.run import trust as run_trust
+from .analysis.run.figures import capture_figures
+from .analysis.run.trend import Capture, trend as run_trend
+from .run_captures import captures as run_captures, trend_run
 from .render import chrome
 from .render import collectives as coll_render
 from .render.compare import comparison_json
@@ -48,6 +52,7 @@ from .render.device_ops import TOP as TOP_OPS, device_ops_json
 from .render.json import (diagnosis_json, finding_json, gap_fix, gap_records, gap_row, gaps_page,
                           json_bytes, steps_page, unknown_device)
 from .render.pod import collective_join, summary_row
+from .render.trend import trend_json
 from .storage import TRACE_BYTES_READ, Underestimated, file_identity, open_file
 from .trace import detect_format, load_open
 
@@ -77,6 +82,7 @@ DEFAULT_QUEUE_S = _env_float("TB_PERFDIAG_QUEUE_S", 120)
 MAX_POD_JOBS = 4      # finished pod summaries kept (their diagnoses stay in the cache)
 STORED_ROWS_WAIT_S = 10.0   # a new summary's first answer waits this long for stored rows
 MAX_REFUSED = 4096    # files remembered as unreadable or over the budget
+MAX_CAPTURE_FIGURES = 100_000   # a trend's per-file figures kept (a few hundred bytes each)
 
 # Estimated peaks, measured on the benchmark files (benchmarks/HISTORY.md: df_index_resolver
 # ×10, 405 MB of JSON → 594 MB read, trace 77 MB; the 2 M-event XSpace, 74 MB → 297 MB
@@ -198,6 +204,10 @@ class DiagnosisService:
         self._pods_lock = threading.Lock()
         self._progress: dict = {}        # cache key → Progress of the analysis under way
         self._progress_lock = threading.Lock()
+        # a trend's per-file figures by (file identity, options): a second trend of a run
+        # of hundreds of captures reads no diagnosis again
+        self._figures: OrderedDict = OrderedDict()
+        self._figures_lock = threading.Lock()
 
     @property
     def max_file_bytes(self) -> int:
@@ -287,11 +297,12 @@ class DiagnosisService:
                     self.traces.remeasure(ident)
         return loaded.ctx
 
-    def _diagnose_source(self, src, opt: Options):
+    def _diagnose_source(self, src, opt: Options, later: bool = False):
         """The typed diagnosis of one file, from the cache or the result store, else
         computed once in this process (its loaded trace shared with the other options
         and routes of the file); a pod summary's Dask task analysing it right now is
-        waited for instead.  An unreadable file raises its ``TraceError``."""
+        waited for instead.  An unreadable file raises its ``TraceError``.  ``later``: the
+        result store is written in the background (``DiagnosisCache.flush``)."""
         ident = self._identity(src)
         self._check_refused(ident)
         key = (ident, opt.key())
@@ -316,7 +327,7 @@ class DiagnosisService:
                     if self._progress.get(key) is prog:
                         del self._progress[key]
         self._wait_for_pod_task(key)
-        result = self.cache.get_or_compute(key, compute)
+        result = self.cache.get_or_compute(key, compute, later=later)
         if isinstance(result, Failure):     # a pod task's verdict, kept in the store
             raise (TraceTooLarge if result.status == 413 else TraceError)(result.file,
                                                                           result.reason)
@@ -446,6 +457,83 @@ class DiagnosisService:
                                         len(diag.steps) or None)
         out["failed_hosts"] = st["failed"]
         return out
+
+    # ---- a run over time ----
+    def trend(self, run: str, opt: Options, baseline: str | None = None):
+        """The typed ``Trend`` of ``run`` (a PyTorch run, a TensorBoard run holding Profile
+        sessions, or one of its sessions): each capture's figures from its file's cached
+        diagnosis, analysed once (result store), an unreadable file a flagged capture."""
+        runs = self.catalog.runs()
+        name = trend_run(runs, run)
+        if name is None:
+            runs = self.catalog.runs(refresh=True)
+            name = trend_run(runs, run)
+        if name is None:
+            raise NotFound("no such run in the logdir", run=run)
+        caps = [self._capture(c, opt) for c in run_captures(runs, name)]
+        try:
+            return run_trend(name, caps, baseline)
+        except KeyError:
+            raise NotFound(f"no capture {baseline!r} in run {name!r}") from None
+        except ValueError:
+            raise BadRequest(f"capture {baseline!r} is not trusted: it cannot be the "
+                             f"baseline") from None
+
+    def _capture(self, files, opt: Options) -> Capture:
+        rows = [(src.host,) + self._file_figures(src, opt) for src in files.sources]
+        good = sorted((r for r in rows if r[1] is not None), key=lambda r: r[1].step_time)
+        if not good:
+            return Capture(files.session, files.start, [r[0] for r in rows], None,
+                           [p for r in rows for p in r[2]], rows=rows)
+        host, fig, problems = good[(len(good) - 1) // 2]       # the median host
+        cap = Capture(files.session, files.start, [r[0] for r in rows], fig,
+                      problems + [p for r in rows if r[1] is None for p in r[2]], rows=rows)
+        if len(rows) > 1:
+            cap.straggler = self._straggler(files, opt)
+        return cap
+
+    def _file_figures(self, src, opt: Options) -> tuple:
+        """(CaptureFigures or None, [trust.Problem]) of one file, kept by identity."""
+        try:
+            ident = self._identity(src)
+        except NotFound:
+            return None, run_trust.unread(-1, "file disappeared since the listing")
+        key = (ident, opt.key())
+        with self._figures_lock:
+            hit = self._figures.get(key)
+        if hit is not None:
+            return hit
+        try:
+            diag = self._diagnose_source(src, opt, later=True)
+            hit = (capture_figures(diag), run_trust.problems(diag))
+        except TraceError as e:
+            hit = (None, run_trust.unread(src.size, e.reason))
+        with self._figures_lock:
+            self._figures[key] = hit
+            while len(self._figures) > MAX_CAPTURE_FIGURES:
+                self._figures.popitem(last=False)
+        return hit
+
+    def _straggler(self, files, opt: Options) -> str | None:
+        """The host the others of a pod capture wait for most (GUIDE §4), None when none."""
+        p = parse("collectives", {"run": files.run, "host": files.sources[0].host,
+                                  "threshold_us": repr(opt.threshold_us),
+                                  "kernels_only": "1" if opt.kernels_only else "0",
+                                  "peak_tflops": repr(opt.peak_tflops) if opt.peak_tflops
+                                  else ""})
+        try:
+            _, figs, _, st = self.run_join(p, wait=True)
+        except (TraceError, ApiError):
+            return None
+        late = [(f.get("caused_wait_per_step_ns") or 0, h) for h, f in figs.items()
+                if f.get("straggler")]
+        return max(late)[1] if late else None
+
+    def trend_json(self, params, finish=_same):
+        opt = self._options(params)
+        t = self.trend(params.run, opt, params.baseline)
+        with self.budget.admit(RENDER_PEAK, what="trend"):
+            return finish(trend_json(t))
 
     def close(self) -> None:
         """Stops the pod jobs and the local Dask cluster (TensorBoard exiting does the

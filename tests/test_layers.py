@@ -24,7 +24,8 @@ LAYERS = {
     "analyses": ["analysis", "analysis.*"],
     "renderers": ["render", "render.*"],
     "services": ["budget", "codec", "cache", "discovery", "file_analysis", "pod", "service", "api",
-                 "params", "agent_tools"],
+                 "params", "agent_tools",
+                 "run_captures", "scalars"],
     "faces": ["plugin", "cli", "mcp_server", ""],
     "test support": ["testing", "testing.*"],
 }

@@ -24,7 +24,7 @@ from tb_perfdiag.analysis.compare.budgets import Budgets, check as check_budgets
 
 LIMIT = 64 * 1024
 TOOLS = {"list_runs", "summary", "gaps", "gap", "findings", "device_ops", "compare", "check",
-         "collectives"}
+         "collectives", "trend"}
 INPUT, LAUNCH, NONZERO = ("01_pytorch_gpu_input_bound", "07_pytorch_gpu_launch_bound",
                           "03_pytorch_gpu_nonzero_sync")
 TWO_DEVICES = "05_tpu_two_devices_h2d_collective/2026_11_22_06_01_00"   # <folder>/<capture>

@@ -40,7 +40,7 @@ from .device_time.op_counts import op_table
 from .device_time.by_op import device_op_table, fill_overlap
 from .collectives.instances import collective_ops, collective_table
 from .gaps.shares import split
-from .steps.startup import first_step_end, startup_ranges, startup_roots, steps_with_startup
+from .steps.startup import first_step_end, profiler_cost, startup_ranges, startup_roots, steps_with_startup
 from .steps.capture_notes import capture_notes, outside_step_gaps, startup_note
 from .gaps.tfdata import get_next_spans
 from .result import DeviceTable, Diagnosis, GapTable, StepNumbers, typical_of
@@ -383,7 +383,9 @@ def _stages(trace: Trace, opt: Options, progress, beside: ExitStack):
               "framework": framework(trace),
               # the trace's extent, for pages with no device activity to frame
               "span_ns": [int(trace.ts.min()) // 1000 if trace.n_events else 0,
-                          trace.last_end() // 1000 if trace.n_events else 0]}
+                          trace.last_end() // 1000 if trace.n_events else 0],
+              # what the profiler itself cost: a run's trust reads it
+              "profiler": profiler_cost(trace)}
     if not trace.devices or not (dev_ops_n > 0).any():
         warnings.append("no device activity in this trace: it shows host work only "
                         "(a CPU-only run, or the device was not profiled)")

@@ -33,6 +33,8 @@ def title(r: Result) -> str:
         return f"{r.subject} peer wait at collectives ≤ {_pct(r.limit)} of its step window"
     if r.budget == "min_mfu":
         return f"{r.subject} MFU per typical step ≥ {_pct(r.limit)}"
+    if r.budget == "max_trend_regression":
+        return f"latest trusted capture at most {_pct(r.limit)} slower than the run's median"
     return f"typical step at most {_pct(r.limit)} slower than the baseline"
 
 
@@ -78,6 +80,17 @@ def message(r: Result) -> str:
                 f"(busy time waiting for the last participant"
                 + (f", mostly for {d['waited_for']}" if d.get("waited_for") and r.value else "")
                 + f", {d['steps']} typical steps)")
+    if r.budget == "max_trend_regression":
+        d = r.detail
+        if r.value is None:
+            return (f"none of the run's {d['captures']} captures is trusted: the budget of "
+                    f"{_pct(r.limit)} cannot be checked")
+        return (f"typical step of the latest trusted capture ({d['latest']}) "
+                f"{_ms(d['latest_ps'])} against the median {_ms(d['median_ps'])} of the "
+                f"run's trusted captures: {'+' if r.value >= 0 else '−'}"
+                f"{abs(r.value) * 100:.1f}% {'≤' if r.ok else '>'} {_pct(r.limit)}"
+                + (f" ({d['flagged']} of {d['captures']} captures not trusted, left out)"
+                   if d["flagged"] else ""))
     d = r.detail
     grew = "; ".join(f"{'device busy' if what == 'busy' else C.LABELS[what].lower() + ' idle'}"
                      f" +{_ms(ps)} per step on {dev}" for ps, what, dev in d.get("grew", []))

@@ -17,6 +17,8 @@ _BLOCK = 1 << 20
 # a device op that starts this much before the host call that launched it: the clocks
 # disagree (a real launch precedes its op by the launch latency)
 CLOCK_SLACK_PS = 1_000_000
+# what the note on graph launches without their kernels says (a run's trust reads it)
+GRAPHS_UNDER_RECORDED = "graph launches have no device work in the trace"
 
 
 _ms = duration_ps          # the one unit rule (units.py)
@@ -92,7 +94,7 @@ def _graph_launches(trace: Trace, origin: np.ndarray) -> list:
     empty = int((~fed).sum())
     if not empty:
         return []
-    return [f"{empty} of {gl.size} graph launches have no device work in the trace (the "
+    return [f"{empty} of {gl.size} {GRAPHS_UNDER_RECORDED} (the "
             f"profiler did not record the graphs' kernels): the device looks idle while "
             f"they ran, and that idle is blamed on the host"]
 

@@ -348,3 +348,24 @@ def startup_ranges(trace: Trace, roots: np.ndarray) -> list:
         his[sel] = lo + np.searchsorted(trace.ts[lo:hi], trace.end_of(roots[sel]), side="left")
     his = np.maximum(his, roots + 1)
     return list(zip(roots.tolist(), his.tolist()))
+
+
+def profiler_cost(trace: Trace) -> dict:
+    """What the profiler itself put in a capture: its Python-tracer events (``python_events``)
+    and the host time of its own start and stop calls (``calls_ps``: the outermost start
+    frame's and the outermost stop frame's; their inner frames hold each other), for a
+    run's trust (``analysis.run.trust``)."""
+    py = trace.kind == K.PYTHON
+    names = np.unique(trace.name[py]) if py.any() else np.zeros(0, np.int32)
+    ours = [int(x) for x in names.tolist() if profiler_frame(trace.strings[int(x)])]
+    start = stop = 0
+    if ours:
+        ev = np.flatnonzero(py)
+        ev = ev[isin_few(trace.name[ev], ours)]
+        for e in ev.tolist():
+            name, d = trace.strings[int(trace.name[e])], int(trace.dur[e])
+            if "stop" in name or "exit" in name:
+                stop = max(stop, d)
+            else:
+                start = max(start, d)
+    return {"python_events": int(np.count_nonzero(py)), "calls_ps": start + stop}
