@@ -149,7 +149,10 @@ def main(argv=None) -> int:
         bad, _ = sweep(url, listed or runs)
     finally:
         proc.terminate()
-        proc.wait(10)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
         if not a.keep:
             shutil.rmtree(dest, ignore_errors=True)
             shutil.rmtree(dest + ".cache", ignore_errors=True)

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import re
 
-# what no card may show: JS's empty values, a negative duration, a share over 100 %
-ABSURD = re.compile(r"\bnull\b|\bundefined\b|\bNaN\b|Infinity|[-−]\s?\d[\d.,]*\s?(?:ns|µs|ms|s)\b"
+# what no card may show: JS's empty values, a share over 100 %; and, but in a change
+# (compare's "−803 µs"), a negative duration (a list's "- 5.72 ms" bullet is none)
+ABSURD = re.compile(r"\bnull\b|\bundefined\b|\bNaN\b|Infinity"
                     r"|(?<![\d.,])(?:[1-9]\d{0,2}(?:,\d{3})+|[1-9]\d{3,}|[2-9]\d\d|1[1-9]\d|10[1-9]"
                     r"|100\.\d*[1-9])(?:\.\d+)?\s?%")
+NEGATIVE = re.compile(r"(?<![\w)])[-−]\d[\d.,]*\s?(?:ns|µs|ms|s)\b")
 _UNIT = {"ns": 1.0, "µs": 1e3, "ms": 1e6, "s": 1e9}
 _DUR = r"(\d[\d,]*(?:\.\d+)?)\s?(ns|µs|ms|s)\b"
 # a loss said per step on the page or in the CLI: "2.85 ms per step", "19.9 ms/step"
@@ -25,10 +27,11 @@ def ns_of(number: str, unit: str) -> float:
     return float(number.replace(",", "")) * _UNIT[unit]
 
 
-def absurd(text: str) -> list:
-    """Every null/NaN/undefined, negative duration and share over 100 % in ``text``."""
-    return [text[max(0, m.start() - 60):m.end() + 20].replace("\n", " ")
-            for m in ABSURD.finditer(text)]
+def absurd(text: str, changes: bool = False) -> list:
+    """Every null/NaN/undefined and share over 100 % in ``text``, and every negative
+    duration unless it says ``changes`` (a comparison)."""
+    hits = list(ABSURD.finditer(text)) + ([] if changes else list(NEGATIVE.finditer(text)))
+    return [text[max(0, m.start() - 60):m.end() + 20].replace("\n", " ") for m in hits]
 
 
 def per_step_over_step(text: str, step_ns: float | None = None) -> list:

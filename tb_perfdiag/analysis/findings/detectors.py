@@ -444,6 +444,10 @@ def _family_finding(trace, diag, G, ci, cause, kind, sig, rs, fw, applied, n_ste
                                   "op_count": len(queue["ops"])}
     typ = None
     if k in ONE_TIME:
+        # paid once: its part in typical steps alone makes a rate (a first compile in a
+        # compiling step makes none)
+        if G.n_typical and G.n_typical < n_steps:
+            typ = G.in_typical(rs, ci, dev)
         span = _capture_ns(diag)
         share = total / span if span else None
         extra.update(one_time=True, capture_share=share)
