@@ -12,6 +12,7 @@ import { HowToView } from "./view_howto.js";
 import { DiagnoseView } from "./view_diagnose.js";
 import { SummaryCard } from "./summary_card.js";
 import { GapPanel } from "./gap_panel.js";
+import { TrendView, trendCaptureCount } from "./view_trend.js";
 
 const PROGRESS_DELAY_MS = 300, PROGRESS_POLL_MS = 400;
 /** The run list is listed again on TensorBoard's reload (button or auto-reload) and, as a
@@ -123,7 +124,7 @@ export class App {
     if (wasEmpty) { await this.openFirst(); return; }
     const shown = this.runs.some((x) => x.run === this.state.run);
     this.buildSelectors();      // the same selection, with the new runs/spans listed
-    if (!shown) { await this.show(); return; }
+    if (!shown || this.state.view === "trend") { await this.show(); return; }   // a trend takes new captures in
     if (this.diag) this.renderDeviceSelect();
   }
 
@@ -173,7 +174,8 @@ export class App {
     };
     this.header.textContent = "";
     this.header.append(sel("pd-run", "Run", this.runs.map((x) => [x.run, x.run]), s.run, (v) => {
-      this.state = { run: v, ...this.baseOf() }; this.buildSelectors(); this.show();
+      // another run keeps the Trend view (show() leaves it for a run of one capture)
+      this.state = { run: v, ...this.baseOf(), ...(s.view === "trend" ? { view: "trend" } : {}) }; this.buildSelectors(); this.show();
     }));
     const hostOptions = run.hosts.map((x) => [x.name, x.name]);
     if (multi) hostOptions.unshift([ALL_HOSTS, `All ${run.hosts.length} hosts (summary)`]);
@@ -192,6 +194,7 @@ export class App {
         host.spans.length > 1 ? `${which}` : `captured ${span.label || span.name}`, " ",
         h("abbr", { class: "pd-help", title: this.spanRule }, "?")));
     }
+    this.trendButton(s);
     if (!pod) {
       this.header.append(h("button", { class: "pd-button", id: "pd-compare-with", "aria-expanded": String(!!this.pickerEl.firstChild),
         title: "Compare this run with another run, host or span: what changed per step, findings, ops",
@@ -207,6 +210,20 @@ export class App {
     } else if (!pod) {
       this.compare.close();
     }
+  }
+
+  /** "Trend (N captures)": the run's captures over time, for a run of several; in the Trend
+   *  view the same button goes back to the capture selected. */
+  trendButton(s) {
+    const n = trendCaptureCount(this.runs, s.run);
+    if (n < 2) return;
+    const on = s.view === "trend";
+    this.header.append(h("button", { class: "pd-button", id: "pd-trend", "aria-pressed": String(on),
+      title: on ? "Back to the selected capture's diagnosis" : "Step time, duty cycle, MFU and idle by cause over the run's captures, and what changed between them",
+      onclick: () => {
+        this.state = on ? { run: s.run, host: s.host, span: s.span } : { run: s.run, host: s.host, span: s.span, view: "trend" };
+        this.buildSelectors(); this.show();
+      } }, on ? "← Back to the capture" : `Trend (${n} captures)`));
   }
 
   /** Which selection the answers are for: run, host and capture (the step filters within). */
@@ -265,6 +282,10 @@ export class App {
   /** The current selection: the per-host summary of a pod, a comparison with another run,
    * or one host's diagnosis. */
   show() {
+    if (this.state.view === "trend") {
+      if (trendCaptureCount(this.runs, this.state.run) > 1) return this.showTrend();
+      delete this.state.view; delete this.state.baseline;   // one capture: no trend to show
+    }
     if (this.state.host === ALL_HOSTS) return this.showPod();
     return this.state.base_run ? this.showCompare() : this.loadDiagnosis();
   }
@@ -325,4 +346,4 @@ export class App {
   }
 }
 
-Object.assign(App.prototype, CompareView, PodView, HowToView, DiagnoseView, SummaryCard, GapPanel);
+Object.assign(App.prototype, CompareView, PodView, HowToView, DiagnoseView, SummaryCard, GapPanel, TrendView);

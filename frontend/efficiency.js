@@ -65,11 +65,15 @@ function mfuStat(dev, def) {
   const e = dev.efficiency;
   if (!e) return null;
   const pk = e.peak_flops_per_s;
-  const label = pk ? `${dev.name} MFU (of ${formatSi(pk, "FLOP/s")} ${e.peak_dtype || ""}${e.peak_source ? `, ${peakSourceText(e.peak_source)}` : ""})`
+  const model = e.device_model ? ` (${e.device_model})` : "";
+  const label = pk ? `${dev.name}${model} MFU (of ${formatSi(pk, "FLOP/s")} ${e.peak_dtype || ""}${e.peak_source ? `, ${peakSourceText(e.peak_source)}` : ""}${e.device_identified_by ? `, identified by ${e.device_identified_by}` : ""})`
     : e.achieved_flops_per_s ? `${dev.name}: ${formatSi(e.achieved_flops_per_s, "FLOP/s")} achieved, no peak known` : `${dev.name}: no FLOP figures`;
   return h("div", { class: "pd-stat pd-mfu-stat", "data-device": String(dev.id), title: [def, e.missing].filter(Boolean).join("\n") },
     h("span", { class: "pd-stat-value pd-mfu" }, e.mfu !== null && e.mfu !== undefined ? `${e.mfu_lower_bound && !pctOf(e.mfu).startsWith("<") ? "≥" : ""}${pctOf(e.mfu)}` : "–"),
-    h("span", { class: "pd-stat-label" }, label + (e.mfu_lower_bound ? " — a lower bound: ops with no cost figure count none of their FLOPs" : "")));
+    h("span", { class: "pd-stat-label" }, label + (e.mfu_lower_bound ? " — a lower bound: ops with no cost figure count none of their FLOPs" : "")),
+    // memory-bound matmuls (decode): the bandwidth they reach is the figure that says
+    e.matmul_memory_bound && e.bandwidth_utilisation != null ? h("span", { class: "pd-stat-label pd-bw" },
+      `bandwidth ${pctOf(e.bandwidth_utilisation)} of ${formatSi(e.peak_bytes_per_s, "B/s")}: its matmuls are memory-bound`) : null);
 }
 
 function waterfallBar(w, where, dev) {
@@ -106,8 +110,23 @@ export function renderEfficiency(summaryEl, diag, { deviceId = 0, step = null, c
   }
   else box.append(h("p", { class: "pd-muted pd-small" }, `No MFU waterfall for ${s.dev.name || "this device"} over ${s.where}` +
     (s.eff && s.eff.missing ? `: ${s.eff.missing}` : ": no FLOP figures or no peak.")));
+  const g = graphNote(s.eff);
+  if (g) box.append(g);
   const stepsHead = summaryEl.querySelector("h3");
   summaryEl.insertBefore(box, stepsHead || null);
+}
+
+/** A device's graph replays where some of their kernels have no captured op, or the
+ *  replays left captured launches unrecorded (null: nothing to say). */
+function graphNote(e) {
+  if (!e || !e.graph_kernels_total) return null;
+  const m = e.graph_kernels_matched || 0, t = e.graph_kernels_total, u = e.graph_launches_unrecorded || 0;
+  if (m >= t && !u) return null;
+  const said = [];
+  if (m < t) said.push(`${m} of ${t} kernels replayed from CUDA/HIP graphs matched the ops that captured them` +
+    (m ? "; the rest carry no cost figure" : ": no capture was read (capture_traces/ beside the trace)"));
+  if (u) said.push(`${u} captured launches were not recorded in the replays: the duty cycle and MFU are lower bounds`);
+  return h("p", { class: "pd-small pd-muted pd-graphs", "data-matched": String(m), "data-total": String(t) }, said.join(". ") + ".");
 }
 
 /** The roofline chart of the selected device under the op table; a point flashes its op's

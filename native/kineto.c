@@ -38,15 +38,16 @@ enum { K_PH, K_CAT, K_NAME, K_PID, K_TID, K_TS, K_DUR, K_NKEYS, K_ARGS = K_NKEYS
 /* args keys, in STAT_ARGS order (external_id has two spellings), then those of
    STRING_STAT_ARGS */
 enum { A_CORR, A_EXT1, A_EXT2, A_DEVICE, A_STREAM, A_BYTES, A_FLOPS, A_DIMS, A_TYPES, A_CONC,
-       A_NKEYS, A_OTHER = A_NKEYS };
+       A_KERNEL, A_NKEYS, A_OTHER = A_NKEYS };
 #define N_STATS 6
 static const char *const STAT_NAMES[N_STATS] = {"correlation", "external_id", "device", "stream",
                                                 "bytes", "flops"};
 /* string stats (kineto.STRING_STAT_ARGS): an array value's JSON text, less its blanks
    outside strings, interned in a table of their own; the ops of one shape share it */
-#define N_SSTATS 3
-static const char *const SSTAT_NAMES[N_SSTATS] = {"input_dims", "input_type", "concrete_inputs"};
-static const int SSTAT_KEY[N_SSTATS] = {A_DIMS, A_TYPES, A_CONC};
+#define N_SSTATS 4
+static const char *const SSTAT_NAMES[N_SSTATS] = {"input_dims", "input_type", "concrete_inputs",
+                                                  "launch_kernel"};
+static const int SSTAT_KEY[N_SSTATS] = {A_DIMS, A_TYPES, A_CONC, A_KERNEL};
 /* metadata keys copied from the document (chrome_meta.METADATA_KEYS, in its order): INFO
    and WARNING are the profiler's own log lines, where it says what it lost */
 #define N_META 7
@@ -632,7 +633,7 @@ static const char *const EVENT_KEYS[K_NKEYS + 1] = {"ph", "cat", "name", "pid", 
 static const char *const ARG_KEYS[A_NKEYS] = {"correlation", "External id", "external id",
                                               "device",      "stream",      "bytes",
                                               "flops",       "Input Dims",  "Input type",
-                                              "Concrete Inputs"};
+                                              "Concrete Inputs", "kernel"};
 
 static inline int event_key(JCtx *c, const unsigned char *s, const unsigned char *e, int esc) {
     size_t n = (size_t)(e - s);
@@ -702,6 +703,7 @@ static inline int args_key(JCtx *c, const unsigned char *s, const unsigned char 
         case 6:
             if (memcmp(s, "device", 6) == 0) return A_DEVICE;
             if (memcmp(s, "stream", 6) == 0) return A_STREAM;
+            if (memcmp(s, "kernel", 6) == 0) return A_KERNEL;
             return A_OTHER;
         case 11:
             if (memcmp(s, "correlation", 11) == 0) return A_CORR;
@@ -1124,8 +1126,17 @@ static const unsigned char *j_event(JCtx *c, const unsigned char *p, int64_t i) 
                 break;
             }
         }
-        for (int s = 0; s < N_SSTATS; s++)
-            if (slots[SSTAT_KEY[s]].t == T_ARR) sstat_value(c, s, k, &slots[SSTAT_KEY[s]]);
+        for (int s = 0; s < N_SSTATS; s++) {
+            const Tok *v = &slots[SSTAT_KEY[s]];
+            if (v->t == T_ARR) sstat_value(c, s, k, v);
+            else if (v->t == T_STR && SSTAT_KEY[s] == A_KERNEL) {
+                /* a launch's kernel name (graph captures): its JSON text, quotes included */
+                Tok q = *v;
+                q.s -= 1;
+                q.e += 1;
+                sstat_value(c, s, k, &q);
+            }
+        }
     }
     return p;
 }

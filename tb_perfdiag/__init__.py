@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from ._version import __version__
 
-from .trace import Trace, TraceError, load  # noqa: E402
+from .trace import Trace, TraceError  # noqa: E402
+from .graph_captures import load  # noqa: E402 - a trace with the graph captures beside it
 from .analysis import Diagnosis, Options  # noqa: E402
 from .api import CompareReport, Report, compare, diagnose  # noqa: E402
 

@@ -204,9 +204,9 @@ def _load(path: str):
     return load(path, max_bytes=max_file_bytes())
 
 
-def _diagnose(path: str, opt: Options):
+def _diagnose(path: str, opt: Options, captures=None):
     try:
-        return read_and_analyse(path, opt, max_bytes=max_file_bytes())[0]
+        return read_and_analyse(path, opt, max_bytes=max_file_bytes(), captures=captures)[0]
     except TraceError as e:
         raise FileInputError(path, e.reason) from None
     except OSError as e:
@@ -392,7 +392,7 @@ def cmd_diagnose(args) -> int:
             continue                 # an older span of a summarised host: not shown
         analysed.append(path)
         try:
-            results.append((label, _diagnose(path, opt), None))
+            results.append((label, _diagnose(path, opt, args.capture or None), None))
         except FileInputError as e:
             results.append((label, None, {"error": e.reason, "file": path}))
             _file_error(path, e.reason)
@@ -442,16 +442,16 @@ def _run_efficiency(runs: dict, diags: dict) -> dict:
     """{file: ``/collectives``' ``efficiency`` of it} for the newest file of each host of
     the runs ``runs`` (``_multi_host_runs``) among the diagnosed ``diags`` {file: Diagnosis
     or None}: its waterfalls with the peer wait of the run's collective join."""
-    from .analysis.run.waterfalls import run_waterfall
+    from .analysis.run.view import run_view
     from .render.efficiency import run_json
-    from .render.pod import collective_join, summary_row
+    from .render.pod import summary_row
     out = {}
     for members in runs.values():
         have = [(host, file, diags.get(file)) for host, _, file in members]
         have = [(h, f, d) for h, f, d in have if isinstance(d, Diagnosis)]
-        j = collective_join([summary_row(h, "", d) for h, _, d in have])
+        view = run_view([summary_row(h, "", d) for h, _, d in have])
         for h, f, d in have:
-            out[f] = run_json(d, run_waterfall(d, j, h)) if j is not None else None
+            out[f] = run_json(d, view.waterfall(h, d)) if view.join is not None else None
     return out
 
 
@@ -460,24 +460,20 @@ def _peer_waits(diags: dict) -> dict:
     most, the step waterfalls with that peer wait or None)} of diagnosed hosts {(run, host):
     diagnosis}: each run's collectives joined across its hosts (a file alone: across its
     own devices), as the pod summary joins them."""
-    from .analysis.run.waterfalls import run_waterfall
-    from .analysis.collectives.instances import host_figures
-    from .analysis.compare.diff import peer_wait_cells
+    from .analysis.run.view import run_view
     from .render.collectives import ALONE_SHORT
-    from .render.pod import collective_join, summary_row
+    from .render.pod import summary_row
     by_run: dict = {}
     for (run, host), diag in diags.items():
         by_run.setdefault(run, []).append((host, diag))
     out = {}
     for run, members in by_run.items():
-        rows = [summary_row(host or "", "", diag) for host, diag in members if diag is not None]
-        j = collective_join(rows)
-        figs = host_figures(j, {r["host"]: r.get("steps") for r in rows}) if j else {}
+        view = run_view([summary_row(host or "", "", diag) for host, diag in members
+                         if diag is not None])
         for host, diag in members:
-            cells = peer_wait_cells(j, host or "", diag) if diag is not None else None
-            who = next(iter((figs.get(host or "") or {}).get("waited_for") or {}), None)
-            rw = run_waterfall(diag, j, host or "") if diag is not None and j is not None \
-                else None
+            cells = view.peer_cells(host or "", diag)
+            who = view.waited_for(host or "")
+            rw = view.waterfall(host or "", diag)
             out[(run, host)] = (cells, "" if cells is not None else ALONE_SHORT, who,
                                 rw.step_waterfall if rw is not None else None)
     return out
@@ -754,6 +750,10 @@ def parser() -> argparse.ArgumentParser:
     pd = sub.add_parser("diagnose", help="duty cycle, idle gaps with causes, findings")
     pd.add_argument("path")
     pd.add_argument("--json", action="store_true", help="print the JSON the plugin serves")
+    pd.add_argument("--capture", action="append", metavar="PATH", default=[],
+                    help="a trace recorded while the run's CUDA/HIP graphs were captured "
+                         "(repeatable; default: capture_traces/ beside the file): the "
+                         "replayed kernels take the captured ops' shapes and FLOPs")
     _json_layout(pd)
     pd.add_argument("--step", type=_number("step", -2**63, 2**63 - 1, True), default=None,
                     help="only this step's gaps")

@@ -350,6 +350,8 @@ def scan_logdir(logdir: str, skipped: list | None = None) -> dict:
                     if fn.endswith(PFTRACE_SUFFIX):
                         _skip(skipped, "/".join(parts + (fn,)), PERFETTO_NOT_READ)
                     continue
+            if parts and parts[-1] == "capture_traces":
+                continue        # a graph capture: read with the trace beside its folder
             name = "/".join(parts) if parts else root_name
             run = runs.setdefault(name, Run(name, "pytorch"))
             worker, span = _split_pt_name(fn)

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 from .analysis import Options, analyse
 from .progress import NULL
-from .trace import load
+from .graph_captures import load
 from .trace.pages import recycled_pages
 
 
 def read_and_analyse(path: str, options: Options | None = None, progress=NULL,
-                     max_bytes: int | None = None):
+                     max_bytes: int | None = None, captures=None):
     """(Diagnosis, HostContext) of the trace file at ``path`` (``max_bytes``: see
-    ``trace.load``).  Raises ``TraceError`` as ``load`` does."""
+    ``trace.load``; ``captures``: graph capture files, else those beside it).  Raises
+    ``TraceError`` as ``load`` does."""
     with recycled_pages():
-        return analyse(load(path, progress, max_bytes=max_bytes), options, progress)
+        return analyse(load(path, progress, max_bytes=max_bytes, captures=captures), options,
+                       progress)

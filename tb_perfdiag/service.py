@@ -25,7 +25,7 @@ from collections import OrderedDict
 from ._version import __version__
 from .analysis import Options, analyse
 from .analysis.compare.budgets import Budgets, check as check_budgets
-from .analysis.compare.diff import compare, no_collectives, peer_wait_cells
+from .analysis.compare.diff import compare, no_collectives
 from .analysis.diagnosis import gap_detail, host_context, host_side_beside
 from .beside import SIDE_BYTES_PER_EVENT
 from .analysis.timeline import annotation_spans, lanes
@@ -34,16 +34,16 @@ from .trace.extension import reader_kind
 from .budget import MB, Budget, Store, measure
 from .cache import DiagnosisCache
 from .discovery import Catalog, span_label
+from .graph_captures import attach as attach_captures
 from .errors import ApiError, BadRequest, FileGone, NotFound, TraceError, TraceTooLarge, trace_error
 from .codec import Failure
 from .pod import Engine, PodJob, decode_result
 from .params import parse
 from .progress import NULL, Progress
-from .analysis.collectives.instances import host_figures
-from .analysis.run.waterfalls import run_waterfall
+from .analysis.run.view import RunView, run_view
 from .analysis.run import trust as run_trust
 from .analysis.run.figures import capture_figures
-from .analysis.run.trend import Capture, trend as run_trend
+from .analysis.run.trend import Capture, slow_host, trend as run_trend
 from .run_captures import captures as run_captures, trend_run
 from .render import chrome
 from .render import collectives as coll_render
@@ -51,7 +51,7 @@ from .render.compare import comparison_json
 from .render.device_ops import TOP as TOP_OPS, device_ops_json
 from .render.json import (diagnosis_json, finding_json, gap_fix, gap_records, gap_row, gaps_page,
                           json_bytes, steps_page, unknown_device)
-from .render.pod import collective_join, summary_row
+from .render.pod import summary_row
 from .render.trend import trend_json
 from .storage import TRACE_BYTES_READ, Underestimated, file_identity, open_file
 from .trace import detect_format, load_open
@@ -272,7 +272,11 @@ class DiagnosisService:
                         with self._loads_lock:
                             self.loads += 1
                         try:
-                            return _Loaded(load_open(f, progress, expect))
+                            trace = load_open(f, progress, expect)
+                            # the graph captures beside it, read below its folder
+                            return _Loaded(attach_captures(
+                                trace, src.path, os.path.dirname(str(src.path)),
+                                self.max_file_bytes, progress=progress))
                         except Underestimated:
                             pass
                     decoded, expect = self.max_file_bytes, None
@@ -387,57 +391,54 @@ class DiagnosisService:
                 self._pods.pop(next(iter(self._pods))).cancel()
         return job
 
-    def run_join(self, params, wait: bool = False):
-        """(the run's collective join or None, every host's figures from it, the host's
-        own row, a state): ``joined``; ``pending`` while the run's other hosts are
-        analysed (``wait``: until they are); ``alone`` when no other participant shares
-        this host's collectives; ``none`` when it has none; ``other_span`` when the
-        capture asked for is not the one the run's summary joins (each host's latest)."""
+    def run_join(self, params, wait: bool = False) -> tuple[RunView | None, dict, dict]:
+        """(the run's ``RunView`` or None, the host's own row, a state): ``joined``;
+        ``pending`` while the run's other hosts are analysed (``wait``: until they are);
+        ``alone`` when no other participant shares this host's collectives; ``none`` when
+        it has none; ``other_span`` when the capture asked for is not the one the run's
+        summary joins (each host's latest)."""
         src = self._source(params)
         diag = self._diagnosis(params)
         opt = self._options(params)
         own = summary_row(src.host, src.span, diag)
         if not own.get("collectives_table"):
-            return None, {}, own, {"state": "none"}
+            return None, own, {"state": "none"}
         run = self.catalog.runs().get(params.run)
         if run is None or len(run.hosts()) < 2:
             rows, key = [own], (self._identity(src), opt.key())
         else:
             latest = self.catalog.find(params.run, src.host)
             if latest is not None and latest.path != src.path:
-                return None, {}, own, {"state": "other_span"}
+                return None, own, {"state": "other_span"}
             job = self._pod_job(params.run, opt)
             if wait:
                 job.wait()
             if not job.complete:
                 rows_now = list(job.rows.values())
-                return None, {}, own, {"state": "pending", "hosts": len(rows_now),
+                return None, own, {"state": "pending", "hosts": len(rows_now),
                                        "done": sum(r.get("status") != "pending"
                                                    for r in rows_now)}
             rows, key = [dict(r) for r in job.rows.values()], job   # finished: its rows stay
         with self._pods_lock:
-            hit = self._joins.get(key)
-        if hit is None:
-            j = collective_join(rows)
-            ok = {r["host"]: r.get("steps") for r in rows if r.get("status") == 200}
-            hit = (j, host_figures(j, ok) if j is not None else {})
+            view = self._joins.get(key)
+        if view is None:
+            view = run_view(rows)
             with self._pods_lock:
-                self._joins[key] = hit
+                self._joins[key] = view
                 while len(self._joins) > MAX_POD_JOBS:
                     self._joins.pop(next(iter(self._joins)))
-        j, figs = hit
         failed = [r for r in rows if r.get("status") != 200]
-        if j is None or src.host not in figs:
-            return None, {}, own, {"state": "alone", "failed": failed, "hosts": len(rows)}
-        return j, figs, own, {"state": "joined", "failed": [r["host"] for r in failed]}
+        if not view.joined(src.host):
+            return None, own, {"state": "alone", "failed": failed, "hosts": len(rows)}
+        return view, own, {"state": "joined", "failed": [r["host"] for r in failed]}
 
     def collectives_json(self, params, wait: bool = False):
         """The Collectives card of one host: its collectives matched with the other
         participants of the run (per op: instances, peer wait, transfer, whom it waited
         for, the steps), its peer wait per step and device, the run's stragglers; or why
         there is no such figure (``state``)."""
-        j, figs, own, st = self.run_join(params, wait)
-        if j is None:
+        view, own, st = self.run_join(params, wait)
+        if view is None:
             out = {"state": st["state"], "host": params.host}
             if st["state"] == "alone":
                 out.update(coll_render.alone_json(own, st["failed"], st["hosts"]))
@@ -453,7 +454,7 @@ class DiagnosisService:
             return out
         diag = self._diagnosis(params)
         with self.budget.admit(RENDER_PEAK, what="collectives"):
-            out = coll_render.host_json(j, self._source(params).host, diag, figs,
+            out = coll_render.host_json(view, self._source(params).host, diag,
                                         len(diag.steps) or None)
         out["failed_hosts"] = st["failed"]
         return out
@@ -489,7 +490,7 @@ class DiagnosisService:
         cap = Capture(files.session, files.start, [r[0] for r in rows], fig,
                       problems + [p for r in rows if r[1] is None for p in r[2]], rows=rows)
         if len(rows) > 1:
-            cap.straggler = self._straggler(files, opt)
+            cap.straggler = self._straggler(files, opt, rows)
         return cap
 
     def _file_figures(self, src, opt: Options) -> tuple:
@@ -514,17 +515,27 @@ class DiagnosisService:
                 self._figures.popitem(last=False)
         return hit
 
-    def _straggler(self, files, opt: Options) -> str | None:
-        """The host the others of a pod capture wait for most (GUIDE §4), None when none."""
+    def _straggler(self, files, opt: Options, rows: list) -> str | None:
+        """The host the others of a pod capture wait for most (GUIDE §4: the run's
+        collective join), None when none; where its hosts share no collectives, its slow
+        host as the pod summary flags one (``slow_host``).  A run's join covers each
+        worker's latest span only: an older span of a multi-worker PyTorch run has none."""
+        for src in files.sources:
+            latest = self.catalog.find(files.run, src.host)
+            if latest is None or latest.path != src.path:
+                return None
         p = parse("collectives", {"run": files.run, "host": files.sources[0].host,
                                   "threshold_us": repr(opt.threshold_us),
                                   "kernels_only": "1" if opt.kernels_only else "0",
                                   "peak_tflops": repr(opt.peak_tflops) if opt.peak_tflops
                                   else ""})
         try:
-            _, figs, _, st = self.run_join(p, wait=True)
+            view, _, st = self.run_join(p, wait=True)
         except (TraceError, ApiError):
             return None
+        if st["state"] == "none":
+            return slow_host(rows)
+        figs = view.figures if view is not None else {}
         late = [(f.get("caused_wait_per_step_ns") or 0, h) for h, f in figs.items()
                 if f.get("straggler")]
         return max(late)[1] if late else None
@@ -656,13 +667,12 @@ class DiagnosisService:
         """(peer wait per step and device of the host ``params`` name, or None; why None;
         whom it waited for most): from the run's collective join, waiting for the run's
         other hosts to be analysed."""
-        j, figs, _, st = self.run_join(params, wait=True)
-        if j is None:
+        view, _, st = self.run_join(params, wait=True)
+        if view is None:
             return None, coll_render.ALONE_SHORT if st["state"] == "alone" else \
                 "peer wait is matched on each host's latest capture only", None
         host = self._source(params).host
-        who = next(iter((figs.get(host) or {}).get("waited_for") or {}), None)
-        return peer_wait_cells(j, host, diag), "", who
+        return view.peer_cells(host, diag), "", view.waited_for(host)
 
     def _peer_of(self, params, run, host, span, diag) -> tuple:
         """(``peer_wait`` cells, the step waterfalls with that peer wait or None) of a
@@ -671,8 +681,8 @@ class DiagnosisService:
             return None, None
         p = self._as_file(params, run, host, span)
         cells = self.peer_wait(p, diag)[0]
-        j = self.run_join(p, wait=True)[0]
-        rw = run_waterfall(diag, j, host) if j is not None else None
+        view = self.run_join(p, wait=True)[0]
+        rw = view.waterfall(host, diag) if view is not None else None
         return cells, rw.step_waterfall if rw is not None else None
 
     def check(self, params, budgets: Budgets, base=None) -> list:
@@ -809,12 +819,12 @@ class DiagnosisService:
     def _wait_slices(self, params, diag) -> tuple:
         """(the peer-wait part of each collective op of this host, or None; why none): the
         overlay waits for the run's other hosts to be analysed (it is kept as built)."""
-        j, _, _, st = self.run_join(params, wait=True)
-        if j is None:
+        view, _, st = self.run_join(params, wait=True)
+        if view is None:
             return None, {"none": None, "alone": coll_render.ALONE,
                           "other_span": "peer wait is matched on each host's latest capture "
                                         "only"}.get(st["state"])
-        return coll_render.wait_slices(j, self._source(params).host, diag), None
+        return coll_render.wait_slices(view.join, self._source(params).host, diag), None
 
 
 class _Detail:

@@ -21,6 +21,7 @@ import pytest
 from conftest import ROOT, TESTDATA, shared_path
 from tb_perfdiag.analysis import causes as C
 from tb_perfdiag.analysis.collectives import instances as coll
+from tb_perfdiag.analysis.run import join as J, stragglers as ST
 from tb_perfdiag.render.collectives import late_text
 
 US, MS = 1_000, 1_000_000
@@ -72,9 +73,9 @@ def one_host(leads_us, *, end_jitter_us=2, names=None, clock=""):
 
 
 def figures(tables, steps=N):
-    j = coll.join(tables)
+    j = J.join(tables)
     assert j is not None
-    return j, coll.host_figures(j, {t.host: steps for t in tables})
+    return j, ST.host_figures(j, {t.host: steps for t in tables})
 
 
 # ---------------------------------------------------------------- shared clocks
@@ -168,7 +169,7 @@ def test_lateness_explained_by_a_later_step_start_says_so_not_a_small_idle_exces
         ts.append(t)
     j, f = figures(ts, steps=1)
     s = f["rank3"]
-    assert s["straggler"] and s["straggler_cause"] == coll.LATE_START
+    assert s["straggler"] and s["straggler_cause"] == ST.LATE_START
     assert s["late_why"]["step_start_excess_ns"] == 3 * MS and s["late_why"]["before_capture"]
     text = late_text(s["late_why"], s["culprit"])
     assert "its step began 3.00 ms after the median participant's" in text
@@ -193,7 +194,7 @@ def test_lateness_from_longer_device_compute_is_imbalance():
     ts = [table(f"rank{r}", T0 + (1 * MS if r == 0 else 0), T0 + 1 * MS + 100 * US,
                 span_start=T0 - 1 * MS) for r in range(4)]
     j, f = figures(ts)
-    assert f["rank0"]["straggler_cause"] == coll.DEVICE_COMPUTE
+    assert f["rank0"]["straggler_cause"] == J.DEVICE_COMPUTE
     assert "imbalance" in late_text(f["rank0"]["late_why"])
 
 
@@ -224,15 +225,14 @@ def test_the_two_tpu_demo_cards_say_who_waited_for_whom():
     import jsonschema
     from tb_perfdiag.file_analysis import read_and_analyse
     from tb_perfdiag.render.collectives import host_json
-    from tb_perfdiag.render.pod import collective_join, summary_row
+    from tb_perfdiag.analysis.run.view import run_view
+    from tb_perfdiag.render.pod import summary_row
     root = os.path.join(TESTDATA, "synthetic", "logdir", "xla_tpu_two_devices")
     path = next(os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs
                 if f.endswith(".xplane.pb"))
     diag, _ = read_and_analyse(path)
     row = summary_row("synthhost", "", diag)
-    j = collective_join([copy.deepcopy(row)])
-    figs = coll.host_figures(j, {"synthhost": row["steps"]})
-    card = host_json(j, "synthhost", diag, figs, len(diag.steps))
+    card = host_json(run_view([copy.deepcopy(row)]), "synthhost", diag, len(diag.steps))
     card["failed_hosts"] = []
     with open(os.path.join(ROOT, "tb_perfdiag", "schema", "collectives.schema.json")) as f:
         jsonschema.validate(card, json.load(f))
@@ -300,7 +300,7 @@ def test_dlrm_worker7s_saving_is_its_lead_and_its_lateness_is_before_the_capture
     assert abs(w7["saving_per_step_ns"] - 1_309_000) <= 0.05 * 1_309_000
     assert w7["caused_wait_per_step_ns"] > 3 * w7["saving_per_step_ns"]
     assert w7["next_straggler"] == "worker5_step_12"
-    assert w7["straggler_cause"] == coll.LATE_START and w7["straggler_why"]["before_capture"]
+    assert w7["straggler_cause"] == ST.LATE_START and w7["straggler_why"]["before_capture"]
     assert "its step began" in w7["straggler_reason"]
     assert "because of untraced" not in w7["straggler_reason"]
     # one window a row

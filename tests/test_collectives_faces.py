@@ -21,11 +21,12 @@ import pytest
 from conftest import ROOT, call, shared_path
 from tb_perfdiag.analysis import Options, diagnose_trace
 from tb_perfdiag.analysis.compare.budgets import Budgets, check as check_budgets
-from tb_perfdiag.analysis.compare.diff import compare, peer_wait_cells
+from tb_perfdiag.analysis.compare.diff import compare
+from tb_perfdiag.analysis.run.view import run_view
 from tb_perfdiag.cache import DiagnosisCache
 from tb_perfdiag.discovery import Catalog
 from tb_perfdiag.render.compare import comparison_json
-from tb_perfdiag.render.pod import collective_join, summary_row
+from tb_perfdiag.render.pod import summary_row
 from tb_perfdiag.service import DiagnosisService
 from tb_perfdiag.testing import TraceBuilder
 from tb_perfdiag.trace import load
@@ -89,7 +90,7 @@ def _diagnoses(folder):
 
 def _cells(diags, host):
     rows = [summary_row(h, "", d) for h, d in diags.items()]
-    return peer_wait_cells(collective_join(rows), host, diags[host])
+    return run_view(rows).peer_cells(host, diags[host])
 
 
 # ---- the host page's route ----

@@ -9,6 +9,7 @@ import pytest
 
 from tb_perfdiag.analysis import causes as C
 from tb_perfdiag.analysis.collectives import instances as coll
+from tb_perfdiag.analysis.run import join as J, stragglers as ST
 from tb_perfdiag.testing import TraceBuilder
 
 MS = 1_000_000
@@ -56,9 +57,9 @@ def pod(late: dict, *, jitter=0.2 * MS, shift=None, seed=1, idle=None, busy=None
 
 
 def figures(tables):
-    j = coll.join(tables)
+    j = J.join(tables)
     assert j is not None
-    return j, coll.host_figures(j, {t.host: N for t in tables})
+    return j, ST.host_figures(j, {t.host: N for t in tables})
 
 
 def test_the_late_host_is_the_straggler_and_the_others_wait_for_it():
@@ -111,7 +112,7 @@ def test_late_with_no_idle_of_its_own_is_device_compute():
     # host3's device computes longer before each collective: no idle to blame
     tables = pod({"host3": 20 * MS})
     j, f = figures(tables)
-    assert f["host3"]["straggler"] and f["host3"]["straggler_cause"] == coll.DEVICE_COMPUTE
+    assert f["host3"]["straggler"] and f["host3"]["straggler_cause"] == J.DEVICE_COMPUTE
 
 
 def test_arrivals_closer_than_the_clocks_can_be_aligned_blame_no_one():
@@ -133,7 +134,7 @@ def test_a_participant_missing_an_instance_is_matched_on_the_rest_and_said():
     t = tables[3]
     keep = np.arange(1, N)        # host3's capture starts after the first all-reduce
     tables[3] = table("host3", t.start[keep], t.end[keep])
-    j = coll.join(tables)
+    j = J.join(tables)
     assert len(j) == N - 1
     assert any(u.get("host") == "host3" and u["count"] == N - 1 for u in j.unmatched)
     # host3's first op is matched with the others' second: the ends agree there
@@ -141,7 +142,7 @@ def test_a_participant_missing_an_instance_is_matched_on_the_rest_and_said():
 
 
 def test_one_participant_alone_is_no_join():
-    assert coll.join([pod({})[0]]) is None
+    assert J.join([pod({})[0]]) is None
 
 
 @pytest.mark.parametrize("native", [True, False], ids=["native", "reference"])

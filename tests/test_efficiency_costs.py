@@ -538,3 +538,69 @@ def test_xspace_costs_a_block_at_a_time_fold_as_whole(traced, monkeypatch):
             np.testing.assert_allclose(getattr(got, name), getattr(whole, name), rtol=1e-12,
                                        err_msg=f"{name} in blocks of {block}")
     assert np.nansum(whole.flops) > 0
+
+
+def _padded_conv3d_module():
+    """An HloProto of a padded 3-D convolution (NCDHW, OIDHW: size 3, pad 1 each side,
+    stride 1), as an HLO op and as cuDNN's forward custom call, with the full dimension
+    numbers and window XLA writes."""
+    from tb_perfdiag.analysis.efficiency.hlo_costs import HloProto
+    F32 = 11
+    msg = HloProto()
+    main = msg.hlo_module.computations.add(name="main", id=1)
+
+    def ins(name, opcode, iid, dims, ops=()):
+        i = main.instructions.add(name=name, opcode=opcode, id=iid)
+        i.shape.element_type = F32
+        i.shape.dimensions.extend(dims)
+        i.operand_ids.extend(ops)
+        return i
+
+    def conv(i, stride=1, pad=1):
+        cd = i.convolution_dimension_numbers
+        cd.input_batch_dimension, cd.input_feature_dimension = 0, 1
+        cd.input_spatial_dimensions.extend([2, 3, 4])
+        cd.kernel_output_feature_dimension, cd.kernel_input_feature_dimension = 0, 1
+        cd.kernel_spatial_dimensions.extend([2, 3, 4])
+        cd.output_batch_dimension, cd.output_feature_dimension = 0, 1
+        cd.output_spatial_dimensions.extend([2, 3, 4])
+        for _ in range(3):
+            i.window.dimensions.add(size=3, stride=stride, padding_low=pad, padding_high=pad,
+                                    window_dilation=1, base_dilation=1)
+    ins("x", "parameter", 1, [2, 4, 8, 8, 8])
+    ins("w", "parameter", 2, [8, 4, 3, 3, 3])
+    conv(ins("conv.pad", "convolution", 3, [2, 8, 8, 8, 8], (1, 2)))
+    conv(ins("conv.valid", "convolution", 4, [2, 8, 6, 6, 6], (1, 2)), pad=0)
+    conv(ins("conv.s2", "convolution", 5, [2, 8, 4, 4, 4], (1, 2)), stride=2)
+    cc = ins("conv.cudnn", "custom-call", 6, [], (1, 2))
+    cc.custom_call_target = "__cudnn$convForward"
+    cc.shape.tuple_shapes.add(element_type=F32).dimensions.extend([2, 8, 8, 8, 8])
+    cc.shape.tuple_shapes.add(element_type=6).dimensions.append(64)       # workspace
+    conv(cc)
+    return msg.SerializeToString()
+
+
+def test_padded_convolution_counts_only_the_taps_that_read_the_input():
+    """XLA's cost rule (HloCostAnalysis::HandleConvolution), which xprof's per-op FLOPs
+    follow: a tap that falls in the padding does no work."""
+    from tb_perfdiag.testing.xspace import Ref
+    w = XSpaceWriter()
+    md = w.plane("/host:metadata", id=9)
+    md.eid("jit_conv(5)", md_stats=[("Hlo Proto", "b", _padded_conv3d_module())])
+    host = w.plane("/host:CPU", id=1)
+    ln = host.line(1, "tf_XLAEigen/1", timestamp_ns=0)
+    names = ["conv.pad", "conv.valid", "conv.s2", "conv.cudnn"]
+    for i, n in enumerate(names):
+        host.event(ln, n, i * 1000, 500, stats={"hlo_op": n, "hlo_module": Ref("jit_conv"),
+                                                 "program_id": 5})
+    tr = load_xspace(w)
+    c = op_costs(tr, tr.activity_of(0))
+    got = {tr.event_name(int(e)): f for e, f in zip(c.event, c.flops)}
+    per_tap = 2 * 2 * 4 * 8                 # batch × input features × output features
+    # size 3, pad 1, 8 outputs: 8 × 3 taps less the 2 that fall in the padding = 22
+    assert got["conv.pad"] == per_tap * 22 ** 3
+    assert got["conv.pad"] < 2 * 2 * 8 * 8 ** 3 * 4 * 27 * 0.78     # the old count's 77 %
+    assert got["conv.valid"] == per_tap * (6 * 3) ** 3              # no padding: k × o
+    # stride 2, pad 1, 4 outputs: positions -1..5 by 2 for each tap; one in the padding
+    assert got["conv.s2"] == per_tap * (4 * 3 - 1) ** 3
+    assert got["conv.cudnn"] == got["conv.pad"]

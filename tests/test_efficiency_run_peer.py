@@ -27,7 +27,8 @@ from tb_perfdiag.analysis.run.waterfalls import run_waterfall
 from tb_perfdiag.cache import DiagnosisCache
 from tb_perfdiag.discovery import Catalog
 from tb_perfdiag.params import parse
-from tb_perfdiag.render.pod import collective_join, pod_summary, summary_row
+from tb_perfdiag.analysis.run.view import run_view
+from tb_perfdiag.render.pod import pod_summary, summary_row
 from tb_perfdiag.service import DiagnosisService
 from tb_perfdiag.testing import TraceBuilder
 from tb_perfdiag.trace import load
@@ -109,7 +110,7 @@ def test_resplitting_the_collectives_is_the_waterfall_at_that_wait_fraction():
 
 def test_each_rank_waits_its_measured_wait_in_its_waterfall(diags):
     rows = [summary_row(h, "", d) for h, d in diags.items()]
-    j = collective_join(rows)
+    j = run_view(rows).join
     d0 = diags["rank0"]
     E = d0.efficiency
     assert E.flops[0] == STEPS * MM
@@ -200,7 +201,7 @@ def test_dlrm_ranks_wait_inside_their_waterfall(tmp_path):
     src = shared_path(*DLRM)
     files = sorted(os.listdir(src))
     diags = {f.split(".")[0]: diagnose_trace(load(os.path.join(src, f)), Options()) for f in files}
-    j = collective_join([summary_row(h, "", d) for h, d in diags.items()])
+    j = run_view([summary_row(h, "", d) for h, d in diags.items()]).join
     w1 = diags["worker1_step_12"]
     own = dict(zip(W.PARTS, w1.efficiency.waterfall[0]))
     rw = run_waterfall(w1, j, "worker1_step_12")
@@ -251,7 +252,7 @@ def test_a_run_without_flop_figures_has_no_run_waterfall():
     from test_collectives_faces import rank_trace as plain_rank
     from tb_perfdiag.render.efficiency import run_json
     ds = {f"rank{r}": diagnose_trace(plain_rank(r, LATE, LATE_US).build()) for r in range(4)}
-    j = collective_join([summary_row(h, "", d) for h, d in ds.items()])
+    j = run_view([summary_row(h, "", d) for h, d in ds.items()]).join
     rw = run_waterfall(ds["rank0"], j, "rank0")
     assert rw is not None and rw.joined[0] and not np.isfinite(rw.waterfall[0]).any()
     assert run_json(ds["rank0"], rw) is None

@@ -641,3 +641,24 @@ def test_a_kernel_name_tells_its_dtype(kernel, dtype):
     from tb_perfdiag.analysis.efficiency.torch_shapes import _KERNEL_DTYPE
     got = next((d for rx, d in _KERNEL_DTYPE if rx.search(kernel)), "")
     assert got == dtype
+
+
+def test_inductor_kernels_costed_in_bytes_from_their_buffers(tmp_path):
+    """torch.compile's Triton kernels: the host op of each launch lists the compiled
+    graph's buffers (two inputs and the output, an fp32 [10, 10] each) and the element
+    count as a scalar: each buffer read or written once, no FLOPs."""
+    b = _Trace()
+    for name in ("triton_poi_fused_add_cos_sin_0", "triton_red_fused_sum_1",
+                 "triton_per_fused_softmax_2"):
+        b.op(name, [[10, 10], [10, 10], [10, 10], []], ["float", "float", "float", "Scalar"],
+             conc=["", "", "", "100"], kernel=name)
+    c, names = _costs(b.load(tmp_path))
+    assert c.known.all() and c.flops.sum() == 0 and not c.matmul.any()
+    assert c.bytes.tolist() == [1200.0] * 3
+
+
+def test_triton_example_trace_is_costed_in_bytes():
+    tr = tb_perfdiag.load(shared_path("public", "HolisticTraceAnalysis", "tests", "data",
+                                      "triton_example", "triton_example.json.gz"))
+    c = op_costs(tr, tr.activity_of(0))
+    assert c.known.all() and c.bytes.sum() == 3 * 100 * 4

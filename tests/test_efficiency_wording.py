@@ -207,7 +207,11 @@ _REAL = [
     ("public/xprof/xprof/convert/test_xplanes/tpu_inference_2.xplane.pb",
      "407 GFLOP, MFU <0.001% of 918 TFLOP/s bf16 (from the trace)"),
     ("public/HolisticTraceAnalysis/tests/data/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz",
-     "328 kFLOP, MFU <0.001% of 45.3 TFLOP/s fp32 (MI250 datasheet)"),
+     "GPU 2 (AMD Instinct MI250 (one die) or MI210): 328 kFLOP, MFU <0.001% of 45.3 TFLOP/s "
+     "fp32 (MI250 datasheet, identified by gfx90a, 104 CUs, 64 GB)"),
+    # ROCm's one deviceProperties entry is id 0; the kernels run on device 2
+    ("public/TraceLens/tests/traces/mi300/Falconsai_nsfw_image_detection__1016002.json.gz",
+     "GPU 2 (AMD Instinct MI300X VF): 141 GFLOP, MFU"),
     ("public/HolisticTraceAnalysis/tests/data/trace_diff/test/test.json.gz",
      "156 GFLOP, MFU ≥1.33% of 15.7 TFLOP/s fp32 (V100 SXM2 datasheet)"),
 ]

@@ -32,7 +32,7 @@ def js(tb_demo):
             return pg.evaluate(
                 "async ([base, body, arg]) => {"
                 " const m = {};"
-                " for (const n of ['state', 'format', 'steps_chart', 'timeline', 'api', 'annotations', 'compare', 'compare_runs', 'collectives'])"
+                " for (const n of ['state', 'format', 'steps_chart', 'timeline', 'api', 'annotations', 'compare', 'compare_runs', 'collectives', 'view_trend', 'trend_chart'])"
                 "   m[n] = await import(base + n + '.js');"
                 " return await (new Function('m', 'arg', body))(m, arg); }",
                 [base, body, arg])
@@ -278,3 +278,48 @@ def test_duty_wait_text_says_nothing_of_a_wait_under_a_twentieth_of_a_point(js):
         {"id": 1, "wait_ns": 9e6, "wait_points": 30.2, "waited_for": "TPU 2", "waited_at": "all-reduce"}]}
     got = js("return [0, 1].map((i) => m.collectives.dutyWaitText(arg, i))", coll)
     assert got == [None, "30 points of it waiting for TPU 2 at all-reduce"]
+
+
+def test_trend_captures_from_the_run_list_and_the_selection_a_capture_opens(js):
+    span = lambda n: {"name": n}  # noqa: E731
+    runs = [
+        {"run": "jax/2026_11_30_00_53_20", "layout": "profile", "hosts": [{"name": "h1", "spans": [span("")]}, {"name": "h2", "spans": [span("")]}]},
+        {"run": "jax/2026_11_30_00_58_20", "layout": "profile", "hosts": [{"name": "h1", "spans": [span("")]}, {"name": "h2", "spans": [span("")]}]},
+        {"run": "other/2026_11_30_00_53_20", "layout": "profile", "hosts": [{"name": "h1", "spans": [span("")]}]},
+        {"run": "torch", "layout": "pytorch", "hosts": [{"name": "w0", "spans": [span("100"), span("200")]},
+                                                        {"name": "w1", "spans": [span("101"), span("201")]}]},
+    ]
+    got = js("return ['jax/2026_11_30_00_58_20', 'other/2026_11_30_00_53_20', 'torch', 'nope']"
+             ".map((n) => m.view_trend.trendCaptureCount(arg, n))", runs)
+    assert got == [2, 1, 2, 0]
+    sel = js("const f = m.view_trend.captureSelection; return ["
+             " f(arg, 'jax/2026_11_30_00_53_20', 'h2', {session: '2026_11_30_00_58_20'}, 1),"
+             " f(arg, 'torch', 'w1', {session: '200'}, 1),"      # the capture is named by w0's span
+             " f(arg, 'torch', 'w1', {session: '999'}, 1),"      # not named: the host's own k-th
+             " f(arg, 'jax/2026_11_30_00_53_20', 'h1', {session: 'gone'}, 0)]", runs)
+    assert sel == [{"run": "jax/2026_11_30_00_58_20", "host": "h2", "span": ""},
+                   {"run": "torch", "host": "w0", "span": "200"},
+                   {"run": "torch", "host": "w1", "span": "201"}, None]
+
+
+def test_trend_layout_leaves_a_flagged_capture_out_of_the_lines(js):
+    ok = {"ok": True, "problems": []}
+    doc = {"captures": [
+        {"session": "a", "start_time": "2026-11-30T00:53:20Z", "step_time_ns": 3e6, "duty_cycle": 0.98, "mfu": None,
+         "idle_by_cause": {"untraced": 0.01, "launch_overhead": 0.01}, "trust": ok},
+        {"session": "b", "start_time": "2026-11-30T00:58:20Z", "step_time_ns": None, "duty_cycle": None, "mfu": None,
+         "idle_by_cause": {}, "trust": {"ok": False, "problems": ["empty file (0 bytes): …"]}},
+        {"session": "c", "start_time": "2026-12-01T00:03:20Z", "step_time_ns": 15e6, "duty_cycle": 0.2, "mfu": 0.1,
+         "idle_by_cause": {"data_loading": 0.8, "untraced": 0.0}, "trust": ok}]}
+    lay = js("return m.trend_chart.layoutTrend(arg, 1000)", doc)
+    cols = lay["cols"]
+    assert [c["c"]["session"] for c in cols] == ["a", "b", "c"]
+    assert [c["x"] for c in cols] == sorted(c["x"] for c in cols)
+    assert cols[1]["ok"] is False and cols[1]["step"] is None and cols[1]["duty"] is None
+    assert cols[0]["step"] > cols[2]["step"]                 # SVG y: the slower capture higher
+    assert cols[0]["mfu"] is None and cols[2]["mfu"] is not None
+    assert [b["cause"] for b in cols[2]["bands"]] == ["data_loading"]   # a zero share draws nothing
+    assert lay["stepTop"] >= 15e6 and lay["withDate"] is True
+    assert js("return [m.trend_chart.stepRange({first_step: 11, steps: 6}), m.trend_chart.stepRange({first_step: null, steps: 0}),"
+              " m.trend_chart.captureTime('2026-11-30T00:53:20Z', false), m.trend_chart.captureTime('2026-11-30T00:53:20Z', true)]") == \
+        ["steps 11–16", "", "00:53:20", "11-30 00:53"]

@@ -169,6 +169,37 @@ def test_the_mcp_tool_answers_the_route(runs):
     assert Tools(svc).trend("jax_cpu") == _trend_doc(svc, run="jax_cpu")
 
 
+# ---- a pod's captures: the straggler ----
+
+def _pod_design() -> dict:
+    with open(os.path.join(TESTDATA, "captures", "MANIFEST.json")) as f:
+        caps = json.load(f)["captures"]
+    pod = next(c for c in caps if c["name"] == "jax_pod")["ground_truth"]["scenarios"]
+    return {k: v["design"].get("straggler") for k, v in pod.items()}
+
+
+def test_a_pod_capture_names_the_host_the_others_wait_for():
+    """The real 4-process JAX pods (gloo all-reduce): each capture's straggler is the host
+    its design slows (None where none is), from the run's collective join."""
+    from tb_perfdiag.pod import Engine
+    svc = DiagnosisService(Catalog(os.path.join(TESTDATA, "captures", "jax_pod")),
+                           DiagnosisCache(disk_dir=None), engine=Engine(processes=False))
+    try:
+        for scenario, host in _pod_design().items():
+            (cap,) = _trend_doc(svc, run=scenario)["captures"]
+            assert len(cap["hosts"]) == 4 and cap["straggler"] == host, (scenario, cap)
+    finally:
+        svc.close()
+
+
+def test_without_collectives_a_pods_slow_host_is_its_straggler():
+    from tb_perfdiag.analysis.run.trend import slow_host
+    rows = [(f"h{i}", _fig(t), []) for i, t in enumerate((10, 10.2, 9.9, 12))]
+    assert slow_host(rows) == "h3"
+    assert slow_host(rows[:3]) is None and slow_host(rows[:1]) is None
+    assert slow_host(rows[:3] + [("h3", None, [T.Problem(T.EMPTY)])]) is None
+
+
 # ---- scalars ----
 
 def test_scalars_read_back_by_tensorboard_agree_with_the_trend_and_never_duplicate(runs,
@@ -323,3 +354,88 @@ def test_the_profilers_own_stop_over_the_stated_share_is_flagged():
     b.op(b.tracks[0], "torch/profiler/profiler.py(700): stop", 4000, 900, "python_function")
     got = T.problems(_diag(b))
     assert [p.kind for p in got] == [T.OVERHEAD] and got[0].figures["calls_ps"] == 900 * 10**6
+
+
+# ---- a real JAX job on XLA:CPU, profiled 12 times (testdata/generators/capture_jax_trend.py) ----
+# Its captures are not bundled (3 MB, a 0-byte file among them, and every test that walks
+# testdata would read them): generate them with the jax venv of make_captures.sh and point
+# TB_PERFDIAG_TREND_CAPTURES at the folder; skipped otherwise.
+
+REAL = os.environ.get("TB_PERFDIAG_TREND_CAPTURES", "")
+
+
+@pytest.mark.skipif(not os.path.isfile(os.path.join(REAL, "TREND_TRUTH.json")),
+                    reason="no real trend captures (TB_PERFDIAG_TREND_CAPTURES unset: see "
+                           "testdata/generators/capture_jax_trend.py)")
+def test_a_real_jax_run_names_its_regressions_and_flags_its_empty_capture():
+    with open(os.path.join(REAL, "TREND_TRUTH.json")) as f:
+        truth = json.load(f)["captures"]
+    parent, name = os.path.split(os.path.abspath(REAL.rstrip("/")))
+    doc = _trend_doc(_service(parent), run=name)
+    jsonschema.validate(doc, SCHEMA)
+    assert [c["session"] for c in doc["captures"]] == sorted(truth)
+    for c in doc["captures"]:
+        t = truth[c["session"]]
+        assert c["trust"]["ok"] is (t["injected"] != "empty"), c
+        if t["injected"] != "empty":
+            assert c["first_step"] == t["first_step"] and c["steps"] > 0
+    trusted = [c["session"] for c in doc["captures"] if c["trust"]["ok"]]
+    changes = {(ch["from"], ch["to"]): ch["causes"] for ch in doc["changes"]}
+    for k, s in enumerate(trusted):
+        cause = truth[s]["injected"]
+        if cause in ("", "empty"):
+            continue
+        into, out = changes.get((trusted[k - 1], s), {}), changes.get((s, trusted[k + 1]), {})
+        assert max(into, key=lambda c: into[c]) == cause and into[cause] > 30, (s, into)
+        assert min(out, key=lambda c: out[c]) == cause and out[cause] < -30, (s, out)
+
+
+def test_scalars_watch_adds_captures_as_they_land(runs, tmp_path):
+    """``scalars --watch``: a round with nothing new leaves the file; a capture written
+    between rounds is added (two rounds here)."""
+    logdir, _ = runs
+    run = tmp_path / "logdir" / "watched"
+    shutil.copytree(logdir / "torch_repeat", run)
+    env = dict(os.environ, TB_PERFDIAG_RESULTS=str(tmp_path / "store"))
+    p = subprocess.Popen([sys.executable, "-m", "tb_perfdiag.cli", "scalars",
+                          str(tmp_path / "logdir"), "--watch", "--interval", "3",
+                          "--rounds", "2"], stdout=subprocess.PIPE, text=True, env=env)
+    first = p.stdout.readline()
+    newest = sorted(x for x in os.listdir(run) if x.endswith(".json"))[-1]
+    shutil.copy(run / newest, run / "trainer.1796009000000.pt.trace.json")
+    rest = p.stdout.read()
+    assert p.wait(timeout=300) == 0
+    tags = 2 + len(C.ALL)           # step time, duty cycle, idle by cause (no MFU here)
+    assert f"7 trusted of 8 captures, {7 * tags} points written" in first
+    assert f"8 trusted of 9 captures, {8 * tags} points written" in rest
+    from tb_perfdiag import scalars
+    assert len(scalars.read_points(str(run / "perfdiag"))) == 8 * tags
+
+
+def test_a_truncated_capture_is_flagged_with_the_readers_reason(runs, tmp_path):
+    logdir, truth = runs
+    run = tmp_path / "cut"
+    shutil.copytree(logdir / "torch_repeat", run)
+    victim = sorted(s for s, k in truth["torch_repeat"].items() if k == "")[1]
+    path = run / f"trainer.{victim}.pt.trace.json"
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    doc = _trend_doc(_service(tmp_path), run="cut")
+    bad = [c for c in doc["captures"] if not c["trust"]["ok"]]
+    assert {c["session"] for c in bad} == {victim} | {
+        s for s, k in truth["torch_repeat"].items() if k == "empty"}
+    cut = next(c for c in bad if c["session"] == victim)
+    assert cut["trust"]["problems"][0].startswith("unreadable or truncated: ")
+
+
+def test_several_workers_the_kth_span_of_each_is_the_kth_capture(runs, tmp_path):
+    logdir, truth = runs
+    run = tmp_path / "ddp"
+    shutil.copytree(logdir / "torch_repeat", run)
+    for f in list(run.iterdir()):
+        shutil.copy(f, run / f.name.replace("trainer.", "rank1."))
+    doc = _trend_doc(_service(tmp_path), run="ddp")
+    assert len(doc["captures"]) == len(truth["torch_repeat"])
+    assert all(c["hosts"] == ["rank1", "trainer"] for c in doc["captures"])
+    # the two workers are the same trace: no slow host; the join covers the latest spans only
+    assert all(c["straggler"] is None for c in doc["captures"])
+    assert len(doc["changes"]) == 4

@@ -488,6 +488,20 @@ class Bound(enum.IntEnum):
 
 
 @dataclass
+class GraphSummary:
+    """Per device: what the CUDA/HIP graph replays it ran matched in their captures
+    (``efficiency.graphs``)."""
+
+    matched: np.ndarray         # (n_dev,) replayed device events matched to a capture launch
+    total: np.ndarray           # (n_dev,) replayed device events
+    replays: np.ndarray         # (n_dev,) graph replays with device events
+    unrecorded: np.ndarray      # (n_dev,) captured launches no replayed event matched,
+                                # summed over its replays: device work the trace missed
+    capture_files: int          # capture traces read beside the trace (or named)
+    captured: int               # capture windows found in them and in the trace
+
+
+@dataclass
 class EfficiencyTable:
     """What the busy time achieves (``efficiency/``): model FLOPs, the peak and MFU per
     device and per (step, device), the MFU waterfall of each window (points of the
@@ -564,6 +578,26 @@ class EfficiencyTable:
     # per device: ops outside collectives with no cost figure hold ≥ LOWER_BOUND_SHARE of
     # the op time, so the MFU (which counts none of their FLOPs) is a lower bound
     mfu_lower_bound: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    # per device: what named a part whose own name does not ("gfx942, 304 CUs, 192 GB";
+    # "" where the name says, or nothing does)
+    device_identified_by: list = field(default_factory=list)
+    # per (device, format of ``format_names``): matmul-class FLOPs and ps, the FLOP/s the
+    # format runs at on the device (NaN unknown; the format it is converted to where the
+    # part has no units for it, ``format_peak_dtype``) and its part of the MFU
+    format_names: list = field(default_factory=list)
+    format_flops: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    format_time: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    format_peak: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    format_peak_dtype: list = field(default_factory=list)
+    format_mfu: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    # per device: the roofline's bytes (HBM where split) ÷ (window × peak bandwidth), NaN
+    # unknown: the memory-bound device's MFU (GUIDE §4 "Memory-bound work"); and whether
+    # its matmul-class work together sits below the ridge point (decode)
+    bandwidth_utilisation: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    matmul_memory_bound: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    # CUDA/HIP graph replays and what of them matched their capture
+    # (None: no replay with device events)
+    graphs: GraphSummary | None = None
 
     def part(self, name: str) -> int:
         return self.parts.index(name)

@@ -1,4 +1,4 @@
-"""A run's collective join (``analysis.collectives.Join``) as one host sees it: the JSON of
+"""A run's collective join (``analysis.run.join.Join``, through ``analysis.run.view.RunView``) as one host sees it: the JSON of
 the host page's Collectives card, the per-step peer wait of its step bars, the wait and
 transfer of its "Device time by op" collective groups, and the wait slices of the
 trace-viewer overlay.
@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..analysis.collectives import instances as coll
-from ..analysis.collectives.instances import DEVICE_COMPUTE, Join, clock_origin_ps, per_step_median
-from ..analysis.compare.diff import peer_wait_cells
+from ..analysis.collectives.instances import clock_origin_ps
+from ..analysis.run.join import DEVICE_COMPUTE, SAME_CLOCK_NS, Join
+from ..analysis.run.stragglers import LATE_START, NOT_IN_TRACE, per_step_median
+from ..analysis.run.view import RunView
 from ..analysis.device_time.by_op import fold_kernel_name
-from ..analysis.run.waterfalls import run_waterfall
 from ..analysis.result import Diagnosis
 from ..units import duration
 from .efficiency import run_json
@@ -53,7 +53,7 @@ def clock_note(j) -> str:
         basis = cks[0]["basis"] if cks else ""
         why = {"one process": "devices of one process",
                "ends agree": "the instances' ends agree within "
-                             f"{duration(coll.SAME_CLOCK_NS)}"}.get(basis, basis)
+                             f"{duration(SAME_CLOCK_NS)}"}.get(basis, basis)
         res = cks[0]["resolution_ns"] if cks else 0
         return (f"one clock ({why}): no offset; arrivals order at its ends' agreement "
                 f"({duration(res)})")
@@ -69,7 +69,7 @@ def clock_note(j) -> str:
 
 
 def late_text(why: dict | None, culprit: str | None = None, participant: str = "participant") -> str:
-    """Why a straggler was late, in words (``collectives.why_late``): the idle cause
+    """Why a straggler was late, in words (``run.stragglers.why_late``): the idle cause
     only where it explains half of its lateness; else where the rest comes from.  Sums
     over the instances it was late to are said per instance."""
     if not why or not why.get("cause"):
@@ -78,7 +78,7 @@ def late_text(why: dict | None, culprit: str | None = None, participant: str = "
     n = max(int(why.get("instances") or 1), 1)
     each = f" before each of the {n} collectives it was late to" if n > 1 else ""
     ms = lambda v: duration(v or 0)   # noqa: E731  (the one unit rule)
-    if c == coll.LATE_START:
+    if c == LATE_START:
         ss = why.get("step_start_excess_ns")
         began = (f"its step began {ms(ss)} after the median {participant}'s" if ss and ss > 0
                  else f"its work before the collectives began {ms(why.get('start_excess_ns'))} "
@@ -87,10 +87,10 @@ def late_text(why: dict | None, culprit: str | None = None, participant: str = "
             return (f"{began}: the lateness comes before the capture — profile from an "
                     "earlier step or capture the data loader")
         return f"{began}: the lateness comes before that step's first collective"
-    if c == coll.DEVICE_COMPUTE:
+    if c == DEVICE_COMPUTE:
         return (f"its device computed {ms(why.get('busy_excess_ns', 0) / n)} more than the median "
                 f"{participant}'s{each} (imbalance)")
-    if c == coll.NOT_IN_TRACE:
+    if c == NOT_IN_TRACE:
         return (f"its own idle and compute explain little of its {ms(why.get('lateness_ns', 0) / n)} "
                 f"lateness{each}: the cause is not in the trace")
     return (f"late because of {c.replace('_', ' ')}" + (f" ({culprit})" if culprit else "")
@@ -115,10 +115,11 @@ def _mean_over(a: np.ndarray, present: np.ndarray) -> np.ndarray:
     return np.where(n > 0, (a * present).sum(axis=1) / np.maximum(n, 1), 0.0)
 
 
-def host_json(j: Join, host: str, diag: Diagnosis | None, figs: dict,
+def host_json(view: RunView, host: str, diag: Diagnosis | None,
               steps: int | None = None) -> dict:
-    """The Collectives card of ``host`` (``figs``: ``collectives.host_figures`` of the run,
-    every host's; ``diag``: the host's own diagnosis, for its device ids and windows)."""
+    """The Collectives card of ``host`` in its run's ``view`` (``diag``: the host's own
+    diagnosis, for its device ids and windows)."""
+    j, figs = view.join, view.figures
     cols = _cols(j, host)
     n_i = len(j)
     present = j.present[:, cols]
@@ -177,7 +178,7 @@ def host_json(j: Join, host: str, diag: Diagnosis | None, figs: dict,
     ops.sort(key=lambda o: (-o["wait_ns"], o["op"]))
     devices = _devices(j, cols, diag, n_steps)
     groups = _groups(j, cols, diag)
-    cells = peer_wait_cells(j, host, diag) if diag is not None else None
+    cells = view.peer_cells(host, diag)
     by_step = {}
     ids = {d["id"] for d in devices if d["id"] is not None}
     if cells is not None:
@@ -221,7 +222,7 @@ def host_json(j: Join, host: str, diag: Diagnosis | None, figs: dict,
         "stragglers": stragglers, "ops": ops, "devices": devices, "groups": groups,
         "step_peer_wait_ns": by_step, "note": NOTE,
         # the MFU waterfall with this peer wait in it (the page's card shows it)
-        "efficiency": run_json(diag, run_waterfall(diag, j, host)) if diag is not None else None,
+        "efficiency": run_json(diag, view.waterfall(host, diag)) if diag is not None else None,
     }
 
 

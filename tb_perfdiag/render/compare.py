@@ -64,7 +64,8 @@ def _figures(f: StepFigures | None) -> dict | None:
                                  if round(v / 1000)},
             "short_gaps_ns": _ns(f.short_gaps), "other_idle_ns": _ns(f.other_idle),
             "peer_wait_ns": _ns(f.peer_wait), "work_duty_cycle": _work(f),
-            "flops": f.flops, "mfu": f.mfu,
+            "flops": f.flops, "mfu": f.mfu, "device_model": f.device_model or None,
+            "peak_dtype": f.peak_dtype or None,
             "waterfall": {p: round(float(v), 4) for p, v in zip(f.parts, f.waterfall.tolist())
                           if v > 0 or p in _FIXED_PARTS} if f.waterfall is not None else None,
             "missing": f.missing or None}
@@ -402,6 +403,10 @@ def _mfu_lines(fa: StepFigures, fb: StepFigures) -> list:
     L = [f"     {'MFU':40} {m(fa.mfu):>9} → {m(fb.mfu):>9}"
          + (f"  {pts((fb.mfu - fa.mfu) * 100)}" if fa.mfu is not None and fb.mfu is not None
             else "")]
+    if (fa.device_model, fa.peak_dtype) != (fb.device_model, fb.peak_dtype):
+        # each side against its own part's peak, in its own format
+        side = lambda f: f"{f.device_model or 'unnamed device'} {f.peak_dtype}".strip()  # noqa: E731
+        L.append(f"     peaks: {side(fa)} → {side(fb)}")
     moves = (waterfall_moves(fa, fb) or ())[1:]      # the MFU's own row is the line above
     if moves:
         L.append("     MFU waterfall, points of the step at peak:")

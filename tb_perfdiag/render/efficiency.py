@@ -167,6 +167,8 @@ def device_json(diag: Diagnosis, d: int) -> dict | None:
             "peak_flops_per_s": _f(E.peak_flops[d]), "peak_dtype": E.peak_dtype[d] or None,
             "peak_source": E.peak_source[d] or None, "peak_bytes_per_s": _f(E.peak_bytes[d]),
             "device_model": E.device_model[d] or None,
+            "device_identified_by": (E.device_identified_by[d] or None)
+            if d < len(E.device_identified_by) else None,
             "achieved_flops_per_s": _achieved(diag, d),
             "mfu": _f(E.mfu[d]),
             "mfu_lower_bound": bool(E.mfu_lower_bound[d]) if d < len(E.mfu_lower_bound) else False,
@@ -176,7 +178,42 @@ def device_json(diag: Diagnosis, d: int) -> dict | None:
                          "attainable_flops_per_s": _f(E.attainable[d]),
                          "efficiency": _f(E.roofline_efficiency[d]),
                          "bound": _BOUND[int(E.bound[d])], **_onchip(E, d)},
+            "bandwidth_utilisation": _f(E.bandwidth_utilisation[d])
+            if _has(E, "bandwidth_utilisation", d) else None,
+            "matmul_memory_bound": bool(E.matmul_memory_bound[d])
+            if _has(E, "matmul_memory_bound", d) else False,
+            "formats": _formats(E, d),
+            **_graphs(E, d),
             "missing": E.missing[d] or None}
+
+
+def _formats(E, d: int) -> list:
+    """A device's matmul-class work per format (GUIDE §4 "Formats"), most FLOPs first:
+    each against the peak of the format it ran in (the one it is converted to where the
+    part has no units for it); the MFU parts add up to the MFU where formats mix."""
+    if not _has(E, "format_flops", d):
+        return []
+    fl = E.format_flops[d]
+    out = []
+    for j in np.argsort(-fl, kind="stable").tolist():
+        if not fl[j] > 0:
+            break
+        out.append({"format": E.format_names[j] or None, "flops": _n(fl[j]),
+                    "matmul_time_ns": int(E.format_time[d, j] // 1000),
+                    "peak_flops_per_s": _f(E.format_peak[d, j]),
+                    "peak_dtype": E.format_peak_dtype[d][j] or None,
+                    "mfu": _f(E.format_mfu[d, j])})
+    return out
+
+
+def _graphs(E, d: int) -> dict:
+    """The device's graph replays: kernels matched to their capture's launches, of all
+    replayed; captured launches the replays did not record (None: no replay)."""
+    g = getattr(E, "graphs", None)
+    if g is None or d >= g.total.shape[0] or not g.total[d]:
+        return {"graph_kernels_matched": None, "graph_kernels_total": None}
+    return {"graph_kernels_matched": int(g.matched[d]), "graph_kernels_total": int(g.total[d]),
+            "graph_replays": int(g.replays[d]), "graph_launches_unrecorded": int(g.unrecorded[d])}
 
 
 def _onchip(E, d: int) -> dict:
@@ -319,9 +356,13 @@ def text_lines(diag: Diagnosis, run: dict | None = None) -> list:
     for d in np.flatnonzero(diag.devices.ops > 0).tolist():
         e = device_json(diag, d)
         name = diag.devices.name[d]
+        if e.get("device_model"):
+            name += f" ({e['device_model']})"
         fl = (e["flops"] or 0) + (e["flops_estimated"] or 0)
         if not fl:
             L.append(f"efficiency, {name}: no FLOP figures ({e['missing'] or 'none'})")
+            if e.get("graph_kernels_total"):
+                L.append("  " + graph_text(e))
             continue
         pk = e["peak_flops_per_s"]
         head = (f"efficiency, {name}: {si(fl, 'FLOP')}"
@@ -331,9 +372,15 @@ def text_lines(diag: Diagnosis, run: dict | None = None) -> list:
             m = pct(e["mfu"])
             head += (f", MFU {'≥' if e['mfu_lower_bound'] and not m.startswith('<') else ''}{m} of "
                      f"{si(pk, 'FLOP/s')} {e['peak_dtype']} "
-                     f"({source_text(e['peak_source'])})")
+                     f"({source_text(e['peak_source'])}"
+                     + (f", identified by {e['device_identified_by']}"
+                        if e.get("device_identified_by") else "") + ")")
         elif e["achieved_flops_per_s"]:
             head += f", {si(e['achieved_flops_per_s'], 'FLOP/s')} achieved, no peak known"
+        if e["matmul_memory_bound"] and e["bandwidth_utilisation"] is not None:
+            # memory-bound matmuls (decode): bytes moved are what the device can do
+            head += (f"; bandwidth {pct(e['bandwidth_utilisation'])} of "
+                     f"{si(e['peak_bytes_per_s'], 'B/s')} (its matmuls are memory-bound)")
         rf = e["roofline"]
         if rf["bound"]:
             what = bound_label(rf.get("bound_by"), rf["memory_space"]) or rf["bound"]
@@ -345,6 +392,12 @@ def text_lines(diag: Diagnosis, run: dict | None = None) -> list:
                         f"counts: fast algorithms such as Winograd)" if 0 < hw < 0.99 * model
                         else ""))
         L.append(head)
+        if len(e.get("formats") or []) > 1 and "+" in str(e["peak_dtype"] or ""):
+            L.append("  formats (each against its own peak): " + "; ".join(
+                f"{f['format']} {si(f['flops'], 'FLOP')}, MFU {pct(f['mfu'] or 0)} of "
+                f"{si(f['peak_flops_per_s'] or 0, 'FLOP/s')}"
+                + (f" (as {f['peak_dtype']})" if f["peak_dtype"] != f["format"] else "")
+                for f in e["formats"] if f["peak_flops_per_s"]))
         if e["waterfall"]:
             parts = sorted(e["waterfall"].items(), key=lambda kv: -kv[1])
             L.append("  waterfall (points of the window at peak): " + ", ".join(
@@ -352,6 +405,21 @@ def text_lines(diag: Diagnosis, run: dict | None = None) -> list:
             mine = ((run or {}).get("devices") or {}).get(str(d))
             if mine:
                 L += ["  " + x for x in run_text_lines({**run, "devices": {str(d): mine}})]
+        if e.get("graph_kernels_total"):
+            L.append("  " + graph_text(e))
         if e["missing"]:
             L.append(f"  missing: {e['missing']}")
     return L
+
+
+def graph_text(e: dict) -> str:
+    """The line on a device's graph replays: how many replayed kernels took their
+    figures from the capture, and the work the replays did not record."""
+    m, t, r = e["graph_kernels_matched"], e["graph_kernels_total"], e["graph_replays"]
+    s = (f"graph replays: {r}, {m} of {t} replayed kernels matched to the ops that captured "
+         f"them" + ("" if m else " (no capture read: the replayed kernels have no cost figure)"))
+    u = e.get("graph_launches_unrecorded") or 0
+    if u:
+        s += (f"; {u} captured launches not recorded in the replays: duty cycle and MFU are "
+              f"lower bounds")
+    return s

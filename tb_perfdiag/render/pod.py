@@ -8,9 +8,11 @@ import re
 import numpy as np
 
 from ..analysis import causes as C
-from ..analysis.collectives import instances as coll
 from ..analysis.efficiency import waterfall as W
-from ..analysis.run.waterfalls import device_rows, join_wait
+from ..analysis.collectives import instances as coll
+from ..analysis.run.peer_wait import join_wait
+from ..analysis.run.view import RunView, run_view
+from ..analysis.run.waterfalls import device_rows
 from ..analysis.result import Diagnosis
 from .collectives import clock_note, clocks_json, late_text
 from .efficiency import part_label
@@ -106,15 +108,23 @@ def host_stats(diag: Diagnosis) -> dict:
     # a lower bound where ops with no cost figure hold much of the op time (mfu.py)
     lower = [bool(E.mfu_lower_bound[d]) if E is not None and d < len(E.mfu_lower_bound)
              else False for d in range(len(D))]
+    # where a device's matmuls are memory-bound (decode): its bandwidth utilisation
+    bw_of = [float(E.bandwidth_utilisation[d])
+             if E is not None and d < len(getattr(E, "matmul_memory_bound", ())) and
+             E.matmul_memory_bound[d] and np.isfinite(E.bandwidth_utilisation[d]) else None
+             for d in range(len(D))]
+    bws = [x for x in bw_of if x is not None]
     out = {
         "status": 200,
         "devices": [{"name": D.name[d], "duty_cycle": duty_of[d], "mfu": mfu_of[d],
                      "mfu_lower_bound": lower[d] and mfu_of[d] is not None,
+                     "bandwidth_utilisation": bw_of[d],
                      "waterfall": _own_waterfall(E, d)}
                     for d in range(len(D))],
         "duty_cycle": sum(duty) / len(duty) if duty else None,
         "mfu": sum(mfus) / len(mfus) if mfus else None,
         "mfu_lower_bound": any(lw and m is not None for lw, m in zip(lower, mfu_of)),
+        "bandwidth_utilisation": sum(bws) / len(bws) if bws else None,
         "steps": len(steps), "avg_step_ns": int(sum(steps) / len(steps)) if steps else None,
         # the one step time of every face (analysis.result.TYPICAL_STEP)
         "typical_step_ns": int(round(S.typical_step_ps() / 1000)) if steps else None,
@@ -218,22 +228,14 @@ def error_row(host: str, span: str, status: int, error: str, **extra) -> dict:
     return {"host": host, "span": span, "status": status, "error": error, **extra}
 
 
-def collective_join(rows: list):
-    """The join of the analysed rows' collective tables (``analysis.collectives.join``),
-    or None when fewer than two participants share a collective."""
-    ok = [r for r in rows if r.get("status") == 200 and r.get("collectives_table")]
-    if len(ok) < 1:
-        return None
-    return coll.join([coll.from_row(r["host"], r) for r in ok])
-
-
-def apply_collectives(rows: list, j) -> dict | None:
-    """Each row's peer wait, last arrivals and straggler verdict from the join ``j``;
+def apply_collectives(rows: list, view: RunView) -> dict | None:
+    """Each row's peer wait, last arrivals and straggler verdict from the run's view;
     returns the run's ``collectives`` summary."""
+    j = view.join
     if j is None:
         return None
     ok = [r for r in rows if r.get("status") == 200]
-    figs = coll.host_figures(j, {r["host"]: r.get("steps") for r in ok})
+    figs = view.figures
     n = len(j)
     host_of_last = np.array([j.hosts[j.participants[int(p)].host] for p in j.last.tolist()],
                             dtype=object)
@@ -390,8 +392,7 @@ def pod_summary(rows: list, sort: str = "straggler", descending: bool | None = N
                 offset: int = 0, limit: int | None = None) -> dict:
     """The summary of a run's rows (flagged in place): counts, medians, every straggler
     with its reason, the pod's idle time by cause, and one page of the sorted rows."""
-    j = collective_join(rows)
-    collectives = apply_collectives(rows, j)
+    collectives = apply_collectives(rows, run_view(rows))
     med_step, med_duty = flag_stragglers(rows, collectives is not None)
     for r in rows:          # the tables served the join; rows stay small
         r.pop("collectives_table", None)
@@ -472,6 +473,10 @@ def text_table(summary: dict, top: int = 20) -> str:
         duty = f"{100 * r['duty_cycle']:.1f}%" if r.get("duty_cycle") is not None else "–"
         mfu = ("≥" if r.get("mfu_lower_bound") and not pct(r["mfu"]).startswith("<") else "") \
             + pct(r["mfu"]) if r.get("mfu") is not None else "–"
+        if r.get("bandwidth_utilisation") is not None:
+            # memory-bound matmuls (decode): the bandwidth reached, beside the MFU
+            shares = f"bandwidth {pct(r['bandwidth_utilisation'])} (memory-bound matmuls)" + \
+                (f"; {shares}" if shares else "")
         step = duration(r['typical_step_ns']) if r.get("typical_step_ns") else "–"
         gap = duration(wg['duration_ns']) if wg else "–"
         waits = ""

@@ -87,7 +87,8 @@ def capture_json(c) -> dict:
            if f else {},
            "top_finding": {"title": f.top_title, "cause": f.top_cause or None}
            if f and f.top_title else None,
-           "trust": {"ok": c.ok, "problems": [problem_text(p) for p in c.problems]},
+           "trust": {"ok": c.ok,
+                     "problems": list(dict.fromkeys(problem_text(p) for p in c.problems))},
            "hosts": list(c.hosts)}
     if len(c.hosts) > 1:
         out["straggler"] = c.straggler

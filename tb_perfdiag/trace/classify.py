@@ -169,8 +169,16 @@ def memcpy_kind(name: str) -> str:
     return ""
 
 
+# A collective, by its name (GUIDE §4): NCCL/RCCL kernels, XLA's collective ops in either
+# spelling, TPU Megascale ops.  The one definition: the device-time table, the gap split,
+# the findings and each host's collectives table all ask this.
+COLLECTIVE_NAME = re.compile(r"[nr]ccl|all-?reduce|all-?gather|reduce-?scatter|all-?to-?all|"
+                             r"collective-permute|megascale", re.I)
+# substrings one of which every collective's lower-cased name holds (a cheap test before
+# the regex over many names)
+COLLECTIVE_HINTS = ("ccl", "all-", "allreduce", "allgather", "scatter", "alltoall",
+                    "collective", "megascale")
+
+
 def is_collective_kernel(name: str) -> bool:
-    n = name.lower()
-    return ("nccl" in n or "rccl" in n or "all-reduce" in n or "allreduce" in n
-            or "all-gather" in n or "allgather" in n or "reduce-scatter" in n
-            or "reducescatter" in n or "all-to-all" in n or "collective-permute" in n)
+    return COLLECTIVE_NAME.search(name) is not None

@@ -54,6 +54,9 @@ STRING_STAT_ARGS = {
     "input_dims": "Input Dims",
     "input_type": "Input type",
     "concrete_inputs": "Concrete Inputs",
+    # a launch's kernel name (ROCm's runtime events carry it): while a CUDA/HIP graph is
+    # captured no kernel runs, and the launch alone names what the graph will replay
+    "launch_kernel": "kernel",
 }
 
 
@@ -524,7 +527,7 @@ class PythonStream:
                             break
                 for sname, key in STRING_STAT_ARGS.items():
                     v = a.get(key)
-                    if isinstance(v, list):
+                    if isinstance(v, list) or (isinstance(v, str) and sname == "launch_kernel"):
                         string_vals[sname][0].append(k)
                         string_vals[sname][1].append(stat_strings.intern(
                             orjson.dumps(v).decode()))

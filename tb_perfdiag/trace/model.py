@@ -471,6 +471,8 @@ class Trace:
     # bytes the read had in numpy's and the extension's arrays at its peak (0: unknown):
     # the analysis may keep freed pages up to it (``trace.pages``)
     read_peak: int = 0
+    # the traces recorded while its CUDA/HIP graphs were captured (``graph_captures``)
+    captures: list = field(default_factory=list)
 
     # ---- conveniences (cheap, vectorised) ----
     @property

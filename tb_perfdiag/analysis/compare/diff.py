@@ -69,6 +69,10 @@ class StepFigures:
     # device ("" when nothing is missing), so a before → after view can say which side lacks
     # figures and why
     missing: str = ""
+    # the accelerator and the format its peak is of (``EfficiencyTable``): a before → after
+    # across parts or formats says so
+    device_model: str = ""
+    peak_dtype: str = ""
 
     @property
     def duty(self) -> float | None:
@@ -286,6 +290,8 @@ def step_figures(diag: Diagnosis, device: int, steps: np.ndarray,
         fig.missing = "the diagnosis has no cost figures for its device ops"
     else:
         fig.missing = E.missing[device] if device < len(E.missing) else ""
+        fig.device_model = E.device_model[device] if device < len(E.device_model) else ""
+        fig.peak_dtype = E.peak_dtype[device] if device < len(E.peak_dtype) else ""
         fl = E.step_flops[steps, device]
         pk = float(E.peak_flops[device])
         if np.isfinite(fl).any() and np.nansum(fl) > 0:
@@ -304,24 +310,6 @@ def step_figures(diag: Diagnosis, device: int, steps: np.ndarray,
             # the device has figures but these steps launched none (or no window)
             fig.missing = "no FLOP figures in these steps"
     return fig
-
-
-def peer_wait_cells(j, host: str, diag: Diagnosis) -> np.ndarray | None:
-    """(n_steps, n_devices) ps: the peer wait of ``host``'s devices in each step of its
-    diagnosis, from the run's collective join ``j`` (``collectives.Join``), matched by
-    step id and device name; None when ``host`` takes part in no joined instance.
-    Instances launched outside any step count in no cell."""
-    S, names = diag.steps, list(diag.devices.name)
-    taking_part = j.devices_of(host, names) if j is not None else []
-    if not taking_part:
-        return None
-    out = np.zeros((len(S), len(names)), np.float64)
-    row_of = {int(x): i for i, x in enumerate(S.ids.tolist())}
-    for c, d, hit in taking_part:
-        rows = np.array([row_of.get(int(x), -1) for x in j.step[hit, c].tolist()], np.int64)
-        ok = rows >= 0
-        np.add.at(out[:, d], rows[ok], j.wait[hit[ok], c].astype(np.float64) * 1000)
-    return out
 
 
 def _duty(diag: Diagnosis, d: int) -> float | None:

@@ -35,7 +35,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ...trace.classify import memcpy_kind
+from ...trace.classify import COLLECTIVE_HINTS, COLLECTIVE_NAME, memcpy_kind
 from ...trace.extension import native_fn
 from ...trace.model import DEVICE_ACTIVITY, EventKind as K, Trace, search
 from ...trace.strings import take
@@ -327,9 +327,6 @@ def _labels(trace: Trace, ops: np.ndarray, kind: np.ndarray, memo: dict):
 # copies; XLA's asynchronous copies (TPU ``copy-start``/``copy-done``: waits on a DMA) too
 _COPY_LABEL = re.compile(r"^(Memcpy\b|copy-(start|done)(\.\d+)?$)", re.M)
 _SET_LABEL = re.compile(r"^Memset$", re.M)
-# trace.classify.is_collective_kernel, as one regex
-_COLLECTIVE = re.compile(r"[nr]ccl|all-?reduce|all-?gather|reduce-?scatter|all-to-all|"
-                         r"collective-permute")          # over lower-cased labels
 
 
 def _classes(labels: list) -> np.ndarray:
@@ -343,8 +340,7 @@ def _classes(labels: list) -> np.ndarray:
     starts = None
     low = text.lower()
     for rx, c, hints, where, anchored in (
-            (_COLLECTIVE, OpClass.COLLECTIVE, ("ccl", "all-", "allreduce", "allgather",
-                                               "scatter", "collective"), low, False),
+            (COLLECTIVE_NAME, OpClass.COLLECTIVE, COLLECTIVE_HINTS, low, False),
             (_COPY_LABEL, OpClass.MEMCPY, ("Memcpy", "copy-"), text, True),
             (_SET_LABEL, OpClass.MEMSET, ("Memset",), text, True)):
         if not any(x in where for x in hints):      # substring search: no regex pass
@@ -403,6 +399,12 @@ def _host_ops(trace: Trace, ops: np.ndarray, origin: np.ndarray, memo: dict) -> 
             need = need[~hit]
             up = cur >= 0
             cur, need = cur[up], need[up]
+    if trace.format == "kineto":
+        # kernels replayed from a CUDA/HIP graph: the op that captured them, or the launch
+        from ..efficiency.graphs import replay_host_ops
+        at, ids = replay_host_ops(trace, ops)
+        if at.size:
+            out[at] = ids
     return out
 
 

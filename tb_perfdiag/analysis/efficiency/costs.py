@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...trace.model import Trace
-from . import hlo_costs, torch_shapes, xla_costs
+from . import graph_costs, hlo_costs, torch_shapes, xla_costs
 from .opcosts import DTYPES, UNKNOWN_DTYPE, OpCosts, distinct_rows, empty, per_trace
 
 __all__ = ["DTYPES", "UNKNOWN_DTYPE", "OpCosts", "distinct_rows", "empty", "op_costs",
@@ -29,7 +29,8 @@ def op_costs(trace: Trace, events: np.ndarray) -> OpCosts:
             return got
         return empty(events, "", _no_xla_figures(trace))
     if trace.format == "kineto":
-        return torch_shapes.from_torch(trace, events)
+        # kernels replayed from a graph: the figures of the ops that captured them
+        return graph_costs.with_captured(trace, events, torch_shapes.from_torch(trace, events))
     return empty(events, "", f"no cost figures are read from {trace.format} traces")
 
 

@@ -47,15 +47,26 @@ def _classes():
             ("id", 35, I64, None, False), ("operand_ids", 36, I64, None, True),
             ("called_computation_ids", 38, I64, None, True),
             ("backend_config", 43, B, None, False),
-            ("feature_group_count", 50, I64, None, False)],
+            ("feature_group_count", 50, I64, None, False),
+            ("batch_group_count", 58, I64, None, False)],
         "ShapeProto": [("element_type", 2, I32, None, False),
                        ("dimensions", 3, I64, None, True),
                        ("tuple_shapes", 4, M, "ShapeProto", True)],
         "Window": [("dimensions", 1, M, "WindowDimension", True)],
-        "WindowDimension": [("size", 1, I64, None, False), ("stride", 2, I64, None, False)],
+        "WindowDimension": [("size", 1, I64, None, False), ("stride", 2, I64, None, False),
+                            ("padding_low", 3, I64, None, False),
+                            ("padding_high", 4, I64, None, False),
+                            ("window_dilation", 5, I64, None, False),
+                            ("base_dilation", 6, I64, None, False)],
         "ConvDims": [("kernel_input_feature_dimension", 3, I64, None, False),
                      ("kernel_output_feature_dimension", 4, I64, None, False),
-                     ("kernel_spatial_dimensions", 6, I64, None, True)],
+                     ("kernel_spatial_dimensions", 6, I64, None, True),
+                     ("input_batch_dimension", 7, I64, None, False),
+                     ("input_feature_dimension", 8, I64, None, False),
+                     ("output_batch_dimension", 9, I64, None, False),
+                     ("output_feature_dimension", 10, I64, None, False),
+                     ("input_spatial_dimensions", 11, I64, None, True),
+                     ("output_spatial_dimensions", 12, I64, None, True)],
         "DotDims": [("lhs_contracting_dimensions", 1, I64, None, True),
                     ("rhs_contracting_dimensions", 2, I64, None, True),
                     ("lhs_batch_dimensions", 3, I64, None, True),
@@ -208,7 +219,8 @@ class _Module:
             k = int(np.prod([lhs[d] for d in contracting if d < len(lhs)], dtype=np.int64))
             return 2.0 * out * k, True, _dtype(ops[0].shape), False
         if op == "convolution" and len(ops) >= 2:
-            return _conv_flops(ins, ops, out), True, _dtype(ops[0].shape), False
+            return (_conv_flops(ins, ops, out, fwd=(ops[0].shape, ops[1].shape, ins.shape)),
+                    True, _dtype(ops[0].shape), False)
         if op == "custom-call" and len(ops) >= 2:
             target = ins.custom_call_target
             res = _array(ins.shape)
@@ -224,13 +236,19 @@ class _Module:
                     # the contracting side of the lhs: the one the result does not keep
                     k = lhs[-1] if lhs[-2] == dims[-2] else lhs[-2]
                     return 2.0 * _elements(res) * k, True, _dtype(ops[0].shape), True
+            # the forward's (input, kernel, output) shapes: a gradient does as many
+            # multiplies as its forward, over the same valid taps
             if _CONV_TARGET.search(target):
-                return _conv_flops(ins, ops, _elements(res)), True, _dtype(ops[0].shape), True
+                return (_conv_flops(ins, ops, _elements(res),
+                                    fwd=(ops[0].shape, ops[1].shape, res)),
+                        True, _dtype(ops[0].shape), True)
             if _CONV_BWD_INPUT_TARGET.search(target):
-                return (_conv_flops(ins, ops, _elements(ops[0].shape)), True,
+                return (_conv_flops(ins, ops, _elements(ops[0].shape),
+                                    fwd=(res, ops[1].shape, ops[0].shape)), True,
                         _dtype(ops[0].shape), True)
             if _CONV_BWD_FILTER_TARGET.search(target):
-                return (_conv_flops(ins, ops, _elements(ops[1].shape), kernel=res), True,
+                return (_conv_flops(ins, ops, _elements(ops[1].shape), kernel=res,
+                                    fwd=(ops[0].shape, res, ops[1].shape)), True,
                         _dtype(ops[0].shape), True)
             return 0.0, False, UNKNOWN_DTYPE, False
         if op == "reduce" and ops:
@@ -367,9 +385,49 @@ def _dtype(shape) -> int:
     return DTYPES.index(name) if name else UNKNOWN_DTYPE
 
 
-def _conv_flops(ins, ops, out: int, kernel=None) -> float:
-    """2 × the forward's outputs × kernel spatial size × input features per group; the
-    kernel is operand 1 unless given (a backward-filter call's result)."""
+def _valid_taps(k: int, o: int, n: int, w) -> int:
+    """XLA's count of (kernel tap, output position) pairs of one spatial dimension that
+    read the input: taps in the padding or in a base dilation's holes do no work
+    (``HloCostAnalysis::HandleConvolution``)."""
+    stride, wdil, bdil = max(w.stride, 1), max(w.window_dilation, 1), max(w.base_dilation, 1)
+    u = np.arange(o, dtype=np.int64)[:, None] * stride - w.padding_low + \
+        np.arange(k, dtype=np.int64)[None, :] * wdil
+    at = u // bdil
+    return int(np.count_nonzero((u % bdil == 0) & (at >= 0) & (at < n)))
+
+
+def _xla_conv_flops(ins, fwd) -> float | None:
+    """2 × batch (per batch group) × input features per group × output features × the
+    valid taps of every spatial dimension, from the forward's (input, kernel, output)
+    shapes; None where the dimension numbers or window do not say enough."""
+    dn, win = ins.convolution_dimension_numbers, list(ins.window.dimensions)
+    lhs, kern, out = (list(_array(x).dimensions) for x in fwd)
+    sp = (list(dn.input_spatial_dimensions), list(dn.kernel_spatial_dimensions),
+          list(dn.output_spatial_dimensions))
+    n_sp = len(sp[1])
+    if not (len(sp[0]) == len(sp[2]) == n_sp == len(win)) or not n_sp:
+        return None
+    idx = [dn.input_batch_dimension, dn.kernel_input_feature_dimension,
+           dn.output_feature_dimension]
+    if any(d >= len(x) for d, x in zip(idx, (lhs, kern, out))) or \
+            any(d >= len(x) for i, x in zip(sp, (lhs, kern, out)) for d in i):
+        return None
+    taps = 1
+    for a, b, c, w in zip(*sp, win):
+        taps *= _valid_taps(kern[b], out[c], lhs[a], w)
+    batch = lhs[dn.input_batch_dimension] // max(ins.batch_group_count, 1)
+    return 2.0 * batch * kern[dn.kernel_input_feature_dimension] * \
+        out[dn.output_feature_dimension] * taps
+
+
+def _conv_flops(ins, ops, out: int, kernel=None, fwd=None) -> float:
+    """XLA's rule where the instruction carries its window and dimension numbers
+    (``_xla_conv_flops``); else 2 × the forward's outputs × kernel spatial size × input
+    features per group, the kernel operand 1 unless given (a backward-filter call's
+    result)."""
+    got = _xla_conv_flops(ins, fwd) if fwd is not None else None
+    if got is not None:
+        return got
     kern = list((kernel if kernel is not None else ops[1].shape).dimensions)
     dn = ins.convolution_dimension_numbers
     spatial = [kern[d] for d in dn.kernel_spatial_dimensions if d < len(kern)]

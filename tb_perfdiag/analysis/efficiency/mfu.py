@@ -24,6 +24,8 @@ SPACE_HBM, SPACE_ALL = "hbm", "all"
 # the share of op time (collectives left out) with no cost figure from which the MFU is
 # said to be a lower bound ("≥ 1.3%"): below it the FLOPs left out cannot move the figure much
 LOWER_BOUND_SHARE = 0.05
+NO_FLOPS = ("its ops with a cost figure do no matmul work (elementwise, compiled "
+            "kernels): they are costed in bytes, judged by bandwidth_utilisation")
 NO_SHAPES = ("no op carries a cost figure: profile PyTorch with record_shapes=True "
              "(or with_flops=True)")
 
@@ -69,7 +71,7 @@ def _peaks(trace, sums: CostSums, active, override_tflops):
     names = dtype_names()
     n = sums.n_dev
     pf, pb = np.full(n, np.nan), np.full(n, np.nan)
-    dts, srcs, models, why = [""] * n, [""] * n, [""] * n, [""] * n
+    dts, srcs, models, why, told = [""] * n, [""] * n, [""] * n, [""] * n, [""] * n
     fast, fast_dt, alts = np.full(n, np.nan), [""] * n, [()] * n
     try:
         from .peaks import device_peak
@@ -91,6 +93,7 @@ def _peaks(trace, sums: CostSums, active, override_tflops):
         pb[d] = p.bytes_per_s if p.bytes_per_s else np.nan
         dts[d], srcs[d], models[d] = p.dtype or dt, p.source or "", p.device_model or ""
         why[d] = getattr(p, "missing", "") or ""
+        told[d] = getattr(p, "identified_by", "") or ""
         # fp32 matmuls (on TF32 tensor cores too): what a lower precision would reach
         if dts[d] in ("fp32", "tf32") and sums.dtype_flops[d].any():
             # what the same matmuls could run at in a lower precision (TF32, bf16, fp16)
@@ -100,7 +103,7 @@ def _peaks(trace, sums: CostSums, active, override_tflops):
                     alts[d] += (alt,)
                 if q.flops_per_s and q.dtype == alt and not q.flops_per_s <= np.nan_to_num(fast[d]):
                     fast[d], fast_dt[d] = q.flops_per_s, alt
-    return pf, pb, dts, srcs, models, why, (fast, fast_dt, alts)
+    return pf, pb, dts, srcs, (models, told), why, (fast, fast_dt, alts)
 
 
 def _onchip_roofs(trace, active):
@@ -166,16 +169,10 @@ def _largest_without(device_ops, sums: CostSums, d: int) -> str:
     return f"{device_ops.name[r][:80]} ({duration_ps(gap[r])})"
 
 
-def efficiency_table(trace, sums: CostSums | None, devices, steps, device_ops, coll,
-                     peak_tflops: float | None = None) -> EfficiencyTable | None:
-    """The diagnosis' ``EfficiencyTable`` (None without cost sums)."""
-    if sums is None:
-        return None
-    n_dev, n_steps = sums.n_dev, sums.n_steps
-    active = np.asarray(devices.ops, np.int64) > 0
-    pf, pb, dts, srcs, models, no_peak, (fast, fast_dt, alts) = _peaks(trace, sums, active, peak_tflops)
-    all_flops = sums.flops + sums.flops_est
-    coll_gap = _collective_gap(device_ops, sums, n_dev)
+def _missing(sums, devices, device_ops, active, all_flops, coll_gap, pf, no_peak, models):
+    """Per device: why a figure is absent (the share of op time with no cost figure, a
+    peak unknown), and whether that share makes the MFU a lower bound."""
+    n_dev = sums.n_dev
     missing = []
     lower = np.zeros(n_dev, bool)
     for d in range(n_dev):
@@ -184,7 +181,10 @@ def efficiency_table(trace, sums: CostSums | None, devices, steps, device_ops, c
         # time is no figure the cost model lacks, so the share left out is of the rest
         base = sums.op_time[d] - coll_gap[d]
         if active[d] and not all_flops[d] > 0:
-            why.append(sums.missing or NO_SHAPES)
+            # ops with figures that do no FLOPs (compiled elementwise kernels) are costed
+            # in bytes: no MFU, their bandwidth says
+            why.append(NO_FLOPS if sums.known_time[d] > 0 and sums.bytes[d] > 0
+                       else sums.missing or NO_SHAPES)
         elif active[d] and sums.known_time[d] < base:
             gone = 1 - sums.known_time[d] / max(base, 1)
             lower[d] = gone >= LOWER_BOUND_SHARE
@@ -199,6 +199,24 @@ def efficiency_table(trace, sums: CostSums | None, devices, steps, device_ops, c
             why.append(no_peak[d] or f"no peak known for {models[d] or devices.name[d]} "
                        f"(give the peak with --peak-tflops)")
         missing.append("; ".join(why))
+    return missing, lower
+
+
+def efficiency_table(trace, sums: CostSums | None, devices, steps, device_ops, coll,
+                     peak_tflops: float | None = None) -> EfficiencyTable | None:
+    """The diagnosis' ``EfficiencyTable`` (None without cost sums)."""
+    if sums is None:
+        return None
+    n_dev, n_steps = sums.n_dev, sums.n_steps
+    active = np.asarray(devices.ops, np.int64) > 0
+    pf, pb, dts, srcs, (models, told), no_peak, (fast, fast_dt, alts) = \
+        _peaks(trace, sums, active, peak_tflops)
+    rd = np.asarray(device_ops.device, np.int64) if device_ops is not None else np.zeros(0, np.int64)
+    fmt, pf, dts = _formats(trace, sums, active, pf, dts, rd, peak_tflops)
+    all_flops = sums.flops + sums.flops_est
+    coll_gap = _collective_gap(device_ops, sums, n_dev)
+    missing, lower = _missing(sums, devices, device_ops, active, all_flops, coll_gap, pf,
+                              no_peak, models)
     # ---- peer wait and the busy split, per device and per (step, device)
     w_d, w_sd, cd_d, cd_sd = peer_wait(coll, n_dev, n_steps)
     ov = device_ops.overlap if device_ops is not None else np.zeros((n_dev, len(Overlap)))
@@ -222,7 +240,6 @@ def efficiency_table(trace, sums: CostSums | None, devices, steps, device_ops, c
                          _frac(w_sd, cd_sd).reshape(-1), sf, np.tile(pf, n_steps))
     step_flops = np.where(sums.step_known > 0, sums.step_flops, np.nan)
     # ---- roofline per row and per device
-    rd = np.asarray(device_ops.device, np.int64) if device_ops is not None else np.zeros(0, np.int64)
     rt = np.asarray(device_ops.time, np.float64) if device_ops is not None else np.zeros(0)
     # a group's rates over the time of its ops that have a figure: the kernels of a group
     # with no figure (a GEMM inside a compiled graph, no shapes) did FLOPs the sums lack,
@@ -233,10 +250,13 @@ def efficiency_table(trace, sums: CostSums | None, devices, steps, device_ops, c
     # bytes against the HBM bandwidth: those in HBM where the trace splits them by
     # memory space (as xprof's roofline does), all of them where it does not; the
     # on-chip ones against their own roofs (none known where there is no split)
-    r = _judged(roofline(sums.row_hw, sums.row_hbm_bytes, rt, pf[rd], pb[rd]),
+    # each group against the peak of the format its matmuls ran in (FP8 GEMMs beside bf16
+    # attention), the device's where it has none
+    row_pf = np.where(np.isfinite(fmt.row_peak), fmt.row_peak, pf[rd]) if fmt else pf[rd]
+    r = _judged(roofline(sums.row_hw, sums.row_hbm_bytes, rt, row_pf, pb[rd]),
                 utilisation(sums.row_hw, sums.row_hbm_bytes,
                             np.where(sums.row_split[:, None] > 0, sums.row_onchip_rw, np.nan),
-                            rt, pf[rd], pb[rd], op_pk[rd], counted[rd]), sums.row_hw, rt)
+                            rt, row_pf, pb[rd], op_pk[rd], counted[rd]), sums.row_hw, rt)
     # the device's ops together over its window, idle included: xprof's program level
     dev_rw = np.where(sums.split[:, None] > 0, sums.onchip_rw, np.nan)
     dv = _judged(roofline(sums.hw_flops, sums.hbm_bytes, win, pf, pb),
@@ -246,7 +266,7 @@ def efficiency_table(trace, sums: CostSums | None, devices, steps, device_ops, c
     with np.errstate(divide="ignore", invalid="ignore"):
         ridge = pf / pb
     nan = lambda n: np.full(n, np.nan)  # noqa: E731
-    return EfficiencyTable(
+    return _with_graphs(trace, EfficiencyTable(
         parts=list(W.PARTS), flops=np.where(active, sums.flops, np.nan),
         flops_estimated=np.where(active, sums.flops_est, np.nan),
         hw_flops=np.where(active, sums.hw_flops, np.nan),
@@ -274,13 +294,70 @@ def efficiency_table(trace, sums: CostSums | None, devices, steps, device_ops, c
         utilisation=dv[6], bound_by=dv[7],
         row_onchip_rw=np.where(sums.row_split[:, None] > 0, sums.row_onchip_rw, np.nan),
         row_utilisation=r[6], row_bound_by=r[7],
-        mfu_lower_bound=lower & np.isfinite(mfu))
+        mfu_lower_bound=lower & np.isfinite(mfu), device_identified_by=told,
+        **_format_fields(fmt, win), **_bandwidth(sums, win, pf, pb, rd, active)))
+
+
+def _formats(trace, sums, active, pf, dts, rd, peak_tflops):
+    """(``formats.split`` of the devices, their peaks, their dtypes): where formats of
+    different peaks mix, each part against its own — the MFU and the device's roofline
+    use the one peak that gives the same figure, the dtype reads "bf16+fp8".  No split
+    where the sums carry none (tests' hand-made sums)."""
+    if getattr(sums, "row_dtype_mm", None) is None or sums.row_dtype_mm.shape[0] != rd.shape[0]:
+        return None, pf, dts
+    from .formats import split
+    fmt = split(trace, sums, active, pf, dts, rd, peak_tflops)
+    pf = np.where(np.isfinite(fmt.effective_peak), fmt.effective_peak, pf)
+    return fmt, pf, [fmt.label[d] or dts[d] for d in range(len(dts))]
+
+
+def _bandwidth(sums, win, pf, pb, rd, active) -> dict:
+    """Bandwidth utilisation per device (the roofline's bytes over its window at peak
+    bandwidth) and whether its matmul-class groups together are memory-bound: their
+    hardware FLOPs per byte below the ridge point (a decode step's GEMVs)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        util = np.where(active, sums.hbm_bytes / (win * 1e-12 * pb), np.nan)
+        mm = sums.row_mm_flops > 0.5 * sums.row_flops
+        n = active.shape[0]
+        fl = np.bincount(rd[mm], weights=sums.row_hw[mm], minlength=n)[:n] if rd.size else \
+            np.zeros(n)
+        by = np.bincount(rd[mm], weights=sums.row_hbm_bytes[mm], minlength=n)[:n] if rd.size \
+            else np.zeros(n)
+        bound = (fl > 0) & (by > 0) & (fl / by < pf / pb)
+    return dict(bandwidth_utilisation=np.where(np.isfinite(util), util, np.nan),
+                matmul_memory_bound=bound & active)
+
+
+def _format_fields(fmt, win) -> dict:
+    """The EfficiencyTable's per-format columns: FLOPs, matmul time, the peak each runs
+    at and its MFU part (FLOPs ÷ (window × that peak)) per (device, format)."""
+    if fmt is None:
+        return {}
+    with np.errstate(divide="ignore", invalid="ignore"):
+        part = fmt.flops / (win[:, None] * 1e-12 * fmt.peak)
+    return dict(format_names=list(fmt.names), format_flops=fmt.flops, format_time=fmt.time,
+                format_peak=fmt.peak, format_peak_dtype=fmt.peak_dtype,
+                format_mfu=np.where(np.isfinite(part), part, np.nan))
 
 
 def stage(trace, sums, diag, peak_tflops=None) -> EfficiencyTable | None:
     """``efficiency_table`` of what a diagnosis holds (its one call in the analysis)."""
     return efficiency_table(trace, sums, diag.devices, diag.steps, diag.device_ops,
                             diag.collectives, peak_tflops)
+
+
+def _with_graphs(trace, table: EfficiencyTable) -> EfficiencyTable:
+    """``table`` with its devices' graph replays (``graphs.summary``); a replay that did
+    not record all its capture's launches makes the MFU a lower bound."""
+    if trace.format != "kineto":
+        return table
+    from .graphs import summary
+    g = table.graphs = summary(trace, len(table.flops))
+    if g is not None and table.mfu_lower_bound.shape[0] == g.unrecorded.shape[0]:
+        # device work a replay did not record did FLOPs the MFU cannot count
+        table.mfu_lower_bound = table.mfu_lower_bound | ((g.unrecorded > 0) &
+                                                         np.isfinite(table.mfu))
+    return table
 
 
 __all__ = ["efficiency_table", "peer_wait", "stage", "Bound"]

@@ -11,7 +11,10 @@ import numpy as np
 from ...trace.model import Trace
 
 # the dtypes a matmul-class op may run in; ``OpCosts.dtype`` indexes this ("" unknown)
-DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp64", "")
+# the low-precision formats (GUIDE §4 "Formats"): FP8 (e4m3, e5m2), the OCP MX formats
+# (8-bit elements, 6-bit, 4-bit with shared E8M0 scales) and NVIDIA's NVFP4
+DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp64", "mxfp8", "mxfp6", "mxfp4",
+          "nvfp4", "")
 UNKNOWN_DTYPE = DTYPES.index("")
 
 

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 
 from ...trace.model import Trace
-from . import datasheets, sm_rates
+from . import datasheets, device_ids, sm_rates
 
 
 @dataclass
@@ -22,6 +22,16 @@ class Peak:
                                 # "computed from …" (SMs × clock, see sm_rates) | ""
     device_model: str           # "Tesla V100-DGXS-32GB", "TPU v6 Lite"
     missing: str = ""           # why ``flops_per_s`` is None
+    identified_by: str = ""     # what named a part its name does not ("gfx942, 304 CUs,
+                                # 192 GB"); "" where the name says
+    converted_from: str = ""    # the format asked for where the part has no units for it
+                                # and ``dtype`` is the one it runs at ("mxfp4" → "bf16")
+
+
+# a format a part has no matrix units for runs at the one it is converted to (GUIDE §4
+# "Formats"): MX and NVFP4 weights dequantised to the 16-bit activations, MXFP8 as FP8
+CONVERTED = {"mxfp8": ("fp8", "bf16"), "mxfp6": ("bf16",), "mxfp4": ("bf16",),
+             "nvfp4": ("bf16",), "fp8": ("bf16", "fp16")}
 
 
 def _device_number(name: str) -> int | None:
@@ -29,18 +39,17 @@ def _device_number(name: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _kineto_props(trace: Trace, device: int) -> dict | None:
-    props = trace.metadata.get("deviceProperties")
-    if not isinstance(props, list) or device >= len(trace.devices):
-        return None
+def _kineto_props(trace: Trace, device: int) -> tuple[dict | None, str]:
+    """The ``deviceProperties`` entry of ``trace.devices[device]`` (``device_ids.
+    kineto_entry``: by id, else the one entry, else the one part all entries are), and
+    why none."""
+    if device >= len(trace.devices):
+        return None, ""
     d = trace.devices[device]
     want = _device_number(d.source_id) if d.source_id else None
     if want is None:
         want = _device_number(d.name)
-    for p in props:
-        if isinstance(p, dict) and p.get("id") == want:
-            return p
-    return None
+    return device_ids.kineto_entry(trace.metadata.get("deviceProperties"), want)
 
 
 def _from_row(row, dtype: str, model: str) -> Peak:
@@ -78,6 +87,9 @@ def _computed(sms: float, hz: float, cc: tuple, dtype: str, bw, model: str,
 def _from_gpu_plane(st: dict, dtype: str, model: str) -> Peak | None:
     """From a GPU XSpace plane's properties: SMs × clock (``clock_rate``, kHz) × FLOPs per
     SM per clock of its compute capability; its ``memory_bandwidth`` (bytes/s)."""
+    if str(st.get("device_vendor") or "").lower() == "amd" or \
+            str(st.get("gpu_device_name") or "").startswith("gfx"):
+        return None                  # a gfx target, not an NVIDIA compute capability
     try:
         cc = (int(st["compute_cap_major"]), int(st["compute_cap_minor"]))
         sms, khz = int(st["core_count"]), float(st["clock_rate"])
@@ -99,34 +111,68 @@ def _from_kineto_props(props: dict, dtype: str, model: str) -> Peak | None:
         sms = int(props["numSms"])
     except (KeyError, TypeError, ValueError):
         return None
-    if sms <= 0 or cc[0] < 7 or "amd" in str(props.get("name") or "").lower():
+    if sms <= 0 or cc[0] < 7 or props.get("warpSize") == 64 or \
+            "amd" in str(props.get("name") or "").lower():
         return None                  # ROCm writes its own architecture numbers there
     part = sm_rates.nearest_part(cc, sms)
     if part is None:
+        said = repr(model) if model else f"an unnamed device ({sms} SMs)"
         return Peak(None, None, dtype, "", model,
-                    f"{model or 'the device'!r} is not in the datasheet table and no boost "
-                    f"clock of a compute capability {cc[0]}.{cc[1]} part is known, nor does "
-                    f"the trace give one (give the peak with --peak-tflops)")
+                    f"{said} is not in the datasheet table and no boost clock of a compute "
+                    f"capability {cc[0]}.{cc[1]} part is known, nor does the trace give one "
+                    f"(give the peak with --peak-tflops)")
     ghz = part.boost_mhz / 1e3
     return _computed(sms, part.boost_mhz * 1e6, cc, dtype, None, model,
                      f"deviceProperties' {sms} SMs × {ghz:.3g} GHz",
                      f"the trace gives no clock: the {part.name}'s boost clock")
 
 
+def _identity(trace: Trace, device: int, st: dict):
+    """(props entry or None, ``device_ids.Identity`` or None, why no props): what the
+    trace says the device is."""
+    if trace.format == "kineto":
+        props, why = _kineto_props(trace, device)
+        return props, (device_ids.from_properties(props) if props is not None else None), why
+    if st and "peak_teraflops_per_second" not in st:
+        return None, device_ids.from_plane(st), ""
+    return None, None, ""
+
+
 def device_peak(trace: Trace, device: int, dtype: str,
                 override_tflops: float | None = None) -> Peak:
     """The peak of ``trace.devices[device]`` for ``dtype`` (a ``costs.DTYPES`` name; ""
     when the device's ops have no matmul dtype).  ``override_tflops`` (the user's
-    option) wins over the trace and the table."""
+    option) wins over the trace and the table.  ``identified_by`` says what named a
+    part whose own name does not."""
+    p = _device_peak(trace, device, dtype, override_tflops)
+    for alt in CONVERTED.get(dtype, ()) if p.flops_per_s is None and override_tflops is None \
+            else ():
+        q = _device_peak(trace, device, alt, None)
+        if q.flops_per_s is not None:
+            p, p.converted_from = q, dtype
+            break
+    st = ((trace.metadata.get("device_planes") or {}).get(device) or {}).get("plane_stats") or {}
+    props, ident, _ = _identity(trace, device, st)
+    if ident is not None and ident.row is not None and not datasheets.row_for(
+            str((props or {}).get("name") or st.get("device_type_string") or "")):
+        p.identified_by = ident.evidence
+    return p
+
+
+def _device_peak(trace: Trace, device: int, dtype: str, override_tflops) -> Peak:
     planes = trace.metadata.get("device_planes") or {}
     st = (planes.get(device) or {}).get("plane_stats") or {}
     model = str(st.get("device_type_string") or "")
-    props = _kineto_props(trace, device) if trace.format == "kineto" else None
-    if props is not None:
-        model = str(props.get("name") or "")
+    props, ident, no_props = _identity(trace, device, st)
     row = datasheets.row_for(model) if model else None
-    if row is None and props is not None:
-        row = datasheets.row_for_properties(props)
+    if ident is not None:
+        model = ident.model or model
+        row = row or ident.row
+    # a GPU plane's own clock and SMs give its peak where no name says the part: the
+    # identification names it, the computation (below) keeps the plane's clock
+    plane_clock = bool(st) and ident is not None and not datasheets.row_for(
+        str(st.get("device_type_string") or "")) and \
+        (_from_gpu_plane(st, "", model) or Peak(None, None, "", "", "")).flops_per_s is not None
     bw = None
     if st.get("peak_hbm_bw_gigabytes_per_second"):
         bw = float(st["peak_hbm_bw_gigabytes_per_second"]) * 1e9
@@ -144,7 +190,7 @@ def device_peak(trace: Trace, device: int, dtype: str,
                 row.tflops.get("bf16"):
             tf *= row.tflops[dtype] / row.tflops["bf16"]
         return Peak(tf * 1e12, bw, dtype or "bf16", "trace", model)
-    if row is not None:
+    if row is not None and not plane_clock:
         p = _from_row(row, dtype, model)
         if bw is not None:
             p.bytes_per_s = bw
@@ -157,12 +203,14 @@ def device_peak(trace: Trace, device: int, dtype: str,
         if got.bytes_per_s is None:
             got.bytes_per_s = bw
         return got
-    if props is not None and model:
-        why = f"{model!r} is not in the datasheet table"
+    if ident is not None and ident.missing:
+        why = ident.missing
     elif model:
         why = f"{model!r} is not in the datasheet table"
+    elif no_props:
+        why = f"nothing in the trace identifies the device: {no_props}, nor does it name a model"
     else:
-        why = "the trace names no device model and has no peak of its own"
+        why = "nothing in the trace identifies the device: it names no model and has no peak of its own"
     return Peak(None, bw, dtype, "", model, why + " (give the peak with --peak-tflops)")
 
 

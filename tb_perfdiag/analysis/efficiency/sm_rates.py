@@ -61,8 +61,11 @@ _RATES = {
                     "NVIDIA H100 Tensor Core GPU Architecture whitepaper (2022)"),
     # fifth-generation tensor cores at twice Hopper's rate per SM: the HGX B200
     # datasheet's dense figures over its 148 SMs (the brief gives no per-SM table)
+    # MXFP8 and MXFP6 at the FP8 rate, MXFP4 and NVFP4 at twice it
     (10, 0): SmRates("Blackwell GB100", {"fp32": 256, "tf32": 4096, "bf16": 8192,
-                                         "fp16": 8192, "fp8": 16384, "int8": 16384},
+                                         "fp16": 8192, "fp8": 16384, "int8": 16384,
+                                         "mxfp8": 16384, "mxfp6": 16384, "mxfp4": 32768,
+                                         "nvfp4": 32768},
                      "NVIDIA Blackwell Architecture Technical Brief (2024) and HGX B200 "
                      "datasheet (2024)"),
     (12, 0): SmRates("Blackwell GB20x", {"fp32": 256, "tf32": 512, "bf16": 1024,

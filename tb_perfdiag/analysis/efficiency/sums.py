@@ -1,7 +1,7 @@
 """Per-op cost figures folded, once, into the small sums the efficiency table reads.
 
 Runs where the analysis still holds its device ops and the step that launched each
-(``diagnosis._stages``, right after the device-op table): the per-op columns of
+(the ``costs`` stage of ``diagnosis.STAGES``, right after the device-op table): the per-op columns of
 ``op_costs`` are bincounted into per device, per (launching step, device) and per
 device-op-table row sums and dropped; nothing per op is kept.  A step's FLOPs are those
 of the ops it *launched*, wherever they ran (the duty cycle's rule), not of the ops that
@@ -18,7 +18,8 @@ from .opcosts import ONCHIP_RW, distinct_rows
 
 # the dtype names of ``costs.DTYPES`` where that module is not there yet (tests of the
 # arithmetic build their own cost columns)
-_DTYPES = ("unknown", "fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4")
+_DTYPES = ("unknown", "fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4",
+           "mxfp8", "mxfp6", "mxfp4", "nvfp4")
 
 
 def dtype_names() -> tuple:
@@ -65,6 +66,8 @@ class CostSums:
     row_mm_flops: np.ndarray    # FLOPs of its matmul-class ops
     row_known_time: np.ndarray  # ps
     row_fp32_mm_time: np.ndarray  # ps of its fp32 matmul-class ops (on TF32 cores too)
+    row_dtype_mm: np.ndarray    # (n_rows, n_dtypes) matmul-class FLOPs per format
+    row_dtype_time: np.ndarray  # (n_rows, n_dtypes) ps of matmul-class ops per format
     source: str
     missing: str
 
@@ -267,7 +270,8 @@ def _fold_block(c: dict, code, op_dev, op_step, op_row, dur, table, n_dev: int,
         row_flops=r_fl, row_hw=r_hw, row_bytes=r_by, row_hbm_bytes=r_hbm, row_split=r_sp,
         row_onchip_rw=r_rw,
         row_mm_flops=r_mm_fl,
-        row_known_time=r_known, row_fp32_mm_time=r_fp32)
+        row_known_time=r_known, row_fp32_mm_time=r_fp32, row_dtype_mm=r_dt_mm,
+        row_dtype_time=_bc(rdt, n_rows * n_dt, mm_d).reshape(n_rows, n_dt))
 
 
 def costs_ahead(trace, ops: np.ndarray):

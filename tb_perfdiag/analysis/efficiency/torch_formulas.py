@@ -21,7 +21,8 @@ _TYPES = {
     "float": ("fp32", 4), "double": ("fp64", 8), "c10::Half": ("fp16", 2),
     "c10::BFloat16": ("bf16", 2), "c10::Float8_e4m3fn": ("fp8", 1),
     "c10::Float8_e5m2": ("fp8", 1), "c10::Float8_e4m3fnuz": ("fp8", 1),
-    "c10::Float8_e5m2fnuz": ("fp8", 1), "signed char": ("int8", 1),
+    "c10::Float8_e5m2fnuz": ("fp8", 1), "c10::Float4_e2m1fn_x2": ("mxfp4", 1),
+    "signed char": ("int8", 1),
     "unsigned char": ("int8", 1), "long int": ("", 8), "int": ("", 4), "bool": ("", 1),
     "short int": ("", 2), "c10::complex<float>": ("", 8),
 }
@@ -42,14 +43,28 @@ def _is_shape(d) -> bool:
     return isinstance(d, list) and all(isinstance(x, int) for x in d)
 
 
+# block scales: E8M0 ones make an 8- or 4-bit operand an MX format; FP8 (E4M3) ones on
+# 4-bit elements are NVFP4's
+_MX_SCALE, _FP8_SCALE = "c10::Float8_e8m0fnu", "c10::Float8_e4m3fn"
+_NARROW = ("nvfp4", "mxfp4", "mxfp6", "mxfp8", "fp8")
+
+
 def dtype_of(types) -> tuple[str, int]:
-    """(DTYPES name, element size) of an op's first floating input type (("", 0) when
-    the trace has no types)."""
-    for t in types or ():
-        got = _TYPES.get(t) if isinstance(t, str) else None
-        if got and got[0]:
-            return got
-    return "", 0
+    """(DTYPES name, element size) of an op's matmul format: its narrowest float operand
+    where one is 8 bits or fewer (an FP8 GEMM's scales are fp32; an MXFP4 GEMM's
+    activations bf16), else its first floating input type (("", 0) when the trace has
+    no types)."""
+    ts = [t for t in types or () if isinstance(t, str)]
+    got = [_TYPES[t] for t in ts if t in _TYPES and _TYPES[t][0]]
+    narrow = [g for g in got if g[0] in _NARROW]
+    if narrow:
+        name, size = min(narrow, key=lambda g: _NARROW.index(g[0]))
+        if name == "mxfp4" and _FP8_SCALE in ts and _MX_SCALE not in ts:
+            name = "nvfp4"
+        elif name == "fp8" and _MX_SCALE in ts:
+            name = "mxfp8"
+        return name, size
+    return got[0] if got else ("", 0)
 
 
 def _flag(concrete, i: int):
@@ -253,6 +268,21 @@ def fill(dims, size, dt):
     return Cost(0.0, float(_prod(dims[0]) * size), False, dt)
 
 
+def compiled_kernel(dims, types):
+    """An Inductor-generated Triton kernel (``triton_poi_``/``triton_red_``/``triton_per_``,
+    the host op PyTorch records for its launch, with the compiled graph's buffers as
+    inputs): each tensor argument read or written once, at its own element size; no
+    matmul work.  None where no argument has a shape and a type."""
+    by, dt = 0, ""
+    for i, d in enumerate(dims or ()):
+        t = types[i] if types and i < len(types) else None
+        got = _TYPES.get(t) if isinstance(t, str) else None
+        if got and _is_shape(d) and d:
+            by += _prod(d) * got[1]
+            dt = dt or got[0]
+    return Cost(0.0, float(by), False, dt) if by else None
+
+
 # elementwise ops whose first input is only written: their own byte rules
 WRITE_ONLY = {"aten::copy_": copy, "aten::fill_": fill, "aten::zero_": fill}
 
@@ -278,7 +308,11 @@ ELEMENTWISE = frozenset(f"aten::{n}" for n in (
     "max_pool2d_with_indices", "max_pool2d_with_indices_backward", "avg_pool2d",
     "adaptive_avg_pool2d", "_adaptive_avg_pool2d", "_adaptive_avg_pool2d_backward",
     "_foreach_add_", "_foreach_mul_", "_foreach_addcmul_", "_foreach_addcdiv_",
-    "_fused_adam_", "_fused_adamw_", "embedding", "embedding_dense_backward", "cat"))
+    "_fused_adam_", "_fused_adamw_", "embedding", "embedding_dense_backward", "cat")) | {
+    # inference engines' own normalisation ops (vLLM, AMD's aiter): bytes, as layer_norm's
+    "aten::rms_norm", "aten::_fused_rms_norm", "_C::rms_norm", "_C::fused_add_rms_norm",
+    "vllm::rocm_aiter_rms_norm", "vllm::rocm_aiter_rmsnorm2d_fwd_with_add", "aiter::rms_norm",
+    "aiter::rmsnorm2d_fwd_with_add", "aiter::rmsnorm2d_fwd_with_add_ck"}
 REDUCTION = frozenset(f"aten::{n}" for n in (
     "sum", "mean", "amax", "amin", "max", "min", "norm", "linalg_vector_norm", "argmax",
     "nll_loss_forward", "nll_loss", "nll_loss_backward", "cross_entropy_loss"))

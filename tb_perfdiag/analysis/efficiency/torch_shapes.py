@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...trace.model import EventKind, LinkKind, Trace, TrackKind, lookup_together
-from . import torch_formulas as F
+from . import ragged, torch_formulas as F
 from .opcosts import DTYPES, UNKNOWN_DTYPE, OpCosts, blank, distinct_rows, empty, per_trace
 
 NO_SHAPES = "profile with record_shapes=True: the trace's ops carry no shapes"
@@ -95,6 +95,12 @@ _CHILD_WEIGHT = re.compile(r"_backward_weight$")
 
 # a matmul kernel's dtype from its name, where the op has no ``Input type``
 _KERNEL_DTYPE = (
+    # the narrowest format a kernel names is its matmul's (``bf16xbf16xmxfp4``: MXFP4
+    # weights; a part with no MXFP4 units runs it at the format it converts to, ``peaks``)
+    (re.compile(r"nvfp4|nvf4", re.I), "nvfp4"),
+    (re.compile(r"mxfp4|mx_?e2m1|mxf4|_fp4|fp4_|f4e2m1|e2m1", re.I), "mxfp4"),
+    (re.compile(r"mxfp6|mx_?e[23]m[23]|mxf6|_fp6|fp6_|f6e[23]m[23]", re.I), "mxfp6"),
+    (re.compile(r"mxfp8|mx_?e4m3|mx_?e5m2|mxf8", re.I), "mxfp8"),
     (re.compile(r"e4m3|e5m2|fp8", re.I), "fp8"),
     (re.compile(r"bf16|bfloat16", re.I), "bf16"),
     # before tf32: an fp16 GEMM with fp32 accumulation is an "s16816"/"s1688" tile too
@@ -105,7 +111,7 @@ _KERNEL_DTYPE = (
     (re.compile(r"dgemm|<double|double,|\bd884|fp64", re.I), "fp64"),
     (re.compile(r"sgemm|<float|float,|float>|\bfloat\b|f32", re.I), "fp32"),
 )
-_KERNEL_SIZE = {"fp8": 1, "bf16": 2, "tf32": 4, "int8": 1, "fp16": 2, "fp64": 8, "fp32": 4}
+_KERNEL_SIZE = {"nvfp4": 0.5, "mxfp4": 0.5, "mxfp6": 0.75, "mxfp8": 1, "fp8": 1, "bf16": 2, "tf32": 4, "int8": 1, "fp16": 2, "fp64": 8, "fp32": 4}
 
 
 # the ops with a formula and a backward convolution's children: only ops of these names
@@ -324,6 +330,9 @@ def host_costs(trace: Trace):
     op_mm = np.array([c.matmul if c is not None else False for c in cost], bool)[inv]
     op_dt = np.array([DTYPES.index(c.dtype) if c is not None and c.dtype else
                       UNKNOWN_DTYPE for c in cost], np.int8)[inv]
+    # attention over a ragged batch: the sums its step's name gives (vLLM)
+    ragged.apply(trace, ev, ops.name, ops.dims, ops.types, lambda i: _parsed(trace, ([i],))[i],
+                 has, op_fl, op_by, op_mm, op_dt, DTYPES)
     shape_fl = np.where(has, op_fl, np.nan)
     # the profiler's own count wins where it gave one, for the matmul-class ops it
     # counts (elementwise ops' counts are not matmul work: bytes only)
@@ -419,9 +428,15 @@ def _conv_output(name, dims, conc, next_dims, bwd_out):
     return got
 
 
+# Inductor's generated kernels: pointwise, reduction, persistent reduction
+_COMPILED_KERNEL = re.compile(r"^triton_(poi|red|per)_")
+
+
 def _cost(name, dims, types, conc, out_shape, kid_mask):
     """(Cost or None, whether its bytes count elements: the op has no ``Input type``,
     the kernels' element size is applied later)."""
+    if _COMPILED_KERNEL.match(name):
+        return F.compiled_kernel(dims, types), False
     dt, size = F.dtype_of(types)
     return _formula(name, dims, conc, out_shape, kid_mask, dt, size or 1), not size
 
@@ -544,25 +559,35 @@ class _KernelNames:
         self.size = np.array(cols[4], np.float64)[inv] if facts else np.zeros(0)
 
 
-def _to_kernels(trace, events, h: HostCosts):
-    """Each device event's share of the outermost costed op that launched it."""
-    op_ev, has, op_fl, op_by, elems = h.event, h.has, h.flops_shapes_or_arg, h.bytes, h.elems
-    op_mm, op_dt, recompute = h.matmul, h.dtype, h.recompute
-    out = blank(events, h.source)
-    if not events.size:
-        return out
-    # launch → device event (correlation links)
+def launches_of(trace: Trace, events: np.ndarray) -> np.ndarray:
+    """The runtime call that launched each device event (correlation links; −1 none)."""
     corr = trace.link_kind == LinkKind.CORRELATION
     src, dst = trace.link_src[corr].astype(np.int64), trace.link_dst[corr].astype(np.int64)
     o = np.argsort(dst, kind="stable")
     src, dst = src[o], dst[o]
     pos = np.minimum(np.searchsorted(dst, events), max(dst.shape[0] - 1, 0))
     linked = (dst.shape[0] > 0) & (dst[pos] == events)
-    launch = np.where(linked, src[pos] if dst.shape[0] else -1, -1)
+    return np.where(linked, src[pos] if dst.shape[0] else -1, -1)
+
+
+def _to_kernels(trace, events, h: HostCosts, launch=None, op_trace=None, instance=None):
+    """Each device event's share of the outermost costed op that launched it.
+    ``launch``: each event's launch, in ``op_trace`` (the trace ``h`` is of: a graph's
+    capture, where the launches of a replay were recorded), by default its correlated
+    runtime call in ``trace``; ``instance``: each event's replay, so that an op's
+    figure is split over the kernels of one replay of it (None: one instance)."""
+    op_ev, has, op_fl, op_by, elems = h.event, h.has, h.flops_shapes_or_arg, h.bytes, h.elems
+    op_mm, op_dt, recompute = h.matmul, h.dtype, h.recompute
+    out = blank(events, h.source)
+    if not events.size:
+        return out
+    op_trace = trace if op_trace is None else op_trace
+    if launch is None:
+        launch = launches_of(trace, events)
     row = np.full(events.shape[0], -1, np.int64)
     ok = np.flatnonzero(launch >= 0)
     if ok.size:
-        row[ok] = _ancestor_rows(trace, launch[ok], op_ev, has, outermost=True)
+        row[ok] = _ancestor_rows(op_trace, launch[ok], op_ev, has, outermost=True)
     hit = np.flatnonzero(row >= 0)
     if not hit.size:
         out.missing = NO_SHAPES if not has.any() else \
@@ -570,43 +595,51 @@ def _to_kernels(trace, events, h: HostCosts):
         return out
     r = row[hit]
     kev = events[hit]
-    n_ops = op_ev.shape[0]
+    # the unit a figure is split over: an op, or an op in one replay of its graph
+    if instance is None:
+        g, n_g, op_of = r, op_ev.shape[0], None
+    else:
+        keys, g = distinct_rows(np.asarray(instance, np.int64)[hit], r)
+        n_g, op_of = keys.shape[0], keys[:, 1]
     kdur = trace.dur[kev].astype(np.float64)
     # a copy or fill the op launched (a workspace memset) takes none of its figure while
     # the op has a kernel
     is_kernel = trace.kind[kev] == EventKind.KERNEL
-    has_kernel = np.bincount(r, weights=is_kernel, minlength=n_ops) > 0
-    takes_bytes = is_kernel | ~has_kernel[r]
+    has_kernel = np.bincount(g, weights=is_kernel, minlength=n_g) > 0
+    takes_bytes = is_kernel | ~has_kernel[g]
     # a matmul-class op's FLOPs go to its GEMM/convolution/attention kernels where it
     # launched any (not to the bias add, the transforms or the copy beside them)
     kn = _KernelNames(trace, kev)
     mm_kernel = is_kernel & op_mm[r] & kn.matmul
-    has_mm = np.bincount(r, weights=mm_kernel, minlength=n_ops) > 0
-    takes = takes_bytes & (mm_kernel | ~has_mm[r])
+    has_mm = np.bincount(g, weights=mm_kernel, minlength=n_g) > 0
+    takes = takes_bytes & (mm_kernel | ~has_mm[g])
     # a convolution backward's parts: the input's gradient to the kernels computing it,
     # the weight's to theirs — known from the child op (``*_backward_input``) the kernel
     # was launched in, else from the kernel's name; by time over all its matmul kernels
     # where some kernel's part is unknown or a part has none
     frac_in = h.input_part[r] if h.input_part is not None else np.full(r.shape[0], np.nan)
-    part = _kernel_parts(trace, launch[hit], h, kn.part, np.isfinite(frac_in))
+    part = _kernel_parts(op_trace, launch[hit], h, kn.part, np.isfinite(frac_in))
     split = np.isfinite(frac_in) & mm_kernel
-    n_mm = np.bincount(r, weights=mm_kernel, minlength=n_ops)
-    n_in = np.bincount(r, weights=split & (part == 1), minlength=n_ops)
-    n_w = np.bincount(r, weights=split & (part == 2), minlength=n_ops)
-    fi = np.where(np.isfinite(h.input_part), h.input_part, 0.0) if h.input_part is not None \
-        else np.zeros(n_ops)
-    by_part = (n_mm > 0) & (n_in + n_w == n_mm) & ((fi <= 0) | (n_in > 0)) & \
-        ((fi >= 1) | (n_w > 0))
-    if h.input_part is not None:
-        by_part &= np.isfinite(h.input_part)
-    kp = np.where(by_part[r], part, 0)
-    group = r * 3 + kp                      # (op, part): the unit a figure is split over
-    fl_share = _shares(group, takes, kdur, 3 * n_ops)
-    fl_share *= np.where(kp == 1, fi[r], np.where(kp == 2, 1.0 - fi[r], 1.0))
+    n_mm = np.bincount(g, weights=mm_kernel, minlength=n_g)
+    n_in = np.bincount(g, weights=split & (part == 1), minlength=n_g)
+    n_w = np.bincount(g, weights=split & (part == 2), minlength=n_g)
+    ip = h.input_part if h.input_part is not None else None
+    if ip is not None and op_of is not None:
+        ip = ip[op_of]
+    fi_g = np.where(np.isfinite(ip), ip, 0.0) if ip is not None else np.zeros(n_g)
+    by_part = (n_mm > 0) & (n_in + n_w == n_mm) & ((fi_g <= 0) | (n_in > 0)) & \
+        ((fi_g >= 1) | (n_w > 0))
+    if ip is not None:
+        by_part &= np.isfinite(ip)
+    kp = np.where(by_part[g], part, 0)
+    group = g * 3 + kp                      # (op, part): the unit a figure is split over
+    fl_share = _shares(group, takes, kdur, 3 * n_g)
+    fi = fi_g[g]
+    fl_share *= np.where(kp == 1, fi, np.where(kp == 2, 1.0 - fi, 1.0))
     fl = op_fl[r] * fl_share
     # a Winograd convolution does fewer multiplies than its direct count (the model
     # FLOPs): its kernels' hardware count is the tiled one
-    hw = fl * _winograd_factor(kn.tile, group, h.tile_hw, r, 3 * n_ops)
+    hw = fl * _winograd_factor(kn.tile, group, h.tile_hw, r, 3 * n_g)
     out.hw_flops[hit] = hw
     out.flops[hit] = np.where(recompute[r], 0.0, fl)
     out.matmul[hit] = op_mm[r] & is_kernel & takes
@@ -620,7 +653,7 @@ def _to_kernels(trace, events, h: HostCosts):
     # bytes: the formula's over every kernel of the op by time (a transform moves the
     # tensors too), at the kernels' element size where the op had no types (none where
     # neither says: a kernel name without its type)
-    by_share = _shares(r, takes_bytes, kdur, n_ops)
+    by_share = _shares(g, takes_bytes, kdur, n_g)
     out.bytes[hit] = op_by[r] * np.where(elems[r], ksz, 1.0) * by_share
     _copy_bytes(trace, events, out)
     _unknown_gemms(trace, events, out)

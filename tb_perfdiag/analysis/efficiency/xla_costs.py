@@ -13,6 +13,7 @@ _MATMUL_CATEGORIES = ("convolution", "convolution fusion", "convolution-base", "
                       "matmul", "output fusion")
 # element types of the HLO shape text, to the dtype a dot ran in
 _ELEMENT_DTYPE = {"f32": "fp32", "bf16": "bf16", "f16": "fp16", "f8e4m3fn": "fp8",
+                  "f4e2m1fn": "mxfp4", "f6e2m3fn": "mxfp6", "f6e3m2fn": "mxfp6",
                   "f8e5m2": "fp8", "f8e4m3": "fp8", "f8e4m3b11fnuz": "fp8", "s8": "int8",
                   "u8": "int8", "f64": "fp64"}
 

@@ -16,9 +16,10 @@ import re
 import numpy as np
 
 from ...units import duration_ps
-from ..attribution.culprits import JAX, PYTORCH, PYTORCH_XLA, TENSORFLOW
+from ..attribution.culprits import JAX, PYTORCH, TENSORFLOW
 from ..result import Bound, Finding, FindingKind as FK, OpClass, Overlap
 from ..efficiency.torch_shapes import library_helper
+from .fixes import fix_for
 
 SHARE = 0.10              # of the device's busy time a finding's ops hold at least
 SLOW = 0.10               # a matmul group under this share of its attainable roofline
@@ -31,40 +32,8 @@ _ATTN_FUSED = re.compile(r"flash|fmha|sdpa|scaled_dot_product|attention|mha|cudn
                          r"fused_attn|xformers|splash|ragged_paged", re.I)
 _SOFTMAX = re.compile(r"softmax", re.I)
 
-_FIX = {
-    (FK.SLOW_MATMUL, "*"): "Small or unaligned shapes leave the matrix units idle: make the "
-        "matmul dimensions multiples of 8 (16-bit), 16 (8-bit) or 128 (TPU), pad vocabularies "
-        "and hidden sizes, and batch small matmuls together (larger batch, bmm instead of a "
-        "loop).",
-    (FK.UNFUSED_ELEMENTWISE, PYTORCH): "Fuse the elementwise chains: torch.compile(model) "
-        "turns runs of pointwise kernels into one kernel each (or use fused optimizers: "
-        "torch.optim.AdamW(fused=True), and fused layers such as apex/Transformer Engine).",
-    (FK.UNFUSED_ELEMENTWISE, "*"): "Fuse the elementwise chains (a compiler such as "
-        "torch.compile or XLA, or fused kernels for the layer).",
-    (FK.UNFUSED_ATTENTION, PYTORCH): "Use a fused attention kernel: "
-        "torch.nn.functional.scaled_dot_product_attention (flash / memory-efficient / cuDNN "
-        "backends) instead of matmul → softmax → matmul.",
-    (FK.UNFUSED_ATTENTION, JAX): "Use jax.nn.dot_product_attention (implementation='cudnn' on "
-        "GPU) or a Pallas flash/splash attention kernel on TPU.",
-    (FK.UNFUSED_ATTENTION, "*"): "Use a fused (flash) attention kernel instead of separate "
-        "matmuls and a softmax.",
-    (FK.COPY_BOUND, JAX): "The chip mostly copies buffers: donate the step's inputs "
-        "(jax.jit(..., donate_argnums=...)), keep arrays on the device (jax.device_put once, "
-        "outside the loop), and avoid host offload (memory_kind='pinned_host') and layout "
-        "changes between steps; check what the copy-start/copy-done ops move in the HLO.",
-    (FK.COPY_BOUND, PYTORCH_XLA): "The chip mostly copies buffers: keep tensors on the XLA "
-        "device between steps (no .cpu() / .to() in the loop), and use MpDeviceLoader for "
-        "inputs.",
-    (FK.COPY_BOUND, PYTORCH): "The device mostly copies: keep tensors on the device, drop "
-        ".to()/.cpu()/.clone()/.contiguous() in the step, and use pinned memory with "
-        "non_blocking=True for the inputs.",
-    (FK.COPY_BOUND, "*"): "The device mostly copies buffers: keep data on the device between "
-        "steps and remove copies from the step.",
-}
-
-
 def _fix(kind, fw: str) -> str:
-    return _FIX.get((kind, fw)) or _FIX[(kind, "*")]
+    return fix_for(kind.value, "*", fw)
 
 
 def fp32_fix(fw: str, alts) -> str:

@@ -372,6 +372,45 @@ FIXES = {
         "keep values on the device and read them every N steps.",
     ("d2h_transfer", "*", "*"):
         "Every host read of a device value waits for the device: read values less often.",
+    # ---- busy time badly spent (findings/efficiency.py) ----
+    ("slow_matmul", "*", "*"):
+        "Small or unaligned shapes leave the matrix units idle: make the "
+        "matmul dimensions multiples of 8 (16-bit), 16 (8-bit) or 128 (TPU), pad vocabularies "
+        "and hidden sizes, and batch small matmuls together (larger batch, bmm instead of a "
+        "loop).",
+    ("unfused_elementwise", "*", PYTORCH):
+        "Fuse the elementwise chains: torch.compile(model) "
+        "turns runs of pointwise kernels into one kernel each (or use fused optimizers: "
+        "torch.optim.AdamW(fused=True), and fused layers such as apex/Transformer Engine).",
+    ("unfused_elementwise", "*", "*"):
+        "Fuse the elementwise chains (a compiler such as "
+        "torch.compile or XLA, or fused kernels for the layer).",
+    ("unfused_attention", "*", PYTORCH):
+        "Use a fused attention kernel: "
+        "torch.nn.functional.scaled_dot_product_attention (flash / memory-efficient / cuDNN "
+        "backends) instead of matmul → softmax → matmul.",
+    ("unfused_attention", "*", JAX):
+        "Use jax.nn.dot_product_attention (implementation='cudnn' on "
+        "GPU) or a Pallas flash/splash attention kernel on TPU.",
+    ("unfused_attention", "*", "*"):
+        "Use a fused (flash) attention kernel instead of separate "
+        "matmuls and a softmax.",
+    ("copy_bound", "*", JAX):
+        "The chip mostly copies buffers: donate the step's inputs "
+        "(jax.jit(..., donate_argnums=...)), keep arrays on the device (jax.device_put once, "
+        "outside the loop), and avoid host offload (memory_kind='pinned_host') and layout "
+        "changes between steps; check what the copy-start/copy-done ops move in the HLO.",
+    ("copy_bound", "*", PYTORCH_XLA):
+        "The chip mostly copies buffers: keep tensors on the XLA "
+        "device between steps (no .cpu() / .to() in the loop), and use MpDeviceLoader for "
+        "inputs.",
+    ("copy_bound", "*", PYTORCH):
+        "The device mostly copies: keep tensors on the device, drop "
+        ".to()/.cpu()/.clone()/.contiguous() in the step, and use pinned memory with "
+        "non_blocking=True for the inputs.",
+    ("copy_bound", "*", "*"):
+        "The device mostly copies buffers: keep data on the device between "
+        "steps and remove copies from the step.",
 }
 
 

@@ -75,6 +75,23 @@ class Trend:
     baseline: int | None = None
 
 
+SLOWER_STEP = 1.10     # a pod's slow host: typical step 10 % over the median host's (as
+                       # the pod summary flags one when its hosts share no collectives)
+
+
+def slow_host(rows: list) -> str | None:
+    """Of a pod capture's hosts [(host, CaptureFigures or None, problems)], the slowest
+    when its typical step is ``SLOWER_STEP`` × the median host's or more; None else.  Where
+    the hosts share collectives the straggler is the one the others wait for (the run's
+    join), not this."""
+    steps = [(f.step_time, h) for h, f, _ in rows if f is not None and f.step_time > 0]
+    if len(steps) < 2:
+        return None
+    med = float(np.median([t for t, _ in steps]))
+    t, h = max(steps)
+    return h if t >= SLOWER_STEP * med else None
+
+
 def order(captures: list) -> list:
     """Captures in time order (by start, then name: a session name is its UTC time)."""
     return sorted(captures, key=lambda c: (c.start if c.start is not None else math.inf,

@@ -19,6 +19,12 @@ import numpy as np
 from ..steps.capture_notes import GRAPHS_UNDER_RECORDED
 from ..result import Diagnosis
 
+# the capture notes that say a graph replay is under-recorded: launches with no kernel
+# (steps.capture_notes), replays with fewer kernels than their capture or recorded as one
+# activity (efficiency.graphs.under_recorded_notes)
+UNDER_RECORDED = (GRAPHS_UNDER_RECORDED,
+                  "recorded fewer device events than their capture launched",
+                  "were recorded as one device activity each")
 MOST_STEPS = 0.5                 # over this share of steps without device work: flagged
 MAX_OVERHEAD_SHARE = 0.10        # over this share of the capture in the profiler: flagged
 PYTHON_EVENT_COST_PS = 1_000_000  # 1 µs per Python-tracer event recorded
@@ -53,8 +59,7 @@ def problems(diag: Diagnosis) -> list:
         none = int((~(S.busy[:, on] > 0).any(axis=1)).sum())
         if none > MOST_STEPS * len(S):
             out.append(Problem(STEPS_WITHOUT_DEVICE, {"steps": none, "of": len(S)}))
-    note = next((w for w in diag.warnings if GRAPHS_UNDER_RECORDED in w), None)
-    if note is not None:
+    for note in (w for w in diag.warnings if any(p in w for p in UNDER_RECORDED)):
         out.append(Problem(GRAPHS, {"note": note}))
     span = diag.source.get("span_ns") or [0, 0]
     span_ps = max(int(span[1]) - int(span[0]), 0) * 1000

@@ -3,7 +3,7 @@
 A file's own waterfall (``mfu.efficiency_table``) knows peer wait only where the peers
 are devices of the same trace; in a distributed PyTorch job each rank writes its own
 file, so all of a rank's exposed collective time falls in ``no_matmul_work``.  The run's
-join (``collectives.join``, across its files) knows each participant's wait at every
+join (``run.join``, across its files) knows each participant's wait at every
 instance.  Here the collectives' points of each window (``EfficiencyTable.coll_points``,
 ``step_coll_points``) are split again at the share of the rank's matched collective time
 spent waiting for the last peer (``waterfall.with_peer_wait``):
@@ -22,47 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..efficiency import waterfall as W
-
-
-@dataclass
-class JoinWait:
-    """One file's waits in a run's join, ns: per device (every instance) and per (step
-    row, device) (the instances the step launched); ``dur``: those instances' durations
-    (wait + transfer)."""
-
-    wait: np.ndarray            # (n_dev,)
-    dur: np.ndarray             # (n_dev,)
-    step_wait: np.ndarray       # (n_steps, n_dev)
-    step_dur: np.ndarray        # (n_steps, n_dev)
-    hosts: int                  # the run's files in the join
-
-
-def join_wait(j, host: str, names: list, step_ids) -> JoinWait | None:
-    """``host``'s waits in the join ``j``, its devices matched by name (``names``: the
-    file's device names, in its order) and its instances' steps by id (``step_ids``: the
-    file's step ids, in row order); None when it takes part in no joined instance."""
-    taking_part = j.devices_of(host, list(names)) if j is not None else []
-    if not taking_part:
-        return None
-    ids = np.asarray(step_ids, np.int64).reshape(-1)
-    order = np.argsort(ids, kind="stable")
-    n_s, n_d = ids.size, len(names)
-    out = JoinWait(np.zeros(n_d), np.zeros(n_d), np.zeros((n_s, n_d)), np.zeros((n_s, n_d)),
-                   len(j.hosts))
-    dur = (j.wait + j.transfer).astype(np.float64)
-    for c, d, hit in taking_part:
-        w, du = j.wait[hit, c].astype(np.float64), dur[hit, c]
-        out.wait[d] += w.sum()
-        out.dur[d] += du.sum()
-        if not n_s:
-            continue
-        st = j.step[hit, c]
-        at = np.clip(np.searchsorted(ids[order], st), 0, n_s - 1)
-        ok = ids[order][at] == st
-        row = order[at[ok]]
-        np.add.at(out.step_wait[:, d], row, w[ok])
-        np.add.at(out.step_dur[:, d], row, du[ok])
-    return out
+from .peer_wait import join_wait
 
 
 def _frac(w, d):

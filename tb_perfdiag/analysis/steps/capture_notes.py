@@ -92,11 +92,13 @@ def _graph_launches(trace: Trace, origin: np.ndarray) -> list:
     src = origin[dev]
     fed = np.isin(gl, src[src >= 0])
     empty = int((~fed).sum())
+    from ..efficiency.graphs import under_recorded_notes
+    more = under_recorded_notes(trace)
     if not empty:
-        return []
+        return more
     return [f"{empty} of {gl.size} {GRAPHS_UNDER_RECORDED} (the "
-            f"profiler did not record the graphs' kernels): the device looks idle while "
-            f"they ran, and that idle is blamed on the host"]
+            f"profiler did not record the graphs' kernels): device work the trace did not "
+            f"see; the device looks idle while they ran, and that idle is not the host's"] + more
 
 
 def _clock_ahead(trace: Trace, devices: DeviceTable, origin: np.ndarray) -> list:

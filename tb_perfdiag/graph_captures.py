@@ -1,0 +1,97 @@
+"""The traces recorded while a run's CUDA/HIP graphs were captured, found beside its
+file and read through the same guard (GUIDE §4, "Graph replays").
+
+vLLM and SGLang write them into ``capture_traces/`` beside the execution trace, with
+``execution_details.json`` (``file``, ``batch_size``, ``mode``); a capture file may also
+be named (``--capture PATH``, the route's ``capture``).  A capture file is just another
+Kineto trace: it is read by the Kineto reader, under the same logdir root and byte
+budget as the trace it belongs to, and only where that trace replays graphs.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+from .progress import NULL
+from .storage import filesystem, read_bytes
+from .trace import Trace, TraceError, load as read_trace
+
+FOLDER = "capture_traces"
+DETAILS = "execution_details.json"
+_SUFFIXES = (".json", ".json.gz", ".pt.trace.json", ".pt.trace.json.gz")
+# the details file is small; a larger one is no details file
+_DETAILS_MAX = 1 << 20
+
+
+@dataclass
+class CaptureFile:
+    trace: Trace
+    path: str
+    batch: int = -1             # the batch size the graphs were captured for (−1 unknown)
+    mode: str = ""              # vLLM's FULL or PIECEWISE
+
+
+def has_graph_launches(trace: Trace) -> bool:
+    """Whether a Kineto trace launches CUDA/HIP graphs (names decided per distinct name)."""
+    if trace.format != "kineto":
+        return False
+    from .analysis.efficiency.graphs import graph_launches
+    return bool(graph_launches(trace).size)
+
+
+def beside(path: str, root: str | None = None, max_bytes: int | None = None) -> list:
+    """(capture file path, batch size, mode) of the ``capture_traces/`` folder beside
+    ``path``: those ``execution_details.json`` lists, else every trace file in it."""
+    folder = os.path.join(os.path.dirname(str(path)), FOLDER)
+    fs, inner = filesystem(folder)
+    try:
+        names = sorted(os.path.basename(str(p).rstrip("/")) for p in
+                       (os.listdir(inner) if fs is None else fs.ls(inner, detail=False)))
+    except (OSError, ValueError):
+        return []
+    if DETAILS in names:
+        try:
+            rows = json.loads(read_bytes(os.path.join(folder, DETAILS), _DETAILS_MAX, root=root))
+        except (TraceError, OSError, ValueError):
+            rows = None
+        if isinstance(rows, list):
+            out = []
+            for r in rows:
+                f = r.get("file") if isinstance(r, dict) else None
+                # a name in the folder, never a path out of it
+                if isinstance(f, str) and f in names and "/" not in f and f not in (".", ".."):
+                    b = r.get("batch_size")
+                    out.append((os.path.join(folder, f), int(b) if isinstance(b, int) else -1,
+                                str(r.get("mode") or "")))
+            if out:
+                return out
+    return [(os.path.join(folder, n), -1, "") for n in names
+            if n.endswith(_SUFFIXES) and n != DETAILS]
+
+
+def attach(trace: Trace, path: str, root: str | None = None, max_bytes: int | None = None,
+           named=None, progress=NULL) -> Trace:
+    """``trace`` with ``trace.captures`` read: the files ``named`` (paths), else those
+    beside ``path``; only where it replays graphs.  A capture file that cannot be read
+    is a warning on the trace, never an error."""
+    if not has_graph_launches(trace):
+        return trace
+    files = [(p, -1, "") for p in named] if named else beside(path, root, max_bytes)
+    got = []
+    for p, batch, mode in files:
+        try:
+            # read without moving the trace's own progress back to "reading"
+            got.append(CaptureFile(read_trace(p, NULL, root=root, max_bytes=max_bytes),
+                                   p, batch, mode))
+        except TraceError as e:
+            trace.warnings.append(f"graph capture {os.path.basename(p)} not read: {e.reason}")
+    trace.captures = got
+    return trace
+
+
+def load(path: str, progress=NULL, root: str | None = None, max_bytes: int | None = None,
+         captures=None) -> Trace:
+    """``trace.load`` of ``path`` with its graph captures attached (``attach``)."""
+    return attach(read_trace(path, progress, root=root, max_bytes=max_bytes), path, root,
+                  max_bytes, captures, progress)

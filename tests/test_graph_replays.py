@@ -1,0 +1,260 @@
+"""CUDA/HIP graph replays aligned with their capture (GUIDE §4 "Graph replays"): on
+traces built in memory, the alignment's rules (in order, skipped capture launches,
+copies by kind, a mismatch that must not match, replays of one graph each costed
+whole), the capture files beside a trace; on the public vLLM and xDiT traces, every
+replayed kernel matched and the FLOPs of graphs.json."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from conftest import shared_path
+from tb_perfdiag import diagnose
+from tb_perfdiag.analysis.efficiency.costs import op_costs
+from tb_perfdiag.analysis.efficiency.graphs import align, graph_match, summary
+from tb_perfdiag.graph_captures import CaptureFile, beside
+from tb_perfdiag.testing.kineto import load_kineto
+from tb_perfdiag.trace.model import EventKind
+
+BF16 = ["c10::BFloat16", "c10::BFloat16"]
+HOST = dict(pid=1, tid=1)
+
+
+def X(cat, name, ts, dur, **args):
+    e = {"ph": "X", "cat": cat, "name": name, **HOST, "ts": ts, "dur": dur}
+    if args:
+        e["args"] = args
+    return e
+
+
+def op(name, ts, dur, dims):
+    return X("cpu_op", name, ts, dur, **{"Input Dims": dims, "Input type": BF16[:len(dims)]})
+
+
+def launch(ts, kernel, corr, call="hipLaunchKernel"):
+    return X("cuda_runtime", call, ts, 2, correlation=corr, **({"kernel": kernel} if kernel else {}))
+
+
+# the graph: mm(64×128 · 128×256), an add, a launch that the replay does not run,
+# mm(64×256 · 256×32), a copy
+MM1 = 2 * 64 * 128 * 256
+MM2 = 2 * 64 * 256 * 32
+
+
+def capture_events(t0=0, extra=True):
+    ev = [X("cuda_runtime", "hipStreamBeginCapture", t0, 1),
+          op("aten::mm", t0 + 10, 10, [[64, 128], [128, 256]]), launch(t0 + 12, "gemm_a", 1),
+          op("aten::add", t0 + 30, 10, [[64, 256], [64, 256]]), launch(t0 + 32, "add_k", 2)]
+    if extra:
+        ev += [launch(t0 + 45, "never_replayed", 3)]
+    ev += [op("aten::mm", t0 + 50, 10, [[64, 256], [256, 32]]), launch(t0 + 52, "gemm_b", 4),
+           launch(t0 + 70, "", 5, "hipMemcpyAsync"),
+           X("cuda_runtime", "hipStreamEndCapture", t0 + 80, 1)]
+    return ev
+
+
+def kernel(name, ts, dur, corr, cat="kernel"):
+    return {"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": 7, "ts": ts, "dur": dur,
+            "args": {"device": 0, "stream": 7, "correlation": corr}}
+
+
+def replay_events(t0, corr, names=("gemm_a", "add_k", "gemm_b")):
+    ev = [X("cuda_runtime", "hipGraphLaunch", t0, 5, correlation=corr)]
+    t = t0 + 10
+    for n in names:
+        ev.append(kernel(n, t, 20, corr))
+        t += 25
+    ev.append(kernel("Memcpy DtoD (Device -> Device)", t, 5, corr, cat="gpu_memcpy"))
+    return ev
+
+
+def execution(replays=2, names=("gemm_a", "add_k", "gemm_b"), capture=None):
+    ev = []
+    for r in range(replays):
+        ev += replay_events(1000 + 200 * r, 100 + r, names)
+    t = load_kineto(ev)
+    if capture is not None:
+        t.captures = [CaptureFile(load_kineto(capture), "capture.json", -1, "")]
+    return t
+
+
+def replay_costs(t):
+    dev = np.flatnonzero(np.isin(t.kind, (EventKind.KERNEL, EventKind.MEMCPY)))
+    c = op_costs(t, dev)
+    out = {}
+    for k in np.argsort(t.ts[dev], kind="stable").tolist():   # each name's, in time order
+        out.setdefault(t.event_name(dev[k]), []).append((c.flops[k], bool(c.known[k])))
+    return out
+
+
+def test_align_in_order_skips_launches_that_match_none():
+    # replayed a, b, a against launches a, x, b, a: the x is skipped, order kept
+    assert align(np.array([0, 1, 0]), np.array([0, 9, 1, 0])).tolist() == [0, 2, 3]
+    # an event with no launch after the previous match matches none and moves nothing
+    assert align(np.array([1, 0, 1]), np.array([0, 1])).tolist() == [1, -1, -1]
+
+
+def test_replayed_kernels_take_the_captured_ops_figures():
+    t = execution(capture=capture_events())
+    got = replay_costs(t)
+    # each replay of the graph carries the ops' whole figures
+    assert got["gemm_a"] == [(MM1, True)] * 2
+    assert got["gemm_b"] == [(MM2, True)] * 2
+    assert got["add_k"] == [(0.0, True)] * 2                       # by bytes
+    m = graph_match(t)
+    assert (m.matched, m.total) == (8, 8)                          # the copies by kind
+    assert m.missing.tolist() == [1, 1]                            # the launch never replayed
+
+
+def test_a_replay_recorded_in_full_leaves_no_launch_unrecorded():
+    t = execution(capture=capture_events(extra=False))
+    m = graph_match(t)
+    assert m.missing.tolist() == [0, 0]
+    s = summary(t, len(t.devices))
+    assert (s.matched[0], s.total[0], s.replays[0], s.unrecorded[0]) == (8, 8, 2, 0)
+
+
+def test_a_kernel_the_capture_never_launched_does_not_match():
+    # same times, same count: only the names tell, and "other_k" was never captured
+    t = execution(names=("gemm_a", "other_k", "gemm_b"), capture=capture_events())
+    m = graph_match(t)
+    names = [t.event_name(e) for e in m.event]
+    assert all(m.launch[i] < 0 for i, n in enumerate(names) if n == "other_k")
+    assert m.matched == 6 and m.total == 8
+    got = replay_costs(t)
+    assert got["other_k"] == [(0.0, False)] * 2
+
+
+def test_without_a_capture_replays_are_counted_and_named():
+    t = execution()
+    m = graph_match(t)
+    assert (m.matched, m.total) == (0, 8)
+    d = diagnose(t).to_json()
+    e = d["devices"][0]["efficiency"]
+    assert (e["graph_kernels_matched"], e["graph_kernels_total"]) == (0, 8)
+    assert any("no capture" in w for w in d["warnings"])
+
+
+def test_capture_windows_in_the_same_trace():
+    ev = capture_events(t0=0)
+    for r in range(2):
+        ev += replay_events(1000 + 200 * r, 100 + r)
+    t = load_kineto(ev)
+    m = graph_match(t)
+    assert (m.matched, m.total) == (8, 8)
+    got = replay_costs(t)
+    assert got["gemm_b"] == [(MM2, True)] * 2
+
+
+def test_under_recorded_replays_are_a_note_and_a_lower_bound():
+    t = execution(capture=capture_events())
+    d = diagnose(t).to_json()
+    e = d["devices"][0]["efficiency"]
+    assert e["graph_launches_unrecorded"] == 2
+    assert any("fewer device events than their capture" in w for w in d["warnings"])
+
+
+def _write(path, text):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def test_capture_files_beside_a_trace(tmp_path):
+    run = tmp_path / "run"
+    _write(str(run / "capture_traces" / "cap_a.json"), "{}")
+    _write(str(run / "capture_traces" / "cap_b.json"), "{}")
+    details = [{"file": "cap_b.json", "batch_size": 64, "mode": "FULL"},
+               {"file": "../outside.json", "batch_size": 1, "mode": "FULL"}]
+    _write(str(run / "capture_traces" / "execution_details.json"), json.dumps(details))
+    got = beside(str(run / "exec.json"))
+    # the details' files only, never a path out of the folder
+    assert [(os.path.basename(p), b, m) for p, b, m in got] == [("cap_b.json", 64, "FULL")]
+    os.remove(str(run / "capture_traces" / "execution_details.json"))
+    assert sorted(os.path.basename(p) for p, _, _ in beside(str(run / "exec.json"))) == \
+        ["cap_a.json", "cap_b.json"]
+    assert beside(str(tmp_path / "elsewhere" / "x.json")) == []
+
+
+GRAPH_TRACES = ["inference/vllm_prefilldecode_piecewise/graph_execution.json.gz",
+                "inference/xdit_flux.1_aiter_sage/profile_trace_rank_0.json.gz"]
+
+
+@pytest.mark.parametrize("rel", GRAPH_TRACES)
+def test_public_graph_traces_match_their_capture(rel):
+    path = shared_path("public", "TraceLens", "tests", "traces", *rel.split("/"))
+    truth = os.path.join(os.path.dirname(shared_path()), "truth", "graphs.json")
+    import tb_perfdiag
+    t = tb_perfdiag.load(path)
+    m = graph_match(t)
+    assert len(t.captures) == 1 and m.total > 0 and m.matched == m.total
+    want = json.load(open(truth))["traces"]["public/TraceLens/tests/traces/" + rel]
+    d = diagnose(t).to_json()
+    x = max(d["devices"], key=lambda v: v.get("busy_ns") or 0)
+    f = x["efficiency"]["flops"]
+    assert abs(f - want["flops"]) <= want["flops_tolerance"] * want["flops"]
+
+
+def test_the_plugin_reads_the_capture_beside_a_run_and_lists_it_as_no_run(tmp_path):
+    from conftest import call
+    from tb_perfdiag.cache import DiagnosisCache
+    from tb_perfdiag.discovery import Catalog, scan_logdir
+    from tb_perfdiag.service import DiagnosisService
+    from tb_perfdiag.testing.kineto import kineto_bytes
+    run = tmp_path / "logs" / "run"
+    ev = []
+    for r in range(2):
+        ev += replay_events(1000 + 200 * r, 100 + r)
+    os.makedirs(str(run / "capture_traces"))
+    (run / "host.1.pt.trace.json").write_bytes(kineto_bytes(ev))
+    (run / "capture_traces" / "host.0.pt.trace.json").write_bytes(kineto_bytes(capture_events()))
+    assert list(scan_logdir(str(tmp_path / "logs"))) == ["run"]
+    svc = DiagnosisService(Catalog(str(tmp_path / "logs")), DiagnosisCache(disk_dir=None))
+    status, body = call(svc, "diagnosis", {"run": "run", "host": "host"})
+    assert status == 200
+    e = body["devices"][0]["efficiency"]
+    assert (e["graph_kernels_matched"], e["graph_kernels_total"]) == (8, 8)
+    assert e["flops"] == 2 * (MM1 + MM2)
+
+
+def test_ragged_attention_takes_the_sums_of_vllm_step_name():
+    # two context requests (q 3, k 3; q 2, k 5) and one decode (q 1, k 7): Σq·k = 9 + 10
+    # + 7, Σq² of the context ones = 9 + 4; 4 query heads of 8, values of 8
+    step = "execute_8_context_2(sq5sk8sqsq13sqsk19)_generation_1(sq1sk7sqsq1sqsk7)"
+    q, kv = [6, 4, 8], [6, 2, 8]
+    ev = [X("user_annotation", step, 0, 100),
+          X("cpu_op", "vllm::unified_attention_with_output", 10, 50,
+            **{"Input Dims": [q, kv, kv, q], "Input type": ["c10::BFloat16"] * 4}),
+          launch(12, "", 7),
+          kernel("kernel_unified_attention_2d", 30, 20, 7)]
+    t = load_kineto(ev)
+    got = replay_costs(t)["kernel_unified_attention_2d"]
+    assert got == [(4 * 2 * (8 + 8) * 26 - 4 * (8 + 8) * 13, True)]
+    # without the step's sums the packed shapes tell no lengths: no figure
+    t = load_kineto(ev[1:])
+    assert replay_costs(t)["kernel_unified_attention_2d"][0][1] is False
+
+
+def test_cli_capture_names_the_capture(tmp_path, capsys):
+    from tb_perfdiag.cli import main
+    from tb_perfdiag.testing.kineto import kineto_bytes
+    ev = []
+    for r in range(2):
+        ev += replay_events(1000 + 200 * r, 100 + r)
+    (tmp_path / "exec.json").write_bytes(kineto_bytes(ev))
+    (tmp_path / "cap.json").write_bytes(kineto_bytes(capture_events()))
+    main(["diagnose", str(tmp_path / "exec.json"), "--json", "--capture", str(tmp_path / "cap.json")])
+    e = json.loads(capsys.readouterr().out)["devices"][0]["efficiency"]
+    assert (e["graph_kernels_matched"], e["graph_kernels_total"]) == (8, 8)
+    main(["diagnose", str(tmp_path / "exec.json")])
+    assert "0 of 8 replayed kernels matched" in capsys.readouterr().out
+
+
+def test_the_graph_counts_survive_the_result_store():
+    from tb_perfdiag.codec import decode, encode
+    diag = diagnose(execution(capture=capture_events())).diagnosis
+    back = decode(encode(diag))
+    g, h = diag.efficiency.graphs, back.efficiency.graphs
+    assert (h.matched.tolist(), h.total.tolist(), h.unrecorded.tolist()) == \
+        (g.matched.tolist(), g.total.tolist(), g.unrecorded.tolist()) == ([8], [8], [2])
