@@ -3,7 +3,7 @@
 import { getJSON } from "./api.js";
 import { h } from "./dom.js";
 import { fullTitle, optionText } from "./format.js";
-import { readState } from "./state.js";
+import { onHistory, readState } from "./state.js";
 import { CompareHosts } from "./compare.js";
 import { onTensorBoardReload } from "./tb_host.js";
 import { CompareView } from "./view_compare.js";
@@ -53,6 +53,11 @@ export class App {
         if (this.compare.pinned) this.compare.close();
         this.state = { run: this.state.run, host }; this.buildSelectors(); this.show();
       },
+    });
+    // Back and Forward walk the selections (each one pushed to the history)
+    onHistory((st) => {
+      if (!this.runs.length || !st.run) return;
+      this.state = st; this.buildSelectors(); this.show();
     });
     this.setStatus("Loading runs…", true);
     let r;

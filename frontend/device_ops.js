@@ -17,6 +17,13 @@ function flopRate(r) {
 
 /** "HBM · 1.7 %", "VMEM-write · 49.6 %": which roof limits the group and its share of roofline. */
 function roofCell(r) {
+  // faster than its roof over its own time: its bytes move outside it (an async copy's
+  // start/done pair), so it has no share — said, never a share over 100 %
+  if (r && r.above_roof) {
+    return h("td", { class: "pd-small dop-roof pd-muted", title: "Its bytes over its own time would beat the roof: " +
+      "the op moves them outside its own time (an async copy-start/copy-done pair), or the peak is too low. No share of the roofline." },
+    "– (moves its bytes outside its own time)");
+  }
   if (!r || !r.bound) return h("td", {}, "");
   const what = boundLabel(r);
   const util = utilisationText(r);

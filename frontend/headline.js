@@ -11,9 +11,12 @@ export function pointsText(p) {
 
 /**
  * Every loss of device `dev` (a diagnosis device row), largest first:
- * [{kind: "peer_wait" | <cause>, ns, per_step_ns, points, who, where}].
+ * [{kind: "peer_wait" | <cause>, ns, per_step_ns, once_ns, points, who, where}].
+ * The split per step / once is the server's (idle_per_step_ns: the mean over the typical
+ * steps, never above the step; idle_once_ns: the rest), the peer wait per step the
+ * Collectives answer's own figure (wait_per_step_ns): the page divides nothing itself.
  * @param coll the Collectives answer for this selection, or null
- * @param steps how many steps the window holds (per-step figures divide by it)
+ * @param steps how many steps the window holds (answers without the split only)
  */
 export function lossesOf(dev, coll, steps) {
   const w = (dev && dev.steps_window) || {};
@@ -21,13 +24,19 @@ export function lossesOf(dev, coll, steps) {
   const n = Math.max(1, steps || 0);
   const out = [];
   const pts = (ns) => (window > 0 ? Math.min(100, (100 * ns) / window) : null);
+  const split = dev && dev.idle_per_step_ns !== undefined;
+  const perStep = (dev && dev.idle_per_step_ns) || {}, once = (dev && dev.idle_once_ns) || {};
   for (const [cause, ns] of Object.entries((dev && dev.idle_by_cause_ns) || {})) {
-    if (ns > 0) out.push({ kind: cause, ns, per_step_ns: ns / n, points: pts(ns) });
+    if (ns > 0) {
+      out.push({ kind: cause, ns, per_step_ns: split ? perStep[cause] || 0 : ns / n,
+        once_ns: split ? once[cause] || 0 : 0, points: pts(ns) });
+    }
   }
   const c = coll && coll.state === "joined" ? (coll.devices || []).find((x) => String(x.id) === String(dev && dev.id)) : null;
   if (c && c.wait_ns > 0) {
     const points = c.wait_points !== null && c.wait_points !== undefined ? Math.min(100, c.wait_points) : pts(c.wait_ns);
-    out.push({ kind: "peer_wait", ns: c.wait_ns, per_step_ns: c.wait_ns / n, points, who: c.waited_for || null, where: c.waited_at || null });
+    const per = c.wait_per_step_ns !== undefined && c.wait_per_step_ns !== null ? c.wait_per_step_ns : c.wait_ns / n;
+    out.push({ kind: "peer_wait", ns: c.wait_ns, per_step_ns: per, once_ns: 0, points, who: c.waited_for || null, where: c.waited_at || null });
   }
   return out.sort((a, b) => b.ns - a.ns);
 }
@@ -45,21 +54,31 @@ export function lossText(loss) {
   return p === null ? `${formatNs(loss.per_step_ns)} per step idle in ${what}` : `${p} points idle in ${what}`;
 }
 
+/** What a loss costs, in the server's split: "2.85 ms per step", "3146 ms once",
+ *  "19.9 ms per step, 825 ms once"; start-up is paid once per run, never a rate. */
+export function costText(loss) {
+  if (loss.kind === "startup") return `${formatNs(loss.ns)} once`;
+  const per = loss.per_step_ns > 0 ? `${formatNs(loss.per_step_ns)} per step` : "";
+  const once = loss.once_ns > 0 ? `${formatNs(loss.once_ns)} once` : "";
+  return [per, once].filter(Boolean).join(", ") || `${formatNs(loss.ns)} once`;
+}
+
 /**
  * The page's first line for device `dev`: {duty, loss, text} — "duty 95% — 77 points of it
- * waiting for host2 at all-reduce (31.4 ms per step)"; null without device activity.
+ * waiting for host2 at all-reduce (31.0 ms per step)"; null without device activity.
  * A loss under `minPoints` of the window is not called the largest (a busy device).
+ * `waiting`: the Collectives answer this device's losses need is not in yet — the line
+ * then says the duty cycle alone rather than a largest loss that would change.
  */
-export function headline(dev, coll, steps, { duty, minPoints = 1 } = {}) {
+export function headline(dev, coll, steps, { duty, minPoints = 1, waiting = false } = {}) {
   if (!dev || !(dev.ops > 0)) return null;
-  const losses = lossesOf(dev, coll, steps);
-  const top = losses[0] && (losses[0].points === null || losses[0].points >= minPoints) ? losses[0] : null;
   const d = duty === undefined ? dev.duty_cycle : duty;
   const head = `duty ${formatPct(d)}`;
+  if (waiting) return { duty: d, loss: null, text: `${head} — its largest loss once the collectives are matched…` };
+  const losses = lossesOf(dev, coll, steps);
+  const top = losses[0] && (losses[0].points === null || losses[0].points >= minPoints) ? losses[0] : null;
   if (!top) return { duty: d, loss: null, text: `${head} — no loss of a point or more` };
-  // start-up is paid once per run: its total, never a rate per step
-  const cost = top.kind === "startup" ? `${formatNs(top.ns)} once` : `${formatNs(top.per_step_ns)} per step`;
-  return { duty: d, loss: top, text: `${head} — ${lossText(top)} (${cost})` };
+  return { duty: d, loss: top, text: `${head} — ${lossText(top)} (${costText(top)})` };
 }
 
 /**
@@ -75,4 +94,12 @@ export function hostPeerLoss(r) {
   const top = (o, v) => Object.entries(o || {}).sort((a, b) => v(b[1]) - v(a[1]))[0];
   const who = top(r.waited_for, (x) => x), op = top(r.wait_by_op, (x) => x.wait_ns || 0);
   return `waiting for ${who ? who[0] : "peers"}${op && op[1].wait_ns > 0 ? ` at ${op[0]}` : ""}, ${formatNs(wait)} per step`;
+}
+
+/** Whether diagnosis `d` has collective ops, so that its headline needs the Collectives
+ *  answer (the peer wait inside them may be its largest loss). */
+export function hasCollectives(d) {
+  const devs = ((d && d.device_ops) || {}).devices || [];
+  return devs.some((x) => (x.ops || []).some((o) => o.class === "collective")) ||
+    ((d && d.devices) || []).some((x) => ((x.idle_by_cause_ns || {}).collective_wait || 0) > 0);
 }

@@ -1,6 +1,7 @@
 // Page selection ↔ URL hash: `#perfdiag&p.perfdiag.run=…&p.perfdiag.host=…`.
 // Pure encode/decode plus read/write against the parent (TensorBoard) window when it is
-// reachable (same origin), else our own window. Writing uses history.replaceState.
+// reachable (same origin), else our own window. A new selection is pushed (the browser's Back
+// returns to the one before); filling a default in, zooming or panning replaces.
 
 export const PLUGIN = "perfdiag";
 export const KEYS = ["run", "host", "span", "device", "step", "gap", "zoom", "base_run", "base_host", "base_span", "view", "baseline"];
@@ -63,15 +64,41 @@ export function readState() {
   return s;
 }
 
+// the keys whose change is a new selection; zoom (pan, wheel) never is
+const SELECTION = KEYS.filter((k) => k !== "zoom");
+
+/** Whether going from `before` to `after` is a selection the browser's Back should undo:
+ *  a key that had a value changes (another run, host, device, step or gap), or a run,
+ *  host, step, gap or comparison is chosen; a device filled in by default is not. */
+export function isNewSelection(before, after) {
+  return SELECTION.some((k) => {
+    const a = before[k] || "", b = after[k] || "";
+    if (a === b) return false;
+    return a !== "" || (k !== "device" && k !== "span" && before.run !== undefined && before.run !== "");
+  });
+}
+
 export function writeState(state) {
   const w = urlWindow();
   const hash = encodeHash(state, w.location.hash);
   if (hash === w.location.hash) return;
+  const push = isNewSelection(decodeHash(w.location.hash), state);
+  const write = (win) => {
+    const url = win.location.href.split("#")[0] + hash;
+    if (push) win.history.pushState(win.history.state, "", url);
+    else win.history.replaceState(win.history.state, "", url);
+  };
   try {
-    const url = w.location.href.split("#")[0] + hash;
-    w.history.replaceState(w.history.state, "", url);
+    write(w);
   } catch (e) {
-    const url = window.location.href.split("#")[0] + hash;
-    window.history.replaceState(window.history.state, "", url);
+    write(window);
   }
+}
+
+/** Calls `fn` when the browser's Back or Forward changes our part of the URL. */
+export function onHistory(fn) {
+  const w = urlWindow();
+  const on = () => fn(readState());
+  w.addEventListener("popstate", on);
+  if (w !== window) window.addEventListener("popstate", on);
 }

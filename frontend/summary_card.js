@@ -6,7 +6,7 @@ import { h, put } from "./dom.js";
 import { causeColor, causeLabel, findingCost, formatNs, formatPct, fullTitle, gapLabel, gapRefs, plural, squeeze } from "./format.js";
 import { stepStats } from "./steps_chart.js";
 import { dutyWaitText } from "./collectives.js";
-import { headline } from "./headline.js";
+import { hasCollectives, headline } from "./headline.js";
 import { renderEfficiency } from "./efficiency.js";
 
 export const SummaryCard = {
@@ -40,7 +40,10 @@ export const SummaryCard = {
     const findings = [...(d.findings || [])].sort((a, b) => (b.time_lost_ns_per_step || 0) - (a.time_lost_ns_per_step || 0));
     // the largest loss leads: peer wait, start-up or any one cause, whichever costs most
     const dev = this.device(), coll = this.collectives();
-    const hl = headline(dev, coll, nSteps, { duty: overSteps(dev) ? dev.steps_window.duty_cycle : dev.duty_cycle });
+    // with collectives, the largest loss waits for their answer: a headline said before it
+    // would change under the reader's eyes ("3.6 points idle" → "77 points waiting")
+    const waiting = hasCollectives(d) && (!coll || coll.state === "pending");
+    const hl = headline(dev, coll, nSteps, { duty: overSteps(dev) ? dev.steps_window.duty_cycle : dev.duty_cycle, waiting });
     const peer = hl && (hl.loss && hl.loss.kind === "peer_wait" ? hl.loss : null);
     const top = findings.filter((f) => f.top !== false).slice(0, 6).map((f) => this.findingItem(f));
     if (peer) {   // busy time, so no finding of the server's: listed where its size ranks it

@@ -43,7 +43,8 @@ export const DiagnoseView = {
       }
       if (token === this.token && r.ok && (s.device === undefined || s.device === "")) {
         const devs = r.body.devices || [];
-        const pick = devs.find((x) => x.ops > 0) || devs[0];
+        // the server's choice: a device that computes and loses most (not a copy-only GPU)
+        const pick = devs.find((x) => x.id === r.body.primary_device) || devs.find((x) => x.ops > 0) || devs[0];
         if (pick) s.device = String(pick.id);
         if (pick && devs.some((x) => x.gaps > 0 && x.id !== pick.id)) r = await ask(s.device);
       }

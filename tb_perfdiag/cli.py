@@ -582,6 +582,12 @@ def cmd_check(args) -> int:
         gh = check_render.github(checked)
         if gh:
             print(safe_text(gh))
+    # the report keeps every unreadable profile in its place (CI reads it); the error is
+    # also said where every other subcommand says its errors
+    for label, path, res in checked:
+        if isinstance(res, str):
+            print(safe_text(f"tb-perfdiag: error: {res}" if label == path else
+                            f"tb-perfdiag: error: {label}: {res}"), file=sys.stderr)
     if any(isinstance(res, str) for _, _, res in checked):
         return INPUT
     return BREACH if any(not r.ok for _, _, res in checked for r in res) else OK

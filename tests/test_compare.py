@@ -526,8 +526,9 @@ def test_one_culprit_is_one_row_whatever_its_steps_and_op_chain():
     assert rows[0].per_step_before > 0 and rows[0].per_step_after > rows[0].per_step_before
     back = tb_perfdiag.compare(after, before)
     assert [f.change for f in back.findings if f.kind == FindingKind.INPUT_BOUND] == [Change.SHRANK]
-    text = cmp.to_text()
-    assert " new " not in text and " gone " not in text
+    # the loader's lines (another finding may fall below a top finding's share: gone)
+    text = "\n".join(x for x in cmp.to_text().splitlines() if "DataLoader" in x)
+    assert text and " new " not in text and " gone " not in text
 
 
 def _written(tmp_path, name, **kw) -> str:

@@ -442,3 +442,15 @@ def test_a_convolution_s_transforms_are_not_an_elementwise_chain(costs_by_name):
                                   [(n, 150) for n in ("add_kernel", "mul_kernel", "exp_kernel")]))
     f = _kinds(d)[FK.UNFUSED_ELEMENTWISE]
     assert f.time_lost_ns <= 3 * 4 * 150e3 * 0.5 + 1      # the three real ones' half, no more
+
+
+def test_a_rate_above_its_roof_has_no_share_and_no_bound():
+    """An async copy-start moves its bytes between it and its copy-done: 536 GB over its
+    own 181 ns would be 181,061,633 % of HBM. No share, no bound, and said so (issue 63)."""
+    from tb_perfdiag.analysis.efficiency.roofline import UNKNOWN_RESOURCE, above_roof, utilisation
+    nan4 = np.full((2, 4), np.nan)
+    u, bound_by, share = utilisation([0.0, 0.0], [536e9, 1e6], nan4, [181e3, 1e9], 918e12,
+                                     1.6e12, nan4, np.zeros((2, 4), bool))
+    assert above_roof(u).tolist() == [True, False]
+    assert np.isnan(share[0]) and bound_by[0] == UNKNOWN_RESOURCE
+    assert 0 < share[1] <= 1 and bound_by[1] == 1

@@ -28,9 +28,9 @@ def title(r: Result) -> str:
         return f"{r.subject or 'device'} duty cycle per typical step ≥ {_pct(r.limit)}"
     if r.budget == "max_idle":
         cause, dev = r.detail.get("cause", ""), r.detail.get("device", "")
-        return f"{dev} {C.LABELS.get(cause, cause).lower()} idle ≤ {_pct(r.limit)} of the step"
+        return f"{dev} {C.LABELS.get(cause, cause).lower()} idle ≤ {_pct(r.limit)} of its step window"
     if r.budget == "max_peer_wait":
-        return f"{r.subject} peer wait at collectives ≤ {_pct(r.limit)} of the step"
+        return f"{r.subject} peer wait at collectives ≤ {_pct(r.limit)} of its step window"
     if r.budget == "min_mfu":
         return f"{r.subject} MFU per typical step ≥ {_pct(r.limit)}"
     if r.budget == "max_trend_regression":
@@ -50,9 +50,11 @@ def message(r: Result) -> str:
                 f"steps)")
     if r.budget == "max_idle":
         d = r.detail
+        # the share is of the device's window per typical step (what its duty cycle is
+        # over), which is not the host's typical step: the label names it
         return (f"{d['device']} {C.LABELS[d['cause']].lower()} idle {_ms(d['idle_ps'])} per "
-                f"typical step = {_pct(r.value)} of the step {'≤' if r.ok else '>'} "
-                f"{_pct(r.limit)}")
+                f"typical step = {_pct(r.value)} of its {_ms(d['window_ps'])} window per "
+                f"typical step {'≤' if r.ok else '>'} {_pct(r.limit)}")
     if r.budget == "min_mfu":
         d = r.detail
         if r.value is None:
@@ -73,7 +75,8 @@ def message(r: Result) -> str:
             return (f"{d['device']} peer wait at collectives cannot be measured ({d['reason']}): "
                     f"the budget of {_pct(r.limit)} of the step is not met")
         return (f"{d['device']} peer wait at collectives {_ms(d['peer_wait_ps'])} per typical "
-                f"step = {_pct(r.value)} of the step {'≤' if r.ok else '>'} {_pct(r.limit)} "
+                f"step = {_pct(r.value)} of its {_ms(d['window_ps'])} window per typical step "
+                f"{'≤' if r.ok else '>'} {_pct(r.limit)} "
                 f"(busy time waiting for the last participant"
                 + (f", mostly for {d['waited_for']}" if d.get("waited_for") and r.value else "")
                 + f", {d['steps']} typical steps)")

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..analysis.collectives.instances import clock_origin_ps
 from ..analysis.run.join import DEVICE_COMPUTE, SAME_CLOCK_NS, Join
-from ..analysis.run.stragglers import LATE_START, NOT_IN_TRACE
+from ..analysis.run.stragglers import LATE_START, NOT_IN_TRACE, per_step_median
 from ..analysis.run.view import RunView
 from ..analysis.device_time.by_op import fold_kernel_name
 from ..analysis.result import Diagnosis
@@ -142,7 +142,7 @@ def host_json(view: RunView, host: str, diag: Diagnosis | None,
     ops = _op_rows(j, host, cols, mine, present, wait, transfer, iwait, idle_w, resolved,
                    last_host, last_label, step_of, n_steps)
     ops.sort(key=lambda o: (-o["wait_ns"], o["op"]))
-    devices = _devices(j, cols, diag)
+    devices = _devices(j, cols, diag, n_steps)
     groups = _groups(j, cols, diag)
     by_step = _step_peer_wait(view, host, diag, devices)
     stragglers = _stragglers(figs)
@@ -265,9 +265,10 @@ def _device_id(diag: Diagnosis | None, name: str):
     return names.index(name) if name in names else None
 
 
-def _devices(j: Join, cols: np.ndarray, diag: Diagnosis | None) -> list:
-    """Per participating device: its peer wait and transfer over the capture, the duty
-    points the wait is (of its busy window), and whom and where it waited most."""
+def _devices(j: Join, cols: np.ndarray, diag: Diagnosis | None, n_steps: int = 0) -> list:
+    """Per participating device: its peer wait and transfer over the capture and per
+    typical step (the host's figure, ``per_step_median``: what the headline says), the
+    duty points the wait is (of its busy window), and whom and where it waited most."""
     host_of = np.array([p.host for p in j.participants], np.int64)
     iw_all = _idle_wait(j)
     out = []
@@ -296,6 +297,9 @@ def _devices(j: Join, cols: np.ndarray, diag: Diagnosis | None) -> list:
         out.append({
             "id": d, "name": name, "instances": int(pr.sum()), "wait_ns": total,
             "idle_wait_ns": int(iw.sum()),
+            "wait_per_step_ns": _round(per_step_median(np.where(pr, j.step[:, c], -1), w, n_steps)),
+            "idle_wait_per_step_ns": _round(per_step_median(np.where(pr, j.step[:, c], -1), iw,
+                                                            n_steps)),
             "transfer_ns": int(np.where(pr, j.transfer[:, c], 0).sum()),
             "window_ns": window,
             "wait_points": 100.0 * total / window if window else None,
@@ -303,6 +307,10 @@ def _devices(j: Join, cols: np.ndarray, diag: Diagnosis | None) -> list:
             "waited_for_device": top[1] if top else None,
             "waited_at": max(at, key=at.get) if at else None})
     return out
+
+
+def _round(x) -> int | None:
+    return None if x is None else int(round(x))
 
 
 def _groups(j: Join, cols: np.ndarray, diag: Diagnosis | None) -> list:

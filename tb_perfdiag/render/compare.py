@@ -291,13 +291,14 @@ def highlight_text(cmp: Comparison, h) -> str:
                 f"{_ms(a.compile_time_per_step)} → {_ms(b.compile_time_per_step)} per step)")
     if h.what == "finding":
         f = cmp.findings[h.ref]
-        diag = cmp.diagnoses[1 if f.after >= 0 else 0]
-        title = diag.findings[f.after if f.after >= 0 else f.before].title
+        # what went is said by its before title, anything else by its after one
+        side = 1 if f.after >= 0 and not (f.change == Change.GONE and f.before >= 0) else 0
+        title = cmp.diagnoses[side].findings[f.after if side else f.before].title
         if f.change == Change.NEW:
             return f"new finding: {title}"
         if f.change == Change.GONE:
             return f"gone: {title}"
-        if any(_one_time(d.findings[x]) for d, x in zip(cmp.diagnoses, (f.before, f.after))
+        if all(_one_time(d.findings[x]) for d, x in zip(cmp.diagnoses, (f.before, f.after))
                if x >= 0):
             return f"{f.change.value}: {title}"
         return (f"{f.change.value}: {title} ({_ms(f.per_step_before * 1000)} → "
@@ -458,8 +459,10 @@ def report(cmp: Comparison, top: int = 8) -> str:
         for f in changed:
             fa = da.findings[f.before] if f.before >= 0 else None
             fb = db.findings[f.after] if f.after >= 0 else None
-            title = (fb or fa).title
-            if _one_time(fa) or _one_time(fb):
+            title = (fa if f.change == Change.GONE and fa is not None else fb or fa).title
+            # once only where every side is paid once: a one-step DataLoader before and
+            # one in every step after is a rate per step that grew, not "… once"
+            if all(_one_time(x) for x in (fa, fb) if x is not None):
                 # a one-time cost (start-up, one step's) has no rate per step: its totals
                 tot = [x.time_lost_ns if x is not None else 0 for x in (fa, fb)]
                 L.append(f"   - {f.change.value:6} {_ms(tot[0] * 1000):>9} → "

@@ -10,7 +10,7 @@ import numpy as np
 from ..analysis import causes as C
 from ..analysis.efficiency import waterfall as W
 from ..analysis.efficiency.opcosts import ONCHIP_RW
-from ..analysis.efficiency.roofline import RESOURCES
+from ..analysis.efficiency.roofline import RESOURCES, above_roof
 from ..analysis.result import Bound, Diagnosis
 
 ROOFLINE_POINTS = 200          # op groups per device on the roofline chart (most time first)
@@ -320,6 +320,7 @@ def op_roofline(diag: Diagnosis, r: int) -> dict | None:
             "attainable_flops_per_s": _f(E.row_attainable[r]),
             "efficiency": _f(E.row_efficiency[r]), "bound": _BOUND[int(E.row_bound[r])],
             **({"bound_by": _bound_by(E.row_bound_by[r]),
+                "above_roof": bool(above_roof(E.row_utilisation[r][None])[0]),
                 "utilisation": _utilisation(E.row_utilisation[r]),
                 "onchip_bytes_by_space": _by_space(E.row_onchip_rw[r])}
                if _has(E, "row_bound_by", r) else {})}

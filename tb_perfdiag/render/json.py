@@ -18,6 +18,7 @@ from ..analysis import causes as C
 from ..analysis.result import Diagnosis, Finding, FindingKind
 from ..analysis.steps.windows import DEFINITION as STEP_DEFINITION
 from ..analysis.result import TYPICAL_STEP
+from ..analysis.steps.losses import primary_device
 from .device_ops import device_ops_json
 from . import efficiency as eff_json
 # the sections' names stay reachable here (``from .json import gap_records, ns``…)
@@ -205,6 +206,7 @@ def diagnosis_json(diag: Diagnosis, gaps_offset: int = 0, gaps_limit: int | None
         "definitions": DEFINITIONS, "step_source": diag.steps.source,
         "step_marker": getattr(diag.steps, "marker", "") or None,
         "devices": devices_json(diag),
+        "primary_device": primary_device(diag),
         "steps": steps_json(diag, shown, devs), "steps_total": n_steps,
         "typical_step_ns": _typical_step_ns(diag),
         "gaps": gaps,

@@ -6,18 +6,21 @@ import numpy as np
 
 from ..analysis import causes as C
 from ..analysis.result import Diagnosis
+from ..analysis.steps.losses import device_losses
 from . import efficiency as eff_json
 from .json_ids import ns
 
 
 def _by_cause(v) -> dict:
-    return {c: ns(v[i]) for i, c in enumerate(C.ALL) if v[i] > 0}
+    out = {c: ns(v[i]) for i, c in enumerate(C.ALL) if v[i] > 0}
+    return {c: x for c, x in out.items() if x > 0}
 
 
 def devices_json(diag: Diagnosis) -> list:
     D = diag.devices
     # gaps above the threshold per device: what a device's own gap list pages through
     gaps = np.bincount(np.asarray(diag.gaps.device, np.int64), minlength=len(D)).tolist()
+    L = device_losses(diag)
     out = []
     for d in range(len(D)):
         if D.ops[d] == 0:
@@ -31,6 +34,9 @@ def devices_json(diag: Diagnosis) -> list:
                     "busy_ns": ns(busy), "window_ns": ns(hi - lo), "start_ns": ns(lo),
                     "end_ns": ns(hi), "ops": int(D.ops[d]), "gaps": gaps[d],
                     "idle_by_cause_ns": _by_cause(D.idle_by_cause[d]),
+                    # the one split of each loss every face says: per typical step, once
+                    "idle_per_step_ns": _by_cause(L.per_step[d]),
+                    "idle_once_ns": _by_cause(L.once[d]),
                     "small_gaps": {"count": int(D.small_count[d]),
                                    "total_ns": ns(D.small_total[d])},
                     "steps_window": _steps_window(D, d, busy,

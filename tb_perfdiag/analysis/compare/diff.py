@@ -421,19 +421,38 @@ def match_findings(a: Diagnosis, b: Diagnosis, rename: dict, step_before: float)
     for k, i, j in pairs:
         pa = int(a.findings[i].time_lost_ns_per_step) if i >= 0 else 0
         pb = int(b.findings[j].time_lost_ns_per_step) if j >= 0 else 0
+        # paid once on both sides (a recompilation in steps that compile): by its totals
+        ta, tb = (int(a.findings[i].time_lost_ns), int(b.findings[j].time_lost_ns)) \
+            if i >= 0 and j >= 0 and _once(a.findings[i]) and _once(b.findings[j]) else (pa, pb)
         if i < 0:
             ch = Change.NEW
         elif j < 0:
             ch = Change.GONE
-        elif abs(pb - pa) >= GREW_REL * max(pa, 1) and \
-                abs(pb - pa) * 1000 >= GREW_ABS * step_before:
-            ch = Change.GREW if pb > pa else Change.SHRANK
+        # below a top finding's share of the step on one side (a one-step remnant of a
+        # fixed DataLoader): the story's gone / new, not shrank / grew
+        elif _top(a.findings[i]) and not _top(b.findings[j]):
+            ch = Change.GONE
+        elif _top(b.findings[j]) and not _top(a.findings[i]):
+            ch = Change.NEW
+        elif abs(tb - ta) >= GREW_REL * max(ta, 1) and \
+                abs(tb - ta) * 1000 >= GREW_ABS * step_before:
+            ch = Change.GREW if tb > ta else Change.SHRANK
         else:
             ch = Change.SAME
         out.append(FindingDelta(k[0], k[1], ch, i, j, pa, pb))
     out.sort(key=lambda x: (-abs(x.delta), -max(x.per_step_before, x.per_step_after),
                             x.kind.value, x.culprit))
     return out
+
+
+def _once(f) -> bool:
+    """A finding whose cost is paid once (start-up, a compiling step's, one step's)."""
+    return bool(f.extra.get("one_time") or f.extra.get("once"))
+
+
+def _top(f) -> bool:
+    """A finding that costs at least ``findings.TOP_SHARE`` of the typical step."""
+    return bool(f.extra.get("top", True))
 
 
 # ---- ops and annotations ----

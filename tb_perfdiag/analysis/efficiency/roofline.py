@@ -48,6 +48,17 @@ RESOURCES = ("compute", "hbm", "cmem_read", "cmem_write", "vmem_read", "vmem_wri
 UNKNOWN_RESOURCE = -1
 
 
+def above_roof(u) -> np.ndarray:
+    """Per row of utilisations (n, 6): a rate above its roof, which no op reaches: its
+    own time does not hold its work (an async copy-start/copy-done moves its bytes
+    between the two ops, so 536 GB over a 181 ns copy-start read 181,061,633 % of HBM),
+    or the peak is too low.  Such a row has no share and no bound: a share is ≤ 100 %."""
+    u = np.asarray(u, np.float64)
+    if not u.size:
+        return np.zeros(u.shape[0] if u.ndim else 0, bool)
+    return (np.nan_to_num(u, nan=0.0) > 1.0).any(axis=-1)
+
+
 def utilisation(flops, hbm_bytes, onchip_rw, time_ps, peak, bandwidth, onchip_peak,
                 counted):
     """(utilisation (n, 6) per ``RESOURCES``, bound_by int8 (n,), share (n,)) per row, as
@@ -57,7 +68,7 @@ def utilisation(flops, hbm_bytes, onchip_rw, time_ps, peak, bandwidth, onchip_pe
     (``onchip_rw`` (n, 4) per ``opcosts.ONCHIP_RW``, NaN where the trace has no split;
     ``onchip_peak`` (n, 4) bytes/s, NaN none).  Bound by the largest (an on-chip roof
     only where the op moves bytes there); ``UNKNOWN_RESOURCE`` where none is above 0
-    or either main roof is unknown.  The share of the roofline is the largest of the
+    or either main roof is unknown, and where a rate is ``above_roof``.  The share of the roofline is the largest of the
     utilisations ``counted`` (n, 4) lets in beside compute and HBM: xprof counts the
     CMEM roofs where the device has CMEM, the VMEM roofs where it has a merged VMEM
     and no CMEM — so its share may leave out the roof its bound_by names."""
@@ -77,11 +88,13 @@ def utilisation(flops, hbm_bytes, onchip_rw, time_ps, peak, bandwidth, onchip_pe
         u[:, 1] = rate[:, 1] / bw
         u[:, 2:] = np.where(rp > 0, rw / np.where(ok, t, np.nan)[:, None] / rp, np.nan)
     u = np.where(ok[:, None], u, np.nan)
+    ok = ok & ~above_roof(u)
     # an on-chip roof bounds an op only where it moves bytes there (xprof: "if bytes")
     judged = np.where(np.isfinite(u) & np.concatenate(
         [np.ones((n, 2), bool), np.nan_to_num(rw) > 0], axis=1), u, 0.0)
     top = np.argmax(judged, axis=1) if n else np.zeros(0, np.intp)
-    bound_by = np.where(judged[np.arange(n), top] > 0, top, UNKNOWN_RESOURCE).astype(np.int8)
+    bound_by = np.where(ok & (judged[np.arange(n), top] > 0), top,
+                        UNKNOWN_RESOURCE).astype(np.int8)
     share_of = np.where(np.concatenate([np.ones((n, 2), bool), np.asarray(counted, bool)
                                         .reshape(n, -1)], axis=1), np.nan_to_num(u), 0.0)
     share = np.where(ok, share_of.max(axis=1, initial=0.0), np.nan)

@@ -32,7 +32,7 @@ from ..attribution.culprits import (
 )
 from ..steps import startup
 from ..gaps import tfdata
-from .fixes import fix_for
+from .fixes import fix_for, for_platform, platform
 from .efficiency import findings as efficiency_findings
 from ..steps.windows import in_step_part
 from ..steps.capture_notes import kernels_per_device
@@ -96,6 +96,12 @@ class _Gaps:
                                            g.end[at], g.step[at])
         frac = self.inside / np.maximum(g.end - g.start, 1)
         self.share_in_ns = np.rint(self.share_ns * frac[:, None]).astype(np.int64)
+        # gaps in a typical step (not one that compiles or stalls): only they make a cost
+        # per step, which then never exceeds the step
+        typ = S.typical() if len(S) else np.zeros(0, bool)
+        self.n_typical = int(typ.sum())
+        self.in_typical_step = (g.step >= 0) & (typ[np.maximum(g.step, 0)] if typ.size
+                                                else np.zeros(self.n, bool))
 
     def steps_hit(self, rows) -> set:
         st = self.step[rows]
@@ -117,6 +123,12 @@ class _Gaps:
         rows = rows[self.g.device[rows] == device]
         return int(self.share_in_ns[rows, cause].sum())
 
+    def in_typical(self, rows, cause: int, device: int) -> int:
+        """``in_steps`` of the gaps in typical steps alone."""
+        rows = np.asarray(rows, np.int64)
+        rows = rows[(self.g.device[rows] == device) & self.in_typical_step[rows]]
+        return int(self.share_in_ns[rows, cause].sum())
+
 
 def findings(trace: Trace, diag, steps, compile_ev, compile_step, ctx) -> tuple:
     """([Finding], events cited) — most time lost per step first."""
@@ -125,25 +137,36 @@ def findings(trace: Trace, diag, steps, compile_ev, compile_step, ctx) -> tuple:
     fw = framework(trace)
     # the fixes the trace already applies: a finding offers the next step instead
     applied = applied_fixes(trace)
-    host_ns = np.rint(diag.steps.host_end / 1000) - np.rint(diag.steps.host_start / 1000)
-    typical_step = float(np.median(host_ns)) if host_ns.size else 0.0
+    # the one step time every face shows (TYPICAL_STEP: a mean over the typical steps),
+    # not a median of its own: a finding's share of the step is of that step
+    ts = diag.steps.typical_step_ps()
+    typical_step = ts / 1000 if ts else 0.0
     out, cited = [], []
 
     def add(kind, title, rows, fix, detail, total_ns, device=-1, confidence=None, extra=None,
-            steps_hit=None, events=None, ranges=None, in_steps_ns=None):
+            steps_hit=None, events=None, ranges=None, in_steps_ns=None, typical_ns=None):
         hit = G.steps_hit(rows) if steps_hit is None else set(steps_hit)
         conf = confidence or ("high" if len(hit) >= max(RECURRING * n_steps, 1) and n_steps > 1
                               else "medium")
-        # a cost per step is the part inside the steps, averaged over all of them
+        # a cost per step is the part inside the steps, averaged over all of them; given
+        # the part in typical steps, over those alone (the typical step's own steps), the
+        # steps that compile or stall paying the rest once
         inside = total_ns if in_steps_ns is None else in_steps_ns
         per_step = int(inside / n_steps)
+        stalled = 0
+        if typical_ns is not None and G.n_typical:
+            per_step = int(typical_ns / G.n_typical)
+            stalled = max(int(inside - typical_ns), 0)
         f = Finding(kind, title, detail, fix, conf, int(total_ns), per_step, sorted(hit),
                     np.asarray(rows, np.int32), extra=dict(extra or {}))
         if inside < total_ns:
             f.extra["outside_steps_ns"] = int(total_ns - inside)
+        if stalled:
+            f.extra["outlier_steps_ns"] = stalled
         f.extra["share_of_step"] = per_step / typical_step if typical_step else None
-        f.extra["top"] = bool(per_step > 0 and (not typical_step or
-                                                per_step >= TOP_SHARE * typical_step))
+        f.extra["top"] = bool((per_step > 0 and (not typical_step or
+                                                 per_step >= TOP_SHARE * typical_step))
+                              or (typical_step and stalled >= TOP_SHARE * typical_step * n_steps))
         if device >= 0:
             f.extra["device"] = diag.devices.name[device]
         if ranges:
@@ -167,6 +190,10 @@ def findings(trace: Trace, diag, steps, compile_ev, compile_step, ctx) -> tuple:
             not typical_step or f.time_lost_ns_per_step >= TOP_SHARE * typical_step))
         out.append(f)
     _unique_titles(out)
+    # every fix for the accelerator the trace ran on (no CUDA graphs for an MTIA)
+    plat = platform(trace)
+    for f in out:
+        f.fix = for_platform(f.fix, plat)
     out.sort(key=lambda f: (-f.time_lost_ns_per_step, f.kind.value, f.title))
     return out, (np.concatenate(cited) if cited else np.zeros(0, np.int64))
 
@@ -415,7 +442,12 @@ def _family_finding(trace, diag, G, ci, cause, kind, sig, rs, fw, applied, n_ste
         # the ops the queue held up, largest first: what the folded findings were
         extra["runtime_queue"] = {"ops": queue["ops"][:20], "ops_ns": queue["ops_ns"][:20],
                                   "op_count": len(queue["ops"])}
+    typ = None
     if k in ONE_TIME:
+        # paid once: its part in typical steps alone makes a rate (a first compile in a
+        # compiling step makes none)
+        if G.n_typical and G.n_typical < n_steps:
+            typ = G.in_typical(rs, ci, dev)
         span = _capture_ns(diag)
         share = total / span if span else None
         extra.update(one_time=True, capture_share=share)
@@ -427,8 +459,17 @@ def _family_finding(trace, diag, G, ci, cause, kind, sig, rs, fw, applied, n_ste
         # of this one's)
         on_dev = np.asarray(rs, np.int64)
         on_dev = on_dev[G.g.device[on_dev] == dev]
-        cost = cost_phrase(diag, inside, total - inside, sorted(G.steps_hit(on_dev)), n_steps,
-                           extra, once_ok=k != FK.RECOMPILATION)
+        typ = G.in_typical(rs, ci, dev)
+        hit = sorted(G.steps_hit(on_dev))
+        if G.n_typical and G.n_typical < n_steps and inside > 0:
+            # some of it lies in steps that compile or stall: their part is said once
+            # there, the rest per typical step (never a rate above the step)
+            cost = cost_phrase_typical(diag, G, on_dev, typ, inside - typ, total - inside,
+                                       extra)
+        else:
+            cost = cost_phrase(diag, inside, total - inside, hit, n_steps, extra,
+                               once_ok=k != FK.RECOMPILATION)
+            typ = None
     phrase = PHRASE.get(k, C.LABELS[cause].lower())
     title = f"{subject}: {what + ' — ' if what else ''}{phrase} {cost}"
     if len(title) > TITLE_MAX and others and len(others[1]) > 1:
@@ -439,7 +480,7 @@ def _family_finding(trace, diag, G, ci, cause, kind, sig, rs, fw, applied, n_ste
         title = f"{subject}: {phrase} {cost}"
     fix = fix_for(k.value, _fix_culprit(k, label, example, applied), fw)
     f = add(k, title, rs, fix, _detail(diag, cause, rs, G, chain, ci), total, dev, extra=extra,
-            in_steps_ns=inside)
+            in_steps_ns=inside, typical_ns=typ)
     _SUBJECT[id(f)] = subject
 
 
@@ -463,6 +504,31 @@ def cost_phrase(diag, inside: float, outside: float, hit: list, n_steps: int,
         seen = f" in {len(hit)} of {n_steps} steps"
         parts.append(f"{_fmt(inside / n_steps)} per step"
                      + (f" on average ({_fmt(inside)}{seen})" if n_steps > 1 else ""))
+    if outside > 0:
+        parts.append(f"{_fmt(outside)} outside every step")
+    return ", ".join(parts)
+
+
+def cost_phrase_typical(diag, G, rows, typical: float, stalled: float, outside: float,
+                        extra: dict) -> str:
+    """``cost_phrase`` of a cost partly in steps that compile or stall (outliers of the
+    typical step): the mean over the typical steps, and the rest once, in its steps —
+    "282 ms per step" of a 49.7 ms step becomes "3379 ms in steps 5 and 9 (compiling or
+    stalled)"."""
+    S = diag.steps
+    out_steps = sorted({int(S.ids[s]) for s in G.g.step[rows].tolist()
+                        if s >= 0 and not S.typical()[s]})
+    parts = []
+    if typical > 0:
+        typ_hit = {int(s) for s in G.g.step[rows].tolist() if s >= 0 and S.typical()[s]}
+        parts.append(f"{_fmt(typical / G.n_typical)} per typical step on average "
+                     f"({_fmt(typical)} in {len(typ_hit)} of {G.n_typical})")
+    else:
+        extra.update(one_time=True)
+    if stalled > 0:
+        where = ", ".join(str(x) for x in out_steps[:4]) + (" …" if len(out_steps) > 4 else "")
+        parts.append(f"{_fmt(stalled)} once, in step{'s' if len(out_steps) > 1 else ''} "
+                     f"{where} (compiling or stalled)")
     if outside > 0:
         parts.append(f"{_fmt(outside)} outside every step")
     return ", ".join(parts)

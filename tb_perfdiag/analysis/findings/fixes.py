@@ -5,6 +5,8 @@ trace's framework to the generic text ("*"), so a fix is always written for the
 framework the trace came from and never names another framework's API."""
 from __future__ import annotations
 
+import re
+
 from ..attribution.culprits import JAX, PYTORCH, PYTORCH_XLA, TENSORFLOW
 
 _NUM_WORKERS = ("Load batches in background workers: DataLoader(num_workers>0, pin_memory=True, "
@@ -418,3 +420,41 @@ def fix_for(kind: str, culprit: str, fw: str) -> str:
         if text:
             return text
     return ""
+
+
+# ---- the platform the trace ran on ----
+# PyTorch's fixes name CUDA's APIs (ROCm runs them as torch.cuda too); on another
+# accelerator (MTIA, XPU, HPU) what only CUDA has goes: CUDA graphs, cudaMalloc's
+# allocator settings; its synchronize and events are the device's own module's
+_CUDA_CLAUSES = (
+    (re.compile(r",? ?replay (?:it|the step) as a CUDA graph \((?:[^()]|\([^()]*\))*\)"), ""),
+    (re.compile(r" (?:or|and) CUDA graphs"), ""),
+)
+_CUDA_ONLY = re.compile(r"CUDA|cuda(?!\.synchronize|\.Event)")
+_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z`(])")
+
+
+def platform(trace) -> str:
+    """The accelerator the trace's devices are: "mtia", "xpu", "hpu", "tpu", "gpu", or ""
+    (none); the most common kind among its devices."""
+    kinds = [str(getattr(d, "kind", "") or "").lower() for d in (trace.devices or [])]
+    names = [str(getattr(d, "name", "") or "") for d in (trace.devices or [])]
+    for k in ("mtia", "xpu", "hpu"):
+        if any(k == x for x in kinds) or any(n.upper().startswith(k.upper()) for n in names):
+            return k
+    kinds = [k for k in kinds if k]
+    return max(set(kinds), key=kinds.count) if kinds else ""
+
+
+def for_platform(text: str, plat: str) -> str:
+    """``text`` as a fix for a trace that ran on ``plat``: on an accelerator that is not
+    CUDA's, clauses naming what only CUDA has are cut, torch.cuda's synchronize and Event
+    become the device module's, and a sentence still naming CUDA goes."""
+    if plat not in ("mtia", "xpu", "hpu") or not text or "cuda" not in text.lower():
+        return text
+    for rx, to in _CUDA_CLAUSES:
+        text = rx.sub(to, text)
+    text = text.replace("torch.cuda.synchronize()", f"torch.{plat}.synchronize()")
+    text = text.replace("torch.cuda.Event", "torch.Event")
+    kept = [s for s in _SENTENCE.split(text) if not _CUDA_ONLY.search(s)]
+    return " ".join(kept)

@@ -68,6 +68,21 @@ def why_late(j: Join, mine: np.ndarray) -> dict:
     return out
 
 
+def per_step_median(step_of, v, n_steps: int) -> float | None:
+    """The peer wait per typical step that every face says (the host's, each device's):
+    the median over the steps of ``v`` per instance summed by its step (``step_of``; steps
+    without a collective wait 0, instances outside the steps count in no step)."""
+    v = np.asarray(v, np.float64)
+    ids, inv = np.unique(np.asarray(step_of, np.int64), return_inverse=True)
+    per = np.zeros(ids.size)
+    np.add.at(per, inv.reshape(-1), v)
+    per = per[ids >= 0]
+    if per.size and n_steps > per.size:
+        per = np.r_[per, np.zeros(n_steps - per.size)]
+    return float(np.median(per)) if per.size else (
+        float(v.sum()) / n_steps if n_steps else None)
+
+
 def host_figures(j: Join, steps_of: dict) -> dict:
     """Per host name: peer wait (total and per typical step, per device: the mean over its
     participating devices), last arrivals, the wait it caused and what fixing it alone
@@ -111,21 +126,9 @@ def host_figures(j: Join, steps_of: dict) -> dict:
         lasts = int((last_host == h).sum())
         lasts_res = int(((last_host == h) & resolved).sum())
         n_steps = max(int(steps_of.get(j.hosts[h]) or 0), 0)
-        # per typical step: the median over the steps (steps without a collective wait 0)
         s_of = j.step[:, cols].max(axis=1) if n_i else np.zeros(0, np.int64)
-        ids, inv = np.unique(s_of, return_inverse=True)
-
-        def per_step(v):
-            per = np.zeros(ids.size)
-            np.add.at(per, inv.reshape(-1), v)
-            per = per[ids >= 0]
-            if per.size and n_steps > per.size:
-                per = np.r_[per, np.zeros(n_steps - per.size)]
-            return float(np.median(per)) if per.size else (
-                float(v.sum()) / n_steps if n_steps else None)
-
-        pw_step = per_step(w_inst)
-        iw_step = per_step(iw_inst)
+        pw_step = per_step_median(s_of, w_inst, n_steps)
+        iw_step = per_step_median(s_of, iw_inst, n_steps)
         mine = np.flatnonzero(last_host == h)
         # the one the others wait for: last, by more than the clocks can blur, more often
         # than chance and in most such instances, and the cause of most of the wait
