@@ -540,7 +540,7 @@ def test_columns_read_a_block_at_a_time_are_the_whole_columns(monkeypatch):
     the trace's last end, the host events meeting a condition, each device's step events
     and the first op of least start are the whole-column answers, on every trace of
     testdata, blocks of 7 events."""
-    from tb_perfdiag.analysis import diagnosis as Dg
+    from tb_perfdiag.analysis.gaps import per_device as Dg
     from tb_perfdiag.trace import model as M
     from tb_perfdiag.trace.model import EventKind, TrackKind
     monkeypatch.setattr(M, "_BLOCK", 7)
