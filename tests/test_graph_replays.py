@@ -258,3 +258,46 @@ def test_the_graph_counts_survive_the_result_store():
     g, h = diag.efficiency.graphs, back.efficiency.graphs
     assert (h.matched.tolist(), h.total.tolist(), h.unrecorded.tolist()) == \
         (g.matched.tolist(), g.total.tolist(), g.unrecorded.tolist()) == ([8], [8], [2])
+
+
+def test_the_capture_route_parameter_over_http(tmp_path):
+    """A capture file named on the route, below the logdir: its diagnosis and the file's
+    alone are kept apart (memory and result store), and a path out of the logdir is
+    refused with a clear error."""
+    from conftest import TensorBoard
+    from tb_perfdiag.testing.kineto import kineto_bytes
+    logs = tmp_path / "logs"
+    ev = []
+    for r in range(2):
+        ev += replay_events(1000 + 200 * r, 100 + r)
+    os.makedirs(str(logs / "run"))
+    os.makedirs(str(logs / "graphs"))
+    (logs / "run" / "host.1.pt.trace.json").write_bytes(kineto_bytes(ev))
+    (logs / "graphs" / "cap.json").write_bytes(kineto_bytes(capture_events()))
+    tb = TensorBoard(logs)
+    try:
+        base = "/data/plugin/perfdiag/diagnosis?run=run&host=host"
+
+        def counts(query):
+            status, _, body = tb.get(base + query)
+            assert status == 200, body
+            e = body["devices"][0]["efficiency"]
+            return e["graph_kernels_matched"], e["graph_kernels_total"], e["flops"]
+        assert counts("")[:2] == (0, 8)
+        assert counts("&capture=graphs/cap.json") == (8, 8, 2 * (MM1 + MM2))
+        assert counts("")[:2] == (0, 8)          # never the capture's cache entry
+        status, _, body = tb.get("/data/plugin/perfdiag/gap?run=run&host=host&id=0"
+                                 "&capture=graphs/cap.json")
+        assert status in (200, 404)               # the route takes it (a gap may not exist)
+        for bad in ("../../etc/passwd", "/etc/passwd", "graphs/../../x.json",
+                    "file:///etc/passwd"):
+            status, _, body = tb.get(base + "&capture=" + bad.replace("/", "%2F"))
+            assert status == 400 and "capture must be a file's path relative to the logdir" \
+                in body["error"], (bad, body)
+            assert "root:" not in json.dumps(body)
+        status, _, body = tb.get(base + "&capture=graphs%2Fnone.json")
+        assert status == 404 and "capture" in json.dumps(body)
+        status, _, body = tb.get(base + "&capture=graphs")     # a folder is no capture file
+        assert status == 400 and "capture" in body["error"]
+    finally:
+        tb.stop()
