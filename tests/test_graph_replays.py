@@ -301,3 +301,39 @@ def test_the_capture_route_parameter_over_http(tmp_path):
         assert status == 400 and "capture" in body["error"]
     finally:
         tb.stop()
+
+
+def _found(doc, key):
+    """Every value of ``key`` in a JSON document, in document order."""
+    out = []
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            out += [v] if k == key else _found(v, key)
+    elif isinstance(doc, list):
+        for v in doc:
+            out += _found(v, key)
+    return out
+
+
+def test_compare_and_pod_rows_carry_the_graph_counts():
+    import jsonschema
+    from conftest import ROOT
+    from tb_perfdiag.analysis.compare.diff import compare
+    from tb_perfdiag.render.compare import comparison_json
+    from tb_perfdiag.render.pod import host_stats
+    alone = diagnose(execution()).diagnosis
+    matched = diagnose(execution(capture=capture_events())).diagnosis
+    doc = json.loads(json.dumps(comparison_json(compare(alone, matched)), default=float))
+    schema = json.load(open(os.path.join(ROOT, "tb_perfdiag", "schema", "comparison.schema.json")))
+    jsonschema.validate(doc, schema)
+    m, t = _found(doc, "graph_kernels_matched"), _found(doc, "graph_kernels_total")
+    assert m and m[:2] == [0, 8] and t[:2] == [8, 8]       # before alone, after with capture
+    row = json.loads(json.dumps(host_stats(matched), default=float))
+    assert (row["graph_kernels_matched"], row["graph_kernels_total"]) == (8, 8)
+    assert row["devices"][0]["graph_kernels_matched"] == 8
+    assert host_stats(alone)["graph_kernels_matched"] == 0
+    # a side without replays says none, not zero
+    plain = diagnose(load_kineto(capture_events(extra=False))).diagnosis
+    assert host_stats(plain)["graph_kernels_total"] is None
+    pod = json.load(open(os.path.join(ROOT, "tb_perfdiag", "schema", "pod.schema.json")))
+    jsonschema.validate({**row, "host": "h"}, {"$ref": "#/$defs/host", "$defs": pod["$defs"]})

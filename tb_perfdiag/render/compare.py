@@ -66,6 +66,7 @@ def _figures(f: StepFigures | None) -> dict | None:
             "peer_wait_ns": _ns(f.peer_wait), "work_duty_cycle": _work(f),
             "flops": f.flops, "mfu": f.mfu, "device_model": f.device_model or None,
             "peak_dtype": f.peak_dtype or None,
+            "graph_kernels_matched": f.graph_matched, "graph_kernels_total": f.graph_total,
             "waterfall": {p: round(float(v), 4) for p, v in zip(f.parts, f.waterfall.tolist())
                           if v > 0 or p in _FIXED_PARTS} if f.waterfall is not None else None,
             "missing": f.missing or None}
