@@ -337,3 +337,25 @@ def test_compare_and_pod_rows_carry_the_graph_counts():
     assert host_stats(plain)["graph_kernels_total"] is None
     pod = json.load(open(os.path.join(ROOT, "tb_perfdiag", "schema", "pod.schema.json")))
     jsonschema.validate({**row, "host": "h"}, {"$ref": "#/$defs/host", "$defs": pod["$defs"]})
+
+
+def test_replayed_kernels_carry_the_captured_annotations():
+    """The annotation around a launch while the graph was captured names the replayed
+    kernel's device time (by annotation, and in the op table), below the annotation
+    around the graph's launch; a kernel the capture left unannotated keeps the replay's."""
+    cap = capture_events()
+    cap.append(X("user_annotation", "attention_block", 9, 40))     # encloses gemm_a, add_k
+    ev = [X("user_annotation", "decode_step", 990, 600)]
+    for r in range(2):
+        ev += replay_events(1000 + 200 * r, 100 + r)
+    t = load_kineto(ev)
+    t.captures = [CaptureFile(load_kineto(cap), "capture.json", -1, "")]
+    d = diagnose(t).to_json()
+    paths = {tuple(a["path"]): a["ops"] for a in d["annotations"]}
+    # 2 replays × gemm_a, add_k under the captured annotation; gemm_b and the copy not
+    assert paths == {("decode_step",): 8, ("decode_step", "attention_block"): 4}
+    by_op = {r["name"]: r["annotation"] for r in d["device_ops"]["devices"][0]["ops"]}
+    assert by_op["gemm_a"] == by_op["add_k"] == "decode_step › attention_block"
+    assert by_op["gemm_b"] == "decode_step"
+    # without the capture, nothing names it
+    assert "attention_block" not in json.dumps(diagnose(load_kineto(ev)).to_json())
