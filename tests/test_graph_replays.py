@@ -359,3 +359,32 @@ def test_replayed_kernels_carry_the_captured_annotations():
     assert by_op["gemm_b"] == "decode_step"
     # without the capture, nothing names it
     assert "attention_block" not in json.dumps(diagnose(load_kineto(ev)).to_json())
+
+
+HASHED = "## Call CompiledFxGraph fjs75i4jmhjizyb52gwp7gln7sgi42fcmh5xdwningderuqcuslv ##"
+
+
+def test_compiled_regions_are_named_by_their_frame_not_their_hash():
+    ev = []
+    for s in range(3):
+        t0 = 1000 * s
+        ev += [X("user_annotation", "Torch-Compiled Region: 0/0", t0, 300),
+               X("user_annotation", HASHED, t0 + 10, 280),
+               launch(t0 + 20, "triton_poi_fused_add_0", 10 + s, "cudaLaunchKernel"),
+               kernel("triton_poi_fused_add_0", t0 + 30, 50, 10 + s),
+               # the host idles 600 µs after each region: a finding names where
+               X("cpu_op", "aten::item", t0 + 300, 600)]
+    d = diagnose(load_kineto(ev)).to_json()
+    # what names a place reads the frame; a gap's host event keeps the trace's own name
+    # (``name``: the event the trace viewer shows), its chain the frame
+    shown = {k: v for k, v in d.items() if k != "gaps"}
+    shown["chains"] = [h["chain"] for g in d["gaps"] for h in g["host_ops"]]
+    assert d["findings"] and "fjs75i4j" not in json.dumps(shown)
+    assert "CompiledFxGraph" in json.dumps(shown["chains"])
+    row = d["device_ops"]["devices"][0]["ops"][0]
+    assert row["name"] == "triton_poi_fused_add_0"
+    assert row["annotation"] == "Torch-Compiled Region: 0/0 › CompiledFxGraph"
+    assert ["Torch-Compiled Region: 0/0", "CompiledFxGraph"] in [a["path"] for a in d["annotations"]]
+    from tb_perfdiag.trace.classify import frame_name
+    assert frame_name(HASHED) == "CompiledFxGraph"
+    assert frame_name("## Call something else ##") == "## Call something else ##"

@@ -18,6 +18,7 @@ import re
 import numpy as np
 
 from ...trace.build import distinct, map_distinct, parent_down, unique_inverse, unique_rows
+from ...trace.classify import frame_name
 from ...trace.model import EventKind as K, Trace, TrackKind, isin_few, search
 from ..result import AnnotationTable
 
@@ -245,7 +246,7 @@ def _annotation_paths(trace: Trace, ann: np.ndarray, u: np.ndarray, intern) -> n
         ku, kinv = unique_rows(keys)
         ids = []
         for base, name in ku.tolist():
-            path = paths[base] + (trace.strings[name],)
+            path = paths[base] + (frame_name(trace.strings[name]),)
             i = intern(path)
             paths[i] = path
             ids.append(i)

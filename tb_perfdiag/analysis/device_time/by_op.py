@@ -35,7 +35,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ...trace.classify import COLLECTIVE_HINTS, COLLECTIVE_NAME, memcpy_kind
+from ...trace.classify import COLLECTIVE_HINTS, COLLECTIVE_NAME, frame_name, memcpy_kind
 from ...trace.extension import native_fn
 from ...trace.model import DEVICE_ACTIVITY, EventKind as K, Trace, search
 from ...trace.strings import take
@@ -677,7 +677,7 @@ def device_op_table(trace: Trace, ops: np.ndarray, op_step: np.ndarray, n_steps:
         longest=longest, longest_ts=trace.ts[longest], longest_dur=trace.dur[longest],
         longest_track=trace.track[longest].astype(np.int32, copy=False),
         category=strs(hcat, lambda x: trace.strings[x] if x >= 0 else ""),
-        host_op=strs(r_host, lambda x: trace.strings[x] if x >= 0 else ""),
+        host_op=strs(r_host, lambda x: frame_name(trace.strings[x]) if x >= 0 else ""),
         annotation=strs(r_path, lambda x: " › ".join(paths[x]) if x >= 0 else ""),
         step_row=c_row[in_step].astype(np.int32), step=c_st[in_step],
         step_count=cc.count[in_step], step_time=cc.time[in_step],
