@@ -194,6 +194,17 @@ def test_public_graph_traces_match_their_capture(rel):
     x = max(d["devices"], key=lambda v: v.get("busy_ns") or 0)
     f = x["efficiency"]["flops"]
     assert abs(f - want["flops"]) <= want["flops_tolerance"] * want["flops"]
+    # the annotations only the capture has name replayed device time
+    from tb_perfdiag.analysis.device_time.annotations import is_annotation
+    from tb_perfdiag.trace.classify import frame_name
+
+    def annotations(tr):
+        return {frame_name(tr.strings[i]) for i in np.unique(tr.name[is_annotation(tr)]).tolist()}
+    only = annotations(t.captures[0].trace) - annotations(t)
+    assert only and any(set(a["path"]) & only for a in d["annotations"])
+    # and no compiled region by its hash where a place is named
+    shown = json.dumps([d["findings"], d["annotations"], d["device_ops"]])
+    assert "## Call CompiledFxGraph" not in shown
 
 
 def test_the_plugin_reads_the_capture_beside_a_run_and_lists_it_as_no_run(tmp_path):
