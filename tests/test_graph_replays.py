@@ -339,6 +339,9 @@ def test_compare_and_pod_rows_carry_the_graph_counts():
     jsonschema.validate(doc, schema)
     m, t = _found(doc, "graph_kernels_matched"), _found(doc, "graph_kernels_total")
     assert m and m[:2] == [0, 8] and t[:2] == [8, 8]       # before alone, after with capture
+    from tb_perfdiag.render.compare import report
+    assert "replayed kernels matched to their capture: 0 of 8 → 8 of 8" in \
+        report(compare(alone, matched))
     row = json.loads(json.dumps(host_stats(matched), default=float))
     assert (row["graph_kernels_matched"], row["graph_kernels_total"]) == (8, 8)
     assert row["devices"][0]["graph_kernels_matched"] == 8
