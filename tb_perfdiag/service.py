@@ -35,7 +35,7 @@ from .trace.extension import reader_kind
 from .budget import MB, Budget, Store, measure
 from .cache import DiagnosisCache
 from .discovery import Catalog, Source, resolve_root, span_label
-from .graph_captures import attach as attach_captures
+from .graph_captures import attach as attach_captures, keyed as keyed_identity
 from .errors import ApiError, BadRequest, FileGone, NotFound, TraceError, TraceTooLarge, trace_error
 from .codec import Failure
 from .pod import Engine, PodJob, decode_result
@@ -259,7 +259,7 @@ class DiagnosisService:
                            file=os.path.basename(src.path)) from None
         caps = getattr(src, "captures", ())
         if not caps:
-            return ident
+            return keyed_identity(ident, src.path)
         out = []
         for p in caps:
             try:

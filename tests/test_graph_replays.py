@@ -227,6 +227,12 @@ def test_the_plugin_reads_the_capture_beside_a_run_and_lists_it_as_no_run(tmp_pa
     e = body["devices"][0]["efficiency"]
     assert (e["graph_kernels_matched"], e["graph_kernels_total"]) == (8, 8)
     assert e["flops"] == 2 * (MM1 + MM2)
+    # the capture removed: another diagnosis, not the cached one (the folder's listing is
+    # part of the key)
+    os.remove(str(run / "capture_traces" / "host.0.pt.trace.json"))
+    status, body = call(svc, "diagnosis", {"run": "run", "host": "host"})
+    e = body["devices"][0]["efficiency"]
+    assert status == 200 and (e["graph_kernels_matched"], e["graph_kernels_total"]) == (0, 8)
 
 
 def test_ragged_attention_takes_the_sums_of_vllm_step_name():
