@@ -408,3 +408,14 @@ def test_compiled_regions_are_named_by_their_frame_not_their_hash():
     from tb_perfdiag.trace.classify import frame_name
     assert frame_name(HASHED) == "CompiledFxGraph"
     assert frame_name("## Call something else ##") == "## Call something else ##"
+
+
+def test_a_capture_whose_launches_name_no_kernel_matches_nothing_and_breaks_nothing():
+    # a reader without the launch's kernel name (or a capture of launches only): the
+    # windows are there, no launch can be matched
+    cap = [X("cuda_runtime", "hipStreamBeginCapture", 0, 1), launch(12, "", 1),
+           launch(32, "", 2), X("cuda_runtime", "hipStreamEndCapture", 80, 1)]
+    t = execution(capture=cap)
+    d = diagnose(t).to_json()
+    e = d["devices"][0]["efficiency"]
+    assert (e["graph_kernels_matched"], e["graph_kernels_total"]) == (0, 8)

@@ -295,7 +295,7 @@ class _Pool:
     def best(self, seq: np.ndarray, batch: int):
         """(capture source, each event's position in its launches, launches left
         unmatched) of the capture matching most of ``seq``; None where none matches."""
-        if not self.seqs:
+        if not self.seqs or not self.vals.size:   # captures with no launch we can name
             return None
         vals, cnt = np.unique(seq, return_counts=True)
         col = np.minimum(np.searchsorted(self.vals, vals), self.vals.shape[0] - 1)
