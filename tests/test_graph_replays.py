@@ -377,6 +377,9 @@ def test_replayed_kernels_carry_the_captured_annotations():
     by_op = {r["name"]: r["annotation"] for r in d["device_ops"]["devices"][0]["ops"]}
     assert by_op["gemm_a"] == by_op["add_k"] == "decode_step › attention_block"
     assert by_op["gemm_b"] == "decode_step"
+    # the op that launched each while the graph was captured, a name only the capture has
+    host = {r["name"]: r["host_op"] for r in d["device_ops"]["devices"][0]["ops"]}
+    assert (host["gemm_a"], host["add_k"], host["gemm_b"]) == ("aten::mm", "aten::add", "aten::mm")
     # without the capture, nothing names it
     assert "attention_block" not in json.dumps(diagnose(load_kineto(ev)).to_json())
 

@@ -368,10 +368,13 @@ def _found(text: str, word: str):
         i = text.find(word, i + 1)
 
 
-def _host_ops(trace: Trace, ops: np.ndarray, origin: np.ndarray, memo: dict) -> np.ndarray:
-    """String id per op (−1 none) of the host op that launched it: ``tf_op``, else the XLA
+def _host_ops(trace: Trace, ops: np.ndarray, origin: np.ndarray,
+              memo: dict) -> tuple[np.ndarray, list]:
+    """(string id per op (−1 none) of the host op that launched it: ``tf_op``, else the XLA
     program it ran in (``hlo_module``: the jitted function for JAX), else the framework op
-    enclosing the launch call (``aten::…`` around ``cudaLaunchKernel``)."""
+    enclosing the launch call (``aten::…`` around ``cudaLaunchKernel``); the names past
+    ``trace.strings`` that ids from ``len(trace.strings)`` up stand for: ops only a graph's
+    capture trace holds)."""
     out = _lookup(trace.stats.get("tf_op"), ops, memo).astype(np.int32)
     need = out < 0
     if "hlo_module" in trace.stats and need.any():
@@ -402,10 +405,12 @@ def _host_ops(trace: Trace, ops: np.ndarray, origin: np.ndarray, memo: dict) -> 
     if trace.format == "kineto":
         # kernels replayed from a CUDA/HIP graph: the op that captured them, or the launch
         from ..efficiency.graphs import replay_host_ops
-        at, ids = replay_host_ops(trace, ops)
+        at, ids, extra = replay_host_ops(trace, ops)
         if at.size:
+            out = out.astype(np.int64) if extra else out
             out[at] = ids
-    return out
+        return out, extra
+    return out, []
 
 
 def _dominant(row: np.ndarray, key: np.ndarray, weight: np.ndarray, n_rows: int,
@@ -631,7 +636,7 @@ def device_op_table(trace: Trace, ops: np.ndarray, op_step: np.ndarray, n_steps:
     d_short, d_short_t = sd_sc.sum(axis=0), sd_st.sum(axis=0)
     st_short, st_short_t = sd_sc[:n_steps], sd_st[:n_steps]
     del short
-    host = _host_ops(trace, ops, origin, memo)
+    host, host_extra = _host_ops(trace, ops, origin, memo)
     r_host = _dominant(row, host, dur, n_rows, host[pos])
     del host
     if path_of_op is not None and paths:
@@ -666,6 +671,8 @@ def device_op_table(trace: Trace, ops: np.ndarray, op_step: np.ndarray, n_steps:
     if in_step.all():                         # every op launched by a step: no copies
         in_step = slice(None)
 
+    n_strings = len(trace.strings)
+
     def strs(ids, make):
         u, inv = np.unique(np.asarray(ids), return_inverse=True)
         return _pick([make(x) for x in u.tolist()], inv.reshape(-1))
@@ -677,7 +684,8 @@ def device_op_table(trace: Trace, ops: np.ndarray, op_step: np.ndarray, n_steps:
         longest=longest, longest_ts=trace.ts[longest], longest_dur=trace.dur[longest],
         longest_track=trace.track[longest].astype(np.int32, copy=False),
         category=strs(hcat, lambda x: trace.strings[x] if x >= 0 else ""),
-        host_op=strs(r_host, lambda x: frame_name(trace.strings[x]) if x >= 0 else ""),
+        host_op=strs(r_host, lambda x: "" if x < 0 else frame_name(
+            trace.strings[x] if x < n_strings else host_extra[x - n_strings])),
         annotation=strs(r_path, lambda x: " › ".join(paths[x]) if x >= 0 else ""),
         step_row=c_row[in_step].astype(np.int32), step=c_st[in_step],
         step_count=cc.count[in_step], step_time=cc.time[in_step],
