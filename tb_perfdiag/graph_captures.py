@@ -70,6 +70,37 @@ def beside(path: str, root: str | None = None, max_bytes: int | None = None) -> 
             if n.endswith(_SUFFIXES) and n != DETAILS]
 
 
+def beside_identity(path: str) -> tuple:
+    """What the ``capture_traces/`` folder beside ``path`` holds, as (name, size, mtime,
+    inode or the store's token) per entry, sorted; () without the folder.  Part of a
+    result's key (``keyed``): a capture written, replaced or removed after a diagnosis
+    is another diagnosis.  One listing, no file read."""
+    folder = os.path.join(os.path.dirname(str(path)), FOLDER)
+    try:
+        fs, inner = filesystem(folder)
+        if fs is None:
+            with os.scandir(inner) as it:
+                rows = []
+                for e in it:
+                    st = e.stat(follow_symlinks=False)
+                    rows.append((e.name, st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns))
+        else:
+            rows = [(os.path.basename(str(d.get("name", "")).rstrip("/")), d.get("size"),
+                     str(d.get("mtime") or d.get("updated") or d.get("LastModified") or ""),
+                     str(d.get("generation") or d.get("ETag") or d.get("etag") or ""))
+                    for d in fs.ls(inner, detail=True)]
+    except (OSError, ValueError, TraceError):
+        return ()
+    return tuple(sorted(rows))
+
+
+def keyed(ident, path: str):
+    """A file's identity as results are keyed by it: with what the capture folder beside
+    it holds where it has one (the identity alone where not, as before)."""
+    b = beside_identity(path)
+    return (ident, ("beside",) + b) if b else ident
+
+
 def attach(trace: Trace, path: str, root: str | None = None, max_bytes: int | None = None,
            named=None, progress=NULL) -> Trace:
     """``trace`` with ``trace.captures`` read: the files ``named`` (paths), else those

@@ -33,13 +33,13 @@ _INT = re.compile(r"[+-]?[0-9]+")
 _FLOAT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 _NOT_FINITE = re.compile(r"[+-]?(nan|inf|infinity)", re.IGNORECASE)
 _TRUE, _FALSE = ("1", "true"), ("0", "false")
-_PY_TYPES = {"str": str, "int": int, "float": float, "bool": bool, "choice": str}
+_PY_TYPES = {"str": str, "int": int, "float": float, "bool": bool, "choice": str, "path": str}
 
 
 @dataclass(frozen=True)
 class Param:
     name: str
-    type: str                    # "str", "int", "float", "bool" or "choice"
+    type: str                    # "str", "int", "float", "bool", "choice" or "path"
     default: object = None       # when absent or empty (required ones have none)
     lo: float | None = None      # numbers: inclusive range
     hi: float | None = None
@@ -52,7 +52,7 @@ class Param:
     def limit(self) -> int:
         if self.max_len is not None:
             return self.max_len
-        return MAX_VALUE if self.type in ("str", "choice") else MAX_NUMBER
+        return MAX_VALUE if self.type in ("str", "choice", "path") else MAX_NUMBER
 
 
 @dataclass(frozen=True)
@@ -100,9 +100,13 @@ PARAMS = {p.name: p for p in (
           doc="hosts: order of the rows (cause.X: by cause X's share of the idle time)"),
     Param("order", "choice", None, choices=("asc", "desc"),
           doc="hosts: direction (each column has its natural default)"),
+    Param("capture", "path", doc="a trace recorded while the file's CUDA/HIP graphs were "
+                                 "captured, relative to the logdir (the CLI's --capture); "
+                                 "default: capture_traces/ beside the file"),
 )}
 
-_FILE = ("run", "host", "span", "threshold_us", "kernels_only", "peak_tflops")  # one file's diagnosis
+# one file's diagnosis: every route reading it takes the same capture, so they share it
+_FILE = ("run", "host", "span", "threshold_us", "kernels_only", "peak_tflops", "capture")
 ROUTES = {
     "runs": Route(("refresh",)),
     "diagnosis": Route(_FILE + ("step", "device", "gaps_offset", "gaps_limit")),
@@ -125,10 +129,23 @@ def _num(x) -> str:
     return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
 
 
+def _path(p: Param, v: str) -> str:
+    """A path below the logdir, judged by its text alone: the guarded open
+    (``storage.open_file``) refuses links below the root when it is read."""
+    parts = v.split("/")
+    if ("\\" in v or "://" in v or ":" in parts[0] or v.startswith("/")
+            or any(part in ("", ".", "..") for part in parts)):
+        raise BadRequest(f"{p.name} must be a file's path relative to the logdir "
+                         f"(no '..', '.', empty part, leading '/', '\\' or URL)")
+    return v
+
+
 def _value(p: Param, v: str):
     """One present, non-empty value converted to ``p``'s type and checked."""
     if p.type == "str":
         return v
+    if p.type == "path":
+        return _path(p, v)
     if p.type == "choice":
         if v not in p.choices:
             raise BadRequest(f"{p.name} must be one of {', '.join(p.choices)}")

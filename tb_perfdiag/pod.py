@@ -33,6 +33,7 @@ from .errors import TraceError, TraceTooLarge
 from .file_analysis import read_and_analyse
 from .progress import NULL
 from .render.pod import error_row, pod_summary
+from .graph_captures import keyed
 from .storage import file_identity, is_remote
 
 logger = logging.getLogger(__name__)
@@ -355,7 +356,8 @@ class PodJob:
 
     def _identity(self, s):
         try:
-            return file_identity(s.path)
+            # as the service keys it: with the graph captures beside the file
+            return keyed(file_identity(s.path), s.path)
         except (TraceError, OSError) as e:
             return e
 

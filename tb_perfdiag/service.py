@@ -21,6 +21,7 @@ import json
 import os
 import threading
 from collections import OrderedDict
+from dataclasses import dataclass
 
 from ._version import __version__
 from .analysis import Options, analyse
@@ -33,8 +34,8 @@ from .analysis.steps.windows import unknown_step
 from .trace.extension import reader_kind
 from .budget import MB, Budget, Store, measure
 from .cache import DiagnosisCache
-from .discovery import Catalog, span_label
-from .graph_captures import attach as attach_captures
+from .discovery import Catalog, Source, resolve_root, span_label
+from .graph_captures import attach as attach_captures, keyed as keyed_identity
 from .errors import ApiError, BadRequest, FileGone, NotFound, TraceError, TraceTooLarge, trace_error
 from .codec import Failure
 from .pod import Engine, PodJob, decode_result
@@ -53,7 +54,7 @@ from .render.json import (diagnosis_json, finding_json, gap_fix, gap_records, ga
                           json_bytes, steps_page, unknown_device)
 from .render.pod import summary_row
 from .render.trend import trend_json
-from .storage import TRACE_BYTES_READ, Underestimated, file_identity, open_file
+from .storage import TRACE_BYTES_READ, ListedPath, Underestimated, file_identity, open_file
 from .trace import detect_format, load_open
 
 
@@ -153,6 +154,13 @@ def _label(run: str, src) -> str:
     return f"{run} · {src.host}" + (f" · {span_label(src)}" if src.span else "")
 
 
+@dataclass
+class _Captured(Source):
+    """A file with the graph capture files a request named (the route's ``capture``):
+    read, analysed and cached apart from the file alone."""
+    captures: tuple = ()
+
+
 class _Loaded:
     """A loaded trace and, once an analysis or a timeline needed them, its host
     timelines (``HostContext``); kept in the traces store by file identity, at their
@@ -219,6 +227,13 @@ class DiagnosisService:
         if src is None:
             raise NotFound("no such run/host/span in the logdir", run=params.run,
                            host=params.host)
+        rel = getattr(params, "capture", None)
+        if rel:
+            # below the logdir itself (params checked the text), read through the guard
+            root = resolve_root(self.catalog.logdir)
+            sep = "/" if "://" in root else os.sep
+            path = ListedPath(root.rstrip("/" + os.sep) + sep + rel.replace("/", sep), root)
+            src = _Captured(**vars(src), captures=(path,))
         return src
 
     def _options(self, params) -> Options:
@@ -235,11 +250,27 @@ class DiagnosisService:
 
     @staticmethod
     def _identity(src):
+        """The file's identity, with its named capture files' when it has some: every
+        store keyed by it (results, loaded traces, answers) keeps the two apart."""
         try:
-            return file_identity(src.path)
+            ident = file_identity(src.path)
         except OSError:
             raise NotFound("file disappeared since the listing; reload",
                            file=os.path.basename(src.path)) from None
+        caps = getattr(src, "captures", ())
+        if not caps:
+            return keyed_identity(ident, src.path)
+        out = []
+        for p in caps:
+            try:
+                out.append(file_identity(p))
+            except OSError:
+                raise NotFound("no such capture file in the logdir",
+                               capture=os.path.relpath(p, p.root)) from None
+            except TraceError as e:
+                raise BadRequest(f"capture {os.path.relpath(p, p.root)!r} not read: "
+                                 f"{e.reason}") from None
+        return (ident, ("captures",) + tuple(out))
 
     # ---- files that are not read again until they change ----
     def _check_refused(self, ident) -> None:
@@ -273,10 +304,14 @@ class DiagnosisService:
                             self.loads += 1
                         try:
                             trace = load_open(f, progress, expect)
-                            # the graph captures beside it, read below its folder
+                            # the graph captures named (below the logdir), else
+                            # those beside it (below its folder)
+                            caps = getattr(src, "captures", ())
+                            root = (caps[0].root if caps
+                                    else os.path.dirname(str(src.path)))
                             return _Loaded(attach_captures(
-                                trace, src.path, os.path.dirname(str(src.path)),
-                                self.max_file_bytes, progress=progress))
+                                trace, src.path, root, self.max_file_bytes,
+                                named=list(caps) or None, progress=progress))
                         except Underestimated:
                             pass
                     decoded, expect = self.max_file_bytes, None

@@ -194,6 +194,17 @@ def test_public_graph_traces_match_their_capture(rel):
     x = max(d["devices"], key=lambda v: v.get("busy_ns") or 0)
     f = x["efficiency"]["flops"]
     assert abs(f - want["flops"]) <= want["flops_tolerance"] * want["flops"]
+    # the annotations only the capture has name replayed device time
+    from tb_perfdiag.analysis.device_time.annotations import is_annotation
+    from tb_perfdiag.trace.classify import frame_name
+
+    def annotations(tr):
+        return {frame_name(tr.strings[i]) for i in np.unique(tr.name[is_annotation(tr)]).tolist()}
+    only = annotations(t.captures[0].trace) - annotations(t)
+    assert only and any(set(a["path"]) & only for a in d["annotations"])
+    # and no compiled region by its hash where a place is named
+    shown = json.dumps([d["findings"], d["annotations"], d["device_ops"]])
+    assert "## Call CompiledFxGraph" not in shown
 
 
 def test_the_plugin_reads_the_capture_beside_a_run_and_lists_it_as_no_run(tmp_path):
@@ -216,6 +227,12 @@ def test_the_plugin_reads_the_capture_beside_a_run_and_lists_it_as_no_run(tmp_pa
     e = body["devices"][0]["efficiency"]
     assert (e["graph_kernels_matched"], e["graph_kernels_total"]) == (8, 8)
     assert e["flops"] == 2 * (MM1 + MM2)
+    # the capture removed: another diagnosis, not the cached one (the folder's listing is
+    # part of the key)
+    os.remove(str(run / "capture_traces" / "host.0.pt.trace.json"))
+    status, body = call(svc, "diagnosis", {"run": "run", "host": "host"})
+    e = body["devices"][0]["efficiency"]
+    assert status == 200 and (e["graph_kernels_matched"], e["graph_kernels_total"]) == (0, 8)
 
 
 def test_ragged_attention_takes_the_sums_of_vllm_step_name():
@@ -258,3 +275,150 @@ def test_the_graph_counts_survive_the_result_store():
     g, h = diag.efficiency.graphs, back.efficiency.graphs
     assert (h.matched.tolist(), h.total.tolist(), h.unrecorded.tolist()) == \
         (g.matched.tolist(), g.total.tolist(), g.unrecorded.tolist()) == ([8], [8], [2])
+
+
+def test_the_capture_route_parameter_over_http(tmp_path):
+    """A capture file named on the route, below the logdir: its diagnosis and the file's
+    alone are kept apart (memory and result store), and a path out of the logdir is
+    refused with a clear error."""
+    from conftest import TensorBoard
+    from tb_perfdiag.testing.kineto import kineto_bytes
+    logs = tmp_path / "logs"
+    ev = []
+    for r in range(2):
+        ev += replay_events(1000 + 200 * r, 100 + r)
+    os.makedirs(str(logs / "run"))
+    os.makedirs(str(logs / "graphs"))
+    (logs / "run" / "host.1.pt.trace.json").write_bytes(kineto_bytes(ev))
+    (logs / "graphs" / "cap.json").write_bytes(kineto_bytes(capture_events()))
+    tb = TensorBoard(logs)
+    try:
+        base = "/data/plugin/perfdiag/diagnosis?run=run&host=host"
+
+        def counts(query):
+            status, _, body = tb.get(base + query)
+            assert status == 200, body
+            e = body["devices"][0]["efficiency"]
+            return e["graph_kernels_matched"], e["graph_kernels_total"], e["flops"]
+        assert counts("")[:2] == (0, 8)
+        assert counts("&capture=graphs/cap.json") == (8, 8, 2 * (MM1 + MM2))
+        assert counts("")[:2] == (0, 8)          # never the capture's cache entry
+        status, _, body = tb.get("/data/plugin/perfdiag/gap?run=run&host=host&id=0"
+                                 "&capture=graphs/cap.json")
+        assert status in (200, 404)               # the route takes it (a gap may not exist)
+        for bad in ("../../etc/passwd", "/etc/passwd", "graphs/../../x.json",
+                    "file:///etc/passwd"):
+            status, _, body = tb.get(base + "&capture=" + bad.replace("/", "%2F"))
+            assert status == 400 and "capture must be a file's path relative to the logdir" \
+                in body["error"], (bad, body)
+            assert "root:" not in json.dumps(body)
+        status, _, body = tb.get(base + "&capture=graphs%2Fnone.json")
+        assert status == 404 and "capture" in json.dumps(body)
+        status, _, body = tb.get(base + "&capture=graphs")     # a folder is no capture file
+        assert status == 400 and "capture" in body["error"]
+    finally:
+        tb.stop()
+
+
+def _found(doc, key):
+    """Every value of ``key`` in a JSON document, in document order."""
+    out = []
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            out += [v] if k == key else _found(v, key)
+    elif isinstance(doc, list):
+        for v in doc:
+            out += _found(v, key)
+    return out
+
+
+def test_compare_and_pod_rows_carry_the_graph_counts():
+    import jsonschema
+    from conftest import ROOT
+    from tb_perfdiag.analysis.compare.diff import compare
+    from tb_perfdiag.render.compare import comparison_json
+    from tb_perfdiag.render.pod import host_stats
+    alone = diagnose(execution()).diagnosis
+    matched = diagnose(execution(capture=capture_events())).diagnosis
+    doc = json.loads(json.dumps(comparison_json(compare(alone, matched)), default=float))
+    schema = json.load(open(os.path.join(ROOT, "tb_perfdiag", "schema", "comparison.schema.json")))
+    jsonschema.validate(doc, schema)
+    m, t = _found(doc, "graph_kernels_matched"), _found(doc, "graph_kernels_total")
+    assert m and m[:2] == [0, 8] and t[:2] == [8, 8]       # before alone, after with capture
+    from tb_perfdiag.render.compare import report
+    assert "replayed kernels matched to their capture: 0 of 8 → 8 of 8" in \
+        report(compare(alone, matched))
+    row = json.loads(json.dumps(host_stats(matched), default=float))
+    assert (row["graph_kernels_matched"], row["graph_kernels_total"]) == (8, 8)
+    assert row["devices"][0]["graph_kernels_matched"] == 8
+    assert host_stats(alone)["graph_kernels_matched"] == 0
+    # a side without replays says none, not zero
+    plain = diagnose(load_kineto(capture_events(extra=False))).diagnosis
+    assert host_stats(plain)["graph_kernels_total"] is None
+    pod = json.load(open(os.path.join(ROOT, "tb_perfdiag", "schema", "pod.schema.json")))
+    jsonschema.validate({**row, "host": "h"}, {"$ref": "#/$defs/host", "$defs": pod["$defs"]})
+
+
+def test_replayed_kernels_carry_the_captured_annotations():
+    """The annotation around a launch while the graph was captured names the replayed
+    kernel's device time (by annotation, and in the op table), below the annotation
+    around the graph's launch; a kernel the capture left unannotated keeps the replay's."""
+    cap = capture_events()
+    cap.append(X("user_annotation", "attention_block", 9, 40))     # encloses gemm_a, add_k
+    ev = [X("user_annotation", "decode_step", 990, 600)]
+    for r in range(2):
+        ev += replay_events(1000 + 200 * r, 100 + r)
+    t = load_kineto(ev)
+    t.captures = [CaptureFile(load_kineto(cap), "capture.json", -1, "")]
+    d = diagnose(t).to_json()
+    paths = {tuple(a["path"]): a["ops"] for a in d["annotations"]}
+    # 2 replays × gemm_a, add_k under the captured annotation; gemm_b and the copy not
+    assert paths == {("decode_step",): 8, ("decode_step", "attention_block"): 4}
+    by_op = {r["name"]: r["annotation"] for r in d["device_ops"]["devices"][0]["ops"]}
+    assert by_op["gemm_a"] == by_op["add_k"] == "decode_step › attention_block"
+    assert by_op["gemm_b"] == "decode_step"
+    # the op that launched each while the graph was captured, a name only the capture has
+    host = {r["name"]: r["host_op"] for r in d["device_ops"]["devices"][0]["ops"]}
+    assert (host["gemm_a"], host["add_k"], host["gemm_b"]) == ("aten::mm", "aten::add", "aten::mm")
+    # without the capture, nothing names it
+    assert "attention_block" not in json.dumps(diagnose(load_kineto(ev)).to_json())
+
+
+HASHED = "## Call CompiledFxGraph fjs75i4jmhjizyb52gwp7gln7sgi42fcmh5xdwningderuqcuslv ##"
+
+
+def test_compiled_regions_are_named_by_their_frame_not_their_hash():
+    ev = []
+    for s in range(3):
+        t0 = 1000 * s
+        ev += [X("user_annotation", "Torch-Compiled Region: 0/0", t0, 300),
+               X("user_annotation", HASHED, t0 + 10, 280),
+               launch(t0 + 20, "triton_poi_fused_add_0", 10 + s, "cudaLaunchKernel"),
+               kernel("triton_poi_fused_add_0", t0 + 30, 50, 10 + s),
+               # the host idles 600 µs after each region: a finding names where
+               X("cpu_op", "aten::item", t0 + 300, 600)]
+    d = diagnose(load_kineto(ev)).to_json()
+    # what names a place reads the frame; a gap's host event keeps the trace's own name
+    # (``name``: the event the trace viewer shows), its chain the frame
+    shown = {k: v for k, v in d.items() if k != "gaps"}
+    shown["chains"] = [h["chain"] for g in d["gaps"] for h in g["host_ops"]]
+    assert d["findings"] and "fjs75i4j" not in json.dumps(shown)
+    assert "CompiledFxGraph" in json.dumps(shown["chains"])
+    row = d["device_ops"]["devices"][0]["ops"][0]
+    assert row["name"] == "triton_poi_fused_add_0"
+    assert row["annotation"] == "Torch-Compiled Region: 0/0 › CompiledFxGraph"
+    assert ["Torch-Compiled Region: 0/0", "CompiledFxGraph"] in [a["path"] for a in d["annotations"]]
+    from tb_perfdiag.trace.classify import frame_name
+    assert frame_name(HASHED) == "CompiledFxGraph"
+    assert frame_name("## Call something else ##") == "## Call something else ##"
+
+
+def test_a_capture_whose_launches_name_no_kernel_matches_nothing_and_breaks_nothing():
+    # a reader without the launch's kernel name (or a capture of launches only): the
+    # windows are there, no launch can be matched
+    cap = [X("cuda_runtime", "hipStreamBeginCapture", 0, 1), launch(12, "", 1),
+           launch(32, "", 2), X("cuda_runtime", "hipStreamEndCapture", 80, 1)]
+    t = execution(capture=cap)
+    d = diagnose(t).to_json()
+    e = d["devices"][0]["efficiency"]
+    assert (e["graph_kernels_matched"], e["graph_kernels_total"]) == (0, 8)

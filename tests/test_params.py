@@ -104,7 +104,7 @@ def test_every_route_and_parameter_is_declared():
     used = {n for r in ROUTES.values() for n in r.params}
     assert used == set(PARAMS)
     for p in PARAMS.values():
-        assert p.type in ("str", "int", "float", "bool", "choice")
+        assert p.type in ("str", "int", "float", "bool", "choice", "path")
         assert (p.lo is not None and p.lo < p.hi) == (p.type in ("int", "float")), p.name
         assert not (p.required and p.default is not None), p.name
 
@@ -174,3 +174,13 @@ def test_api_error_keeps_its_status_and_fields():
         raise ApiError(409, "busy", retry_s=3)
     assert answer(None, conflict, {"anything": "goes"}) == (409, {"error": "busy", "retry_s": 3})
 
+
+
+def test_a_path_parameter_stays_below_the_logdir():
+    q = {"run": "r", "host": "h"}
+    assert parse("diagnosis", {**q, "capture": "graphs/cap.json"}).capture == "graphs/cap.json"
+    assert parse("diagnosis", q).capture is None
+    for bad in ("../../etc/passwd", "/etc/passwd", "a/../../b", "a//b", "./a", "a/", "a\\..\\b",
+                "gs://bucket/x", "C:/x", "a/.."):
+        with pytest.raises(BadRequest, match="capture must be a file's path relative"):
+            parse("diagnosis", {**q, "capture": bad})

@@ -66,6 +66,7 @@ def _figures(f: StepFigures | None) -> dict | None:
             "peer_wait_ns": _ns(f.peer_wait), "work_duty_cycle": _work(f),
             "flops": f.flops, "mfu": f.mfu, "device_model": f.device_model or None,
             "peak_dtype": f.peak_dtype or None,
+            "graph_kernels_matched": f.graph_matched, "graph_kernels_total": f.graph_total,
             "waterfall": {p: round(float(v), 4) for p, v in zip(f.parts, f.waterfall.tolist())
                           if v > 0 or p in _FIXED_PARTS} if f.waterfall is not None else None,
             "missing": f.missing or None}
@@ -394,6 +395,16 @@ def comparison_json(cmp: Comparison, top: int = DEFAULT_TOP, with_steps: bool = 
 
 # ---- terminal ----
 
+def _graph_line(fa: StepFigures, fb: StepFigures) -> list:
+    """Where a side replays CUDA/HIP graphs, how many replayed kernels matched their
+    capture: an MFU moved by captures read on one side only says so."""
+    if fa.graph_total is None and fb.graph_total is None:
+        return []
+    side = lambda f: "no graph replays" if f.graph_total is None else \
+        f"{f.graph_matched:,} of {f.graph_total:,}"  # noqa: E731
+    return [f"     replayed kernels matched to their capture: {side(fa)} → {side(fb)}"]
+
+
 def _mfu_lines(fa: StepFigures, fb: StepFigures) -> list:
     """MFU and the waterfall's parts that moved a point or more, before → after."""
     if fa.mfu is None and fb.mfu is None:
@@ -451,7 +462,7 @@ def report(cmp: Comparison, top: int = 8) -> str:
                  fb.duty is not None else f"     duty cycle: {_pct(fa.duty)} → {_pct(fb.duty)}")
         for name, x, y in rows:
             L.append(f"     {name[:40]:40} {_ms(x):>9} → {_ms(y):>9}  {_signed(y - x)}")
-        L += _mfu_lines(fa, fb)
+        L += _mfu_lines(fa, fb) + _graph_line(fa, fb)
     changed = [f for f in cmp.findings if f.change != Change.SAME][:top]
     if changed:
         L.append("   findings:")

@@ -10,6 +10,7 @@ import numpy as np
 from ..analysis import causes as C
 from ..analysis.efficiency import waterfall as W
 from ..analysis.collectives import instances as coll
+from ..analysis.compare.diff import graph_counts
 from ..analysis.run.peer_wait import join_wait
 from ..analysis.run.view import RunView, run_view
 from ..analysis.run.waterfalls import device_rows
@@ -99,17 +100,24 @@ def host_stats(diag: Diagnosis) -> dict:
              E.matmul_memory_bound[d] and np.isfinite(E.bandwidth_utilisation[d]) else None
              for d in range(len(D))]
     bws = [x for x in bw_of if x is not None]
+    graph_of = [graph_counts(E, d) for d in range(len(D))]
+    graphed = [g for g in graph_of if g[1] is not None]
     out = {
         "status": 200,
         "devices": [{"name": D.name[d], "duty_cycle": duty_of[d], "mfu": mfu_of[d],
                      "mfu_lower_bound": lower[d] and mfu_of[d] is not None,
                      "bandwidth_utilisation": bw_of[d],
+                     "graph_kernels_matched": graph_of[d][0],
+                     "graph_kernels_total": graph_of[d][1],
                      "waterfall": _own_waterfall(E, d)}
                     for d in range(len(D))],
         "duty_cycle": sum(duty) / len(duty) if duty else None,
         "mfu": sum(mfus) / len(mfus) if mfus else None,
         "mfu_lower_bound": any(lw and m is not None for lw, m in zip(lower, mfu_of)),
         "bandwidth_utilisation": sum(bws) / len(bws) if bws else None,
+        # over the devices that replay graphs: a pod's host with unmatched replays stands out
+        "graph_kernels_matched": sum(g[0] for g in graphed) if graphed else None,
+        "graph_kernels_total": sum(g[1] for g in graphed) if graphed else None,
         "steps": len(steps), "avg_step_ns": int(sum(steps) / len(steps)) if steps else None,
         # the one step time of every face (analysis.result.TYPICAL_STEP)
         "typical_step_ns": int(round(S.typical_step_ps() / 1000)) if steps else None,

@@ -74,6 +74,18 @@ _IDLE = re.compile(r"^ThreadpoolListener::(StartRegion|StopRegion|Record)$")
 _TRACER_FRAME = re.compile(r"^\$[^ :]+\.py:\d+ ")
 
 
+# Inductor names each compiled graph's call by its code's hash (``## Call CompiledFxGraph
+# fjs75i4j… ##``): a name no user knows and one that changes with every edit of the model
+_COMPILED_FX_CALL = re.compile(r"^## Call (CompiledFxGraph)\b.*##$")
+
+
+def frame_name(name: str) -> str:
+    """A compiled region's call by its frame (``CompiledFxGraph``), not by its hash; any
+    other name as it is."""
+    m = _COMPILED_FX_CALL.match(name) if name.startswith("## Call ") else None
+    return m.group(1) if m else name
+
+
 def host_kind(name: str, category: str = "") -> K:
     """Kind of a host-side event from its name and (Kineto) category."""
     if not category and _TRACER_FRAME.match(name):

@@ -10,6 +10,7 @@ import sys
 import numpy as np
 
 from ...trace.build import distinct
+from ...trace.classify import frame_name
 from ...trace.model import EventKind as K, Trace
 from ...trace.strings import contains_text, joined
 from ..device_time.by_op import fold_kernel_name
@@ -103,7 +104,9 @@ def clean(name: str) -> str:
 
 def readable(name: str) -> str:
     """``name`` with a C++ signature's template and parameter lists folded (as "Device
-    time by op" folds kernels); any other name as it is."""
+    time by op" folds kernels), a compiled region's call by its frame (``CompiledFxGraph``,
+    not its hash); any other name as it is."""
+    name = frame_name(name)
     if _SIGNATURE.search(name) and not _KINETO_FRAME.match(name) and \
             not _JAX_FRAME.match(name):
         return fold_kernel_name(name)

@@ -73,6 +73,10 @@ class StepFigures:
     # across parts or formats says so
     device_model: str = ""
     peak_dtype: str = ""
+    # the capture's CUDA/HIP graph replays on the device (``GraphSummary``, whole capture,
+    # not per step): events matched to a capture launch, of all replayed; None: no replay
+    graph_matched: int | None = None
+    graph_total: int | None = None
 
     @property
     def duty(self) -> float | None:
@@ -292,6 +296,7 @@ def step_figures(diag: Diagnosis, device: int, steps: np.ndarray,
         fig.missing = E.missing[device] if device < len(E.missing) else ""
         fig.device_model = E.device_model[device] if device < len(E.device_model) else ""
         fig.peak_dtype = E.peak_dtype[device] if device < len(E.peak_dtype) else ""
+        fig.graph_matched, fig.graph_total = graph_counts(E, device)
         fl = E.step_flops[steps, device]
         pk = float(E.peak_flops[device])
         if np.isfinite(fl).any() and np.nansum(fl) > 0:
@@ -681,3 +686,12 @@ def highlights(cmp: Comparison) -> list:
         return (1 if h.what in ("step_time", "duty") else 2, -h.weight)
     out.sort(key=rank)
     return out
+
+
+def graph_counts(E, device: int) -> tuple:
+    """(replayed device events matched to a capture launch, replayed events) of
+    ``device``; (None, None) where it replays no graph."""
+    g = getattr(E, "graphs", None) if E is not None else None
+    if g is None or device >= len(g.total) or not int(g.total[device]):
+        return None, None
+    return int(g.matched[device]), int(g.total[device])

@@ -18,6 +18,7 @@ import re
 import numpy as np
 
 from ...trace.build import distinct, map_distinct, parent_down, unique_inverse, unique_rows
+from ...trace.classify import frame_name
 from ...trace.model import EventKind as K, Trace, TrackKind, isin_few, search
 from ..result import AnnotationTable
 
@@ -137,7 +138,56 @@ def op_paths(trace: Trace, ops: np.ndarray, origin: np.ndarray,
         empty = index.get(())
         if empty is not None:
             pid[pid == empty] = -1
+    if trace.format == "kineto":
+        _captured_paths(trace, ops, pid, paths, intern)
     return pid, paths
+
+
+def _captured_paths(trace: Trace, ops: np.ndarray, pid: np.ndarray, paths: list,
+                    intern) -> None:
+    """Kernels replayed from a CUDA/HIP graph take, below the annotations around the
+    graph's launch, those that enclosed their launch while the graph was captured
+    (``graphs.graph_match``: the capture trace's own user annotations, as names; none of
+    its events is copied)."""
+    from ..efficiency.graphs import graph_match
+    m = graph_match(trace)
+    if m is None or not m.matched or not ops.size:
+        return
+    ok = m.launch >= 0
+    ev, src, launch = m.event[ok], m.source[ok], m.launch[ok]
+    order = np.argsort(ops, kind="stable")
+    so = ops[order]
+    k = np.minimum(np.searchsorted(so, ev), so.shape[0] - 1)
+    hit = so[k] == ev
+    rows, src, launch = order[k[hit]], src[hit], launch[hit]
+    # the capture's paths apart: alone they are no path of this trace's device time
+    cpaths: list = []
+    cindex: dict = {}
+
+    def cintern(p):
+        i = cindex.get(p)
+        if i is None:
+            i = cindex[p] = len(cpaths)
+            cpaths.append(p)
+        return i
+    for s in np.unique(src).tolist():
+        sel = src == s
+        cap = m.captures[s].trace or trace
+        ann = nearest_annotation(cap)
+        a = ann[launch[sel]]
+        u, inv = unique_inverse(a)
+        mapped = np.full(u.shape[0], -1, np.int32)
+        mapped[u >= 0] = _annotation_paths(cap, ann, u[u >= 0], cintern)
+        cp = mapped[inv.reshape(-1)]
+        r = rows[sel][cp >= 0]
+        cp = cp[cp >= 0]
+        if not r.size:
+            continue
+        # one joined path per distinct (the replay's path, the capture's path)
+        keys = np.stack((pid[r].astype(np.int64), cp.astype(np.int64)), axis=1)
+        ku, kinv = unique_rows(keys)
+        joined = [intern((paths[e] if e >= 0 else ()) + cpaths[c]) for e, c in ku.tolist()]
+        pid[r] = np.asarray(joined, np.int32)[kinv.reshape(-1)]
 
 
 def is_annotation(trace: Trace) -> np.ndarray:
@@ -196,7 +246,7 @@ def _annotation_paths(trace: Trace, ann: np.ndarray, u: np.ndarray, intern) -> n
         ku, kinv = unique_rows(keys)
         ids = []
         for base, name in ku.tolist():
-            path = paths[base] + (trace.strings[name],)
+            path = paths[base] + (frame_name(trace.strings[name]),)
             i = intern(path)
             paths[i] = path
             ids.append(i)

@@ -34,6 +34,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ...trace.classify import frame_name
 from ...trace.model import EventKind as K, Trace
 from .annotations import _at, _lookup
 from ..result import DeviceOpTable, OpClass, Overlap
@@ -183,10 +184,13 @@ def _sum(key: np.ndarray, n: int, w: np.ndarray | None = None) -> np.ndarray:
     return out
 
 
-def _host_ops(trace: Trace, ops: np.ndarray, origin: np.ndarray, memo: dict) -> np.ndarray:
-    """String id per op (−1 none) of the host op that launched it: ``tf_op``, else the XLA
+def _host_ops(trace: Trace, ops: np.ndarray, origin: np.ndarray,
+              memo: dict) -> tuple[np.ndarray, list]:
+    """(string id per op (−1 none) of the host op that launched it: ``tf_op``, else the XLA
     program it ran in (``hlo_module``: the jitted function for JAX), else the framework op
-    enclosing the launch call (``aten::…`` around ``cudaLaunchKernel``)."""
+    enclosing the launch call (``aten::…`` around ``cudaLaunchKernel``); the names past
+    ``trace.strings`` that ids from ``len(trace.strings)`` up stand for: ops only a graph's
+    capture trace holds)."""
     out = _lookup(trace.stats.get("tf_op"), ops, memo).astype(np.int32)
     need = out < 0
     if "hlo_module" in trace.stats and need.any():
@@ -217,10 +221,12 @@ def _host_ops(trace: Trace, ops: np.ndarray, origin: np.ndarray, memo: dict) -> 
     if trace.format == "kineto":
         # kernels replayed from a CUDA/HIP graph: the op that captured them, or the launch
         from ..efficiency.graphs import replay_host_ops
-        at, ids = replay_host_ops(trace, ops)
+        at, ids, extra = replay_host_ops(trace, ops)
         if at.size:
+            out = out.astype(np.int64) if extra else out
             out[at] = ids
-    return out
+        return out, extra
+    return out, []
 
 
 def _dominant(row: np.ndarray, key: np.ndarray, weight: np.ndarray, n_rows: int,
@@ -316,8 +322,8 @@ def device_op_table(trace: Trace, ops: np.ndarray, op_step: np.ndarray, n_steps:
     d_short, d_short_t = sd_sc.sum(axis=0), sd_st.sum(axis=0)
     st_short, st_short_t = sd_sc[:n_steps], sd_st[:n_steps]
     del short
-    r_host, r_path = _row_host_and_path(trace, ops, origin, memo, row, dur, n_rows, pos,
-                                        path_of_op, paths)
+    r_host, r_path, host_extra = _row_host_and_path(trace, ops, origin, memo, row, dur, n_rows,
+                                                    pos, path_of_op, paths)
     if op_rows is not None:
         op_rows.append((ops, row))
     del row
@@ -329,6 +335,7 @@ def device_op_table(trace: Trace, ops: np.ndarray, op_step: np.ndarray, n_steps:
     if in_step.all():                         # every op launched by a step: no copies
         in_step = slice(None)
     s_cells = _at(ops, cc.pos[in_step])
+    n_strings = len(trace.strings)
     table = DeviceOpTable(
         device=(cells // n_lab).astype(np.int32), name=_pick(names, r_lab),
         klass=klass_of[r_lab].astype(np.int8), count=cc.r_count[cells],
@@ -336,7 +343,8 @@ def device_op_table(trace: Trace, ops: np.ndarray, op_step: np.ndarray, n_steps:
         longest=longest, longest_ts=trace.ts[longest], longest_dur=trace.dur[longest],
         longest_track=trace.track[longest].astype(np.int32, copy=False),
         category=_strs(hcat, lambda x: trace.strings[x] if x >= 0 else ""),
-        host_op=_strs(r_host, lambda x: trace.strings[x] if x >= 0 else ""),
+        host_op=_strs(r_host, lambda x: "" if x < 0 else frame_name(
+            trace.strings[x] if x < n_strings else host_extra[x - n_strings])),
         annotation=_strs(r_path, lambda x: " › ".join(paths[x]) if x >= 0 else ""),
         step_row=c_row[in_step].astype(np.int32), step=c_st[in_step],
         step_count=cc.count[in_step], step_time=cc.time[in_step],
@@ -391,15 +399,16 @@ def _short_kernels(trace: Trace, kind_of_ops, dur, dev) -> np.ndarray:
 
 def _row_host_and_path(trace: Trace, ops, origin, memo, row, dur, n_rows, pos, path_of_op,
                        paths):
-    """Per row, the host op and the annotation most of its time came from (−1 none)."""
-    host = _host_ops(trace, ops, origin, memo)
+    """(per row, the host op and the annotation most of its time came from (−1 none); the
+    host op names past ``trace.strings``, ``_host_ops``')."""
+    host, host_extra = _host_ops(trace, ops, origin, memo)
     r_host = _dominant(row, host, dur, n_rows, host[pos])
     del host
     if path_of_op is not None and paths:
         r_path = _dominant(row, path_of_op, dur, n_rows, path_of_op[pos])
     else:
         r_path = np.full(n_rows, -1)
-    return r_host, r_path
+    return r_host, r_path, host_extra
 
 
 def _table_overlap(trace: Trace, ops, dur, label, klass_of, op_step, dev, n_steps,

@@ -295,7 +295,7 @@ class _Pool:
     def best(self, seq: np.ndarray, batch: int):
         """(capture source, each event's position in its launches, launches left
         unmatched) of the capture matching most of ``seq``; None where none matches."""
-        if not self.seqs:
+        if not self.seqs or not self.vals.size:   # captures with no launch we can name
             return None
         vals, cnt = np.unique(seq, return_counts=True)
         col = np.minimum(np.searchsorted(self.vals, vals), self.vals.shape[0] - 1)
@@ -392,14 +392,16 @@ def under_recorded_notes(trace: Trace) -> list:
     return out
 
 
-def replay_host_ops(trace: Trace, ops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(positions in ``ops``, string ids in ``trace.strings``) of the ops replayed from a
-    graph: the framework op that launched each while the graph was captured where the
-    trace holds that name, else the graph launch itself ("hipGraphLaunch")."""
+def replay_host_ops(trace: Trace, ops: np.ndarray) -> tuple[np.ndarray, np.ndarray, list]:
+    """(positions in ``ops``, name ids, names only the capture holds) of the ops replayed
+    from a graph: the framework op that launched each while the graph was captured, else
+    the graph launch itself ("hipGraphLaunch").  An id below ``len(trace.strings)`` is the
+    trace's own string; id ``len(trace.strings) + j`` the j-th name only the capture
+    trace holds (``Strings`` is immutable: the names ride beside it)."""
     z = np.zeros(0, np.int64)
     m = graph_match(trace)
     if m is None or not m.total or not ops.size:
-        return z, z
+        return z, z, []
     order = np.argsort(m.event, kind="stable")
     sev = m.event[order]
     ops = np.asarray(ops, np.int64)
@@ -415,8 +417,11 @@ def replay_host_ops(trace: Trace, ops: np.ndarray) -> tuple[np.ndarray, np.ndarr
         for i, s in enumerate(trace.strings):   # the trace's own id of each name it holds
             if s in want and s not in index:
                 index[s] = i
+    extra = sorted(want - set(index))
+    n = len(trace.strings)
+    index.update((s, n + j) for j, s in enumerate(extra))
     ids = np.array([index.get(s, -1) for s in names], np.int64) if names else z
-    return pos, np.where(ids >= 0, ids, launch_name)
+    return pos, np.where(ids >= 0, ids, launch_name), extra
 
 
 def _captured_op(m: GraphMatch, src: int, event: int) -> str:
