@@ -728,7 +728,7 @@ def test_per_device_kernels_and_collective_time_a_block_at_a_time(block, monkeyp
     kernels' time a block of events at a time: the same numbers as whole-column masks,
     for any block, with copies (no kernels, not collective) and host work beside."""
     import numpy as np
-    from tb_perfdiag.analysis.findings import detectors as F
+    from tb_perfdiag.analysis.findings import multi_device as F
     from tb_perfdiag.analysis.steps import capture_notes as N
     from tb_perfdiag.trace.classify import is_collective_kernel
     from tb_perfdiag.trace.model import EventKind as K

@@ -9,7 +9,7 @@ import re
 
 import tb_perfdiag
 from tb_perfdiag.analysis.attribution.culprits import applied_fixes
-from tb_perfdiag.analysis.findings.detectors import _short
+from tb_perfdiag.analysis.findings.common import _short
 from tb_perfdiag.render.text import report as text_report
 from tb_perfdiag.testing import TraceBuilder
 

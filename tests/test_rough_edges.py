@@ -133,15 +133,26 @@ def test_one_time_compilation_is_a_total_with_its_share_of_the_capture(reports):
                 assert f["one_time"] is True and 0 < f["capture_share"] <= 1
                 pct = float(re.search(r"\(([\d.]+)% of the capture\)", f["title"]).group(1))
                 assert abs(pct / 100 - f["capture_share"]) < 0.01
-            else:
-                assert not f.get("one_time")
+            elif f.get("one_time"):
+                # a cost paid only in the steps that compile or stall (never the typical
+                # step) is said once, with those steps, not spread over every step
+                assert f["time_lost_ns_per_step"] == 0 and "per step" not in f["title"], f
+                assert " once, in step" in f["title"], f["title"]
     assert seen, "no one-time compilation among the bundled traces: the check checked nothing"
 
 
-def test_recompilation_stays_a_rate(reports):
+def test_recompilation_is_a_rate_or_said_in_its_steps(reports):
+    """A recompilation in the typical steps costs per step; one only in the steps that
+    compile or stall is their cost, said once with those steps (issue 63: never a per-step
+    figure above the step)."""
     rec = [f for _, rep in reports for f in diagnosis_json(rep.diagnosis, 0, 0)["findings"]
            if f["kind"] == "recompilation"]
-    assert rec and all("per step" in f["title"] for f in rec)
+    assert rec
+    for f in rec:
+        if f["time_lost_ns_per_step"]:
+            assert "per step" in f["title"], f["title"]
+        else:
+            assert " once, in step" in f["title"] and "per step" not in f["title"], f["title"]
 
 
 # ---- 4. one cause over several devices is said per device --------------------------------
@@ -167,7 +178,7 @@ def test_a_cause_over_two_devices_is_said_per_device_never_added_up(reports):
             total = sum(per)
             # the added-up figure must not appear as the figure of the cause
             if max(per) < 0.9 * total:
-                from tb_perfdiag.analysis.findings.detectors import _fmt
+                from tb_perfdiag.analysis.findings.common import _fmt
                 assert f"takes {_fmt(total)}" not in f.detail, f.detail
     assert many, "no finding spans two devices in the bundled traces"
 

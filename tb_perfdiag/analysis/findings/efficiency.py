@@ -282,3 +282,8 @@ def _copy_bound(add, T, d, mine, t, busy, name, earlier) -> None:
             f"compute beside them.", exposed,
             "the copies are removed or hidden under compute: their time not under "
             "compute.", cp.tolist())
+
+
+def detect(s) -> None:
+    """(``common.Scope``; named loosely: common imports nothing of the detectors)"""
+    s.made(findings(s.diag, s.fw, s.out, s.applied))
