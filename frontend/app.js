@@ -76,11 +76,13 @@ export class App {
     await this.openFirst();
   }
 
-  /** Which reader the server runs, beside the title: "native", or pure Python and how to
-   *  get the native one (everything is then about 4× slower). */
+  /** Beside the title, only when it matters to the reader of the page: the server reads
+   *  traces in pure Python (everything about 4× slower) and how to get the C reader.  The
+   *  native reader is the normal case and goes unsaid (the CLI's `info` names it). */
   showReader(reader) {
     if (!reader) return;
     const slow = reader !== "native";
+    if (!slow) { if (this.readerEl) this.readerEl.remove(); return; }
     this.readerEl = this.readerEl || h("span", { id: "pd-reader", class: "pd-small pd-muted pd-reader" });
     this.readerEl.classList.toggle("pd-reader-slow", slow);
     this.readerEl.textContent = `reader: ${reader}`;
