@@ -26,7 +26,8 @@ LAYERS = {
     "services": ["budget", "codec", "cache", "result_store", "discovery", "graph_captures",
                  "file_analysis", "pod", "service", "api", "params", "agent_tools",
                  "run_captures", "scalars"],
-    "faces": ["plugin", "cli", "mcp_server", ""],
+    "faces": ["plugin", "cli_common", "cli_run", "cli_compare", "cli_diagnose", "cli", "mcp_server",
+              ""],
     "test support": ["testing", "testing.*"],
 }
 
