@@ -128,87 +128,13 @@ def join(tables: list) -> Join | None:
     if not tables:
         return None
     base = min(t.origin_ns for t in tables)
-    parts, seqs = [], {}        # (table i, device) → participant index
-    for ti, t in enumerate(tables):
-        for d in np.unique(t.device).tolist():
-            parts.append((ti, int(d)))
-    pidx = {p: i for i, p in enumerate(parts)}
-    # per key (name): each participant's ops of that key in ordinal order
-    for ti, t in enumerate(tables):
-        shift = t.origin_ns - base
-        for k in np.unique(t.key).tolist():
-            kname = t.keys[k]
-            for d in np.unique(t.device[t.key == k]).tolist():
-                rows = np.flatnonzero((t.key == k) & (t.device == d))
-                rows = rows[np.argsort(t.ordinal[rows], kind="stable")]
-                seqs.setdefault(kname, {})[pidx[(ti, d)]] = (rows, shift)
-    inst_key, inst_kind, inst_ord = [], [], []
-    blocks = []                 # per key: (participants, their rows of its complete instances)
-    unmatched = []
-    for kname, by_p in seqs.items():
-        if len(by_p) < 2:
-            continue
-        ps = sorted(by_p)
-        ends = [tables[parts[p][0]].end[by_p[p][0]] + by_p[p][1] for p in ps]
-        shifts, ref = _align(ends)
-        n_ref = len(ends[ref])
-        slots = np.full((n_ref, len(ps)), -1, np.int64)
-        for j, p in enumerate(ps):
-            rows = by_p[p][0][:n_ref - shifts[j]]
-            slots[shifts[j]:shifts[j] + rows.size, j] = rows
-            if rows.size != n_ref:
-                t = tables[parts[p][0]]
-                unmatched.append({"host": t.host, "device": t.devices[parts[p][1]]
-                                  if parts[p][1] < len(t.devices) else str(parts[p][1]),
-                                  "key": kname, "count": int(by_p[p][0].size),
-                                  "instances": n_ref})
-        complete = (slots >= 0).all(axis=1)
-        t0 = tables[parts[ps[0]][0]]
-        kind = t0.kinds[t0.keys.index(kname)]
-        done = np.flatnonzero(complete)
-        inst_key += [kname] * done.size
-        inst_kind += [kind] * done.size
-        inst_ord += done.tolist()
-        blocks.append((ps, slots[done]))
-        if (~complete).any():
-            unmatched.append({"key": kname, "incomplete_instances": int((~complete).sum()),
-                              "instances": n_ref})
+    parts, seqs = _sequences(tables, base)
+    inst_key, inst_kind, inst_ord, blocks, unmatched = _match(tables, parts, seqs)
     n_i, n_p = len(inst_key), len(parts)
     if not n_i:
         return None
-    arr = np.full((n_i, n_p), -1, np.int64)
-    end = np.full((n_i, n_p), -1, np.int64)
-    sstart = np.full((n_i, n_p), -1, np.int64)
-    step = np.full((n_i, n_p), -1, np.int64)
-    idle = np.zeros((n_i, n_p, len(C.ALL)), np.int64)
-    cul = np.full((n_i, n_p), -1, np.int64)
-    present = np.zeros((n_i, n_p), bool)
-    step_t0 = np.full((n_i, n_p), _NONE, np.int64)    # the launching step's host start
-    at = 0
-    for ps, rows_of in blocks:
-        ii = np.arange(at, at + rows_of.shape[0])
-        at += rows_of.shape[0]
-        for j, p in enumerate(ps):
-            t = tables[parts[p][0]]
-            rows = rows_of[:, j]
-            shift = t.origin_ns - base
-            arr[ii, p] = t.start[rows] + shift
-            end[ii, p] = t.end[rows] + shift
-            sstart[ii, p] = t.span_start[rows] + shift
-            idle[ii, p] = t.idle[rows]
-            cul[ii, p] = t.culprit[rows]
-            st = t.step[rows]
-            if len(t.step_starts) == len(t.step_ids) and t.step_starts:
-                t0 = np.asarray(t.step_starts, np.int64)
-                ok = (st >= 0) & (st < t0.size)
-                step_t0[ii, p] = np.where(ok, t0[np.clip(st, 0, t0.size - 1)] + shift, _NONE)
-            if t.step_ids:
-                ids = np.asarray(t.step_ids, np.int64)
-                ok = (st >= 0) & (st < ids.size)
-                step[ii, p] = np.where(ok, ids[np.clip(st, 0, ids.size - 1)], -1)
-            else:
-                step[ii, p] = st
-            present[ii, p] = True
+    arr, end, sstart, step, idle, cul, present, step_t0 = _fill(tables, parts, blocks, n_i, n_p,
+                                                                base)
     # drop participants that share no instance (their collectives matched no one)
     used = present.any(axis=0)
     if used.sum() < 2:
@@ -220,35 +146,7 @@ def join(tables: list) -> Join | None:
     host_of = np.array([ti for ti, _ in parts], np.int64)
     # ---- clocks: which participants share one (no offset among them), and per other
     # clock the median of (end − the instance's median end)
-    clocks = _clocks(tables, host_of, end)
-    med_end = np.median(end, axis=1)
-    resid = end - med_end[:, None]
-    off_p = np.zeros(len(parts), np.int64)
-    offsets = {}
-    clock_of = np.zeros(len(parts), np.int64)
-    ck_of_table = np.zeros(len(tables), np.int64)
-    for ci, ck in enumerate(clocks):
-        ck_of_table[ck["tables"]] = ci
-    clock_of[:] = ck_of_table[host_of]
-    order_p = np.argsort(clock_of, kind="stable")
-    bounds = np.searchsorted(clock_of[order_p], np.arange(len(clocks) + 1))
-    for ci, ck in enumerate(clocks):
-        cols = order_p[bounds[ci]:bounds[ci + 1]]
-        r = resid[:, cols].reshape(-1)
-        est = float(np.median(r)) if r.size else 0.0
-        spread = float(np.median(np.abs(r - est))) if r.size else 0.0
-        # one clock for every participant: nothing to align
-        applied = len(clocks) > 1 and abs(est) > max(OFFSET_NOISE * spread, MIN_OFFSET_PS / 1000)
-        if applied:
-            off_p[cols] = int(round(est))
-        ck.update(estimated_ns=int(round(est)), residual_ns=int(round(spread)), applied=bool(applied))
-        for ti in ck["tables"]:
-            offsets[tables[ti].host] = {
-                "clock": tables[ti].clock, "estimated_ns": ck["estimated_ns"],
-                "residual_ns": ck["residual_ns"], "applied": ck["applied"],
-                # how many other files share its clock (``clocks`` names them: a list
-                # here would be quadratic in a pod of one host)
-                "shared_with": len(ck["tables"]) - 1, "basis": ck["basis"]}
+    clocks, off_p, offsets, clock_of = _clock_offsets(tables, parts, host_of, end)
     arr, end, sstart = arr - off_p[None, :], end - off_p[None, :], sstart - off_p[None, :]
     step_t0 = np.where(step_t0 == _NONE, _NONE, step_t0 - off_p[None, :])
     dur = end - arr
@@ -282,6 +180,154 @@ def join(tables: list) -> Join | None:
     # ---- why the last arriver was late: its span since the previous instance against
     # the median participant's (idle by cause, device compute), and where its span (and
     # its step) began against theirs
+    ex, exb, exs, ext, has_t0, cause, culprit = _why_last(tables, parts, arr, sstart, idle, cul,
+                                                          step_t0, last, rows)
+    participants = [Participant(ti, tables[ti].devices[d] if d < len(tables[ti].devices) else str(d))
+                    for ti, d in parts]
+    return Join([t.host for t in tables], participants, inst_key, inst_kind,
+                np.asarray(inst_ord, np.int64), arr, end, wait, transfer, lateness, last,
+                step, offsets, noisy, unmatched, cause, culprit, base, present, resolved,
+                int(round(across)), idle_wait=idle_wait, second=second_p, lead=lead,
+                clock_of=clock_of, clocks=clocks, idle_excess=ex, busy_excess=exb,
+                span_start_excess=exs, step_start_excess=ext, has_step_start=has_t0,
+                step_first=_first_step(tables, host_of, step))
+
+
+def _sequences(tables: list, base: int) -> tuple:
+    """(participants as (table, device), {key name: {participant: (its rows of that key
+    in ordinal order, its clock shift)}})."""
+    parts, seqs = [], {}        # (table i, device) → participant index
+    for ti, t in enumerate(tables):
+        for d in np.unique(t.device).tolist():
+            parts.append((ti, int(d)))
+    pidx = {p: i for i, p in enumerate(parts)}
+    # per key (name): each participant's ops of that key in ordinal order
+    for ti, t in enumerate(tables):
+        shift = t.origin_ns - base
+        for k in np.unique(t.key).tolist():
+            kname = t.keys[k]
+            for d in np.unique(t.device[t.key == k]).tolist():
+                rows = np.flatnonzero((t.key == k) & (t.device == d))
+                rows = rows[np.argsort(t.ordinal[rows], kind="stable")]
+                seqs.setdefault(kname, {})[pidx[(ti, d)]] = (rows, shift)
+    return parts, seqs
+
+
+def _match(tables: list, parts: list, seqs: dict) -> tuple:
+    """The complete instances of each key across its participants, aligned by their ends:
+    (key, kind and ordinal per instance, per key (participants, their rows), unmatched)."""
+    inst_key, inst_kind, inst_ord = [], [], []
+    blocks = []                 # per key: (participants, their rows of its complete instances)
+    unmatched = []
+    for kname, by_p in seqs.items():
+        if len(by_p) < 2:
+            continue
+        ps = sorted(by_p)
+        ends = [tables[parts[p][0]].end[by_p[p][0]] + by_p[p][1] for p in ps]
+        shifts, ref = _align(ends)
+        n_ref = len(ends[ref])
+        slots = np.full((n_ref, len(ps)), -1, np.int64)
+        for j, p in enumerate(ps):
+            rows = by_p[p][0][:n_ref - shifts[j]]
+            slots[shifts[j]:shifts[j] + rows.size, j] = rows
+            if rows.size != n_ref:
+                t = tables[parts[p][0]]
+                unmatched.append({"host": t.host, "device": t.devices[parts[p][1]]
+                                  if parts[p][1] < len(t.devices) else str(parts[p][1]),
+                                  "key": kname, "count": int(by_p[p][0].size),
+                                  "instances": n_ref})
+        complete = (slots >= 0).all(axis=1)
+        t0 = tables[parts[ps[0]][0]]
+        kind = t0.kinds[t0.keys.index(kname)]
+        done = np.flatnonzero(complete)
+        inst_key += [kname] * done.size
+        inst_kind += [kind] * done.size
+        inst_ord += done.tolist()
+        blocks.append((ps, slots[done]))
+        if (~complete).any():
+            unmatched.append({"key": kname, "incomplete_instances": int((~complete).sum()),
+                              "instances": n_ref})
+    return inst_key, inst_kind, inst_ord, blocks, unmatched
+
+
+def _fill(tables: list, parts: list, blocks: list, n_i: int, n_p: int, base: int) -> tuple:
+    """(instance × participant) columns: arrival, end, span start, step id, idle by
+    cause, culprit, presence and the launching step's host start, on the common base."""
+    arr = np.full((n_i, n_p), -1, np.int64)
+    end = np.full((n_i, n_p), -1, np.int64)
+    sstart = np.full((n_i, n_p), -1, np.int64)
+    step = np.full((n_i, n_p), -1, np.int64)
+    idle = np.zeros((n_i, n_p, len(C.ALL)), np.int64)
+    cul = np.full((n_i, n_p), -1, np.int64)
+    present = np.zeros((n_i, n_p), bool)
+    step_t0 = np.full((n_i, n_p), _NONE, np.int64)    # the launching step's host start
+    at = 0
+    for ps, rows_of in blocks:
+        ii = np.arange(at, at + rows_of.shape[0])
+        at += rows_of.shape[0]
+        for j, p in enumerate(ps):
+            t = tables[parts[p][0]]
+            rows = rows_of[:, j]
+            shift = t.origin_ns - base
+            arr[ii, p] = t.start[rows] + shift
+            end[ii, p] = t.end[rows] + shift
+            sstart[ii, p] = t.span_start[rows] + shift
+            idle[ii, p] = t.idle[rows]
+            cul[ii, p] = t.culprit[rows]
+            st = t.step[rows]
+            if len(t.step_starts) == len(t.step_ids) and t.step_starts:
+                t0 = np.asarray(t.step_starts, np.int64)
+                ok = (st >= 0) & (st < t0.size)
+                step_t0[ii, p] = np.where(ok, t0[np.clip(st, 0, t0.size - 1)] + shift, _NONE)
+            if t.step_ids:
+                ids = np.asarray(t.step_ids, np.int64)
+                ok = (st >= 0) & (st < ids.size)
+                step[ii, p] = np.where(ok, ids[np.clip(st, 0, ids.size - 1)], -1)
+            else:
+                step[ii, p] = st
+            present[ii, p] = True
+    return arr, end, sstart, step, idle, cul, present, step_t0
+
+
+def _clock_offsets(tables: list, parts: list, host_of, end) -> tuple:
+    """(the clocks, each participant's offset, per host its clock's figures, each
+    participant's clock)."""
+    clocks = _clocks(tables, host_of, end)
+    med_end = np.median(end, axis=1)
+    resid = end - med_end[:, None]
+    off_p = np.zeros(len(parts), np.int64)
+    offsets = {}
+    clock_of = np.zeros(len(parts), np.int64)
+    ck_of_table = np.zeros(len(tables), np.int64)
+    for ci, ck in enumerate(clocks):
+        ck_of_table[ck["tables"]] = ci
+    clock_of[:] = ck_of_table[host_of]
+    order_p = np.argsort(clock_of, kind="stable")
+    bounds = np.searchsorted(clock_of[order_p], np.arange(len(clocks) + 1))
+    for ci, ck in enumerate(clocks):
+        cols = order_p[bounds[ci]:bounds[ci + 1]]
+        r = resid[:, cols].reshape(-1)
+        est = float(np.median(r)) if r.size else 0.0
+        spread = float(np.median(np.abs(r - est))) if r.size else 0.0
+        # one clock for every participant: nothing to align
+        applied = len(clocks) > 1 and abs(est) > max(OFFSET_NOISE * spread, MIN_OFFSET_PS / 1000)
+        if applied:
+            off_p[cols] = int(round(est))
+        ck.update(estimated_ns=int(round(est)), residual_ns=int(round(spread)), applied=bool(applied))
+        for ti in ck["tables"]:
+            offsets[tables[ti].host] = {
+                "clock": tables[ti].clock, "estimated_ns": ck["estimated_ns"],
+                "residual_ns": ck["residual_ns"], "applied": ck["applied"],
+                # how many other files share its clock (``clocks`` names them: a list
+                # here would be quadratic in a pod of one host)
+                "shared_with": len(ck["tables"]) - 1, "basis": ck["basis"]}
+    return clocks, off_p, offsets, clock_of
+
+
+def _why_last(tables, parts, arr, sstart, idle, cul, step_t0, last, rows) -> tuple:
+    """Per instance, the last arriver's excess over the median participant: idle by
+    cause, device compute, span start and step start (where every one has it), and the
+    cause and culprit that excess names."""
     span = arr - sstart
     busy = span - idle.sum(axis=2)
     ex = idle[rows, last] - np.median(idle, axis=1)            # (n_i, n_causes)
@@ -306,15 +352,7 @@ def join(tables: list) -> Join | None:
         else:
             cause.append(DEVICE_COMPUTE)
             culprit.append("")
-    participants = [Participant(ti, tables[ti].devices[d] if d < len(tables[ti].devices) else str(d))
-                    for ti, d in parts]
-    return Join([t.host for t in tables], participants, inst_key, inst_kind,
-                np.asarray(inst_ord, np.int64), arr, end, wait, transfer, lateness, last,
-                step, offsets, noisy, unmatched, cause, culprit, base, present, resolved,
-                int(round(across)), idle_wait=idle_wait, second=second_p, lead=lead,
-                clock_of=clock_of, clocks=clocks, idle_excess=ex, busy_excess=exb,
-                span_start_excess=exs, step_start_excess=ext, has_step_start=has_t0,
-                step_first=_first_step(tables, host_of, step))
+    return ex, exb, exs, ext, has_t0, cause, culprit
 
 
 def _first_step(tables, host_of, step) -> np.ndarray:

@@ -156,23 +156,9 @@ def host_figures(j: Join, steps_of: dict) -> dict:
         for i in mine.tolist():
             if j.culprit[i] and j.cause[i] == top:
                 cul[j.culprit[i]] = cul.get(j.culprit[i], 0.0) + float(others[i])
-        # fixed, who is last then: the next-to-last of its instances takes its place
-        nxt = saving.copy()
-        nxt[h] = 0.0
-        mine_all = np.flatnonzero((last_host == h) & resolved)
-        np.add.at(nxt, second_host[mine_all], lead2[mine_all])
-        nxt[h] = 0.0
-        nx = int(np.argmax(nxt)) if nxt.size and nxt.max() > 0 else None
-        t_inst = j.transfer[:, cols].mean(axis=1) if n_i else np.zeros(0)
-        wk, tk = np.zeros(len(kind_names)), np.zeros(len(kind_names))
-        np.add.at(wk, kind_of, w_inst)
-        np.add.at(tk, kind_of, t_inst)
-        by_op = {k: (wk[i], tk[i]) for i, k in enumerate(kind_names)}
-        # whom it waited for: the hosts arriving last where it waited
-        wh = np.zeros(n_h)
-        np.add.at(wh, last_host, w_inst + iw_inst)
-        wh[h] = 0.0
-        waited = {j.hosts[x]: float(wh[x]) for x in np.flatnonzero(wh > 0).tolist()}
+        nx, nxt = _next_straggler(h, saving, last_host, resolved, second_host, lead2)
+        by_op, waited = _by_op_and_waited(j, h, cols, kind_names, kind_of, w_inst, iw_inst,
+                                          last_host)
         n_per = max(len(all_steps), 1)
         out[j.hosts[h]] = {
             "peer_wait_total_ns": int(round(w_total)),
@@ -200,6 +186,34 @@ def host_figures(j: Join, steps_of: dict) -> dict:
                            for k, v in by_op.items()},
         }
     return out
+
+
+def _next_straggler(h: int, saving, last_host, resolved, second_host, lead2) -> tuple:
+    """(who is last once host ``h`` is fixed, each host's saving then): the next-to-last
+    of its instances takes its place."""
+    nxt = saving.copy()
+    nxt[h] = 0.0
+    mine_all = np.flatnonzero((last_host == h) & resolved)
+    np.add.at(nxt, second_host[mine_all], lead2[mine_all])
+    nxt[h] = 0.0
+    nx = int(np.argmax(nxt)) if nxt.size and nxt.max() > 0 else None
+    return nx, nxt
+
+
+def _by_op_and_waited(j: Join, h: int, cols, kind_names, kind_of, w_inst, iw_inst,
+                      last_host) -> tuple:
+    """({op kind: (its wait, its transfer)}, {host: how long host ``h`` waited for it}):
+    whom it waited for are the hosts arriving last where it waited."""
+    n_i = len(j)
+    t_inst = j.transfer[:, cols].mean(axis=1) if n_i else np.zeros(0)
+    wk, tk = np.zeros(len(kind_names)), np.zeros(len(kind_names))
+    np.add.at(wk, kind_of, w_inst)
+    np.add.at(tk, kind_of, t_inst)
+    by_op = {k: (wk[i], tk[i]) for i, k in enumerate(kind_names)}
+    wh = np.zeros(len(j.hosts))
+    np.add.at(wh, last_host, w_inst + iw_inst)
+    wh[h] = 0.0
+    return by_op, {j.hosts[x]: float(wh[x]) for x in np.flatnonzero(wh > 0).tolist()}
 
 
 def step_peer_wait(j: Join, host: str) -> dict:
