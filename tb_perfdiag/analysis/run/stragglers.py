@@ -145,17 +145,11 @@ def host_figures(j: Join, steps_of: dict) -> dict:
             mine = mine[outstanding[mine] if out_h >= 2 else resolved[mine]]
         else:
             mine = mine[resolved[mine]]
-        why = None
-        if is_str:              # why it was late: only the straggler's is said
-            blame = np.zeros(n_i, bool)
-            blame[mine] = True
-            why = why_late(j, blame)
+        # why it was late: only the straggler's is said
+        why = why_late(j, np.isin(np.arange(n_i), mine)) if is_str else None
         top = why["cause"] if why else None
         late_steps = [int(x) for x in np.unique(s_of[mine]).tolist() if x >= 0]
-        cul = {}
-        for i in mine.tolist():
-            if j.culprit[i] and j.cause[i] == top:
-                cul[j.culprit[i]] = cul.get(j.culprit[i], 0.0) + float(others[i])
+        cul = _culprits(j, mine, top, others)
         nx, nxt = _next_straggler(h, saving, last_host, resolved, second_host, lead2)
         by_op, waited = _by_op_and_waited(j, h, cols, kind_names, kind_of, w_inst, iw_inst,
                                           last_host)
@@ -186,6 +180,15 @@ def host_figures(j: Join, steps_of: dict) -> dict:
                            for k, v in by_op.items()},
         }
     return out
+
+
+def _culprits(j: Join, mine, cause, others) -> dict:
+    """{culprit: the wait it caused} over the instances ``mine`` late for ``cause``."""
+    cul: dict = {}
+    for i in mine.tolist():
+        if j.culprit[i] and j.cause[i] == cause:
+            cul[j.culprit[i]] = cul.get(j.culprit[i], 0.0) + float(others[i])
+    return cul
 
 
 def _next_straggler(h: int, saving, last_host, resolved, second_host, lead2) -> tuple:
