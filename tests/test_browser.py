@@ -171,7 +171,12 @@ def test_tab_appears_and_recompiling_steps_marked(page, tb_demo, artifacts_dir):
     duty_title = frame.get_attribute(".pd-summary .pd-stat", "title")
     assert "Duty cycle" in duty_title
     assert frame.locator(".pd-finding").count() > 0
-    assert "recompilation" in frame.locator(".pd-finding").first.inner_text().lower()
+    # the recompilations (steps 5 and 9 of ten) are paid in their own steps: said once,
+    # with those steps, after the per-step findings (issue 63: no per-step figure above
+    # the typical step)
+    texts = [t.lower() for t in frame.locator(".pd-finding").all_inner_texts()]
+    rec = [t for t in texts if "recompilation" in t]
+    assert rec and "once, in steps" in rec[0], texts
     page.screenshot(path=os.path.join(artifacts_dir, "diagnose-steps.png"))
     assert page.console_log.unexpected() == []
 
@@ -292,7 +297,9 @@ def test_broken_run_shows_error_while_others_work(page, tb_demo, artifacts_dir):
         if r["run"] == broken["run"]:
             continue
         choose_run(frame, r["run"])
-        frame.wait_for_selector(".step-bar", timeout=60000)
+        # a run of several hosts opens on its hosts summary (issue 63), the others on
+        # their one host's page
+        frame.wait_for_selector(".step-bar, .pd-compare[data-complete]", timeout=60000)
         assert frame.locator(".pd-error").count() == 0
     # The only console errors allowed: the browser's own note of the expected HTTP 422.
     assert page.console_log.unexpected() == []
@@ -458,10 +465,15 @@ def test_compare_hosts(browser, tmp_path, artifacts_dir):
         pg = ctx.new_page()
         con = Console(pg)
         frame = open_diagnose(pg, tb)
+        # two hosts: the run opens on its hosts summary (issue 63); hosta's page is one
+        # choice away
+        frame.wait_for_selector(".pd-compare[data-complete]", timeout=60000)
+        frame.select_option("#pd-host", "hosta")
         frame.wait_for_function("() => (document.getElementById('perfdiag-root')?.dataset.loaded || '').endsWith('|ok')",
                                 timeout=60000)
         assert frame.eval_on_selector("#pd-host", "e => e.value") == "hosta"
-        frame.click("#pd-compare")
+        if frame.get_attribute("#pd-compare", "aria-expanded") != "true":
+            frame.click("#pd-compare")     # (still open from the hosts summary it opened on)
         frame.wait_for_selector(".pd-compare[data-complete]", timeout=60000)
         rows = frame.locator(".pd-compare-row")
         assert rows.evaluate_all("els => els.map(e => e.dataset.host)") == ["hosta", "hostb"]

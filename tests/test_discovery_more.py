@@ -103,8 +103,11 @@ def test_one_span_rule_for_listing_api_and_pod_summary(tmp_path):
     _, pod = call(svc, "hosts", {"run": "run", "wait": "1"})
     row = next(r for r in pod["hosts"] if r["host"] == "hosta")
     assert row["span"] == newer
-    assert api["devices"][0]["duty_cycle"] == pinned["devices"][0]["duty_cycle"] == \
-        row["devices"][0]["duty_cycle"]
+    # the pod row's duty is the one the host page leads with: over the device's steps
+    # window (its activity and the steps on it), where its idle by cause adds up
+    assert api["devices"][0]["steps_window"]["duty_cycle"] == \
+        pinned["devices"][0]["steps_window"]["duty_cycle"] == row["devices"][0]["duty_cycle"]
+    assert api["devices"][0]["duty_cycle"] == pinned["devices"][0]["duty_cycle"]
 
 
 def test_span_without_a_time_goes_by_modification_time(tmp_path):

@@ -244,20 +244,27 @@ def test_real_tpu_trace_op_groups_agree_with_xprof(tmp_path):
     for dev in doc["device_ops"]["devices"]:
         for o in dev["ops"]:
             r = o["roofline"]
-            if r and r["bound_by"]:
-                got = ours.setdefault(o["name"], {"t": 0, "hbm": 0, "bound_by": set()})
+            if r and (r.get("bound_by") or r.get("above_roof")):
+                got = ours.setdefault(o["name"], {"t": 0, "hbm": 0, "bound_by": set(),
+                                                  "above_roof": False})
                 got["t"] += o["total_ns"] * 1e-9
                 got["hbm"] += r["hbm_bytes"]
-                got["bound_by"].add(r["bound_by"])
+                got["above_roof"] |= bool(r.get("above_roof"))
+                if r.get("bound_by"):
+                    got["bound_by"].add(r["bound_by"])
     same_time = 0
     for o in theirs["top_operations"]:
         mine = ours[o["name"]]
-        assert mine["bound_by"] == {_XPROF_BOUND[o["bound_by"]]}, o["name"]
+        # an async copy's bytes over its own event's time can exceed the roof (it moves
+        # them outside that time): no share and no bound said then (issue 63); its bytes
+        # still agree below
+        if not mine["above_roof"]:
+            assert mine["bound_by"] == {_XPROF_BOUND[o["bound_by"]]}, o["name"]
         t = o["total_self_time_ms"] * 1e-3
         share = _pct(o["roofline_efficiency_percent"])
         if t > 1e-3:          # the µs ones have too few digits in the CLI's ms
             assert mine["hbm"] == pytest.approx(share * t * bw, rel=0.02), o["name"]
-            if mine["t"] == pytest.approx(t, rel=0.01):
+            if mine["t"] == pytest.approx(t, rel=0.01) and not mine["above_roof"]:
                 same_time += 1
                 assert mine["hbm"] / mine["t"] / bw == pytest.approx(share, rel=0.02), o["name"]
     assert same_time >= 5
