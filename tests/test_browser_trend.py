@@ -9,26 +9,17 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import urllib.parse
 
 import pytest
 
-from conftest import TESTDATA, TensorBoard
+from conftest import TensorBoard
 from test_browser import Console, browser, plugin_frame  # noqa: F401 (fixtures)
+from test_trend import _generator
 
 SCREEN = {"width": 1600, "height": 1000}
 LOADED = ("([run, kind]) => { const d = document.getElementById('perfdiag-root')?.dataset.loaded || '';"
           " return d.startsWith(run + '|') && d.endsWith('|' + kind); }")
-
-
-def _generator():
-    sys.path.insert(0, os.path.join(TESTDATA, "generators"))
-    try:
-        import trend_runs
-    finally:
-        sys.path.pop(0)
-    return trend_runs
 
 
 @pytest.fixture(scope="module")
