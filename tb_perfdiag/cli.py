@@ -258,11 +258,16 @@ def _add_trend(sub) -> None:
                     help="compare every capture with this one (default: each with the previous)")
     pt.add_argument("--json", action="store_true", help="print the JSON the trend route serves")
     _json_layout(pt)
-    pt.add_argument("--results", metavar="FOLDER_OR_URL",
-                    help="the result store (default $TB_PERFDIAG_RESULTS, else the user's "
-                         "cache folder)")
-    _analysis_options(pt)
+    _run_options(pt)
     pt.set_defaults(fn=cmd_trend)
+
+
+def _run_options(p) -> None:
+    """A run-level command's result store and analysis options (trend, scalars)."""
+    p.add_argument("--results", metavar="FOLDER_OR_URL",
+                   help="the result store (default $TB_PERFDIAG_RESULTS, else the user's "
+                        "cache folder)")
+    _analysis_options(p)
 
 
 def _add_scalars(sub) -> None:
@@ -281,10 +286,7 @@ def _add_scalars(sub) -> None:
                     metavar="SECONDS", help="--watch: seconds between rounds (default 30)")
     ps.add_argument("--rounds", type=_number("rounds", 1, 10**9, True), default=None,
                     help=argparse.SUPPRESS)
-    ps.add_argument("--results", metavar="FOLDER_OR_URL",
-                    help="the result store (default $TB_PERFDIAG_RESULTS, else the user's "
-                         "cache folder)")
-    _analysis_options(ps)
+    _run_options(ps)
     ps.set_defaults(fn=cmd_scalars)
 
 
