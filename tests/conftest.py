@@ -19,8 +19,9 @@ IN_CI = os.environ.get("CI", "").lower() == "true"
 # The quick tier (`pytest --quick`, `bash scripts/test.sh --quick`) leaves out the tests marked
 # `slow`: those that use a browser, a TensorBoard server or the 64-host pod by fixture, those
 # parametrized over the real traces in ../shared, the files and tests below (they start
-# servers, subprocesses or clusters inside their tests, or take seconds of CPU each), and any
-# test marked `@pytest.mark.slow` itself. CI runs them all.
+# servers, subprocesses or clusters inside their tests, or take seconds of CPU each), the tests
+# whose name says they drive a browser, and any test marked `@pytest.mark.slow` itself. CI
+# runs them all.
 SLOW_FIXTURES = {"browser", "tb_demo", "pod_logdir"}
 SLOW_FILES = {
     "test_cli.py", "test_newcomer.py", "test_rough_edges.py", "test_readme.py",   # the CLI, run
@@ -28,6 +29,7 @@ SLOW_FILES = {
     "test_server.py", "test_load.py", "test_reliability.py", "test_pod.py",       # servers,
     "test_result_store.py", "test_mcp.py",                                        # clusters
     "test_engine_real.py", "test_truth.py",                                       # real traces
+    "test_cli_figures.py",                                                        # CLI runs
 }
 SLOW_TESTS = (      # node ids up to the parameters: measured at seconds of CPU each
     "test_causes.py::test_a_line_with_split_boundaries_answers_as_the_plain_one",
@@ -35,6 +37,22 @@ SLOW_TESTS = (      # node ids up to the parameters: measured at seconds of CPU 
     "test_cache.py::test_a_bad_entry_is_recomputed_not_an_error",
     "test_cache.py::test_memory_tier_holds_what_it_measures",
     "test_cache.py::test_store_is_bounded_and_evicts_the_least_recently_used",
+    "test_guard.py::test_a_bomb_stops_at_the_budget_having_held_only_chunks",
+    "test_warnings_losses.py::test_real_kineto_logs_are_read_and_report_no_loss",
+    "test_tensorflow.py::test_folded_findings_name_distinct_places_on_shared_traces",
+    "test_first_answer.py::test_every_demo_and_testdata_first_answer_is_at_most_2_mb",
+    "test_first_answer.py::test_3000_steps_with_annotations_answer_within_2_mb",
+    "test_first_answer.py::test_every_list_of_the_first_answer_is_bounded_at_500_steps_and_under",
+    "test_params.py::test_service_raises_its_errors",
+    "test_native_scan.py::test_fuzz_xspace_mutated_never_wrong",
+    "test_native_scan.py::test_fuzz_xspace_wellformed_equals_reference",
+    "test_native_scan.py::test_kineto_chunked_equals_whole_at_every_boundary",
+    "test_hardening.py::test_fuzz_structured_kineto",
+    "test_trend.py::test_scalars_watch_adds_captures_as_they_land",
+    "test_compare.py::test_compare_route_and_its_errors",
+    "test_pages.py::test_held_never_passes_the_most_in_use",
+    "test_efficiency_torch.py::test_real_traces_with_shapes_no_kernel_above_its_peak",
+    "test_budget.py::test_large_work_is_not_starved_by_a_stream_of_small",
 )
 
 
@@ -63,6 +81,7 @@ def _is_slow(item) -> bool:
     test = f"{name}::{getattr(item, 'originalname', None) or item.name}"
     params = getattr(getattr(item, "callspec", None), "params", {})
     return (name in SLOW_FILES or name.startswith("test_browser") or test in SLOW_TESTS
+            or "browser" in (getattr(item, "originalname", None) or item.name)
             or not SLOW_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
             or any(_real_trace(v) for v in params.values()))
 
