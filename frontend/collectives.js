@@ -14,8 +14,18 @@ export function dutyWaitText(coll, id) {
   // under a twentieth of a point it would read "0.0 points of it waiting" (the TPU sample)
   if (d.wait_points < 0.05) return null;
   return `${d.wait_points.toFixed(d.wait_points < 10 ? 1 : 0)} points of it waiting for ` +
-    `${d.waited_for || d.waited_for_device || "peers"}${d.waited_at ? ` at ${d.waited_at}` : ""}`;
+    `${awaitedName(d)}${d.waited_at ? ` at ${d.waited_at}` : ""}`;
 }
+
+/** Whom a device waited for most: a host, a device of this one, or several that arrived
+ * together ("TPU 1, TPU 2 and TPU 3, arriving together"). */
+function awaitedName(d) {
+  const t = d.waited_for_together || [];
+  if (t.length) return `${listed(t)}, arriving together`;
+  return d.waited_for || d.waited_for_device || "peers";
+}
+
+const listed = (xs) => xs.length > 1 ? `${xs.slice(0, -1).join(", ")} and ${xs[xs.length - 1]}` : (xs[0] || "");
 
 /** Peer wait per step and device into the diagnosis' steps (the bars draw it as a part). */
 export function mergeStepWait(steps, coll) {
@@ -32,7 +42,8 @@ const hostLink = (name, onHost, cls = "pd-link-btn") => h("button", { class: cls
 // devices of one process: who arrived last among them and who waited for it
 function devicesLine(c) {
   const last = Object.entries(c.device_last_arrivals || {});
-  if (c.hosts !== 1 || !last.length) return null;
+  if (c.hosts !== 1) return null;
+  if (!last.length) return tiedLine(c);
   const [who, n] = last[0];
   const waiting = (c.devices || []).filter((d) => d.waited_for_device === who && (d.wait_ns + (d.idle_wait_ns || 0)) > 0);
   const steps = c.steps || 1;
@@ -43,6 +54,19 @@ function devicesLine(c) {
       (d.idle_wait_ns ? ` (${formatNs(d.idle_wait_ns / steps)} of it idle before the op, already queued: collective wait)` : "")).join(", ")}` : "",
     c.saving_per_step_ns ? `. Bringing ${who} in on time saves ≈ ${formatNs(c.saving_per_step_ns)} per step` : "",
     ".");
+}
+
+// devices of one process whose last arrivals the clock cannot tell apart: no one is named
+// last, and a device ready before all of them waited for them together
+function tiedLine(c) {
+  if (!c.unresolved) return null;
+  const steps = c.steps || 1;
+  const waiting = (c.devices || []).filter((d) => (d.waited_for_together || []).length);
+  return h("p", { class: "pd-stragglers", id: "pd-coll-straggler" },
+    h("b", {}, "Between this process's devices: "),
+    `no one device is last at ${c.unresolved} of ${c.instances} instances (the last ones arrive within the clock's agreement)`,
+    waiting.length ? `; ${waiting.map((d) => `${d.name} is ready before them and waits for ${listed(d.waited_for_together)} ` +
+      `${formatNs((d.wait_ns + (d.idle_wait_ns || 0)) / steps)} per step`).join(", ")}` : "", ".");
 }
 
 function stragglerLine(c, onHost, onStep) {
@@ -102,16 +126,24 @@ function joinedTable(c, onHost, onStep) {
       h("td", { class: "pd-num" }, formatNs(o.transfer_ns)),
       h("td", { class: "pd-num" }, o.wait_share === null ? "–" : h("span", { class: "pd-coll-share", title: "peer wait / (peer wait + transfer)" },
         h("span", { class: "pd-coll-bar", "aria-hidden": "true" }, h("span", { style: { width: `${100 * o.wait_share}%` } })), ` ${formatPct(o.wait_share)}`)),
-      h("td", { class: "pd-coll-who" }, (o.waited_for || []).length ? o.waited_for.map((w, i) => [i ? ", " : "",
-        w.device ? w.device : hostLink(w.host, onHost), ` ${formatNs(w.wait_ns)}`]) : h("span", { class: "pd-muted" }, "nobody")),
-      h("td", { class: "pd-small" }, c.hosts === 1 && Object.keys(o.last_devices || {}).length
-        ? Object.entries(o.last_devices).map(([k, n], i) => [i ? ", " : "", `${k} ×${n}`])
-        : Object.entries(o.last_arrivers || {}).map(([k, n], i) => [i ? ", " : "",
-          k === c.host ? h("b", {}, `this host ×${n}`) : `${k} ×${n}`])),
+      h("td", { class: "pd-coll-who" }, (o.waited_for || []).length ? o.waited_for.map((w, i) => [i ? "; " : "",
+        (w.together || []).length ? `${listed(w.together)}, together` : w.device ? w.device : hostLink(w.host, onHost),
+        ` ${formatNs(w.wait_ns)}`]) : h("span", { class: "pd-muted" }, "nobody")),
+      h("td", { class: "pd-small" }, lastCell(c, o)),
       h("td", { class: "pd-small" }, (o.steps || []).slice(0, 6).map((x, i) => [i ? ", " : "",
         h("a", { href: "#", class: "pd-link pd-coll-step", "data-step": String(x.step), title: `open step ${x.step}`,
           onclick: (e) => { e.preventDefault(); onStep(x.step); } }, `${x.step}`), ` (${formatNs(x.wait_ns)})`]),
       (o.steps || []).length > 6 ? ` …${o.steps.length - 6} more` : "")))));
+}
+
+// who arrived last to this op's instances: a device of this process (one host) or a host,
+// and how many instances had no one last (arrivals the clocks cannot tell apart)
+function lastCell(c, o) {
+  const named = c.hosts === 1 ? Object.entries(o.last_devices || {})
+    : Object.entries(o.last_arrivers || {}).map(([k, n]) => [k === c.host ? "this host" : k, n]);
+  const parts = named.map(([k, n]) => k === "this host" ? h("b", {}, `${k} ×${n}`) : `${k} ×${n}`);
+  if (o.together) parts.push(h("span", { title: "the last arrivals were within the clocks' agreement: no one is named" }, `together ×${o.together}`));
+  return parts.map((p, i) => [i ? ", " : "", p]);
 }
 
 function aloneTable(c) {
@@ -120,6 +152,26 @@ function aloneTable(c) {
     h("tbody", {}, (c.ops || []).map((o) => h("tr", { "data-op": o.op },
       h("th", { scope: "row" }, o.op), h("td", { class: "pd-num" }, String(o.count)),
       ...[o.total_ns, o.median_ns, o.min_ns, o.p90_ns, o.max_ns].map((v) => h("td", { class: "pd-num" }, formatNs(v)))))));
+}
+
+// one device's wait for its peers: inside the ops, idle before them (a part of its
+// collective-wait idle), and whom for; a wait the clock cannot order is said to be so
+function deviceWait(d, onHost) {
+  const told = d.waited_for || d.waited_for_device || (d.waited_for_together || []).length;
+  if (!d.wait_ns && !d.idle_wait_ns) return ["no wait for its peers"];
+  if (!told) return [`arrived with the last (its ${formatNs(d.wait_ns + (d.idle_wait_ns || 0))} of wait is within the clock's agreement)`];
+  const out = [];
+  if (d.wait_ns) {
+    out.push(`${formatNs(d.wait_ns)} waiting inside the ops`, d.wait_points !== null && d.wait_points !== undefined
+      ? (d.wait_points >= 0.05 ? ` = ${d.wait_points.toFixed(1)} points of its duty cycle` : " (under 0.1 points of its duty cycle)") : "");
+  }
+  if (d.idle_wait_ns) {
+    const cw = d.collective_wait_idle_ns;
+    out.push(`${d.wait_ns ? ", " : ""}${formatNs(d.idle_wait_ns)} idle before them until the last was ready` +
+      (cw && cw > d.idle_wait_ns ? ` (of its ${formatNs(cw)} collective-wait idle)` : " (collective-wait idle)"));
+  }
+  out.push(", mostly for ", d.waited_for ? hostLink(d.waited_for, onHost) : awaitedName(d), d.waited_at ? ` at ${d.waited_at}` : "");
+  return out;
 }
 
 /**
@@ -148,7 +200,7 @@ export function renderCollectives(el, c, { onHost, onStep }) {
     }
     return;
   }
-  const devs = (c.devices || []).filter((d) => d.wait_ns > 0 || d.idle_wait_ns > 0);
+  const devs = c.devices || [];
   const lastDev = Object.entries(c.device_last_arrivals || {});
   // Element.append writes a null child as the text "null": absent parts are filtered out
   el.append(...[
@@ -170,14 +222,9 @@ export function renderCollectives(el, c, { onHost, onStep }) {
         : h("div", { class: "pd-stat" }, h("span", { class: "pd-stat-value", id: "pd-coll-last" }, `${c.last_arrivals} of ${c.instances}`),
           h("span", { class: "pd-stat-label" }, "instances this host arrived last to" +
             (c.lateness_ns ? ` (median ${formatNs(c.lateness_ns)} after the median arrival)` : "")))),
-    devs.length ? h("ul", { class: "pd-idle pd-coll-devices" }, devs.map((d) => h("li", {},
+    devs.length ? h("ul", { class: "pd-idle pd-coll-devices" }, devs.map((d) => h("li", { "data-device": d.name },
       h("span", { class: "chip", style: { background: causeColor("peer_wait") } }),
-      `${d.name}: `, d.wait_ns ? `${formatNs(d.wait_ns)} waiting inside the ops` : "",
-      d.wait_ns && d.wait_points !== null && d.wait_points !== undefined
-        ? (d.wait_points >= 0.05 ? ` = ${d.wait_points.toFixed(1)} points of its duty cycle` : " (under 0.1 points of its duty cycle)") : "",
-      d.idle_wait_ns ? `${d.wait_ns ? ", " : ""}${formatNs(d.idle_wait_ns)} idle before them, already queued (collective wait)` : "",
-      d.waited_for ? [", mostly for ", hostLink(d.waited_for, onHost), d.waited_at ? ` at ${d.waited_at}` : ""]
-        : d.waited_for_device ? [`, mostly for ${d.waited_for_device}`, d.waited_at ? ` at ${d.waited_at}` : ""] : ""))) : null,
+      `${d.name}: `, ...deviceWait(d, onHost)))) : null,
     stragglerLine(c, onHost, onStep),
     joinedTable(c, onHost, onStep),
     h("p", { class: "pd-muted pd-small" },

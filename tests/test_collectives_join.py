@@ -190,3 +190,63 @@ def test_a_hosts_table_travels_through_its_pod_row_whole_and_small():
     assert len(json.dumps(row)) < 1024          # ten instances: a few hundred bytes
     for bad in ({**row, "packed": "!!"}, {**row, "n": N + 1}, {**row, "packed": 3}, "x"):
         assert coll.from_row("host2", {"collectives_table": bad}) is None
+
+
+def _one_process(lead_ns: int, tie_jitter_ns: int) -> coll.HostTable:
+    """One host, four devices of one process, one all-reduce a step: device 0 is ready
+    ``lead_ns`` before the other three, which arrive within ``tie_jitter_ns`` of each other
+    (their ends agree within 10 µs)."""
+    rng = np.random.default_rng(5)
+    t0 = np.arange(N) * STEP + 5 * MS
+    rows = []
+    for d in range(4):
+        arrive = t0 + (0 if d == 0 else lead_ns + rng.integers(0, tie_jitter_ns + 1, N))
+        # their ends agree to some µs: the clock tells apart no closer arrivals than that
+        rows.append((np.full(N, d), arrive, t0 + lead_ns + 2 * MS + rng.integers(0, 10_000, N)))
+    dev = np.concatenate([r[0] for r in rows])
+    start = np.concatenate([r[1] for r in rows])
+    end = np.concatenate([r[2] for r in rows])
+    n = dev.size
+    z = np.zeros(n, np.int64)
+    return coll.HostTable("tpuhost", 0, "tpuhost", [f"TPU {d}" for d in range(4)], ["all-reduce"],
+                          ["all-reduce"], [""], device=dev, key=z, ordinal=np.tile(np.arange(N), 4),
+                          start=start, end=end, step=np.tile(np.arange(N), 4),
+                          span_start=start - MS, idle=np.zeros((n, len(C.ALL)), np.int64),
+                          culprit=np.full(n, -1), step_ids=list(range(N)))
+
+
+def test_devices_arriving_together_are_waited_for_together_and_none_is_named_last():
+    """The TPU sample's card said each device waited "mostly for TPU 2" beside "no participant
+    is consistently the last": where the last arrivals are closer than the clock tells apart,
+    no one of them is last, and the device ready before them waited for all of them."""
+    from tb_perfdiag.analysis.run.view import RunView
+    from tb_perfdiag.render.collectives import host_json
+    j = J.join([_one_process(30 * MS, 2_000)])
+    assert j is not None and not j.resolved.any()
+    for i in range(len(j)):
+        assert j.awaited(i, 0) == [1, 2, 3]
+        assert all(j.awaited(i, c) == [] for c in (1, 2, 3))     # within the clock's margin
+    card = host_json(RunView(j, ST.host_figures(j, {"tpuhost": N})), "tpuhost", None, N)
+    tpu0 = next(d for d in card["devices"] if d["name"] == "TPU 0")
+    assert tpu0["waited_for_together"] == ["TPU 1", "TPU 2", "TPU 3"]
+    assert tpu0["waited_for_device"] is None and tpu0["waited_for"] is None
+    assert all(not d["waited_for_device"] and not d["waited_for_together"]
+               for d in card["devices"] if d["name"] != "TPU 0")
+    assert {d["name"] for d in card["devices"]} == {f"TPU {d}" for d in range(4)}
+    op = card["ops"][0]
+    assert op["together"] == N and op["last_devices"] == {} and op["last_arrivers"] == {}
+    assert op["waited_for"][0]["together"] == ["TPU 1", "TPU 2", "TPU 3"]
+    assert card["device_last_arrivals"] == {} and card["last_arrivals"] == 0
+
+    # one device 3 ms behind the rest is named, alone
+    j = J.join([_late_one(_one_process(30 * MS, 2_000), device=2, by=3 * MS)])
+    assert j.resolved.all()
+    card = host_json(RunView(j, ST.host_figures(j, {"tpuhost": N})), "tpuhost", None, N)
+    assert card["device_last_arrivals"] == {"TPU 2": N}
+    assert all(d["waited_for_device"] == "TPU 2" for d in card["devices"] if d["name"] != "TPU 2")
+
+
+def _late_one(t: coll.HostTable, device: int, by: int) -> coll.HostTable:
+    import dataclasses
+    start = t.start + np.where(t.device == device, by, 0)
+    return dataclasses.replace(t, start=start, end=np.maximum(t.end, start + MS))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..analysis import causes as C
 from ..analysis.collectives.instances import clock_origin_ps
 from ..analysis.run.join import DEVICE_COMPUTE, SAME_CLOCK_NS, Join
 from ..analysis.run.stragglers import LATE_START, NOT_IN_TRACE, per_step_median
@@ -47,7 +48,8 @@ def clocks_json(j) -> list:
 
 
 def clock_note(j) -> str:
-    """The offsets used, in one sentence."""
+    """How the participants' clocks were put on one, in one sentence a reader needs no
+    glossary for."""
     cks = j.clocks or []
     if len(cks) <= 1:
         basis = cks[0]["basis"] if cks else ""
@@ -55,17 +57,22 @@ def clock_note(j) -> str:
                "ends agree": "the instances' ends agree within "
                              f"{duration(SAME_CLOCK_NS)}"}.get(basis, basis)
         res = cks[0]["resolution_ns"] if cks else 0
-        return (f"one clock ({why}): no offset; arrivals order at its ends' agreement "
-                f"({duration(res)})")
-    parts = []
+        return (f"one clock ({why}), so no offset; arrivals closer than {duration(res)} (how "
+                "closely the instances' ends agree) are not ordered")
+    moved, kept = [], []
     for ck in cks:
         who = ", ".join(j.hosts[t] for t in ck["tables"][:3]) + (
             f" and {len(ck['tables']) - 3} more" if len(ck["tables"]) > 3 else "")
-        parts.append(f"{who}: " + (f"{'+' if ck['estimated_ns'] >= 0 else ''}"
-                                   f"{duration(ck['estimated_ns'])} (estimated from the "
-                                   f"instances' ends, residual {duration(ck['residual_ns'])})"
-                                   if ck["applied"] else "no offset"))
-    return f"{len(cks)} clocks; offsets used — " + "; ".join(parts)
+        if ck["applied"]:
+            moved.append(f"{who} by {'+' if ck['estimated_ns'] >= 0 else '−'}"
+                         f"{duration(abs(ck['estimated_ns']))} (give or take "
+                         f"{duration(ck['residual_ns'])})")
+        else:
+            kept.append(who)
+    said = [f"{', '.join(moved)} moved to match the instances' ends"] if moved else []
+    if kept:
+        said.append(f"{'; '.join(kept)} as recorded (no offset)")
+    return f"{len(cks)} clocks: " + "; ".join(said)
 
 
 def late_text(why: dict | None, culprit: str | None = None, participant: str = "participant") -> str:
@@ -147,7 +154,7 @@ def host_json(view: RunView, host: str, diag: Diagnosis | None,
     by_step = _step_peer_wait(view, host, diag, devices)
     stragglers = _stragglers(figs)
     lat = j.lateness[:, cols]
-    mine_last = np.array([last_host[i] == host for i in range(n_i)], bool) & mine
+    mine_last = np.array([last_host[i] == host for i in range(n_i)], bool) & mine & resolved
     return {
         "state": "joined", "host": host, "hosts": len(j.hosts),
         "participants": len(j.participants), "run_instances": n_i,
@@ -186,12 +193,15 @@ def _op_rows(j: Join, host: str, cols, mine, present, wait, transfer, iwait, idl
         who: dict = {}
         last_count: dict = {}
         for i in rows.tolist():
-            last_count[last_host[i]] = last_count.get(last_host[i], 0) + 1
+            # an instance whose last arrival the clocks cannot tell from the next names
+            # no one last: it counts as "together"
+            if resolved[i]:
+                last_count[last_host[i]] = last_count.get(last_host[i], 0) + 1
             # whom its devices waited for, inside the op and idle before it
             for c in cols.tolist():
                 w_c = float(j.wait[i, c] + idle_w[i, c]) if j.present[i, c] else 0.0
-                if w_c > 0 and int(j.last[i]) != c and resolved[i]:
-                    k = (last_host[i], last_label[i] if last_host[i] == host else None)
+                k = _awaited_key(j, host, i, c) if w_c > 0 else ()
+                if k:
                     who[k] = who.get(k, 0.0) + w_c / max(int(present[i].sum()), 1)
         per_step: dict = {}
         for i in rows.tolist():
@@ -206,13 +216,13 @@ def _op_rows(j: Join, host: str, cols, mine, present, wait, transfer, iwait, idl
             "transfer_per_step_ns": int(round(t / n_steps)),
             "wait_share": w / (w + t) if w + t > 0 else None,
             "idle_wait_ns": int(round(float(iwait[rows].sum()))),
-            # ``device``: one of this host's own devices (devices of one process)
-            "waited_for": [{"host": k[0], "wait_ns": int(round(v)), **({"device": k[1]} if k[1] else {})}
+            "waited_for": [{**_awaited_json(k), "wait_ns": int(round(v))}
                            for k, v in sorted(who.items(), key=lambda x: -x[1])[:WAITED_FOR]],
             "last_devices": _count([last_label[i] for i in rows.tolist()
                                     if last_host[i] == host and resolved[i]]),
             "last_arrivers": dict(sorted(last_count.items(), key=lambda x: -x[1])),
             "arrived_last": last_count.get(host, 0),
+            "together": int((~resolved[rows]).sum()),
             "steps": [{"step": s, "wait_ns": int(round(per_step[s]))} for s in worst],
         })
     return ops
@@ -247,6 +257,26 @@ def _stragglers(figs: dict) -> list:
     return stragglers
 
 
+def _awaited_key(j: Join, host: str, i: int, c: int) -> tuple:
+    """Whom participant ``c`` of ``host`` waited for at instance ``i``, as a sorted tuple
+    of (host, device of ``host`` or None): one, several that arrived together, or ()."""
+    h = j.hosts.index(host)
+    return tuple(sorted({(j.hosts[j.participants[p].host],
+                          j.participants[p].device if j.participants[p].host == h else None)
+                         for p in j.awaited(i, c)}, key=lambda x: (x[0], x[1] or "")))
+
+
+def _awaited_json(k: tuple) -> dict:
+    """``{"host", "device"?}`` for one awaited participant (``device``: one of this host's
+    own, devices of one process); several that arrived together are listed in
+    ``together`` by their names (a device of this host by its own)."""
+    if len(k) == 1:
+        return {"host": k[0][0], **({"device": k[0][1]} if k[0][1] else {})}
+    hosts = {x[0] for x in k}
+    return {"host": next(iter(hosts)) if len(hosts) == 1 else None,
+            "together": [d or hname for hname, d in k]}
+
+
 def _count(xs: list) -> dict:
     out: dict = {}
     for x in xs:
@@ -278,17 +308,19 @@ def _devices(j: Join, cols: np.ndarray, diag: Diagnosis | None, n_steps: int = 0
         iw = np.where(pr, iw_all[:, c], 0)
         who: dict = {}
         at: dict = {}
+        host = j.hosts[int(host_of[c])]
         for i in np.flatnonzero((w + iw) > 0).tolist():
-            lp = int(j.last[i])
-            if lp == c:
+            k = _awaited_key(j, host, i, c)
+            if not k:
                 continue
-            # another host by its name; a device of this one by the device's
-            k = (j.hosts[int(host_of[lp])], j.participants[lp].device
-                 if host_of[lp] == host_of[c] else None)
             who[k] = who.get(k, 0) + int(w[i] + iw[i])
             at[j.kinds[i]] = at.get(j.kinds[i], 0) + int(w[i] + iw[i])
         name = j.participants[c].device
         d = _device_id(diag, name)
+        # the device's whole collective-wait idle (its "Idle time by cause" row), of which
+        # ``idle_wait_ns`` is what came before the last participant was ready
+        cw = (int(diag.devices.idle_by_cause[d, C.ALL.index(C.COLLECTIVE_WAIT)]) // 1000
+              if d is not None else None)
         window = None
         if d is not None and diag.devices.ops[d] and diag.devices.hi[d] > diag.devices.lo[d]:
             window = (int(diag.devices.hi[d]) - int(diag.devices.lo[d])) // 1000
@@ -303,8 +335,12 @@ def _devices(j: Join, cols: np.ndarray, diag: Diagnosis | None, n_steps: int = 0
             "transfer_ns": int(np.where(pr, j.transfer[:, c], 0).sum()),
             "window_ns": window,
             "wait_points": 100.0 * total / window if window else None,
-            "waited_for": top[0] if top and top[1] is None else None,
-            "waited_for_device": top[1] if top else None,
+            "collective_wait_idle_ns": cw,
+            "waited_for": top[0][0] if top and len(top) == 1 and top[0][1] is None else None,
+            "waited_for_device": top[0][1] if top and len(top) == 1 else None,
+            # several participants ready within the clocks' margin of each other
+            "waited_for_together": _awaited_json(top)["together"] if top and len(top) > 1
+            else [],
             "waited_at": max(at, key=at.get) if at else None})
     return out
 

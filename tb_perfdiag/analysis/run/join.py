@@ -77,9 +77,25 @@ class Join:
     step_start_excess: np.ndarray | None = None  # where its step began, after the median's
     has_step_start: np.ndarray | None = None
     step_first: np.ndarray | None = None    # the instance lies in each one's first captured step
+    tie_ns: np.ndarray | None = None    # per instance: readiness closer than this is a tie
 
     def __len__(self) -> int:
         return len(self.keys)
+
+    def awaited(self, i: int, c: int) -> list:
+        """The participants ``c`` waited for at instance ``i``: the last one where it leads
+        the next by more than the clocks tell apart; else every participant ready within
+        that margin of the last (they arrived together and no one of them is named). []
+        where ``c`` is one of those itself: what it waited is below the resolution."""
+        last = int(self.last[i])
+        if c == last:
+            return []
+        if self.resolved is None or self.resolved[i] or self.tie_ns is None:
+            return [last]
+        row = self.lateness[i]
+        ok = self.present[i] if self.present is not None else np.ones(row.shape, bool)
+        tied = np.flatnonzero(ok & (row >= row[last] - self.tie_ns[i]))
+        return [] if c in tied else tied.tolist()
 
     def devices_of(self, host: str, names: list) -> list:
         """[(participant column, index in ``names``, the instances it has)] of ``host``'s
@@ -190,7 +206,7 @@ def join(tables: list) -> Join | None:
                 int(round(across)), idle_wait=idle_wait, second=second_p, lead=lead,
                 clock_of=clock_of, clocks=clocks, idle_excess=ex, busy_excess=exb,
                 span_start_excess=exs, step_start_excess=ext, has_step_start=has_t0,
-                step_first=_first_step(tables, host_of, step))
+                step_first=_first_step(tables, host_of, step), tie_ns=thr)
 
 
 def _sequences(tables: list, base: int) -> tuple:
