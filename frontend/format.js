@@ -60,15 +60,16 @@ export function causeColor(cause) {
 }
 
 /** Nanoseconds → text by the one unit rule of every face (tb_perfdiag/units.py writes the
- *  same): whole ns below 1 µs, µs below 1 ms, ms below 10 s, s above, three significant
- *  digits: 1234567 → "1.23 ms", 3379400000 → "3379 ms" (never beside "1.75 s"). */
+ *  same): whole ns below 1 µs, µs below 1 ms, ms below 1 s, s above, three significant
+ *  digits: 1234567 → "1.23 ms", 3379400000 → "3.38 s" (never "3379 ms"). */
 export function formatNs(ns) {
   if (ns === null || ns === undefined || Number.isNaN(Number(ns))) return "–";
   const v = Number(ns);
   const a = Math.abs(v);
-  const units = [[1e10, 1e9, "s"], [1e6, 1e6, "ms"], [1e3, 1e3, "µs"]];
+  const units = [[1e9, 1e9, "s"], [1e6, 1e6, "ms"], [1e3, 1e3, "µs"]];
   for (const [at, scale, unit] of units) {
-    if (a >= at) return `${sig3(v / scale)} ${unit}`;
+    // what rounds up to a thousand of the smaller unit is written in this one
+    if (a >= at * 0.9995) return `${sig3(v / scale)} ${unit}`;
   }
   return `${v.toFixed(0)} ns`;      // whole nanoseconds: never "0.00 ns"
 }
@@ -93,10 +94,12 @@ export function laneText(label) {
 }
 
 function sig3(x) {
-  const a = Math.abs(x);
-  if (a >= 100) return x.toFixed(0);
-  if (a >= 10) return x.toFixed(1);
-  return x.toFixed(2);
+  // three digits of the value as rounded: 9.999 is "10.0", never "10.00"
+  for (const places of [2, 1]) {
+    const t = x.toFixed(places);
+    if (Math.abs(Number(t)) < 10 ** (3 - places)) return t;
+  }
+  return x.toFixed(0);
 }
 
 /** 0.0117 → "1.2%". */

@@ -6,12 +6,14 @@ import math
 
 from tb_perfdiag.units import duration, duration_ps
 
-# (ns, text): whole ns below 1 µs, µs below 1 ms, ms below 10 s, s above, three
+# (ns, text): whole ns below 1 µs, µs below 1 ms, ms below 1 s, s above, three
 # significant digits (the whole part at least)
 CASES = [
     (0, "0 ns"), (640, "640 ns"), (999, "999 ns"), (1500, "1.50 µs"), (101_000, "101 µs"),
-    (1_234_567, "1.23 ms"), (12_345_678, "12.3 ms"), (1_750_000_000, "1750 ms"),
-    (3_379_400_000, "3379 ms"), (9_999_000_000, "9999 ms"), (10_000_000_000, "10.0 s"),
+    (1_234_567, "1.23 ms"), (12_345_678, "12.3 ms"), (1_750_000_000, "1.75 s"),
+    (3_379_400_000, "3.38 s"), (6_525_000_000, "6.53 s"), (9_999_000_000, "10.0 s"),
+    (999_000_000, "999 ms"), (999_600_000, "1.00 s"), (999_400_000, "999 ms"), (999_700, "1.00 ms"), (1_000_000_000, "1.00 s"),
+    (10_000_000_000, "10.0 s"),
     (125_000_000_000, "125 s"), (1_125_000, "1.13 ms"), (-2_500_000, "-2.50 ms"),
     (None, "–"), (math.nan, "–"),
 ]
@@ -20,12 +22,12 @@ CASES = [
 def test_the_unit_rule():
     for ns, text in CASES:
         assert duration(ns) == text, (ns, duration(ns))
-    assert duration_ps(3_379_400_000_000) == "3379 ms" and duration_ps(None) == "–"
+    assert duration_ps(3_379_400_000_000) == "3.38 s" and duration_ps(None) == "–"
 
 
 def test_no_face_writes_ms_beside_s():
-    """Within 10 s every figure is in ms, so "3379.4 ms" beside "1.75 s" cannot happen:
-    the text renderers and the findings' prose all take their durations from units."""
+    """No face writes its own units ("3379.4 ms" beside "1.75 s"): the text renderers and
+    the findings' prose all take their durations from units."""
     import os
     import re
     from conftest import ROOT
