@@ -83,7 +83,7 @@ def test_tensorflow_run_speaks_of_what_the_user_can_change(laptop, tb_newcomer, 
     _loaded(frame, tf + "|", 180000)
     titles = frame.eval_on_selector_all(".pd-finding b", "bs => bs.map(b => b.textContent)")
     assert sum("waiting to run" in t for t in titles) <= 1, titles
-    assert any(t.startswith("The runtime's queue") for t in titles), titles
+    assert any(t.startswith("Work already queued on the device") for t in titles), titles
     heads = frame.eval_on_selector_all("#pd-device-ops-table th", "ts => ts.map(t => t.textContent)")
     assert "Host op" not in heads and frame.locator("#pd-ops-one-host").count() == 1
     labels = frame.evaluate("() => JSON.parse(document.getElementById('pd-timeline').dataset.lanes || '[]')")

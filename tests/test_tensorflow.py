@@ -248,7 +248,7 @@ def test_waits_in_the_runtimes_queue_are_one_finding(name):
         assert q["op_count"] >= 2 and len(q["ops"]) == min(q["op_count"], 20)
         assert len(set(q["ops"])) == len(q["ops"])
         assert q["ops_ns"] == sorted(q["ops_ns"], reverse=True)
-        assert f["title"].startswith("The runtime's queue")
+        assert f["title"].startswith("Work already queued on the device")
         # its time: the device-side wait of these gaps on the device, never more than the
         # device's idle in that cause, and at least its largest op's
         dev = next(x for x in d["devices"] if x["name"] == f["device"])

@@ -92,6 +92,7 @@ def _gap_families(trace, diag, G, ctx, fw, applied, n_steps, typical_step, add) 
 
 
 QUEUE_LABEL = "the runtime's queue"
+QUEUE_SUBJECT = "Work already queued on the device"
 
 
 # what each kind of start-up is called in a title
@@ -265,11 +266,15 @@ def _family_finding(trace, diag, G, ci, cause, kind, sig, rs, fw, applied, n_ste
         subject = f"{C.LABELS[cause]} in {others[0]} other place(s)"
         what = "largest: " + "; ".join(_short(n) for n in others[1][:2] if n)
     elif queue:
-        subject = "The runtime's queue" + (f" ({_short(' › '.join(ops), 60)})" if ops else "")
+        # the runtime's own frames name where the work was issued, not what to change
+        subject = QUEUE_SUBJECT + (f" (issued by {_short(ops[-1], 60)})" if ops else "")
         n_ops = len(queue["ops"])
         # a readable title: two ops named (the rest are in runtime_queue and the detail)
-        what = (f"{n_ops} ops waited to run, most " +
-                ", ".join(_short(o, 40) for o in queue["ops"][:2]) + (" …" if n_ops > 2 else ""))
+        named = [_short(o, 40) for o in queue["ops"][:2]]
+        more = n_ops - len(named)
+        what = (" and ".join(named) if not more else ", ".join(named) +
+                f" and {more} more op{'s' if more > 1 else ''}") + \
+            " waited to run"
         label = ""
     else:
         # the autograd engine's "evaluate_function: X" around X says X twice

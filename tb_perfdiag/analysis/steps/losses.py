@@ -12,6 +12,9 @@ import numpy as np
 from ..result import Diagnosis, OpClass
 
 
+NEGLIGIBLE = 1e-4   # of the typical step: a per-step part below this is no rate worth saying
+
+
 @dataclass
 class DeviceLosses:
     per_step: np.ndarray    # (n_dev, n_causes) float64 ps: mean idle per typical step
@@ -34,6 +37,12 @@ def device_losses(diag: Diagnosis) -> DeviceLosses:
     # op counts in a step): the typical steps' part is capped at the device's total
     inside = np.minimum(inside, total)
     per = inside / k if k else np.zeros(total.shape)
+    # a loss paid mostly once whose per-step part is a trace of the step (1 ns of a 784 ms
+    # step) is said once: "5369 ms once", not "1 ns per step, 5369 ms once"
+    step = S.typical_step_ps() or 0.0
+    trace = (per < NEGLIGIBLE * step) & (total - inside > inside)
+    inside = np.where(trace, 0, inside)
+    per = np.where(trace, 0.0, per)
     return DeviceLosses(per, total - inside, k)
 
 
