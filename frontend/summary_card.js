@@ -43,7 +43,8 @@ export const SummaryCard = {
     // with collectives, the largest loss waits for their answer: a headline said before it
     // would change under the reader's eyes ("3.6 points idle" → "77 points waiting")
     const waiting = hasCollectives(d) && (!coll || coll.state === "pending");
-    const hl = headline(dev, coll, nSteps, { duty: overSteps(dev) ? dev.steps_window.duty_cycle : dev.duty_cycle, waiting });
+    const hl = headline(dev, coll, nSteps, { duty: overSteps(dev) ? dev.steps_window.duty_cycle : dev.duty_cycle, waiting,
+      typicalNs: d.typical_step_ns });
     const peer = hl && (hl.loss && hl.loss.kind === "peer_wait" ? hl.loss : null);
     const top = findings.filter((f) => f.top !== false).slice(0, 6).map((f) => this.findingItem(f));
     if (peer) {   // busy time, so no finding of the server's: listed where its size ranks it

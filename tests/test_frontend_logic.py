@@ -32,7 +32,7 @@ def js(tb_demo):
             return pg.evaluate(
                 "async ([base, body, arg]) => {"
                 " const m = {};"
-                " for (const n of ['state', 'format', 'steps_chart', 'timeline', 'api', 'annotations', 'compare', 'compare_runs', 'collectives', 'view_trend', 'trend_chart'])"
+                " for (const n of ['state', 'format', 'steps_chart', 'timeline', 'api', 'annotations', 'compare', 'compare_runs', 'collectives', 'view_trend', 'trend_chart', 'headline'])"
                 "   m[n] = await import(base + n + '.js');"
                 " return await (new Function('m', 'arg', body))(m, arg); }",
                 [base, body, arg])
@@ -323,3 +323,24 @@ def test_trend_layout_leaves_a_flagged_capture_out_of_the_lines(js):
     assert js("return [m.trend_chart.stepRange({first_step: 11, steps: 6}), m.trend_chart.stepRange({first_step: null, steps: 0}),"
               " m.trend_chart.captureTime('2026-11-30T00:53:20Z', false), m.trend_chart.captureTime('2026-11-30T00:53:20Z', true)]") == \
         ["steps 11–16", "", "00:53:20", "11-30 00:53"]
+
+
+def test_a_loss_per_step_names_the_devices_own_step_where_it_is_not_the_hosts(js):
+    """Issue 63: "43 points idle (2.85 ms per step)" beside a 5.98 ms typical step read as
+    47.7 %: the device's own step (6.57 ms: it runs behind the host) is named, so the points
+    and the figure per step agree; where the two steps agree within 3 % nothing is added."""
+    from tb_perfdiag.testing import invariants as I
+    body = """const dev = (w) => ({ id: 0, ops: 5, duty_cycle: 0.56, step_window_ns: w,
+                    steps_window: { window_ns: 5 * 6570000 },
+                    idle_by_cause_ns: { data_loading: 14250000 },
+                    idle_per_step_ns: { data_loading: 2850000 }, idle_once_ns: {} });
+              return [m.headline.headline(dev(6570000), null, 5, { typicalNs: 5980000 }).text,
+                      m.headline.headline(dev(6000000), null, 5, { typicalNs: 5980000 }).text,
+                      m.headline.headline(dev(6570000), null, 5).text];"""
+    own, near, unknown = js(body)
+    assert own == "duty 56% — 43 points idle in data loading / input (2.85 ms of its 6.57 ms per step)"
+    assert I.points_agree(own, 5.98e6) == [] and I.per_step_over_step(own, 5.98e6) == []
+    assert near.endswith("(2.85 ms per step)") and unknown.endswith("(2.85 ms per step)")
+    # the check says when the two disagree
+    assert I.points_agree("duty 56% — 43 points idle in data loading / input (2.85 ms per step)",
+                          5.98e6)

@@ -37,6 +37,8 @@ def devices_json(diag: Diagnosis) -> list:
                     # the one split of each loss every face says: per typical step, once
                     "idle_per_step_ns": _by_cause(L.per_step[d]),
                     "idle_once_ns": _by_cause(L.once[d]),
+                    "step_window_ns": (ns(L.step_window[d]) if L.step_window is not None
+                                       and L.step_window[d] > 0 else None),
                     "small_gaps": {"count": int(D.small_count[d]),
                                    "total_ns": ns(D.small_total[d])},
                     "steps_window": _steps_window(D, d, busy,

@@ -16,7 +16,11 @@ NEGATIVE = re.compile(r"(?<![\w)])[-−]\d[\d.,]*\s?(?:ns|µs|ms|s)\b")
 _UNIT = {"ns": 1.0, "µs": 1e3, "ms": 1e6, "s": 1e9}
 _DUR = r"(\d[\d,]*(?:\.\d+)?)\s?(ns|µs|ms|s)\b"
 # a loss said per step on the page or in the CLI: "2.85 ms per step", "19.9 ms/step"
-PER_STEP = re.compile(_DUR + r"\s?(?:per step|/step|per typical step|lost per step)")
+# ("2.85 ms of its 6.57 ms per step": the 6.57 ms is the device's own step, no loss)
+PER_STEP = re.compile(r"(?<!of its )(?<![\d.,])" + _DUR + r"\s?(?:per step|/step|per typical step|lost per step)")
+# a headline's loss in points of its window beside its figure per step
+HEAD_POINTS = re.compile(r"(\d+(?:\.\d+)?) points idle in [^(]*\(" + _DUR + r" (?:of its " + _DUR
+                         + r" )?per step(, [^)]*once)?\)")
 TYPICAL = re.compile(r"(?:typical step|Typical step)[^\d\n]{0,40}?" + _DUR)
 # a rounding step of three significant digits, and a device's step window reaching a
 # little past the host's step (its last op ends after the host moved on)
@@ -48,6 +52,24 @@ def per_step_over_step(text: str, step_ns: float | None = None) -> list:
         if v > SLACK * step_ns:
             out.append(f"{text[max(0, m.start() - 80):m.end()]!r} > step {step_ns / 1e6:.3g} ms")
     return out
+
+
+def points_agree(headline: str, step_ns: float) -> list:
+    """A headline's "43 points idle in X (2.85 ms of its 6.57 ms per step)" says the
+    points its two durations make (the device's own step where it names one, else the
+    typical step ``step_ns``): one value of one figure.  A loss also paid once has points
+    over the whole window and is not held to it."""
+    m = HEAD_POINTS.search(headline or "")
+    if not m or m.group(6) or not step_ns:
+        return []
+    per = ns_of(m.group(2), m.group(3))
+    window = ns_of(m.group(4), m.group(5)) if m.group(4) else step_ns
+    points, want = float(m.group(1)), 100.0 * per / window
+    # rounding of three significant digits, and the 3 % a window may differ unsaid
+    if abs(points - want) > 1.0 + 0.04 * want:
+        return [f"{headline!r}: {points:g} points, but {m.group(2)} {m.group(3)} of a "
+                f"{window / 1e6:.3g} ms step is {want:.1f}"]
+    return []
 
 
 def _window_per_typical_step(doc: dict, dev: str) -> float:

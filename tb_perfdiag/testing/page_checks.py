@@ -65,6 +65,7 @@ def problems(p: dict) -> list:
         out.append(f"typical step shown {p['typical']!r}, the diagnosis' {duration(step)!r}")
     if step:
         out += [f"headline: {x}" for x in I.per_step_over_step(p["headline"], step)]
+        out += [f"headline: {x}" for x in I.points_agree(p["headline"], step)]
     out += [f"diagnosis: {x}" for x in I.diagnosis(doc)]
     m = _HEAD.match(p["headline"] or "")
     prim = doc.get("primary_device")

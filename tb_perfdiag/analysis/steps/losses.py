@@ -20,6 +20,10 @@ class DeviceLosses:
     per_step: np.ndarray    # (n_dev, n_causes) float64 ps: mean idle per typical step
     once: np.ndarray        # (n_dev, n_causes) int64 ps: idle outside the typical steps
     typical_steps: int      # how many steps the per-step figures average over
+    # (n_dev,) float64 ps: each device's own window per typical step (its step windows'
+    # mean), what its per-step losses are parts of; it differs from the host's typical
+    # step where the device runs behind the host (None without steps)
+    step_window: np.ndarray | None = None
 
 
 def device_losses(diag: Diagnosis) -> DeviceLosses:
@@ -29,7 +33,7 @@ def device_losses(diag: Diagnosis) -> DeviceLosses:
     total = np.asarray(D.idle_by_cause, np.int64)
     n_dev = total.shape[0]
     if not len(S) or S.idle_by_cause.shape[1] != n_dev:
-        return DeviceLosses(np.zeros(total.shape), total.copy(), 0)
+        return DeviceLosses(np.zeros(total.shape), total.copy(), 0, None)
     typ = S.typical()
     k = int(typ.sum())
     inside = np.asarray(S.idle_by_cause, np.int64)[typ].sum(axis=0) if k else np.zeros_like(total)
@@ -43,7 +47,9 @@ def device_losses(diag: Diagnosis) -> DeviceLosses:
     trace = (per < NEGLIGIBLE * step) & (total - inside > inside)
     inside = np.where(trace, 0, inside)
     per = np.where(trace, 0.0, per)
-    return DeviceLosses(per, total - inside, k)
+    win = np.maximum(np.asarray(S.win_end, np.int64) - np.asarray(S.win_start, np.int64), 0)
+    window = win[typ].sum(axis=0) / k if k else None
+    return DeviceLosses(per, total - inside, k, window)
 
 
 def compute_devices(diag: Diagnosis) -> np.ndarray:
