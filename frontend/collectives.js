@@ -4,7 +4,7 @@
 // when there is no such figure, why (the other hosts still being analysed, the others not
 // captured, another capture than the run's). The page only renders.
 import { h } from "./dom.js";
-import { causeColor, formatNs, formatPct } from "./format.js";
+import { causeColor, formatNs, formatPct, formatWait } from "./format.js";
 
 /** "duty 66% — 59 points waiting for worker7 at send-recv" for device `id` (null: none). */
 export function dutyWaitText(coll, id) {
@@ -121,8 +121,8 @@ function joinedTable(c, onHost, onStep) {
     h("tbody", {}, (c.ops || []).map((o) => h("tr", { "data-op": o.op },
       h("th", { scope: "row", title: (o.keys || []).join("\n") }, o.op),
       h("td", { class: "pd-num" }, String(o.instances)),
-      h("td", { class: "pd-num pd-coll-wait" }, formatNs(o.wait_ns)),
-      h("td", { class: "pd-num" }, formatNs(o.wait_per_step_ns)),
+      h("td", { class: "pd-num pd-coll-wait" }, formatWait(o.wait_ns)),
+      h("td", { class: "pd-num" }, formatWait(o.wait_per_step_ns)),
       h("td", { class: "pd-num" }, formatNs(o.transfer_ns)),
       h("td", { class: "pd-num" }, o.wait_share === null ? "–" : h("span", { class: "pd-coll-share", title: "peer wait / (peer wait + transfer)" },
         h("span", { class: "pd-coll-bar", "aria-hidden": "true" }, h("span", { style: { width: `${100 * o.wait_share}%` } })), ` ${formatPct(o.wait_share)}`)),
@@ -210,7 +210,7 @@ export function renderCollectives(el, c, { onHost, onStep }) {
         ? h("div", { class: "pd-stat" }, h("span", { class: "pd-stat-value", id: "pd-coll-peer-wait" }, formatNs((c.peer_wait_ns || 0) + (c.idle_wait_ns || 0))),
           h("span", { class: "pd-stat-label" }, `waiting for peers per step, the mean over this host's devices: ${formatNs(c.idle_wait_ns)} idle before the ops, already queued (collective wait), ` +
             `and ${formatNs(c.peer_wait_ns)} of busy time inside them (${formatNs(c.idle_wait_total_ns + (c.peer_wait_total_ns || 0))} over the capture)`))
-        : h("div", { class: "pd-stat" }, h("span", { class: "pd-stat-value", id: "pd-coll-peer-wait" }, formatNs(c.peer_wait_ns)),
+        : h("div", { class: "pd-stat" }, h("span", { class: "pd-stat-value", id: "pd-coll-peer-wait" }, formatWait(c.peer_wait_ns)),
           h("span", { class: "pd-stat-label" }, `peer wait per step (${formatNs(c.peer_wait_total_ns)} over the capture), busy time spent waiting for the last participant`)),
       h("div", { class: "pd-stat" }, h("span", { class: "pd-stat-value" }, formatNs(c.transfer_total_ns)),
         h("span", { class: "pd-stat-label" }, "transfer over the capture (the rest of the collective time)")),

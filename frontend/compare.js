@@ -6,7 +6,7 @@
 // Click a row to open that host.
 import { getJSON } from "./api.js";
 import { h } from "./dom.js";
-import { causeColor, causeLabel, cut, formatNs, formatPct, formatShare, fullTitle, plural, squeeze } from "./format.js";
+import { causeColor, causeLabel, cut, formatNs, formatPct, formatShare, formatWait, fullTitle, plural, squeeze } from "./format.js";
 import { stepStats } from "./steps_chart.js";
 import { hostPeerLoss } from "./headline.js";
 
@@ -136,7 +136,7 @@ export class CompareHosts {
     const clocks = Object.entries(c.clock_offsets || {}).filter(([, o]) => o.applied);
     return h("p", { class: "pd-small pd-pod-collectives", id: "pd-pod-collectives" },
       h("b", {}, `${c.instances} collective instances`), ` matched across ${c.hosts} hosts (${c.participants} devices)`,
-      ops.length ? [": ", ops.map(([k, o], i) => [i ? "; " : "", `${k} ×${o.count}: peer wait ${formatNs(o.wait_ns)}, transfer ${formatNs(o.transfer_ns)} (per participant, over the capture)`])] : "",
+      ops.length ? [": ", ops.map(([k, o], i) => [i ? "; " : "", `${k} ×${o.count}: peer wait ${formatWait(o.wait_ns)}, transfer ${formatNs(o.transfer_ns)} (per participant, over the capture)`])] : "",
       last.length ? `. Last to arrive: ${last.map(([k, n]) => `${k} ×${n}`).join(", ")}` : "",
       `. Clocks: ${c.clock_noisy ? "too noisy to order arrivals" : clocks.length ? `offsets applied to ${clocks.map(([k, o]) => `${k} (${formatNs(o.estimated_ns)})`).join(", ")}` : "aligned (no offset needed)"}.`,
       (c.unmatched || []).length ? ` ${c.unmatched.length} sequence(s) could not be matched on every participant.` : "",
@@ -146,15 +146,13 @@ export class CompareHosts {
   row(r) {
     const pick = () => this.onPick(r.host);
     const devNames = this.devNames;
-    const width = devNames.length + 6 + (this.spans ? 1 : 0) + (this.peers ? 3 : 0) + (this.mfus ? 1 : 0);
+    const width = devNames.length + 6 + (this.peers ? 3 : 0) + (this.mfus ? 1 : 0);
     let cells;
     if (r.status === "pending") cells = [h("td", { colspan: String(width), class: "pd-muted" }, "Analysing…")];
     else if (r.status !== 200) cells = [h("td", { colspan: String(width), class: "pd-error-msg" }, squeeze(r.error || `HTTP ${r.status}`, 80, 500))];
     else {
       const devs = r.devices || [];
       cells = [
-        // the capture analysed (the span rule: each worker's latest), by its capture time
-        this.spans ? h("td", { class: "pd-capture", "data-span": r.span || "" }, this.spanLabel(r.host, r.span)) : null,
         h("td", { class: "pd-num", title: devs.map((d) => `${d.name}: ${formatPct(d.duty_cycle)}`).join("\n") }, formatPct(r.duty_cycle),
           r.peer_wait_points ? h("span", { class: "pd-small pd-duty-wait-cell", title: "busy time spent waiting for peers at collectives, in points of the duty cycle" },
             ` — ${r.peer_wait_points.toFixed(0)} pts waiting`) : null),
@@ -181,7 +179,12 @@ export class CompareHosts {
     return h("tr", { class: "pd-compare-row" + (r.host === this.current ? " selected" : "") + (r.straggler ? " straggler" : ""),
       "data-host": r.host, tabindex: "0", role: "button", "aria-label": `Open host ${r.host}`, onclick: pick,
       onkeydown: (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); pick(); } } },
-    h("th", { scope: "row", title: fullTitle(r.host, 80) }, cut(r.host, 80)), cells.flat());
+    h("th", { scope: "row", title: fullTitle(r.host, 80) }, cut(r.host, 80),
+      // the capture analysed (the span rule: each worker's latest), by its capture time: under
+      // the host's name, not a column of its own (an 8-rank table fits 1,600 px)
+      this.spans && r.status === 200 ? h("span", { class: "pd-capture pd-muted pd-small", "data-span": r.span || "",
+        title: "The capture analysed: each worker's latest unless one is chosen (the same rule as the host page and the API)" },
+      this.spanLabel(r.host, r.span)) : null), cells.flat());
   }
 
   /** Peer wait / step (with whom it waited for most), last arrivals, lateness. */
@@ -189,7 +192,7 @@ export class CompareHosts {
     const who = Object.entries(r.waited_for || {})[0];
     return [
       h("td", { class: "pd-num pd-peer-wait", title: who ? `waited mostly for ${who[0]} (${formatNs(who[1])} over the capture)` : "" },
-        r.peer_wait_ns === undefined || r.peer_wait_ns === null ? "–" : formatNs(r.peer_wait_ns),
+        r.peer_wait_ns === undefined || r.peer_wait_ns === null ? "–" : formatWait(r.peer_wait_ns),
         who ? h("span", { class: "pd-muted pd-small" }, ` for ${cut(who[0], 24)}`) : null),
       h("td", { class: "pd-num pd-last-arrivals" }, r.last_arrivals === undefined ? "–" : `${r.last_arrivals} of ${this.instances}`),
       h("td", { class: "pd-num pd-lateness", title: "median lateness against the median arrival, over the instances it arrived last to" },
@@ -218,7 +221,6 @@ export class CompareHosts {
       `${causeLabel(c.cause)} (top cause of ${c.hosts_top_cause})`)));
     const table = h("table", { class: "pd-compare-table" },
       h("thead", {}, h("tr", {}, this.sortHeader("Host", "host"),
-        this.spans ? h("th", { scope: "col", title: "The capture analysed: each worker's latest unless one is chosen (the same rule as the host page and the API)" }, "Capture") : null,
         this.sortHeader("Duty cycle", "duty_cycle"),
         this.devNames.map((n) => h("th", { scope: "col" }, `${n} duty cycle`)),
         this.mfus ? this.sortHeader("MFU", "mfu") : null,
@@ -264,7 +266,7 @@ export class CompareHosts {
     this.slot.append(h("section", { class: "pd-card pd-compare", "aria-label": "Compare hosts", "data-complete": done && d ? "1" : null },
       h("div", { class: "pd-row" }, h("h2", {}, `Hosts of ${this.run}`),
         this.pinned ? null : h("button", { class: "pd-link-btn", onclick: () => { this.close(); document.getElementById("pd-compare")?.setAttribute("aria-expanded", "false"); } }, "Close")),
-      h("p", { class: "pd-muted pd-small" }, "Whole-trace numbers per host; typical step = median step; idle / step and the causes' shares are of a typical step. Click a host to open it."),
+      h("p", { class: "pd-muted pd-small" }, "Whole-trace numbers per host; typical step: the mean of the steps that neither compile nor last 1.5× the median; idle / step and the causes' shares are of a typical step. Under each host, the capture analysed. Click a host to open it."),
       status, callout, collLine, median, pager, table));
   }
 }

@@ -74,6 +74,11 @@ export function formatNs(ns) {
   return `${v.toFixed(0)} ns`;      // whole nanoseconds: never "0.00 ns"
 }
 
+/** A wait: "none" where it is zero (a straggler waits for no one), never "0 ns". */
+export function formatWait(ns) {
+  return Number(ns) === 0 ? "none" : formatNs(ns);
+}
+
 /** "3 steps", "1 step". */
 export function plural(n, word, many = word + "s") {
   return `${n} ${n === 1 ? word : many}`;

@@ -5,6 +5,9 @@
 import { h } from "./dom.js";
 import { cut, formatNs, formatPct, formatShare, formatSi } from "./format.js";
 
+// a 10 px label's character, wide enough for its widest (digits, capitals)
+const CHAR_PX = 6.2;
+
 const SVG = "http://www.w3.org/2000/svg";
 const W = 560, H = 300, L = 58, R = 12, T = 12, B = 36;
 
@@ -80,17 +83,23 @@ export function renderRoofline(container, roof, { deviceName = "", onPoint = nul
     transform: `rotate(-90 12 ${(T + H - B) / 2})` }, "FLOP/s"));
   // the roofs: bandwidth × intensity up to the ridge point, the peak beyond it
   const xa = 10 ** x0, xb = 10 ** x1;
+  const peakText = `peak ${formatSi(peak, "FLOP/s")}${roof.dtype ? ` ${roof.dtype}` : ""}` + (bw > 0 ? `, ${formatSi(bw, "B/s")}` : "");
   if (ridge) {
     const xl = Math.max(xa, 10 ** y0 / bw);
     svg.append(el("polyline", { class: "pd-roof", fill: "none", stroke: "#c0392b", "stroke-width": 2,
       points: `${X(xl)},${Y(xl * bw)} ${X(ridge)},${Y(peak)} ${X(xb)},${Y(peak)}` }));
-    svg.append(el("text", { x: X(ridge) - 4, y: Y(peak) - 4, "text-anchor": "end", "font-size": 10, fill: "#c0392b" }, `ridge ${sig(ridge)} FLOP/B`));
+    // the ridge's label sits left of the ridge, above the roof, unless the peak's label
+    // (right-aligned on the same line) would reach it: it then goes under the flat roof
+    const ridgeText = `ridge ${sig(ridge)} FLOP/B`;
+    const peakLeft = W - R - 4 - CHAR_PX * peakText.length;
+    const clash = peakLeft < X(ridge) + 4;
+    svg.append(el("text", { class: "pd-roof-ridge", x: clash ? X(ridge) + 4 : X(ridge) - 4, y: clash ? Y(peak) + 13 : Y(peak) - 4,
+      "text-anchor": clash ? "start" : "end", "font-size": 10, fill: "#c0392b" }, ridgeText));
   } else {
     svg.append(el("line", { class: "pd-roof", x1: X(xa), x2: X(xb), y1: Y(peak), y2: Y(peak), stroke: "#c0392b", "stroke-width": 2 }));
   }
   // the flat roof says what it is: the peak and its dtype
-  svg.append(el("text", { class: "pd-roof-peak", x: W - R - 4, y: Y(peak) - 4, "text-anchor": "end", "font-size": 10, fill: "#c0392b" },
-    `peak ${formatSi(peak, "FLOP/s")}${roof.dtype ? ` ${roof.dtype}` : ""}` + (bw > 0 ? `, ${formatSi(bw, "B/s")}` : "")));
+  svg.append(el("text", { class: "pd-roof-peak", x: W - R - 4, y: Y(peak) - 4, "text-anchor": "end", "font-size": 10, fill: "#c0392b" }, peakText));
   const maxT = Math.max(1, ...pts.map((p) => p.total_ns));
   for (const p of [...pts].sort((a, b) => b.total_ns - a.total_ns)) {
     const c = el("circle", { class: "pd-roof-point", cx: X(p.intensity), cy: Y(p.flops_per_s),

@@ -109,7 +109,7 @@ def test_the_hosts_view_has_peer_wait_last_arrivals_and_lateness(page, tb_ranks,
     assert rows["rank2"]["straggler"] and not any(v["straggler"] for k, v in rows.items() if k != "rank2")
     assert rows["rank2"]["last"] == f"{STEPS} of {STEPS}" and rows["rank0"]["last"] == f"0 of {STEPS}"
     assert rows["rank0"]["wait"].startswith("600 µs") and "for rank2" in rows["rank0"]["wait"]
-    assert rows["rank2"]["wait"].startswith("0 ns")
+    assert rows["rank2"]["wait"].startswith("none")     # the straggler waits for no one
     assert frame.locator(".pd-compare-row").first.get_attribute("data-host") == "rank2"   # straggler first
     line = frame.inner_text("#pd-pod-collectives")
     assert f"{STEPS} collective instances" in line and "Last to arrive: rank2" in line

@@ -19,6 +19,7 @@ from test_browser import (Console, browser, choose_run, open_diagnose, page,  # 
                           wait_timeline_fetches)
 
 SYN = os.path.join(TESTDATA, "synthetic", "logdir")
+DLRM = os.path.join(SHARED, "public", "param", "et_replay", "tests", "inputs", "dlrm_kineto")
 TPU4 = os.path.join(SHARED, "public", "xprof", "xprof", "convert", "test_xplanes",
                     "tpu_inference_2.xplane.pb")
 
@@ -292,9 +293,32 @@ def tb_pages(tmp_path_factory):
         dst = ld / "tpu4" / "plugins" / "profile" / "2024_01_01_00_00_00"
         dst.mkdir(parents=True)
         shutil.copy(TPU4, dst / "tpuhost.xplane.pb")
+    if os.path.isdir(DLRM):
+        shutil.copytree(DLRM, ld / "dlrm8")
     tb = TensorBoard(ld)
     yield tb
     tb.stop()
+
+
+def test_the_8_rank_hosts_table_fits_1600_px(browser, tb_pages, artifacts_dir):
+    """Issue 63: the 8-rank DLRM hosts table was wider than 1,600 px (a capture column, the
+    causes on one line): each host's capture is under its name, the causes wrap between
+    their chips, and the table fits the card at 1,600 px."""
+    if not os.path.isdir(DLRM):
+        pytest.skip(f"real traces not available ({DLRM} is absent; they live in ../shared/traces)")
+    name = run_named(tb_pages, "dlrm8")["run"]
+    ctx = browser.new_context(viewport={"width": 1600, "height": 1000})
+    pg = ctx.new_page()
+    frame = open_diagnose(pg, tb_pages, f"&p.perfdiag.run={urllib.parse.quote(name)}")
+    frame.wait_for_selector(".pd-compare[data-complete]", timeout=240000)
+    assert frame.locator(".pd-compare-row").count() == 8
+    table, card = frame.evaluate("() => { const t = document.querySelector('.pd-compare-table');"
+                                 " return [t.scrollWidth, t.parentElement.clientWidth]; }")
+    assert table <= card + 1, (table, card)
+    assert frame.locator(".pd-compare-row th .pd-capture").count() == 8
+    _fits(pg, frame)
+    pg.screenshot(path=os.path.join(artifacts_dir, "hosts-8-ranks-1600.png"))
+    ctx.close()
 
 
 def _fits(pg, frame):

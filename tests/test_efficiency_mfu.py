@@ -335,6 +335,12 @@ def test_browser_waterfall_and_roofline(tmp_path, artifacts_dir):
             # labelled, the achieved MFU in the legend however small its part
             assert "918 TFLOP/s bf16, from the trace" in frame.inner_text(".pd-mfu-stat")
             assert "peak 918 TFLOP/s bf16" in frame.text_content("#pd-roofline .pd-roof-peak")
+            # the ridge's label and the peak's are drawn apart (they once sat on each other)
+            boxes = frame.evaluate("() => ['.pd-roof-ridge', '.pd-roof-peak'].map((s) => {"
+                                   " const b = document.querySelector('#pd-roofline ' + s).getBBox();"
+                                   " return [b.x, b.y, b.x + b.width, b.y + b.height]; })")
+            (a0, a1, a2, a3), (b0, b1, b2, b3) = boxes
+            assert a2 <= b0 or b2 <= a0 or a3 <= b1 or b3 <= a1, boxes
             assert "achieved MFU" in frame.inner_text("#pd-efficiency .pd-wf-legend")
             tips = " ".join(frame.locator("#pd-roofline .pd-roof-point title").all_text_contents())
             assert "FLOP/s" in tips and not re.search(r"\de[+-]\d", tips + text), tips
