@@ -65,8 +65,8 @@ function tiedLine(c) {
   return h("p", { class: "pd-stragglers", id: "pd-coll-straggler" },
     h("b", {}, "Between this process's devices: "),
     `no one device is last at ${c.unresolved} of ${c.instances} instances (the last ones arrive within the clock's agreement)`,
-    waiting.length ? `; ${waiting.map((d) => `${d.name} is ready before them and waits for ${listed(d.waited_for_together)} ` +
-      `${formatNs((d.wait_ns + (d.idle_wait_ns || 0)) / steps)} per step`).join(", ")}` : "", ".");
+    waiting.length ? `; ${waiting.map((d) => `${d.name} is ready before them and waits ` +
+      `${formatNs((d.wait_ns + (d.idle_wait_ns || 0)) / steps)} per step for ${listed(d.waited_for_together)}`).join(", ")}` : "", ".");
 }
 
 function stragglerLine(c, onHost, onStep) {
