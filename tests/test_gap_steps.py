@@ -269,3 +269,27 @@ def test_real_findings_name_their_gaps_steps(pattern):
     if not paths:
         pytest.skip("../shared/traces is absent")
     check_one_place(tb_perfdiag.diagnose(paths[0]).to_json(all_gaps=True))
+
+
+def test_a_step_runs_from_the_first_device_starting_it_to_the_last_finishing_it():
+    """Two devices with Steps lines of their own, one running each step 600 µs after the other
+    (the public TensorFlow multi-worker trace ran step 0 650 ms apart on GPU 4 and GPU 6):
+    a step is the job's, from the first device's start to the last one's end, not the first
+    line's 100 µs; each device keeps its own window."""
+    b = TraceBuilder("xspace")
+    for gpu, late in ((0, 0), (1, 600)):
+        ops = b.line(f"/device:TPU:{gpu}", "XLA Ops")
+        steps = b.line(f"/device:TPU:{gpu}", "Steps")
+        for k in range(3):
+            t = 1000 * k + late
+            b.op(steps, str(k), t, 100, stats={"step_num": k})
+            b.op(ops, "fusion.1", t + 10, 80, stats={"hlo_op": "fusion.1"})
+    d = diagnose(b)
+    assert d["step_source"] == "device_steps"
+    assert [s["end_ns"] - s["start_ns"] for s in d["steps"]] == [700_000] * 3
+    assert d["typical_step_ns"] == 700_000
+    for s in d["steps"]:
+        assert s["devices"]["0"]["end_ns"] - s["devices"]["0"]["start_ns"] == 100_000
+        assert s["devices"]["1"]["end_ns"] - s["devices"]["1"]["start_ns"] == 100_000
+    from tb_perfdiag.testing import invariants as I
+    assert I.diagnosis(d) == []

@@ -253,3 +253,21 @@ def test_waits_in_the_runtimes_queue_are_one_finding(name):
         # device's idle in that cause, and at least its largest op's
         dev = next(x for x in d["devices"] if x["name"] == f["device"])
         assert q["ops_ns"][0] <= f["time_lost_ns"] <= dev["idle_by_cause_ns"]["device_wait"]
+
+
+def test_multi_worker_steps_span_its_devices_and_findings_cost_the_devices_that_compute():
+    """The public multi-worker trace: GPU 4 and GPU 6 run step 0 650 ms apart and GPU 1 only
+    copies.  The step runs from the first device's start to the last one's end (not GPU 4's
+    19.9 ms, beside which "devices run in turn" cost the whole step), and a finding's cost is
+    that of a device that computes, not the copy-only GPU's idle."""
+    from conftest import diagnosed, shared_path
+    from tb_perfdiag.testing import invariants as I
+    path = shared_path("public", "tensorflow-profiler", "demo", "plugins", "profile",
+                       "GPU-multi-worker", "34.83.195.179_6003.xplane.pb")
+    doc = diagnosed(path).to_json()
+    step = doc["typical_step_ns"]
+    assert 600e6 < step < 700e6, step
+    assert I.diagnosis(doc) == []
+    for f in doc["findings"]:
+        assert f.get("device") != "GPU 1", f["title"]
+        assert (f.get("time_lost_ns_per_step") or 0) < 0.5 * step, f["title"]

@@ -15,6 +15,7 @@ from ..attribution.culprits import (
     applied_fixes,
     framework,
 )
+from ..steps.losses import compute_devices
 from ..steps.windows import in_step_part
 from ..result import Finding, FindingKind as FK
 
@@ -99,6 +100,9 @@ class _Gaps:
         self.n_typical = int(typ.sum())
         self.in_typical_step = (g.step >= 0) & (typ[np.maximum(g.step, 0)] if typ.size
                                                 else np.zeros(self.n, bool))
+        # the devices that compute: a copy-only device's idle is no loss of the job's where
+        # another device computes (the page opens on one that computes, for the same reason)
+        self.computes = compute_devices(diag)
 
     def steps_hit(self, rows) -> set:
         st = self.step[rows]
@@ -110,7 +114,11 @@ class _Gaps:
         if rows.size == 0:
             return 0, -1
         dev = self.g.device[rows]
-        per = np.bincount(dev, weights=self.share_ns[rows, cause]) if rows.size else []
+        per = np.bincount(dev, weights=self.share_ns[rows, cause],
+                          minlength=self.computes.shape[0])
+        comp = self.computes[:per.shape[0]]
+        if (per[:comp.shape[0]][comp] > 0).any():
+            per = np.where(np.r_[comp, np.zeros(per.shape[0] - comp.shape[0], bool)], per, 0)
         d = int(np.argmax(per))
         return int(round(per[d])), d
 
