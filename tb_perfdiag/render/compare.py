@@ -452,7 +452,9 @@ def report(cmp: Comparison, top: int = 8) -> str:
             L.append(f"     active in the {only} run only")
             continue
         rows = [(f"{p.name}'s step window", fa.window, fb.window), ("busy", fa.busy, fb.busy)]
-        if fa.peer_wait is not None and fb.peer_wait is not None:
+        # a run with no wait at collectives on either side has no such row ("0 ns → 0 ns")
+        if fa.peer_wait is not None and fb.peer_wait is not None and (fa.peer_wait or
+                                                                      fb.peer_wait):
             rows.append(("of it peer wait at collectives", fa.peer_wait, fb.peer_wait))
         rows += [(f"{C.LABELS[r['cause']].lower()}", r["before_ns"] * 1000, r["after_ns"] * 1000)
                  for r in _causes(fa, fb)]
