@@ -422,3 +422,91 @@ def test_a_capture_whose_launches_name_no_kernel_matches_nothing_and_breaks_noth
     d = diagnose(t).to_json()
     e = d["devices"][0]["efficiency"]
     assert (e["graph_kernels_matched"], e["graph_kernels_total"]) == (0, 8)
+
+
+def _stalled_replays():
+    """Two replays of the capture's graph, the second's add_k held up 300 µs on the
+    device (a device-side wait before a replayed kernel), the capture's launches under a
+    Python frame and a user annotation."""
+    cap = capture_events()
+    cap += [X("python_function", "model.py(12): forward", 5, 70),
+            X("user_annotation", "attention_block", 9, 40)]
+    ev = replay_events(1000, 100)
+    ev += [X("cuda_runtime", "hipGraphLaunch", 1200, 5, correlation=101),
+           X("python_function", "serve.py(40): step", 1190, 30)]
+    ev += [kernel("gemm_a", 1210, 20, 101), kernel("add_k", 1560, 20, 101),
+           kernel("gemm_b", 1585, 20, 101),
+           kernel("Memcpy DtoD (Device -> Device)", 1610, 5, 101, cat="gpu_memcpy")]
+    # the host is busy with something else meanwhile: the device had add_k and waited
+    ev += [X("cpu_op", "aten::busy", 1206, 600)]
+    return ev, cap
+
+
+def test_gaps_and_findings_say_where_a_replayed_op_was_captured():
+    ev, cap = _stalled_replays()
+    t = load_kineto(ev)
+    t.captures = [CaptureFile(load_kineto(cap), "capture.json", -1, "")]
+    d = diagnose(t).to_json()
+    g = max(d["gaps"], key=lambda x: x["duration_ns"])
+    assert g["next_op"]["name"] == "add_k" and g["cause"] == "device_wait"
+    # the replay's own launch and the frame above it
+    assert g["waited_for"]["name"] == "hipGraphLaunch"
+    assert g["waited_for"]["chain"][-2:] == ["serve.py(40): step", "hipGraphLaunch"]
+    # where add_k was launched while the graph was captured
+    c = g["next_op"]["captured"]
+    assert c["op"] == "aten::add" and c["annotations"] == ["attention_block"]
+    assert c["chain"] == ["model.py(12): forward", "attention_block", "aten::add",
+                          "hipLaunchKernel"]
+    assert "'add_k' (captured under aten::add), issued by hipGraphLaunch" in g["evidence"]
+    f = next(x for x in d["findings"] if x["kind"] == "device_wait")
+    assert f["captured"]["op"] == "aten::add" and f["captured"]["where"] == "model.py:12 forward"
+    assert f["sync"] == "waiting to run add_k (captured under aten::add)"
+    assert "aten::add launched it at model.py:12 forward (annotations: attention_block)" \
+        in f["detail"]
+    import jsonschema
+    from conftest import ROOT
+    schema = json.load(open(os.path.join(ROOT, "tb_perfdiag", "schema",
+                                         "diagnosis.schema.json")))
+    jsonschema.validate(json.loads(json.dumps(d, default=float)), schema)
+    # the text face names it too
+    from tb_perfdiag.render.text import report
+    assert "captured: model.py(12): forward › attention_block › aten::add › hipLaunchKernel " \
+        "(annotations: attention_block)" in report("t", diagnose(t).diagnosis, 5)
+
+
+def test_without_a_capture_a_replayed_op_says_no_captured_place():
+    ev, _ = _stalled_replays()
+    d = diagnose(load_kineto(ev)).to_json()
+    g = max(d["gaps"], key=lambda x: x["duration_ns"])
+    assert g["waited_for"]["name"] == "hipGraphLaunch" and "captured" not in g["next_op"]
+    assert "captured under" not in g["evidence"]
+    assert all("captured" not in f for f in d["findings"])
+
+
+def test_captured_places_survive_the_result_store():
+    from tb_perfdiag.codec import decode, encode
+    ev, cap = _stalled_replays()
+    t = load_kineto(ev)
+    t.captures = [CaptureFile(load_kineto(cap), "capture.json", -1, "")]
+    diag = diagnose(t).diagnosis
+    back = decode(encode(diag))
+    R = back.refs
+    rows = R.captured_rows.tolist()
+    assert rows and [R.captured_of(r) for r in rows] == [diag.refs.captured_of(r) for r in rows]
+
+
+def test_public_vllm_gaps_name_the_captured_op():
+    path = shared_path("public", "TraceLens", "tests", "traces", "inference",
+                       "vllm_prefilldecode_piecewise", "graph_execution.json.gz")
+    import tb_perfdiag
+    d = diagnose(tb_perfdiag.load(path)).to_json()
+    replayed = [g for g in d["gaps"] if g["waited_for"] and
+                g["waited_for"]["name"] == "hipGraphLaunch"]
+    assert replayed
+    for g in replayed:
+        c = g["next_op"]["captured"]
+        # captured by vLLM's model runner, under its piecewise capture annotation
+        assert c["chain"][-1] == "hipModuleLaunchKernel" and c["op"]
+        assert any(a.startswith("capture_") for a in c["annotations"])
+    # a gap before an op vLLM launched eagerly has no captured place
+    assert any(g["next_op"] and "captured" not in g["next_op"] for g in d["gaps"])
