@@ -510,3 +510,56 @@ def test_public_vllm_gaps_name_the_captured_op():
         assert any(a.startswith("capture_") for a in c["annotations"])
     # a gap before an op vLLM launched eagerly has no captured place
     assert any(g["next_op"] and "captured" not in g["next_op"] for g in d["gaps"])
+
+
+def test_the_diagnosis_offers_capture_files_and_mcp_takes_one(tmp_path):
+    """Where a file replays graphs, the /diagnosis answer lists the capture files it may
+    be aligned with (capture_traces/ beside it, the run's other traces); MCP's file tools
+    take one as ``capture``, confined to the logdir like every parameter."""
+    from conftest import call
+    from tb_perfdiag.agent_tools import Tools
+    from tb_perfdiag.cache import DiagnosisCache
+    from tb_perfdiag.discovery import Catalog
+    from tb_perfdiag.errors import BadRequest
+    from tb_perfdiag.service import DiagnosisService
+    from tb_perfdiag.testing.kineto import kineto_bytes
+    logs = tmp_path / "logs"
+    run = logs / "run"
+    ev = []
+    for r in range(2):
+        ev += replay_events(1000 + 200 * r, 100 + r)
+    os.makedirs(str(run / "capture_traces"))
+    (run / "host.1.pt.trace.json").write_bytes(kineto_bytes(ev))
+    # beside it, a capture of another graph (no replayed kernel matches it); in the run, the
+    # capture of this one recorded as a trace of its own
+    other = [X("cuda_runtime", "hipStreamBeginCapture", 0, 1), launch(5, "unrelated_k", 9),
+             X("cuda_runtime", "hipStreamEndCapture", 80, 1)]
+    (run / "capture_traces" / "other.json").write_bytes(kineto_bytes(other))
+    (run / "cap.1.pt.trace.json").write_bytes(kineto_bytes(capture_events()))
+    svc = DiagnosisService(Catalog(str(logs)), DiagnosisCache(disk_dir=None))
+    status, body = call(svc, "diagnosis", {"run": "run", "host": "host"})
+    assert status == 200
+    gc = body["graph_captures"]
+    assert gc["chosen"] is None and gc["files_read"] == 1
+    assert gc["choices"] == ["run/capture_traces/other.json", "run/cap.1.pt.trace.json"]
+    e = body["devices"][0]["efficiency"]
+    assert (e["graph_kernels_matched"], e["graph_kernels_total"]) == (0, 8)
+    status, body = call(svc, "diagnosis", {"run": "run", "host": "host",
+                                           "capture": gc["choices"][1]})
+    e = body["devices"][0]["efficiency"]
+    assert (e["graph_kernels_matched"], e["graph_kernels_total"]) == (8, 8)
+    assert body["graph_captures"]["chosen"] == "run/cap.1.pt.trace.json"
+    tools = Tools(svc)
+    s = tools.summary("run", host="host", capture="run/cap.1.pt.trace.json")
+    assert s["devices"][0]["efficiency"]["graph_kernels_matched"] == 8
+    assert s["graph_captures"]["choices"] == gc["choices"]
+    g = tools.gaps("run", host="host", capture="run/cap.1.pt.trace.json", limit=50)
+    assert any((x["next_op"] or {}).get("captured") for x in g["gaps"])
+    assert tools.summary("run", host="host")["devices"][0]["efficiency"][
+        "graph_kernels_matched"] == 0
+    for bad in ("../outside.json", "/etc/passwd"):
+        with pytest.raises(BadRequest):
+            tools.findings("run", host="host", capture=bad)
+    # a file without replays offers nothing
+    status, body = call(svc, "diagnosis", {"run": "run", "host": "cap"})
+    assert status == 200 and "graph_captures" not in body
