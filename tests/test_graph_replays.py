@@ -563,3 +563,66 @@ def test_the_diagnosis_offers_capture_files_and_mcp_takes_one(tmp_path):
     # a file without replays offers nothing
     status, body = call(svc, "diagnosis", {"run": "run", "host": "cap"})
     assert status == 200 and "graph_captures" not in body
+
+
+# torch ≥ 2.15 on CUDA ≥ 12: Kineto writes "graph id" and "graph node id" into the args of
+# every kernel, copy and set (pytorch/kineto libkineto/src/CuptiActivity.cpp,
+# getGraphNodeMetadata; 0 for work launched one by one), and torch's graph annotations
+# (torch.cuda.graph(enable_annotations=True) with mark_kernels) are written into the args
+# of the events with a nonzero "graph node id", a bare name under "name"
+# (pytorch/pytorch torch/cuda/_annotate_cuda_graph_trace.py, annotate_trace).
+def annotated_replay(t0, corr):
+    ev = [X("cuda_runtime", "cudaGraphLaunch", t0, 5, correlation=corr)]
+    for i, (n, ann) in enumerate((("gemm_a", "linear_fwd"), ("add_k", "residual_add"),
+                                  ("gemm_b", None))):
+        k = kernel(n, t0 + 10 + 25 * i, 20, corr)
+        k["args"].update({"graph id": 3, "graph node id": 11 + i})
+        if ann:
+            k["args"]["name"] = ann
+        ev.append(k)
+    return ev
+
+
+def test_graph_node_ids_and_annotations_are_read_by_both_scanners():
+    from tb_perfdiag.trace import kineto, native_scan
+    from tb_perfdiag.testing.kineto import kineto_bytes
+    ev = annotated_replay(1000, 100)
+    # a kernel launched one by one (node id 0) with a "name" arg: no annotation of ours
+    k = kernel("eager_k", 2000, 10, 200)
+    k["args"].update({"graph id": 0, "graph node id": 0, "name": "not_a_graph_annotation"})
+    ev += [X("cuda_runtime", "cudaLaunchKernel", 1990, 5, correlation=200), k]
+    raw = kineto_bytes(ev)
+    ref = kineto.scan_python("t.json", raw)
+    got = [ref]
+    try:
+        got.append(native_scan.scan_kineto(raw))
+    except ImportError:     # pragma: no cover - the extension is built in every checkout
+        pass
+    for scan in got:
+        idx, vals = scan["stats"]["graph_node_id"]
+        assert sorted(np.asarray(vals).tolist()) == [0, 11, 12, 13]
+        idx, ids = scan["string_stats"]["graph_annotation"]
+        texts = [json.loads(scan["stat_strings"][i]) for i in np.asarray(ids).tolist()]
+        assert sorted(texts) == ["linear_fwd", "residual_add"]
+    t = load_kineto(ev)
+    dev = np.flatnonzero(t.kind == EventKind.KERNEL)
+    v, has = t.stats["graph_node_id"].lookup(dev)
+    assert dict(zip([t.event_name(e) for e in dev], np.asarray(v)[has].tolist())) == \
+        {"gemm_a": 11, "add_k": 12, "gemm_b": 13, "eager_k": 0}
+
+
+def test_an_annotated_graph_kernel_takes_its_annotation():
+    ev = [X("user_annotation", "decode_step", 990, 600)]
+    for r in range(2):
+        ev += annotated_replay(1000 + 200 * r, 100 + r)
+    d = diagnose(load_kineto(ev)).to_json()
+    paths = {tuple(a["path"]): a["ops"] for a in d["annotations"]}
+    # below the annotation around the graph's launch, 2 replays each
+    assert paths[("decode_step", "linear_fwd")] == 2
+    assert paths[("decode_step", "residual_add")] == 2
+    by_op = {r["name"]: r["annotation"] for r in d["device_ops"]["devices"][0]["ops"]}
+    assert by_op["gemm_a"] == "decode_step › linear_fwd" and by_op["gemm_b"] == "decode_step"
+    # a gap before an annotated kernel names its annotation
+    named = {g["next_op"]["name"]: g["next_op"]["annotation"] for g in d["gaps"]
+             if g["next_op"]}
+    assert named.get("add_k") == "residual_add" and named.get("gemm_b") is None

@@ -55,7 +55,30 @@ def event_refs(trace: Trace, events) -> EventRefs:
         hlo_op=remap(hlo), annotation=remap(ann),
         chain=chain, strings=strings)
     _captured(trace, out)
+    _graph_annotations(trace, out)
     return out
+
+
+def _graph_annotations(trace: Trace, R: EventRefs) -> None:
+    """A cited kernel a CUDA graph replayed with its own annotation (torch ≥ 2.15's graph
+    annotations, the reader's ``graph_annotation`` stat: JSON text) takes it where it has
+    no other."""
+    if "graph_annotation" not in trace.stats or not R.event.size:
+        return
+    import json
+    gid = _stat_ids(trace, "graph_annotation", R.event)
+    rows = np.flatnonzero((gid >= 0) & (R.annotation < 0))
+    index: dict = {}
+    for r in rows.tolist():
+        try:
+            s = json.loads(trace.strings[int(gid[r])])
+        except ValueError:
+            continue
+        if isinstance(s, str) and s:
+            if s not in index:
+                index[s] = len(R.strings)
+                R.strings.append(s)
+            R.annotation[r] = index[s]
 
 
 def _captured(trace: Trace, R: EventRefs) -> None:
