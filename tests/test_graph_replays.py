@@ -549,6 +549,10 @@ def test_the_diagnosis_offers_capture_files_and_mcp_takes_one(tmp_path):
     e = body["devices"][0]["efficiency"]
     assert (e["graph_kernels_matched"], e["graph_kernels_total"]) == (8, 8)
     assert body["graph_captures"]["chosen"] == "run/cap.1.pt.trace.json"
+    import jsonschema
+    from conftest import ROOT
+    jsonschema.validate(body, json.load(open(os.path.join(
+        ROOT, "tb_perfdiag", "schema", "diagnosis.schema.json"))))
     tools = Tools(svc)
     s = tools.summary("run", host="host", capture="run/cap.1.pt.trace.json")
     assert s["devices"][0]["efficiency"]["graph_kernels_matched"] == 8
