@@ -228,9 +228,10 @@ export class App {
       } }, on ? "← Back to the capture" : `Trend (${n} captures)`));
   }
 
-  /** Which selection the answers are for: run, host and capture (the step filters within). */
+  /** Which selection the answers are for: run, host, capture and the graph capture its
+   *  replays are aligned with (the step filters within). */
   selectionKey(s = this.state) {
-    return `${s.run}|${s.host}|${s.span || ""}`;
+    return `${s.run}|${s.host}|${s.span || ""}|${s.capture || ""}`;
   }
 
   /** A new selection starts: every answer still coming for the old one is cancelled (its
@@ -327,7 +328,7 @@ export class App {
 
   params(extra) {
     const s = this.state;
-    return { run: s.run, host: s.host, span: s.span || undefined, ...(extra || {}) };
+    return { run: s.run, host: s.host, span: s.span || undefined, capture: s.capture || undefined, ...(extra || {}) };
   }
 
   setStatus(text, busy) {

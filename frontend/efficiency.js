@@ -3,7 +3,7 @@
 // points add up to 100. Everything comes from the current diagnosis JSON
 // (devices[].efficiency, steps[].devices[k]); nothing is kept between renders.
 import { h } from "./dom.js";
-import { causeColor, causeLabel, formatShare, formatSi, peakSourceText } from "./format.js";
+import { causeColor, causeLabel, formatShare, formatSi, peakSourceText, squeeze } from "./format.js";
 import { renderRoofline } from "./roofline.js";
 
 // the waterfall's parts beyond the idle causes: label and colour (a cause's are its own);
@@ -93,7 +93,7 @@ function waterfallBar(w, where, dev) {
 
 /** The summary's efficiency parts: an MFU stat per device beside the duty cycles (in the
  *  summary's .pd-stats) and the waterfall of the selected step on the selected device. */
-export function renderEfficiency(summaryEl, diag, { deviceId = 0, step = null, coll = null } = {}) {
+export function renderEfficiency(summaryEl, diag, { deviceId = 0, step = null, coll = null, onCapture = null } = {}) {
   const def = (diag.definitions || {}).mfu || "";
   const stats = summaryEl.querySelector(".pd-stats");
   const devs = (diag.devices || []).filter((x) => x.ops > 0 && x.efficiency);
@@ -110,23 +110,38 @@ export function renderEfficiency(summaryEl, diag, { deviceId = 0, step = null, c
   }
   else box.append(h("p", { class: "pd-muted pd-small" }, `No MFU waterfall for ${s.dev.name || "this device"} over ${s.where}` +
     (s.eff && s.eff.missing ? `: ${s.eff.missing}` : ": no FLOP figures or no peak.")));
-  const g = graphNote(s.eff);
+  const g = graphNote(s.eff, diag.graph_captures, onCapture);
   if (g) box.append(g);
   const stepsHead = summaryEl.querySelector("h3");
   summaryEl.insertBefore(box, stepsHead || null);
 }
 
 /** A device's graph replays where some of their kernels have no captured op, or the
- *  replays left captured launches unrecorded (null: nothing to say). */
-function graphNote(e) {
+ *  replays left captured launches unrecorded, with the capture files they may be aligned
+ *  with (`caps`: the answer's graph_captures; `onCapture(path)`: align with that one, ""
+ *  with those beside the trace) (null: nothing to say). */
+function graphNote(e, caps, onCapture) {
   if (!e || !e.graph_kernels_total) return null;
   const m = e.graph_kernels_matched || 0, t = e.graph_kernels_total, u = e.graph_launches_unrecorded || 0;
-  if (m >= t && !u) return null;
+  const choices = (caps && caps.choices) || [];
+  const chosen = (caps && caps.chosen) || "";
+  if (m >= t && !u && !chosen) return null;
   const said = [];
   if (m < t) said.push(`${m} of ${t} kernels replayed from CUDA/HIP graphs matched the ops that captured them` +
-    (m ? "; the rest carry no cost figure" : ": no capture was read (capture_traces/ beside the trace)"));
+    (m ? "; the rest carry no cost figure" : chosen ? ": the capture named matched none" : ": no capture was read (capture_traces/ beside the trace)"));
+  else said.push(`${m} of ${t} kernels replayed from CUDA/HIP graphs matched the ops that captured them`);
   if (u) said.push(`${u} captured launches were not recorded in the replays: the duty cycle and MFU are lower bounds`);
-  return h("p", { class: "pd-small pd-muted pd-graphs", "data-matched": String(m), "data-total": String(t) }, said.join(". ") + ".");
+  const p = h("p", { class: "pd-small pd-muted pd-graphs", "data-matched": String(m), "data-total": String(t) }, said.join(". ") + ".");
+  if (onCapture && (choices.length || chosen)) {
+    const opts = [["", "capture_traces/ beside the trace"], ...choices.map((c) => [c, c])];
+    if (chosen && !choices.includes(chosen)) opts.push([chosen, chosen]);
+    const sel = h("select", { id: "pd-capture", "aria-label": "Align graph replays with capture",
+      onchange: (ev) => onCapture(ev.target.value) },
+      opts.map(([v, label]) => h("option", { value: v, selected: v === chosen, title: label }, squeeze(label, 60, 200))));
+    sel.value = chosen;
+    p.append(" ", h("label", { class: "pd-field pd-capture" }, "Align with capture: ", sel));
+  }
+  return p;
 }
 
 /** The roofline chart of the selected device under the op table; a point flashes its op's

@@ -163,7 +163,9 @@ export const GapPanel = {
     const note = (c) => {
       if (c === "host_sync" && g.blocking) return ` · exposed by ${chain(g.blocking, 3)} on ${squeeze(g.blocking.thread, 80, 120)}`;
       if (DEVICE_SIDE.includes(c) && g.next_op) {
+        const cap = g.next_op.captured;
         return ` · ${c === "collective_wait" ? "waiting for peers at" : "before"} ${squeeze(g.next_op.label || g.next_op.name, 80, 200)}` +
+          (cap && cap.op && cap.op !== g.next_op.name ? ` (captured under ${squeeze(cap.op, 80, 200)})` : "") +
           (g.waited_for ? `, issued by ${chain(g.waited_for)}` : "");
       }
       if (c === g.cause && g.culprit) return ` · ${chain(g.culprit, 3)}`;
@@ -244,11 +246,22 @@ export const GapPanel = {
         names.map(thread))));
   },
 
+  /** Where a replayed device op was launched while its CUDA/HIP graph was captured: the
+   *  capture's op, its annotations and call chain (the replay's own chain is "Waited for"). */
+  renderCaptured(c) {
+    const full = (c.chain || []).join(" › ");
+    return h("div", { class: "pd-captured pd-small pd-muted", title: fullTitle(full, 600) },
+      "replayed from a graph; captured under ", h("b", {}, squeeze(c.op || "its launch", 80, 200)),
+      (c.annotations || []).length ? ` · ${squeeze(c.annotations.join(" › "), 80, 300)}` : "",
+      h("div", { class: "pd-chain" }, squeeze(full, 80, 600)));
+  },
+
   renderDetail(g) {
     const el = this.detailEl;
     const op = (label, o) => o ? h("div", { class: "pd-neighbour-op" }, h("b", {}, label + ": "),
       h("span", { class: "pd-op-name", title: fullTitle(o.name, 0) }, squeeze(o.label || o.name, 80, 200)), ` (${formatNs(o.duration_ns)})`,
-      o.annotation ? h("span", { class: "pd-muted" }, ` · ${squeeze(o.annotation, 80, 200)}`) : null) : h("div", {}, h("b", {}, label + ": "), "none");
+      o.annotation ? h("span", { class: "pd-muted" }, ` · ${squeeze(o.annotation, 80, 200)}`) : null,
+      o.captured ? this.renderCaptured(o.captured) : null) : h("div", {}, h("b", {}, label + ": "), "none");
     const byThread = new Map();
     for (const o of g.host_ops || []) {
       if (!byThread.has(o.thread)) byThread.set(o.thread, []);

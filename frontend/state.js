@@ -4,7 +4,7 @@
 // returns to the one before); filling a default in, zooming or panning replaces.
 
 export const PLUGIN = "perfdiag";
-export const KEYS = ["run", "host", "span", "device", "step", "gap", "zoom", "base_run", "base_host", "base_span", "view", "baseline"];
+export const KEYS = ["run", "host", "span", "device", "step", "gap", "zoom", "base_run", "base_host", "base_span", "view", "baseline", "capture"];
 const PREFIX = `p.${PLUGIN}.`;
 
 /** Parse a location hash into our state object (only keys we know, strings). */

@@ -8,6 +8,7 @@ import { stepStats } from "./steps_chart.js";
 import { dutyWaitText } from "./collectives.js";
 import { hasCollectives, headline } from "./headline.js";
 import { renderEfficiency } from "./efficiency.js";
+import { writeState } from "./state.js";
 
 export const SummaryCard = {
   renderSummary() {
@@ -74,7 +75,9 @@ export const SummaryCard = {
       h("ol", { class: "pd-findings" }, top),
       h("div", { class: "pd-small pd-muted" }, findings.some((f) => f.top === false && f.kind !== "startup") ?
         `${findings.filter((f) => f.top === false && f.kind !== "startup").length} more finding(s) under 1 % of a step not shown.` : ""));
-    renderEfficiency(el, d, { deviceId: this.device().id ?? 0, step: this.state.step, coll: this.collectives() });
+    renderEfficiency(el, d, { deviceId: this.device().id ?? 0, step: this.state.step, coll: this.collectives(),
+      // another capture is another diagnosis: the page is drawn again from its answers
+      onCapture: (v) => { this.state = { ...this.state, capture: v || undefined, gap: undefined, zoom: undefined }; writeState(this.state); this.show(); } });
     const warnings = (d.warnings || []).filter((w) => this.hasDeviceActivity() || !String(w).startsWith("no device activity"));
     if (warnings.length) el.append(h("ul", { class: "pd-warnings" }, warnings.map((w) => h("li", {}, squeeze(w, 80, 500)))));
   },

@@ -37,17 +37,17 @@ typedef struct {
 enum { K_PH, K_CAT, K_NAME, K_PID, K_TID, K_TS, K_DUR, K_NKEYS, K_ARGS = K_NKEYS, K_OTHER };
 /* args keys, in STAT_ARGS order (external_id has two spellings), then those of
    STRING_STAT_ARGS */
-enum { A_CORR, A_EXT1, A_EXT2, A_DEVICE, A_STREAM, A_BYTES, A_FLOPS, A_DIMS, A_TYPES, A_CONC,
-       A_KERNEL, A_NKEYS, A_OTHER = A_NKEYS };
-#define N_STATS 6
+enum { A_CORR, A_EXT1, A_EXT2, A_DEVICE, A_STREAM, A_BYTES, A_FLOPS, A_GID, A_GNODE, A_DIMS,
+       A_TYPES, A_CONC, A_KERNEL, A_GNAME, A_NKEYS, A_OTHER = A_NKEYS };
+#define N_STATS 8
 static const char *const STAT_NAMES[N_STATS] = {"correlation", "external_id", "device", "stream",
-                                                "bytes", "flops"};
+                                                "bytes", "flops", "graph_id", "graph_node_id"};
 /* string stats (kineto.STRING_STAT_ARGS): an array value's JSON text, less its blanks
    outside strings, interned in a table of their own; the ops of one shape share it */
-#define N_SSTATS 4
+#define N_SSTATS 5
 static const char *const SSTAT_NAMES[N_SSTATS] = {"input_dims", "input_type", "concrete_inputs",
-                                                  "launch_kernel"};
-static const int SSTAT_KEY[N_SSTATS] = {A_DIMS, A_TYPES, A_CONC, A_KERNEL};
+                                                  "launch_kernel", "graph_annotation"};
+static const int SSTAT_KEY[N_SSTATS] = {A_DIMS, A_TYPES, A_CONC, A_KERNEL, A_GNAME};
 /* metadata keys copied from the document (chrome_meta.METADATA_KEYS, in its order): INFO
    and WARNING are the profiler's own log lines, where it says what it lost */
 #define N_META 7
@@ -632,8 +632,9 @@ static const char *const EVENT_KEYS[K_NKEYS + 1] = {"ph", "cat", "name", "pid", 
                                                     "ts", "dur", "args"};
 static const char *const ARG_KEYS[A_NKEYS] = {"correlation", "External id", "external id",
                                               "device",      "stream",      "bytes",
-                                              "flops",       "Input Dims",  "Input type",
-                                              "Concrete Inputs", "kernel"};
+                                              "flops",       "graph id",    "graph node id",
+                                              "Input Dims",  "Input type",  "Concrete Inputs",
+                                              "kernel",      "name"};
 
 static inline int event_key(JCtx *c, const unsigned char *s, const unsigned char *e, int esc) {
     size_t n = (size_t)(e - s);
@@ -696,6 +697,12 @@ static inline int args_key(JCtx *c, const unsigned char *s, const unsigned char 
     size_t n = (size_t)(e - s);
     if (!esc) {
         switch (n) {
+        case 4:
+            return memcmp(s, "name", 4) == 0 ? A_GNAME : A_OTHER;
+        case 8:
+            return memcmp(s, "graph id", 8) == 0 ? A_GID : A_OTHER;
+        case 13:
+            return memcmp(s, "graph node id", 13) == 0 ? A_GNODE : A_OTHER;
         case 5:
             if (memcmp(s, "bytes", 5) == 0) return A_BYTES;
             if (memcmp(s, "flops", 5) == 0) return A_FLOPS;
@@ -1116,7 +1123,7 @@ static const unsigned char *j_event(JCtx *c, const unsigned char *p, int64_t i) 
     /* stats from args: per stat the first spelling whose value is not null */
     if (args_obj) {
         static const int first_key[N_STATS] = {A_CORR, A_EXT1, A_DEVICE, A_STREAM, A_BYTES,
-                                               A_FLOPS};
+                                               A_FLOPS, A_GID, A_GNODE};
         for (int s = 0; s < N_STATS; s++) {
             int nkeys = s == 1 ? 2 : 1;
             for (int j = 0; j < nkeys; j++) {
@@ -1126,11 +1133,19 @@ static const unsigned char *j_event(JCtx *c, const unsigned char *p, int64_t i) 
                 break;
             }
         }
+        /* "name" in a device event's args is the annotation torch's graph annotations
+           (torch.cuda._annotate_cuda_graph_trace) put on a kernel replayed from a graph,
+           one with a nonzero "graph node id" (Kineto's CuptiActivity.cpp); elsewhere the
+           key means other things and is left alone */
+        const Tok *gn = &slots[A_GNODE];
+        int graphed = gn->t == T_NUM && num_double(c, &gn->num) != 0.0;
         for (int s = 0; s < N_SSTATS; s++) {
             const Tok *v = &slots[SSTAT_KEY[s]];
-            if (v->t == T_ARR) sstat_value(c, s, k, v);
-            else if (v->t == T_STR && SSTAT_KEY[s] == A_KERNEL) {
-                /* a launch's kernel name (graph captures): its JSON text, quotes included */
+            if (v->t == T_ARR && SSTAT_KEY[s] != A_GNAME) sstat_value(c, s, k, v);
+            else if (v->t == T_STR && (SSTAT_KEY[s] == A_KERNEL ||
+                                       (SSTAT_KEY[s] == A_GNAME && graphed))) {
+                /* a launch's kernel name (graph captures), a graph kernel's annotation:
+                   its JSON text, quotes included */
                 Tok q = *v;
                 q.s -= 1;
                 q.e += 1;

@@ -73,6 +73,10 @@ MaxBytes = Annotated[int, Field(
                 "(trimmed)", ge=MIN_MAX_BYTES, le=MAX_MAX_BYTES)]
 Offset = Annotated[int, Field(description="first item of the page (a previous answer's "
                                           "next_offset)", ge=0)]
+Capture = Annotated[Optional[str], Field(
+    description="a trace recorded while the file's CUDA/HIP graphs were captured, relative to "
+                "LOGDIR, to align the graph replays with (summary's graph_captures.choices "
+                "lists them); capture_traces/ beside the file when left out")]
 PeakTflops = Annotated[Optional[float], Field(
     description="the peak MFU is taken against, TFLOP/s (the device's own from the trace or "
                 "its datasheet when absent)", gt=0, le=1e6)]
@@ -175,10 +179,10 @@ class Tools:
                 top: Annotated[int, Field(description="findings to include", ge=0,
                                           le=1000)] = DEFAULT_TOP,
                 threshold_us: Threshold = 5.0, kernels_only: KernelsOnly = False,
-                peak_tflops: PeakTflops = None,
+                peak_tflops: PeakTflops = None, capture: Capture = None,
                 max_bytes: MaxBytes = DEFAULT_MAX_BYTES) -> dict:
         p = self._params("diagnosis", run, host, span, threshold_us, kernels_only, gaps_limit=0,
-                         peak_tflops=peak_tflops)
+                         peak_tflops=peak_tflops, capture=capture)
         doc = self.service.diagnosis_json(p)
         out = {"schema_version": doc["schema_version"], "run": p.run, "host": p.host,
                "source": doc["source"], "options": doc["options"],
@@ -193,6 +197,8 @@ class Tools:
                "transfers": {"count": doc["transfers_total"]},
                "findings_total": doc["findings_total"], "findings": doc["findings"][:top],
                "warnings": doc["warnings"]}
+        if "graph_captures" in doc:
+            out["graph_captures"] = doc["graph_captures"]
         return trim(out, max_bytes)
 
     @tool("A page of idle gaps (id, time, cause, shares by cause, evidence), filtered by "
@@ -212,11 +218,12 @@ class Tools:
                  description="keep each gap's host_ops and syncs (else their counts; the gap "
                              "tool gives them)")] = False,
              threshold_us: Threshold = 5.0, kernels_only: KernelsOnly = False,
+             capture: Capture = None,
              max_bytes: MaxBytes = DEFAULT_MAX_BYTES) -> dict:
         if cause is not None and cause not in C.ALL:
             raise BadRequest(f"cause must be one of {', '.join(C.ALL)}")
         p = self._params("diagnosis", run, host, span, threshold_us, kernels_only, step=step,
-                         gaps_offset=offset, gaps_limit=limit)
+                         gaps_offset=offset, gaps_limit=limit, capture=capture)
         doc = self.service.gaps_json(p, cause, device)
         rows = doc["gaps"]
         if not detail:
@@ -233,9 +240,10 @@ class Tools:
     def gap(self, run: Run, id: Annotated[str, Field(description="gap id, as gaps lists it "
                                                                  "(device-start_ns)")],
             host: Host = None, span: Span = None, threshold_us: Threshold = 5.0,
-            kernels_only: KernelsOnly = False,
+            kernels_only: KernelsOnly = False, capture: Capture = None,
             max_bytes: MaxBytes = DEFAULT_MAX_BYTES) -> dict:
-        p = self._params("gap", run, host, span, threshold_us, kernels_only, id=id)
+        p = self._params("gap", run, host, span, threshold_us, kernels_only, id=id,
+                         capture=capture)
         return trim(self.service.gap_json(p), max_bytes)
 
     @tool("A page of findings, largest time lost first: what, where in the user's code, how "
@@ -244,8 +252,10 @@ class Tools:
                  limit: Annotated[int, Field(description="most findings in the page", ge=1,
                                              le=1000)] = DEFAULT_FINDINGS,
                  threshold_us: Threshold = 5.0, kernels_only: KernelsOnly = False,
+                 capture: Capture = None,
                  max_bytes: MaxBytes = DEFAULT_MAX_BYTES) -> dict:
-        p = self._params("diagnosis", run, host, span, threshold_us, kernels_only, gaps_limit=0)
+        p = self._params("diagnosis", run, host, span, threshold_us, kernels_only, gaps_limit=0,
+                         capture=capture)
         found = self.service.findings_json(p)
         return page({"run": p.run, "host": p.host}, "findings", found[offset:offset + limit],
                     offset, len(found), max_bytes)
@@ -266,10 +276,10 @@ class Tools:
                                                          "rest summed as other", ge=1,
                                              le=STEP_GROUPS)] = 15,
                    threshold_us: Threshold = 5.0, kernels_only: KernelsOnly = False,
-                   peak_tflops: PeakTflops = None,
+                   peak_tflops: PeakTflops = None, capture: Capture = None,
                    max_bytes: MaxBytes = DEFAULT_MAX_BYTES) -> dict:
         p = self._params("diagnosis", run, host, span, threshold_us, kernels_only, step=step,
-                         gaps_limit=0, peak_tflops=peak_tflops)
+                         gaps_limit=0, peak_tflops=peak_tflops, capture=capture)
         doc = self.service.device_ops_json(p, top, device)
         if doc is None:
             raise Unavailable("this diagnosis was made before device time by op existed; "

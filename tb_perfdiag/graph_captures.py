@@ -126,3 +126,24 @@ def load(path: str, progress=NULL, root: str | None = None, max_bytes: int | Non
     """``trace.load`` of ``path`` with its graph captures attached (``attach``)."""
     return attach(read_trace(path, progress, root=root, max_bytes=max_bytes), path, root,
                   max_bytes, captures, progress)
+
+
+def choices(path: str, root: str, others=()) -> list:
+    """The capture files a page or an assistant may name for ``path`` (the route's
+    ``capture``): those beside it in ``capture_traces/``, then ``others`` (the run's other
+    Kineto files), as '/'-separated paths relative to ``root`` (the logdir); one listing,
+    no file read.  A file outside ``root`` is never offered."""
+    out: list = []
+    for p in [p for p, _, _ in beside(path, root)] + [o for o in others if o != path]:
+        r = _relative(str(p), str(root))
+        if r and r not in out:
+            out.append(r)
+    return out
+
+
+def _relative(path: str, root: str) -> str | None:
+    base = root.rstrip("/" + os.sep)
+    if not path.startswith(base + "/") and not path.startswith(base + os.sep):
+        return None
+    rel = path[len(base) + 1:].replace(os.sep, "/")
+    return rel if rel and ".." not in rel.split("/") else None

@@ -33,7 +33,8 @@ from .trace.extension import reader_kind
 from .budget import MB, Budget, Store, measure
 from .cache import DiagnosisCache
 from .discovery import Catalog, Source, resolve_root
-from .graph_captures import attach as attach_captures, keyed as keyed_identity
+from .graph_captures import (attach as attach_captures, choices as capture_choices,
+                             keyed as keyed_identity)
 from .errors import BadRequest, FileGone, NotFound, TraceError, TraceTooLarge, trace_error
 from .codec import Failure
 from .pod import Engine
@@ -389,9 +390,29 @@ class DiagnosisService(PodRoutes, TrendRoutes, CompareRoutes):
         rows = max(0, min(params.gaps_limit, len(diag.gaps) - params.gaps_offset))
         est = PEAK_PER_DIAG_BYTE * diag.nbytes() + PEAK_PER_GAP_ROW * rows + RENDER_PEAK
         with self.budget.admit(est, what="diagnosis page"):
-            return finish(diagnosis_json(diag, params.gaps_offset, params.gaps_limit,
-                                         params.step, paged=True, light=True,
-                                         device=params.device))
+            doc = diagnosis_json(diag, params.gaps_offset, params.gaps_limit, params.step,
+                                 paged=True, light=True, device=params.device)
+        caps = self._capture_choices(params, diag)
+        if caps is not None:
+            doc["graph_captures"] = caps
+        return finish(doc)
+
+    def _capture_choices(self, params, diag) -> dict | None:
+        """Where the file replays CUDA/HIP graphs: the capture it was aligned with
+        (the one named, else those beside it) and the files it may be aligned with instead
+        (``graph_captures.choices``); None without replays."""
+        g = getattr(getattr(diag, "efficiency", None), "graphs", None)
+        if g is None or not int(g.total.sum()):
+            return None
+        src = self.catalog.find(params.run, params.host, params.span)
+        if src is None:
+            return None
+        run = self.catalog.runs().get(params.run)
+        others = [s.path for s in (run.sources if run else ()) if s.format == "kineto"]
+        root = resolve_root(self.catalog.logdir)
+        return {"chosen": getattr(params, "capture", None) or None,
+                "files_read": int(g.capture_files),
+                "choices": capture_choices(src.path, root, others)}
 
     @staticmethod
     def _check_device(diag, device) -> None:

@@ -422,3 +422,211 @@ def test_a_capture_whose_launches_name_no_kernel_matches_nothing_and_breaks_noth
     d = diagnose(t).to_json()
     e = d["devices"][0]["efficiency"]
     assert (e["graph_kernels_matched"], e["graph_kernels_total"]) == (0, 8)
+
+
+def _stalled_replays():
+    """Two replays of the capture's graph, the second's add_k held up 300 µs on the
+    device (a device-side wait before a replayed kernel), the capture's launches under a
+    Python frame and a user annotation."""
+    cap = capture_events()
+    cap += [X("python_function", "model.py(12): forward", 5, 70),
+            X("user_annotation", "attention_block", 9, 40)]
+    ev = replay_events(1000, 100)
+    ev += [X("cuda_runtime", "hipGraphLaunch", 1200, 5, correlation=101),
+           X("python_function", "serve.py(40): step", 1190, 30)]
+    ev += [kernel("gemm_a", 1210, 20, 101), kernel("add_k", 1560, 20, 101),
+           kernel("gemm_b", 1585, 20, 101),
+           kernel("Memcpy DtoD (Device -> Device)", 1610, 5, 101, cat="gpu_memcpy")]
+    # the host is busy with something else meanwhile: the device had add_k and waited
+    ev += [X("cpu_op", "aten::busy", 1206, 600)]
+    return ev, cap
+
+
+def test_gaps_and_findings_say_where_a_replayed_op_was_captured():
+    ev, cap = _stalled_replays()
+    t = load_kineto(ev)
+    t.captures = [CaptureFile(load_kineto(cap), "capture.json", -1, "")]
+    d = diagnose(t).to_json()
+    g = max(d["gaps"], key=lambda x: x["duration_ns"])
+    assert g["next_op"]["name"] == "add_k" and g["cause"] == "device_wait"
+    # the replay's own launch and the frame above it
+    assert g["waited_for"]["name"] == "hipGraphLaunch"
+    assert g["waited_for"]["chain"][-2:] == ["serve.py(40): step", "hipGraphLaunch"]
+    # where add_k was launched while the graph was captured
+    c = g["next_op"]["captured"]
+    assert c["op"] == "aten::add" and c["annotations"] == ["attention_block"]
+    assert c["chain"] == ["model.py(12): forward", "attention_block", "aten::add",
+                          "hipLaunchKernel"]
+    assert "'add_k' (captured under aten::add), issued by hipGraphLaunch" in g["evidence"]
+    f = next(x for x in d["findings"] if x["kind"] == "device_wait")
+    assert f["captured"]["op"] == "aten::add" and f["captured"]["where"] == "model.py:12 forward"
+    assert f["sync"] == "waiting to run add_k (captured under aten::add)"
+    assert "aten::add launched it at model.py:12 forward (annotations: attention_block)" \
+        in f["detail"]
+    import jsonschema
+    from conftest import ROOT
+    schema = json.load(open(os.path.join(ROOT, "tb_perfdiag", "schema",
+                                         "diagnosis.schema.json")))
+    jsonschema.validate(json.loads(json.dumps(d, default=float)), schema)
+    # the text face names it too
+    from tb_perfdiag.render.text import report
+    assert "captured: model.py(12): forward › attention_block › aten::add › hipLaunchKernel " \
+        "(annotations: attention_block)" in report("t", diagnose(t).diagnosis, 5)
+
+
+def test_without_a_capture_a_replayed_op_says_no_captured_place():
+    ev, _ = _stalled_replays()
+    d = diagnose(load_kineto(ev)).to_json()
+    g = max(d["gaps"], key=lambda x: x["duration_ns"])
+    assert g["waited_for"]["name"] == "hipGraphLaunch" and "captured" not in g["next_op"]
+    assert "captured under" not in g["evidence"]
+    assert all("captured" not in f for f in d["findings"])
+
+
+def test_captured_places_survive_the_result_store():
+    from tb_perfdiag.codec import decode, encode
+    ev, cap = _stalled_replays()
+    t = load_kineto(ev)
+    t.captures = [CaptureFile(load_kineto(cap), "capture.json", -1, "")]
+    diag = diagnose(t).diagnosis
+    back = decode(encode(diag))
+    R = back.refs
+    rows = R.captured_rows.tolist()
+    assert rows and [R.captured_of(r) for r in rows] == [diag.refs.captured_of(r) for r in rows]
+
+
+def test_public_vllm_gaps_name_the_captured_op():
+    path = shared_path("public", "TraceLens", "tests", "traces", "inference",
+                       "vllm_prefilldecode_piecewise", "graph_execution.json.gz")
+    import tb_perfdiag
+    d = diagnose(tb_perfdiag.load(path)).to_json()
+    replayed = [g for g in d["gaps"] if g["waited_for"] and
+                g["waited_for"]["name"] == "hipGraphLaunch"]
+    assert replayed
+    for g in replayed:
+        c = g["next_op"]["captured"]
+        # captured by vLLM's model runner, under its piecewise capture annotation
+        assert c["chain"][-1] == "hipModuleLaunchKernel" and c["op"]
+        assert any(a.startswith("capture_") for a in c["annotations"])
+    # a gap before an op vLLM launched eagerly has no captured place
+    assert any(g["next_op"] and "captured" not in g["next_op"] for g in d["gaps"])
+
+
+def test_the_diagnosis_offers_capture_files_and_mcp_takes_one(tmp_path):
+    """Where a file replays graphs, the /diagnosis answer lists the capture files it may
+    be aligned with (capture_traces/ beside it, the run's other traces); MCP's file tools
+    take one as ``capture``, confined to the logdir like every parameter."""
+    from conftest import call
+    from tb_perfdiag.agent_tools import Tools
+    from tb_perfdiag.cache import DiagnosisCache
+    from tb_perfdiag.discovery import Catalog
+    from tb_perfdiag.errors import BadRequest
+    from tb_perfdiag.service import DiagnosisService
+    from tb_perfdiag.testing.kineto import kineto_bytes
+    logs = tmp_path / "logs"
+    run = logs / "run"
+    ev = []
+    for r in range(2):
+        ev += replay_events(1000 + 200 * r, 100 + r)
+    os.makedirs(str(run / "capture_traces"))
+    (run / "host.1.pt.trace.json").write_bytes(kineto_bytes(ev))
+    # beside it, a capture of another graph (no replayed kernel matches it); in the run, the
+    # capture of this one recorded as a trace of its own
+    other = [X("cuda_runtime", "hipStreamBeginCapture", 0, 1), launch(5, "unrelated_k", 9),
+             X("cuda_runtime", "hipStreamEndCapture", 80, 1)]
+    (run / "capture_traces" / "other.json").write_bytes(kineto_bytes(other))
+    (run / "cap.1.pt.trace.json").write_bytes(kineto_bytes(capture_events()))
+    svc = DiagnosisService(Catalog(str(logs)), DiagnosisCache(disk_dir=None))
+    status, body = call(svc, "diagnosis", {"run": "run", "host": "host"})
+    assert status == 200
+    gc = body["graph_captures"]
+    assert gc["chosen"] is None and gc["files_read"] == 1
+    assert gc["choices"] == ["run/capture_traces/other.json", "run/cap.1.pt.trace.json"]
+    e = body["devices"][0]["efficiency"]
+    assert (e["graph_kernels_matched"], e["graph_kernels_total"]) == (0, 8)
+    status, body = call(svc, "diagnosis", {"run": "run", "host": "host",
+                                           "capture": gc["choices"][1]})
+    e = body["devices"][0]["efficiency"]
+    assert (e["graph_kernels_matched"], e["graph_kernels_total"]) == (8, 8)
+    assert body["graph_captures"]["chosen"] == "run/cap.1.pt.trace.json"
+    import jsonschema
+    from conftest import ROOT
+    jsonschema.validate(body, json.load(open(os.path.join(
+        ROOT, "tb_perfdiag", "schema", "diagnosis.schema.json"))))
+    tools = Tools(svc)
+    s = tools.summary("run", host="host", capture="run/cap.1.pt.trace.json")
+    assert s["devices"][0]["efficiency"]["graph_kernels_matched"] == 8
+    assert s["graph_captures"]["choices"] == gc["choices"]
+    g = tools.gaps("run", host="host", capture="run/cap.1.pt.trace.json", limit=50)
+    assert any((x["next_op"] or {}).get("captured") for x in g["gaps"])
+    assert tools.summary("run", host="host")["devices"][0]["efficiency"][
+        "graph_kernels_matched"] == 0
+    for bad in ("../outside.json", "/etc/passwd"):
+        with pytest.raises(BadRequest):
+            tools.findings("run", host="host", capture=bad)
+    # a file without replays offers nothing
+    status, body = call(svc, "diagnosis", {"run": "run", "host": "cap"})
+    assert status == 200 and "graph_captures" not in body
+
+
+# torch ≥ 2.15 on CUDA ≥ 12: Kineto writes "graph id" and "graph node id" into the args of
+# every kernel, copy and set (pytorch/kineto libkineto/src/CuptiActivity.cpp,
+# getGraphNodeMetadata; 0 for work launched one by one), and torch's graph annotations
+# (torch.cuda.graph(enable_annotations=True) with mark_kernels) are written into the args
+# of the events with a nonzero "graph node id", a bare name under "name"
+# (pytorch/pytorch torch/cuda/_annotate_cuda_graph_trace.py, annotate_trace).
+def annotated_replay(t0, corr):
+    ev = [X("cuda_runtime", "cudaGraphLaunch", t0, 5, correlation=corr)]
+    for i, (n, ann) in enumerate((("gemm_a", "linear_fwd"), ("add_k", "residual_add"),
+                                  ("gemm_b", None))):
+        k = kernel(n, t0 + 10 + 25 * i, 20, corr)
+        k["args"].update({"graph id": 3, "graph node id": 11 + i})
+        if ann:
+            k["args"]["name"] = ann
+        ev.append(k)
+    return ev
+
+
+def test_graph_node_ids_and_annotations_are_read_by_both_scanners():
+    from tb_perfdiag.trace import kineto, native_scan
+    from tb_perfdiag.testing.kineto import kineto_bytes
+    ev = annotated_replay(1000, 100)
+    # a kernel launched one by one (node id 0) with a "name" arg: no annotation of ours
+    k = kernel("eager_k", 2000, 10, 200)
+    k["args"].update({"graph id": 0, "graph node id": 0, "name": "not_a_graph_annotation"})
+    ev += [X("cuda_runtime", "cudaLaunchKernel", 1990, 5, correlation=200), k]
+    raw = kineto_bytes(ev)
+    ref = kineto.scan_python("t.json", raw)
+    got = [ref]
+    try:
+        got.append(native_scan.scan_kineto(raw))
+    except ImportError:     # pragma: no cover - the extension is built in every checkout
+        pass
+    for scan in got:
+        idx, vals = scan["stats"]["graph_node_id"]
+        assert sorted(np.asarray(vals).tolist()) == [0, 11, 12, 13]
+        idx, ids = scan["string_stats"]["graph_annotation"]
+        texts = [json.loads(scan["stat_strings"][i]) for i in np.asarray(ids).tolist()]
+        assert sorted(texts) == ["linear_fwd", "residual_add"]
+    t = load_kineto(ev)
+    dev = np.flatnonzero(t.kind == EventKind.KERNEL)
+    v, has = t.stats["graph_node_id"].lookup(dev)
+    assert dict(zip([t.event_name(e) for e in dev], np.asarray(v)[has].tolist())) == \
+        {"gemm_a": 11, "add_k": 12, "gemm_b": 13, "eager_k": 0}
+
+
+def test_an_annotated_graph_kernel_takes_its_annotation():
+    ev = [X("user_annotation", "decode_step", 990, 600)]
+    for r in range(2):
+        ev += annotated_replay(1000 + 200 * r, 100 + r)
+    d = diagnose(load_kineto(ev)).to_json()
+    paths = {tuple(a["path"]): a["ops"] for a in d["annotations"]}
+    # below the annotation around the graph's launch, 2 replays each
+    assert paths[("decode_step", "linear_fwd")] == 2
+    assert paths[("decode_step", "residual_add")] == 2
+    by_op = {r["name"]: r["annotation"] for r in d["device_ops"]["devices"][0]["ops"]}
+    assert by_op["gemm_a"] == "decode_step › linear_fwd" and by_op["gemm_b"] == "decode_step"
+    # a gap before an annotated kernel names its annotation
+    named = {g["next_op"]["name"]: g["next_op"]["annotation"] for g in d["gaps"]
+             if g["next_op"]}
+    assert named.get("add_k") == "residual_add" and named.get("gemm_b") is None

@@ -101,6 +101,14 @@ class EventRefs:
     annotation: np.ndarray     # int32 string id (op_name or tf_op), −1 none
     chain: list                # per row: tuple of string ids, outermost first
     strings: list
+    # device events replayed from a CUDA/HIP graph and matched to a capture's launch
+    # (``graphs.captured_places``): their rows, and per one the capture's chain of the
+    # launch (string ids, outermost first), the framework op in it (−1 none) and the
+    # user annotations in it
+    captured_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    captured_chain: list = field(default_factory=list)
+    captured_op: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    captured_annotations: list = field(default_factory=list)
 
     def row(self, events) -> np.ndarray:
         """Row of each event (−1 for −1 or an event not cited)."""
@@ -124,6 +132,17 @@ class EventRefs:
     def chain_of(self, event: int) -> list:
         r = int(self.row([event])[0])
         return [self.strings[i] for i in self.chain[r]] if r >= 0 else []
+
+    def captured_of(self, row: int) -> tuple | None:
+        """(chain, op, annotations) as names of row ``row``'s launch while its graph was
+        captured; None where the row was not replayed from a matched capture."""
+        k = int(np.searchsorted(self.captured_rows, row))
+        if k >= self.captured_rows.shape[0] or int(self.captured_rows[k]) != row:
+            return None
+        S = self.strings
+        op = int(self.captured_op[k])
+        return ([S[i] for i in self.captured_chain[k]], S[op] if op >= 0 else None,
+                [S[i] for i in self.captured_annotations[k]])
 
 
 @dataclass

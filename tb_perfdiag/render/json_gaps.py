@@ -47,8 +47,9 @@ def _evidence_parts(shares: np.ndarray, total: np.ndarray) -> list:
 
 def _evidence(sh: list, keep: list, cause: int, names: tuple, idle_first: bool) -> str:
     """The gap's split in words (``sh`` in ns, ``keep`` the columns to name; ``names``:
-    next op, issuing call, blocking call, culprit chain, with None where there is none)."""
-    nxt, wf, blk, cul = names
+    next op, issuing call, blocking call, culprit chain, the op that launched the next op
+    while its graph was captured, with None where there is none)."""
+    nxt, wf, blk, cul, cap = names
     parts = []
     for i in keep:
         t = _dur(sh[i] * 1000.0)
@@ -62,10 +63,17 @@ def _evidence(sh: list, keep: list, cause: int, names: tuple, idle_first: bool) 
                 how = f", issued by {wf} before the device went idle"
             else:
                 how = f", issued by {wf}"
-            parts.append(f"{t} {what} {nxt!r}{how}")
+            under = f" (captured under {cap})" if cap and cap != nxt else ""
+            parts.append(f"{t} {what} {nxt!r}{under}{how}")
         else:
             parts.append(f"{t} {_LOWER[i]}" + (f" ({cul})" if cul and i == cause else ""))
     return ", ".join(parts)
+
+
+def _captured_op(R: EventRefs, r: int):
+    """A replayed op's row: the op that launched it while its graph was captured."""
+    cap = R.captured_of(r) if r >= 0 and R.captured_rows.size else None
+    return readable(cap[1]) if cap and cap[1] else None
 
 
 def evidence_text(diag: Diagnosis, r: int) -> str:
@@ -111,10 +119,10 @@ class _Events:
                 R.annotation.tolist(), R.kind.tolist(), R)
         return t
 
-    def _chain(self, T, r):
+    def _chain(self, T, r, key=None):
         """The chain's names; events with one chain share one (read-only) list."""
         R = T[-1]
-        key = R.chain[r]
+        key = R.chain[r] if key is None else key
         got = self._chains.get(key)
         if got is None:
             # a chain reads like the op table: C++ signatures folded (the op's own name
@@ -143,7 +151,22 @@ class _Events:
                 "hlo_op": R.strings[hlo] if hlo >= 0 else None,
                 "annotation": R.strings[ann] if ann >= 0 else None,
                 "track": self.labels[T[5][r]]}
+            cap = self.captured(r)
+            if cap is not None:
+                got["captured"] = cap
         return got
+
+    def captured(self, r: int):
+        """Where a replayed device op was launched while its graph was captured: the
+        capture's chain (frames, ops, annotations), its framework op and annotations."""
+        R = self._own()[-1]
+        k = int(np.searchsorted(R.captured_rows, r)) if R.captured_rows.size else 0
+        if k >= R.captured_rows.shape[0] or int(R.captured_rows[k]) != r:
+            return None
+        op = int(R.captured_op[k])
+        return {"op": readable(R.strings[op]) if op >= 0 else None,
+                "chain": self._chain(self._own(), r, R.captured_chain[k]),
+                "annotations": [R.strings[i] for i in R.captured_annotations[k]]}
 
     def waited(self, e: int, via: int):
         if e < 0:
@@ -239,6 +262,7 @@ def _gap_records(diag: Diagnosis, rows, extra_detail, evidence_only: bool,
         rr = R.row(getattr(g, key)[rows])
         cols[key] = rr.tolist()
     name = lambda r: readable(strings[int(R.name[r])]) if r >= 0 else None  # noqa: E731
+
     chain_memo: dict = {}
 
     def short(r):
@@ -250,7 +274,8 @@ def _gap_records(diag: Diagnosis, rows, extra_detail, evidence_only: bool,
         return c
 
     keep = _evidence_parts(sh_ns, np.asarray(dur, np.int64))
-    evid = [_evidence(sh, kp, c, (name(nx), name(wf), name(bk), short(cu)), fi)
+    evid = [_evidence(sh, kp, c, (name(nx), name(wf), name(bk), short(cu),
+                                  _captured_op(R, nx)), fi)
             for sh, kp, c, nx, wf, bk, cu, fi in zip(
                 shares, keep, cause, cols["next_op"], cols["waited_for"], cols["blocking"],
                 cols["culprit"], idle_first)]

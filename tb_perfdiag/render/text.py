@@ -148,6 +148,12 @@ def report(label: str, diag: Diagnosis, top: int, step: int | None = None,
                          f"{C.LABELS[g['cause']]} — {g['evidence']}")
             if g["waited_for"]:
                 lines.append(f"       waited for: {' › '.join(g['waited_for']['chain'])}")
+            cap = (g["next_op"] or {}).get("captured")
+            if cap:
+                # replayed from a graph: where its op was launched while it was captured
+                ann = f" (annotations: {' › '.join(cap['annotations'])})" \
+                    if cap["annotations"] else ""
+                lines.append(f"       captured: {' › '.join(cap['chain'][-6:])}{ann}")
             for h in g["host_ops"][:4]:
                 lines.append(f"       {h['thread']}: {' › '.join(h['chain'])} ({_ms(h['self_ns'])})")
     for w in diag.warnings:

@@ -27,6 +27,11 @@ STAT_ARGS = {
     "stream": ("stream",),
     "bytes": ("bytes",),
     "flops": ("flops",),        # with_flops=True: the profiler's count of a matmul-class op
+    # a device event replayed from a CUDA graph: its graph and the graph node that ran it
+    # (Kineto's libkineto/src/CuptiActivity.cpp, getGraphNodeMetadata: CUDA ≥ 12, kernels,
+    # copies and sets; 0 for work launched one by one)
+    "graph_id": ("graph id",),
+    "graph_node_id": ("graph node id",),
 }
 # string stats: the JSON text of an op's array arg (record_shapes=True), interned so that
 # the thousands of ops of one shape share one id; the cost model parses each distinct
@@ -38,6 +43,11 @@ STRING_STAT_ARGS = {
     # a launch's kernel name (ROCm's runtime events carry it): while a CUDA/HIP graph is
     # captured no kernel runs, and the launch alone names what the graph will replay
     "launch_kernel": "kernel",
+    # a graph kernel's annotation: torch's torch.cuda._annotate_cuda_graph_trace writes
+    # the ``mark_kernels`` scope (torch.cuda.graph(enable_annotations=True)) into the
+    # args of each event with a nonzero "graph node id", a bare name under "name"; kept
+    # on those events only (elsewhere "name" in args means other things)
+    "graph_annotation": "name",
 }
 
 
@@ -366,12 +376,18 @@ class PythonStream:
                                 stat_vals[sname][0].append(k)
                                 stat_vals[sname][1].append(v)
                             break
+                gn = a.get("graph node id")
+                graphed = isinstance(gn, (int, float)) and not isinstance(gn, bool) and gn != 0
                 for sname, key in STRING_STAT_ARGS.items():
                     v = a.get(key)
-                    if isinstance(v, list) or (isinstance(v, str) and sname == "launch_kernel"):
-                        string_vals[sname][0].append(k)
-                        string_vals[sname][1].append(stat_strings.intern(
-                            orjson.dumps(v).decode()))
+                    if sname == "graph_annotation":
+                        if not (graphed and isinstance(v, str)):
+                            continue
+                    elif not (isinstance(v, list) or
+                              (isinstance(v, str) and sname == "launch_kernel")):
+                        continue
+                    string_vals[sname][0].append(k)
+                    string_vals[sname][1].append(stat_strings.intern(orjson.dumps(v).decode()))
         self.n_raw = i
         # each kept event's "ts" text, for timestamps past float64's nanoseconds; a "ts"
         # found elsewhere (in args, escaped) leaves the texts unmatched

@@ -48,9 +48,56 @@ def event_refs(trace: Trace, events) -> EventRefs:
     pad = (r < 0).sum(axis=1).tolist()
     made = [tuple(x[k:]) for x, k in zip(r.tolist(), pad)]
     chain = [made[i] for i in inv.reshape(-1).tolist()]
-    return EventRefs(
+    out = EventRefs(
         event=ev, name=remap(name),
         track=trace.track[ev].astype(np.int32), ts=trace.ts[ev].copy(),
         dur=trace.dur[ev].copy(), kind=trace.kind[ev].copy(),
         hlo_op=remap(hlo), annotation=remap(ann),
         chain=chain, strings=strings)
+    _captured(trace, out)
+    _graph_annotations(trace, out)
+    return out
+
+
+def _graph_annotations(trace: Trace, R: EventRefs) -> None:
+    """A cited kernel a CUDA graph replayed with its own annotation (torch ≥ 2.15's graph
+    annotations, the reader's ``graph_annotation`` stat: JSON text) takes it where it has
+    no other."""
+    if "graph_annotation" not in trace.stats or not R.event.size:
+        return
+    import json
+    gid = _stat_ids(trace, "graph_annotation", R.event)
+    rows = np.flatnonzero((gid >= 0) & (R.annotation < 0))
+    index: dict = {}
+    for r in rows.tolist():
+        try:
+            s = json.loads(trace.strings[int(gid[r])])
+        except ValueError:
+            continue
+        if isinstance(s, str) and s:
+            if s not in index:
+                index[s] = len(R.strings)
+                R.strings.append(s)
+            R.annotation[r] = index[s]
+
+
+def _captured(trace: Trace, R: EventRefs) -> None:
+    """The cited events replayed from a CUDA/HIP graph take the place their launch had
+    while the graph was captured: its names join the refs' strings (the capture may be
+    another trace)."""
+    from ..efficiency.graphs import captured_places
+    rows, places = captured_places(trace, R.event)
+    if not rows.size:
+        return
+    index = {s: i for i, s in enumerate(R.strings)}
+
+    def sid(s: str) -> int:
+        i = index.get(s)
+        if i is None:
+            i = index[s] = len(R.strings)
+            R.strings.append(s)
+        return i
+    R.captured_rows = rows.astype(np.int64)
+    R.captured_chain = [tuple(sid(n) for n in p.chain) for p in places]
+    R.captured_op = np.array([sid(p.op) if p.op else -1 for p in places], np.int32)
+    R.captured_annotations = [tuple(sid(a) for a in p.annotations) for p in places]

@@ -119,3 +119,33 @@ def _annotation_paths(trace: Trace, ann: np.ndarray, u: np.ndarray, intern) -> n
             ids.append(i)
         pid[rows] = np.asarray(ids, np.int64)[kinv]
     return pid[np.searchsorted(nodes, u)].astype(np.int32)
+
+
+def _graph_kernel_paths(trace: Trace, ops: np.ndarray, pid: np.ndarray, paths: list,
+                        intern) -> None:
+    """Kernels a CUDA graph replayed that carry their own annotation (torch ≥ 2.15's
+    ``torch.cuda.graph(enable_annotations=True)``, the reader's ``graph_annotation``
+    stat) take it below the annotations they have: the scope they were captured in, named
+    on the kernel itself."""
+    st = trace.stats.get("graph_annotation")
+    if st is None or not ops.size:
+        return
+    import json
+    v, has = st.lookup(ops)
+    if not np.any(has):
+        return
+    rows = np.flatnonzero(has)
+    vals = np.asarray(v, np.int64)[rows]
+    u, inv = unique_inverse(vals)
+    names = []
+    for x in u.tolist():
+        try:
+            s = json.loads(trace.strings[int(x)])
+        except ValueError:
+            s = None
+        names.append(s if isinstance(s, str) and s else None)
+    keys = np.stack((pid[rows].astype(np.int64), inv.reshape(-1).astype(np.int64)), axis=1)
+    ku, kinv = unique_rows(keys)
+    joined = [intern((paths[e] if e >= 0 else ()) + (names[n],)) if names[n] else e
+              for e, n in ku.tolist()]
+    pid[rows] = np.asarray(joined, np.int32)[kinv.reshape(-1)]

@@ -20,7 +20,7 @@ import numpy as np
 from ...trace.build import distinct, map_distinct, unique_inverse, unique_rows
 from ...trace.model import Trace, TrackKind, search
 from ..result import AnnotationTable
-from .annotation_paths import (_annotation_paths, _captured_paths,  # noqa: F401 - importable here
+from .annotation_paths import (_annotation_paths, _captured_paths, _graph_kernel_paths,  # noqa: F401 - importable here
                                is_annotation, nearest_annotation)
 
 _SUFFIX = re.compile(r"\.\d+$")
@@ -141,6 +141,7 @@ def op_paths(trace: Trace, ops: np.ndarray, origin: np.ndarray,
             pid[pid == empty] = -1
     if trace.format == "kineto":
         _captured_paths(trace, ops, pid, paths, intern)
+        _graph_kernel_paths(trace, ops, pid, paths, intern)
     return pid, paths
 
 

@@ -66,6 +66,8 @@ class GraphMatch:
     # the replay has fewer events than its capture: the trace did not see them)
     missing: np.ndarray = None
     one_activity: int = 0       # replays recorded with at most one device event
+    by_event: np.ndarray = None  # the rows in event order (``captured_places``)
+    places: dict = field(default_factory=dict)  # (source, launch) → CapturedPlace
 
     @property
     def total(self) -> int:
@@ -438,3 +440,61 @@ def _captured_op(m: GraphMatch, src: int, event: int) -> str:
             return t.strings[int(t.name[cur])]
         cur = int(t.parent[cur])
     return ""
+
+
+@dataclass(frozen=True)
+class CapturedPlace:
+    """Where a replayed kernel was launched while its graph was captured: the capture's
+    call chain of the launch (names, outermost first, the launch call last), the innermost
+    framework op in it ("" none) and the user annotations in it (outermost first)."""
+
+    chain: tuple
+    op: str
+    annotations: tuple
+
+
+_MAX_DEPTH = 512                # a chain deeper than this is a broken parent column
+
+
+def captured_places(trace: Trace, events: np.ndarray) -> tuple[np.ndarray, list]:
+    """(positions in ``events``, their ``CapturedPlace``s) of the events replayed from a
+    graph and matched to a capture's launch; each distinct launch's chain is walked once
+    (a capture holds a few thousand launches, whatever the replays)."""
+    z = np.zeros(0, np.int64)
+    m = graph_match(trace)
+    if m is None or not m.matched or not len(events):
+        return z, []
+    ev = np.asarray(events, np.int64)
+    if m.by_event is None:          # asked once per finding: the sort is kept
+        m.by_event = np.argsort(m.event, kind="stable")
+    order = m.by_event
+    sev = m.event[order]
+    k = np.minimum(np.searchsorted(sev, ev), sev.shape[0] - 1)
+    pos = np.flatnonzero(sev[k] == ev)
+    at = order[k[pos]]
+    keep = m.launch[at] >= 0
+    pos, at = pos[keep], at[keep]
+    out = []
+    for s, ln in zip(m.source[at].tolist(), m.launch[at].tolist()):
+        got = m.places.get((s, ln))
+        if got is None:
+            got = m.places[(s, ln)] = _place(m.captures[s].trace or trace, ln)
+        out.append(got)
+    return pos, out
+
+
+def _place(t: Trace, launch: int) -> CapturedPlace:
+    from ...trace.classify import frame_name
+    names, kinds = [], []
+    cur = int(launch)
+    while cur >= 0 and len(names) < _MAX_DEPTH:
+        names.append(t.strings[int(t.name[cur])])
+        kinds.append(int(t.kind[cur]))
+        cur = int(t.parent[cur])
+    names.reverse()
+    kinds.reverse()
+    op = next((n for n, k in zip(reversed(names), reversed(kinds))
+               if k == EventKind.CPU_OP), "")
+    ann = tuple(frame_name(n) for n, k in zip(names, kinds)
+                if k in (EventKind.ANNOTATION, EventKind.DATA))
+    return CapturedPlace(tuple(names), op, ann)

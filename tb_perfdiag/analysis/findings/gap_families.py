@@ -330,9 +330,17 @@ def _family_finding(trace, diag, G, ci, cause, kind, sig, rs, fw, applied, n_ste
         title = f"{subject}: {what} — {phrase} {cost}"
     if len(title) > TITLE_MAX:
         title = f"{subject}: {phrase} {cost}"
+    # one place waited to run an op replayed from a graph: where it was captured
+    place = _captured(trace, G.g, rs, G.share_ns[:, ci]) if cause in C.DEVICE_SIDE and \
+        not others and not queue else None
+    if place is not None:
+        extra["captured"] = {"op": clean(place.op) if place.op else None,
+                             "where": _where(place),
+                             "chain": [clean(n) for n in place.chain],
+                             "annotations": list(place.annotations)}
     fix = fix_for(k.value, _fix_culprit(k, label, example, applied), fw)
-    f = add(k, title, rs, fix, _detail(diag, cause, rs, G, chain, ci), total, dev, extra=extra,
-            in_steps_ns=inside, typical_ns=typ)
+    f = add(k, title, rs, fix, _detail(diag, cause, rs, G, chain, ci, place), total, dev,
+            extra=extra, in_steps_ns=inside, typical_ns=typ)
     _SUBJECT[id(f)] = subject
 
 
@@ -372,7 +380,10 @@ def _signature(trace, diag, ctx, cul, cause, ev, g, r, fw) -> tuple:
         label = SYNC_LABELS.get(sync_kind(trace, ctx, trace.chain(ev)), "")
     elif cause in C.DEVICE_SIDE:
         nxt = clean(trace.event_name(int(g.next_op[r])))
-        label = f"waiting to run {nxt}"
+        place = _captured(trace, g, [r])
+        under = f" (captured under {clean(place.op)})" if place and place.op and \
+            clean(place.op) != nxt else ""
+        label = f"waiting to run {nxt}{under}"
     elif cause == C.HOST_COMPUTE and fw == PYTORCH_XLA and any(
             n in ("StepMarker", "SyncTensorsGraph", "SyncLiveTensorsGraph") for n in chain):
         sub = FK.GRAPH_BUILDING.value
@@ -432,14 +443,41 @@ def _per_device(diag, rows, G, ci) -> str:
         ", " + n for n in named[1:]) + more
 
 
-def _detail(diag, cause, rows, G, chain, ci) -> str:
+def _detail(diag, cause, rows, G, chain, ci, place=None) -> str:
     n = len(rows)
     ndev = np.unique(G.g.device[rows]).size
     where = f" on {ndev} devices" if ndev > 1 else ""
     full = " › ".join(chain[-6:])
-    return (f"{n} gap(s){where}; {C.LABELS[cause].lower()} takes "
-            f"{_per_device(diag, rows, G, ci)}"
-            + (f". Call chain: {full}." if full else "."))
+    out = (f"{n} gap(s){where}; {C.LABELS[cause].lower()} takes "
+           f"{_per_device(diag, rows, G, ci)}" + (f". Call chain: {full}." if full else "."))
+    if place is not None:
+        # the op it waited to run was replayed from a graph: where it was captured
+        cap = " › ".join(clean(x) for x in place.chain[-6:])
+        ann = " › ".join(place.annotations)
+        by = f"{clean(place.op)}" if place.op else "its launch"
+        at = _where(place)
+        out += (f" The op was replayed from a CUDA/HIP graph; while the graph was captured, "
+                f"{by} launched it" + (f" at {at}" if at else "") +
+                (f" (annotations: {ann})" if ann else "") + f". Captured chain: {cap}.")
+    return out
+
+
+def _where(place) -> str | None:
+    """The innermost frame of the user's own code in a capture's chain."""
+    from ..attribution.culprits import user_frame
+    return next((w for w in map(user_frame, reversed(place.chain)) if w), None)
+
+
+def _captured(trace, g, rows, weight=None):
+    """The capture place (``graphs.CapturedPlace``) of the op the largest of ``rows``
+    waited to run, where it was replayed from a graph matched to its capture; else None."""
+    from ..efficiency.graphs import captured_places
+    rows = np.asarray(rows, np.int64)
+    if weight is not None and rows.size > 1:
+        rows = rows[np.argsort(-weight[rows], kind="stable")]
+    nxt = g.next_op[rows[:64]].astype(np.int64)
+    pos, places = captured_places(trace, nxt[nxt >= 0])
+    return places[0] if places else None
 
 
 def detect(s: Scope) -> None:
