@@ -319,6 +319,29 @@ class TpuDevice:
 TPU_PLANE_STATS = [("device_type_string", "s", "TPU v5 lite"),
                    ("peak_teraflops_per_second", "d", 197.0),
                    ("peak_hbm_bw_gigabytes_per_second", "d", 819.0)]
+TPU_PEAK_FLOPS, TPU_PEAK_BW = 197e12, 819e9
+# what each op's nominal time achieves on the fastest core: (share of the FLOP/s peak,
+# FLOPs per byte) for the matmul fusions, share of the HBM bandwidth for the loop fusions
+_TPU_RATE = {"convolution fusion": (0.62, 400.0), "output fusion": (0.35, 120.0)}
+_TPU_LOOP_BW = 0.6
+
+
+def _tpu_cost_stats(cat, lo_us, hi_us, scale):
+    """XLA's cost figures of one op as a TPU XSpace keeps them on its metadata (flops,
+    model_flops, bytes_accessed), sized to the op's nominal time so that the figures
+    are those of a busy TPU v5e: never drawn from the random stream."""
+    t = (lo_us + hi_us) / 2 * 1e-6 * scale
+    if cat == "all-reduce":
+        fl, by = 4096 * 1024, 2 * 4 * 4096 * 1024
+    elif cat in _TPU_RATE:
+        share, intensity = _TPU_RATE[cat]
+        fl = share * TPU_PEAK_FLOPS * t
+        by = fl / intensity
+    else:
+        by = _TPU_LOOP_BW * TPU_PEAK_BW * t
+        fl = by / 2                           # an add or a multiply per bf16 element
+    fl, by = float(round(fl)), float(round(by))
+    return [("flops", "d", fl), ("model_flops", "d", fl), ("bytes_accessed", "d", by)]
 
 
 def _tpu_module(tl, xh, devs, k, module, prog, run_id, execs, op_scale, collective,
@@ -341,7 +364,8 @@ def _tpu_module(tl, xh, devs, k, module, prog, run_id, execs, op_scale, collecti
             ev = dev.ops.run(_hlo_text(name, cat), int(base[j] * op_scale[di]),
                              t0 if j == 0 else 0)
             ev.meta = {"display": name, "md_stats": [("hlo_category", "s", cat),
-                                                     ("program_id", "u", prog)]}
+                                                     ("program_id", "u", prog)] +
+                       _tpu_cost_stats(cat, *TPU_OPS[j][2:], min(op_scale))}
             ev.stats = [("hlo_op", "s", name), ("hlo_module", "r", module),
                         ("program_id", "u", prog), ("run_id", "u", run_id)]
             ev.launch = ex
@@ -361,7 +385,8 @@ def _tpu_module(tl, xh, devs, k, module, prog, run_id, execs, op_scale, collecti
                              not_before=ar_start)
             assert ev.ts == ar_start
             ev.meta = {"display": "all-reduce.5", "md_stats": [("hlo_category", "s", "all-reduce"),
-                                                               ("program_id", "u", prog)]}
+                                                               ("program_id", "u", prog)] +
+                       _tpu_cost_stats("all-reduce", 0, 0, 1)}
             ev.stats = [("hlo_op", "s", "all-reduce.5"), ("hlo_module", "r", module),
                         ("program_id", "u", prog), ("run_id", "u", run_id),
                         ("all_reduce_unique_id", "u", 65537 + k)]
