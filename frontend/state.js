@@ -4,7 +4,8 @@
 // returns to the one before); filling a default in, zooming or panning replaces.
 
 export const PLUGIN = "perfdiag";
-export const KEYS = ["run", "host", "span", "device", "step", "gap", "zoom", "base_run", "base_host", "base_span", "view", "baseline"];
+// peak: the peak TFLOP/s the user gave MFU and the roofline (the CLI's --peak-tflops)
+export const KEYS = ["run", "host", "span", "device", "step", "gap", "zoom", "base_run", "base_host", "base_span", "view", "baseline", "peak"];
 const PREFIX = `p.${PLUGIN}.`;
 
 /** Parse a location hash into our state object (only keys we know, strings). */
