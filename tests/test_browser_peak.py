@@ -58,6 +58,9 @@ def test_a_peak_entered_changes_the_mfu_and_survives_a_pasted_url(page, browser,
     wf = frame.inner_text("#pd-waterfall")
     assert f"achieved MFU: {e1['waterfall']['mfu']:.1f} pts" in wf
     assert f"achieved MFU: {e0['waterfall']['mfu']:.1f} pts" not in wf
+    # the roofline's flat roof is the peak entered
+    frame.wait_for_selector(".pd-roof-peak", timeout=60000)
+    assert frame.text_content(".pd-roof-peak").startswith("peak 156 TFLOP/s")
     url = page.url
     assert "p.perfdiag.peak=156" in url
     page.screenshot(path=os.path.join(artifacts_dir, "peak-override.png"))
