@@ -4,11 +4,13 @@ the MFU, its waterfall and the roofline are taken against it, the card says the 
 the user's, and the URL keeps it: a pasted URL shows the same figures."""
 from __future__ import annotations
 
+import json
 import os
 import urllib.parse
 
 import pytest
 
+from conftest import TESTDATA, TensorBoard
 from test_browser import Console, browser, choose_run, open_diagnose, page, run_named  # noqa: F401
 
 
@@ -90,13 +92,44 @@ def test_a_peak_entered_changes_the_mfu_and_survives_a_pasted_url(page, browser,
         ctx.close()
 
 
-def test_the_page_names_its_field_not_the_cli_flag(page, tb_demo):
-    """No advice on the page sends the reader to a command-line flag the tab has no use
-    for: the roofline's and the card's 'no peak' texts name the field."""
-    run = run_named(tb_demo, "kineto_data_loading")
-    frame = open_diagnose(page, tb_demo)
+@pytest.fixture(scope="module")
+def tb_no_peak(tmp_path_factory):
+    """The demo's opening GPU run on a part no datasheet knows: FLOPs, no peak."""
+    src = os.path.join(TESTDATA, "synthetic", "logdir", "kineto_data_loading")
+    name = next(f for f in os.listdir(src) if f.endswith(".pt.trace.json"))
+    with open(os.path.join(src, name)) as f:
+        doc = json.load(f)
+    doc["deviceProperties"][0].update(name="Acme Tensor X1", computeMajor=42, computeMinor=0,
+                                      numSms=7)
+    d = tmp_path_factory.mktemp("nopeak") / "acme"
+    d.mkdir()
+    (d / name).write_text(json.dumps(doc))
+    tb = TensorBoard(d.parent)
+    yield tb
+    tb.stop()
+
+
+def test_no_peak_known_the_page_points_at_its_field(page, tb_no_peak):
+    """Where no peak is known the page's advice names its field, never the CLI flag, and
+    the field gives the MFU, its waterfall and the roofline."""
+    run = run_named(tb_no_peak, "acme")
+    e = _diag(tb_no_peak, run)["devices"][0]["efficiency"]
+    assert e["mfu"] is None and e["achieved_flops_per_s"] > 0 and "--peak-tflops" in e["missing"]
+    frame = open_diagnose(page, tb_no_peak)
     choose_run(frame, run["run"])
     frame.wait_for_selector("#pd-peak-form")
-    text = frame.inner_text("#perfdiag-root")
-    assert "--peak-tflops" not in text.replace("the CLI's --peak-tflops", "")
+    card = frame.inner_text("#pd-efficiency")
+    assert "No peak known for this device" in card and "Peak TFLOP/s field" in card
+    assert "no peak known" in frame.inner_text(".pd-mfu-stat")
+    assert "Peak TFLOP/s field" in frame.inner_text("#pd-device-ops")     # the roofline's note
+    text = frame.inner_text("#perfdiag-root").replace("(the CLI's --peak-tflops)", "")
+    assert "--peak-tflops" not in text
+    frame.fill("#pd-peak", "100")
+    frame.click("#pd-peak-apply")
+    frame.wait_for_selector("#pd-waterfall", timeout=60000)
+    want = _diag(tb_no_peak, run, 100)["devices"][0]["efficiency"]["mfu"]
+    assert want == pytest.approx(e["achieved_flops_per_s"] / 100e12, rel=1e-3)
+    assert _pct(want) in _mfu_text(frame)
+    # no bandwidth is known either: the roofline says so, not that the ops have no figures
+    assert "No memory bandwidth known" in frame.inner_text(".pd-roof-none")
     assert page.console_log.unexpected() == []
