@@ -46,7 +46,7 @@ export class App {
     this.root.append(h("h1", { class: "pd-title" }, "Diagnose: why is the accelerator idle?"),
       this.header, this.pickerEl, this.statusEl, this.compareEl, this.body);
     this.compare = new CompareHosts(this.compareEl, {
-      params: (host) => ({ run: this.state.run, host, span: undefined }),
+      params: (host) => ({ run: this.state.run, host, span: undefined, peak_tflops: this.state.peak || undefined }),
       spanLabel: (host, span) => this.spanLabel(this.state.run, host, span),
       onPick: (host) => {
         // from a pod's summary the host's page takes the screen; "Compare hosts" brings the table back
@@ -328,7 +328,7 @@ export class App {
 
   params(extra) {
     const s = this.state;
-    return { run: s.run, host: s.host, span: s.span || undefined, capture: s.capture || undefined, ...(extra || {}) };
+    return { run: s.run, host: s.host, span: s.span || undefined, capture: s.capture || undefined, peak_tflops: s.peak || undefined, ...(extra || {}) };
   }
 
   setStatus(text, busy) {

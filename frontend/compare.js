@@ -101,11 +101,11 @@ export class CompareHosts {
    * complete, then once per change of order or page. */
   async load() {
     const token = ++this.token;
-    const { run, threshold_us, kernels_only } = this.params(this.hosts[0]);
+    const { run, threshold_us, kernels_only, peak_tflops } = this.params(this.hosts[0]);
     for (;;) {
       let r;
       try {
-        r = await getJSON("hosts", { run, threshold_us, kernels_only, sort: this.sortBy, order: this.order || undefined,
+        r = await getJSON("hosts", { run, threshold_us, kernels_only, peak_tflops, sort: this.sortBy, order: this.order || undefined,
           hosts_offset: this.offset, hosts_limit: HOSTS_PAGE });
       } catch (e) { r = { ok: false, body: { error: String(e) } }; }
       if (token !== this.token) return;

@@ -5,6 +5,7 @@
 // figures is named with its reason (figures.missing). Everything comes from the JSON.
 import { h, put } from "./dom.js";
 import { partColor, partLabel } from "./efficiency.js";
+import { pageAdvice } from "./format.js";
 
 /** "+5.9 pts", "−22.3 pts", "0 pts": a move in points. */
 export function signedPts(v) {
@@ -57,7 +58,7 @@ export function waterfallCompare(set, deviceName, { where = "steps", definition 
     put(box, h("p", { class: "pd-muted pd-small pd-cmp-wf-missing" },
       `No MFU waterfall to compare on ${deviceName}: `,
       sides.map(([tag, f], i) => [i ? "; " : "", "the ", h("b", {}, tag), labels[tag] ? ` run (${labels[tag]})` : " run",
-        " has no FLOP figures — ", h("span", { "data-side": tag, class: "pd-cmp-wf-why" }, f.missing || "no FLOP figures or no peak for these steps")]),
+        " has no FLOP figures — ", h("span", { "data-side": tag, class: "pd-cmp-wf-why" }, pageAdvice(f.missing) || "no FLOP figures or no peak for these steps")]),
       sides.length === 1 ? `. The ${sides[0][0] === "before" ? "after" : "before"} run's MFU is in the table above.` : "."));
     return box;
   }
@@ -75,7 +76,7 @@ export function waterfallCompare(set, deviceName, { where = "steps", definition 
     moved.length <= 1 ? h("p", { class: "pd-muted pd-small" }, "No other part moved by a point or more.") : null);
   const notes = [["before", a], ["after", b]].filter(([, f]) => f.missing);
   if (notes.length) {
-    put(box, h("p", { class: "pd-muted pd-small" }, notes.map(([tag, f], i) => [i ? "; " : "", `${tag}: ${f.missing}`])));
+    put(box, h("p", { class: "pd-muted pd-small" }, notes.map(([tag, f], i) => [i ? "; " : "", `${tag}: ${pageAdvice(f.missing)}`])));
   }
   return box;
 }

@@ -3,7 +3,7 @@
 // points add up to 100. Everything comes from the current diagnosis JSON
 // (devices[].efficiency, steps[].devices[k]); nothing is kept between renders.
 import { h } from "./dom.js";
-import { causeColor, causeLabel, formatShare, formatSi, peakSourceText, squeeze } from "./format.js";
+import { causeColor, causeLabel, formatShare, formatSi, pageAdvice, peakSourceText, squeeze } from "./format.js";
 import { renderRoofline } from "./roofline.js";
 
 // the waterfall's parts beyond the idle causes: label and colour (a cause's are its own);
@@ -68,7 +68,7 @@ function mfuStat(dev, def) {
   const model = e.device_model ? ` (${e.device_model})` : "";
   const label = pk ? `${dev.name}${model} MFU (of ${formatSi(pk, "FLOP/s")} ${e.peak_dtype || ""}${e.peak_source ? `, ${peakSourceText(e.peak_source)}` : ""}${e.device_identified_by ? `, identified by ${e.device_identified_by}` : ""})`
     : e.achieved_flops_per_s ? `${dev.name}: ${formatSi(e.achieved_flops_per_s, "FLOP/s")} achieved, no peak known` : `${dev.name}: no FLOP figures`;
-  return h("div", { class: "pd-stat pd-mfu-stat", "data-device": String(dev.id), title: [def, e.missing].filter(Boolean).join("\n") },
+  return h("div", { class: "pd-stat pd-mfu-stat", "data-device": String(dev.id), title: [def, pageAdvice(e.missing)].filter(Boolean).join("\n") },
     h("span", { class: "pd-stat-value pd-mfu" }, e.mfu !== null && e.mfu !== undefined ? `${e.mfu_lower_bound && !pctOf(e.mfu).startsWith("<") ? "≥" : ""}${pctOf(e.mfu)}` : "–"),
     h("span", { class: "pd-stat-label" }, label + (e.mfu_lower_bound ? " — a lower bound: ops with no cost figure count none of their FLOPs" : "")),
     // memory-bound matmuls (decode): the bandwidth they reach is the figure that says
@@ -93,7 +93,7 @@ function waterfallBar(w, where, dev) {
 
 /** The summary's efficiency parts: an MFU stat per device beside the duty cycles (in the
  *  summary's .pd-stats) and the waterfall of the selected step on the selected device. */
-export function renderEfficiency(summaryEl, diag, { deviceId = 0, step = null, coll = null, onCapture = null } = {}) {
+export function renderEfficiency(summaryEl, diag, { deviceId = 0, step = null, coll = null, onCapture = null, peak = "", onPeak = null } = {}) {
   const def = (diag.definitions || {}).mfu || "";
   const stats = summaryEl.querySelector(".pd-stats");
   const devs = (diag.devices || []).filter((x) => x.ops > 0 && x.efficiency);
@@ -109,11 +109,41 @@ export function renderEfficiency(summaryEl, diag, { deviceId = 0, step = null, c
     if (said) box.append(h("p", { class: "pd-small pd-muted pd-wf-peer" }, said));
   }
   else box.append(h("p", { class: "pd-muted pd-small" }, `No MFU waterfall for ${s.dev.name || "this device"} over ${s.where}` +
-    (s.eff && s.eff.missing ? `: ${s.eff.missing}` : ": no FLOP figures or no peak.")));
+    (s.eff && s.eff.missing ? `: ${pageAdvice(s.eff.missing)}` : ": no FLOP figures or no peak.")));
+  const ctl = peakControl(s.eff, peak, onPeak);
+  if (ctl) box.append(ctl);
   const g = graphNote(s.eff, diag.graph_captures, onCapture);
   if (g) box.append(g);
   const stepsHead = summaryEl.querySelector("h3");
   summaryEl.insertBefore(box, stepsHead || null);
+}
+
+/** The peak override: a field for the peak TFLOP/s MFU, its waterfall and the roofline
+ *  are taken against (the route's peak_tflops, the CLI's --peak-tflops), shown where FLOPs
+ *  are counted; ``onPeak("")`` goes back to the device's own.  null: nothing to offer. */
+function peakControl(e, peak, onPeak) {
+  if (!onPeak || !e || !(e.flops > 0 || e.achieved_flops_per_s > 0 || peak)) return null;
+  const own = e.peak_flops_per_s && e.peak_source !== "option" ? e.peak_flops_per_s / 1e12 : null;
+  const input = h("input", { type: "number", id: "pd-peak", class: "pd-peak-input", min: "0.001", max: "1000000", step: "any",
+    "aria-label": "Peak TFLOP/s", placeholder: own ? String(Number(own.toPrecision(4))) : "e.g. 312", value: peak || undefined });
+  const apply = (ev) => {
+    ev.preventDefault();
+    const v = Number(input.value);
+    if (!input.value || !(v >= 0.001 && v <= 1e6)) {
+      input.setCustomValidity("a peak from 0.001 to 1,000,000 TFLOP/s");
+      input.reportValidity();
+      return;
+    }
+    onPeak(String(v));
+  };
+  input.addEventListener("input", () => input.setCustomValidity(""));
+  const said = peak ? "Your peak:" : e.peak_flops_per_s ? "Another peak:" : "No peak known for this device: enter one,";
+  return h("form", { class: "pd-peak-form pd-small", id: "pd-peak-form", "data-peak": peak || "", onsubmit: apply },
+    h("label", {}, `${said} `, input, " TFLOP/s "),
+    h("button", { type: "submit", class: "pd-button", id: "pd-peak-apply" }, "Use this peak"),
+    peak ? h("button", { type: "button", class: "pd-button", id: "pd-peak-reset", onclick: () => onPeak("") },
+      own || e.peak_source === "option" ? "The device's own" : "Clear") : null,
+    h("span", { class: "pd-muted" }, " MFU, its waterfall and the roofline are taken against it (the CLI's --peak-tflops)."));
 }
 
 /** A device's graph replays where some of their kernels have no captured op, or the

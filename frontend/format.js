@@ -145,7 +145,16 @@ export function formatShare(frac) {
 export function peakSourceText(src) {
   const s = String(src || "");
   if (s.startsWith("datasheet:")) return `${s.slice("datasheet:".length)} datasheet`;
-  return { trace: "from the trace", option: "--peak-tflops" }[s] || s;
+  return { trace: "from the trace", option: "the peak you entered" }[s] || s;
+}
+
+/** The analysis' advice as the page gives it: the CLI's --peak-tflops flag is the page's
+ *  "Peak TFLOP/s" field (in "What the busy time achieves"). */
+export function pageAdvice(text) {
+  return String(text ?? "")
+    .replace(/\(give the peak with --peak-tflops\)/g, "(enter it in the Peak TFLOP/s field under “What the busy time achieves”)")
+    .replace(/\(check --peak-tflops\)/g, "(check the Peak TFLOP/s field)")
+    .replace(/--peak-tflops/g, "the Peak TFLOP/s field");
 }
 
 /** Long text cut to `n` characters with an ellipsis (names can be 100 KB long). */

@@ -56,7 +56,9 @@ export function renderRoofline(container, roof, { deviceName = "", onPoint = nul
   container.append(box);
   if (!pts.length || !(peak > 0)) {
     const memOnly = ((roof && roof.points) || []).length;
-    box.append(h("p", { class: "pd-muted pd-small" }, !(peak > 0) ? "No peak known for this device: no roofline (give one with --peak-tflops / peak_tflops)."
+    box.append(h("p", { class: "pd-muted pd-small pd-roof-none" }, !(peak > 0) ? "No peak known for this device: no roofline (enter one in the Peak TFLOP/s field of “What the busy time achieves”)."
+      // an op group is bound by one of two roofs: with no bandwidth none can be judged
+      : !(bw > 0) && !memOnly ? "No memory bandwidth known for this device: no op group can be placed under a roofline."
       : memOnly ? `${memOnly} op group(s) move bytes but do no FLOPs: all memory-bound, nothing to plot on a log scale.` : "No op group has FLOP or byte figures."));
     return box;
   }

@@ -4,7 +4,9 @@
 // returns to the one before); filling a default in, zooming or panning replaces.
 
 export const PLUGIN = "perfdiag";
-export const KEYS = ["run", "host", "span", "device", "step", "gap", "zoom", "base_run", "base_host", "base_span", "view", "baseline", "capture"];
+// peak: the peak TFLOP/s the user gave MFU and the roofline (the CLI's --peak-tflops);
+// capture: the capture file graph replays are aligned with
+export const KEYS = ["run", "host", "span", "device", "step", "gap", "zoom", "base_run", "base_host", "base_span", "view", "baseline", "capture", "peak"];
 const PREFIX = `p.${PLUGIN}.`;
 
 /** Parse a location hash into our state object (only keys we know, strings). */

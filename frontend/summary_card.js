@@ -77,7 +77,9 @@ export const SummaryCard = {
         `${findings.filter((f) => f.top === false && f.kind !== "startup").length} more finding(s) under 1 % of a step not shown.` : ""));
     renderEfficiency(el, d, { deviceId: this.device().id ?? 0, step: this.state.step, coll: this.collectives(),
       // another capture is another diagnosis: the page is drawn again from its answers
-      onCapture: (v) => { this.state = { ...this.state, capture: v || undefined, gap: undefined, zoom: undefined }; writeState(this.state); this.show(); } });
+      onCapture: (v) => { this.state = { ...this.state, capture: v || undefined, gap: undefined, zoom: undefined }; writeState(this.state); this.show(); },
+      // a peak of the user's: every figure of the capture is asked for again against it
+      peak: this.state.peak || "", onPeak: (v) => { this.state.peak = v; this.loadDiagnosis(); } });
     const warnings = (d.warnings || []).filter((w) => this.hasDeviceActivity() || !String(w).startsWith("no device activity"));
     if (warnings.length) el.append(h("ul", { class: "pd-warnings" }, warnings.map((w) => h("li", {}, squeeze(w, 80, 500)))));
   },

@@ -68,12 +68,12 @@ export const TrendView = {
     this.compare.close();
     this.body.textContent = "";
     this.setStatus(`Reading the captures of ${s.run}…`, true);
-    let r = await this.fetchJSON("trend", { run: s.run, baseline: s.baseline || undefined });
+    let r = await this.fetchJSON("trend", { run: s.run, baseline: s.baseline || undefined, peak_tflops: s.peak || undefined });
     if (token !== this.token) return null;
     if (!r.ok && s.baseline && (r.status === 400 || r.status === 404)) {
       // a URL's baseline the run no longer has (or no longer trusts): against the one before
       delete s.baseline; writeState(s);
-      r = await this.fetchJSON("trend", { run: s.run });
+      r = await this.fetchJSON("trend", { run: s.run, peak_tflops: s.peak || undefined });
       if (token !== this.token) return null;
     }
     this.setStatus("");

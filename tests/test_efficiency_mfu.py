@@ -237,6 +237,25 @@ def test_slow_matmul_elementwise_attention_findings(costs_by_name):
     d = diagnose_trace(_gpu_trace([("tiny_gemm", 200), ("softmax_warp_forward", 100),
                                    ("flash_fwd_kernel", 100)]))
     assert FK.UNFUSED_ATTENTION not in _kinds(d)
+    # a CNN's cross-entropy (log-softmax kernels after the convolutions) is no attention
+    # (the kernel's group label cuts the template arguments: its host op tells)
+    log_sm = "cunn_SoftMaxForward<4, float, float, float, LogSoftMaxForwardEpilogue>"
+    costs_by_name.update({log_sm: (0.0, 1e7, False, "bf16")})
+
+    def cnn(host_op):
+        b = TraceBuilder()
+        main, s7 = b.thread("python main"), b.stream(gpu=0, stream=7)
+        for i in range(4):
+            t0 = i * 1000
+            with b.step(main, i, t0, 1000):
+                b.launch(main, "cudaLaunchKernel", t0 + 1, 1,
+                         kernel=b.kernel(s7, "tiny_gemm", t0 + 10, 200))
+                b.op(main, host_op, t0 + 3, 5)
+                b.launch(main, "cudaLaunchKernel", t0 + 4, 1,
+                         kernel=b.kernel(s7, log_sm, t0 + 210, 100))
+        return diagnose_trace(b.build())
+    assert FK.UNFUSED_ATTENTION not in _kinds(cnn("aten::_log_softmax"))
+    assert FK.UNFUSED_ATTENTION in _kinds(cnn("aten::_softmax"))
 
 
 TPU = ("public", "xprof", "xprof", "convert", "test_xplanes", "tpu_inference_2.xplane.pb")

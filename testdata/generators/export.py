@@ -78,6 +78,11 @@ class KinetoWriter:
                 if ev.cat == "cuda_runtime":
                     args = (f'{{"External id":{ev.ext},"cbid":{CBID.get(ev.name, 0)},'
                             f'"correlation":{ev.corr}}}')
+                elif ev.args:
+                    # record_shapes=True: the op's Input Dims / Input type / Concrete Inputs
+                    args = (f'{{"External id":{ev.ext},{enc(ev.args)[1:-1]},'
+                            f'"Ev Idx":{self.ev_idx}}}')
+                    self.ev_idx += 1
                 else:
                     args = f'{{"External id":{ev.ext},"Ev Idx":{self.ev_idx}}}'
                     self.ev_idx += 1

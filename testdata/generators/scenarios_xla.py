@@ -7,7 +7,7 @@ from contextlib import contextmanager
 
 from sim import (COLLECTIVE_WAIT, COMPILATION, DATA_LOADING, GAP_MIN_NS, H2D_TRANSFER, MS,
                  US, Host, Stream, Timeline)
-from tb_perfdiag.testing.xspace import hlo_proto
+from hlo_shapes import mlp_program
 
 
 class XlaHost:
@@ -197,6 +197,9 @@ def scenario_xla_gpu_recompile():
     # torch_xla captures keep the graph's name, SyncTensorsGraph.N, across shapes)
     programs = {1: ("SyncTensorsGraph.412", gpu_program(1.0)),
                 2: ("SyncTensorsGraph.412", gpu_program(1.18))}
+    # the tokens of a step (its batch × sequence) in each program: the new input shape
+    # is 1.18× the work, as its kernels' times are
+    tokens = {1: 8192, 2: 9728}
     compile_ms = {0: 300, 3: 250}
     hashes = {1: "9c1e5b07a3d24f6e81b2c4d5e6f70812", 2: "4a7d93e0c1b25f68d9e0a1b2c3d4e5f6"}
     for k in range(6):
@@ -238,10 +241,10 @@ def scenario_xla_gpu_recompile():
                         px.adv(xh.r(1, 3))
     meta = []
     for prog, (module, ops) in programs.items():
-        ins = [(hlo, "fusion" if "fusion" in hlo else "copy", op_type, op_name,
-                "/workspace/train.py" if op_name else "", 40 + j)
-               for j, (hlo, _, _, _, _, op_name, op_type) in enumerate(ops)]
-        meta.append((f"{module}({prog})", [("Hlo Proto", "b", hlo_proto(module, ins))]))
+        # shapes and fused computations, as XLA records them: the ops' FLOPs and bytes
+        # (a bf16 MLP of hidden size 2048: 68.7 GFLOP a matmul at 53-73 % of an A100)
+        meta.append((f"{module}({prog})", [("Hlo Proto", "b", mlp_program(
+            module, ops, tokens[prog], 2048))]))
     desc = ("PyTorch/XLA on one GPU, 6 steps (train_step step_num 0-5, _r=1) with xp.Trace "
             "blocks data_loading/forward/backward/optimizer. StepMarker › … › "
             "XLAGraphExecutor::Compile › PjRtComputationClient::Compile runs on steps 0 "
@@ -319,6 +322,29 @@ class TpuDevice:
 TPU_PLANE_STATS = [("device_type_string", "s", "TPU v5 lite"),
                    ("peak_teraflops_per_second", "d", 197.0),
                    ("peak_hbm_bw_gigabytes_per_second", "d", 819.0)]
+TPU_PEAK_FLOPS, TPU_PEAK_BW = 197e12, 819e9
+# what each op's nominal time achieves on the fastest core: (share of the FLOP/s peak,
+# FLOPs per byte) for the matmul fusions, share of the HBM bandwidth for the loop fusions
+_TPU_RATE = {"convolution fusion": (0.62, 400.0), "output fusion": (0.35, 120.0)}
+_TPU_LOOP_BW = 0.6
+
+
+def _tpu_cost_stats(cat, lo_us, hi_us, scale):
+    """XLA's cost figures of one op as a TPU XSpace keeps them on its metadata (flops,
+    model_flops, bytes_accessed), sized to the op's nominal time so that the figures
+    are those of a busy TPU v5e: never drawn from the random stream."""
+    t = (lo_us + hi_us) / 2 * 1e-6 * scale
+    if cat == "all-reduce":
+        fl, by = 4096 * 1024, 2 * 4 * 4096 * 1024
+    elif cat in _TPU_RATE:
+        share, intensity = _TPU_RATE[cat]
+        fl = share * TPU_PEAK_FLOPS * t
+        by = fl / intensity
+    else:
+        by = _TPU_LOOP_BW * TPU_PEAK_BW * t
+        fl = by / 2                           # an add or a multiply per bf16 element
+    fl, by = float(round(fl)), float(round(by))
+    return [("flops", "d", fl), ("model_flops", "d", fl), ("bytes_accessed", "d", by)]
 
 
 def _tpu_module(tl, xh, devs, k, module, prog, run_id, execs, op_scale, collective,
@@ -341,7 +367,8 @@ def _tpu_module(tl, xh, devs, k, module, prog, run_id, execs, op_scale, collecti
             ev = dev.ops.run(_hlo_text(name, cat), int(base[j] * op_scale[di]),
                              t0 if j == 0 else 0)
             ev.meta = {"display": name, "md_stats": [("hlo_category", "s", cat),
-                                                     ("program_id", "u", prog)]}
+                                                     ("program_id", "u", prog)] +
+                       _tpu_cost_stats(cat, *TPU_OPS[j][2:], min(op_scale))}
             ev.stats = [("hlo_op", "s", name), ("hlo_module", "r", module),
                         ("program_id", "u", prog), ("run_id", "u", run_id)]
             ev.launch = ex
@@ -361,7 +388,8 @@ def _tpu_module(tl, xh, devs, k, module, prog, run_id, execs, op_scale, collecti
                              not_before=ar_start)
             assert ev.ts == ar_start
             ev.meta = {"display": "all-reduce.5", "md_stats": [("hlo_category", "s", "all-reduce"),
-                                                               ("program_id", "u", prog)]}
+                                                               ("program_id", "u", prog)] +
+                       _tpu_cost_stats("all-reduce", 0, 0, 1)}
             ev.stats = [("hlo_op", "s", "all-reduce.5"), ("hlo_module", "r", module),
                         ("program_id", "u", prog), ("run_id", "u", run_id),
                         ("all_reduce_unique_id", "u", 65537 + k)]

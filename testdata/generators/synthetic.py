@@ -34,7 +34,9 @@ written into the manifest.
 
 The jobs, one module each next to this one: sim.py (the simulator: timeline, host
 threads, device streams), truth.py (ground truth and its definitions),
-scenarios_kineto.py and scenarios_xla.py (the small scenarios), export.py (a timeline
+scenarios_kineto.py and scenarios_xla.py (the small scenarios; the GPU ops carry the
+shapes of a record_shapes=True profile, the TPU ops XLA's cost stats), hlo_shapes.py (the
+Hlo Proto of the PyTorch/XLA GPU program, with shapes), export.py (a timeline
 as a file, through the writers of tb_perfdiag.testing), manifest.py (every small
 scenario and MANIFEST.json), large.py (--large) and pod.py (--pod).  Only the standard
 library, protobuf and tb_perfdiag are needed.

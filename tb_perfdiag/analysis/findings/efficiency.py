@@ -31,6 +31,8 @@ FASTER = 1.5              # a lower-precision peak counts when this many times t
 _ATTN_FUSED = re.compile(r"flash|fmha|sdpa|scaled_dot_product|attention|mha|cudnn.*attn|"
                          r"fused_attn|xformers|splash|ragged_paged", re.I)
 _SOFTMAX = re.compile(r"softmax", re.I)
+# a log-softmax is a classifier's loss (cross-entropy), never attention's scores
+_LOG_SOFTMAX = re.compile(r"log_?softmax", re.I)
 
 def _fix(kind, fw: str) -> str:
     return fix_for(kind.value, "*", fw)
@@ -253,7 +255,10 @@ def _unfused_elementwise(add, E, T, d, mine, t, busy, name, fw, applied) -> None
 def _unfused_attention(add, E, T, d, mine, t, busy, name) -> None:
     """Attention as matmuls and a softmax."""
     names = [T.name[r] for r in mine.tolist()]
-    sm = mine[[bool(_SOFTMAX.search(x)) for x in names]] if names else mine[:0]
+    # the kernel's name is a group label (template arguments cut): its host op tells
+    sm = mine[[bool(_SOFTMAX.search(x)) and not _LOG_SOFTMAX.search(x) and
+               not _LOG_SOFTMAX.search(T.host_op[r] or "") for x, r in zip(names, mine.tolist())]] \
+        if names else mine[:0]
     fused = any(_ATTN_FUSED.search(x) for x in names)
     if sm.size and not fused and E.row_matmul[mine].any():
         tsm = float(t[sm].sum())
