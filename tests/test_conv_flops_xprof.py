@@ -9,8 +9,8 @@ come from ``xprof query_hlo_graph`` (the HLO graph DB), whose convolution estima
 2 × output elements × kernel elements / output features: every tap, the padding's too.
 There XLA's rule and xprof disagree, and XLA's rule (the one a TPU or GPU profile's op
 stats carry) is the one ours follows.  For the reduces xprof agrees with XLA (input
-elements − output elements, XPROF_REDUCE below); ours counts input elements (one more
-per output element here), a simplification hlo_costs.py states and this file leaves be.
+elements − output elements, XPROF_REDUCE below), and so do ours (they counted input
+elements, one more per output element, until issue 63's stop).
 """
 from __future__ import annotations
 
@@ -57,6 +57,15 @@ def test_a_padded_convolutions_flops_leave_out_the_taps_in_the_padding():
         assert ours[name] == t["xla_flops"], conv
         # xprof's graph DB counts every tap: it is the count without XLA's rule
         assert XPROF_CONV[name] == t["every_tap_flops"], conv
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_a_reduce_counts_its_inputs_less_its_outputs_as_xprof(native, monkeypatch):
+    if not native:
+        monkeypatch.setenv("TB_PERFDIAG_NO_NATIVE", "1")
+    ours = _ours()
+    for name, flops in XPROF_REDUCE.items():
+        assert ours[name] == flops, name
 
 
 def _xprof() -> str | None:

@@ -8,7 +8,8 @@ XLA's cost rules (``HloCostAnalysis``), the parts that carry the work:
   (kernel tap, output position) pairs of each spatial dimension that read the input
   (taps in the padding do no work); without a window, 2 × output elements × kernel
   spatial product × input features per group;
-- elementwise arithmetic: 1 per output element; ``reduce``: 1 per input element;
+- elementwise arithmetic: 1 per output element; ``reduce``: input elements − output
+  elements (each output element's inputs less one, as xprof counts it too);
 - ``fusion``: the sum of its fused instructions' FLOPs; its bytes are its operands' and
   its output's (what the fused kernel reads and writes), as for any other op.
 Custom calls are opaque to that model: cuBLAS GEMMs, cuDNN convolutions (forward and
@@ -254,7 +255,9 @@ class _Module:
                         _dtype(ops[0].shape), True)
             return 0.0, False, UNKNOWN_DTYPE, False
         if op == "reduce" and ops:
-            return float(_elements(ops[0].shape)), False, UNKNOWN_DTYPE, False
+            # XLA's rule (and xprof's): each output element takes (its inputs − 1) additions
+            return (float(max(_elements(ops[0].shape) - _elements(_array(ins.shape)), 0)),
+                    False, UNKNOWN_DTYPE, False)
         return 0.0, False, UNKNOWN_DTYPE, False
 
 
@@ -301,7 +304,8 @@ class _NativeModule:
         has = n_op > 0
         first[has] = operand[op_off[:-1][has]] if n else first[has]
         red = (code == op_code.get("reduce", -1)) & (first >= 0)
-        fl[red] = elements[first[red]]
+        # XLA's rule (and xprof's): each output element takes (its inputs − 1) additions
+        fl[red] = np.maximum(elements[first[red]] - elements[red], 0)
         mm = np.zeros(n, bool)
         dt = np.full(n, UNKNOWN_DTYPE, np.int8)
         est = np.zeros(n, bool)
