@@ -100,6 +100,14 @@ def runs(tb):
     return body["runs"]
 
 
+def served_diagnosis(tb, run: str, host: str, **q) -> dict:
+    """The /diagnosis answer of ``run``/``host`` (more query parameters in ``q``), 200."""
+    status, _, body = tb.get("/data/plugin/perfdiag/diagnosis?" + urllib.parse.urlencode(
+        {"run": run, "host": host, **q}))
+    assert status == 200, body
+    return body
+
+
 def run_named(tb, prefix):
     for r in runs(tb):
         if r["run"] == prefix or r["run"].startswith(prefix + "/"):

@@ -3,12 +3,11 @@ page asks for the device it shows, so a device whose gaps are all smaller than a
 device's still lists its own, and switching devices asks again."""
 from __future__ import annotations
 
-import urllib.parse
-
 import pytest
 
 from conftest import TensorBoard
-from test_browser import browser, open_diagnose, page, wait_loaded  # noqa: F401
+from test_browser import (browser, open_diagnose, page, served_diagnosis,  # noqa: F401
+                          wait_loaded)
 from test_first_answer import two_devices
 
 
@@ -23,10 +22,7 @@ def tb_two(tmp_path_factory, artifacts_dir):
 
 
 def _served(tb, **q):
-    status, _, body = tb.get("/data/plugin/perfdiag/diagnosis?" + urllib.parse.urlencode(
-        {"run": "two", "host": "worker0", **q}))
-    assert status == 200, body
-    return body
+    return served_diagnosis(tb, "two", "worker0", **q)
 
 
 def _rows(frame) -> list:

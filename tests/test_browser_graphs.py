@@ -13,7 +13,8 @@ import urllib.parse
 import pytest
 
 from conftest import TensorBoard, shared_path
-from test_browser import browser, open_diagnose, page, wait_loaded  # noqa: F401
+from test_browser import (browser, open_diagnose, page, served_diagnosis,  # noqa: F401
+                          wait_loaded)
 
 VLLM = ("public", "TraceLens", "tests", "traces", "inference", "vllm_prefilldecode_piecewise")
 CAPTURE = "vllm/capture.1.pt.trace.json.gz"
@@ -36,10 +37,7 @@ def tb_vllm(tmp_path_factory, artifacts_dir):
 
 
 def _served(tb, **q):
-    status, _, body = tb.get("/data/plugin/perfdiag/diagnosis?" + urllib.parse.urlencode(
-        {"run": "vllm", "host": "host", **q}))
-    assert status == 200, body
-    return body
+    return served_diagnosis(tb, "vllm", "host", **q)
 
 
 def _graphs(frame):
