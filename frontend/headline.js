@@ -59,7 +59,8 @@ export function lossText(loss) {
 export function costText(loss, stepNs = null) {
   if (loss.kind === "startup") return `${formatNs(loss.ns)} once`;
   const per = loss.per_step_ns > 0 ? `${formatNs(loss.per_step_ns)} ${stepNs ? `of its ${formatNs(stepNs)} ` : ""}per step` : "";
-  const once = loss.once_ns > 0 ? `${formatNs(loss.once_ns)} once` : "";
+  // a once part that is a trace of the rate ("3.62 s per step, 299 µs once") is not said
+  const once = loss.once_ns > 0 && !(loss.once_ns < 1e-3 * loss.per_step_ns) ? `${formatNs(loss.once_ns)} once` : "";
   return [per, once].filter(Boolean).join(", ") || `${formatNs(loss.ns)} once`;
 }
 

@@ -344,3 +344,11 @@ def test_a_loss_per_step_names_the_devices_own_step_where_it_is_not_the_hosts(js
     # the check says when the two disagree
     assert I.points_agree("duty 56% — 43 points idle in data loading / input (2.85 ms per step)",
                           5.98e6)
+
+
+def test_a_once_part_that_is_a_trace_of_the_rate_is_not_said(js):
+    """MTIA's headline read "3.62 s per step, 299 µs once": a part paid once under a
+    thousandth of the loss per step is left unsaid; one of a tenth is said."""
+    got = js("""return [[3.62e9, 299e3], [3.62e9, 362e6]].map(([per, once]) =>
+                 m.headline.costText({ kind: 'host_compute', ns: per + once, per_step_ns: per, once_ns: once }));""")
+    assert got == ["3.62 s per step", "3.62 s per step, 362 ms once"]
